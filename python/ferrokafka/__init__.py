@@ -1,0 +1,54 @@
+"""ferrokafka: Kafka patterns for Python services and Spark jobs, on a Rust core.
+
+Example:
+    >>> import ferrokafka
+    >>> client = ferrokafka.Client({"bootstrap.servers": "127.0.0.1:9092"})
+    >>> sorted(client.list_topics(timeout=5.0).topics)  # doctest: +SKIP
+    ['orders', 'payments']
+"""
+
+from __future__ import annotations
+
+from ferrokafka._native import (
+    BrokerMetadata,
+    Client,
+    ClusterMetadata,
+    Message,
+    NewTopic,
+    PartitionMetadata,
+    TopicMetadata,
+    __version__,
+)
+from ferrokafka.exceptions import (
+    BufferOverflow,
+    ClosedError,
+    CodecError,
+    ConfigError,
+    ConsumeError,
+    FerrokafkaError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProduceError,
+    ScheduleError,
+)
+
+__all__ = [
+    "BrokerMetadata",
+    "BufferOverflow",
+    "Client",
+    "ClosedError",
+    "ClusterMetadata",
+    "CodecError",
+    "ConfigError",
+    "ConsumeError",
+    "FerrokafkaError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "Message",
+    "NewTopic",
+    "PartitionMetadata",
+    "ProduceError",
+    "ScheduleError",
+    "TopicMetadata",
+    "__version__",
+]

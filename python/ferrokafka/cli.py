@@ -1,0 +1,125 @@
+"""The ``ferrokafka`` command line (also ``python -m ferrokafka``).
+
+Example:
+    $ ferrokafka --help
+    $ ferrokafka topics list --bootstrap-servers 127.0.0.1:9092
+    $ ferrokafka demo --bootstrap-servers 127.0.0.1:9092
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ferrokafka import __version__
+from ferrokafka._native import Client, NewTopic
+from ferrokafka.exceptions import FerrokafkaError
+
+log = logging.getLogger("ferrokafka.cli")
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client({"bootstrap.servers": args.bootstrap_servers})
+
+
+def _topics_list(args: argparse.Namespace) -> int:
+    metadata = _client(args).list_topics(timeout=args.timeout)
+    for name, topic in sorted(metadata.topics.items()):
+        if name.startswith("__") and not args.all:
+            continue
+        print(f"{name}\t{len(topic.partitions)} partitions")
+    return 0
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    config = dict(_key_value(item) for item in args.config)
+    topic = NewTopic(args.name, args.partitions, args.replication_factor, config)
+    created = _client(args).create_topics([topic], timeout=args.timeout, exist_ok=args.exist_ok)
+    print(f"created {args.name}" if created else f"{args.name} already exists")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ferrokafka.demo import run_demo
+
+    run_demo(args.bootstrap_servers, timeout=args.timeout)
+    return 0
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``ferrokafka`` command."""
+    parser = argparse.ArgumentParser(
+        prog="ferrokafka",
+        description="Kafka patterns for Python and Spark, on a Rust core.",
+    )
+    parser.add_argument("--version", action="version", version=f"ferrokafka {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default: INFO)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument(
+            "--bootstrap-servers",
+            default="127.0.0.1:9092",
+            metavar="HOST:PORT",
+            help="Kafka bootstrap servers (default: 127.0.0.1:9092)",
+        )
+        sub.add_argument(
+            "--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default: 30)"
+        )
+        return sub
+
+    demo = command("demo", "Run the end-to-end demo against a broker.")
+    demo.set_defaults(run=_demo)
+
+    topics = commands.add_parser("topics", help="List or create topics.")
+    topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    listing = topic_commands.add_parser("list", help="List topics with their partition counts.")
+    listing.add_argument("--all", action="store_true", help="include internal topics")
+    listing.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")
+    listing.add_argument("--timeout", type=float, default=30.0)
+    listing.set_defaults(run=_topics_list)
+    create = topic_commands.add_parser("create", help="Create a topic.")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=-1)
+    create.add_argument("--replication-factor", type=int, default=-1)
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    create.add_argument("--exist-ok", action="store_true")
+    create.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")
+    create.add_argument("--timeout", type=float, default=30.0)
+    create.set_defaults(run=_topics_create)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ferrokafka`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        status: int = args.run(args)
+    except FerrokafkaError as err:
+        log.error("%s: %s", type(err).__name__, err)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

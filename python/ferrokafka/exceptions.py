@@ -1,0 +1,104 @@
+"""The ferrokafka exception hierarchy.
+
+Every error ferrokafka raises on purpose derives from :class:`FerrokafkaError`. Where a builtin
+means the same thing, the class derives from it too, so ``except TimeoutError`` and
+``except ValueError`` keep working::
+
+    FerrokafkaError
+    ├── ConfigError (ValueError)        bad or unknown configuration
+    ├── ClosedError                     the object was closed
+    ├── CodecError (ValueError)         corrupt, oversized or foreign encoded data
+    ├── ScheduleError (ValueError)      an invalid scheduled message
+    ├── BufferOverflow                  a producer queue is full
+    └── KafkaError                      an error reported by Kafka or librdkafka
+        ├── KafkaTimeoutError (TimeoutError)
+        ├── ProduceError
+        └── ConsumeError
+
+Example:
+    >>> import ferrokafka
+    >>> try:
+    ...     ferrokafka.Client({"bootstrap.servers": "127.0.0.1:9092", "no.such.key": 1})
+    ... except ferrokafka.ConfigError as err:
+    ...     print("no.such.key" in str(err))
+    True
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BufferOverflow",
+    "ClosedError",
+    "CodecError",
+    "ConfigError",
+    "ConsumeError",
+    "FerrokafkaError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "ProduceError",
+    "ScheduleError",
+]
+
+
+class FerrokafkaError(Exception):
+    """Base class of every error ferrokafka raises on purpose."""
+
+
+class ConfigError(FerrokafkaError, ValueError):
+    """A configuration was refused: unknown key, bad value or missing required key."""
+
+
+class ClosedError(FerrokafkaError):
+    """The client, producer or consumer was already closed."""
+
+
+class CodecError(FerrokafkaError, ValueError):
+    """Encoded data was corrupt, too large for its limit, or of an unsupported version."""
+
+
+class ScheduleError(FerrokafkaError, ValueError):
+    """A scheduled message or its envelope is invalid."""
+
+
+class BufferOverflow(FerrokafkaError):
+    """A producer's bounded queue is full and its backpressure policy refused the message."""
+
+
+class KafkaError(FerrokafkaError):
+    """An error reported by Kafka or librdkafka.
+
+    Attributes:
+        code: librdkafka's numeric error code (negative for errors raised locally).
+        name: the code's name, e.g. ``"TOPIC_ALREADY_EXISTS"`` or ``"_TIMED_OUT"``.
+        retriable: whether the same operation may succeed if tried again.
+        fatal: whether the client that raised it can no longer be used.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        code: int = -1,
+        name: str = "_UNKNOWN",
+        retriable: bool = False,
+        fatal: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.name = name
+        self.retriable = retriable
+        self.fatal = fatal
+
+    def __reduce__(self) -> tuple[type[KafkaError], tuple[str, int, str, bool, bool]]:
+        return (type(self), (str(self), self.code, self.name, self.retriable, self.fatal))
+
+
+class KafkaTimeoutError(KafkaError, TimeoutError):
+    """A Kafka operation did not finish within its timeout (e.g. no broker answered)."""
+
+
+class ProduceError(KafkaError):
+    """A message could not be produced."""
+
+
+class ConsumeError(KafkaError):
+    """Records could not be consumed."""

@@ -1,0 +1,72 @@
+//! librdkafka-style configuration, validated before any client exists.
+//!
+//! Users pass the same `{"bootstrap.servers": ...}` dicts they give confluent-kafka. Keys are
+//! checked by librdkafka itself when a client is created, so an unknown key is reported with
+//! librdkafka's own wording and the key's name.
+
+use rdkafka::ClientConfig;
+
+use crate::error::{KafkaIoError, KafkaResult};
+
+/// An ordered list of librdkafka properties.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientSettings {
+    entries: Vec<(String, String)>,
+}
+
+impl ClientSettings {
+    /// Builds settings from key/value pairs; a later duplicate key wins.
+    pub fn new(entries: impl IntoIterator<Item = (String, String)>) -> KafkaResult<Self> {
+        let mut settings = ClientSettings::default();
+        for (key, value) in entries {
+            if key.trim().is_empty() {
+                return Err(KafkaIoError::Config("empty configuration key".to_owned()));
+            }
+            settings.set(key, value);
+        }
+        Ok(settings)
+    }
+
+    /// Sets `key` to `value`, replacing an earlier value.
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        let (key, value) = (key.into(), value.into());
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((key, value)),
+        }
+    }
+
+    /// Sets `key` only when the user did not.
+    pub fn set_default(&mut self, key: &str, value: &str) {
+        if self.get(key).is_none() {
+            self.entries.push((key.to_owned(), value.to_owned()));
+        }
+    }
+
+    /// The value of `key`, if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `bootstrap.servers`, which every client needs.
+    pub fn bootstrap(&self) -> KafkaResult<&str> {
+        self.get("bootstrap.servers")
+            .or_else(|| self.get("metadata.broker.list"))
+            .filter(|servers| !servers.trim().is_empty())
+            .ok_or_else(|| {
+                KafkaIoError::Config("missing required key 'bootstrap.servers'".to_owned())
+            })
+    }
+
+    /// The rdkafka configuration holding these settings.
+    pub fn to_client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        for (key, value) in &self.entries {
+            config.set(key, value);
+        }
+        config
+    }
+}

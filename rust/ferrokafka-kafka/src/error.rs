@@ -1,0 +1,161 @@
+//! The one error type of the Kafka engines, [`KafkaIoError`].
+//!
+//! It keeps librdkafka's error code and the retriable/fatal flags so the bindings can map each case
+//! to the right Python exception without parsing messages.
+
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// Result alias for the Kafka engines.
+pub type KafkaResult<T> = Result<T, KafkaIoError>;
+
+/// Errors of the Kafka engines.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaIoError {
+    /// The configuration was refused: an unknown key, a bad value, or a missing required setting.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An operation did not finish within its deadline.
+    #[error("{operation} timed out after {:.1} s{}", timeout.as_secs_f64(), hint(.bootstrap))]
+    Timeout {
+        /// What was attempted, e.g. "list_topics".
+        operation: String,
+        /// The deadline that passed.
+        timeout: Duration,
+        /// The brokers that did not answer, if known.
+        bootstrap: Option<String>,
+    },
+    /// A Kafka or librdkafka error with its code.
+    #[error("{operation} failed: {message}")]
+    Broker {
+        /// What was attempted.
+        operation: String,
+        /// librdkafka's numeric error code (negative for local errors).
+        code: i32,
+        /// The code's name, e.g. `TOPIC_ALREADY_EXISTS`.
+        name: String,
+        /// Human-readable detail.
+        message: String,
+        /// Whether retrying the same operation may succeed.
+        retriable: bool,
+        /// Whether the client instance is no longer usable.
+        fatal: bool,
+    },
+    /// The engine was closed before or during the call.
+    #[error("{0} is closed")]
+    Closed(&'static str),
+    /// An argument was refused before anything was sent.
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+fn hint(bootstrap: &Option<String>) -> String {
+    match bootstrap {
+        Some(servers) => format!(": no answer from bootstrap.servers={servers}"),
+        None => String::new(),
+    }
+}
+
+/// librdkafka's name for an error code, in the SCREAMING_SNAKE form confluent-kafka shows.
+pub fn code_name(code: RDKafkaErrorCode) -> String {
+    let camel = format!("{code:?}");
+    let mut name = String::with_capacity(camel.len() + 8);
+    for (i, ch) in camel.chars().enumerate() {
+        if ch.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(ch.to_ascii_uppercase());
+    }
+    if (code as i32) < 0 {
+        name.insert(0, '_');
+    }
+    name
+}
+
+/// Whether an error code describes a condition that may clear by itself.
+fn is_retriable(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::BrokerTransportFailure
+            | C::AllBrokersDown
+            | C::OperationTimedOut
+            | C::MessageTimedOut
+            | C::RequestTimedOut
+            | C::TimedOutQueue
+            | C::QueueFull
+            | C::LeaderNotAvailable
+            | C::NotLeaderForPartition
+            | C::NotEnoughReplicas
+            | C::NotEnoughReplicasAfterAppend
+            | C::NetworkException
+            | C::CoordinatorLoadInProgress
+            | C::NotCoordinator
+            | C::UnknownTopicOrPartition
+    )
+}
+
+fn is_timeout(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::OperationTimedOut | C::MessageTimedOut | C::RequestTimedOut | C::TimedOutQueue
+    )
+}
+
+impl KafkaIoError {
+    /// Builds the error for a failed `operation` from librdkafka's error code.
+    pub fn from_code(operation: &str, code: RDKafkaErrorCode, detail: Option<String>) -> Self {
+        KafkaIoError::Broker {
+            operation: operation.to_owned(),
+            code: code as i32,
+            name: code_name(code),
+            message: detail.unwrap_or_else(|| code.to_string()),
+            retriable: is_retriable(code),
+            fatal: matches!(code, RDKafkaErrorCode::Fatal),
+        }
+    }
+
+    /// Converts an rdkafka error of `operation`, turning deadline codes into [`KafkaIoError::Timeout`].
+    pub fn from_rdkafka(
+        operation: &str,
+        err: KafkaError,
+        timeout: Duration,
+        bootstrap: Option<&str>,
+    ) -> Self {
+        match err {
+            KafkaError::ClientConfig(_, description, key, value) => {
+                KafkaIoError::Config(format!("{key}={value:?}: {description}"))
+            }
+            KafkaError::ClientCreation(message) => KafkaIoError::Config(message),
+            KafkaError::Transaction(rd) => {
+                let code = rd.code();
+                KafkaIoError::Broker {
+                    operation: operation.to_owned(),
+                    code: code as i32,
+                    name: code_name(code),
+                    message: rd.string(),
+                    retriable: rd.is_retriable(),
+                    fatal: rd.is_fatal(),
+                }
+            }
+            other => match other.rdkafka_error_code() {
+                Some(code) if is_timeout(code) => KafkaIoError::Timeout {
+                    operation: operation.to_owned(),
+                    timeout,
+                    bootstrap: bootstrap.map(str::to_owned),
+                },
+                Some(code) => KafkaIoError::from_code(operation, code, None),
+                None => KafkaIoError::Broker {
+                    operation: operation.to_owned(),
+                    code: -1,
+                    name: "_UNKNOWN".to_owned(),
+                    message: other.to_string(),
+                    retriable: false,
+                    fatal: false,
+                },
+            },
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! ferrokafka-kafka: ferrokafka's Kafka engines, built on the rdkafka crate.
+//!
+//! Invariants: no Python here. Every call that waits on the network takes an explicit timeout,
+//! and rdkafka callbacks never leave Rust: they push events into channels that the bindings drain
+//! on a Python thread.
+
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod record;
+
+pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
+pub use config::ClientSettings;
+pub use error::{KafkaIoError, KafkaResult};
+pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};

@@ -1,0 +1,118 @@
+//! Owned Kafka records: what the engines send and what they hand back.
+//!
+//! Records are plain owned data so they cross thread and FFI boundaries without borrowing from
+//! librdkafka buffers.
+
+use rdkafka::Message;
+use rdkafka::message::{Header, Headers, OwnedHeaders, Timestamp};
+
+/// Header list in wire order; a header value may be null.
+pub type HeaderList = Vec<(String, Option<Vec<u8>>)>;
+
+/// A record to produce.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutgoingRecord {
+    /// Destination topic.
+    pub topic: String,
+    /// Explicit partition, or `None` for the partitioner's choice.
+    pub partition: Option<i32>,
+    /// Record key.
+    pub key: Option<Vec<u8>>,
+    /// Record value; `None` is a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Record headers.
+    pub headers: HeaderList,
+    /// Create time in milliseconds since the epoch, or `None` for "now".
+    pub timestamp_ms: Option<i64>,
+}
+
+impl OutgoingRecord {
+    /// Bytes this record occupies in buffers: key, value and headers.
+    pub fn size(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len)
+            + self.value.as_ref().map_or(0, Vec::len)
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum::<usize>()
+    }
+
+    /// The headers in librdkafka's form.
+    pub fn owned_headers(&self) -> Option<OwnedHeaders> {
+        if self.headers.is_empty() {
+            return None;
+        }
+        let headers = self.headers.iter().fold(
+            OwnedHeaders::new_with_capacity(self.headers.len()),
+            |acc, (key, value)| {
+                acc.insert(Header {
+                    key,
+                    value: value.as_deref(),
+                })
+            },
+        );
+        Some(headers)
+    }
+}
+
+/// How a record's timestamp was assigned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimestampKind {
+    /// The record has no timestamp.
+    NotAvailable,
+    /// Set by the producer.
+    CreateTime,
+    /// Set by the broker when appended.
+    LogAppendTime,
+}
+
+/// A record read from, or delivered to, a topic partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceivedRecord {
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+    /// Offset in the partition.
+    pub offset: i64,
+    /// Record key.
+    pub key: Option<Vec<u8>>,
+    /// Record value; `None` is a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Record headers.
+    pub headers: HeaderList,
+    /// Timestamp kind.
+    pub timestamp_kind: TimestampKind,
+    /// Timestamp in milliseconds since the epoch (0 when not available).
+    pub timestamp_ms: i64,
+}
+
+impl ReceivedRecord {
+    /// Copies a librdkafka message into owned memory.
+    pub fn from_message<M: Message>(message: &M) -> Self {
+        let headers = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|header| (header.key.to_owned(), header.value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (timestamp_kind, timestamp_ms) = match message.timestamp() {
+            Timestamp::NotAvailable => (TimestampKind::NotAvailable, 0),
+            Timestamp::CreateTime(ms) => (TimestampKind::CreateTime, ms),
+            Timestamp::LogAppendTime(ms) => (TimestampKind::LogAppendTime, ms),
+        };
+        ReceivedRecord {
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp_kind,
+            timestamp_ms,
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Waiting without the GIL, and refusing use after fork.
+//!
+//! Every call that can block goes through [`run_detached`]: the work runs on its own thread with
+//! owned inputs, while the caller waits detached from the interpreter in slices of at most
+//! [`SLICE`], re-attaching between slices to run signal handlers. Ctrl-C and Spark task kills
+//! therefore interrupt a wait even when librdkafka is stuck on the network.
+
+use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+use crate::errors::FerrokafkaError;
+
+/// Longest time a wait goes without checking for signals.
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// Runs `work` on a worker thread and waits for it without holding the GIL.
+pub fn run_detached<T, F>(py: Python<'_>, work: F) -> PyResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (done, mut result) = sync_channel(1);
+    std::thread::Builder::new()
+        .name("ferrokafka-call".to_owned())
+        .spawn(move || {
+            // The waiter may have been interrupted and gone; the result is then dropped.
+            let _ = done.send(work());
+        })
+        .map_err(|e| FerrokafkaError::new_err(format!("cannot start a worker thread: {e}")))?;
+    loop {
+        // The receiver is moved in and back out: it is Send but not Sync.
+        let (received, receiver) = py.detach(move || (result.recv_timeout(SLICE), result));
+        result = receiver;
+        match received {
+            Ok(value) => return Ok(value),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(FerrokafkaError::new_err("a ferrokafka worker thread died"));
+            }
+        }
+    }
+}
+
+/// Remembers the process that created an engine; librdkafka's threads do not survive `fork()`.
+#[derive(Debug)]
+pub struct ForkGuard {
+    pid: u32,
+    what: &'static str,
+}
+
+impl ForkGuard {
+    /// A guard for an engine created now, in this process.
+    pub fn new(what: &'static str) -> Self {
+        ForkGuard {
+            pid: std::process::id(),
+            what,
+        }
+    }
+
+    /// Fails when called from a process other than the creator (a forked child).
+    pub fn check(&self) -> PyResult<()> {
+        if std::process::id() == self.pid {
+            Ok(())
+        } else {
+            Err(FerrokafkaError::new_err(format!(
+                "{} was created in process {} and cannot be used after fork (this is process {}); \
+                 create a new one in the child",
+                self.what,
+                self.pid,
+                std::process::id()
+            )))
+        }
+    }
+}
+
+/// Converts a timeout in seconds into a [`Duration`], refusing negative, zero and non-finite values.
+pub fn timeout_arg(name: &str, seconds: f64) -> PyResult<Duration> {
+    if seconds.is_finite() && seconds > 0.0 {
+        Duration::try_from_secs_f64(seconds)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{name}: {e}")))
+    } else {
+        Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{name} must be a positive number of seconds, got {seconds}"
+        )))
+    }
+}

@@ -1,0 +1,332 @@
+//! `Client`, plus the typed metadata classes it returns.
+//!
+//! GIL: arguments are converted while attached; every network call runs through
+//! [`run_detached`], so other Python threads run while librdkafka waits.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ferrokafka_kafka::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use crate::blocking::{ForkGuard, run_detached, timeout_arg};
+use crate::convert::{outgoing_record, settings_from_dict};
+use crate::errors::NativeResult;
+use crate::message::PyMessage;
+
+/// A broker of the cluster.
+#[pyclass(
+    name = "BrokerMetadata",
+    module = "ferrokafka._native",
+    frozen,
+    get_all
+)]
+#[derive(Debug)]
+pub struct PyBrokerMetadata {
+    id: i32,
+    host: String,
+    port: i32,
+}
+
+/// A partition of a topic.
+#[pyclass(
+    name = "PartitionMetadata",
+    module = "ferrokafka._native",
+    frozen,
+    get_all
+)]
+#[derive(Debug)]
+pub struct PyPartitionMetadata {
+    id: i32,
+    leader: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+/// A topic and its partitions.
+#[pyclass(name = "TopicMetadata", module = "ferrokafka._native", frozen, get_all)]
+#[derive(Debug)]
+pub struct PyTopicMetadata {
+    name: String,
+    partitions: Vec<Py<PyPartitionMetadata>>,
+}
+
+/// What one metadata request returned.
+#[pyclass(
+    name = "ClusterMetadata",
+    module = "ferrokafka._native",
+    frozen,
+    get_all
+)]
+#[derive(Debug)]
+pub struct PyClusterMetadata {
+    orig_broker_id: i32,
+    brokers: Vec<Py<PyBrokerMetadata>>,
+    topics: BTreeMap<String, Py<PyTopicMetadata>>,
+}
+
+#[pymethods]
+impl PyBrokerMetadata {
+    fn __repr__(&self) -> String {
+        format!(
+            "BrokerMetadata(id={}, host={:?}, port={})",
+            self.id, self.host, self.port
+        )
+    }
+}
+
+#[pymethods]
+impl PyPartitionMetadata {
+    fn __repr__(&self) -> String {
+        format!(
+            "PartitionMetadata(id={}, leader={}, replicas={:?}, isr={:?})",
+            self.id, self.leader, self.replicas, self.isr
+        )
+    }
+}
+
+#[pymethods]
+impl PyTopicMetadata {
+    fn __repr__(&self) -> String {
+        format!(
+            "TopicMetadata(name={:?}, partitions={})",
+            self.name,
+            self.partitions.len()
+        )
+    }
+}
+
+#[pymethods]
+impl PyClusterMetadata {
+    fn __repr__(&self) -> String {
+        format!(
+            "ClusterMetadata(brokers={}, topics={})",
+            self.brokers.len(),
+            self.topics.len()
+        )
+    }
+}
+
+fn cluster_to_py(py: Python<'_>, cluster: ClusterInfo) -> PyResult<PyClusterMetadata> {
+    let brokers = cluster
+        .brokers
+        .into_iter()
+        .map(|BrokerInfo { id, host, port }| Py::new(py, PyBrokerMetadata { id, host, port }))
+        .collect::<PyResult<_>>()?;
+    let topics = cluster
+        .topics
+        .into_iter()
+        .map(|TopicInfo { name, partitions }| {
+            let partitions = partitions
+                .into_iter()
+                .map(
+                    |PartitionInfo {
+                         id,
+                         leader,
+                         replicas,
+                         isr,
+                     }| {
+                        Py::new(
+                            py,
+                            PyPartitionMetadata {
+                                id,
+                                leader,
+                                replicas,
+                                isr,
+                            },
+                        )
+                    },
+                )
+                .collect::<PyResult<_>>()?;
+            let topic = Py::new(
+                py,
+                PyTopicMetadata {
+                    name: name.clone(),
+                    partitions,
+                },
+            )?;
+            Ok((name, topic))
+        })
+        .collect::<PyResult<_>>()?;
+    Ok(PyClusterMetadata {
+        orig_broker_id: cluster.orig_broker_id,
+        brokers,
+        topics,
+    })
+}
+
+/// A topic to create with `Client.create_topics`.
+#[pyclass(name = "NewTopic", module = "ferrokafka._native", frozen, get_all)]
+#[derive(Debug)]
+pub struct PyNewTopic {
+    name: String,
+    num_partitions: i32,
+    replication_factor: i32,
+    config: BTreeMap<String, String>,
+}
+
+#[pymethods]
+impl PyNewTopic {
+    #[new]
+    #[pyo3(signature = (name, num_partitions=-1, replication_factor=-1, config=None))]
+    fn new(
+        name: String,
+        num_partitions: i32,
+        replication_factor: i32,
+        config: Option<BTreeMap<String, String>>,
+    ) -> PyResult<Self> {
+        if name.is_empty() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "topic name must not be empty",
+            ));
+        }
+        if num_partitions == 0 || num_partitions < -1 {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "num_partitions must be positive or -1 (broker default), got {num_partitions}"
+            )));
+        }
+        if replication_factor == 0 || replication_factor < -1 {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "replication_factor must be positive or -1 (broker default), got {replication_factor}"
+            )));
+        }
+        Ok(PyNewTopic {
+            name,
+            num_partitions,
+            replication_factor,
+            config: config.unwrap_or_default(),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "NewTopic(name={:?}, num_partitions={}, replication_factor={})",
+            self.name, self.num_partitions, self.replication_factor
+        )
+    }
+}
+
+/// A Kafka client for administration and simple synchronous I/O.
+#[pyclass(name = "Client", module = "ferrokafka._native", frozen)]
+#[derive(Debug)]
+pub struct PyClient {
+    inner: Arc<Client>,
+    guard: ForkGuard,
+}
+
+#[pymethods]
+impl PyClient {
+    #[new]
+    fn new(config: &Bound<'_, PyDict>) -> NativeResult<Self> {
+        let settings = settings_from_dict(config)?;
+        Ok(PyClient {
+            inner: Arc::new(Client::new(settings)?),
+            guard: ForkGuard::new("ferrokafka.Client"),
+        })
+    }
+
+    #[pyo3(signature = (topic=None, timeout=10.0))]
+    fn list_topics(
+        &self,
+        py: Python<'_>,
+        topic: Option<String>,
+        timeout: f64,
+    ) -> NativeResult<PyClusterMetadata> {
+        self.guard.check()?;
+        let timeout = timeout_arg("timeout", timeout)?;
+        let inner = Arc::clone(&self.inner);
+        let cluster = run_detached(py, move || inner.list_topics(topic.as_deref(), timeout))??;
+        Ok(cluster_to_py(py, cluster)?)
+    }
+
+    #[pyo3(signature = (topics, timeout=30.0, exist_ok=false))]
+    fn create_topics(
+        &self,
+        py: Python<'_>,
+        topics: Vec<Bound<'_, PyAny>>,
+        timeout: f64,
+        exist_ok: bool,
+    ) -> NativeResult<Vec<String>> {
+        self.guard.check()?;
+        let timeout = timeout_arg("timeout", timeout)?;
+        let specs = topics
+            .iter()
+            .map(|t| {
+                if let Ok(name) = t.cast::<PyString>() {
+                    let spec = PyNewTopic::new(name.to_str()?.to_owned(), -1, -1, None)?;
+                    return Ok(spec_of(&spec));
+                }
+                let topic = t.cast::<PyNewTopic>().map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(
+                        "topics must be NewTopic objects or str names",
+                    )
+                })?;
+                Ok(spec_of(topic.get()))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let inner = Arc::clone(&self.inner);
+        Ok(run_detached(py, move || {
+            inner.create_topics(&specs, exist_ok, timeout)
+        })??)
+    }
+
+    #[pyo3(signature = (topics, timeout=30.0))]
+    fn delete_topics(&self, py: Python<'_>, topics: Vec<String>, timeout: f64) -> NativeResult<()> {
+        self.guard.check()?;
+        let timeout = timeout_arg("timeout", timeout)?;
+        let inner = Arc::clone(&self.inner);
+        Ok(run_detached(py, move || {
+            inner.delete_topics(&topics, timeout)
+        })??)
+    }
+
+    #[pyo3(signature = (topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=10.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        topic: &Bound<'_, PyAny>,
+        value: Option<&Bound<'_, PyAny>>,
+        key: Option<&Bound<'_, PyAny>>,
+        partition: Option<i32>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<i64>,
+        timeout: f64,
+    ) -> NativeResult<PyMessage> {
+        self.guard.check()?;
+        let timeout = timeout_arg("timeout", timeout)?;
+        let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
+        let inner = Arc::clone(&self.inner);
+        let delivered = run_detached(py, move || inner.produce(&record, timeout))??;
+        Ok(delivered.into())
+    }
+
+    #[pyo3(signature = (topic, max_messages=100_000, timeout=10.0))]
+    fn read_topic(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        max_messages: usize,
+        timeout: f64,
+    ) -> NativeResult<Vec<PyMessage>> {
+        self.guard.check()?;
+        let timeout = timeout_arg("timeout", timeout)?;
+        let inner = Arc::clone(&self.inner);
+        let records = run_detached(py, move || inner.read_topic(&topic, max_messages, timeout))??;
+        Ok(records.into_iter().map(PyMessage::from).collect())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+}
+
+fn spec_of(topic: &PyNewTopic) -> NewTopicSpec {
+    NewTopicSpec {
+        name: topic.name.clone(),
+        num_partitions: topic.num_partitions,
+        replication_factor: topic.replication_factor,
+        config: topic.config.clone().into_iter().collect(),
+    }
+}

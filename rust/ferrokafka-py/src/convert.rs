@@ -1,0 +1,138 @@
+//! Conversions from Python arguments to owned Rust values, done while attached so that the
+//! work after them can run detached.
+
+use ferrokafka_kafka::ClientSettings;
+use ferrokafka_kafka::record::{HeaderList, OutgoingRecord};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
+
+use crate::errors::{ConfigError, NativeResult};
+
+/// A librdkafka config dict: keys are `str`, values `str`, `int`, `float` or `bool`.
+pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSettings> {
+    let mut entries = Vec::with_capacity(config.len());
+    for (key, value) in config.iter() {
+        let key: String = key.extract().map_err(|_| {
+            ConfigError::new_err(format!("config keys must be str, got {}", type_name(&key)))
+        })?;
+        let value = if value.is_instance_of::<PyBool>() {
+            if value.is_truthy()? { "true" } else { "false" }.to_owned()
+        } else if value.is_instance_of::<PyString>()
+            || value.is_instance_of::<PyInt>()
+            || value.is_instance_of::<PyFloat>()
+        {
+            value.str()?.to_string()
+        } else {
+            return Err(ConfigError::new_err(format!(
+                "config value for {key:?} must be str, int, float or bool, got {}",
+                type_name(&value)
+            ))
+            .into());
+        };
+        entries.push((key, value));
+    }
+    Ok(ClientSettings::new(entries)?)
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+}
+
+/// `bytes`, `str` (encoded as UTF-8) or `None`, for the argument called `name`.
+pub fn optional_bytes(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u8>>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => {
+            if let Ok(bytes) = v.cast::<PyBytes>() {
+                Ok(Some(bytes.as_bytes().to_vec()))
+            } else if let Ok(text) = v.cast::<PyString>() {
+                Ok(Some(text.to_str()?.as_bytes().to_vec()))
+            } else {
+                Err(PyTypeError::new_err(format!(
+                    "{name} must be bytes, str or None, got {}",
+                    type_name(v)
+                )))
+            }
+        }
+    }
+}
+
+/// Headers as a dict or as a list of `(str, bytes | str | None)` pairs (repeated names allowed).
+pub fn headers(value: Option<&Bound<'_, PyAny>>) -> PyResult<HeaderList> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = if let Ok(dict) = value.cast::<PyDict>()
+    {
+        dict.iter().collect()
+    } else {
+        value
+            .try_iter()
+            .map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "headers must be a dict or a list of (name, value) pairs, got {}",
+                    type_name(value)
+                ))
+            })?
+            .map(|item| {
+                item?
+                    .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+                    .map_err(|_| PyTypeError::new_err("each header must be a (name, value) pair"))
+            })
+            .collect::<PyResult<_>>()?
+    };
+    pairs
+        .into_iter()
+        .map(|(name, value)| {
+            let name: String = name.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "header names must be str, got {}",
+                    type_name(&name)
+                ))
+            })?;
+            let value = optional_bytes(&format!("header {name:?}"), Some(&value))?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// The arguments of a `produce` call, checked and copied.
+#[allow(clippy::too_many_arguments)]
+pub fn outgoing_record(
+    topic: &Bound<'_, PyAny>,
+    value: Option<&Bound<'_, PyAny>>,
+    key: Option<&Bound<'_, PyAny>>,
+    partition: Option<i32>,
+    header_arg: Option<&Bound<'_, PyAny>>,
+    timestamp: Option<i64>,
+) -> PyResult<OutgoingRecord> {
+    let topic: String = topic.extract().map_err(|_| {
+        PyTypeError::new_err(format!("topic must be a str, got {}", type_name(topic)))
+    })?;
+    if topic.is_empty() {
+        return Err(PyValueError::new_err("topic must be a non-empty str"));
+    }
+    if let Some(p) = partition.filter(|p| *p < 0) {
+        return Err(PyValueError::new_err(format!(
+            "partition must be >= 0, got {p}"
+        )));
+    }
+    if let Some(ts) = timestamp.filter(|ts| *ts < 0) {
+        return Err(PyValueError::new_err(format!(
+            "timestamp must be milliseconds since the epoch (>= 0), got {ts}"
+        )));
+    }
+    Ok(OutgoingRecord {
+        topic,
+        partition,
+        key: optional_bytes("key", key)?,
+        value: optional_bytes("value", value)?,
+        headers: headers(header_arg)?,
+        timestamp_ms: timestamp,
+    })
+}

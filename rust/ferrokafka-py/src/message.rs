@@ -1,0 +1,90 @@
+//! `Message`: a record read from or delivered to Kafka, shaped like confluent-kafka's `Message`
+//! (accessor methods, `timestamp()` as a `(type, ms)` pair).
+
+use ferrokafka_kafka::{ReceivedRecord, TimestampKind};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// A Kafka record; immutable.
+#[pyclass(name = "Message", module = "ferrokafka._native", frozen)]
+#[derive(Debug)]
+pub struct PyMessage {
+    record: ReceivedRecord,
+}
+
+impl From<ReceivedRecord> for PyMessage {
+    fn from(record: ReceivedRecord) -> Self {
+        PyMessage { record }
+    }
+}
+
+fn bytes_or_none<'py>(py: Python<'py>, data: Option<&Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
+    data.map(|d| PyBytes::new(py, d))
+}
+
+#[pymethods]
+impl PyMessage {
+    fn topic(&self) -> &str {
+        &self.record.topic
+    }
+
+    fn partition(&self) -> i32 {
+        self.record.partition
+    }
+
+    fn offset(&self) -> i64 {
+        self.record.offset
+    }
+
+    fn key<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        bytes_or_none(py, self.record.key.as_ref())
+    }
+
+    fn value<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        bytes_or_none(py, self.record.value.as_ref())
+    }
+
+    fn headers<'py>(&self, py: Python<'py>) -> Option<Vec<(String, Option<Bound<'py, PyBytes>>)>> {
+        if self.record.headers.is_empty() {
+            return None;
+        }
+        Some(
+            self.record
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), bytes_or_none(py, v.as_ref())))
+                .collect(),
+        )
+    }
+
+    fn timestamp(&self) -> (i32, i64) {
+        let kind = match self.record.timestamp_kind {
+            TimestampKind::NotAvailable => 0,
+            TimestampKind::CreateTime => 1,
+            TimestampKind::LogAppendTime => 2,
+        };
+        (kind, self.record.timestamp_ms)
+    }
+
+    fn error(&self) -> Option<Py<PyAny>> {
+        None
+    }
+
+    fn __len__(&self) -> usize {
+        self.record.value.as_ref().map_or(0, Vec::len)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Message(topic={:?}, partition={}, offset={}, key={}, value_len={})",
+            self.record.topic,
+            self.record.partition,
+            self.record.offset,
+            self.record.key.as_ref().map_or_else(
+                || "None".to_owned(),
+                |k| format!("{:?}", String::from_utf8_lossy(k))
+            ),
+            self.__len__()
+        )
+    }
+}

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Run a real single-node Apache Kafka broker (KRaft, combined broker+controller)
+# on 127.0.0.1 as a plain Java process, for integration tests and benchmarks.
+# Jars come from Maven Central via mvn (no tarball download needed).
+set -euo pipefail
+
+KAFKA_VERSION=4.3.1
+LOG4J_VERSION=2.25.4 # same log4j-core that kafka-server 4.3.1 already pulls in
+CACHE=${FERROKAFKA_CACHE:-$HOME/.cache/ferrokafka}
+KAFKA_HOME=$CACHE/kafka-$KAFKA_VERSION
+LIBS=$KAFKA_HOME/libs
+STAMP=$KAFKA_HOME/.complete
+STATE_DIR=${FERROKAFKA_STATE:-$CACHE/run}
+PORT=${KAFKA_PORT:-9092}
+CPORT=${KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
+PID_FILE=$STATE_DIR/$PORT.pid
+STATE_FILE=$STATE_DIR/$PORT.state
+
+log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+  cat >&2 <<EOF
+usage: $(basename "$0") {start|stop|status|fetch}
+  fetch   resolve Kafka $KAFKA_VERSION jars into $LIBS (once)
+  start   start a broker on 127.0.0.1:\$KAFKA_PORT, print bootstrap address on stdout
+  stop    stop the broker this script started on \$KAFKA_PORT and delete its data
+  status  print running/stopped (exit 0 if running, 3 if not)
+env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (port+1) KAFKA_HEAP_OPTS (-Xms512m -Xmx512m)
+     FERROKAFKA_CACHE (~/.cache/ferrokafka) FERROKAFKA_STATE (\$cache/run)
+EOF
+}
+
+fetch() {
+  [[ -f $STAMP ]] && return 0 # fast path: no Maven at all
+  command -v mvn >/dev/null || die "mvn not found (needed once to fetch Kafka jars)"
+  mkdir -p "$KAFKA_HOME"
+  # Parallel starts on different ports must not fetch into the same dir at once.
+  exec 9>"$KAFKA_HOME/.lock" && flock 9
+  if [[ -f $STAMP ]]; then exec 9>&-; return 0; fi
+  local stage=$KAFKA_HOME/.staging.$$
+  rm -rf "$stage" && mkdir -p "$stage"
+  # kafka_2.13 ships no logging backend; its slf4j-api is 1.7.x, so the bridge
+  # is log4j-slf4j-impl (not the slf4j2 one). kafka-tools has ProducerPerformance.
+  cat >"$stage/pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.ferrokafka</groupId><artifactId>kafka-jars</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
+  </dependencies>
+</project>
+EOF
+  log "fetching Kafka $KAFKA_VERSION jars with Maven into $LIBS (first run only)..."
+  # Maven's output goes to a file (it is noisy even with -q); shown only on failure.
+  if ! mvn -B -f "$stage/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$stage/libs" -DincludeScope=runtime >"$stage/mvn.log" 2>&1; then
+    tail -n 40 "$stage/mvn.log" >&2
+    rm -rf "$stage"
+    die "Maven could not resolve Kafka $KAFKA_VERSION jars"
+  fi
+  rm -rf "$LIBS" && mv "$stage/libs" "$LIBS" && rm -rf "$stage"
+  # Everything goes to stdout, which start redirects into the data dir's log file,
+  # so JVM crash output and broker logs end up in one place.
+  cat >"$KAFKA_HOME/log4j2.xml" <<'EOF'
+<Configuration status="WARN">
+  <Appenders><Console name="out" target="SYSTEM_OUT"><PatternLayout pattern="[%d] %p %m (%c)%n"/></Console></Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="out"/></Root>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="kafka.log.LogCleaner" level="WARN"/>
+    <Logger name="org.apache.kafka.storage" level="WARN"/>
+    <Logger name="org.apache.kafka.common.config.AbstractConfig" level="WARN"/>
+  </Loggers>
+</Configuration>
+EOF
+  date -u +%FT%TZ >"$STAMP"
+  exec 9>&-
+  log "fetched $(find "$LIBS" -name '*.jar' | wc -l) jars"
+}
+
+# A live Kafka JVM, not just a live pid: guards against pid reuse, and a zombie's cmdline is empty.
+alive() { kill -0 "$1" 2>/dev/null && grep -qa 'kafka\.Kafka' "/proc/$1/cmdline" 2>/dev/null; }
+
+running_pid() {
+  local pid
+  [[ -f $PID_FILE ]] && pid=$(<"$PID_FILE") && [[ $pid =~ ^[0-9]+$ ]] && alive "$pid" || return 1
+  echo "$pid"
+}
+
+state_get() { sed -n "s/^$1=//p" "$STATE_FILE" 2>/dev/null || true; }
+
+# Prints the first given port that cannot be bound on 127.0.0.1. SO_REUSEADDR so that
+# TIME_WAIT sockets left by our own previous broker don't count as taken.
+busy_port() {
+  python3 -c 'import socket, sys
+for p in sys.argv[1:]:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try: s.bind(("127.0.0.1", int(p)))
+        except OSError: print(p); break' "$@"
+}
+
+# Polls every 0.2 s until the broker answers a real Kafka MetadataRequest listing >= 1 broker.
+# One python process for the whole wait: a pyenv shim alone costs ~0.2 s per python3 call.
+# Exit 2: the JVM died; 3: timeout.
+wait_ready() {
+  python3 - "$PORT" "$1" "$2" <<'PY'
+import socket, struct, sys, time
+port, pid, deadline = int(sys.argv[1]), sys.argv[2], time.monotonic() + float(sys.argv[3])
+# Header v1: api_key 3 (Metadata), api_version 1, correlation_id 7, client_id. Body: topics = null (all).
+req = struct.pack(">hhih", 3, 1, 7, 8) + b"kafka.sh" + struct.pack(">i", -1)
+
+def brokers_listed():
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s, s.makefile("rb") as f:
+            s.sendall(struct.pack(">i", len(req)) + req)
+            # Response v1: int32 size, correlation_id, then the brokers array length.
+            size, corr, nbrokers = struct.unpack(">iii", f.read(12))
+            return size >= 8 and corr == 7 and nbrokers >= 1
+    except (OSError, struct.error):  # refused / reset / short read while starting up
+        return False
+
+def dead():  # a zombie counts as dead
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+while time.monotonic() < deadline:
+    if brokers_listed():
+        sys.exit(0)
+    if dead():
+        sys.exit(2)
+    time.sleep(0.2)
+sys.exit(3)
+PY
+}
+
+cleanup_state() {
+  local data
+  data=$(state_get data_dir)
+  # Only ever delete a dir that looks like one start created.
+  if [[ -n $data && -d $data && $(basename "$data") == ferrokafka-"$PORT".* ]]; then rm -rf "$data"; fi
+  rm -f "$PID_FILE" "$STATE_FILE"
+}
+
+start() {
+  local pid data busy cluster_id java_opts rc=0
+  fetch
+  mkdir -p "$STATE_DIR"
+  if pid=$(running_pid); then log "broker already running (pid $pid)"; echo "127.0.0.1:$PORT"; return 0; fi
+  cleanup_state # leftovers of a broker that died without stop
+  busy=$(busy_port "$PORT" "$CPORT")
+  [[ $busy != "$PORT" ]] || die "port $PORT on 127.0.0.1 is already in use by another process (set KAFKA_PORT)"
+  [[ -z $busy ]] || die "controller port $CPORT on 127.0.0.1 is already in use (set KAFKA_CONTROLLER_PORT)"
+  data=$(mktemp -d "${TMPDIR:-/tmp}/ferrokafka-$PORT.XXXXXX")
+  printf 'port=%s\ncontroller_port=%s\ndata_dir=%s\n' "$PORT" "$CPORT" "$data" >"$STATE_FILE"
+  # controller.quorum.bootstrap.servers (dynamic quorum) is what `format --standalone` expects;
+  # it is mutually exclusive with controller.quorum.voters.
+  cat >"$data/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$CPORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$data/kraft-logs
+num.partitions=3
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+min.insync.replicas=1
+group.initial.rebalance.delay.ms=0
+EOF
+  # Kafka cluster ids are 16 random bytes, base64url without padding; a leading '-'
+  # would be parsed as a CLI flag, so retry (Kafka's own Uuid.randomUuid does the same).
+  cluster_id=-
+  while [[ $cluster_id == -* ]]; do
+    cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  done
+  java_opts=(-Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.xml" -Djava.awt.headless=true)
+  log "formatting storage in $data (cluster id $cluster_id)"
+  if ! java -Xmx256m -XX:TieredStopAtLevel=1 "${java_opts[@]}" -cp "$LIBS/*" kafka.tools.StorageTool \
+    format --standalone -t "$cluster_id" -c "$data/server.properties" >"$data/kafka.log" 2>&1; then
+    tail -n 30 "$data/kafka.log" >&2
+    cleanup_state
+    die "storage format failed"
+  fi
+  # Word splitting of the *_OPTS overrides is intended (they are lists of JVM flags).
+  # shellcheck disable=SC2086
+  nohup java ${KAFKA_HEAP_OPTS:--Xms512m -Xmx512m} \
+    ${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35} \
+    "${java_opts[@]}" -cp "$LIBS/*" kafka.Kafka "$data/server.properties" \
+    >>"$data/kafka.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$PID_FILE"
+  echo "pid=$pid" >>"$STATE_FILE"
+  log "broker pid $pid starting on 127.0.0.1:$PORT (controller $CPORT), log $data/kafka.log"
+  wait_ready "$pid" 60 || rc=$?
+  if ((rc != 0)); then
+    log "broker $( ((rc == 2)) && echo exited || echo 'not ready after 60 s'); last log lines:"
+    tail -n 40 "$data/kafka.log" >&2
+    stop >/dev/null 2>&1 || true
+    die "Kafka broker failed to start on 127.0.0.1:$PORT"
+  fi
+  log "broker ready"
+  echo "127.0.0.1:$PORT"
+}
+
+stop() {
+  local pid i
+  if pid=$(running_pid); then
+    log "stopping broker pid $pid"
+    kill -TERM "$pid" 2>/dev/null || true
+    # Controlled shutdown usually takes a few seconds; 150 x 0.2 s = 30 s grace.
+    for ((i = 0; i < 150; i++)); do alive "$pid" || break; sleep 0.2; done
+    if alive "$pid"; then
+      log "broker ignored SIGTERM for 30 s, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      while alive "$pid"; do sleep 0.2; done
+    fi
+  fi
+  cleanup_state
+  log "stopped (port $PORT)"
+}
+
+status() {
+  local pid
+  pid=$(running_pid) || { echo "stopped (port $PORT)"; return 3; }
+  echo "running pid=$pid bootstrap=127.0.0.1:$PORT data_dir=$(state_get data_dir)"
+}
+
+[[ $PORT =~ ^[0-9]+$ && $CPORT =~ ^[0-9]+$ ]] || die "KAFKA_PORT/KAFKA_CONTROLLER_PORT must be numbers"
+case "${1:-}" in
+  fetch) fetch ;;
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  -h | --help | help) usage ;;
+  *) usage; exit 2 ;;
+esac

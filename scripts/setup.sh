@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up a development environment from nothing but the machine's toolchains: a .venv with the
+# pinned tools and peers, and the release wheel of ferrokafka built by maturin and installed in it.
+# Safe to run again: pip, cargo and the wheel build reuse their caches.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+need() {
+    command -v "$1" >/dev/null 2>&1 && return 0
+    step "installing $2 (needed for $1)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+need java openjdk-17-jre-headless
+need mvn maven
+need cmake cmake
+need cargo cargo
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    step "creating .venv with $($python --version)"
+    "$python" -m venv .venv
+fi
+step "installing pinned tools (requirements-dev.txt)"
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r requirements-dev.txt
+
+step "building the release wheel (maturin build --release)"
+rm -rf dist
+.venv/bin/maturin build --release --out dist --interpreter .venv/bin/python
+.venv/bin/python -m pip install -q --force-reinstall --no-deps dist/ferrokafka-*.whl
+step "installed $(.venv/bin/python -c 'import ferrokafka; print("ferrokafka", ferrokafka.__version__)')"

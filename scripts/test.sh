@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, from nothing but the machine's toolchains: set-up, Rust checks and tests,
+# Python lint and type checks, then pytest with the real Kafka broker and a local Spark session.
+# The broker is started by the pytest session fixture (or reused from KAFKA_BOOTSTRAP).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+bash scripts/setup.sh
+
+step "cargo fmt --check"
+cargo fmt --all --check
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+step "the core stays pure: no pyo3 or rdkafka under ferrokafka-core"
+for dep in pyo3 rdkafka; do
+    if cargo tree -p ferrokafka-core -e normal --prefix none | grep -q "^$dep "; then
+        echo "ferrokafka-core depends on $dep" >&2
+        exit 1
+    fi
+done
+step "cargo test (ferrokafka-py is covered by pytest)"
+cargo test --workspace --exclude ferrokafka-py
+step "cargo bench --no-run"
+cargo bench --workspace --exclude ferrokafka-py --no-run
+
+step "ruff"
+.venv/bin/ruff check python tests benches
+.venv/bin/ruff format --check python tests benches
+step "mypy and stubtest"
+.venv/bin/mypy
+.venv/bin/python -m mypy.stubtest ferrokafka._native --allowlist stubtest-allowlist.txt
+
+step "pytest (unit, real Kafka broker, local Spark)"
+export PYSPARK_PYTHON="$root/.venv/bin/python"
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,108 @@
+"""Shared pytest fixtures: the real Kafka broker, unique topics, an admin helper, and Spark.
+
+The broker is a real Apache Kafka process started by ``scripts/kafka.sh`` on a test port (so a
+demo broker on 9092 is left alone), or the one named by ``KAFKA_BOOTSTRAP``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import ferrokafka
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_SCRIPT = ROOT / "scripts" / "kafka.sh"
+TopicFactory = Callable[..., str]
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap address of a live broker, started for this session unless KAFKA_BOOTSTRAP is set."""
+    existing = os.environ.get("KAFKA_BOOTSTRAP")
+    if existing:
+        yield existing
+        return
+    env = {**os.environ, "KAFKA_PORT": os.environ.get("FERROKAFKA_TEST_KAFKA_PORT", "19092")}
+    started = subprocess.run(
+        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=False
+    )
+    if started.returncode != 0:
+        pytest.fail(f"could not start the Kafka broker:\n{started.stderr}", pytrace=False)
+    bootstrap = started.stdout.strip().splitlines()[-1]
+    try:
+        yield bootstrap
+    finally:
+        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_client(kafka_bootstrap: str) -> ferrokafka.Client:
+    """A ferrokafka admin client connected to the session broker."""
+    return ferrokafka.Client({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture
+def topic_factory(
+    request: pytest.FixtureRequest, kafka_client: ferrokafka.Client
+) -> Iterator[TopicFactory]:
+    """Creates topics named after the test, unique per call; deletes them afterwards."""
+    created: list[str] = []
+    base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:60]
+
+    def make(partitions: int = 3, config: dict[str, str] | None = None) -> str:
+        name = f"test-{base}-{uuid.uuid4().hex[:8]}"
+        kafka_client.create_topics(
+            [ferrokafka.NewTopic(name, num_partitions=partitions, config=config)], timeout=30.0
+        )
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        kafka_client.delete_topics(created, timeout=30.0)
+
+
+@pytest.fixture(scope="session")
+def confluent_admin(kafka_bootstrap: str) -> Any:
+    """confluent-kafka's AdminClient, the peer most Python users have today."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A local[2] SparkSession with the spark-sql-kafka connector matching pyspark's version."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    cache = Path(os.environ.get("FERROKAFKA_CACHE", Path.home() / ".cache" / "ferrokafka"))
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("ferrokafka-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config(
+            "spark.jars.packages",
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}",
+        )
+        .config("spark.jars.ivy", str(cache / "ivy"))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()

@@ -1,0 +1,37 @@
+"""`ferrokafka demo` and `ferrokafka topics` against the real broker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.kafka
+
+
+def test_demo_produces_and_reads_back(kafka_bootstrap: str) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "ferrokafka", "demo", "--bootstrap-servers", kafka_bootstrap],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert shown.stdout.count("produced") == 3
+    for city in ["Lisbon", "Nairobi", "Osaka"]:
+        assert f"read back 'hello from {city}'" in shown.stdout
+    assert "demo finished" in shown.stderr
+
+
+def test_topics_create_then_list(kafka_bootstrap: str) -> None:
+    name = "test-cli-topics-create"
+    common = ["--bootstrap-servers", kafka_bootstrap]
+    run = [sys.executable, "-m", "ferrokafka", "topics"]
+    subprocess.run(
+        [*run, "create", name, "--partitions", "2", "--exist-ok", *common], check=True, timeout=60
+    )
+    listed = subprocess.run(
+        [*run, "list", *common], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert f"{name}\t2 partitions" in listed.stdout.splitlines()

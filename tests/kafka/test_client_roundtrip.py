@@ -1,0 +1,152 @@
+"""ferrokafka.Client against the real broker, and interop with confluent-kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import ferrokafka
+from ferrokafka import Client, KafkaError, NewTopic
+from tests.conftest import TopicFactory
+
+pytestmark = pytest.mark.kafka
+
+
+def test_list_topics_shows_a_new_topic_with_its_partitions(
+    kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=4)
+    metadata = kafka_client.list_topics(timeout=10.0)
+    assert len(metadata.brokers) == 1
+    assert metadata.brokers[0].host == "127.0.0.1"
+    partitions = metadata.topics[topic].partitions
+    assert [p.id for p in partitions] == [0, 1, 2, 3]
+    assert all(p.leader == metadata.brokers[0].id for p in partitions)
+    assert all(p.isr == [metadata.brokers[0].id] for p in partitions)
+
+
+def test_one_topic_metadata_and_broker_default_partitions(
+    kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    name = topic_factory(partitions=-1)
+    topic = kafka_client.list_topics(name, timeout=10.0).topics[name]
+    assert len(topic.partitions) == 3  # num.partitions of the test broker
+
+
+def test_creating_an_existing_topic_names_the_error(
+    kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory()
+    with pytest.raises(KafkaError) as caught:
+        kafka_client.create_topics([NewTopic(topic, 1)])
+    assert caught.value.name == "TOPIC_ALREADY_EXISTS"
+    assert topic in str(caught.value)
+    assert kafka_client.create_topics([topic], exist_ok=True) == []
+
+
+def test_topic_config_is_applied(
+    kafka_client: Client, topic_factory: TopicFactory, confluent_admin: Any
+) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    topic = topic_factory(config={"cleanup.policy": "compact", "segment.ms": "3600000"})
+    resource = ConfigResource("topic", topic)
+    described = confluent_admin.describe_configs([resource])[resource].result(timeout=10)
+    assert described["cleanup.policy"].value == "compact"
+    assert described["segment.ms"].value == "3600000"
+
+
+def test_produce_and_read_back_keep_every_field(
+    kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=2)
+    sent = [
+        kafka_client.produce(
+            topic,
+            value=f"value-{n}".encode(),
+            key=f"key-{n}",
+            partition=n % 2,
+            headers=[("trace", f"t{n}".encode()), ("trace", None), ("utf8", "ü")],
+            timestamp=1_700_000_000_000 + n,
+        )
+        for n in range(6)
+    ]
+    assert [(m.partition(), m.offset()) for m in sent] == [
+        (0, 0),
+        (1, 0),
+        (0, 1),
+        (1, 1),
+        (0, 2),
+        (1, 2),
+    ]
+    read = kafka_client.read_topic(topic, timeout=20.0)
+    assert len(read) == 6
+    by_key = {m.key(): m for m in read}
+    for n in range(6):
+        message = by_key[f"key-{n}".encode()]
+        assert message.topic() == topic
+        assert message.partition() == n % 2
+        assert message.value() == f"value-{n}".encode()
+        assert message.headers() == [("trace", f"t{n}".encode()), ("trace", None), ("utf8", "ü".encode())]
+        assert message.timestamp() == (1, 1_700_000_000_000 + n)
+
+
+def test_tombstones_and_empty_values_are_distinct(
+    kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    kafka_client.produce(topic, None, key="gone")
+    kafka_client.produce(topic, b"", key="empty")
+    values = [(m.key(), m.value()) for m in kafka_client.read_topic(topic)]
+    assert values == [(b"gone", None), (b"empty", b"")]
+
+
+def test_read_topic_of_unknown_topic_is_a_clear_error(kafka_client: Client) -> None:
+    with pytest.raises((ValueError, KafkaError), match="no-such-topic"):
+        kafka_client.read_topic("no-such-topic-ferrokafka", timeout=5.0)
+
+
+def test_confluent_kafka_reads_what_ferrokafka_wrote_and_back(
+    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    topic = topic_factory(partitions=1)
+    kafka_client.produce(topic, b"from-ferrokafka", key="a", headers={"h": b"1"})
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, b"from-confluent", key=b"b", headers=[("h", b"2")])
+    assert producer.flush(10) == 0
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"{topic}-reader",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    seen: list[tuple[bytes | None, bytes | None, Any]] = []
+    try:
+        while len(seen) < 2:
+            message = consumer.poll(10.0)
+            assert message is not None, f"timed out after {seen}"
+            assert message.error() is None
+            seen.append((message.key(), message.value(), message.headers()))
+    finally:
+        consumer.close()
+    assert seen == [
+        (b"a", b"from-ferrokafka", [("h", b"1")]),
+        (b"b", b"from-confluent", [("h", b"2")]),
+    ]
+    ours = kafka_client.read_topic(topic)
+    assert [(m.key(), m.value(), m.headers()) for m in ours] == seen
+
+
+def test_deleted_topics_disappear(kafka_client: Client) -> None:
+    name = "test-delete-" + ferrokafka.__version__.replace(".", "-")
+    kafka_client.create_topics([NewTopic(name, 1)], exist_ok=True)
+    kafka_client.delete_topics([name])
+    with pytest.raises(KafkaError, match="UNKNOWN_TOPIC_OR_PART"):
+        kafka_client.delete_topics([name])

@@ -1,0 +1,148 @@
+"""The Client's argument and configuration checks, and its error mapping, without a broker."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+
+import pytest
+
+import ferrokafka
+from ferrokafka import (
+    Client,
+    ConfigError,
+    FerrokafkaError,
+    KafkaError,
+    KafkaTimeoutError,
+    NewTopic,
+)
+
+UNREACHABLE = {"bootstrap.servers": "127.0.0.1:1"}
+
+
+def test_every_exception_derives_from_the_root() -> None:
+    for name in ferrokafka.exceptions.__all__:
+        assert issubclass(getattr(ferrokafka, name), FerrokafkaError)
+    assert issubclass(KafkaTimeoutError, TimeoutError)
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_kafka_error_keeps_its_attributes_through_pickle() -> None:
+    err = KafkaError("create_topics failed", 36, "TOPIC_ALREADY_EXISTS", False, False)
+    copy = pickle.loads(pickle.dumps(err))
+    assert (str(copy), copy.code, copy.name, copy.retriable, copy.fatal) == (
+        "create_topics failed",
+        36,
+        "TOPIC_ALREADY_EXISTS",
+        False,
+        False,
+    )
+
+
+def test_unknown_config_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"no\.such\.property"):
+        Client({"bootstrap.servers": "127.0.0.1:9092", "no.such.property": "x"})
+
+
+def test_bad_config_value_is_named() -> None:
+    with pytest.raises(ConfigError, match="linger.ms"):
+        Client({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": "soon"})
+
+
+def test_config_value_of_wrong_type_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"error_cb.*function"):
+        Client({"bootstrap.servers": "127.0.0.1:9092", "error_cb": print})  # type: ignore[dict-item]
+
+
+def test_missing_bootstrap_servers_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="bootstrap.servers"):
+        Client({"client.id": "x"})
+
+
+def test_config_accepts_ints_floats_and_bools() -> None:
+    Client({**UNREACHABLE, "socket.timeout.ms": 1000, "enable.idempotence": True})
+
+
+def test_unreachable_broker_raises_a_timeout_naming_the_servers() -> None:
+    client = Client(UNREACHABLE)
+    with pytest.raises(KafkaTimeoutError, match=r"127\.0\.0\.1:1") as caught:
+        client.list_topics(timeout=0.5)
+    assert isinstance(caught.value, TimeoutError)
+    assert caught.value.name == "_TIMED_OUT"
+    assert caught.value.retriable
+
+
+def test_waiting_releases_the_gil() -> None:
+    client = Client(UNREACHABLE)
+    ticks = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        with pytest.raises(KafkaTimeoutError):
+            client.list_topics(timeout=0.5)
+    finally:
+        stop.set()
+        counter.join()
+    # Had the wait held the GIL, the counting thread could not have run during it.
+    assert ticks > 1000
+
+
+@pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan"), float("inf")])
+def test_timeouts_must_be_positive_and_finite(timeout: float) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        Client(UNREACHABLE).list_topics(timeout=timeout)
+
+
+def test_produce_checks_arguments_before_sending() -> None:
+    client = Client(UNREACHABLE)
+    with pytest.raises(TypeError, match="topic must be a str"):
+        client.produce(b"orders", b"v")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty"):
+        client.produce("", b"v")
+    with pytest.raises(TypeError, match=r"value must be bytes, str or None, got int"):
+        client.produce("orders", 42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="header names must be str"):
+        client.produce("orders", b"v", headers=[(1, b"x")])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="headers must be a dict or a list"):
+        client.produce("orders", b"v", headers=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="partition must be >= 0"):
+        client.produce("orders", b"v", partition=-2)
+
+
+def test_new_topic_validates_counts() -> None:
+    assert NewTopic("t", 3).num_partitions == 3
+    with pytest.raises(ValueError, match="num_partitions"):
+        NewTopic("t", 0)
+    with pytest.raises(ValueError, match="replication_factor"):
+        NewTopic("t", 1, -5)
+    with pytest.raises(ValueError, match="empty"):
+        NewTopic("")
+
+
+def test_client_refuses_use_after_fork() -> None:
+    client = Client(UNREACHABLE)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            client.list_topics(timeout=0.5)
+            outcome = b"no error"
+        except FerrokafkaError as err:
+            outcome = str(err).encode()
+        except BaseException as err:  # noqa: BLE001
+            outcome = repr(err).encode()
+        os.write(write_end, outcome)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        outcome = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert "cannot be used after fork" in outcome
