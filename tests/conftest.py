@@ -15,9 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 import ferrokafka
+import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,7 +28,7 @@ TopicFactory = Callable[..., str]
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    """Bootstrap address of a live broker, started for this session unless KAFKA_BOOTSTRAP is set."""
+    """A live broker's address: KAFKA_BOOTSTRAP if set, else one started for this session."""
     existing = os.environ.get("KAFKA_BOOTSTRAP")
     if existing:
         yield existing

@@ -1,13 +1,13 @@
 """Type stubs and user documentation of the ``ferrokafka._native`` extension module."""
 
 from collections.abc import Mapping, Sequence
-from typing import final
+from typing import TypeAlias, final
 
 __version__: str
 
-ConfigValue = str | int | float | bool
-HeaderValue = bytes | str | None
-Headers = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]]
+_ConfigValue: TypeAlias = str | int | float | bool
+_HeaderValue: TypeAlias = bytes | str | None
+_Headers: TypeAlias = Mapping[str, _HeaderValue] | Sequence[tuple[str, _HeaderValue]]
 
 @final
 class Message:
@@ -99,13 +99,13 @@ class NewTopic:
         NewTopic(name="orders", num_partitions=3, replication_factor=-1)
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         name: str,
         num_partitions: int = -1,
         replication_factor: int = -1,
         config: Mapping[str, str] | None = None,
-    ) -> None: ...
+    ) -> NewTopic: ...
     @property
     def name(self) -> str: ...
     @property
@@ -133,7 +133,7 @@ class Client:
         [b'paid']
     """
 
-    def __init__(self, config: Mapping[str, ConfigValue]) -> None: ...
+    def __new__(cls, config: Mapping[str, _ConfigValue]) -> Client: ...
     def list_topics(self, topic: str | None = None, timeout: float = 10.0) -> ClusterMetadata:
         """Fetch cluster metadata, for one topic or all.
 
@@ -159,7 +159,7 @@ class Client:
         value: bytes | str | None = None,
         key: bytes | str | None = None,
         partition: int | None = None,
-        headers: Headers | None = None,
+        headers: _Headers | None = None,
         timestamp: int | None = None,
         timeout: float = 10.0,
     ) -> Message:
@@ -168,5 +168,7 @@ class Client:
         ``str`` keys, values and header values are encoded as UTF-8; ``timestamp`` is in
         milliseconds since the epoch. Returns the delivered record with its partition and offset.
         """
-    def read_topic(self, topic: str, max_messages: int = 100_000, timeout: float = 10.0) -> list[Message]:
-        """Read every partition from the beginning to its current end, ordered by (partition, offset)."""
+    def read_topic(
+        self, topic: str, max_messages: int = 100_000, timeout: float = 10.0
+    ) -> list[Message]:
+        """Read every partition from its start to its current end, by (partition, offset)."""

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from ferrokafka.cli import build_parser, main
 
 

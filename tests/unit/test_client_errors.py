@@ -6,9 +6,8 @@ import os
 import pickle
 import threading
 
-import pytest
-
 import ferrokafka
+import pytest
 from ferrokafka import (
     Client,
     ConfigError,
@@ -46,7 +45,7 @@ def test_unknown_config_key_is_named() -> None:
 
 
 def test_bad_config_value_is_named() -> None:
-    with pytest.raises(ConfigError, match="linger.ms"):
+    with pytest.raises(ConfigError, match=r"linger\.ms"):
         Client({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": "soon"})
 
 
@@ -56,7 +55,7 @@ def test_config_value_of_wrong_type_is_named() -> None:
 
 
 def test_missing_bootstrap_servers_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="bootstrap.servers"):
+    with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
         Client({"client.id": "x"})
 
 
@@ -137,12 +136,12 @@ def test_client_refuses_use_after_fork() -> None:
             outcome = b"no error"
         except FerrokafkaError as err:
             outcome = str(err).encode()
-        except BaseException as err:  # noqa: BLE001
+        except BaseException as err:
             outcome = repr(err).encode()
         os.write(write_end, outcome)
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:
-        outcome = pipe.read().decode()
+        reported = pipe.read().decode()
     os.waitpid(pid, 0)
-    assert "cannot be used after fork" in outcome
+    assert "cannot be used after fork" in reported

@@ -78,6 +78,9 @@ pub struct NewTopicSpec {
     pub config: Vec<(String, String)>,
 }
 
+/// Pause between metadata attempts while no broker accepts connections.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// Where a produced record landed.
 type DeliveryOutcome = KafkaResult<ReceivedRecord>;
 
@@ -142,13 +145,43 @@ impl Client {
         KafkaIoError::from_rdkafka(operation, err, timeout, self.bootstrap())
     }
 
+    /// Asks for metadata until a broker answers or `timeout` passes. librdkafka fails at once
+    /// when every broker refuses the connection; a broker that is still starting should not be
+    /// an error while the caller is willing to wait.
+    fn fetch_metadata(
+        &self,
+        topic: Option<&str>,
+        timeout: Duration,
+    ) -> KafkaResult<rdkafka::metadata::Metadata> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.admin.inner().fetch_metadata(topic, left) {
+                Ok(metadata) => return Ok(metadata),
+                Err(err) => match self.error("list_topics", err, timeout) {
+                    KafkaIoError::Broker {
+                        retriable: true, ..
+                    } if Instant::now() + RETRY_PAUSE < deadline => {
+                        std::thread::sleep(RETRY_PAUSE);
+                    }
+                    KafkaIoError::Broker {
+                        retriable: true, ..
+                    } => {
+                        return Err(KafkaIoError::Timeout {
+                            operation: "list_topics".to_owned(),
+                            timeout,
+                            bootstrap: self.bootstrap().map(str::to_owned),
+                        });
+                    }
+                    other => return Err(other),
+                },
+            }
+        }
+    }
+
     /// Fetches cluster metadata, for one topic or for all of them.
     pub fn list_topics(&self, topic: Option<&str>, timeout: Duration) -> KafkaResult<ClusterInfo> {
-        let metadata = self
-            .admin
-            .inner()
-            .fetch_metadata(topic, timeout)
-            .map_err(|e| self.error("list_topics", e, timeout))?;
+        let metadata = self.fetch_metadata(topic, timeout)?;
         let brokers = metadata
             .brokers()
             .iter()
@@ -240,7 +273,36 @@ impl Client {
                 }
             }
         }
+        self.wait_until_led(&created, timeout)?;
         Ok(created)
+    }
+
+    /// Waits until every topic in `names` shows in metadata with a leader for each partition, so
+    /// a caller can produce to a topic as soon as `create_topics` returns.
+    fn wait_until_led(&self, names: &[String], timeout: Duration) -> KafkaResult<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let cluster = self.list_topics(None, left.max(RETRY_PAUSE))?;
+            let led = names.iter().all(|name| {
+                cluster.topics.iter().any(|t| {
+                    t.name == *name
+                        && !t.partitions.is_empty()
+                        && t.partitions.iter().all(|p| p.leader >= 0)
+                })
+            });
+            if led {
+                return Ok(());
+            }
+            if Instant::now() + RETRY_PAUSE >= deadline {
+                return Err(KafkaIoError::Timeout {
+                    operation: format!("waiting for new topics {names:?} to get leaders"),
+                    timeout,
+                    bootstrap: self.bootstrap().map(str::to_owned),
+                });
+            }
+            std::thread::sleep(RETRY_PAUSE);
+        }
     }
 
     /// Deletes topics; unknown topics are an error.
@@ -415,12 +477,6 @@ mod tests {
         let err = client
             .list_topics(None, Duration::from_millis(300))
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                KafkaIoError::Timeout { .. } | KafkaIoError::Broker { .. }
-            ),
-            "{err:?}"
-        );
+        assert!(matches!(err, KafkaIoError::Timeout { .. }), "{err:?}");
     }
 }

@@ -170,6 +170,7 @@ pub struct PyNewTopic {
 impl PyNewTopic {
     #[new]
     #[pyo3(signature = (name, num_partitions=-1, replication_factor=-1, config=None))]
+    #[pyo3(text_signature = "(name, num_partitions=-1, replication_factor=-1, config=None)")]
     fn new(
         name: String,
         num_partitions: i32,
