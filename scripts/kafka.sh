@@ -15,17 +15,19 @@ PORT=${KAFKA_PORT:-9092}
 CPORT=${KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
 PID_FILE=$STATE_DIR/$PORT.pid
 STATE_FILE=$STATE_DIR/$PORT.state
+JAVA_OPTS=(-Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.xml" -Djava.awt.headless=true)
 
 log() { printf 'kafka.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
   cat >&2 <<EOF
-usage: $(basename "$0") {start|stop|status|fetch}
+usage: $(basename "$0") {start|stop|status|fetch|pause|resume}
   fetch   resolve Kafka $KAFKA_VERSION jars into $LIBS (once)
   start   start a broker on 127.0.0.1:\$KAFKA_PORT, print bootstrap address on stdout
   stop    stop the broker this script started on \$KAFKA_PORT and delete its data
   status  print running/stopped (exit 0 if running, 3 if not)
+  pause   stop the broker but keep its data (an outage); resume starts it again
 env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (port+1) KAFKA_HEAP_OPTS (-Xms512m -Xmx512m)
      FERROKAFKA_CACHE (~/.cache/ferrokafka) FERROKAFKA_STATE (\$cache/run)
 EOF
@@ -148,8 +150,31 @@ cleanup_state() {
   rm -f "$PID_FILE" "$STATE_FILE"
 }
 
+# Starts the JVM on an already formatted data dir and waits until it answers.
+launch() {
+  local data=$1 pid rc=0
+  # Word splitting of the *_OPTS overrides is intended (they are lists of JVM flags).
+  # shellcheck disable=SC2086
+  nohup java ${KAFKA_HEAP_OPTS:--Xms512m -Xmx512m} \
+    ${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35} \
+    "${JAVA_OPTS[@]}" -cp "$LIBS/*" kafka.Kafka "$data/server.properties" \
+    >>"$data/kafka.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$PID_FILE"
+  log "broker pid $pid starting on 127.0.0.1:$PORT (controller $CPORT), log $data/kafka.log"
+  wait_ready "$pid" 60 || rc=$?
+  if ((rc != 0)); then
+    log "broker $( ((rc == 2)) && echo exited || echo 'not ready after 60 s'); last log lines:"
+    tail -n 40 "$data/kafka.log" >&2
+    stop >/dev/null 2>&1 || true
+    die "Kafka broker failed to start on 127.0.0.1:$PORT"
+  fi
+  log "broker ready"
+  echo "127.0.0.1:$PORT"
+}
+
 start() {
-  local pid data busy cluster_id java_opts rc=0
+  local pid data busy cluster_id
   fetch
   mkdir -p "$STATE_DIR"
   if pid=$(running_pid); then log "broker already running (pid $pid)"; echo "127.0.0.1:$PORT"; return 0; fi
@@ -187,50 +212,52 @@ EOF
   while [[ $cluster_id == -* ]]; do
     cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
   done
-  java_opts=(-Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.xml" -Djava.awt.headless=true)
   log "formatting storage in $data (cluster id $cluster_id)"
-  if ! java -Xmx256m -XX:TieredStopAtLevel=1 "${java_opts[@]}" -cp "$LIBS/*" kafka.tools.StorageTool \
+  if ! java -Xmx256m -XX:TieredStopAtLevel=1 "${JAVA_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool \
     format --standalone -t "$cluster_id" -c "$data/server.properties" >"$data/kafka.log" 2>&1; then
     tail -n 30 "$data/kafka.log" >&2
     cleanup_state
     die "storage format failed"
   fi
-  # Word splitting of the *_OPTS overrides is intended (they are lists of JVM flags).
-  # shellcheck disable=SC2086
-  nohup java ${KAFKA_HEAP_OPTS:--Xms512m -Xmx512m} \
-    ${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35} \
-    "${java_opts[@]}" -cp "$LIBS/*" kafka.Kafka "$data/server.properties" \
-    >>"$data/kafka.log" 2>&1 </dev/null &
-  pid=$!
-  echo "$pid" >"$PID_FILE"
-  echo "pid=$pid" >>"$STATE_FILE"
-  log "broker pid $pid starting on 127.0.0.1:$PORT (controller $CPORT), log $data/kafka.log"
-  wait_ready "$pid" 60 || rc=$?
-  if ((rc != 0)); then
-    log "broker $( ((rc == 2)) && echo exited || echo 'not ready after 60 s'); last log lines:"
-    tail -n 40 "$data/kafka.log" >&2
-    stop >/dev/null 2>&1 || true
-    die "Kafka broker failed to start on 127.0.0.1:$PORT"
+  launch "$data"
+}
+
+# SIGTERM (controlled shutdown), then SIGKILL after 30 s.
+terminate() {
+  local pid=$1 i
+  log "stopping broker pid $pid"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 150; i++)); do alive "$pid" || break; sleep 0.2; done
+  if alive "$pid"; then
+    log "broker ignored SIGTERM for 30 s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while alive "$pid"; do sleep 0.2; done
   fi
-  log "broker ready"
-  echo "127.0.0.1:$PORT"
 }
 
 stop() {
-  local pid i
-  if pid=$(running_pid); then
-    log "stopping broker pid $pid"
-    kill -TERM "$pid" 2>/dev/null || true
-    # Controlled shutdown usually takes a few seconds; 150 x 0.2 s = 30 s grace.
-    for ((i = 0; i < 150; i++)); do alive "$pid" || break; sleep 0.2; done
-    if alive "$pid"; then
-      log "broker ignored SIGTERM for 30 s, sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      while alive "$pid"; do sleep 0.2; done
-    fi
-  fi
+  local pid
+  if pid=$(running_pid); then terminate "$pid"; fi
   cleanup_state
   log "stopped (port $PORT)"
+}
+
+# Stops the broker but keeps its data and state, so `resume` brings the same cluster back:
+# an outage, for tests of what clients do while no broker answers.
+pause() {
+  local pid
+  pid=$(running_pid) || die "no broker of ours is running on port $PORT"
+  terminate "$pid"
+  rm -f "$PID_FILE"
+  log "paused (port $PORT); data kept in $(state_get data_dir)"
+}
+
+resume() {
+  local pid data
+  if pid=$(running_pid); then log "broker already running (pid $pid)"; echo "127.0.0.1:$PORT"; return 0; fi
+  data=$(state_get data_dir)
+  [[ -n $data && -f $data/server.properties ]] || die "no paused broker on port $PORT"
+  launch "$data"
 }
 
 status() {
@@ -244,6 +271,8 @@ case "${1:-}" in
   fetch) fetch ;;
   start) start ;;
   stop) stop ;;
+  pause) pause ;;
+  resume) resume ;;
   status) status ;;
   -h | --help | help) usage ;;
   *) usage; exit 2 ;;

@@ -19,6 +19,7 @@ from ferrokafka._native import (
     TopicMetadata,
     __version__,
 )
+from ferrokafka.producer import AsyncProducer
 from ferrokafka.exceptions import (
     BufferOverflow,
     ClosedError,
@@ -33,6 +34,7 @@ from ferrokafka.exceptions import (
 )
 
 __all__ = [
+    "AsyncProducer",
     "BrokerMetadata",
     "BufferOverflow",
     "Client",

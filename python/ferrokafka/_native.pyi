@@ -1,7 +1,7 @@
 """Type stubs and user documentation of the ``ferrokafka._native`` extension module."""
 
 from collections.abc import Mapping, Sequence
-from typing import TypeAlias, final
+from typing import Any, TypeAlias, final
 
 __version__: str
 
@@ -33,8 +33,9 @@ class Message:
         """The headers in wire order, or ``None`` when there are none."""
     def timestamp(self) -> tuple[int, int]:
         """``(kind, milliseconds)``; kind is 0 not available, 1 create time, 2 log-append time."""
-    def error(self) -> None:
-        """Always ``None``: failed records are reported as exceptions instead."""
+    def error(self) -> Exception | None:
+        """``None`` for a record read or delivered; for a record handed back undelivered, the
+        :class:`ferrokafka.FerrokafkaError` that explains why."""
     def __len__(self) -> int:
         """Length of the value in bytes."""
 
@@ -172,3 +173,41 @@ class Client:
         self, topic: str, max_messages: int = 100_000, timeout: float = 10.0
     ) -> list[Message]:
         """Read every partition from its start to its current end, by (partition, offset)."""
+
+@final
+class _RawAsyncProducer:
+    """The native half of :class:`ferrokafka.AsyncProducer`; use that class instead."""
+
+    def __new__(
+        cls,
+        config: Mapping[str, _ConfigValue],
+        max_queue_size: int,
+        max_queue_bytes: int,
+        overflow: str,
+        block_timeout: float,
+        delivery_threshold: int,
+        delivery_interval: float,
+        max_retries: int,
+        retry_backoff: float,
+    ) -> _RawAsyncProducer: ...
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        partition_key: bytes | str | None = None,
+        headers: _Headers | None = None,
+        timestamp: int | None = None,
+        track: bool = False,
+    ) -> tuple[int, int]:
+        """Queue one record; returns ``(queue_size, ticket)`` (ticket 0 when not tracked)."""
+    def produce_many(self, records: Any, topic: str | None = None) -> int:
+        """Queue a batch; returns how many records were queued."""
+    def deliver_messages(self) -> None: ...
+    def flush(self, timeout: float) -> None: ...
+    def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:
+        """Wait up to ``timeout`` seconds for delivery and instrumentation events."""
+    def shutdown(self, timeout: float) -> list[tuple[int, Message]]:
+        """Stop; returns ``(ticket, message)`` for every record never handed to Kafka."""
+    def stats(self) -> dict[str, int]: ...

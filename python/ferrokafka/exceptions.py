@@ -61,7 +61,22 @@ class ScheduleError(FerrokafkaError, ValueError):
 
 
 class BufferOverflow(FerrokafkaError):
-    """A producer's bounded queue is full and its backpressure policy refused the message."""
+    """A producer's bounded queue is full and its backpressure policy refused the message.
+
+    Attributes:
+        topic: the topic of the refused message.
+        limit: the limit that was reached, e.g. ``"max queue size (1000 messages) reached"``.
+        accepted: for ``produce_many``, how many records of the batch were queued before it.
+    """
+
+    def __init__(self, message: str, topic: str = "", limit: str = "") -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.limit = limit
+        self.accepted: int | None = None
+
+    def __reduce__(self) -> tuple[type[BufferOverflow], tuple[str, str, str]]:
+        return (type(self), (str(self), self.topic, self.limit))
 
 
 class KafkaError(FerrokafkaError):

@@ -11,7 +11,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 pub type KafkaResult<T> = Result<T, KafkaIoError>;
 
 /// Errors of the Kafka engines.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum KafkaIoError {
     /// The configuration was refused: an unknown key, a bad value, or a missing required setting.
     #[error("invalid configuration: {0}")]

@@ -4,11 +4,15 @@
 //! and rdkafka callbacks never leave Rust: they push events into channels that the bindings drain
 //! on a Python thread.
 
+pub mod async_producer;
 pub mod client;
 pub mod config;
 pub mod error;
 pub mod record;
 
+pub use async_producer::{
+    AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ProducerStats, Refusal, Ticket,
+};
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::ClientSettings;
 pub use error::{KafkaIoError, KafkaResult};

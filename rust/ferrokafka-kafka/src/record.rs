@@ -89,6 +89,25 @@ pub struct ReceivedRecord {
 }
 
 impl ReceivedRecord {
+    /// A record that never reached the broker, shown with partition -1 (or the one asked for)
+    /// and offset -1001 (librdkafka's "invalid offset"), as confluent-kafka reports failures.
+    pub fn undelivered(record: OutgoingRecord) -> Self {
+        ReceivedRecord {
+            topic: record.topic,
+            partition: record.partition.unwrap_or(-1),
+            offset: -1001,
+            key: record.key,
+            value: record.value,
+            headers: record.headers,
+            timestamp_kind: if record.timestamp_ms.is_some() {
+                TimestampKind::CreateTime
+            } else {
+                TimestampKind::NotAvailable
+            },
+            timestamp_ms: record.timestamp_ms.unwrap_or(0),
+        }
+    }
+
     /// Copies a librdkafka message into owned memory.
     pub fn from_message<M: Message>(message: &M) -> Self {
         let headers = message

@@ -11,6 +11,7 @@ use pyo3::exceptions::PyValueError;
 pyo3::import_exception!(ferrokafka.exceptions, FerrokafkaError);
 pyo3::import_exception!(ferrokafka.exceptions, ConfigError);
 pyo3::import_exception!(ferrokafka.exceptions, ClosedError);
+pyo3::import_exception!(ferrokafka.exceptions, BufferOverflow);
 pyo3::import_exception!(ferrokafka.exceptions, KafkaError);
 pyo3::import_exception!(ferrokafka.exceptions, KafkaTimeoutError);
 

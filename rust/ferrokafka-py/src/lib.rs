@@ -7,6 +7,7 @@ mod client;
 mod convert;
 mod errors;
 mod message;
+mod producer;
 
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -17,6 +18,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::PyPartitionMetadata>()?;
     m.add_class::<client::PyBrokerMetadata>()?;
     m.add_class::<message::PyMessage>()?;
+    m.add_class::<producer::PyRawAsyncProducer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

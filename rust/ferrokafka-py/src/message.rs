@@ -1,20 +1,36 @@
 //! `Message`: a record read from or delivered to Kafka, shaped like confluent-kafka's `Message`
 //! (accessor methods, `timestamp()` as a `(type, ms)` pair).
 
-use ferrokafka_kafka::{ReceivedRecord, TimestampKind};
+use ferrokafka_kafka::{KafkaIoError, ReceivedRecord, TimestampKind};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-/// A Kafka record; immutable.
+use crate::errors::NativeError;
+
+/// A Kafka record; immutable. A record handed back undelivered carries its error.
 #[pyclass(name = "Message", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyMessage {
     record: ReceivedRecord,
+    error: Option<KafkaIoError>,
 }
 
 impl From<ReceivedRecord> for PyMessage {
     fn from(record: ReceivedRecord) -> Self {
-        PyMessage { record }
+        PyMessage {
+            record,
+            error: None,
+        }
+    }
+}
+
+impl PyMessage {
+    /// A record that was not delivered, with the reason.
+    pub fn failed(record: ReceivedRecord, error: KafkaIoError) -> Self {
+        PyMessage {
+            record,
+            error: Some(error),
+        }
     }
 }
 
@@ -66,8 +82,10 @@ impl PyMessage {
         (kind, self.record.timestamp_ms)
     }
 
-    fn error(&self) -> Option<Py<PyAny>> {
-        None
+    fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.error
+            .clone()
+            .map(|e| PyErr::from(NativeError::Kafka(e)).into_value(py).into_any())
     }
 
     fn __len__(&self) -> usize {

@@ -1,0 +1,361 @@
+"""``AsyncProducer``: a background batching producer with a bounded queue and backpressure.
+
+The semantics are ruby-kafka's ``Kafka::AsyncProducer``: ``produce`` only queues a message and
+returns at once; a Rust worker thread delivers the queue through librdkafka when
+``delivery_threshold`` messages are buffered, every ``delivery_interval`` seconds, when
+``deliver_messages()`` is called, or on ``flush``/``shutdown``. With both triggers at 0 (the
+reference's default) nothing is delivered until you ask.
+
+Example:
+    >>> from ferrokafka import AsyncProducer
+    >>> with AsyncProducer(
+    ...     {"bootstrap.servers": "127.0.0.1:9092"}, delivery_threshold=100, delivery_interval=1.0
+    ... ) as producer:  # doctest: +SKIP
+    ...     producer.produce(b"hello", topic="greetings")
+    ...     producer.produce_many([b"a", b"b", b"c"], topic="greetings")
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Literal, TypeAlias
+
+from ferrokafka._native import Message, _RawAsyncProducer
+from ferrokafka.exceptions import BufferOverflow, ClosedError
+
+__all__ = ["AsyncProducer", "DeliveryCallback", "InstrumentationCallback"]
+
+log = logging.getLogger("ferrokafka.producer")
+
+DeliveryCallback: TypeAlias = Callable[[Exception | None, Message], object]
+"""``on_delivery(error, message)``: error is ``None`` once the broker acknowledged the message."""
+InstrumentationCallback: TypeAlias = Callable[[str, dict[str, Any]], object]
+"""``callback(event_name, payload)`` for the producer's instrumentation events."""
+
+Value: TypeAlias = bytes | str | None
+HeaderValue: TypeAlias = bytes | str | None
+Headers: TypeAlias = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]]
+Record: TypeAlias = bytes | str | tuple[Value, Value] | Mapping[str, Any]
+Waiter: TypeAlias = "DeliveryCallback | Future[Message]"
+
+_POLL_SECONDS = 0.1
+
+
+class AsyncProducer:
+    """Queues messages and delivers them from a background thread, with backpressure.
+
+    Args:
+        config: librdkafka configuration, as confluent-kafka takes it (``enable.idempotence``,
+            ``transactional.id``, ``linger.ms``, ... pass straight through). With
+            ``transactional.id`` set, each delivery round is one transaction.
+        max_queue_size: most messages buffered [1000].
+        max_queue_bytes: most bytes (keys + values + headers) buffered [64 MiB].
+        overflow: what a full queue does: ``"raise"`` :class:`~ferrokafka.BufferOverflow`
+            [default], ``"block"`` for up to ``block_timeout`` seconds then raise, or
+            ``"drop_oldest"`` (dropped messages are counted and reported in the
+            ``drop_messages`` event).
+        block_timeout: seconds the ``block`` policy waits for room [10].
+        delivery_threshold: deliver once this many messages are buffered; 0 = off [0].
+        delivery_interval: deliver every this many seconds; 0 = off [0].
+        max_retries: re-sends after librdkafka reports a message failed; -1 = unlimited [-1].
+            librdkafka's own retries (``message.timeout.ms``) come first.
+        retry_backoff: seconds before a failed message is sent again [0].
+
+    A message that finally fails is never dropped silently: its ``on_delivery`` callback or
+    future gets the error, a ``delivery_error`` event is published, and it is kept for
+    :meth:`take_failed`. :meth:`shutdown` returns the messages it could not deliver.
+
+    Example:
+        >>> producer = AsyncProducer({"bootstrap.servers": "127.0.0.1:9092"})  # doctest: +SKIP
+        >>> producer.subscribe(lambda name, payload: print(name, payload))  # doctest: +SKIP
+        >>> future = producer.produce_future(b"v", topic="t")  # doctest: +SKIP
+        >>> producer.deliver_messages()  # doctest: +SKIP
+        >>> future.result(timeout=10).offset()  # doctest: +SKIP
+        0
+        >>> producer.shutdown()  # doctest: +SKIP
+        []
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, str | int | float | bool],
+        *,
+        max_queue_size: int = 1000,
+        max_queue_bytes: int = 64 * 1024 * 1024,
+        overflow: Literal["raise", "block", "drop_oldest"] = "raise",
+        block_timeout: float = 10.0,
+        delivery_threshold: int = 0,
+        delivery_interval: float = 0.0,
+        max_retries: int = -1,
+        retry_backoff: float = 0.0,
+    ) -> None:
+        for name, value in [
+            ("max_queue_size", max_queue_size),
+            ("max_queue_bytes", max_queue_bytes),
+        ]:
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name, value in [
+            ("delivery_threshold", delivery_threshold),
+            ("delivery_interval", delivery_interval),
+            ("retry_backoff", retry_backoff),
+        ]:
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+        self.max_queue_size = max_queue_size
+        self._raw = _RawAsyncProducer(
+            dict(config),
+            max_queue_size,
+            max_queue_bytes,
+            overflow,
+            block_timeout,
+            delivery_threshold,
+            delivery_interval,
+            max_retries,
+            retry_backoff,
+        )
+        self._waiters: dict[int, Waiter] = {}
+        self._waiters_lock = threading.Lock()
+        self._subscribers: list[InstrumentationCallback] = []
+        self._failed: list[Message] = []
+        self._dispatch_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_forever, name="ferrokafka-producer-events", daemon=True
+        )
+        self._dispatcher.start()
+
+    # -- producing -------------------------------------------------------------------------
+
+    def produce(
+        self,
+        value: Value,
+        topic: str,
+        key: Value = None,
+        partition: int | None = None,
+        partition_key: Value = None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Queue one message and return at once.
+
+        ``partition_key`` chooses the partition (CRC32, as ruby-kafka) without being the
+        message key; ``timestamp`` is in milliseconds. ``on_delivery(error, message)`` runs on
+        the producer's event thread once the message is delivered or finally failed.
+
+        Raises :class:`~ferrokafka.BufferOverflow` when the queue is full (``raise`` policy, or
+        ``block`` after ``block_timeout``), ``TypeError``/``ValueError`` for bad arguments before
+        anything is queued, and :class:`~ferrokafka.ClosedError` after :meth:`shutdown`.
+        """
+        self._enqueue(value, topic, key, partition, partition_key, headers, timestamp, on_delivery)
+
+    def produce_future(
+        self,
+        value: Value,
+        topic: str,
+        key: Value = None,
+        partition: int | None = None,
+        partition_key: Value = None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+    ) -> Future[Message]:
+        """Like :meth:`produce`, returning a future of the delivered :class:`Message`.
+
+        In asyncio code: ``await asyncio.wrap_future(producer.produce_future(...))``.
+        """
+        future: Future[Message] = Future()
+        future.set_running_or_notify_cancel()
+        self._enqueue(value, topic, key, partition, partition_key, headers, timestamp, future)
+        return future
+
+    def produce_many(self, records: Iterable[Record], topic: str | None = None) -> int:
+        """Queue a batch in one call (one crossing into Rust); returns how many were queued.
+
+        Each record is a value (``bytes``/``str``, for ``topic``), a ``(value, key)`` tuple, or a
+        dict with any of ``value``, ``key``, ``topic``, ``partition``, ``partition_key``,
+        ``headers``, ``timestamp``. The whole batch is checked before anything is queued. On
+        overflow the :class:`~ferrokafka.BufferOverflow` tells in ``accepted`` how many records
+        of the batch were queued before it.
+        """
+        try:
+            return self._raw.produce_many(records, topic)
+        except BufferOverflow as overflow:
+            self._publish("buffer_overflow", {"topic": overflow.topic, "limit": overflow.limit})
+            raise
+
+    def _enqueue(
+        self,
+        value: Value,
+        topic: str,
+        key: Value,
+        partition: int | None,
+        partition_key: Value,
+        headers: Headers | None,
+        timestamp: int | None,
+        waiter: Waiter | None,
+    ) -> None:
+        track = waiter is not None
+        try:
+            # The waiter is registered before the worker can deliver, under one lock.
+            with self._waiters_lock:
+                queue_size, ticket = self._raw.produce(
+                    topic, value, key, partition, partition_key, headers, timestamp, track
+                )
+                if waiter is not None:
+                    self._waiters[ticket] = waiter
+        except BufferOverflow as overflow:
+            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+            raise
+        if self._subscribers:
+            self._publish(
+                "enqueue_message",
+                {"topic": topic, "queue_size": queue_size, "max_queue_size": self.max_queue_size},
+            )
+
+    # -- delivery control ------------------------------------------------------------------
+
+    def deliver_messages(self) -> None:
+        """Ask the background thread to deliver everything buffered; returns at once."""
+        self._raw.deliver_messages()
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Deliver everything buffered and wait until every message is acknowledged or failed,
+        and their callbacks ran. Raises :class:`~ferrokafka.KafkaTimeoutError` (a
+        ``TimeoutError``) if that takes longer than ``timeout`` seconds."""
+        self._raw.flush(timeout)
+        self._drain_now()
+
+    def shutdown(self, timeout: float = 30.0) -> list[Message]:
+        """Deliver what is buffered (waiting up to ``timeout`` seconds), then stop.
+
+        Returns the messages that could not be delivered, each with ``error()`` set; they also
+        fail their callbacks and futures. Later calls to ``produce`` raise
+        :class:`~ferrokafka.ClosedError`. Calling it again returns ``[]``.
+        """
+        if self._closed.is_set():
+            return []
+        undelivered = self._raw.shutdown(timeout)
+        self._closed.set()
+        self._dispatcher.join()
+        self._drain_now()
+        for ticket, message in undelivered:
+            self._settle(ticket, message.error() or ClosedError("not delivered"), message)
+        if undelivered:
+            log.error("shutdown: %d message(s) could not be delivered", len(undelivered))
+        return [message for _, message in undelivered]
+
+    def __enter__(self) -> AsyncProducer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.undelivered = self.shutdown()
+
+    # -- observation -----------------------------------------------------------------------
+
+    def subscribe(self, callback: InstrumentationCallback) -> None:
+        """Call ``callback(event, payload)`` for each instrumentation event.
+
+        Events: ``enqueue_message`` (topic, queue_size, max_queue_size), ``buffer_overflow``
+        (topic, limit), ``deliver_messages`` (message_count, queue_size), ``delivery_error``
+        (topic, error, attempt, final, and the message when final), ``drop_messages``
+        (message_count, messages). ``enqueue_message`` and ``buffer_overflow`` run on the
+        producing thread, the others on the producer's event thread.
+        """
+        self._subscribers.append(callback)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: enqueued, delivered, failed, retried, dropped, overflowed, deliveries,
+        queue_size, queue_bytes, in_flight."""
+        return self._raw.stats()
+
+    def take_failed(self) -> list[Message]:
+        """Messages that finally failed since the last call, each with ``error()`` set."""
+        with self._waiters_lock:
+            failed, self._failed = self._failed, []
+        return failed
+
+    # -- event dispatch --------------------------------------------------------------------
+
+    def _dispatch_forever(self) -> None:
+        while not self._closed.is_set():
+            with self._dispatch_lock:
+                self._dispatch(self._raw.poll_events(_POLL_SECONDS))
+
+    def _drain_now(self) -> None:
+        with self._dispatch_lock:
+            while events := self._raw.poll_events(0.0):
+                self._dispatch(events)
+
+    def _dispatch(self, events: list[tuple[Any, ...]]) -> None:
+        for event in events:
+            kind = event[0]
+            if kind == "delivered":
+                _, ticket, message = event
+                self._settle(ticket, None, message)
+            elif kind == "failed":
+                _, ticket, message, attempts = event
+                error = message.error()
+                log.warning(
+                    "message to %s failed after %d attempt(s): %s", message.topic(), attempts, error
+                )
+                with self._waiters_lock:
+                    self._failed.append(message)
+                self._settle(ticket, error, message)
+                self._publish(
+                    "delivery_error",
+                    {
+                        "topic": message.topic(),
+                        "error": error,
+                        "attempt": attempts,
+                        "final": True,
+                        "message": message,
+                    },
+                )
+            elif kind == "delivery_error":
+                _, topic, error, attempt = event
+                self._publish(
+                    "delivery_error",
+                    {"topic": topic, "error": error, "attempt": attempt, "final": False},
+                )
+            elif kind == "drop_messages":
+                _, dropped = event
+                for ticket, message in dropped:
+                    self._settle(ticket, BufferOverflow("dropped by drop_oldest"), message)
+                messages = [message for _, message in dropped]
+                self._publish(
+                    "drop_messages", {"message_count": len(messages), "messages": messages}
+                )
+            elif kind == "deliver_messages":
+                _, count, queue_size = event
+                self._publish(
+                    "deliver_messages", {"message_count": count, "queue_size": queue_size}
+                )
+
+    def _settle(self, ticket: int, error: Exception | None, message: Message) -> None:
+        if not ticket:
+            return
+        with self._waiters_lock:
+            waiter = self._waiters.pop(ticket, None)
+        if waiter is None:
+            return
+        if isinstance(waiter, Future):
+            if error is None:
+                waiter.set_result(message)
+            else:
+                waiter.set_exception(error)
+            return
+        try:
+            waiter(error, message)
+        except Exception:
+            log.exception("on_delivery callback failed for a message to %s", message.topic())
+
+    def _publish(self, name: str, payload: dict[str, Any]) -> None:
+        for subscriber in self._subscribers:
+            try:
+                subscriber(name, payload)
+            except Exception:
+                log.exception("instrumentation subscriber failed on %s", name)

@@ -1,0 +1,432 @@
+//! `_RawAsyncProducer`: the native half of `ferrokafka.AsyncProducer`.
+//!
+//! GIL: `produce` of one record is O(1) and stays attached, except when the `block` policy has
+//! to wait for room, which waits detached in slices with signal checks. `produce_many` converts
+//! the whole batch while attached, then queues it in one pass. Event draining, `flush` and
+//! `shutdown` wait detached. Python callbacks never run here: the Python wrapper's dispatcher
+//! thread calls `poll_events` and runs them.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferrokafka_core::batch::OverflowPolicy;
+use ferrokafka_kafka::{
+    AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ReceivedRecord, Refusal,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use crate::blocking::{ForkGuard, SLICE, timeout_arg};
+use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
+use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeError, NativeResult};
+use crate::message::PyMessage;
+
+/// The native background producer; use `ferrokafka.AsyncProducer`.
+#[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
+#[derive(Debug)]
+pub struct PyRawAsyncProducer {
+    engine: Arc<AsyncProducer>,
+    events: Mutex<Option<Receiver<ProducerEvent>>>,
+    guard: ForkGuard,
+}
+
+fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
+    match name {
+        "raise" => Ok(OverflowPolicy::Raise),
+        "block" => Ok(OverflowPolicy::Block),
+        "drop_oldest" => Ok(OverflowPolicy::DropOldest),
+        other => Err(PyValueError::new_err(format!(
+            "overflow must be 'raise', 'block' or 'drop_oldest', got {other:?}"
+        ))),
+    }
+}
+
+fn seconds_or_zero(name: &str, seconds: f64) -> PyResult<Duration> {
+    if seconds == 0.0 {
+        Ok(Duration::ZERO)
+    } else {
+        timeout_arg(name, seconds)
+    }
+}
+
+fn message_of(pending: Pending, error: Option<ferrokafka_kafka::KafkaIoError>) -> PyMessage {
+    let record = ReceivedRecord::undelivered(pending.record);
+    match error {
+        Some(error) => PyMessage::failed(record, error),
+        None => PyMessage::from(record),
+    }
+}
+
+impl PyRawAsyncProducer {
+    /// Queues one record, applying the overflow policy; returns the queue size.
+    fn enqueue(&self, py: Python<'_>, pending: Pending) -> NativeResult<usize> {
+        let options = self.engine.options();
+        let deadline = Instant::now() + options.block_timeout;
+        let mut pending = pending;
+        loop {
+            match self.engine.try_produce(pending) {
+                Ok(queue_size) => return Ok(queue_size),
+                Err(Refusal::Closed(_)) => {
+                    return Err(ClosedError::new_err("the producer is shut down").into());
+                }
+                Err(Refusal::Overflow(overflow)) => {
+                    let blocking = options.overflow == OverflowPolicy::Block
+                        && !matches!(
+                            overflow.limit,
+                            ferrokafka_core::batch::OverflowLimit::ItemTooLarge { .. }
+                        );
+                    if !blocking || Instant::now() >= deadline {
+                        let topic = overflow.item.record.topic;
+                        let waited = if blocking {
+                            format!(
+                                " after blocking {:.1} s",
+                                options.block_timeout.as_secs_f64()
+                            )
+                        } else {
+                            String::new()
+                        };
+                        let message =
+                            format!("cannot produce to {topic:?}: {}{waited}", overflow.limit);
+                        return Err(BufferOverflow::new_err((
+                            message,
+                            topic,
+                            overflow.limit.to_string(),
+                        ))
+                        .into());
+                    }
+                    pending = overflow.item;
+                    let engine = Arc::clone(&self.engine);
+                    let wait = deadline
+                        .saturating_duration_since(Instant::now())
+                        .min(SLICE);
+                    py.detach(move || engine.wait_for_room(wait));
+                    py.check_signals()?;
+                }
+            }
+        }
+    }
+}
+
+/// Converts one `produce_many` item: bytes/str (a value for `topic`), a `(value, key)` tuple, or
+/// a dict with `value`, `key`, `topic`, `partition`, `partition_key`, `headers`, `timestamp`.
+fn pending_of(
+    item: &Bound<'_, PyAny>,
+    topic: Option<&Bound<'_, PyAny>>,
+    ticket: u64,
+) -> PyResult<Pending> {
+    let missing_topic = || PyValueError::new_err("records without a 'topic' need topic=...");
+    let record_of = |value: Option<&Bound<'_, PyAny>>, key: Option<&Bound<'_, PyAny>>| {
+        let topic = topic.ok_or_else(missing_topic)?;
+        outgoing_record(topic, value, key, None, None, None)
+    };
+    let (record, partition_key) =
+        if item.is_instance_of::<PyBytes>() || item.is_instance_of::<PyString>() {
+            (record_of(Some(item), None)?, None)
+        } else if let Ok(pair) = item.cast::<PyTuple>() {
+            if pair.len() != 2 {
+                return Err(PyTypeError::new_err("a tuple record must be (value, key)"));
+            }
+            (
+                record_of(Some(&pair.get_item(0)?), Some(&pair.get_item(1)?))?,
+                None,
+            )
+        } else if let Ok(fields) = item.cast::<PyDict>() {
+            let get = |name: &str| fields.get_item(name);
+            let own_topic = get("topic")?;
+            let topic = own_topic.as_ref().or(topic).ok_or_else(missing_topic)?;
+            let record = outgoing_record(
+                topic,
+                get("value")?.as_ref(),
+                get("key")?.as_ref(),
+                get("partition")?.map(|p| p.extract()).transpose()?,
+                get("headers")?.as_ref(),
+                get("timestamp")?.map(|t| t.extract()).transpose()?,
+            )?;
+            let partition_key = optional_bytes("partition_key", get("partition_key")?.as_ref())?;
+            (record, partition_key)
+        } else {
+            return Err(PyTypeError::new_err(
+                "each record must be bytes, str, a (value, key) tuple or a dict",
+            ));
+        };
+    Ok(Pending {
+        record,
+        partition_key,
+        ticket,
+        failures: 0,
+    })
+}
+
+#[pymethods]
+impl PyRawAsyncProducer {
+    #[new]
+    #[pyo3(signature = (config, max_queue_size, max_queue_bytes, overflow, block_timeout, delivery_threshold, delivery_interval, max_retries, retry_backoff))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        max_queue_size: usize,
+        max_queue_bytes: usize,
+        overflow: &str,
+        block_timeout: f64,
+        delivery_threshold: usize,
+        delivery_interval: f64,
+        max_retries: i64,
+        retry_backoff: f64,
+    ) -> NativeResult<Self> {
+        let settings = settings_from_dict(config)?;
+        let options = AsyncProducerOptions {
+            max_queue_size,
+            max_queue_bytes,
+            overflow: overflow_policy(overflow)?,
+            block_timeout: timeout_arg("block_timeout", block_timeout)?,
+            delivery_threshold,
+            delivery_interval: seconds_or_zero("delivery_interval", delivery_interval)?,
+            max_retries,
+            retry_backoff: seconds_or_zero("retry_backoff", retry_backoff)?,
+        };
+        // Creating a transactional producer waits for the broker.
+        let engine = py.detach(move || AsyncProducer::new(settings, options))?;
+        let events = engine.take_events();
+        Ok(PyRawAsyncProducer {
+            engine,
+            events: Mutex::new(events),
+            guard: ForkGuard::new("ferrokafka.AsyncProducer"),
+        })
+    }
+
+    #[pyo3(signature = (topic, value=None, key=None, partition=None, partition_key=None, headers=None, timestamp=None, track=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        topic: &Bound<'_, PyAny>,
+        value: Option<&Bound<'_, PyAny>>,
+        key: Option<&Bound<'_, PyAny>>,
+        partition: Option<i32>,
+        partition_key: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<i64>,
+        track: bool,
+    ) -> NativeResult<(usize, u64)> {
+        self.guard.check()?;
+        let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
+        let partition_key = optional_bytes("partition_key", partition_key)?;
+        let ticket = if track { self.engine.ticket() } else { 0 };
+        let queue_size = self.enqueue(
+            py,
+            Pending {
+                record,
+                partition_key,
+                ticket,
+                failures: 0,
+            },
+        )?;
+        Ok((queue_size, ticket))
+    }
+
+    #[pyo3(signature = (records, topic=None))]
+    fn produce_many(
+        &self,
+        py: Python<'_>,
+        records: &Bound<'_, PyAny>,
+        topic: Option<&Bound<'_, PyAny>>,
+    ) -> NativeResult<usize> {
+        self.guard.check()?;
+        let batch: Vec<Pending> = if let Ok(list) = records.cast::<PyList>() {
+            list.iter()
+                .map(|item| pending_of(&item, topic, 0))
+                .collect::<PyResult<_>>()?
+        } else {
+            records
+                .try_iter()?
+                .map(|item| pending_of(&item?, topic, 0))
+                .collect::<PyResult<_>>()?
+        };
+        let mut accepted = 0;
+        for pending in batch {
+            match self.enqueue(py, pending) {
+                Ok(_) => accepted += 1,
+                Err(NativeError::Python(err)) => {
+                    // Tell the caller how much of the batch is already queued.
+                    err.value(py).setattr("accepted", accepted)?;
+                    return Err(err.into());
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(accepted)
+    }
+
+    fn deliver_messages(&self) -> PyResult<()> {
+        self.guard.check()?;
+        self.engine.deliver_messages();
+        Ok(())
+    }
+
+    fn flush(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
+        self.guard.check()?;
+        let limit = timeout_arg("timeout", timeout)?;
+        let deadline = Instant::now() + limit;
+        loop {
+            let engine = Arc::clone(&self.engine);
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(SLICE);
+            if py.detach(move || engine.flush_step(wait)) {
+                return Ok(());
+            }
+            py.check_signals()?;
+            if Instant::now() >= deadline {
+                let stats = self.engine.stats();
+                return Err(KafkaTimeoutError::new_err((
+                    format!(
+                        "flush timed out after {timeout} s with {} record(s) buffered and {} in \
+                         flight",
+                        stats.queue_size, stats.in_flight
+                    ),
+                    -185,
+                    "_TIMED_OUT",
+                    true,
+                    false,
+                ))
+                .into());
+            }
+        }
+    }
+
+    /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.
+    #[pyo3(signature = (timeout, max_events=10_000))]
+    fn poll_events(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+        max_events: usize,
+    ) -> NativeResult<Vec<Py<PyTuple>>> {
+        let wait = seconds_or_zero("timeout", timeout)?.min(SLICE);
+        let taken = self
+            .events
+            .lock()
+            .map_err(|_| ClosedError::new_err("event receiver poisoned"))?
+            .take();
+        let Some(receiver) = taken else {
+            return Ok(Vec::new());
+        };
+        let (events, receiver) = py.detach(move || {
+            let mut events = Vec::new();
+            match receiver.recv_timeout(wait) {
+                Ok(event) => events.push(event),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+            while events.len() < max_events {
+                match receiver.try_recv() {
+                    Ok(event) => events.push(event),
+                    Err(_) => break,
+                }
+            }
+            (events, receiver)
+        });
+        if let Ok(mut slot) = self.events.lock() {
+            *slot = Some(receiver);
+        }
+        events
+            .into_iter()
+            .map(|event| event_tuple(py, event))
+            .collect::<PyResult<_>>()
+            .map_err(NativeError::from)
+    }
+
+    /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records
+    /// that were never handed to Kafka. Records purged in flight arrive as "failed" events.
+    fn shutdown(&self, py: Python<'_>, timeout: f64) -> NativeResult<Vec<(u64, PyMessage)>> {
+        let limit = timeout_arg("timeout", timeout)?;
+        let deadline = Instant::now() + limit;
+        self.engine.begin_shutdown();
+        loop {
+            let engine = Arc::clone(&self.engine);
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(SLICE);
+            if py.detach(move || engine.flush_step(wait)) || Instant::now() >= deadline {
+                break;
+            }
+            py.check_signals()?;
+        }
+        let engine = Arc::clone(&self.engine);
+        let undelivered = py.detach(move || engine.finish_shutdown());
+        let reason =
+            ferrokafka_kafka::KafkaIoError::Closed("the producer (shut down before delivery)");
+        Ok(undelivered
+            .into_iter()
+            .map(|p| (p.ticket, message_of(p, Some(reason.clone()))))
+            .collect())
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.engine.stats();
+        let stats = PyDict::new(py);
+        for (name, value) in [
+            ("enqueued", s.enqueued),
+            ("delivered", s.delivered),
+            ("failed", s.failed),
+            ("retried", s.retried),
+            ("dropped", s.dropped),
+            ("overflowed", s.overflowed),
+            ("deliveries", s.deliveries),
+            ("queue_size", s.queue_size),
+            ("queue_bytes", s.queue_bytes),
+            ("in_flight", s.in_flight),
+        ] {
+            stats.set_item(name, value)?;
+        }
+        Ok(stats)
+    }
+}
+
+/// An event as a tuple `(name, ...)`, in the shape the Python dispatcher expects.
+fn event_tuple(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<PyTuple>> {
+    let tuple = match event {
+        ProducerEvent::Delivered { ticket, record } => (
+            "delivered",
+            ticket,
+            Py::new(py, PyMessage::from(record))?.into_any(),
+        )
+            .into_pyobject(py)?,
+        ProducerEvent::Failed { pending, error } => {
+            let ticket = pending.ticket;
+            let attempts = pending.failures;
+            (
+                "failed",
+                ticket,
+                Py::new(py, message_of(pending, Some(error)))?.into_any(),
+                attempts,
+            )
+                .into_pyobject(py)?
+        }
+        ProducerEvent::Dropped { pending } => {
+            let messages = pending
+                .into_iter()
+                .map(|p| {
+                    let ticket = p.ticket;
+                    Ok((ticket, Py::new(py, message_of(p, None))?))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            ("drop_messages", messages).into_pyobject(py)?
+        }
+        ProducerEvent::DeliverMessages {
+            message_count,
+            queue_size,
+        } => ("deliver_messages", message_count, queue_size).into_pyobject(py)?,
+        ProducerEvent::DeliveryError {
+            topic,
+            error,
+            attempt,
+        } => {
+            let exception = PyErr::from(NativeError::Kafka(error)).into_value(py);
+            ("delivery_error", topic, exception, attempt).into_pyobject(py)?
+        }
+    };
+    Ok(tuple.unbind())
+}
