@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import ferrokafka
 import pytest
+
+import ferrokafka
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

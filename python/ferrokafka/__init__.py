@@ -19,7 +19,6 @@ from ferrokafka._native import (
     TopicMetadata,
     __version__,
 )
-from ferrokafka.producer import AsyncProducer
 from ferrokafka.exceptions import (
     BufferOverflow,
     ClosedError,
@@ -32,6 +31,7 @@ from ferrokafka.exceptions import (
     ProduceError,
     ScheduleError,
 )
+from ferrokafka.producer import AsyncProducer
 
 __all__ = [
     "AsyncProducer",

@@ -98,13 +98,13 @@ class AsyncProducer:
         ]:
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name, value in [
+        for name, amount in [
             ("delivery_threshold", delivery_threshold),
             ("delivery_interval", delivery_interval),
             ("retry_backoff", retry_backoff),
         ]:
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value!r}")
+            if amount < 0:
+                raise ValueError(f"{name} must be >= 0, got {amount!r}")
         self.max_queue_size = max_queue_size
         self._raw = _RawAsyncProducer(
             dict(config),
@@ -232,8 +232,9 @@ class AsyncProducer:
     def shutdown(self, timeout: float = 30.0) -> list[Message]:
         """Deliver what is buffered (waiting up to ``timeout`` seconds), then stop.
 
-        Returns the messages that could not be delivered, each with ``error()`` set; they also
-        fail their callbacks and futures. Later calls to ``produce`` raise
+        Returns every message that was not delivered and not yet taken with
+        :meth:`take_failed`, each with ``error()`` set; they also fail their callbacks and
+        futures. Later calls to ``produce`` raise
         :class:`~ferrokafka.ClosedError`. Calling it again returns ``[]``.
         """
         if self._closed.is_set():
@@ -244,9 +245,10 @@ class AsyncProducer:
         self._drain_now()
         for ticket, message in undelivered:
             self._settle(ticket, message.error() or ClosedError("not delivered"), message)
-        if undelivered:
-            log.error("shutdown: %d message(s) could not be delivered", len(undelivered))
-        return [message for _, message in undelivered]
+        handed_back = self.take_failed() + [message for _, message in undelivered]
+        if handed_back:
+            log.error("shutdown: %d message(s) could not be delivered", len(handed_back))
+        return handed_back
 
     def __enter__(self) -> AsyncProducer:
         return self

@@ -6,8 +6,8 @@ import uuid
 from typing import Any
 
 import pytest
-from ferrokafka import Client, KafkaError, NewTopic
 
+from ferrokafka import Client, KafkaError, NewTopic
 from tests.conftest import TopicFactory
 
 pytestmark = pytest.mark.kafka

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from ferrokafka import Client
 
+from ferrokafka import Client
 from tests.conftest import TopicFactory
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from ferrokafka.cli import build_parser, main
 
 

@@ -6,8 +6,9 @@ import os
 import pickle
 import threading
 
-import ferrokafka
 import pytest
+
+import ferrokafka
 from ferrokafka import (
     Client,
     ConfigError,

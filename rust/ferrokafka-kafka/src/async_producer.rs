@@ -187,9 +187,9 @@ pub struct ProducerStats {
 #[derive(Debug)]
 pub enum Refusal {
     /// The queue is full; the policy refused the record (given back).
-    Overflow(Overflow<Pending>),
+    Overflow(Box<Overflow<Pending>>),
     /// The producer is shutting down or shut down.
-    Closed(Pending),
+    Closed(Box<Pending>),
 }
 
 struct State {
@@ -439,7 +439,7 @@ impl AsyncProducer {
         let size = pending.record.size() + pending.partition_key.as_ref().map_or(0, Vec::len);
         let mut state = self.shared.lock();
         if state.closing {
-            return Err(Refusal::Closed(pending));
+            return Err(Refusal::Closed(Box::new(pending)));
         }
         match state.buffer.push(pending, size) {
             Ok(outcome) => {
@@ -461,7 +461,7 @@ impl AsyncProducer {
             }
             Err(overflow) => {
                 state.stats.overflowed += 1;
-                Err(Refusal::Overflow(overflow))
+                Err(Refusal::Overflow(Box::new(overflow)))
             }
         }
     }
@@ -643,11 +643,11 @@ impl AsyncProducer {
         state.in_flight -= batch.len();
         state.stats.failed += batch.len() as u64;
         drop(state);
-        let message = error.to_string();
-        for pending in batch {
+        for mut pending in batch {
+            pending.failures += 1;
             self.shared.emit(ProducerEvent::Failed {
                 pending,
-                error: KafkaIoError::InvalidArgument(message.clone()),
+                error: error.clone(),
             });
         }
         self.shared.progress.notify_all();

@@ -78,7 +78,7 @@ impl PyRawAsyncProducer {
                             ferrokafka_core::batch::OverflowLimit::ItemTooLarge { .. }
                         );
                     if !blocking || Instant::now() >= deadline {
-                        let topic = overflow.item.record.topic;
+                        let topic = overflow.item.record.topic.clone();
                         let waited = if blocking {
                             format!(
                                 " after blocking {:.1} s",

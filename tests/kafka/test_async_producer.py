@@ -1,0 +1,341 @@
+"""AsyncProducer against the real broker: delivery triggers, backpressure, outages, ordering."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ferrokafka import AsyncProducer, BufferOverflow, Client, ClosedError, KafkaError, Message
+from tests.conftest import KAFKA_SCRIPT, TopicFactory
+
+pytestmark = pytest.mark.kafka
+
+
+class Recorder:
+    """Collects instrumentation events and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, name: str, payload: dict[str, Any]) -> None:
+        with self._changed:
+            self.events.append((name, payload))
+            self._changed.notify_all()
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        with self._changed:
+            return [payload for event, payload in self.events if event == name]
+
+    def wait_for(self, name: str, timeout: float = 15.0) -> dict[str, Any]:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.named(name), timeout), f"no {name} event"
+            return self.named(name)[0]
+
+
+def values(client: Client, topic: str) -> list[bytes | None]:
+    return [m.value() for m in client.read_topic(topic, timeout=20.0)]
+
+
+@pytest.fixture
+def config(kafka_bootstrap: str) -> dict[str, str | int | bool]:
+    return {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5}
+
+
+def test_threshold_delivers_only_when_reached(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    recorder = Recorder()
+    with AsyncProducer(config, delivery_threshold=10) as producer:
+        producer.subscribe(recorder)
+        for n in range(9):
+            producer.produce(f"m{n}", topic=topic)
+        assert values(kafka_client, topic) == []
+        assert producer.stats()["deliveries"] == 0
+        producer.produce("m9", topic=topic)
+        assert recorder.wait_for("deliver_messages")["message_count"] == 10
+        producer.flush()
+        assert values(kafka_client, topic) == [f"m{n}".encode() for n in range(10)]
+    enqueued = recorder.named("enqueue_message")
+    assert [e["queue_size"] for e in enqueued] == list(range(1, 11))
+    assert {e["max_queue_size"] for e in enqueued} == {1000}
+
+
+def test_interval_delivers_without_being_asked(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    recorder = Recorder()
+    with AsyncProducer(config, delivery_interval=2.0) as producer:
+        producer.subscribe(recorder)
+        producer.produce_many([b"a", b"b", b"c"], topic=topic)
+        # The interval runs from the producer's creation: nothing has been handed over yet.
+        stats = producer.stats()
+        assert (stats["deliveries"], stats["in_flight"], stats["queue_size"]) == (0, 0, 3)
+        assert recorder.wait_for("deliver_messages")["message_count"] == 3
+        producer.flush()
+        assert values(kafka_client, topic) == [b"a", b"b", b"c"]
+
+
+def test_nothing_is_delivered_until_deliver_messages(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    recorder = Recorder()
+    producer = AsyncProducer(config)
+    producer.subscribe(recorder)
+    producer.produce_many([f"v{n}" for n in range(50)], topic=topic)
+    assert values(kafka_client, topic) == []
+    producer.deliver_messages()
+    assert recorder.wait_for("deliver_messages")["message_count"] == 50
+    producer.flush()
+    assert len(values(kafka_client, topic)) == 50
+    assert producer.stats()["delivered"] == 50
+    assert producer.shutdown() == []
+
+
+def test_shutdown_delivers_everything_buffered(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=3)
+    producer = AsyncProducer(config, max_queue_size=5000)
+    producer.produce_many([(f"v{n}", f"k{n}") for n in range(3000)], topic=topic)
+    assert producer.shutdown(timeout=30.0) == []
+    assert len(values(kafka_client, topic)) == 3000
+    with pytest.raises(ClosedError):
+        producer.produce(b"late", topic=topic)
+
+
+def test_raise_policy_raises_buffer_overflow_with_event(config: dict[str, Any]) -> None:
+    recorder = Recorder()
+    producer = AsyncProducer(config, max_queue_size=3)
+    producer.subscribe(recorder)
+    producer.produce_many([b"1", b"2", b"3"], topic="orders")
+    with pytest.raises(BufferOverflow, match=r"max queue size \(3 messages\)") as caught:
+        producer.produce(b"4", topic="orders")
+    assert caught.value.topic == "orders"
+    assert recorder.named("buffer_overflow") == [
+        {"topic": "orders", "limit": "max queue size (3 messages) reached"}
+    ]
+    with pytest.raises(BufferOverflow) as batch:
+        producer.produce_many([b"5"], topic="orders")
+    assert batch.value.accepted == 0
+    assert producer.stats()["overflowed"] == 2
+    producer.shutdown(timeout=5.0)
+
+
+def test_bytes_limit_and_oversize_message(config: dict[str, Any]) -> None:
+    producer = AsyncProducer(config, max_queue_bytes=100)
+    producer.produce(b"x" * 60, topic="orders")
+    with pytest.raises(BufferOverflow, match="max queue bytes"):
+        producer.produce(b"y" * 60, topic="orders")
+    with pytest.raises(BufferOverflow, match="exceeds max queue bytes"):
+        producer.produce(b"z" * 101, topic="orders")
+    producer.shutdown(timeout=5.0)
+
+
+def test_block_policy_waits_for_room(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    producer = AsyncProducer(config, max_queue_size=5, overflow="block", block_timeout=30.0)
+    producer.produce_many([f"v{n}" for n in range(5)], topic=topic)
+    freed = threading.Event()
+
+    def free_room_once_blocked() -> None:
+        # The producer counts each refused attempt: once one is counted, the caller is waiting.
+        while producer.stats()["overflowed"] == 0:
+            threading.Event().wait(0.01)
+        freed.set()
+        producer.deliver_messages()
+
+    helper = threading.Thread(target=free_room_once_blocked)
+    helper.start()
+    producer.produce(b"v5", topic=topic)
+    helper.join()
+    assert freed.is_set()
+    producer.flush()
+    assert values(kafka_client, topic) == [f"v{n}".encode() for n in range(6)]
+    producer.shutdown()
+
+
+def test_block_policy_gives_up_after_its_timeout(config: dict[str, Any]) -> None:
+    producer = AsyncProducer(config, max_queue_size=1, overflow="block", block_timeout=0.3)
+    producer.produce(b"first", topic="orders")
+    with pytest.raises(BufferOverflow, match=r"after blocking 0\.3 s"):
+        producer.produce(b"second", topic="orders")
+    producer.shutdown(timeout=5.0)
+
+
+def test_drop_oldest_counts_and_hands_back_drops(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    recorder = Recorder()
+    producer = AsyncProducer(config, max_queue_size=3, overflow="drop_oldest")
+    producer.subscribe(recorder)
+    dropped_future = producer.produce_future(b"0", topic=topic)
+    producer.produce_many([b"1", b"2", b"3", b"4"], topic=topic)
+    assert producer.stats()["dropped"] == 2
+    with pytest.raises(BufferOverflow, match="drop_oldest"):
+        dropped_future.result(timeout=10)
+    producer.flush()
+    drops = recorder.named("drop_messages")
+    assert [m.value() for d in drops for m in d["messages"]] == [b"0", b"1"]
+    assert values(kafka_client, topic) == [b"2", b"3", b"4"]
+    producer.shutdown()
+
+
+def test_callbacks_and_futures_get_delivery_results(
+    config: dict[str, Any], topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=2)
+    seen: list[tuple[Exception | None, Message]] = []
+    with AsyncProducer(config, delivery_threshold=3) as producer:
+        producer.produce(
+            b"a", topic=topic, partition=1, on_delivery=lambda e, m: seen.append((e, m))
+        )
+        future = producer.produce_future(b"b", topic=topic, partition=1)
+
+        async def wait_for_it() -> Message:
+            producer.produce(b"c", topic=topic, partition=1)
+            return await asyncio.wrap_future(future)
+
+        delivered = asyncio.run(wait_for_it())
+        producer.flush()
+    assert (delivered.topic(), delivered.partition(), delivered.offset()) == (topic, 1, 1)
+    assert delivered.error() is None
+    assert [(e, m.value(), m.offset()) for e, m in seen] == [(None, b"a", 0)]
+
+
+def test_records_keep_keys_headers_partitions_and_timestamps(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=3)
+    with AsyncProducer(config) as producer:
+        producer.produce(
+            b"explicit",
+            topic=topic,
+            key="k",
+            partition=2,
+            headers=[("a", b"1"), ("a", None), ("b", "ü")],
+            timestamp=1_600_000_000_123,
+        )
+        producer.produce_many(
+            [{"value": b"from-dict", "key": b"dk", "partition": 0, "headers": {"h": b"v"}}],
+            topic=topic,
+        )
+    by_value = {m.value(): m for m in kafka_client.read_topic(topic)}
+    explicit = by_value[b"explicit"]
+    assert explicit.partition() == 2
+    assert explicit.key() == b"k"
+    assert explicit.headers() == [("a", b"1"), ("a", None), ("b", "ü".encode())]
+    assert explicit.timestamp() == (1, 1_600_000_000_123)
+    from_dict = by_value[b"from-dict"]
+    assert (from_dict.partition(), from_dict.key(), from_dict.headers()) == (
+        0,
+        b"dk",
+        [("h", b"v")],
+    )
+
+
+def test_order_is_kept_per_partition_and_partition_key_is_crc32(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=3)
+    users = [f"user-{n}" for n in range(12)]
+    with AsyncProducer(config, max_queue_size=10_000, delivery_threshold=500) as producer:
+        for seq in range(400):
+            for user in users:
+                producer.produce(f"{user}:{seq}", topic=topic, partition_key=user)
+    seen: dict[str, list[int]] = {}
+    for message in kafka_client.read_topic(topic, timeout=30.0):
+        user, sequence = (message.value() or b"").decode().split(":")
+        assert message.partition() == zlib.crc32(user.encode()) % 3
+        assert message.key() is None
+        seen.setdefault(user, []).append(int(sequence))
+    assert seen == {user: list(range(400)) for user in users}
+
+
+def test_a_bad_message_fails_alone_and_is_handed_back(
+    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    recorder = Recorder()
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2000})
+    producer.subscribe(recorder)
+    failed_future = producer.produce_future(b"x" * 5000, topic=topic, key="big")
+    producer.produce_many([b"ok-1", b"ok-2"], topic=topic)
+    producer.flush()
+    with pytest.raises(KafkaError, match=r"MessageSizeTooLarge"):
+        failed_future.result(timeout=10)
+    failed = producer.take_failed()
+    assert [(m.key(), len(m.value() or b"")) for m in failed] == [(b"big", 5000)]
+    assert isinstance(failed[0].error(), KafkaError)
+    final = [e for e in recorder.named("delivery_error") if e["final"]]
+    assert len(final) == 1
+    assert values(kafka_client, topic) == [b"ok-1", b"ok-2"]
+    assert producer.shutdown() == []
+
+
+def test_exhausted_retries_hand_messages_back() -> None:
+    producer = AsyncProducer(
+        {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": 500},
+        max_retries=1,
+    )
+    producer.produce_many([f"v{n}" for n in range(5)], topic="nowhere")
+    producer.flush(timeout=20.0)
+    failed = producer.take_failed()
+    assert sorted(m.value() or b"" for m in failed) == [f"v{n}".encode() for n in range(5)]
+    assert all(isinstance(m.error(), KafkaError) for m in failed)
+    stats = producer.stats()
+    assert (stats["failed"], stats["retried"], stats["delivered"]) == (5, 5, 0)
+    producer.shutdown(timeout=2.0)
+
+
+@pytest.fixture
+def outage_broker() -> Iterator[tuple[str, dict[str, str]]]:
+    """A broker of this test's own, which the test can pause (an outage) and resume."""
+    port = os.environ.get("FERROKAFKA_OUTAGE_KAFKA_PORT", "19292")
+    env = {**os.environ, "KAFKA_PORT": port}
+    started = subprocess.run(
+        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=True
+    )
+    try:
+        yield started.stdout.strip().splitlines()[-1], env
+    finally:
+        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
+
+
+def test_broker_outage_loses_and_duplicates_nothing_with_idempotence(
+    outage_broker: tuple[str, dict[str, str]],
+) -> None:
+    bootstrap, env = outage_broker
+    client = Client({"bootstrap.servers": bootstrap})
+    client.create_topics(["outage"], timeout=30.0)
+    producer = AsyncProducer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5},
+        max_queue_size=10_000,
+    )
+    producer.produce_many([f"before-{n}" for n in range(100)], topic="outage")
+    producer.flush(timeout=30.0)
+
+    subprocess.run(["bash", str(KAFKA_SCRIPT), "pause"], env=env, check=True)
+    producer.produce_many([f"during-{n}" for n in range(1000)], topic="outage")
+    producer.deliver_messages()
+    subprocess.run(["bash", str(KAFKA_SCRIPT), "resume"], env=env, check=True, capture_output=True)
+    producer.flush(timeout=60.0)
+    assert producer.take_failed() == []
+    assert producer.shutdown() == []
+
+    got = [(m.value() or b"").decode() for m in client.read_topic("outage", timeout=30.0)]
+    expected = [f"before-{n}" for n in range(100)] + [f"during-{n}" for n in range(1000)]
+    assert sorted(got) == sorted(expected)  # each exactly once

@@ -1,0 +1,95 @@
+"""AsyncProducer argument checks, without a broker."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ferrokafka import AsyncProducer, ConfigError, FerrokafkaError
+
+NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
+
+
+@pytest.fixture
+def producer() -> AsyncProducer:
+    return AsyncProducer(NOWHERE)
+
+
+def test_unknown_config_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"no\.such\.key"):
+        AsyncProducer({**NOWHERE, "no.such.key": 1})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_queue_size": 0}, "max_queue_size"),
+        ({"max_queue_bytes": -1}, "max_queue_bytes"),
+        ({"overflow": "sometimes"}, "overflow must be"),
+        ({"delivery_threshold": 2000}, "cannot exceed max_queue_size"),
+        ({"delivery_interval": -1.0}, "delivery_interval"),
+        ({"max_retries": -2}, "max_retries"),
+        ({"block_timeout": 0.0}, "block_timeout"),
+    ],
+)
+def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AsyncProducer(NOWHERE, **options)  # type: ignore[arg-type]
+
+
+def test_bad_arguments_raise_before_anything_is_queued(producer: AsyncProducer) -> None:
+    with pytest.raises(TypeError, match="topic must be a str"):
+        producer.produce(b"v", topic=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty"):
+        producer.produce(b"v", topic="")
+    with pytest.raises(TypeError, match="value must be bytes, str or None"):
+        producer.produce(3.5, topic="t")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="key must be bytes"):
+        producer.produce(b"v", topic="t", key=7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="headers must be a dict or a list"):
+        producer.produce(b"v", topic="t", headers=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="each record must be"):
+        producer.produce_many([b"ok", 5], topic="t")  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="need topic="):
+        producer.produce_many([b"no topic"])
+    assert producer.stats()["enqueued"] == 0
+    producer.shutdown(timeout=2.0)
+
+
+def test_str_values_and_keys_are_utf8(producer: AsyncProducer) -> None:
+    producer.produce("ünïcode", topic="t", key="ключ")
+    assert producer.stats()["queue_bytes"] == len("ünïcode".encode()) + len("ключ".encode())
+    undelivered = producer.shutdown(timeout=1.0)
+    assert [(m.value(), m.key()) for m in undelivered] in (
+        [],
+        [("ünïcode".encode(), "ключ".encode())],
+    )
+
+
+def test_shutdown_hands_back_undelivered_messages() -> None:
+    producer = AsyncProducer({**NOWHERE, "message.timeout.ms": 60_000})
+    producer.produce_many([b"a", b"b"], topic="t")
+    undelivered = producer.shutdown(timeout=0.5)
+    assert sorted(m.value() or b"" for m in undelivered) == [b"a", b"b"]
+    assert all(isinstance(m.error(), FerrokafkaError) for m in undelivered)
+    assert producer.shutdown() == []
+
+
+def test_producer_refuses_use_after_fork(producer: AsyncProducer) -> None:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            producer.produce(b"v", topic="t")
+            outcome = b"no error"
+        except FerrokafkaError as err:
+            outcome = str(err).encode()
+        os.write(write_end, outcome)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        reported = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert "cannot be used after fork" in reported
+    producer.shutdown(timeout=1.0)
