@@ -11,7 +11,11 @@ pub struct Rng(u64);
 impl Rng {
     /// A generator from a non-zero seed (zero is replaced by a fixed constant).
     pub fn new(seed: u64) -> Self {
-        Self(if seed == 0 { 0x9e37_79b9_7f4a_7c15 } else { seed })
+        Self(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
     }
 
     /// The next 64 random bits.

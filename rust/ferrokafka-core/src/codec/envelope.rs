@@ -1,0 +1,659 @@
+//! The Karafka-compatible scheduled-message envelope: proxy messages for the schedules topic and
+//! their `schedule_*` headers, built and parsed.
+//!
+//! Invariants:
+//! - Header names and values are exactly Karafka Pro's (schema "1.0.0"), so Ruby and Python
+//!   producers and schedulers interoperate: numbers are decimal ASCII, epochs are Unix *seconds*.
+//! - Building validates (non-empty key, epoch within [now - 10 s, now + 100 years], which also
+//!   refuses millisecond epochs, payload size limit); parsing checks structure and schema version
+//!   only, because a schedule read back by the daemon may legitimately be past due.
+//! - A header name given twice resolves to its last value (Karafka reads headers as a hash).
+//! - Pure: the random part of a default key (a UUID v4) comes from the caller's 16 bytes.
+
+use std::cmp::Ordering;
+
+use crate::CoreError;
+use crate::codec::json::compare_versions;
+
+/// The schedule schema version this build writes and the newest it reads.
+pub const SCHEMA_VERSION: &str = "1.0.0";
+/// Header: schema version of the proxy message.
+pub const SCHEMA_VERSION_HEADER: &str = "schedule_schema_version";
+/// Header: when to dispatch, Unix seconds as a decimal string.
+pub const TARGET_EPOCH_HEADER: &str = "schedule_target_epoch";
+/// Header: the proxy's kind: `schedule`, `cancel` or `tombstone`.
+pub const SOURCE_TYPE_HEADER: &str = "schedule_source_type";
+/// Header: topic of the message to dispatch.
+pub const TARGET_TOPIC_HEADER: &str = "schedule_target_topic";
+/// Header: partition of the message to dispatch (optional).
+pub const TARGET_PARTITION_HEADER: &str = "schedule_target_partition";
+/// Header: key of the message to dispatch (optional).
+pub const TARGET_KEY_HEADER: &str = "schedule_target_key";
+/// Header: partition key of the message to dispatch (optional).
+pub const TARGET_PARTITION_KEY_HEADER: &str = "schedule_target_partition_key";
+/// Dispatch-time header: the schedules topic the proxy came from.
+pub const SOURCE_TOPIC_HEADER: &str = "schedule_source_topic";
+/// Dispatch-time header: the schedules partition the proxy came from.
+pub const SOURCE_PARTITION_HEADER: &str = "schedule_source_partition";
+/// Dispatch-time header: the proxy's offset (also on the tombstone that retires it).
+pub const SOURCE_OFFSET_HEADER: &str = "schedule_source_offset";
+/// Dispatch-time header: the proxy's key.
+pub const SOURCE_KEY_HEADER: &str = "schedule_source_key";
+
+/// Seconds in 100 Julian years: the farthest ahead a schedule may be.
+const HUNDRED_YEARS_SECS: i64 = 3_155_760_000;
+
+/// A Kafka header list: names with byte values, in record order.
+pub type Headers = Vec<(String, Vec<u8>)>;
+
+/// What a record on the schedules topic means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceType {
+    /// A message to dispatch at an epoch.
+    Schedule,
+    /// The user cancelled the schedule with this key.
+    Cancel,
+    /// The scheduler dispatched the schedule with this key (or compaction removed it).
+    Tombstone,
+}
+
+impl SourceType {
+    /// The header value naming this kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Schedule => "schedule",
+            Self::Cancel => "cancel",
+            Self::Tombstone => "tombstone",
+        }
+    }
+}
+
+/// Limits applied when building a schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleLimits {
+    /// Largest accepted payload in bytes (default: 100 MiB).
+    pub max_payload_bytes: usize,
+    /// How far in the past an epoch may be, in seconds (default: 10).
+    pub max_past_secs: i64,
+    /// How far ahead an epoch may be, in seconds (default: 100 years).
+    pub max_future_secs: i64,
+}
+
+impl Default for ScheduleLimits {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 100 << 20,
+            max_past_secs: 10,
+            max_future_secs: HUNDRED_YEARS_SECS,
+        }
+    }
+}
+
+/// Where and how the scheduled message is finally produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetAddress {
+    /// Target topic.
+    pub topic: String,
+    /// Explicit target partition.
+    pub partition: Option<i32>,
+    /// Target message key.
+    pub key: Option<String>,
+    /// Target partition key (chooses the partition by hash).
+    pub partition_key: Option<String>,
+}
+
+/// The message the user wants delivered later.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetMessage {
+    /// Where it goes.
+    pub address: TargetAddress,
+    /// Its payload (`None` produces a null value).
+    pub payload: Option<Vec<u8>>,
+    /// Its own headers; they travel on the proxy and are restored at dispatch.
+    pub headers: Headers,
+}
+
+/// Where the proxy goes: the schedules topic, and optionally the proxy's key and partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Envelope {
+    /// The schedules topic.
+    pub topic: String,
+    /// Proxy key; it identifies the schedule for replacement and cancellation.
+    pub key: Option<String>,
+    /// Explicit schedules partition.
+    pub partition: Option<i32>,
+    /// Partition key for the schedules topic.
+    pub partition_key: Option<String>,
+}
+
+/// A message ready to be produced to the schedules topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyMessage {
+    /// The schedules topic.
+    pub topic: String,
+    /// The proxy key (never empty).
+    pub key: String,
+    /// Explicit schedules partition.
+    pub partition: Option<i32>,
+    /// Partition key for the schedules topic.
+    pub partition_key: Option<String>,
+    /// The target payload for a schedule; `None` for a cancel.
+    pub payload: Option<Vec<u8>>,
+    /// User headers plus the `schedule_*` headers.
+    pub headers: Headers,
+}
+
+/// The meaning of a parsed proxy record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyRecord {
+    /// Dispatch to `target` at `epoch_secs`.
+    Schedule {
+        /// Unix seconds.
+        epoch_secs: i64,
+        /// The target message's address.
+        target: TargetAddress,
+    },
+    /// Cancel the schedule with the record's key.
+    Cancel,
+    /// The schedule with the record's key was dispatched; `source_offset` is the dispatched
+    /// proxy's offset when the header is present.
+    Tombstone {
+        /// Offset of the dispatched proxy.
+        source_offset: Option<u64>,
+    },
+}
+
+/// Where a proxy record was read, for the dispatch-time headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxySource<'a> {
+    /// The schedules topic.
+    pub topic: &'a str,
+    /// The schedules partition.
+    pub partition: i32,
+    /// The proxy's offset.
+    pub offset: u64,
+    /// The proxy's key.
+    pub key: &'a str,
+}
+
+/// Checks that `epoch_secs` is a plausible schedule time at `now_secs`: at most
+/// `limits.max_past_secs` in the past and `limits.max_future_secs` ahead (a millisecond epoch is
+/// thousands of years ahead and so refused).
+pub fn validate_epoch(
+    epoch_secs: i64,
+    now_secs: i64,
+    limits: &ScheduleLimits,
+) -> Result<(), CoreError> {
+    if epoch_secs < now_secs.saturating_sub(limits.max_past_secs) {
+        return Err(CoreError::InvalidArgument(format!(
+            "epoch {epoch_secs} is more than {} s in the past (now {now_secs})",
+            limits.max_past_secs
+        )));
+    }
+    if epoch_secs > now_secs.saturating_add(limits.max_future_secs) {
+        return Err(CoreError::InvalidArgument(format!(
+            "epoch {epoch_secs} is more than {} s ahead (now {now_secs}); epochs are in seconds, not milliseconds",
+            limits.max_future_secs
+        )));
+    }
+    Ok(())
+}
+
+/// Formats 16 random bytes as a UUID version 4 string (the version and variant bits are set).
+pub fn format_uuid_v4(random: [u8; 16]) -> String {
+    let mut bytes = random;
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(36);
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+/// The default proxy key: `"<target_topic>-<uuid4>"`.
+pub fn default_proxy_key(target_topic: &str, random: [u8; 16]) -> String {
+    format!("{target_topic}-{}", format_uuid_v4(random))
+}
+
+/// Builds the proxy that schedules `message` for `epoch_secs` (Unix seconds).
+///
+/// The proxy key is `envelope.key`, else [`default_proxy_key`] from `random`. Fails with
+/// [`CoreError::InvalidArgument`] for an empty topic or key or an out-of-range epoch, and with
+/// [`CoreError::TooLarge`] for an oversized payload.
+pub fn schedule_proxy(
+    message: &TargetMessage,
+    epoch_secs: i64,
+    envelope: &Envelope,
+    random: [u8; 16],
+    now_secs: i64,
+    limits: &ScheduleLimits,
+) -> Result<ProxyMessage, CoreError> {
+    let address = &message.address;
+    require_non_empty("target topic", &address.topic)?;
+    require_non_empty("schedules topic", &envelope.topic)?;
+    validate_epoch(epoch_secs, now_secs, limits)?;
+    if message
+        .payload
+        .as_ref()
+        .is_some_and(|p| p.len() > limits.max_payload_bytes)
+    {
+        return Err(CoreError::TooLarge {
+            what: "scheduled payload (bytes)",
+            limit: limits.max_payload_bytes as u64,
+        });
+    }
+    let key = match &envelope.key {
+        Some(key) => key.clone(),
+        None => default_proxy_key(&address.topic, random),
+    };
+    require_non_empty("proxy key", &key)?;
+    let mut headers = message.headers.clone();
+    set_header(&mut headers, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
+    set_header(&mut headers, TARGET_EPOCH_HEADER, &epoch_secs.to_string());
+    set_header(
+        &mut headers,
+        SOURCE_TYPE_HEADER,
+        SourceType::Schedule.as_str(),
+    );
+    set_header(&mut headers, TARGET_TOPIC_HEADER, &address.topic);
+    if let Some(partition) = address.partition {
+        set_header(
+            &mut headers,
+            TARGET_PARTITION_HEADER,
+            &partition.to_string(),
+        );
+    }
+    if let Some(target_key) = &address.key {
+        set_header(&mut headers, TARGET_KEY_HEADER, target_key);
+    }
+    if let Some(partition_key) = &address.partition_key {
+        set_header(&mut headers, TARGET_PARTITION_KEY_HEADER, partition_key);
+    }
+    Ok(ProxyMessage {
+        topic: envelope.topic.clone(),
+        key,
+        partition: envelope.partition,
+        partition_key: envelope.partition_key.clone(),
+        payload: message.payload.clone(),
+        headers,
+    })
+}
+
+/// Builds the proxy that cancels the schedule with `key`.
+pub fn cancel_proxy(key: &str, envelope: &Envelope) -> Result<ProxyMessage, CoreError> {
+    require_non_empty("schedules topic", &envelope.topic)?;
+    require_non_empty("proxy key", key)?;
+    let mut headers = Headers::new();
+    set_header(&mut headers, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
+    set_header(
+        &mut headers,
+        SOURCE_TYPE_HEADER,
+        SourceType::Cancel.as_str(),
+    );
+    Ok(ProxyMessage {
+        topic: envelope.topic.clone(),
+        key: key.to_owned(),
+        partition: envelope.partition,
+        partition_key: envelope.partition_key.clone(),
+        payload: None,
+        headers,
+    })
+}
+
+/// Headers of the dispatched target message: the proxy's headers plus `schedule_source_*`.
+pub fn dispatch_headers(proxy_headers: &[(String, Vec<u8>)], source: &ProxySource<'_>) -> Headers {
+    let mut headers = proxy_headers.to_vec();
+    set_header(&mut headers, SOURCE_TOPIC_HEADER, source.topic);
+    set_header(
+        &mut headers,
+        SOURCE_PARTITION_HEADER,
+        &source.partition.to_string(),
+    );
+    set_header(
+        &mut headers,
+        SOURCE_OFFSET_HEADER,
+        &source.offset.to_string(),
+    );
+    set_header(&mut headers, SOURCE_KEY_HEADER, source.key);
+    headers
+}
+
+/// Headers of the tombstone that retires a dispatched proxy (same key and partition, null
+/// payload): the proxy's headers with type `tombstone` and `schedule_source_offset`.
+pub fn tombstone_headers(proxy_headers: &[(String, Vec<u8>)], proxy_offset: u64) -> Headers {
+    let mut headers = proxy_headers.to_vec();
+    set_header(&mut headers, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
+    set_header(
+        &mut headers,
+        SOURCE_TYPE_HEADER,
+        SourceType::Tombstone.as_str(),
+    );
+    set_header(
+        &mut headers,
+        SOURCE_OFFSET_HEADER,
+        &proxy_offset.to_string(),
+    );
+    headers
+}
+
+/// The `schedule_*` headers of one record, each the last value given for its name.
+#[derive(Default)]
+struct ScheduleHeaderValues<'a> {
+    schema_version: Option<&'a [u8]>,
+    source_type: Option<&'a [u8]>,
+    epoch: Option<&'a [u8]>,
+    topic: Option<&'a [u8]>,
+    partition: Option<&'a [u8]>,
+    key: Option<&'a [u8]>,
+    partition_key: Option<&'a [u8]>,
+    source_offset: Option<&'a [u8]>,
+}
+
+/// Parses the headers of a schedules-topic record.
+///
+/// Errors: [`CoreError::MissingHeader`], [`CoreError::InvalidHeader`] (bad number, unknown type,
+/// non-UTF-8 text), [`CoreError::UnsupportedVersion`] for a schema newer than [`SCHEMA_VERSION`].
+pub fn parse_proxy_headers<K, V>(headers: &[(K, V)]) -> Result<ProxyRecord, CoreError>
+where
+    K: AsRef<str>,
+    V: AsRef<[u8]>,
+{
+    let mut values = ScheduleHeaderValues::default();
+    for (name, value) in headers {
+        let value = Some(value.as_ref());
+        match name.as_ref() {
+            SCHEMA_VERSION_HEADER => values.schema_version = value,
+            SOURCE_TYPE_HEADER => values.source_type = value,
+            TARGET_EPOCH_HEADER => values.epoch = value,
+            TARGET_TOPIC_HEADER => values.topic = value,
+            TARGET_PARTITION_HEADER => values.partition = value,
+            TARGET_KEY_HEADER => values.key = value,
+            TARGET_PARTITION_KEY_HEADER => values.partition_key = value,
+            SOURCE_OFFSET_HEADER => values.source_offset = value,
+            _ => {}
+        }
+    }
+    let version = text(
+        SCHEMA_VERSION_HEADER,
+        required(SCHEMA_VERSION_HEADER, values.schema_version)?,
+    )?;
+    check_schema_version(version)?;
+    let source_type = text(
+        SOURCE_TYPE_HEADER,
+        required(SOURCE_TYPE_HEADER, values.source_type)?,
+    )?;
+    match source_type {
+        "schedule" => {
+            let epoch = text(
+                TARGET_EPOCH_HEADER,
+                required(TARGET_EPOCH_HEADER, values.epoch)?,
+            )?;
+            let epoch_secs = number(TARGET_EPOCH_HEADER, epoch)?;
+            let topic = text(
+                TARGET_TOPIC_HEADER,
+                required(TARGET_TOPIC_HEADER, values.topic)?,
+            )?;
+            if topic.is_empty() {
+                return Err(invalid(TARGET_TOPIC_HEADER, "empty topic"));
+            }
+            let partition = values
+                .partition
+                .map(|raw| {
+                    text(TARGET_PARTITION_HEADER, raw)
+                        .and_then(|t| number(TARGET_PARTITION_HEADER, t))
+                })
+                .transpose()?;
+            let optional_text = |name, raw: Option<&[u8]>| {
+                raw.map(|raw| text(name, raw).map(str::to_owned))
+                    .transpose()
+            };
+            Ok(ProxyRecord::Schedule {
+                epoch_secs,
+                target: TargetAddress {
+                    topic: topic.to_owned(),
+                    partition,
+                    key: optional_text(TARGET_KEY_HEADER, values.key)?,
+                    partition_key: optional_text(
+                        TARGET_PARTITION_KEY_HEADER,
+                        values.partition_key,
+                    )?,
+                },
+            })
+        }
+        "cancel" => Ok(ProxyRecord::Cancel),
+        "tombstone" => Ok(ProxyRecord::Tombstone {
+            source_offset: values
+                .source_offset
+                .map(|raw| {
+                    text(SOURCE_OFFSET_HEADER, raw).and_then(|t| number(SOURCE_OFFSET_HEADER, t))
+                })
+                .transpose()?,
+        }),
+        other => Err(invalid(
+            SOURCE_TYPE_HEADER,
+            format!("unknown type {other:?} (expected schedule, cancel or tombstone)"),
+        )),
+    }
+}
+
+/// Refuses a `major.minor.patch` version newer than [`SCHEMA_VERSION`].
+fn check_schema_version(found: &str) -> Result<(), CoreError> {
+    match compare_versions(found, SCHEMA_VERSION) {
+        None => Err(invalid(
+            SCHEMA_VERSION_HEADER,
+            format!("not a version: {found:?}"),
+        )),
+        Some(Ordering::Greater) => Err(CoreError::UnsupportedVersion {
+            what: "schedule schema",
+            found: found.to_owned(),
+            supported: SCHEMA_VERSION,
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+fn required<'a>(name: &'static str, value: Option<&'a [u8]>) -> Result<&'a [u8], CoreError> {
+    value.ok_or(CoreError::MissingHeader { name })
+}
+
+fn text<'a>(name: &'static str, raw: &'a [u8]) -> Result<&'a str, CoreError> {
+    std::str::from_utf8(raw).map_err(|_| invalid(name, "not UTF-8"))
+}
+
+fn number<T: std::str::FromStr>(name: &'static str, text: &str) -> Result<T, CoreError> {
+    // Decimal digits only (with an optional leading minus): no "+1", no " 1", no "1e3".
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid(name, format!("not a decimal integer: {text:?}")));
+    }
+    text.parse()
+        .map_err(|_| invalid(name, format!("out of range: {text:?}")))
+}
+
+fn invalid(name: &'static str, reason: impl Into<String>) -> CoreError {
+    CoreError::InvalidHeader {
+        name,
+        reason: reason.into(),
+    }
+}
+
+fn require_non_empty(what: &str, value: &str) -> Result<(), CoreError> {
+    if value.is_empty() {
+        return Err(CoreError::InvalidArgument(format!(
+            "{what} must not be empty"
+        )));
+    }
+    Ok(())
+}
+
+/// Replaces every header called `name` with one `name: value` at the end.
+fn set_header(headers: &mut Headers, name: &str, value: &str) {
+    headers.retain(|(existing, _)| existing != name);
+    headers.push((name.to_owned(), value.as_bytes().to_vec()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn message() -> TargetMessage {
+        TargetMessage {
+            address: TargetAddress {
+                topic: "orders".into(),
+                partition: Some(2),
+                key: Some("order-1".into()),
+                partition_key: None,
+            },
+            payload: Some(b"{\"id\":1}".to_vec()),
+            headers: vec![("trace".into(), b"abc".to_vec())],
+        }
+    }
+
+    fn envelope() -> Envelope {
+        Envelope {
+            topic: "schedules".into(),
+            ..Envelope::default()
+        }
+    }
+
+    fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a [u8]> {
+        headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    #[test]
+    fn schedule_proxy_round_trips_through_parse() {
+        let limits = ScheduleLimits::default();
+        let proxy =
+            schedule_proxy(&message(), NOW + 60, &envelope(), [7; 16], NOW, &limits).unwrap();
+        assert_eq!(proxy.key, "orders-07070707-0707-4707-8707-070707070707");
+        assert_eq!(
+            header(&proxy.headers, TARGET_EPOCH_HEADER),
+            Some(&b"1700000060"[..])
+        );
+        assert_eq!(header(&proxy.headers, "trace"), Some(&b"abc"[..]));
+        assert_eq!(
+            parse_proxy_headers(&proxy.headers).unwrap(),
+            ProxyRecord::Schedule {
+                epoch_secs: NOW + 60,
+                target: message().address
+            }
+        );
+    }
+
+    #[test]
+    fn schedule_validation() {
+        let limits = ScheduleLimits {
+            max_payload_bytes: 4,
+            ..ScheduleLimits::default()
+        };
+        let build = |epoch, key: Option<&str>| {
+            let envelope = Envelope {
+                key: key.map(str::to_owned),
+                ..envelope()
+            };
+            schedule_proxy(
+                &message(),
+                epoch,
+                &envelope,
+                [0; 16],
+                NOW,
+                &ScheduleLimits::default(),
+            )
+        };
+        assert!(build(NOW - 10, None).is_ok());
+        assert!(build(NOW - 11, None).is_err());
+        assert!(build(NOW * 1000, None).is_err(), "milliseconds are refused");
+        assert!(build(NOW, Some("")).is_err());
+        assert!(matches!(
+            schedule_proxy(&message(), NOW, &envelope(), [0; 16], NOW, &limits),
+            Err(CoreError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn cancel_and_tombstone_parse() {
+        let cancel = cancel_proxy("k", &envelope()).unwrap();
+        assert_eq!(
+            parse_proxy_headers(&cancel.headers),
+            Ok(ProxyRecord::Cancel)
+        );
+        let tombstone = tombstone_headers(&cancel.headers, 42);
+        assert_eq!(
+            parse_proxy_headers(&tombstone),
+            Ok(ProxyRecord::Tombstone {
+                source_offset: Some(42)
+            })
+        );
+        assert!(cancel_proxy("", &envelope()).is_err());
+    }
+
+    #[test]
+    fn dispatch_headers_add_the_source() {
+        let source = ProxySource {
+            topic: "schedules",
+            partition: 3,
+            offset: 9,
+            key: "k",
+        };
+        let headers = dispatch_headers(&[("a".into(), b"1".to_vec())], &source);
+        assert_eq!(header(&headers, SOURCE_PARTITION_HEADER), Some(&b"3"[..]));
+        assert_eq!(header(&headers, SOURCE_OFFSET_HEADER), Some(&b"9"[..]));
+        assert_eq!(header(&headers, SOURCE_KEY_HEADER), Some(&b"k"[..]));
+    }
+
+    #[test]
+    fn parse_errors_name_the_problem() {
+        let base = |version: &str, kind: &str, epoch: &str| {
+            vec![
+                (SCHEMA_VERSION_HEADER, version.as_bytes().to_vec()),
+                (SOURCE_TYPE_HEADER, kind.as_bytes().to_vec()),
+                (TARGET_EPOCH_HEADER, epoch.as_bytes().to_vec()),
+                (TARGET_TOPIC_HEADER, b"t".to_vec()),
+            ]
+        };
+        assert!(matches!(
+            parse_proxy_headers(&base("1.1.0", "schedule", "1")),
+            Err(CoreError::UnsupportedVersion { .. })
+        ));
+        assert!(matches!(
+            parse_proxy_headers(&base("1.0.0", "later", "1")),
+            Err(CoreError::InvalidHeader {
+                name: SOURCE_TYPE_HEADER,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse_proxy_headers(&base("1.0.0", "schedule", "12x")),
+            Err(CoreError::InvalidHeader {
+                name: TARGET_EPOCH_HEADER,
+                ..
+            })
+        ));
+        let no_topic: Vec<_> = base("1.0.0", "schedule", "1").into_iter().take(3).collect();
+        assert_eq!(
+            parse_proxy_headers(&no_topic),
+            Err(CoreError::MissingHeader {
+                name: TARGET_TOPIC_HEADER
+            })
+        );
+        let empty: Vec<(String, Vec<u8>)> = Vec::new();
+        assert_eq!(
+            parse_proxy_headers(&empty),
+            Err(CoreError::MissingHeader {
+                name: SCHEMA_VERSION_HEADER
+            })
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! Codecs: bounded zlib, JSON documents (state and process reports), the scheduled-message
+//! header envelope and the binary redelivery marker format.
+//!
+//! Invariants: every decoder is total: any input bytes give a value or a [`crate::CoreError`],
+//! never a panic, and never an allocation beyond the caller's size limit.
+
+pub mod envelope;
+pub mod json;
+pub mod marker_codec;
+pub mod report;
+pub mod state;
+pub mod zlib;

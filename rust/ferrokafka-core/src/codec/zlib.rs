@@ -1,0 +1,151 @@
+//! zlib (RFC 1950) compression with bounded decompression.
+//!
+//! Invariants: [`inflate`] never holds more than `max_output + 1` bytes of output: it grows its
+//! buffer geometrically (from 4x the input) up to that cap while streaming and stops with
+//! [`CoreError::TooLarge`] as soon as the output passes the limit, so a zip bomb costs at most the
+//! limit in memory. Corrupt,
+//! truncated or trailing-garbage input is [`CoreError::Corrupt`].
+//!
+//! Backend: flate2 on zlib-rs (pure Rust, no C toolchain), chosen by `benches/codec.rs` against
+//! miniz_oxide, libdeflate and zlib-ng (figures in `benches/RESULTS-core.md`). The output is
+//! standard zlib, readable by Ruby's `Zlib::Inflate` and Python's `zlib`.
+
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+
+use crate::CoreError;
+
+/// The compression level used when the caller has no preference (zlib's default).
+pub const DEFAULT_LEVEL: u32 = 6;
+
+/// Smallest first output allocation of [`inflate`] (it starts at 4x the input, then doubles).
+const FIRST_OUTPUT: usize = 4096;
+
+/// Compresses `data` into a zlib stream at `level` (0 = store .. 9 = smallest).
+pub fn deflate(data: &[u8], level: u32) -> Result<Vec<u8>, CoreError> {
+    if level > 9 {
+        return Err(CoreError::InvalidArgument(format!(
+            "zlib level must be 0..=9, got {level}"
+        )));
+    }
+    let mut encoder = Compress::new(Compression::new(level), true);
+    // zlib's compressBound: stored blocks cost 5 bytes per 16 KiB, plus header and checksum.
+    let mut out = Vec::with_capacity(data.len() + data.len() / 1000 + 64);
+    loop {
+        let consumed = stream_position(encoder.total_in());
+        let input = data.get(consumed..).unwrap_or_default();
+        if out.len() == out.capacity() {
+            out.reserve(FIRST_OUTPUT);
+        }
+        let status = encoder
+            .compress_vec(input, &mut out, FlushCompress::Finish)
+            .map_err(|err| CoreError::corrupt(format!("zlib compressor: {err}")))?;
+        if status == Status::StreamEnd {
+            return Ok(out);
+        }
+    }
+}
+
+/// Decompresses the zlib stream `data`, refusing output longer than `max_output` bytes.
+pub fn inflate(data: &[u8], max_output: usize) -> Result<Vec<u8>, CoreError> {
+    let cap = max_output.saturating_add(1);
+    let first = cap.min(data.len().saturating_mul(4).max(FIRST_OUTPUT));
+    let mut out: Vec<u8> = Vec::with_capacity(first);
+    let mut decoder = Decompress::new(true);
+    loop {
+        if out.len() == out.capacity() {
+            let target = cap.min(out.capacity().saturating_mul(2));
+            out.reserve_exact(target.saturating_sub(out.len()));
+        }
+        let consumed = stream_position(decoder.total_in());
+        let input = data.get(consumed..).unwrap_or_default();
+        let produced_before = out.len();
+        let status = decoder
+            .decompress_vec(input, &mut out, FlushDecompress::None)
+            .map_err(|err| CoreError::corrupt(format!("zlib stream: {err}")))?;
+        if out.len() > max_output {
+            return Err(CoreError::TooLarge {
+                what: "inflated output (bytes)",
+                limit: max_output as u64,
+            });
+        }
+        let consumed_now = stream_position(decoder.total_in());
+        match status {
+            Status::StreamEnd if consumed_now == data.len() => return Ok(out),
+            Status::StreamEnd => {
+                return Err(CoreError::corrupt(format!(
+                    "zlib stream: {} trailing bytes after the end",
+                    data.len() - consumed_now
+                )));
+            }
+            Status::Ok | Status::BufError => {
+                let stalled = consumed_now == consumed && out.len() == produced_before;
+                if stalled && out.len() < out.capacity() {
+                    return Err(CoreError::corrupt("zlib stream: truncated"));
+                }
+            }
+        }
+    }
+}
+
+/// A stream counter as a slice index (the counters never exceed the slice length).
+fn stream_position(total: u64) -> usize {
+    usize::try_from(total).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_at_every_level() {
+        let data: Vec<u8> = (0..50_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        for level in 0..=9 {
+            let packed = deflate(&data, level).unwrap();
+            assert_eq!(inflate(&packed, data.len()).unwrap(), data, "level {level}");
+        }
+        assert!(deflate(b"x", 10).is_err());
+    }
+
+    #[test]
+    fn empty_input_round_trips() {
+        let packed = deflate(b"", DEFAULT_LEVEL).unwrap();
+        assert_eq!(inflate(&packed, 0).unwrap(), b"");
+    }
+
+    #[test]
+    fn limit_is_enforced_while_streaming() {
+        let bomb = deflate(&vec![0u8; 10 << 20], 9).unwrap();
+        assert!(bomb.len() < 20_000);
+        assert_eq!(
+            inflate(&bomb, 1 << 20),
+            Err(CoreError::TooLarge {
+                what: "inflated output (bytes)",
+                limit: 1 << 20
+            })
+        );
+        assert_eq!(inflate(&bomb, 10 << 20).map(|out| out.len()), Ok(10 << 20));
+    }
+
+    #[test]
+    fn corrupt_truncated_and_trailing_input_are_refused() {
+        let packed = deflate(b"hello hello hello", DEFAULT_LEVEL).unwrap();
+        let truncated = &packed[..packed.len() - 3];
+        assert!(matches!(
+            inflate(truncated, 100),
+            Err(CoreError::Corrupt { .. })
+        ));
+        let mut trailing = packed.clone();
+        trailing.push(0);
+        assert!(matches!(
+            inflate(&trailing, 100),
+            Err(CoreError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            inflate(b"not zlib", 100),
+            Err(CoreError::Corrupt { .. })
+        ));
+        assert!(matches!(inflate(b"", 100), Err(CoreError::Corrupt { .. })));
+    }
+}

@@ -1,0 +1,30 @@
+//! ferrokafka-core: the pure heart of ferrokafka.
+//!
+//! Invariants: no I/O, no threads, no clock reads (time is always an argument: milliseconds since
+//! the Unix epoch as `u64` unless a name says seconds), no Python and no Kafka. Every structure
+//! here is deterministic, so it is tested with `cargo test` alone (unit tests, proptest models and
+//! fuzz-style totality tests in `tests/`) and benchmarked with criterion (`benches/`).
+
+#![deny(unsafe_code)]
+
+pub mod batch;
+pub mod calendar;
+pub mod codec;
+pub mod deadline_queue;
+pub mod error;
+pub mod markers;
+pub mod schedule;
+
+pub use batch::{
+    BatchBuffer, BufferLimits, DeliveryPolicy, Overflow, OverflowLimit, OverflowPolicy, PushOutcome,
+};
+pub use codec::json::{Document, decode_document, encode_document};
+pub use deadline_queue::DeadlineQueue;
+pub use error::CoreError;
+pub use markers::{
+    Marker, MarkerOutcome, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
+};
+pub use schedule::{
+    ApplyOutcome, Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig,
+    TrackerState,
+};
