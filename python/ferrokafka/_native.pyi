@@ -200,8 +200,10 @@ class _RawAsyncProducer:
         headers: _Headers | None = None,
         timestamp: int | None = None,
         track: bool = False,
-    ) -> tuple[int, int]:
-        """Queue one record; returns ``(queue_size, ticket)`` (ticket 0 when not tracked)."""
+    ) -> int:
+        """Queue one record; returns its ticket (0 when not tracked)."""
+    def queue_size(self) -> int:
+        """Records buffered now."""
     def produce_many(self, records: Any, topic: str | None = None) -> int:
         """Queue a batch; returns how many records were queued."""
     def deliver_messages(self) -> None: ...

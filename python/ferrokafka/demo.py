@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from ferrokafka._native import Client, NewTopic
+from ferrokafka.producer import AsyncProducer
 
 log = logging.getLogger("ferrokafka.demo")
 
 
 def run_demo(bootstrap_servers: str, timeout: float = 30.0) -> None:
-    """Create a topic, produce a few records through the Rust client and read them back."""
+    """Show each component on a live broker: the client, then the background producer."""
     client = Client({"bootstrap.servers": bootstrap_servers, "client.id": "ferrokafka-demo"})
     metadata = client.list_topics(timeout=timeout)
     log.info("connected to %d broker(s) at %s", len(metadata.brokers), bootstrap_servers)
@@ -41,4 +43,40 @@ def run_demo(bootstrap_servers: str, timeout: float = 30.0) -> None:
         value = (message.value() or b"").decode()
         print(f"read back {value!r} from partition {message.partition()} @ {message.offset()}")
     client.delete_topics([topic], timeout=timeout)
-    log.info("deleted topic %s; demo finished", topic)
+    log.info("deleted topic %s", topic)
+    _producer_demo(client, bootstrap_servers, timeout)
+    log.info("demo finished")
+
+
+def _producer_demo(client: Client, bootstrap_servers: str, timeout: float) -> None:
+    """AsyncProducer: queue messages, deliver them in the background on a threshold."""
+    topic = f"ferrokafka-demo-producer-{uuid.uuid4().hex[:8]}"
+    client.create_topics([NewTopic(topic, num_partitions=3)], timeout=timeout)
+    rounds: list[dict[str, Any]] = []
+
+    def record_round(event: str, payload: dict[str, Any]) -> None:
+        if event == "deliver_messages":
+            rounds.append(payload)
+
+    with AsyncProducer(
+        {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True},
+        max_queue_size=10_000,
+        delivery_threshold=1_000,
+    ) as producer:
+        producer.subscribe(record_round)
+        producer.produce_many(
+            [{"value": f"order {n}", "partition_key": f"customer-{n % 7}"} for n in range(2_500)],
+            topic=topic,
+        )
+        print(f"producer: queued 2500 messages, {producer.stats()['queue_size']} still buffered")
+        producer.flush(timeout=timeout)
+        stats = producer.stats()
+    print(
+        f"producer: delivered {stats['delivered']} in {len(rounds)} background rounds "
+        f"({[r['message_count'] for r in rounds]} messages per round)"
+    )
+    per_partition: dict[int, int] = {}
+    for message in client.read_topic(topic, timeout=timeout):
+        per_partition[message.partition()] = per_partition.get(message.partition(), 0) + 1
+    print(f"producer: messages per partition {dict(sorted(per_partition.items()))}")
+    client.delete_topics([topic], timeout=timeout)

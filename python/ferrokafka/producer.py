@@ -151,6 +151,14 @@ class AsyncProducer:
         ``block`` after ``block_timeout``), ``TypeError``/``ValueError`` for bad arguments before
         anything is queued, and :class:`~ferrokafka.ClosedError` after :meth:`shutdown`.
         """
+        if on_delivery is None and not self._subscribers:
+            # The common case goes straight to Rust: no ticket, nothing to publish.
+            try:
+                self._raw.produce(topic, value, key, partition, partition_key, headers, timestamp)
+            except BufferOverflow as overflow:
+                self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+                raise
+            return
         self._enqueue(value, topic, key, partition, partition_key, headers, timestamp, on_delivery)
 
     def produce_future(
@@ -182,10 +190,21 @@ class AsyncProducer:
         of the batch were queued before it.
         """
         try:
-            return self._raw.produce_many(records, topic)
+            accepted = self._raw.produce_many(records, topic)
         except BufferOverflow as overflow:
             self._publish("buffer_overflow", {"topic": overflow.topic, "limit": overflow.limit})
             raise
+        if self._subscribers:
+            self._publish(
+                "enqueue_message",
+                {
+                    "topic": topic,
+                    "message_count": accepted,
+                    "queue_size": self._raw.queue_size(),
+                    "max_queue_size": self.max_queue_size,
+                },
+            )
+        return accepted
 
     def _enqueue(
         self,
@@ -202,7 +221,7 @@ class AsyncProducer:
         try:
             # The waiter is registered before the worker can deliver, under one lock.
             with self._waiters_lock:
-                queue_size, ticket = self._raw.produce(
+                ticket = self._raw.produce(
                     topic, value, key, partition, partition_key, headers, timestamp, track
                 )
                 if waiter is not None:
@@ -213,7 +232,11 @@ class AsyncProducer:
         if self._subscribers:
             self._publish(
                 "enqueue_message",
-                {"topic": topic, "queue_size": queue_size, "max_queue_size": self.max_queue_size},
+                {
+                    "topic": topic,
+                    "queue_size": self._raw.queue_size(),
+                    "max_queue_size": self.max_queue_size,
+                },
             )
 
     # -- delivery control ------------------------------------------------------------------
@@ -261,7 +284,8 @@ class AsyncProducer:
     def subscribe(self, callback: InstrumentationCallback) -> None:
         """Call ``callback(event, payload)`` for each instrumentation event.
 
-        Events: ``enqueue_message`` (topic, queue_size, max_queue_size), ``buffer_overflow``
+        Events: ``enqueue_message`` (topic, queue_size, max_queue_size; once per
+        ``produce_many`` call with its message_count), ``buffer_overflow``
         (topic, limit), ``deliver_messages`` (message_count, queue_size), ``delivery_error``
         (topic, error, attempt, final, and the message when final), ``drop_messages``
         (message_count, messages). ``enqueue_message`` and ``buffer_overflow`` run on the

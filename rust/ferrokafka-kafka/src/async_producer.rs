@@ -15,7 +15,7 @@
 //! (`drop_oldest`), or returned by `shutdown` as undelivered. Nothing is lost silently.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -195,16 +195,12 @@ pub enum Refusal {
 struct State {
     buffer: BatchBuffer<Pending>,
     retries: VecDeque<(Instant, Pending)>,
-    in_flight: usize,
     deliver_requested: bool,
     closing: bool,
+    /// The worker is waiting on `work`; producers only notify then, which keeps a futex wake
+    /// off the path of every record while the worker is busy.
+    worker_idle: bool,
     stats: ProducerStats,
-}
-
-impl State {
-    fn settled(&self) -> bool {
-        self.buffer.is_empty() && self.retries.is_empty() && self.in_flight == 0
-    }
 }
 
 struct Shared {
@@ -215,6 +211,12 @@ struct Shared {
     progress: Condvar,
     events: Sender<ProducerEvent>,
     options: AsyncProducerOptions,
+    /// Records handed to librdkafka and not settled. Atomic so that the delivery callback of a
+    /// successful record never takes the state lock; it is only incremented under that lock,
+    /// so "buffer empty and nothing in flight" is never seen in between.
+    in_flight: AtomicUsize,
+    /// Records confirmed written, counted without the lock for the same reason.
+    delivered: AtomicU64,
     epoch: Instant,
     next_ticket: AtomicU64,
 }
@@ -225,6 +227,13 @@ impl Shared {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// True when nothing is buffered, waiting for a retry, or in flight.
+    fn settled(&self, state: &State) -> bool {
+        state.buffer.is_empty()
+            && state.retries.is_empty()
+            && self.in_flight.load(Ordering::Acquire) == 0
     }
 
     fn now_ms(&self) -> u64 {
@@ -251,11 +260,7 @@ impl ProducerContext for DeliveryTracker {
         let shared = &self.shared;
         match result {
             Ok(message) => {
-                let mut state = shared.lock();
-                state.in_flight -= 1;
-                state.stats.delivered += 1;
-                let settled = state.settled();
-                drop(state);
+                shared.delivered.fetch_add(1, Ordering::Relaxed);
                 if pending.ticket != 0 {
                     let record = ReceivedRecord::from_message(message);
                     shared.emit(ProducerEvent::Delivered {
@@ -263,7 +268,10 @@ impl ProducerContext for DeliveryTracker {
                         record,
                     });
                 }
-                if settled {
+                if shared.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    // Notify under the lock: a flusher checks and waits under it, so it cannot
+                    // miss this wake-up.
+                    let _state = shared.lock();
                     shared.progress.notify_all();
                 }
             }
@@ -279,7 +287,6 @@ impl ProducerContext for DeliveryTracker {
                     && (options.max_retries < 0
                         || i64::from(pending.failures) <= options.max_retries);
                 let mut state = shared.lock();
-                state.in_flight -= 1;
                 if retry {
                     state.stats.retried += 1;
                     let topic = pending.record.topic.clone();
@@ -287,6 +294,7 @@ impl ProducerContext for DeliveryTracker {
                     state
                         .retries
                         .push_back((Instant::now() + options.retry_backoff, *pending));
+                    shared.in_flight.fetch_sub(1, Ordering::AcqRel);
                     drop(state);
                     shared.work.notify_one();
                     shared.emit(ProducerEvent::DeliveryError {
@@ -296,7 +304,8 @@ impl ProducerContext for DeliveryTracker {
                     });
                 } else {
                     state.stats.failed += 1;
-                    let settled = state.settled();
+                    shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    let settled = shared.settled(&state);
                     drop(state);
                     shared.emit(ProducerEvent::Failed {
                         pending: *pending,
@@ -374,9 +383,9 @@ impl AsyncProducer {
             state: Mutex::new(State {
                 buffer,
                 retries: VecDeque::new(),
-                in_flight: 0,
                 deliver_requested: false,
                 closing: false,
+                worker_idle: false,
                 stats: ProducerStats::default(),
             }),
             work: Condvar::new(),
@@ -385,6 +394,8 @@ impl AsyncProducer {
             options,
             epoch: Instant::now(),
             next_ticket: AtomicU64::new(1),
+            in_flight: AtomicUsize::new(0),
+            delivered: AtomicU64::new(0),
         });
         let transactional = settings.get("transactional.id").is_some();
         let producer: ThreadedProducer<DeliveryTracker> = settings
@@ -433,37 +444,50 @@ impl AsyncProducer {
         self.events.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    /// Queues one record without waiting. Returns the queue size after the push; a full queue
-    /// refuses the record (for `raise` and `block`), `drop_oldest` reports what it dropped.
-    pub fn try_produce(&self, pending: Pending) -> Result<usize, Refusal> {
-        let size = pending.record.size() + pending.partition_key.as_ref().map_or(0, Vec::len);
-        let mut state = self.shared.lock();
+    /// Queues records from the front of `items` under one lock, without waiting, until all
+    /// are queued or one is refused. Returns how many were queued and the refusal, whose record
+    /// is handed back (a `block` caller puts it back in front and waits for room).
+    /// `drop_oldest` reports what it dropped in a `Dropped` event.
+    pub fn try_produce(&self, items: &mut VecDeque<Pending>) -> (usize, Option<Refusal>) {
+        let shared = &self.shared;
+        let mut state = shared.lock();
         if state.closing {
-            return Err(Refusal::Closed(Box::new(pending)));
+            return (0, items.pop_front().map(|p| Refusal::Closed(Box::new(p))));
         }
-        match state.buffer.push(pending, size) {
-            Ok(outcome) => {
-                state.stats.enqueued += 1;
-                let queue_size = state.buffer.len();
-                let wake = state.buffer.should_deliver(self.shared.now_ms());
-                if let PushOutcome::QueuedAfterDropping(dropped) = outcome {
-                    state.stats.dropped += dropped.len() as u64;
-                    drop(state);
-                    self.shared
-                        .emit(ProducerEvent::Dropped { pending: dropped });
-                } else {
-                    drop(state);
+        let mut accepted = 0;
+        let mut dropped = Vec::new();
+        let mut refusal = None;
+        while let Some(pending) = items.pop_front() {
+            let size = pending.record.size() + pending.partition_key.as_ref().map_or(0, Vec::len);
+            match state.buffer.push(pending, size) {
+                Ok(PushOutcome::Queued) => accepted += 1,
+                Ok(PushOutcome::QueuedAfterDropping(oldest)) => {
+                    accepted += 1;
+                    dropped.extend(oldest);
                 }
-                if wake {
-                    self.shared.work.notify_one();
+                Err(overflow) => {
+                    state.stats.overflowed += 1;
+                    refusal = Some(Refusal::Overflow(Box::new(overflow)));
+                    break;
                 }
-                Ok(queue_size)
-            }
-            Err(overflow) => {
-                state.stats.overflowed += 1;
-                Err(Refusal::Overflow(Box::new(overflow)))
             }
         }
+        state.stats.enqueued += accepted as u64;
+        state.stats.dropped += dropped.len() as u64;
+        let wake = state.worker_idle && state.buffer.should_deliver(shared.now_ms());
+        drop(state);
+        if !dropped.is_empty() {
+            shared.emit(ProducerEvent::Dropped { pending: dropped });
+        }
+        if wake {
+            shared.work.notify_one();
+        }
+        (accepted, refusal)
+    }
+
+    /// Records buffered now.
+    pub fn queue_size(&self) -> usize {
+        self.shared.lock().buffer.len()
     }
 
     /// Waits up to `wait` for the queue to have room (or to change); used by the `block` policy
@@ -485,7 +509,7 @@ impl AsyncProducer {
     /// true when settled. Callers wait in slices to check for signals.
     pub fn flush_step(&self, wait: Duration) -> bool {
         let mut state = self.shared.lock();
-        if state.settled() {
+        if self.shared.settled(&state) {
             return true;
         }
         if !state.buffer.is_empty() {
@@ -495,9 +519,9 @@ impl AsyncProducer {
         let (state, _) = self
             .shared
             .progress
-            .wait_timeout_while(state, wait, |s| !s.settled())
+            .wait_timeout_while(state, wait, |s| !self.shared.settled(s))
             .unwrap_or_else(|p| p.into_inner());
-        state.settled()
+        self.shared.settled(&state)
     }
 
     /// Starts shutting down: refuses new records and delivers what is buffered.
@@ -537,7 +561,8 @@ impl AsyncProducer {
         ProducerStats {
             queue_size: state.buffer.len() as u64,
             queue_bytes: state.buffer.bytes() as u64,
-            in_flight: state.in_flight as u64,
+            in_flight: self.shared.in_flight.load(Ordering::Acquire) as u64,
+            delivered: self.shared.delivered.load(Ordering::Relaxed),
             ..state.stats
         }
     }
@@ -589,7 +614,7 @@ impl AsyncProducer {
                 }
             }
             if !batch.is_empty() {
-                state.in_flight += batch.len();
+                shared.in_flight.fetch_add(batch.len(), Ordering::AcqRel);
                 state.stats.deliveries += u64::from(state.buffer.is_empty());
                 drop(state);
                 shared.progress.notify_all();
@@ -603,11 +628,13 @@ impl AsyncProducer {
                 .front()
                 .map(|(due, _)| due.saturating_duration_since(now));
             let wait = next_retry.map_or(WORKER_TICK, |d| d.min(WORKER_TICK));
+            state.worker_idle = true;
             state = shared
                 .work
                 .wait_timeout(state, wait)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            state.worker_idle = false;
         }
     }
 
@@ -640,8 +667,10 @@ impl AsyncProducer {
 
     fn fail_batch(&self, batch: Vec<Pending>, error: KafkaIoError) {
         let mut state = self.shared.lock();
-        state.in_flight -= batch.len();
         state.stats.failed += batch.len() as u64;
+        self.shared
+            .in_flight
+            .fetch_sub(batch.len(), Ordering::AcqRel);
         drop(state);
         for mut pending in batch {
             pending.failures += 1;

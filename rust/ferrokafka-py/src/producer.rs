@@ -6,13 +6,15 @@
 //! `shutdown` wait detached. Python callbacks never run here: the Python wrapper's dispatcher
 //! thread calls `poll_events` and runs them.
 
+use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::batch::OverflowPolicy;
+use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
 use ferrokafka_kafka::{
-    AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ReceivedRecord, Refusal,
+    AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, ReceivedRecord,
+    Refusal,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -60,101 +62,100 @@ fn message_of(pending: Pending, error: Option<ferrokafka_kafka::KafkaIoError>) -
 }
 
 impl PyRawAsyncProducer {
-    /// Queues one record, applying the overflow policy; returns the queue size.
-    fn enqueue(&self, py: Python<'_>, pending: Pending) -> NativeResult<usize> {
+    /// Queues records in order, applying the overflow policy; returns how many were queued. A
+    /// `BufferOverflow` carries in `accepted` how many were queued before it.
+    fn enqueue(&self, py: Python<'_>, mut items: VecDeque<Pending>) -> NativeResult<usize> {
         let options = self.engine.options();
         let deadline = Instant::now() + options.block_timeout;
-        let mut pending = pending;
+        let mut accepted = 0;
         loop {
-            match self.engine.try_produce(pending) {
-                Ok(queue_size) => return Ok(queue_size),
-                Err(Refusal::Closed(_)) => {
+            let (queued, refusal) = self.engine.try_produce(&mut items);
+            accepted += queued;
+            let overflow = match refusal {
+                None => return Ok(accepted),
+                Some(Refusal::Closed(_)) => {
                     return Err(ClosedError::new_err("the producer is shut down").into());
                 }
-                Err(Refusal::Overflow(overflow)) => {
-                    let blocking = options.overflow == OverflowPolicy::Block
-                        && !matches!(
-                            overflow.limit,
-                            ferrokafka_core::batch::OverflowLimit::ItemTooLarge { .. }
-                        );
-                    if !blocking || Instant::now() >= deadline {
-                        let topic = overflow.item.record.topic.clone();
-                        let waited = if blocking {
-                            format!(
-                                " after blocking {:.1} s",
-                                options.block_timeout.as_secs_f64()
-                            )
-                        } else {
-                            String::new()
-                        };
-                        let message =
-                            format!("cannot produce to {topic:?}: {}{waited}", overflow.limit);
-                        return Err(BufferOverflow::new_err((
-                            message,
-                            topic,
-                            overflow.limit.to_string(),
-                        ))
-                        .into());
-                    }
-                    pending = overflow.item;
-                    let engine = Arc::clone(&self.engine);
-                    let wait = deadline
-                        .saturating_duration_since(Instant::now())
-                        .min(SLICE);
-                    py.detach(move || engine.wait_for_room(wait));
-                    py.check_signals()?;
-                }
+                Some(Refusal::Overflow(overflow)) => overflow,
+            };
+            let blocking = options.overflow == OverflowPolicy::Block
+                && !matches!(overflow.limit, OverflowLimit::ItemTooLarge { .. });
+            if blocking && Instant::now() < deadline {
+                items.push_front(overflow.item);
+                let engine = Arc::clone(&self.engine);
+                let wait = deadline.saturating_duration_since(Instant::now()).min(SLICE);
+                py.detach(move || engine.wait_for_room(wait));
+                py.check_signals()?;
+                continue;
             }
+            let topic = overflow.item.record.topic.clone();
+            let waited = if blocking {
+                format!(" after blocking {:.1} s", options.block_timeout.as_secs_f64())
+            } else {
+                String::new()
+            };
+            let message = format!("cannot produce to {topic:?}: {}{waited}", overflow.limit);
+            let err = BufferOverflow::new_err((message, topic, overflow.limit.to_string()));
+            err.value(py).setattr("accepted", accepted)?;
+            return Err(err.into());
         }
     }
 }
 
 /// Converts one `produce_many` item: bytes/str (a value for `topic`), a `(value, key)` tuple, or
 /// a dict with `value`, `key`, `topic`, `partition`, `partition_key`, `headers`, `timestamp`.
-fn pending_of(
-    item: &Bound<'_, PyAny>,
-    topic: Option<&Bound<'_, PyAny>>,
-    ticket: u64,
-) -> PyResult<Pending> {
-    let missing_topic = || PyValueError::new_err("records without a 'topic' need topic=...");
-    let record_of = |value: Option<&Bound<'_, PyAny>>, key: Option<&Bound<'_, PyAny>>| {
-        let topic = topic.ok_or_else(missing_topic)?;
-        outgoing_record(topic, value, key, None, None, None)
+/// `topic` was checked once for the batch.
+fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Pending> {
+    let batch_topic = || {
+        topic
+            .map(str::to_owned)
+            .ok_or_else(|| PyValueError::new_err("records without a 'topic' need topic=..."))
     };
-    let (record, partition_key) =
-        if item.is_instance_of::<PyBytes>() || item.is_instance_of::<PyString>() {
-            (record_of(Some(item), None)?, None)
-        } else if let Ok(pair) = item.cast::<PyTuple>() {
-            if pair.len() != 2 {
-                return Err(PyTypeError::new_err("a tuple record must be (value, key)"));
-            }
-            (
-                record_of(Some(&pair.get_item(0)?), Some(&pair.get_item(1)?))?,
-                None,
-            )
-        } else if let Ok(fields) = item.cast::<PyDict>() {
-            let get = |name: &str| fields.get_item(name);
-            let own_topic = get("topic")?;
-            let topic = own_topic.as_ref().or(topic).ok_or_else(missing_topic)?;
-            let record = outgoing_record(
-                topic,
-                get("value")?.as_ref(),
-                get("key")?.as_ref(),
-                get("partition")?.map(|p| p.extract()).transpose()?,
-                get("headers")?.as_ref(),
-                get("timestamp")?.map(|t| t.extract()).transpose()?,
-            )?;
-            let partition_key = optional_bytes("partition_key", get("partition_key")?.as_ref())?;
-            (record, partition_key)
-        } else {
-            return Err(PyTypeError::new_err(
-                "each record must be bytes, str, a (value, key) tuple or a dict",
-            ));
+    let (record, partition_key) = if item.is_instance_of::<PyBytes>()
+        || item.is_instance_of::<PyString>()
+    {
+        let record = OutgoingRecord {
+            topic: batch_topic()?,
+            value: optional_bytes("value", Some(item))?,
+            ..OutgoingRecord::default()
         };
+        (record, None)
+    } else if let Ok(pair) = item.cast::<PyTuple>() {
+        if pair.len() != 2 {
+            return Err(PyTypeError::new_err("a tuple record must be (value, key)"));
+        }
+        let record = OutgoingRecord {
+            topic: batch_topic()?,
+            value: optional_bytes("value", Some(&pair.get_item(0)?))?,
+            key: optional_bytes("key", Some(&pair.get_item(1)?))?,
+            ..OutgoingRecord::default()
+        };
+        (record, None)
+    } else if let Ok(fields) = item.cast::<PyDict>() {
+        let get = |name: &str| fields.get_item(name);
+        let record_topic = match get("topic")? {
+            Some(own) => own,
+            None => PyString::new(item.py(), &batch_topic()?).into_any(),
+        };
+        let record = outgoing_record(
+            &record_topic,
+            get("value")?.as_ref(),
+            get("key")?.as_ref(),
+            get("partition")?.map(|p| p.extract()).transpose()?,
+            get("headers")?.as_ref(),
+            get("timestamp")?.map(|t| t.extract()).transpose()?,
+        )?;
+        let partition_key = optional_bytes("partition_key", get("partition_key")?.as_ref())?;
+        (record, partition_key)
+    } else {
+        return Err(PyTypeError::new_err(
+            "each record must be bytes, str, a (value, key) tuple or a dict",
+        ));
+    };
     Ok(Pending {
         record,
         partition_key,
-        ticket,
+        ticket: 0,
         failures: 0,
     })
 }
@@ -210,21 +211,19 @@ impl PyRawAsyncProducer {
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
         track: bool,
-    ) -> NativeResult<(usize, u64)> {
+    ) -> NativeResult<u64> {
         self.guard.check()?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = optional_bytes("partition_key", partition_key)?;
         let ticket = if track { self.engine.ticket() } else { 0 };
-        let queue_size = self.enqueue(
-            py,
-            Pending {
-                record,
-                partition_key,
-                ticket,
-                failures: 0,
-            },
-        )?;
-        Ok((queue_size, ticket))
+        let pending = Pending {
+            record,
+            partition_key,
+            ticket,
+            failures: 0,
+        };
+        self.enqueue(py, VecDeque::from([pending]))?;
+        Ok(ticket)
     }
 
     #[pyo3(signature = (records, topic=None))]
@@ -235,29 +234,27 @@ impl PyRawAsyncProducer {
         topic: Option<&Bound<'_, PyAny>>,
     ) -> NativeResult<usize> {
         self.guard.check()?;
-        let batch: Vec<Pending> = if let Ok(list) = records.cast::<PyList>() {
+        let topic: Option<String> = topic
+            .map(|t| {
+                outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic)
+            })
+            .transpose()?;
+        let topic = topic.as_deref();
+        let batch: VecDeque<Pending> = if let Ok(list) = records.cast::<PyList>() {
             list.iter()
-                .map(|item| pending_of(&item, topic, 0))
+                .map(|item| pending_of(&item, topic))
                 .collect::<PyResult<_>>()?
         } else {
             records
                 .try_iter()?
-                .map(|item| pending_of(&item?, topic, 0))
+                .map(|item| pending_of(&item?, topic))
                 .collect::<PyResult<_>>()?
         };
-        let mut accepted = 0;
-        for pending in batch {
-            match self.enqueue(py, pending) {
-                Ok(_) => accepted += 1,
-                Err(NativeError::Python(err)) => {
-                    // Tell the caller how much of the batch is already queued.
-                    err.value(py).setattr("accepted", accepted)?;
-                    return Err(err.into());
-                }
-                Err(other) => return Err(other),
-            }
-        }
-        Ok(accepted)
+        self.enqueue(py, batch)
+    }
+
+    fn queue_size(&self) -> usize {
+        self.engine.queue_size()
     }
 
     fn deliver_messages(&self) -> PyResult<()> {
