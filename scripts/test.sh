@@ -24,7 +24,7 @@ done
 step "cargo test (ferrokafka-py is covered by pytest)"
 cargo test --workspace --exclude ferrokafka-py
 step "cargo bench --no-run"
-cargo bench --workspace --exclude ferrokafka-py --no-run
+cargo bench -p ferrokafka-benches --no-run
 
 step "ruff"
 .venv/bin/ruff check python tests benches

@@ -9,10 +9,12 @@ Example:
 
 from __future__ import annotations
 
+from ferrokafka import codecs
 from ferrokafka._native import (
     BrokerMetadata,
     Client,
     ClusterMetadata,
+    DeadlineQueue,
     Message,
     NewTopic,
     PartitionMetadata,
@@ -43,6 +45,7 @@ __all__ = [
     "CodecError",
     "ConfigError",
     "ConsumeError",
+    "DeadlineQueue",
     "FerrokafkaError",
     "KafkaError",
     "KafkaTimeoutError",
@@ -53,4 +56,5 @@ __all__ = [
     "ScheduleError",
     "TopicMetadata",
     "__version__",
+    "codecs",
 ]

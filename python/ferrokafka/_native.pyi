@@ -1,7 +1,7 @@
 """Type stubs and user documentation of the ``ferrokafka._native`` extension module."""
 
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, Required, TypeAlias, TypedDict, final
 
 __version__: str
 
@@ -213,3 +213,345 @@ class _RawAsyncProducer:
     def shutdown(self, timeout: float) -> list[tuple[int, Message]]:
         """Stop; returns ``(ticket, message)`` for every record never handed to Kafka."""
     def stats(self) -> dict[str, int]: ...
+
+_Id: TypeAlias = int | str
+
+@final
+class DeadlineQueue:
+    """A priority queue of items keyed by id and ordered by deadline, in Rust.
+
+    Ids are ``int`` (64-bit signed) or ``str``; pushing an id that is queued replaces its
+    deadline and item, as a ``dict`` assignment would. Deadlines are floats in any unit you pick
+    (``time.time()`` or ``time.monotonic()`` seconds are typical); an entry is due when its
+    deadline is ``<= now``. Entries with equal deadlines leave in push order unless a
+    ``tiebreak`` is given (smaller first). Every keyed operation is O(log n), and updates and
+    removals by id free the entry at once (no lazy deletion). Thread-safe; the batch methods
+    ``push_many``, ``discard_many`` and ``pop_due(max=...)`` cross into Rust once per batch.
+
+    Example:
+        >>> q = DeadlineQueue()
+        >>> q.push("order-1", 10.0, "ship")
+        >>> q.push_many([("order-2", 5.0, "bill"), ("order-3", 20.0, "mail")])
+        >>> q.update("order-3", 1.0)
+        True
+        >>> q.pop_due(now=7.0)
+        [('order-3', 'mail'), ('order-2', 'bill')]
+        >>> (len(q), "order-1" in q, q.next_deadline())
+        (1, True, 10.0)
+    """
+
+    def __new__(cls) -> DeadlineQueue: ...
+    def push(
+        self, id: _Id, deadline: float, item: object = None, tiebreak: int | None = None
+    ) -> None:
+        """Queue ``item`` under ``id`` at ``deadline``, replacing an entry with the same id.
+
+        Raises ``TypeError`` for an id that is not ``int``/``str`` and ``ValueError`` for a NaN
+        deadline. ``tiebreak`` (0 .. 2**64 - 1) orders equal deadlines; without it they leave in
+        push order.
+        """
+    def push_many(self, entries: Iterable[tuple[_Id, float] | tuple[_Id, float, object]]) -> None:
+        """Queue ``(id, deadline[, item])`` tuples in one call (ties leave in push order).
+
+        Example:
+            >>> q = DeadlineQueue()
+            >>> q.push_many((i, float(i), None) for i in range(3))
+            >>> len(q)
+            3
+        """
+    def update(self, id: _Id, deadline: float) -> bool:
+        """Move the entry ``id`` to ``deadline`` (keeping its item); ``False`` if not queued."""
+    def remove(self, id: _Id) -> Any:
+        """Remove the entry ``id`` and return its item; ``KeyError`` if it is not queued."""
+    def discard(self, id: _Id) -> Any:
+        """Remove the entry ``id`` if queued and return its item, else ``None``."""
+    def discard_many(self, ids: Iterable[_Id]) -> int:
+        """Remove every queued id of ``ids`` in one call; returns how many were removed.
+
+        Example:
+            >>> q = DeadlineQueue()
+            >>> q.push_many([(1, 1.0), (2, 2.0)])
+            >>> q.discard_many([1, 2, 3])
+            2
+        """
+    def peek(self) -> tuple[_Id, float, Any] | None:
+        """The next entry as ``(id, deadline, item)`` without removing it, or ``None``."""
+    def pop_due(self, now: float, max: int | None = None) -> list[tuple[_Id, Any]]:
+        """Remove and return up to ``max`` (default: all) ``(id, item)`` pairs whose deadline is
+        ``<= now``, earliest first.
+
+        Example:
+            >>> q = DeadlineQueue()
+            >>> q.push_many([("a", 1.0, 1), ("b", 2.0, 2), ("c", 9.0, 3)])
+            >>> q.pop_due(5.0, max=1)
+            [('a', 1)]
+        """
+    def next_deadline(self) -> float | None:
+        """The earliest deadline (when to look for due entries next), or ``None`` when empty."""
+    def clear(self) -> None:
+        """Remove every entry."""
+    def __len__(self) -> int: ...
+    def __contains__(self, id: object, /) -> bool: ...
+
+def deflate(data: bytes, level: int = 6) -> bytes:
+    """Compress ``data`` into a zlib stream (RFC 1950) at ``level`` 0..9, readable by ``zlib``.
+
+    The GIL is released for inputs over 64 KiB. Example:
+        >>> import zlib
+        >>> zlib.decompress(deflate(b"hello" * 100)) == b"hello" * 100
+        True
+    """
+
+def inflate(data: bytes, max_output: int = 67108864) -> bytes:
+    """Decompress the zlib stream ``data``, refusing more than ``max_output`` bytes of output.
+
+    Corrupt, truncated or trailing-garbage input and output over the limit raise
+    :class:`ferrokafka.CodecError` (the message names the limit); a zip bomb costs at most the
+    limit in memory. The GIL is released for inputs over 16 KiB. Example:
+        >>> import zlib
+        >>> inflate(zlib.compress(b"hello"))
+        b'hello'
+    """
+
+def encode_state_report(report: Mapping[str, Any], level: int = 6) -> bytes:
+    """Validate a scheduler state report and encode it as zlib-compressed JSON.
+
+    The fields are Karafka's: ``schema_version`` ("1.0.0"), ``dispatched_at``, ``state``,
+    ``offsets`` {``low``, ``high``}, ``daily`` {"YYYY-MM-DD": count}, ``started_at``,
+    ``reloads``, plus ferrokafka's ``skipped_records`` and ``dispatched`` (default 0). An invalid
+    report raises :class:`ferrokafka.CodecError` naming the field; values that are not JSON raise
+    ``TypeError``/``ValueError`` with their path. Example:
+        >>> blob = encode_state_report({"schema_version": "1.0.0", "dispatched_at": 1.5,
+        ...     "state": "loaded", "offsets": {"low": 0, "high": 9}, "daily": {},
+        ...     "started_at": 1, "reloads": 0})
+        >>> decode_state_report(blob)["state"]
+        'loaded'
+    """
+
+def decode_state_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
+    """Inflate (at most ``max_inflated`` bytes), parse and validate a state report.
+
+    Returns the report as a dict with every field (ferrokafka's counters default to 0 for a
+    Ruby-written report); corrupt data or an invalid or newer report raises
+    :class:`ferrokafka.CodecError`. Example: see :func:`encode_state_report`.
+    """
+
+def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
+    """Validate a process report (Karafka Web's consumer report fields) and encode it as
+    zlib-compressed JSON; an invalid report raises :class:`ferrokafka.CodecError`.
+
+    Example:
+        >>> blob = encode_process_report(report)  # doctest: +SKIP
+        >>> decode_process_report(blob)["process"]["id"]  # doctest: +SKIP
+        'host-1:4242:ab12cd'
+    """
+
+def decode_process_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
+    """Inflate (at most ``max_inflated`` bytes), parse and validate a process report.
+
+    Example: see :func:`encode_process_report`.
+    """
+
+def encode_error_report(report: Mapping[str, Any], level: int = 6) -> bytes:
+    """Validate an error report and encode it as zlib-compressed JSON.
+
+    The error message must be at most 10,000 characters. Example:
+        >>> blob = encode_error_report(error)  # doctest: +SKIP
+        >>> decode_error_report(blob)["error_class"]  # doctest: +SKIP
+        'ValueError'
+    """
+
+def decode_error_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
+    """Inflate (at most ``max_inflated`` bytes), parse and validate an error report.
+
+    Example: see :func:`encode_error_report`.
+    """
+
+@final
+class Marker:
+    """A redelivery marker of the KMQ markers topic: START, KEEPALIVE or END.
+
+    ``deadline`` is the redelivery deadline in milliseconds since the epoch. A START marker
+    carries the message (key, value, headers) so redelivery needs no seek. Markers compare
+    equal by value. Example:
+        >>> m = Marker.start(3, 42, 1_700_000_060_000, key=b"k", value=b"v", headers=[("h", b"1")])
+        >>> decode_marker(encode_marker(m)) == m
+        True
+        >>> (m.kind, m.partition, m.offset, Marker.end(3, 42).deadline)
+        ('start', 3, 42, None)
+    """
+
+    @staticmethod
+    def start(
+        partition: int,
+        offset: int,
+        deadline: int,
+        key: bytes | str | None = None,
+        value: bytes | str | None = None,
+        headers: _Headers | None = None,
+    ) -> Marker:
+        """Processing of the message at ``partition``/``offset`` started."""
+    @staticmethod
+    def keepalive(partition: int, offset: int, deadline: int) -> Marker:
+        """Processing continues; the redelivery deadline moves to ``deadline``."""
+    @staticmethod
+    def end(partition: int, offset: int) -> Marker:
+        """Processing finished (acked, nacked or redelivered)."""
+    @property
+    def kind(self) -> Literal["start", "keepalive", "end"]: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def deadline(self) -> int | None:
+        """Milliseconds since the epoch; ``None`` for an END marker."""
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+def encode_marker(marker: Marker) -> bytes:
+    """Encode ``marker`` in the compact binary marker format, version 1.
+
+    Example:
+        >>> encode_marker(Marker.end(0, 5))
+        b'\\x01\\x03\\x00\\x05'
+    """
+
+def decode_marker(data: bytes) -> Marker:
+    """Decode a marker; truncated or corrupt data and unknown versions raise
+    :class:`ferrokafka.CodecError`.
+
+    Example:
+        >>> decode_marker(b"\\x01\\x03\\x00\\x05")
+        Marker.end(partition=0, offset=5)
+    """
+
+class _ScheduledMessage(TypedDict, total=False):
+    topic: Required[str]
+    payload: bytes | str | None
+    key: str | None
+    partition: int | None
+    partition_key: str | None
+    headers: _Headers | None
+
+class _Envelope(TypedDict, total=False):
+    topic: Required[str]
+    key: str | None
+    partition: int | None
+    partition_key: str | None
+
+@final
+class ProxyMessage:
+    """A record for the schedules topic, built by :func:`schedule_proxy` or :func:`cancel_proxy`.
+
+    Produce it as it is, with any producer. Example:
+        >>> p = cancel_proxy("orders-1", {"topic": "schedules"})
+        >>> (p.topic, p.key, p.value, p.headers)  # doctest: +NORMALIZE_WHITESPACE
+        ('schedules', 'orders-1', None,
+         [('schedule_schema_version', b'1.0.0'), ('schedule_source_type', b'cancel')])
+    """
+
+    @property
+    def topic(self) -> str:
+        """The schedules topic."""
+    @property
+    def key(self) -> str:
+        """The proxy key: it identifies the schedule for replacement and cancellation."""
+    @property
+    def partition(self) -> int | None: ...
+    @property
+    def partition_key(self) -> str | None: ...
+    @property
+    def value(self) -> bytes | None:
+        """The payload to dispatch later; ``None`` for a cancel."""
+    @property
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The message's own headers followed by the ``schedule_*`` headers."""
+
+@final
+class ProxyRecord:
+    """The meaning of a schedules-topic record, read from its ``schedule_*`` headers.
+
+    ``kind`` is ``"schedule"`` (with ``epoch`` and the ``target_*`` fields), ``"cancel"`` or
+    ``"tombstone"`` (with ``source_offset`` when present). Example:
+        >>> parse_proxy_headers([("schedule_schema_version", b"1.0.0"),
+        ...                      ("schedule_source_type", b"cancel")]).kind
+        'cancel'
+    """
+
+    @property
+    def kind(self) -> Literal["schedule", "cancel", "tombstone"]: ...
+    @property
+    def epoch(self) -> int | None:
+        """When to dispatch, Unix seconds."""
+    @property
+    def target_topic(self) -> str | None: ...
+    @property
+    def target_partition(self) -> int | None: ...
+    @property
+    def target_key(self) -> str | None: ...
+    @property
+    def target_partition_key(self) -> str | None: ...
+    @property
+    def source_offset(self) -> int | None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+def schedule_proxy(message: _ScheduledMessage, epoch: int, envelope: _Envelope) -> ProxyMessage:
+    """Build the proxy that makes a scheduler (Ruby Karafka's or ferrokafka's) dispatch
+    ``message`` at ``epoch`` (Unix seconds), like Karafka's ``ScheduledMessages.schedule``.
+
+    ``message`` has Karafka's fields ``topic``, ``payload``, ``key``, ``partition``,
+    ``partition_key``, ``headers``; ``envelope`` has ``topic`` (the schedules topic), ``key``,
+    ``partition``, ``partition_key``. The proxy key is the envelope's, else
+    ``"<topic>-<uuid4>"``. Headers are exactly Karafka's: ``schedule_schema_version`` "1.0.0",
+    ``schedule_target_epoch``, ``schedule_source_type`` "schedule", ``schedule_target_topic``
+    and those of ``schedule_target_partition``, ``schedule_target_key`` and
+    ``schedule_target_partition_key`` that were given. Raises :class:`ferrokafka.ScheduleError`
+    for an epoch more than 10 s in the past or 100 years ahead (milliseconds are refused), an
+    empty topic or key, a payload over 100 MiB, or an unknown field. Example:
+        >>> import time
+        >>> p = schedule_proxy({"topic": "orders", "payload": b"paid", "key": "order-1"},
+        ...                    int(time.time()) + 60, {"topic": "schedules", "key": "o1"})
+        >>> (p.topic, p.key, dict(p.headers)["schedule_target_key"])
+        ('schedules', 'o1', b'order-1')
+    """
+
+def cancel_proxy(key: str, envelope: _Envelope) -> ProxyMessage:
+    """Build the proxy that cancels the schedule with proxy key ``key`` (Karafka's ``cancel``).
+
+    Example: see :class:`ProxyMessage`.
+    """
+
+def parse_proxy_headers(headers: _Headers) -> ProxyRecord:
+    """Read the ``schedule_*`` headers of a schedules-topic record (a repeated name counts
+    once, with its last value; a ``None`` value counts as absent).
+
+    A missing or malformed header, or a schema newer than "1.0.0", raises
+    :class:`ferrokafka.CodecError` naming it. Example: see :class:`ProxyRecord`.
+    """
+
+@final
+class _RawScheduler:
+    """The native scheduler daemon; use :class:`ferrokafka.scheduling.Scheduler`."""
+
+    def __new__(
+        cls,
+        config: Mapping[str, _ConfigValue],
+        schedules_topics: list[str],
+        group_id: str,
+        flush_batch_size: int,
+        state_interval: float,
+        states_postfix: str,
+        horizon: float,
+    ) -> _RawScheduler: ...
+    def request_stop(self) -> None:
+        """Ask the daemon to stop; returns at once."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
+    def status(self) -> list[dict[str, Any]]:
+        """Per-partition figures."""

@@ -41,6 +41,32 @@ def _topics_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scheduler(args: argparse.Namespace) -> int:
+    import signal
+
+    from ferrokafka.scheduling import Scheduler
+
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": args.bootstrap_servers}
+    config.update(_key_value(item) for item in args.config)
+    scheduler = Scheduler(
+        config,
+        args.schedules_topic,
+        group_id=args.group_id,
+        flush_batch_size=args.flush_batch_size,
+        state_interval=args.interval_ms / 1000,
+    )
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        scheduler.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    scheduler.run()
+    scheduler.stop()
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from ferrokafka.demo import run_demo
 
@@ -82,6 +108,36 @@ def build_parser() -> argparse.ArgumentParser:
             "--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default: 30)"
         )
         return sub
+
+    scheduler = command(
+        "scheduler",
+        "Run the scheduled-messages daemon until SIGTERM/SIGINT (Karafka-compatible topics).",
+    )
+    scheduler.add_argument(
+        "--schedules-topic",
+        action="append",
+        required=True,
+        metavar="NAME",
+        help="a schedules topic to serve (repeat for several)",
+    )
+    scheduler.add_argument("--group-id", default="ferrokafka-scheduler")
+    scheduler.add_argument(
+        "--flush-batch-size", type=int, default=1000, help="messages per synchronous flush"
+    )
+    scheduler.add_argument(
+        "--interval-ms",
+        type=int,
+        default=10_000,
+        help="least milliseconds between periodic state reports (default: 10000)",
+    )
+    scheduler.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka setting, e.g. transactional.id=scheduler-1 (repeatable)",
+    )
+    scheduler.set_defaults(run=_scheduler)
 
     demo = command("demo", "Run the end-to-end demo against a broker.")
     demo.set_defaults(run=_demo)

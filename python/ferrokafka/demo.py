@@ -8,11 +8,13 @@ Example:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
-from ferrokafka._native import Client, NewTopic
+from ferrokafka._native import Client, Message, NewTopic
 from ferrokafka.producer import AsyncProducer
+from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 
 log = logging.getLogger("ferrokafka.demo")
 
@@ -45,6 +47,7 @@ def run_demo(bootstrap_servers: str, timeout: float = 30.0) -> None:
     client.delete_topics([topic], timeout=timeout)
     log.info("deleted topic %s", topic)
     _producer_demo(client, bootstrap_servers, timeout)
+    _scheduler_demo(client, bootstrap_servers, timeout)
     log.info("demo finished")
 
 
@@ -80,3 +83,34 @@ def _producer_demo(client: Client, bootstrap_servers: str, timeout: float) -> No
         per_partition[message.partition()] = per_partition.get(message.partition(), 0) + 1
     print(f"producer: messages per partition {dict(sorted(per_partition.items()))}")
     client.delete_topics([topic], timeout=timeout)
+
+
+def _scheduler_demo(client: Client, bootstrap_servers: str, timeout: float) -> None:
+    """Scheduled messages: a message scheduled 2 s ahead is dispatched by the daemon."""
+    suffix = uuid.uuid4().hex[:8]
+    schedules, target = f"ferrokafka-demo-schedules-{suffix}", f"ferrokafka-demo-reminders-{suffix}"
+    create_topics(client, schedules, num_partitions=1, timeout=timeout)
+    client.create_topics([NewTopic(target, num_partitions=1)], timeout=timeout)
+    epoch = int(time.time()) + 2
+    proxy = schedule_message(
+        client,
+        {"topic": target, "payload": b"time to call back", "key": "user-7"},
+        epoch,
+        {"topic": schedules},
+    )
+    print(f"scheduler: scheduled {proxy.key} for {time.strftime('%H:%M:%S', time.gmtime(epoch))}Z")
+    with Scheduler(
+        {"bootstrap.servers": bootstrap_servers},
+        [schedules],
+        group_id=f"ferrokafka-demo-{suffix}",
+        state_interval=1.0,
+    ):
+        deadline = time.monotonic() + timeout
+        dispatched: list[Message] = []
+        while not dispatched and time.monotonic() < deadline:
+            dispatched = client.read_topic(target, timeout=timeout)
+            time.sleep(0.2)
+    for message in dispatched:
+        late_ms = message.timestamp()[1] - epoch * 1000
+        print(f"scheduler: dispatched {message.value()!r} to {target} {late_ms} ms after its epoch")
+    client.delete_topics([schedules, f"{schedules}_states", target], timeout=timeout)

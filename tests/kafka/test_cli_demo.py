@@ -22,6 +22,7 @@ def test_demo_produces_and_reads_back(kafka_bootstrap: str) -> None:
     for city in ["Lisbon", "Nairobi", "Osaka"]:
         assert f"read back 'hello from {city}'" in shown.stdout
     assert "producer: delivered 2500 in 3 background rounds" in shown.stdout
+    assert "scheduler: dispatched b'time to call back'" in shown.stdout
     assert "demo finished" in shown.stderr
 
 

@@ -14,7 +14,7 @@
 //! in a `Failed` event (retries exhausted or a permanent error), handed back in a `Dropped` event
 //! (`drop_oldest`), or returned by `shutdown` as undelivered. Nothing is lost silently.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -33,6 +33,7 @@ use rdkafka::producer::{
 
 use crate::config::ClientSettings;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// Identifies a record whose delivery result the caller wants back; 0 means "not tracked".
@@ -348,7 +349,7 @@ pub struct AsyncProducer {
     events: Mutex<Option<Receiver<ProducerEvent>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     transactional: bool,
-    partition_counts: Mutex<HashMap<String, i32>>,
+    partitions: PartitionCounts,
 }
 
 impl std::fmt::Debug for AsyncProducer {
@@ -422,7 +423,7 @@ impl AsyncProducer {
             events: Mutex::new(Some(receiver)),
             worker: Mutex::new(None),
             transactional,
-            partition_counts: Mutex::new(HashMap::new()),
+            partitions: PartitionCounts::default(),
         });
         let worker_engine = Arc::clone(&engine);
         let handle = std::thread::Builder::new()
@@ -653,7 +654,11 @@ impl AsyncProducer {
             if pending.record.partition.is_none()
                 && let Some(key) = pending.partition_key.as_deref()
             {
-                pending.record.partition = self.partition_for(&pending.record.topic, key);
+                pending.record.partition = self.partitions.partition_for(
+                    self.producer.client(),
+                    &pending.record.topic,
+                    key,
+                );
             }
             self.send(Box::new(pending));
         }
@@ -725,31 +730,5 @@ impl AsyncProducer {
                 }
             }
         }
-    }
-
-    /// The partition for `key` on `topic`: CRC32 of the key modulo the partition count, as
-    /// ruby-kafka's default partitioner and librdkafka's `consistent` partitioner compute it.
-    fn partition_for(&self, topic: &str, key: &[u8]) -> Option<i32> {
-        let mut counts = self
-            .partition_counts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let count = match counts.get(topic) {
-            Some(count) => *count,
-            None => {
-                let metadata = self
-                    .producer
-                    .client()
-                    .fetch_metadata(Some(topic), Duration::from_secs(10))
-                    .ok()?;
-                let count = i32::try_from(metadata.topics().first()?.partitions().len()).ok()?;
-                if count == 0 {
-                    return None;
-                }
-                counts.insert(topic.to_owned(), count);
-                count
-            }
-        };
-        i32::try_from(crc32fast::hash(key) % count.unsigned_abs()).ok()
     }
 }

@@ -107,6 +107,27 @@ impl ProducerContext for DeliveryRouter {
     }
 }
 
+/// Context of consumers that read to a partition's end on purpose (`enable.partition.eof`):
+/// reaching it is how they know they are done, not an error worth logging.
+pub(crate) struct EndIsExpected;
+
+impl ClientContext for EndIsExpected {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_unless_end(error, reason);
+    }
+}
+
+/// Logs a client error, except the end-of-partition events of `enable.partition.eof`.
+pub(crate) fn log_unless_end(error: KafkaError, reason: &str) {
+    let end = matches!(error, KafkaError::PartitionEOF(_))
+        || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
+    if !end {
+        log::error!("librdkafka: {error}: {reason}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for EndIsExpected {}
+
 /// A general-purpose client: administration, synchronous produce, and reading a topic back.
 pub struct Client {
     settings: ClientSettings,
@@ -409,8 +430,8 @@ impl Client {
             .set("enable.partition.eof", "true")
             .set("enable.auto.commit", "false")
             .set("group.id", "ferrokafka-read-topic");
-        let consumer: BaseConsumer = config
-            .create()
+        let consumer: BaseConsumer<EndIsExpected> = config
+            .create_with_context(EndIsExpected)
             .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
         let mut assignment = TopicPartitionList::new();
         for &p in &partitions {

@@ -36,6 +36,11 @@ impl ClientSettings {
         }
     }
 
+    /// Removes `key`, e.g. a producer-only setting before creating a consumer.
+    pub fn remove(&mut self, key: &str) {
+        self.entries.retain(|(k, _)| k != key);
+    }
+
     /// Sets `key` only when the user did not.
     pub fn set_default(&mut self, key: &str, value: &str) {
         if self.get(key).is_none() {

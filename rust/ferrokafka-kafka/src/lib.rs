@@ -7,8 +7,11 @@
 pub mod async_producer;
 pub mod client;
 pub mod config;
+mod daemon;
 pub mod error;
+pub mod partitioner;
 pub mod record;
+pub mod scheduler;
 
 pub use async_producer::{
     AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ProducerStats, Refusal, Ticket,
@@ -17,3 +20,4 @@ pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, T
 pub use config::ClientSettings;
 pub use error::{KafkaIoError, KafkaResult};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
+pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};

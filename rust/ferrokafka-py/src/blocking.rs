@@ -5,6 +5,8 @@
 //! [`SLICE`], re-attaching between slices to run signal handlers. Ctrl-C and Spark task kills
 //! therefore interrupt a wait even when librdkafka is stuck on the network.
 
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::sync::mpsc::{RecvTimeoutError, sync_channel};
 use std::time::Duration;
 
@@ -84,5 +86,45 @@ pub fn timeout_arg(name: &str, seconds: f64) -> PyResult<Duration> {
         Err(pyo3::exceptions::PyValueError::new_err(format!(
             "{name} must be a positive number of seconds, got {seconds}"
         )))
+    }
+}
+
+/// Runs `cleanup` with the GIL released, from code that may hold it (such as a `Drop` run by the
+/// garbage collector). Engine threads log through `pyo3-log` and so may be waiting for the GIL;
+/// joining them while holding it would deadlock.
+pub fn release_gil_for<F: FnOnce() + Send>(cleanup: F) {
+    Python::attach(|py| py.detach(cleanup));
+}
+
+/// Owns an engine whose drop joins librdkafka or ferrokafka threads; drops it without the GIL
+/// (see [`release_gil_for`]).
+pub struct ReleaseOnDrop<T: Send>(ManuallyDrop<T>);
+
+impl<T: Send> ReleaseOnDrop<T> {
+    /// Wraps `engine`.
+    pub fn new(engine: T) -> Self {
+        ReleaseOnDrop(ManuallyDrop::new(engine))
+    }
+}
+
+impl<T: Send> Deref for ReleaseOnDrop<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Send + std::fmt::Debug> std::fmt::Debug for ReleaseOnDrop<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T: Send> Drop for ReleaseOnDrop<T> {
+    fn drop(&mut self) {
+        // SAFETY: the value is taken exactly once, here, and `self.0` is never used afterwards.
+        let engine = unsafe { ManuallyDrop::take(&mut self.0) };
+        release_gil_for(move || drop(engine));
     }
 }

@@ -10,7 +10,7 @@ use ferrokafka_kafka::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionI
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::blocking::{ForkGuard, run_detached, timeout_arg};
+use crate::blocking::{ForkGuard, ReleaseOnDrop, run_detached, timeout_arg};
 use crate::convert::{outgoing_record, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::message::PyMessage;
@@ -212,7 +212,7 @@ impl PyNewTopic {
 #[pyclass(name = "Client", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyClient {
-    inner: Arc<Client>,
+    inner: ReleaseOnDrop<Arc<Client>>,
     guard: ForkGuard,
 }
 
@@ -222,7 +222,7 @@ impl PyClient {
     fn new(config: &Bound<'_, PyDict>) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         Ok(PyClient {
-            inner: Arc::new(Client::new(settings)?),
+            inner: ReleaseOnDrop::new(Arc::new(Client::new(settings)?)),
             guard: ForkGuard::new("ferrokafka.Client"),
         })
     }
@@ -236,7 +236,7 @@ impl PyClient {
     ) -> NativeResult<PyClusterMetadata> {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
-        let inner = Arc::clone(&self.inner);
+        let inner = Arc::clone(&*self.inner);
         let cluster = run_detached(py, move || inner.list_topics(topic.as_deref(), timeout))??;
         Ok(cluster_to_py(py, cluster)?)
     }
@@ -266,7 +266,7 @@ impl PyClient {
                 Ok(spec_of(topic.get()))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let inner = Arc::clone(&self.inner);
+        let inner = Arc::clone(&*self.inner);
         Ok(run_detached(py, move || {
             inner.create_topics(&specs, exist_ok, timeout)
         })??)
@@ -276,7 +276,7 @@ impl PyClient {
     fn delete_topics(&self, py: Python<'_>, topics: Vec<String>, timeout: f64) -> NativeResult<()> {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
-        let inner = Arc::clone(&self.inner);
+        let inner = Arc::clone(&*self.inner);
         Ok(run_detached(py, move || {
             inner.delete_topics(&topics, timeout)
         })??)
@@ -298,7 +298,7 @@ impl PyClient {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
-        let inner = Arc::clone(&self.inner);
+        let inner = Arc::clone(&*self.inner);
         let delivered = run_detached(py, move || inner.produce(&record, timeout))??;
         Ok(delivered.into())
     }
@@ -313,13 +313,13 @@ impl PyClient {
     ) -> NativeResult<Vec<PyMessage>> {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
-        let inner = Arc::clone(&self.inner);
+        let inner = Arc::clone(&*self.inner);
         let records = run_detached(py, move || inner.read_topic(&topic, max_messages, timeout))??;
         Ok(records.into_iter().map(PyMessage::from).collect())
     }
 
     fn __repr__(&self) -> String {
-        format!("{:?}", self.inner)
+        format!("{:?}", *self.inner)
     }
 }
 

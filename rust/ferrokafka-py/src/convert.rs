@@ -35,7 +35,7 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
     Ok(ClientSettings::new(entries)?)
 }
 
-fn type_name(value: &Bound<'_, PyAny>) -> String {
+pub fn type_name(value: &Bound<'_, PyAny>) -> String {
     value
         .get_type()
         .name()

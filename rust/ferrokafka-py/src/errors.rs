@@ -4,6 +4,7 @@
 //! e.g. `KafkaTimeoutError(KafkaError, TimeoutError)`, and carry docstrings); they are imported
 //! lazily on first use. Binding code returns [`NativeResult`] and only uses `?`.
 
+use ferrokafka_core::CoreError;
 use ferrokafka_kafka::KafkaIoError;
 use pyo3::PyErr;
 use pyo3::exceptions::PyValueError;
@@ -14,6 +15,8 @@ pyo3::import_exception!(ferrokafka.exceptions, ClosedError);
 pyo3::import_exception!(ferrokafka.exceptions, BufferOverflow);
 pyo3::import_exception!(ferrokafka.exceptions, KafkaError);
 pyo3::import_exception!(ferrokafka.exceptions, KafkaTimeoutError);
+pyo3::import_exception!(ferrokafka.exceptions, CodecError);
+pyo3::import_exception!(ferrokafka.exceptions, ScheduleError);
 
 /// librdkafka's code for a local timeout, reported with every [`KafkaIoError::Timeout`].
 const TIMED_OUT: i32 = -185;
@@ -23,6 +26,10 @@ const TIMED_OUT: i32 = -185;
 pub enum NativeError {
     /// An error of the Kafka engines.
     Kafka(KafkaIoError),
+    /// An error of the pure core: bad arguments, or corrupt, oversized or foreign encoded data.
+    Core(CoreError),
+    /// A core error while building a scheduled message: every cause is an invalid schedule.
+    Schedule(CoreError),
     /// An exception raised while converting arguments or by user code; passed through unchanged.
     Python(PyErr),
 }
@@ -36,6 +43,12 @@ impl From<KafkaIoError> for NativeError {
     }
 }
 
+impl From<CoreError> for NativeError {
+    fn from(err: CoreError) -> Self {
+        NativeError::Core(err)
+    }
+}
+
 impl From<PyErr> for NativeError {
     fn from(err: PyErr) -> Self {
         NativeError::Python(err)
@@ -46,6 +59,20 @@ impl From<NativeError> for PyErr {
     fn from(err: NativeError) -> PyErr {
         match err {
             NativeError::Python(err) => err,
+            NativeError::Schedule(err) => ScheduleError::new_err(err.to_string()),
+            NativeError::Core(err) => {
+                let message = err.to_string();
+                match err {
+                    CoreError::InvalidArgument(_) => PyValueError::new_err(message),
+                    CoreError::InvalidState { .. } => FerrokafkaError::new_err(message),
+                    CoreError::Corrupt { .. }
+                    | CoreError::TooLarge { .. }
+                    | CoreError::UnsupportedVersion { .. }
+                    | CoreError::MissingHeader { .. }
+                    | CoreError::InvalidHeader { .. }
+                    | CoreError::InvalidField { .. } => CodecError::new_err(message),
+                }
+            }
             NativeError::Kafka(err) => {
                 let message = err.to_string();
                 match err {

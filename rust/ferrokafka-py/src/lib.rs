@@ -4,13 +4,19 @@ use pyo3::prelude::*;
 
 mod blocking;
 mod client;
+mod codec;
 mod convert;
+mod deadline_queue;
 mod errors;
 mod message;
 mod producer;
+mod scheduler;
 
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Engine threads log through the `log` crate; this forwards their records to `logging`
+    // under the Rust module path (e.g. `ferrokafka_kafka.scheduler`).
+    pyo3_log::init();
     m.add_class::<client::PyClient>()?;
     m.add_class::<client::PyNewTopic>()?;
     m.add_class::<client::PyClusterMetadata>()?;
@@ -19,6 +25,24 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::PyBrokerMetadata>()?;
     m.add_class::<message::PyMessage>()?;
     m.add_class::<producer::PyRawAsyncProducer>()?;
+    m.add_class::<scheduler::PyRawScheduler>()?;
+    m.add_class::<deadline_queue::PyDeadlineQueue>()?;
+    m.add_class::<codec::PyMarker>()?;
+    m.add_class::<codec::PyProxyMessage>()?;
+    m.add_class::<codec::PyProxyRecord>()?;
+    m.add_function(wrap_pyfunction!(codec::deflate, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::inflate, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::encode_state_report, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::decode_state_report, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::encode_process_report, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::decode_process_report, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::encode_error_report, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::decode_error_report, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::encode_marker, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::decode_marker, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::schedule_proxy, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::cancel_proxy, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::parse_proxy_headers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

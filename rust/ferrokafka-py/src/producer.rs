@@ -20,7 +20,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::blocking::{ForkGuard, SLICE, timeout_arg};
+use crate::blocking::{ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, timeout_arg};
 use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeError, NativeResult};
 use crate::message::PyMessage;
@@ -29,7 +29,7 @@ use crate::message::PyMessage;
 #[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyRawAsyncProducer {
-    engine: Arc<AsyncProducer>,
+    engine: ReleaseOnDrop<Arc<AsyncProducer>>,
     events: Mutex<Option<Receiver<ProducerEvent>>>,
     guard: ForkGuard,
 }
@@ -82,15 +82,20 @@ impl PyRawAsyncProducer {
                 && !matches!(overflow.limit, OverflowLimit::ItemTooLarge { .. });
             if blocking && Instant::now() < deadline {
                 items.push_front(overflow.item);
-                let engine = Arc::clone(&self.engine);
-                let wait = deadline.saturating_duration_since(Instant::now()).min(SLICE);
+                let engine = Arc::clone(&*self.engine);
+                let wait = deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(SLICE);
                 py.detach(move || engine.wait_for_room(wait));
                 py.check_signals()?;
                 continue;
             }
             let topic = overflow.item.record.topic.clone();
             let waited = if blocking {
-                format!(" after blocking {:.1} s", options.block_timeout.as_secs_f64())
+                format!(
+                    " after blocking {:.1} s",
+                    options.block_timeout.as_secs_f64()
+                )
             } else {
                 String::new()
             };
@@ -99,6 +104,23 @@ impl PyRawAsyncProducer {
             err.value(py).setattr("accepted", accepted)?;
             return Err(err.into());
         }
+    }
+}
+
+impl Drop for PyRawAsyncProducer {
+    /// A producer collected without `shutdown()` still stops its worker (which holds the engine
+    /// alive) and says how many messages that cost; it never hangs the collector.
+    fn drop(&mut self) {
+        let engine = Arc::clone(&*self.engine);
+        release_gil_for(move || {
+            let undelivered = engine.finish_shutdown();
+            if !undelivered.is_empty() {
+                log::error!(
+                    "AsyncProducer collected without shutdown(): {} message(s) not delivered",
+                    undelivered.len()
+                );
+            }
+        });
     }
 }
 
@@ -111,47 +133,46 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Pending>
             .map(str::to_owned)
             .ok_or_else(|| PyValueError::new_err("records without a 'topic' need topic=..."))
     };
-    let (record, partition_key) = if item.is_instance_of::<PyBytes>()
-        || item.is_instance_of::<PyString>()
-    {
-        let record = OutgoingRecord {
-            topic: batch_topic()?,
-            value: optional_bytes("value", Some(item))?,
-            ..OutgoingRecord::default()
+    let (record, partition_key) =
+        if item.is_instance_of::<PyBytes>() || item.is_instance_of::<PyString>() {
+            let record = OutgoingRecord {
+                topic: batch_topic()?,
+                value: optional_bytes("value", Some(item))?,
+                ..OutgoingRecord::default()
+            };
+            (record, None)
+        } else if let Ok(pair) = item.cast::<PyTuple>() {
+            if pair.len() != 2 {
+                return Err(PyTypeError::new_err("a tuple record must be (value, key)"));
+            }
+            let record = OutgoingRecord {
+                topic: batch_topic()?,
+                value: optional_bytes("value", Some(&pair.get_item(0)?))?,
+                key: optional_bytes("key", Some(&pair.get_item(1)?))?,
+                ..OutgoingRecord::default()
+            };
+            (record, None)
+        } else if let Ok(fields) = item.cast::<PyDict>() {
+            let get = |name: &str| fields.get_item(name);
+            let record_topic = match get("topic")? {
+                Some(own) => own,
+                None => PyString::new(item.py(), &batch_topic()?).into_any(),
+            };
+            let record = outgoing_record(
+                &record_topic,
+                get("value")?.as_ref(),
+                get("key")?.as_ref(),
+                get("partition")?.map(|p| p.extract()).transpose()?,
+                get("headers")?.as_ref(),
+                get("timestamp")?.map(|t| t.extract()).transpose()?,
+            )?;
+            let partition_key = optional_bytes("partition_key", get("partition_key")?.as_ref())?;
+            (record, partition_key)
+        } else {
+            return Err(PyTypeError::new_err(
+                "each record must be bytes, str, a (value, key) tuple or a dict",
+            ));
         };
-        (record, None)
-    } else if let Ok(pair) = item.cast::<PyTuple>() {
-        if pair.len() != 2 {
-            return Err(PyTypeError::new_err("a tuple record must be (value, key)"));
-        }
-        let record = OutgoingRecord {
-            topic: batch_topic()?,
-            value: optional_bytes("value", Some(&pair.get_item(0)?))?,
-            key: optional_bytes("key", Some(&pair.get_item(1)?))?,
-            ..OutgoingRecord::default()
-        };
-        (record, None)
-    } else if let Ok(fields) = item.cast::<PyDict>() {
-        let get = |name: &str| fields.get_item(name);
-        let record_topic = match get("topic")? {
-            Some(own) => own,
-            None => PyString::new(item.py(), &batch_topic()?).into_any(),
-        };
-        let record = outgoing_record(
-            &record_topic,
-            get("value")?.as_ref(),
-            get("key")?.as_ref(),
-            get("partition")?.map(|p| p.extract()).transpose()?,
-            get("headers")?.as_ref(),
-            get("timestamp")?.map(|t| t.extract()).transpose()?,
-        )?;
-        let partition_key = optional_bytes("partition_key", get("partition_key")?.as_ref())?;
-        (record, partition_key)
-    } else {
-        return Err(PyTypeError::new_err(
-            "each record must be bytes, str, a (value, key) tuple or a dict",
-        ));
-    };
     Ok(Pending {
         record,
         partition_key,
@@ -192,7 +213,7 @@ impl PyRawAsyncProducer {
         let engine = py.detach(move || AsyncProducer::new(settings, options))?;
         let events = engine.take_events();
         Ok(PyRawAsyncProducer {
-            engine,
+            engine: ReleaseOnDrop::new(engine),
             events: Mutex::new(events),
             guard: ForkGuard::new("ferrokafka.AsyncProducer"),
         })
@@ -235,9 +256,7 @@ impl PyRawAsyncProducer {
     ) -> NativeResult<usize> {
         self.guard.check()?;
         let topic: Option<String> = topic
-            .map(|t| {
-                outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic)
-            })
+            .map(|t| outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic))
             .transpose()?;
         let topic = topic.as_deref();
         let batch: VecDeque<Pending> = if let Ok(list) = records.cast::<PyList>() {
@@ -268,7 +287,7 @@ impl PyRawAsyncProducer {
         let limit = timeout_arg("timeout", timeout)?;
         let deadline = Instant::now() + limit;
         loop {
-            let engine = Arc::clone(&self.engine);
+            let engine = Arc::clone(&*self.engine);
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .min(SLICE);
@@ -342,7 +361,7 @@ impl PyRawAsyncProducer {
         let deadline = Instant::now() + limit;
         self.engine.begin_shutdown();
         loop {
-            let engine = Arc::clone(&self.engine);
+            let engine = Arc::clone(&*self.engine);
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .min(SLICE);
@@ -351,7 +370,7 @@ impl PyRawAsyncProducer {
             }
             py.check_signals()?;
         }
-        let engine = Arc::clone(&self.engine);
+        let engine = Arc::clone(&*self.engine);
         let undelivered = py.detach(move || engine.finish_shutdown());
         let reason =
             ferrokafka_kafka::KafkaIoError::Closed("the producer (shut down before delivery)");

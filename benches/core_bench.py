@@ -1,0 +1,383 @@
+"""The Python-facing core against what a Python user has today, in one run.
+
+- Deadline queue: ``heapq`` plus a dict of live entries (lazy deletion: cancels leave stale heap
+  entries that pops skip), against ``ferrokafka.DeadlineQueue`` called once per entry and with
+  its batch calls (``push_many``, ``discard_many``, ``pop_due(max=...)``).
+- Codecs: ``zlib.compress`` (level 6) / ``zlib.decompress`` and ``json``/``orjson`` against
+  ``ferrokafka.codecs`` on Karafka-Web-like process reports of 1, 10 and 100 KB of JSON, and a
+  scheduler state report.
+
+Ratios are peer time / ferrokafka time (above 1: ferrokafka is faster). Run against the release
+build::
+
+    .venv/bin/maturin develop --release && .venv/bin/python benches/core_bench.py
+
+``--output PATH`` also writes the tables (markdown) to PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import heapq
+import json
+import os
+import platform
+import random
+import sys
+import timeit
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+import ferrokafka
+from ferrokafka import DeadlineQueue, codecs
+
+COMMAND = ".venv/bin/python benches/core_bench.py"
+
+# ---- deadline queue -------------------------------------------------------------------------
+
+TICK = 1000  # entries pushed (and about as many falling due) per clock tick
+TICKS = 100
+CANCEL_EVERY = 8  # one cancel per this many pushes
+
+
+class LazyHeap:
+    """The usual Python deadline queue: heapq of (deadline, seq, id) + dict of live entries."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int]] = []
+        self.live: dict[int, tuple[int, Any]] = {}
+        self.seq = 0
+
+    def push(self, id: int, deadline: float, item: Any) -> None:
+        self.seq += 1
+        self.live[id] = (self.seq, item)
+        heapq.heappush(self.heap, (deadline, self.seq, id))
+
+    def cancel(self, id: int) -> None:
+        self.live.pop(id, None)
+
+    def pop_due(self, now: float) -> list[tuple[int, Any]]:
+        heap, live, out = self.heap, self.live, []
+        while heap and heap[0][0] <= now:
+            _, seq, id = heapq.heappop(heap)
+            entry = live.get(id)
+            if entry is not None and entry[0] == seq:
+                del live[id]
+                out.append((id, entry[1]))
+        return out
+
+
+class Workload:
+    """Pre-drawn ids, deadlines and cancels, identical for every contender."""
+
+    def __init__(self, pending: int, seed: int = 7) -> None:
+        rng = random.Random(seed)
+        self.pending = pending
+        self.prefill = [(id, rng.uniform(0, pending), id) for id in range(pending)]
+        self.ticks = []
+        next_id = pending
+        for tick in range(1, TICKS + 1):
+            now = float(tick * TICK)
+            pushes = [(next_id + i, now + rng.uniform(0, pending), i) for i in range(TICK)]
+            next_id += TICK
+            cancels = [rng.randrange(next_id) for _ in range(TICK // CANCEL_EVERY)]
+            self.ticks.append((now, pushes, cancels))
+
+    def operations(self) -> int:
+        return TICKS * (TICK + TICK // CANCEL_EVERY) + TICKS  # pushes, cancels, pop_due calls
+
+
+def run_heapq(work: Workload) -> Callable[[], int]:
+    queue = LazyHeap()
+    queue.heap = [(deadline, id, id) for id, deadline, _ in work.prefill]
+    heapq.heapify(queue.heap)
+    queue.live = {id: (id, item) for id, _, item in work.prefill}
+    queue.seq = work.pending
+
+    def run() -> int:
+        popped = 0
+        for now, pushes, cancels in work.ticks:
+            for id, deadline, item in pushes:
+                queue.push(id, deadline, item)
+            for id in cancels:
+                queue.cancel(id)
+            popped += len(queue.pop_due(now))
+        return popped
+
+    return run
+
+
+def run_single(work: Workload) -> Callable[[], int]:
+    queue = DeadlineQueue()
+    queue.push_many(work.prefill)
+
+    def run() -> int:
+        popped = 0
+        for now, pushes, cancels in work.ticks:
+            for id, deadline, item in pushes:
+                queue.push(id, deadline, item)
+            for id in cancels:
+                queue.discard(id)
+            popped += len(queue.pop_due(now))
+        return popped
+
+    return run
+
+
+def run_batch(work: Workload) -> Callable[[], int]:
+    queue = DeadlineQueue()
+    queue.push_many(work.prefill)
+
+    def run() -> int:
+        popped = 0
+        for now, pushes, cancels in work.ticks:
+            queue.push_many(pushes)
+            queue.discard_many(cancels)
+            while due := queue.pop_due(now, max=TICK):
+                popped += len(due)
+        return popped
+
+    return run
+
+
+def time_once(make: Callable[[Workload], Callable[[], int]], work: Workload) -> tuple[float, int]:
+    run = make(work)  # set-up (prefill) is not timed
+    start = timeit.default_timer()
+    popped = run()
+    return timeit.default_timer() - start, popped
+
+
+def bench_queue(pending: int, repeats: int) -> list[tuple[str, float, float]]:
+    work = Workload(pending)
+    contenders = [("heapq + dict", run_heapq), ("single", run_single), ("batch", run_batch)]
+    best: dict[str, float] = {}
+    popped: dict[str, int] = {}
+    for _ in range(repeats):  # interleaved, so drift affects every contender alike
+        for name, make in contenders:
+            elapsed, count = time_once(make, work)
+            best[name] = min(best.get(name, elapsed), elapsed)
+            popped[name] = count
+    if len(set(popped.values())) != 1:
+        sys.exit(f"contenders disagree on the number of due entries: {popped}")
+    per_op = {name: best[name] / work.operations() * 1e9 for name in best}
+    peer = per_op["heapq + dict"]
+    return [(name, ns, peer / ns) for name, ns in per_op.items()]
+
+
+# ---- codecs ---------------------------------------------------------------------------------
+
+
+def process_report(target_bytes: int, seed: int = 7) -> dict[str, Any]:
+    """A Karafka-Web-like process report with enough partitions to reach ``target_bytes``."""
+    rng = random.Random(seed)
+    partitions: dict[str, Any] = {}
+    report: dict[str, Any] = {
+        "schema_version": "1.0.0",
+        "type": "consumer",
+        "dispatched_at": 1_700_000_000.123,
+        "process": {
+            "id": f"worker-{rng.randrange(50)}.prod.internal:{rng.randrange(1000, 61000)}:"
+            f"{rng.getrandbits(64):x}",
+            "status": "running",
+            "started_at": 1_699_990_000.5,
+            "memory_usage": 182_344,
+            "memory_total_usage": 7_734_112,
+            "memory_size": 16_314_368,
+            "cpus": 2,
+            "threads": 14,
+            "cpu_usage": [0.42, 0.37, 0.31],
+            "tags": ["billing", "eu-west-1"],
+        },
+        "stats": {
+            "busy": 2,
+            "enqueued": 0,
+            "utilization": 37.5,
+            "total": {"batches": 12_345, "messages": 987_654, "errors": 3, "retries": 7, "dead": 1},
+            "lag": 1234,
+            "lag_stored": 12,
+        },
+        "consumer_groups": {
+            "billing": {
+                "id": "billing",
+                "topics": {"orders": {"name": "orders", "partitions": partitions}},
+            }
+        },
+        "jobs": [],
+    }
+    while len(orjson.dumps(report)) < target_bytes:
+        hi = 1_000_000 + rng.randrange(9_000_000)
+        committed = hi - rng.randrange(5_000)
+        pid = len(partitions)
+        partitions[str(pid)] = {
+            "id": pid,
+            "lag": hi - committed,
+            "lag_stored": rng.randrange(100),
+            "committed_offset": committed,
+            "stored_offset": committed + rng.randrange(50),
+            "hi_offset": hi,
+            "lo_offset": rng.randrange(1000),
+            "fetch_state": "active",
+            "poll_state": "paused" if rng.randrange(10) == 0 else "active",
+        }
+    return report
+
+
+def state_report() -> dict[str, Any]:
+    start = datetime.date(2025, 1, 1)
+    daily = {str(start + datetime.timedelta(days=d)): 100 + d for d in range(40)}
+    return {
+        "schema_version": "1.0.0",
+        "dispatched_at": 1_700_000_000.25,
+        "state": "loaded",
+        "offsets": {"low": 0, "high": 123_456},
+        "daily": daily,
+        "started_at": 1_699_999_000,
+        "reloads": 1,
+        "skipped_records": 0,
+        "dispatched": 98_765,
+    }
+
+
+def per_call(fn: Callable[[], object], repeats: int) -> float:
+    """Best time of one call, in seconds (each sample runs about 0.1 s)."""
+    timer = timeit.Timer(fn)
+    number, _ = timer.autorange()
+    number = max(1, number // 2)
+    return min(timer.repeat(repeat=repeats, number=number)) / number
+
+
+Case = tuple[str, Callable[[], object], Callable[[], object]]
+
+
+def report_cases(report: dict[str, Any]) -> list[Case]:
+    """(operation, peer, ferrokafka) for one process report."""
+    raw = orjson.dumps(report)
+    packed = zlib.compress(raw, 6)
+    ours_packed = codecs.encode_process_report(report)
+    assert codecs.inflate(codecs.deflate(raw)) == raw
+    assert codecs.decode_process_report(ours_packed) == json.loads(raw)
+    return [
+        ("deflate (level 6)", lambda: zlib.compress(raw, 6), lambda: codecs.deflate(raw)),
+        ("inflate", lambda: zlib.decompress(packed), lambda: codecs.inflate(packed)),
+        (
+            "encode report: orjson + zlib vs encode_process_report",
+            lambda: zlib.compress(orjson.dumps(report), 6),
+            lambda: codecs.encode_process_report(report),
+        ),
+        (
+            "encode report: json + zlib vs encode_process_report",
+            lambda: zlib.compress(json.dumps(report).encode(), 6),
+            lambda: codecs.encode_process_report(report),
+        ),
+        (
+            "decode report: zlib + orjson vs decode_process_report",
+            lambda: orjson.loads(zlib.decompress(packed)),
+            lambda: codecs.decode_process_report(ours_packed),
+        ),
+        (
+            "decode report: zlib + json vs decode_process_report",
+            lambda: json.loads(zlib.decompress(packed)),
+            lambda: codecs.decode_process_report(ours_packed),
+        ),
+    ]
+
+
+def state_cases(state: dict[str, Any]) -> list[Case]:
+    """(operation, peer, ferrokafka) for a scheduler state report."""
+    packed = codecs.encode_state_report(state)
+    return [
+        (
+            "encode state report: orjson + zlib vs encode_state_report",
+            lambda: zlib.compress(orjson.dumps(state), 6),
+            lambda: codecs.encode_state_report(state),
+        ),
+        (
+            "decode state report: zlib + orjson vs decode_state_report",
+            lambda: orjson.loads(zlib.decompress(packed)),
+            lambda: codecs.decode_state_report(packed),
+        ),
+    ]
+
+
+def bench_codecs(repeats: int) -> list[tuple[str, str, float, float, float]]:
+    """Rows of (operation, input, peer µs, ferrokafka µs, ratio)."""
+    inputs = [process_report(size) for size in (1_000, 10_000, 100_000)]
+    suites = [(report, report_cases(report)) for report in inputs]
+    suites.append((state_report(), state_cases(state_report())))
+    rows = []
+    for document, cases in suites:
+        label = f"{len(orjson.dumps(document)) / 1000:.1f} KB"
+        for name, peer, ours in cases:
+            peer_s, ours_s = per_call(peer, repeats), per_call(ours, repeats)
+            rows.append((name, label, peer_s * 1e6, ours_s * 1e6, peer_s / ours_s))
+    return rows
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+        f"zlib {zlib.ZLIB_RUNTIME_VERSION}, orjson {orjson.__version__}, "
+        f"ferrokafka {ferrokafka.__version__}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pending", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--output", help="also write the markdown tables to this file")
+    args = parser.parse_args()
+
+    lines = [
+        f"Command: `{' '.join([COMMAND, *sys.argv[1:]])}` (release build).",
+        "",
+        f"Machine: {machine()}. Date: {datetime.date.today()}.",
+        "",
+        "### Deadline queue: heapq + dict (lazy deletion) vs ferrokafka.DeadlineQueue",
+        "",
+        f"Steady state at a fixed number of pending entries: per clock tick, {TICK} pushes "
+        f"(int ids, float deadlines, an item each), {TICK // CANCEL_EVERY} cancels of random "
+        f"ids and popping everything due (~{TICK} entries); {TICKS} ticks, best of "
+        f"{args.repeats}. Time per operation (a push, a cancel or a pop_due call).",
+        "",
+        "| pending | contender | ns / op | ratio (heapq / this) |",
+        "|--------:|-----------|--------:|---------------------:|",
+    ]
+    print("\n".join(lines), flush=True)
+    for pending in args.pending:
+        for name, ns, ratio in bench_queue(pending, args.repeats):
+            lines.append(f"| {pending:,} | {name} | {ns:.0f} | {ratio:.2f} |")
+            print(lines[-1], flush=True)
+    codec_lines = [
+        "",
+        "### Codecs: zlib / json / orjson vs ferrokafka.codecs",
+        "",
+        "Karafka-Web-like process reports (JSON size shown) and a 40-day scheduler state report;",
+        f"best per-call time of {args.repeats} samples.",
+        "",
+        "| operation | input | peer µs | ferrokafka µs | ratio (peer / ferrokafka) |",
+        "|-----------|------:|--------:|--------------:|--------------------------:|",
+    ]
+    for name, label, peer_us, ours_us, ratio in bench_codecs(args.repeats):
+        codec_lines.append(f"| {name} | {label} | {peer_us:.1f} | {ours_us:.1f} | {ratio:.2f} |")
+    print("\n".join(codec_lines))
+    if args.output:
+        with open(args.output, "w") as out:
+            out.write("\n".join(lines + codec_lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

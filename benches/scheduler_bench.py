@@ -1,0 +1,160 @@
+"""Scheduler daemon: load time and memory, dispatch throughput, and lateness, on the local broker.
+
+Usage:
+    .venv/bin/python benches/scheduler_bench.py [--load 1000000] [--burst 100000] [--rate 10000]
+
+Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Three runs:
+1. load: N far-future schedules (beyond the 1 h payload horizon) on a 4-partition schedules topic;
+   time from start until every partition is `loaded`, and RSS growth of this process per schedule.
+2. burst: M schedules all due at once; dispatches per second once loaded.
+3. lateness: schedules at R per second for 5 s while the daemon runs; lateness = the dispatched
+   message's create time minus its epoch (epochs are whole seconds, as in Karafka), p50 / p99.
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from ferrokafka import AsyncProducer, Client
+from ferrokafka.scheduling import Scheduler, create_topics, schedule
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA = ROOT / "scripts" / "kafka.sh"
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark condition not reached")
+        time.sleep(0.05)
+
+
+def all_loaded(daemon: Scheduler, partitions: int = 4) -> bool:
+    status = daemon.status()
+    return len(status) == partitions and all(s["state"] == "loaded" for s in status)
+
+
+def produce_schedules(
+    bootstrap: str, topic: str, target: str, epochs: list[int], payload: bytes
+) -> None:
+    with AsyncProducer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20},
+        max_queue_size=50_000,
+        overflow="block",
+        delivery_threshold=10_000,
+    ) as producer:
+        batch = []
+        for n, epoch in enumerate(epochs):
+            proxy = schedule(
+                {"topic": target, "payload": payload}, epoch, {"topic": topic, "key": f"s{n}"}
+            )
+            batch.append({"value": proxy.value, "key": proxy.key, "headers": proxy.headers})
+            if len(batch) == 10_000:
+                producer.produce_many(batch, topic=topic)
+                batch = []
+        producer.produce_many(batch, topic=topic)
+
+
+def fresh_topics(client: Client) -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    topic, target = f"bench-schedules-{suffix}", f"bench-target-{suffix}"
+    create_topics(client, topic, num_partitions=4)
+    client.create_topics([target])
+    return topic, target
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--load", type=int, default=1_000_000)
+    parser.add_argument("--burst", type=int, default=100_000)
+    parser.add_argument("--rate", type=int, default=10_000)
+    args = parser.parse_args()
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    env = {**os.environ, "KAFKA_PORT": "19592"}
+    if not bootstrap:
+        bootstrap = subprocess.run(
+            ["bash", str(KAFKA), "start"], env=env, check=True, capture_output=True, text=True
+        ).stdout.split()[-1]
+    client = Client({"bootstrap.servers": bootstrap})
+    config = {"bootstrap.servers": bootstrap}
+    rows: list[tuple[str, str]] = []
+
+    topic, target = fresh_topics(client)
+    future = int(time.time()) + 2 * 3600
+    produce_schedules(
+        bootstrap, topic, target, [future + n % 3600 for n in range(args.load)], b"x" * 100
+    )
+    before = rss_bytes()
+    started = time.perf_counter()
+    with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+        wait_until(lambda: all_loaded(daemon), 600)
+        load_s = time.perf_counter() - started
+        grown = rss_bytes() - before
+    rows.append(
+        (
+            f"load {args.load:,} future schedules (4 partitions)",
+            f"{load_s:.1f} s, {args.load / load_s:,.0f} records/s",
+        )
+    )
+    rows.append(
+        (
+            "RSS growth per future schedule (payload 100 B, beyond horizon)",
+            f"{grown / args.load:.0f} bytes",
+        )
+    )
+
+    topic, target = fresh_topics(client)
+    produce_schedules(bootstrap, topic, target, [int(time.time())] * args.burst, b"x" * 100)
+    with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+        wait_until(lambda: all_loaded(daemon), 600)
+        loaded_at = time.perf_counter()
+        wait_until(lambda: sum(s["dispatched"] for s in daemon.status()) >= args.burst, 600)
+        dispatch_s = time.perf_counter() - loaded_at
+    rows.append(
+        (f"dispatch {args.burst:,} due at once", f"{args.burst / dispatch_s:,.0f} dispatches/s")
+    )
+
+    topic, target = fresh_topics(client)
+    with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+        wait_until(lambda: all_loaded(daemon), 120)
+        first = int(time.time()) + 2
+        epochs = [first + n // args.rate for n in range(args.rate * 5)]
+        produce_schedules(bootstrap, topic, target, epochs, b"x" * 100)
+        wait_until(lambda: sum(s["dispatched"] for s in daemon.status()) >= len(epochs), 120)
+    lateness = sorted(
+        m.timestamp()[1] - int(dict(m.headers() or [])["schedule_target_epoch"]) * 1000
+        for m in client.read_topic(target, max_messages=len(epochs), timeout=120)
+    )
+    p50 = statistics.median(lateness)
+    p99 = lateness[int(len(lateness) * 0.99) - 1]
+    rows.append(
+        (f"lateness at {args.rate:,} schedules/s for 5 s", f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    )
+
+    if not os.environ.get("KAFKA_BOOTSTRAP"):
+        subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=True, capture_output=True)
+    print("| measurement | result |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

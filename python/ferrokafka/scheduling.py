@@ -1,0 +1,237 @@
+"""Scheduled (delayed) messages, wire-compatible with Karafka Pro's scheduled messages.
+
+A *proxy* message on a compacted schedules topic says "produce this message to that topic at that
+epoch"; the :class:`Scheduler` daemon (this one, or a Ruby Karafka one sharing the topic) replays
+the schedules topic, dispatches each due message to its target, and writes a tombstone for the
+proxy. :func:`cancel` removes a pending schedule.
+
+Example:
+    >>> import time
+    >>> from ferrokafka import Client
+    >>> from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+    >>> client = Client({"bootstrap.servers": "127.0.0.1:9092"})  # doctest: +SKIP
+    >>> create_topics(client, "schedules")  # doctest: +SKIP
+    >>> schedule_message(  # doctest: +SKIP
+    ...     client,
+    ...     {"topic": "reminders", "payload": b"call back", "key": "user-7"},
+    ...     int(time.time()) + 30,
+    ...     {"topic": "schedules"},
+    ... )
+    >>> with Scheduler({"bootstrap.servers": "127.0.0.1:9092"}, ["schedules"]):  # doctest: +SKIP
+    ...     time.sleep(35)  # the reminder is dispatched 30 s after it was scheduled
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ferrokafka._native import (
+    Client,
+    NewTopic,
+    ProxyMessage,
+    _RawScheduler,
+    cancel_proxy,
+    schedule_proxy,
+)
+from ferrokafka.producer import AsyncProducer
+
+__all__ = [
+    "SCHEDULES_TOPIC_CONFIG",
+    "STATES_POSTFIX",
+    "ProxyMessage",
+    "Scheduler",
+    "cancel",
+    "cancel_message",
+    "create_topics",
+    "schedule",
+    "schedule_message",
+    "send_proxy",
+]
+
+log = logging.getLogger("ferrokafka.scheduling")
+
+STATES_POSTFIX = "_states"
+"""Appended to a schedules topic's name to name its states topic, as Karafka does."""
+
+SCHEDULES_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "min.cleanable.dirty.ratio": "0.1",
+    "segment.ms": "3600000",
+    "delete.retention.ms": "3600000",
+}
+"""Topic settings Karafka uses for the schedules and states topics."""
+
+# Karafka's names for the proxy builders.
+schedule = schedule_proxy
+cancel = cancel_proxy
+
+Sender = Client | AsyncProducer
+"""Something that can send a proxy: a :class:`~ferrokafka.Client` (waits for the broker's
+acknowledgement) or an :class:`~ferrokafka.AsyncProducer` (queues it)."""
+
+
+def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> None:
+    """Produce a proxy built by :func:`schedule` or :func:`cancel` to its schedules topic.
+
+    Example:
+        >>> send_proxy(client, cancel("orders-1", {"topic": "schedules"}))  # doctest: +SKIP
+    """
+    if isinstance(sender, AsyncProducer):
+        sender.produce(
+            proxy.value,
+            proxy.topic,
+            key=proxy.key,
+            partition=proxy.partition,
+            partition_key=proxy.partition_key,
+            headers=proxy.headers,
+        )
+    elif proxy.partition_key is not None and proxy.partition is None:
+        raise ValueError(
+            "an envelope partition_key needs an AsyncProducer (it chooses the partition); "
+            "pass partition= or send with an AsyncProducer"
+        )
+    else:
+        sender.produce(
+            proxy.topic,
+            proxy.value,
+            key=proxy.key,
+            partition=proxy.partition,
+            headers=proxy.headers,
+            timeout=timeout,
+        )
+
+
+def schedule_message(
+    sender: Sender, message: Mapping[str, Any], epoch: int, envelope: Mapping[str, Any]
+) -> ProxyMessage:
+    """Build the proxy for ``message`` at ``epoch`` (Unix seconds) and send it; returns it.
+
+    Example: see the module docstring.
+    """
+    proxy = schedule_proxy(message, epoch, envelope)  # type: ignore[arg-type]
+    send_proxy(sender, proxy)
+    return proxy
+
+
+def cancel_message(sender: Sender, key: str, envelope: Mapping[str, Any]) -> ProxyMessage:
+    """Build the proxy that cancels the schedule with proxy ``key`` and send it; returns it.
+
+    Example:
+        >>> cancel_message(client, "orders-1", {"topic": "schedules"})  # doctest: +SKIP
+    """
+    proxy = cancel_proxy(key, envelope)  # type: ignore[arg-type]
+    send_proxy(sender, proxy)
+    return proxy
+
+
+def create_topics(
+    client: Client,
+    schedules_topic: str,
+    num_partitions: int = 5,
+    replication_factor: int = -1,
+    states_postfix: str = STATES_POSTFIX,
+    timeout: float = 30.0,
+) -> list[str]:
+    """Create a schedules topic and its states topic with Karafka's settings (compacted, dirty
+    ratio 0.1, 1 hour segments and delete retention), the same partition count for both. Topics
+    that exist are left alone; returns the names created.
+
+    Example:
+        >>> create_topics(client, "schedules", num_partitions=3)  # doctest: +SKIP
+        ['schedules', 'schedules_states']
+    """
+    topics = [
+        NewTopic(name, num_partitions, replication_factor, SCHEDULES_TOPIC_CONFIG)
+        for name in (schedules_topic, f"{schedules_topic}{states_postfix}")
+    ]
+    return client.create_topics(topics, timeout=timeout, exist_ok=True)
+
+
+class Scheduler:
+    """The scheduler daemon: dispatches due schedules from one or more schedules topics.
+
+    Daemons with the same ``group_id`` split the schedules partitions between them; a partition
+    moves to another daemon when its owner stops or dies. Each partition is replayed from its
+    earliest offset (state ``loading``), then due schedules are dispatched as they come due, with
+    sub-second lateness (state ``loaded``). State reports (zlib JSON) go to
+    ``<topic>_states`` at most every ``state_interval`` seconds, at once when a partition is
+    loaded and on stop.
+
+    With ``transactional.id`` in ``config`` each dispatched chunk (targets plus tombstones) is one
+    transaction and a restart never dispatches a schedule twice; without it, delivery is
+    at-least-once (a crash between a target and its tombstone re-dispatches that schedule).
+    Bad records are logged, counted (``skipped`` in :meth:`status` and the state report) and
+    skipped.
+
+    Args:
+        config: librdkafka configuration (``bootstrap.servers``, ``transactional.id``, ...).
+        schedules_topics: the schedules topics to serve.
+        group_id: consumer group of the daemons sharing these topics.
+        flush_batch_size: most messages produced per synchronous flush [1000].
+        state_interval: least seconds between periodic state reports of a partition [10].
+        states_postfix: states topic name suffix ["_states"].
+        horizon: seconds ahead for which schedules keep their payload in memory; later ones are
+            read back from the topic when they come within it [3600].
+
+    Example:
+        >>> scheduler = Scheduler(
+        ...     {"bootstrap.servers": "127.0.0.1:9092"}, ["schedules"]
+        ... )  # doctest: +SKIP
+        >>> scheduler.status()[0]["state"]  # doctest: +SKIP
+        'loaded'
+        >>> scheduler.stop()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, str | int | float | bool],
+        schedules_topics: Sequence[str],
+        *,
+        group_id: str = "ferrokafka-scheduler",
+        flush_batch_size: int = 1000,
+        state_interval: float = 10.0,
+        states_postfix: str = STATES_POSTFIX,
+        horizon: float = 3600.0,
+    ) -> None:
+        if isinstance(schedules_topics, str):
+            raise TypeError("schedules_topics must be a list of topic names, not a str")
+        self._raw = _RawScheduler(
+            dict(config),
+            list(schedules_topics),
+            group_id,
+            flush_batch_size,
+            state_interval,
+            states_postfix,
+            horizon,
+        )
+
+    def run(self) -> None:
+        """Block until :meth:`stop` is called from another thread (or the process is
+        interrupted, in which case the daemon is stopped cleanly before the exception leaves)."""
+        try:
+            self._raw.wait()
+        except BaseException:
+            self.stop()
+            raise
+
+    def request_stop(self) -> None:
+        """Ask the daemon to stop and return at once (safe from a signal handler)."""
+        self._raw.request_stop()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop: final state reports, offsets committed, group left. True once stopped."""
+        self._raw.request_stop()
+        return self._raw.wait(timeout)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Per assigned partition: topic, partition, state, pending, dispatched, skipped,
+        applied (records read)."""
+        return self._raw.status()
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

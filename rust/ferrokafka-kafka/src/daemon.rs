@@ -1,0 +1,306 @@
+//! Plumbing shared by the daemons that own a group consumer and produce synchronously (the
+//! scheduler and the redelivery tracker).
+//!
+//! Threading: [`GroupContext::rebalance`] and [`FlushTracker::delivery`] run on librdkafka
+//! threads; they only record events in mutex-protected lists that the daemon thread drains after
+//! each poll ([`GroupContext::take_events`], [`send_all`]). No Python ever runs here.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::client::log_unless_end;
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::record::OutgoingRecord;
+
+/// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A daemon's thread, its stop flag and the status it publishes after each loop.
+pub(crate) struct DaemonThread<S> {
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    status: Arc<Mutex<S>>,
+}
+
+impl<S: Clone + Default + Send + 'static> DaemonThread<S> {
+    /// Starts `run(stop, status)` on a thread called `name`; `run` returns once `stop` is set.
+    pub(crate) fn spawn(
+        name: &str,
+        run: impl FnOnce(&AtomicBool, &Mutex<S>) + Send + 'static,
+    ) -> KafkaResult<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let status = Arc::new(Mutex::new(S::default()));
+        let (thread_stop, thread_status) = (Arc::clone(&stop), Arc::clone(&status));
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || run(&thread_stop, &thread_status))
+            .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start daemon: {e}")))?;
+        Ok(DaemonThread {
+            stop,
+            thread: Mutex::new(Some(thread)),
+            status,
+        })
+    }
+
+    /// Sets the stop flag; the daemon finishes its loop and shuts down.
+    pub(crate) fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Waits up to `wait` for the thread to end; true once it has.
+    pub(crate) fn wait(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut slot = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match slot.as_ref() {
+                None => return true,
+                Some(handle) if handle.is_finished() => {
+                    if let Some(handle) = slot.take() {
+                        let _ = handle.join();
+                    }
+                    return true;
+                }
+                Some(_) if Instant::now() >= deadline => return false,
+                Some(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// The status as of the daemon's last loop.
+    pub(crate) fn status(&self) -> S {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Publishes `status` for [`DaemonThread::status`].
+pub(crate) fn publish<S>(slot: &Mutex<S>, status: S) {
+    *slot.lock().unwrap_or_else(|p| p.into_inner()) = status;
+}
+
+/// Maps a client-creation failure of `what` to the engine error.
+pub(crate) fn creation_error(what: &str) -> impl FnOnce(KafkaError) -> KafkaIoError + '_ {
+    move |e| KafkaIoError::from_rdkafka(what, e, Duration::ZERO, None)
+}
+
+/// Rebalance events recorded by [`GroupContext`], handled by the daemon thread.
+#[derive(Debug)]
+pub(crate) enum RebalanceEvent {
+    Assigned(Vec<(String, i32)>),
+    Revoked(Vec<(String, i32)>),
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
+}
+
+/// Consumer context of a daemon: applies assignments (eager or cooperative) and records them.
+pub(crate) struct GroupContext {
+    assignments: Mutex<Vec<RebalanceEvent>>,
+    /// Assigned partitions start at their beginning (the state is the whole partition) instead
+    /// of the committed offset.
+    replay_from_start: bool,
+    /// Names the daemon in log lines.
+    daemon: &'static str,
+}
+
+impl GroupContext {
+    pub(crate) fn new(daemon: &'static str, replay_from_start: bool) -> Self {
+        GroupContext {
+            assignments: Mutex::new(Vec::new()),
+            replay_from_start,
+            daemon,
+        }
+    }
+
+    fn record(&self, event: RebalanceEvent) {
+        self.assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event);
+    }
+
+    /// The events recorded since the last call, oldest first.
+    pub(crate) fn take_events(&self) -> Vec<RebalanceEvent> {
+        std::mem::take(&mut *self.assignments.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl ClientContext for GroupContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_unless_end(error, reason);
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if self.replay_from_start {
+                    let _ = tpl.set_all_offsets(Offset::Beginning);
+                }
+                self.record(RebalanceEvent::Assigned(partitions_of(tpl)));
+                if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.record(RebalanceEvent::Revoked(partitions_of(tpl)));
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                log::error!("{} rebalance error: {other:?}", self.daemon);
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            log::error!("{} rebalance failed: {e}", self.daemon);
+        }
+    }
+}
+
+/// Producer context that collects the failures of one synchronous flush ([`send_all`]).
+pub(crate) struct FlushTracker {
+    failures: Mutex<Vec<KafkaError>>,
+}
+
+impl FlushTracker {
+    pub(crate) fn new() -> Self {
+        FlushTracker {
+            failures: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl ClientContext for FlushTracker {}
+
+impl ProducerContext for FlushTracker {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((err, _)) = result {
+            self.failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(err.clone());
+        }
+    }
+}
+
+/// Hands `record` to librdkafka without waiting for its delivery, waiting only while
+/// librdkafka's own queue is full.
+pub(crate) fn enqueue<C: ProducerContext<DeliveryOpaque = ()>>(
+    producer: &ThreadedProducer<C>,
+    record: &OutgoingRecord,
+) -> Result<(), KafkaError> {
+    let mut base = BaseRecord::to(&record.topic);
+    if let Some(key) = &record.key {
+        base = base.key(key.as_slice());
+    }
+    if let Some(value) = &record.value {
+        base = base.payload(value.as_slice());
+    }
+    if let Some(partition) = record.partition {
+        base = base.partition(partition);
+    }
+    if let Some(headers) = record.owned_headers() {
+        base = base.headers(headers);
+    }
+    loop {
+        match producer.send(base) {
+            Ok(()) => return Ok(()),
+            Err((
+                KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                back,
+            )) => {
+                base = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
+
+/// Produces `records` and waits until librdkafka confirmed or failed every one; the first
+/// failure is returned. Only one `send_all` may run per producer at a time.
+pub(crate) fn send_all(
+    producer: &ThreadedProducer<FlushTracker>,
+    records: &[OutgoingRecord],
+    timeout: Duration,
+) -> KafkaResult<()> {
+    producer
+        .context()
+        .failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
+    for record in records {
+        enqueue(producer, record)
+            .map_err(|e| KafkaIoError::from_rdkafka("dispatch", e, timeout, None))?;
+    }
+    producer
+        .flush(timeout)
+        .map_err(|e| KafkaIoError::from_rdkafka("dispatch flush", e, timeout, None))?;
+    let failures = producer
+        .context()
+        .failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .split_off(0);
+    match failures.into_iter().next() {
+        None => Ok(()),
+        Some(e) => Err(KafkaIoError::from_rdkafka("dispatch", e, timeout, None)),
+    }
+}
+
+/// Whether the consumer has read `topic`/`partition` to its current end: its fetch position
+/// (which, unlike the last record's offset, steps over transaction markers) or `next_offset`
+/// reached the high watermark. `None` when the position or the watermark could not be read.
+pub(crate) fn at_partition_end<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    next_offset: i64,
+    timeout: Duration,
+) -> Option<bool> {
+    let position = consumer
+        .position()
+        .ok()?
+        .find_partition(topic, partition)
+        .and_then(|e| e.offset().to_raw())
+        .unwrap_or(-1);
+    let (_, high) = consumer.fetch_watermarks(topic, partition, timeout).ok()?;
+    Some(position >= high || next_offset >= high)
+}

@@ -1,0 +1,360 @@
+"""The scheduler daemon against the real broker: dispatch, cancel, tombstones, state reports,
+bad records, restarts (clean and kill -9) and two daemons in one group."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ferrokafka import AsyncProducer, Client, Message
+from ferrokafka.scheduling import (
+    SCHEDULES_TOPIC_CONFIG,
+    Scheduler,
+    cancel_message,
+    create_topics,
+    schedule,
+    schedule_message,
+)
+from tests.conftest import TopicFactory
+
+pytestmark = pytest.mark.kafka
+
+# Short group timeouts so that a killed daemon's partitions move within seconds.
+GROUP_SETTINGS: dict[str, str | int | float | bool] = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def header(message: Message, name: str) -> bytes | None:
+    return dict(message.headers() or []).get(name)
+
+
+@pytest.fixture
+def schedules_topic(kafka_client: Client) -> Iterator[str]:
+    name = f"test-schedules-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, name, num_partitions=2)
+    yield name
+    kafka_client.delete_topics([name, f"{name}_states"])
+
+
+@pytest.fixture
+def daemon_config(kafka_bootstrap: str) -> dict[str, str | int | float | bool]:
+    return {"bootstrap.servers": kafka_bootstrap, **GROUP_SETTINGS}
+
+
+def start_scheduler(config: dict[str, Any], topic: str, group: str) -> Scheduler:
+    return Scheduler(config, [topic], group_id=group, state_interval=0.2)
+
+
+def test_schedules_are_dispatched_once_not_before_their_epoch(
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    target = topic_factory(partitions=3)
+    now = int(time.time())
+    offsets = [-5, 0, 1, 2, 4]
+    for n, delta in enumerate(offsets):
+        schedule_message(
+            kafka_client,
+            {
+                "topic": target,
+                "payload": f"m{n}".encode(),
+                "key": f"k{n}",
+                "headers": {"origin": "test"},
+                **({"partition": 2} if n == 3 else {}),
+                **({"partition_key": "customer-9"} if n == 4 else {}),
+            },
+            now + delta,
+            {"topic": schedules_topic, "key": f"proxy-{n}"},
+        )
+    with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
+        wait_until(lambda: len(kafka_client.read_topic(target)) >= 5, 30, "5 dispatches")
+        dispatched = kafka_client.read_topic(target)
+        wait_until(lambda: sum(s["dispatched"] for s in scheduler.status()) == 5, 10, "status")
+    assert sorted((m.value() or b"").decode() for m in dispatched) == [f"m{n}" for n in range(5)]
+    for message in dispatched:
+        n = int((message.value() or b"m").decode()[1:])
+        epoch = now + offsets[n]
+        assert message.timestamp()[1] >= epoch * 1000, f"m{n} dispatched before its epoch"
+        assert message.key() == f"k{n}".encode()
+        assert header(message, "origin") == b"test"
+        assert header(message, "schedule_target_epoch") == str(epoch).encode()
+        assert header(message, "schedule_source_topic") == schedules_topic.encode()
+        assert header(message, "schedule_source_key") == f"proxy-{n}".encode()
+        assert header(message, "schedule_source_partition") in (b"0", b"1")
+        assert int(header(message, "schedule_source_offset") or b"-1") >= 0
+    by_value = {m.value(): m for m in dispatched}
+    assert by_value[b"m3"].partition() == 2
+    assert by_value[b"m4"].partition() == zlib.crc32(b"customer-9") % 3
+
+    tombstones = [m for m in kafka_client.read_topic(schedules_topic) if m.value() is None]
+    assert sorted(m.key() or b"" for m in tombstones) == [f"proxy-{n}".encode() for n in range(5)]
+    assert all(header(m, "schedule_source_type") == b"tombstone" for m in tombstones)
+    assert all(header(m, "schedule_source_offset") is not None for m in tombstones)
+
+
+def test_cancelled_schedules_are_never_dispatched(
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    target = topic_factory(partitions=1)
+    now = int(time.time())
+    envelope = {"topic": schedules_topic, "partition": 0}
+    schedule_message(
+        kafka_client,
+        {"topic": target, "payload": b"cancelled"},
+        now + 2,
+        {**envelope, "key": "doomed"},
+    )
+    cancel_message(kafka_client, "doomed", envelope)
+    # Sent later and due later, on the same partition: once it is dispatched, the cancelled one
+    # would have been dispatched before it.
+    schedule_message(
+        kafka_client,
+        {"topic": target, "payload": b"sentinel"},
+        now + 3,
+        {**envelope, "key": "sentinel"},
+    )
+    with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}"):
+        wait_until(lambda: len(kafka_client.read_topic(target)) >= 1, 30, "the sentinel")
+    assert [m.value() for m in kafka_client.read_topic(target)] == [b"sentinel"]
+
+
+def test_state_reports_are_zlib_json_with_the_reference_fields(
+    kafka_client: Client, schedules_topic: str, daemon_config: dict[str, Any]
+) -> None:
+    future = int(time.time()) + 3600
+    for n in range(3):
+        schedule_message(
+            kafka_client,
+            {"topic": "anywhere", "payload": b"x"},
+            future,
+            {"topic": schedules_topic, "key": f"later-{n}", "partition": 1},
+        )
+    scheduler = start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}")
+    wait_until(lambda: {s["state"] for s in scheduler.status()} == {"loaded"}, 30, "loaded")
+    assert scheduler.stop()
+    states = kafka_client.read_topic(f"{schedules_topic}_states")
+    assert states, "no state report"
+    for message in states:
+        assert header(message, "zlib") == b"true"
+    decoded = [
+        (m.partition(), m.key(), json.loads(zlib.decompress(m.value() or b""))) for m in states
+    ]
+    final = {p: report for p, key, report in decoded if key == b"stopped_state"}
+    assert set(final) == {0, 1}
+    report = final[1]
+    assert report["schema_version"] == "1.0.0"
+    assert report["state"] == "stopped"
+    assert report["offsets"] == {"low": 0, "high": 2}
+    day = time.strftime("%Y-%m-%d", time.gmtime(future))
+    assert report["daily"] == {day: 3}
+    assert {"dispatched_at", "started_at", "reloads"} <= set(report)
+    assert any(key == b"loaded_state" for _, key, _ in decoded)
+
+
+def test_bad_records_are_counted_and_skipped(
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    target = topic_factory(partitions=1)
+    kafka_client.produce(schedules_topic, b"no headers at all", key="junk", partition=0)
+    kafka_client.produce(
+        schedules_topic,
+        b"from the future",
+        key="newer",
+        partition=0,
+        headers={"schedule_schema_version": "2.0.0", "schedule_source_type": "schedule"},
+    )
+    kafka_client.produce(
+        schedules_topic,
+        b"?",
+        key="odd",
+        partition=0,
+        headers={"schedule_schema_version": "1.0.0", "schedule_source_type": "teleport"},
+    )
+    schedule_message(
+        kafka_client,
+        {"topic": target, "payload": b"good"},
+        int(time.time()),
+        {"topic": schedules_topic, "partition": 0},
+    )
+    with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
+        wait_until(lambda: len(kafka_client.read_topic(target)) == 1, 30, "the good schedule")
+        status = {s["partition"]: s for s in scheduler.status()}
+    assert status[0]["skipped"] == 3
+    assert [m.value() for m in kafka_client.read_topic(target)] == [b"good"]
+
+
+def test_karafka_header_names_and_formats_byte_for_byte() -> None:
+    proxy = schedule(
+        {
+            "topic": "orders",
+            "payload": b"paid",
+            "key": "order-1",
+            "partition": 4,
+            "partition_key": "customer-7",
+            "headers": {"trace": "abc"},
+        },
+        1_900_000_000,
+        {"topic": "schedules"},
+    )
+    # Karafka's documented proxy headers: names, string values, epoch in whole seconds.
+    assert proxy.headers == [
+        ("trace", b"abc"),
+        ("schedule_schema_version", b"1.0.0"),
+        ("schedule_target_epoch", b"1900000000"),
+        ("schedule_source_type", b"schedule"),
+        ("schedule_target_topic", b"orders"),
+        ("schedule_target_partition", b"4"),
+        ("schedule_target_key", b"order-1"),
+        ("schedule_target_partition_key", b"customer-7"),
+    ]
+    assert proxy.key.startswith("orders-")
+    uuid.UUID(proxy.key.removeprefix("orders-"))
+    assert SCHEDULES_TOPIC_CONFIG["cleanup.policy"] == "compact"
+
+
+def run_daemon_process(
+    bootstrap: str, topic: str, group: str, txn_id: str
+) -> subprocess.Popen[str]:
+    settings = [f"--config={k}={v}" for k, v in GROUP_SETTINGS.items()]
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ferrokafka",
+            "scheduler",
+            "--bootstrap-servers",
+            bootstrap,
+            "--schedules-topic",
+            topic,
+            "--group-id",
+            group,
+            "--interval-ms",
+            "200",
+            f"--config=transactional.id={txn_id}",
+            *settings,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def burst(kafka_bootstrap: str, schedules_topic: str, target: str, count: int, spread: int) -> int:
+    """Schedules `count` messages spread over the next `spread` seconds; returns the first epoch."""
+    start = int(time.time()) + 2
+    with AsyncProducer({"bootstrap.servers": kafka_bootstrap}, max_queue_size=count) as producer:
+        for n in range(count):
+            proxy = schedule(
+                {"topic": target, "payload": str(n).encode()},
+                start + n * spread // count,
+                {"topic": schedules_topic, "key": f"burst-{n}"},
+            )
+            producer.produce(proxy.value, proxy.topic, key=proxy.key, headers=proxy.headers)
+    return start
+
+
+def count_values(client: Client, topic: str) -> Counter[bytes | None]:
+    return Counter(m.value() for m in client.read_topic(topic, timeout=30.0))
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill -9"])
+def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
+    how: str,
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+) -> None:
+    target = topic_factory(partitions=2)
+    group, txn_id = f"g-{uuid.uuid4().hex}", f"txn-{uuid.uuid4().hex}"
+    count = 5000
+    burst(kafka_bootstrap, schedules_topic, target, count, spread=12)
+    daemon = run_daemon_process(kafka_bootstrap, schedules_topic, group, txn_id)
+    try:
+        wait_until(
+            lambda: sum(count_values(kafka_client, target).values()) >= count // 2,
+            60,
+            "half the burst",
+        )
+    finally:
+        daemon.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        _, stderr = daemon.communicate(timeout=30)
+    if how == "sigterm":
+        assert daemon.returncode == 0, stderr
+        assert "scheduler stopped" in stderr
+    config: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": kafka_bootstrap,
+        "transactional.id": txn_id,
+        **GROUP_SETTINGS,
+    }
+    with Scheduler(config, [schedules_topic], group_id=group, state_interval=0.2):
+        wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
+    seen = count_values(kafka_client, target)
+    assert set(seen) == {str(n).encode() for n in range(count)}
+    assert max(seen.values()) == 1, "a schedule was dispatched twice"
+
+
+def test_two_daemons_split_partitions_and_survive_a_kill(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+) -> None:
+    topic = f"test-schedules-pair-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, topic, num_partitions=4)
+    target = topic_factory(partitions=1)
+    group = f"g-{uuid.uuid4().hex}"
+    other = run_daemon_process(kafka_bootstrap, topic, group, f"txn-{uuid.uuid4().hex}")
+    config: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": kafka_bootstrap,
+        **GROUP_SETTINGS,
+    }
+    try:
+        with Scheduler(config, [topic], group_id=group, state_interval=0.2) as scheduler:
+            wait_until(lambda: 0 < len(scheduler.status()) < 4, 30, "a split of the partitions")
+            other.kill()
+            other.communicate(timeout=10)
+            now = int(time.time())
+            for n in range(40):
+                schedule_message(
+                    kafka_client,
+                    {"topic": target, "payload": str(n).encode()},
+                    now + 1,
+                    {"topic": topic, "partition": n % 4},
+                )
+            wait_until(lambda: len(scheduler.status()) == 4, 30, "all partitions moved here")
+            wait_until(lambda: len(kafka_client.read_topic(target)) >= 40, 30, "all dispatches")
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.communicate(timeout=10)
+        kafka_client.delete_topics([topic, f"{topic}_states"])
+    assert sorted(int(m.value() or b"-1") for m in kafka_client.read_topic(target)) == list(
+        range(40)
+    )
