@@ -21,6 +21,7 @@ from ferrokafka._native import (
     TopicMetadata,
     __version__,
 )
+from ferrokafka.consumer import AsyncConsumer, Consumer, TopicPartition
 from ferrokafka.exceptions import (
     BufferOverflow,
     ClosedError,
@@ -36,6 +37,7 @@ from ferrokafka.exceptions import (
 from ferrokafka.producer import AsyncProducer
 
 __all__ = [
+    "AsyncConsumer",
     "AsyncProducer",
     "BrokerMetadata",
     "BufferOverflow",
@@ -45,6 +47,7 @@ __all__ = [
     "CodecError",
     "ConfigError",
     "ConsumeError",
+    "Consumer",
     "DeadlineQueue",
     "FerrokafkaError",
     "KafkaError",
@@ -55,6 +58,7 @@ __all__ = [
     "ProduceError",
     "ScheduleError",
     "TopicMetadata",
+    "TopicPartition",
     "__version__",
     "codecs",
 ]

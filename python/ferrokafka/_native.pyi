@@ -555,3 +555,34 @@ class _RawScheduler:
         """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
     def status(self) -> list[dict[str, Any]]:
         """Per-partition figures."""
+
+@final
+class _RawConsumer:
+    """The native concurrent consumer engine; use :class:`ferrokafka.Consumer` or
+    :class:`ferrokafka.AsyncConsumer` instead."""
+
+    def __new__(
+        cls,
+        config: Mapping[str, _ConfigValue],
+        subscriptions: Sequence[str | tuple[str, int, str, int]],
+        max_batch_size: int | None,
+        commit_interval: float,
+        max_queue_records: int,
+        max_queue_bytes: int,
+        drain: float,
+    ) -> _RawConsumer:
+        """Subscribe (topic names) or assign (``(topic, partition, kind, value)``, kind one of
+        stored, beginning, end, offset, timestamp) and start the poller thread."""
+    def fetch(self, worker: int, timeout: float) -> list[Message] | None:
+        """The next batch of the worker's partition (``[]`` when none came within ``timeout``),
+        or ``None`` once the partition is no longer the worker's."""
+    def ack(self, worker: int, outcome_name: str) -> bool:
+        """Settle the worker's batch: handled, failed, dead_lettered (committable) or abandoned
+        (redelivered). False when the batch no longer counts."""
+    def record_retry(self, worker: int) -> bool:
+        """Count a retry; False when the worker should give up its batch."""
+    def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:
+        """Wait up to ``timeout`` seconds for assignment, load-control and commit events."""
+    def stop(self, drain: float) -> None:
+        """Drop queued records, give running batches ``drain`` seconds, commit, close."""
+    def stats(self) -> dict[str, Any]: ...

@@ -7,6 +7,7 @@
 pub mod async_producer;
 pub mod client;
 pub mod config;
+pub mod consumer;
 mod daemon;
 pub mod error;
 pub mod partitioner;
@@ -18,6 +19,10 @@ pub use async_producer::{
 };
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::ClientSettings;
+pub use consumer::{
+    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ConsumerStats, Fetched,
+    Outcome, PartitionCounters, PartitionStats, StartAt, Subscription, WorkerId,
+};
 pub use error::{KafkaIoError, KafkaResult};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
 pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};

@@ -7,7 +7,8 @@
 
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
-use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -89,6 +90,16 @@ pub fn timeout_arg(name: &str, seconds: f64) -> PyResult<Duration> {
     }
 }
 
+/// A duration in seconds where 0 means "off" (an interval, a backoff); otherwise as
+/// [`timeout_arg`].
+pub fn seconds_or_off(name: &str, seconds: f64) -> PyResult<Duration> {
+    if seconds == 0.0 {
+        Ok(Duration::ZERO)
+    } else {
+        timeout_arg(name, seconds)
+    }
+}
+
 /// Runs `cleanup` with the GIL released, from code that may hold it (such as a `Drop` run by the
 /// garbage collector). Engine threads log through `pyo3-log` and so may be waiting for the GIL;
 /// joining them while holding it would deadlock.
@@ -126,5 +137,35 @@ impl<T: Send> Drop for ReleaseOnDrop<T> {
         // SAFETY: the value is taken exactly once, here, and `self.0` is never used afterwards.
         let engine = unsafe { ManuallyDrop::take(&mut self.0) };
         release_gil_for(move || drop(engine));
+    }
+}
+
+/// The receiving end of an engine's event channel, drained by one Python thread at a time.
+#[derive(Debug)]
+pub struct EventInbox<E>(Mutex<Option<Receiver<E>>>);
+
+impl<E: Send> EventInbox<E> {
+    /// An inbox over `receiver`; `None` makes an inbox that never yields anything.
+    pub fn new(receiver: Option<Receiver<E>>) -> Self {
+        EventInbox(Mutex::new(receiver))
+    }
+
+    /// Waits detached up to `wait` for a first event, then takes what is ready, at most `max`.
+    /// Returns nothing while another thread is draining.
+    pub fn drain(&self, py: Python<'_>, wait: Duration, max: usize) -> Vec<E> {
+        let taken = self.0.lock().ok().and_then(|mut slot| slot.take());
+        let Some(receiver) = taken else {
+            return Vec::new();
+        };
+        // The receiver moves into the detached closure and back: it is Send but not Sync.
+        let (events, receiver) = py.detach(move || {
+            let mut events: Vec<E> = receiver.recv_timeout(wait).into_iter().collect();
+            events.extend(receiver.try_iter().take(max.saturating_sub(events.len())));
+            (events, receiver)
+        });
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(receiver);
+        }
+        events
     }
 }

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 mod blocking;
 mod client;
 mod codec;
+mod consumer;
 mod convert;
 mod deadline_queue;
 mod errors;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::PyBrokerMetadata>()?;
     m.add_class::<message::PyMessage>()?;
     m.add_class::<producer::PyRawAsyncProducer>()?;
+    m.add_class::<consumer::PyRawConsumer>()?;
     m.add_class::<scheduler::PyRawScheduler>()?;
     m.add_class::<deadline_queue::PyDeadlineQueue>()?;
     m.add_class::<codec::PyMarker>()?;

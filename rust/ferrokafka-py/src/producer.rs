@@ -7,9 +7,9 @@
 //! thread calls `poll_events` and runs them.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
 use ferrokafka_kafka::{
@@ -20,7 +20,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::blocking::{ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, timeout_arg};
+use crate::blocking::{
+    EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
+};
 use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeError, NativeResult};
 use crate::message::PyMessage;
@@ -30,7 +32,7 @@ use crate::message::PyMessage;
 #[derive(Debug)]
 pub struct PyRawAsyncProducer {
     engine: ReleaseOnDrop<Arc<AsyncProducer>>,
-    events: Mutex<Option<Receiver<ProducerEvent>>>,
+    events: EventInbox<ProducerEvent>,
     guard: ForkGuard,
 }
 
@@ -42,14 +44,6 @@ fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
         other => Err(PyValueError::new_err(format!(
             "overflow must be 'raise', 'block' or 'drop_oldest', got {other:?}"
         ))),
-    }
-}
-
-fn seconds_or_zero(name: &str, seconds: f64) -> PyResult<Duration> {
-    if seconds == 0.0 {
-        Ok(Duration::ZERO)
-    } else {
-        timeout_arg(name, seconds)
     }
 }
 
@@ -205,16 +199,16 @@ impl PyRawAsyncProducer {
             overflow: overflow_policy(overflow)?,
             block_timeout: timeout_arg("block_timeout", block_timeout)?,
             delivery_threshold,
-            delivery_interval: seconds_or_zero("delivery_interval", delivery_interval)?,
+            delivery_interval: seconds_or_off("delivery_interval", delivery_interval)?,
             max_retries,
-            retry_backoff: seconds_or_zero("retry_backoff", retry_backoff)?,
+            retry_backoff: seconds_or_off("retry_backoff", retry_backoff)?,
         };
         // Creating a transactional producer waits for the broker.
         let engine = py.detach(move || AsyncProducer::new(settings, options))?;
         let events = engine.take_events();
         Ok(PyRawAsyncProducer {
             engine: ReleaseOnDrop::new(engine),
-            events: Mutex::new(events),
+            events: EventInbox::new(events),
             guard: ForkGuard::new("ferrokafka.AsyncProducer"),
         })
     }
@@ -321,32 +315,8 @@ impl PyRawAsyncProducer {
         timeout: f64,
         max_events: usize,
     ) -> NativeResult<Vec<Py<PyTuple>>> {
-        let wait = seconds_or_zero("timeout", timeout)?.min(SLICE);
-        let taken = self
-            .events
-            .lock()
-            .map_err(|_| ClosedError::new_err("event receiver poisoned"))?
-            .take();
-        let Some(receiver) = taken else {
-            return Ok(Vec::new());
-        };
-        let (events, receiver) = py.detach(move || {
-            let mut events = Vec::new();
-            match receiver.recv_timeout(wait) {
-                Ok(event) => events.push(event),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
-            }
-            while events.len() < max_events {
-                match receiver.try_recv() {
-                    Ok(event) => events.push(event),
-                    Err(_) => break,
-                }
-            }
-            (events, receiver)
-        });
-        if let Ok(mut slot) = self.events.lock() {
-            *slot = Some(receiver);
-        }
+        let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
+        let events = self.events.drain(py, wait, max_events);
         events
             .into_iter()
             .map(|event| event_tuple(py, event))

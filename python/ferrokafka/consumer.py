@@ -1,0 +1,819 @@
+"""``Consumer`` and ``AsyncConsumer``: ordered per partition, concurrent across partitions.
+
+The semantics are Elixir ``KafkaClient.Consumer``'s. A Rust poller thread reads Kafka through
+librdkafka and routes records into one queue per assigned partition. One worker per partition (a
+Python thread for :class:`Consumer`, an asyncio task for :class:`AsyncConsumer`) takes batches
+from its queue and calls your handler with them, so records of a partition are handled in
+order, one batch at a time, while partitions run concurrently. Workers wait for records with the
+GIL released, and handlers never run on a librdkafka thread.
+
+Guarantees: at least once. A batch's offsets are committed only after the handler finished it
+(every ``commit_interval`` seconds, when a partition is revoked, and on :meth:`Consumer.stop`),
+never for a partition whose assignment was lost. Records handled but not yet committed when a
+process dies are handled again by the next owner of their partition.
+
+Example:
+    >>> import ferrokafka
+    >>> def handle(batch: list[ferrokafka.Message]) -> None:
+    ...     for message in batch:
+    ...         print(message.partition(), message.offset(), message.value())
+    >>> config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
+    >>> with ferrokafka.Consumer(config, ["orders"], handle):  # doctest: +SKIP
+    ...     input("consuming; press Enter to stop")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from ferrokafka._native import Client, Message, _RawConsumer
+
+__all__ = [
+    "AsyncConsumer",
+    "Consumer",
+    "ErrorPolicy",
+    "InstrumentationCallback",
+    "Subscription",
+    "TopicPartition",
+]
+
+log = logging.getLogger("ferrokafka.consumer")
+
+ErrorPolicy: TypeAlias = Literal["commit", "retry", "dead_letter"]
+"""What a handler exception does to its batch: see :class:`Consumer`."""
+InstrumentationCallback: TypeAlias = Callable[[str, dict[str, Any]], object]
+"""``callback(event_name, payload)`` for the consumer's telemetry events."""
+Partitions: TypeAlias = list[tuple[str, int]]
+ConfigValue: TypeAlias = str | int | float | bool
+
+_FETCH_SECONDS = 0.1
+_EVENT_SECONDS = 0.1
+_WORKER_JOIN_SECONDS = 1.0
+DEAD_LETTER_HEADERS = (
+    "ferrokafka_error_class",
+    "ferrokafka_error_message",
+    "ferrokafka_original_topic",
+    "ferrokafka_original_partition",
+    "ferrokafka_original_offset",
+)
+"""Headers added to a record written to the dead-letter topic (after its own headers)."""
+
+
+@dataclass(frozen=True)
+class TopicPartition:
+    """One partition to consume, with where to start.
+
+    Give at most one of ``offset`` (an offset, ``"beginning"`` or ``"end"``) and ``timestamp``
+    (milliseconds since the epoch: start at the first record at or after it). With neither, the
+    group's committed offset is used, else ``auto.offset.reset``.
+
+    Example:
+        >>> TopicPartition("orders", 0, offset="beginning")
+        TopicPartition(topic='orders', partition=0, offset='beginning', timestamp=None)
+    """
+
+    topic: str
+    partition: int
+    offset: int | Literal["beginning", "end"] | None = None
+    timestamp: int | None = None
+
+
+Subscription: TypeAlias = str | TopicPartition | tuple[str, int] | tuple[str, int, int]
+"""A topic name (partitions assigned by the group), a :class:`TopicPartition`, or a
+``(topic, partition)`` / ``(topic, partition, offset)`` tuple."""
+
+_NativeSubscription: TypeAlias = str | tuple[str, int, str, int]
+
+
+def _native_subscription(item: object) -> _NativeSubscription:
+    if isinstance(item, str):
+        if not item:
+            raise ValueError("subscription topic names must not be empty")
+        return item
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        item = TopicPartition(*item)
+    if not isinstance(item, TopicPartition):
+        raise TypeError(
+            "each subscription must be a topic name, a TopicPartition or a (topic, partition"
+            f"[, offset]) tuple, got {item!r}"
+        )
+    if not isinstance(item.topic, str) or not item.topic:
+        raise ValueError(f"subscription topic must be a non-empty str, got {item.topic!r}")
+    if isinstance(item.partition, bool) or not isinstance(item.partition, int):
+        raise TypeError(f"partition must be an int, got {item.partition!r}")
+    if item.offset is not None and item.timestamp is not None:
+        raise ValueError(f"give offset or timestamp, not both: {item!r}")
+    if item.timestamp is not None:
+        return (item.topic, item.partition, "timestamp", _non_negative("timestamp", item.timestamp))
+    if item.offset is None:
+        return (item.topic, item.partition, "stored", 0)
+    if item.offset in ("beginning", "end"):
+        return (item.topic, item.partition, str(item.offset), 0)
+    if isinstance(item.offset, bool) or not isinstance(item.offset, int):
+        raise TypeError(f"offset must be an int, 'beginning' or 'end', got {item.offset!r}")
+    return (item.topic, item.partition, "offset", _non_negative("offset", item.offset))
+
+
+def _non_negative(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _seconds(name: str, value: float, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class _Core:
+    """What the thread and asyncio consumers share: checked options, the native engine,
+    telemetry, notifications and the error policy. It never blocks on its own."""
+
+    def __init__(
+        self,
+        config: Mapping[str, ConfigValue],
+        subscriptions: Iterable[Subscription],
+        *,
+        max_batch_size: int | None,
+        drain: float,
+        commit_interval: float,
+        on_error: ErrorPolicy,
+        retry_backoff: float,
+        max_retry_backoff: float,
+        dead_letter_topic: str | None,
+        max_queue_records: int,
+        max_queue_bytes: int,
+        on_assigned: Callable[[Partitions], object] | None,
+        on_unassigned: Callable[[Partitions], object] | None,
+        on_caught_up: Callable[[str, int, int], object] | None,
+    ) -> None:
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict of librdkafka settings, got {config!r}")
+        if isinstance(subscriptions, str | bytes):
+            raise TypeError("subscriptions must be a list, e.g. ['orders'], not a single str")
+        self.subscriptions = [_native_subscription(s) for s in subscriptions]
+        if not self.subscriptions:
+            raise ValueError("subscriptions must name at least one topic or partition")
+        if on_error not in ("commit", "retry", "dead_letter"):
+            raise ValueError(
+                f"on_error must be 'commit', 'retry' or 'dead_letter', got {on_error!r}"
+            )
+        if on_error == "dead_letter" and not dead_letter_topic:
+            raise ValueError("on_error='dead_letter' needs dead_letter_topic='<topic>'")
+        if dead_letter_topic is not None and not isinstance(dead_letter_topic, str):
+            raise TypeError(f"dead_letter_topic must be a str, got {dead_letter_topic!r}")
+        self.config = dict(config)
+        self.max_batch_size = (
+            None if max_batch_size is None else _count("max_batch_size", max_batch_size)
+        )
+        self.drain = _seconds("drain", drain, positive=False)
+        self.commit_interval = _seconds("commit_interval", commit_interval, positive=True)
+        self.on_error = on_error
+        self.retry_backoff = _seconds("retry_backoff", retry_backoff, positive=False)
+        self.max_retry_backoff = _seconds("max_retry_backoff", max_retry_backoff, positive=False)
+        self.dead_letter_topic = dead_letter_topic
+        self.max_queue_records = _count("max_queue_records", max_queue_records)
+        self.max_queue_bytes = _count("max_queue_bytes", max_queue_bytes)
+        if self.max_queue_records < 2 or self.max_queue_bytes < 2:
+            raise ValueError("max_queue_records and max_queue_bytes must be at least 2")
+        self.on_assigned = on_assigned
+        self.on_unassigned = on_unassigned
+        self.on_caught_up = on_caught_up
+        self.subscribers: list[InstrumentationCallback] = []
+        self.raw: _RawConsumer | None = None
+        self._dead_letters: Client | None = None
+
+    def open(self) -> _RawConsumer:
+        """Creates the engine: subscribes, or assigns (asking the broker for offsets)."""
+        self.raw = _RawConsumer(
+            self.config,
+            self.subscriptions,
+            self.max_batch_size,
+            self.commit_interval,
+            self.max_queue_records,
+            self.max_queue_bytes,
+            self.drain,
+        )
+        return self.raw
+
+    # -- telemetry -------------------------------------------------------------------------
+
+    def publish(self, name: str, payload: dict[str, Any]) -> None:
+        for subscriber in self.subscribers:
+            try:
+                subscriber(name, payload)
+            except Exception:
+                log.exception("instrumentation subscriber failed on %s", name)
+
+    def batch_payload(self, topic: str, partition: int, batch: list[Message]) -> dict[str, Any]:
+        return {
+            "topic": topic,
+            "partition": partition,
+            "first_offset": batch[0].offset(),
+            "last_offset": batch[-1].offset(),
+            "record_count": len(batch),
+        }
+
+    def handler_started(self, topic: str, partition: int, batch: list[Message]) -> float:
+        if self.subscribers:
+            payload = self.batch_payload(topic, partition, batch)
+            self.publish("handler.start", {**payload, "system_time": time.time()})
+        return time.monotonic()
+
+    def handler_stopped(
+        self, topic: str, partition: int, batch: list[Message], started: float
+    ) -> None:
+        if self.subscribers:
+            payload = self.batch_payload(topic, partition, batch)
+            self.publish("handler.stop", {**payload, "duration": time.monotonic() - started})
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds before retry number ``attempt + 1``: ``retry_backoff`` doubling, capped."""
+        return float(min(self.retry_backoff * 2**attempt, self.max_retry_backoff))
+
+    def handler_failed(
+        self,
+        topic: str,
+        partition: int,
+        batch: list[Message],
+        started: float,
+        error: BaseException,
+        attempt: int,
+    ) -> None:
+        """Logs a handler exception and publishes ``handler.exception``."""
+        log.error(
+            "handler failed on %s[%d] offsets %d-%d (attempt %d, on_error=%s): %r",
+            topic,
+            partition,
+            batch[0].offset(),
+            batch[-1].offset(),
+            attempt + 1,
+            self.on_error,
+            error,
+            exc_info=error,
+        )
+        if self.subscribers:
+            payload = self.batch_payload(topic, partition, batch)
+            retry_in = self.backoff(attempt) if self.on_error == "retry" else None
+            self.publish(
+                "handler.exception",
+                {
+                    **payload,
+                    "duration": time.monotonic() - started,
+                    "error": error,
+                    "attempt": attempt + 1,
+                    "policy": self.on_error,
+                    "retry_in": retry_in,
+                },
+            )
+
+    def outcome(self) -> str:
+        """The acknowledgement of a failed batch that is not retried."""
+        return "dead_lettered" if self.on_error == "dead_letter" else "failed"
+
+    def dead_letter(self, batch: list[Message], error: BaseException) -> bool:
+        """Writes the batch to the dead-letter topic, each record with its error headers, and
+        waits for the broker; false (logged) when that failed. Blocks: asyncio callers run it in
+        an executor."""
+        topic = self.dead_letter_topic
+        assert topic is not None  # checked in __init__
+        try:
+            if self._dead_letters is None:
+                self._dead_letters = Client(self.config)
+            for message in batch:
+                headers: list[tuple[str, bytes | str | None]] = list(message.headers() or [])
+                headers += [
+                    ("ferrokafka_error_class", type(error).__qualname__),
+                    ("ferrokafka_error_message", str(error)),
+                    ("ferrokafka_original_topic", message.topic()),
+                    ("ferrokafka_original_partition", str(message.partition())),
+                    ("ferrokafka_original_offset", str(message.offset())),
+                ]
+                self._dead_letters.produce(
+                    topic, message.value(), key=message.key(), headers=headers
+                )
+        except Exception:
+            log.exception("cannot write to the dead-letter topic %s; will retry", topic)
+            return False
+        return True
+
+    # -- notifications ---------------------------------------------------------------------
+
+    def notifications(
+        self, events: list[tuple[Any, ...]], start_worker: Callable[[int, str, int], None]
+    ) -> list[tuple[Callable[..., object], tuple[Any, ...]]]:
+        """Publishes engine events, starts workers for assigned partitions, and returns the
+        user callbacks to run with their arguments."""
+        calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+        for event in events:
+            kind = event[0]
+            if kind == "assigned":
+                partitions = [(topic, partition) for topic, partition, _ in event[1]]
+                for topic, partition, worker in event[1]:
+                    start_worker(worker, topic, partition)
+                self.publish("assigned", {"partitions": partitions})
+                if self.on_assigned is not None:
+                    calls.append((self.on_assigned, (partitions,)))
+            elif kind == "draining":
+                partitions = [(topic, partition) for topic, partition, _ in event[1]]
+                self.publish("draining", {"partitions": partitions, "dropped": event[2]})
+            elif kind == "unassigned":
+                partitions = [(topic, partition) for topic, partition, _ in event[1]]
+                self.publish("unassigned", {"partitions": partitions, "lost": event[2]})
+                if self.on_unassigned is not None:
+                    calls.append((self.on_unassigned, (partitions,)))
+            elif kind == "caught_up":
+                _, topic, partition, offset = event
+                self.publish(
+                    "caught_up", {"topic": topic, "partition": partition, "offset": offset}
+                )
+                if self.on_caught_up is not None:
+                    calls.append((self.on_caught_up, (topic, partition, offset)))
+            elif kind in ("paused", "resumed"):
+                _, topic, partition, queued, queued_bytes = event
+                payload = {"topic": topic, "partition": partition}
+                self.publish(kind, {**payload, "queued": queued, "queued_bytes": queued_bytes})
+            elif kind == "commit":
+                _, offsets, error = event
+                if error is not None:
+                    log.warning("offset commit failed: %s", error)
+                self.publish("commit", {"offsets": offsets, "error": error})
+            elif kind == "error":
+                log.warning("consumer error: %s", event[1])
+                self.publish("error", {"error": event[1]})
+        return calls
+
+    def require_raw(self) -> _RawConsumer:
+        if self.raw is None:
+            raise RuntimeError("the consumer is not started; call start() first")
+        return self.raw
+
+    def stats(self) -> dict[str, Any]:
+        if self.raw is None:
+            return {"partitions": []}
+        return self.raw.stats()
+
+
+class Consumer:
+    """Runs ``handler`` on batches from each assigned partition: in order within a partition,
+    partitions concurrently, each on its own Python thread.
+
+    Args:
+        config: librdkafka configuration, as confluent-kafka takes it. ``group.id`` is needed to
+            subscribe to topics by name; without it, list explicit partitions. Do not set
+            ``enable.auto.commit``: offsets are committed by the consumer. Unknown keys raise
+            :class:`~ferrokafka.ConfigError` naming the key.
+        subscriptions: topic names (the group assigns partitions), or explicit partitions as
+            :class:`TopicPartition` or ``(topic, partition[, offset])`` tuples; not both.
+        handler: called with each batch (``list[Message]``, offsets increasing, one partition).
+        max_batch_size: most records per batch; ``None`` = everything queued [None].
+        drain: seconds running handlers get to finish on :meth:`stop` or when partitions are
+            revoked; queued records are dropped (and redelivered later) [5].
+        commit_interval: seconds between offset commits of finished batches [5].
+        on_error: what a handler exception does: ``"commit"`` logs it, publishes
+            ``handler.exception`` and acknowledges the batch [default]; ``"retry"`` calls the
+            handler again with the same batch after ``retry_backoff`` seconds, doubling up to
+            ``max_retry_backoff``, while the partition waits; ``"dead_letter"`` writes the batch to
+            ``dead_letter_topic`` with the headers in ``DEAD_LETTER_HEADERS`` and acknowledges it.
+        max_queue_records, max_queue_bytes: a partition is paused when its queue holds this many
+            records or bytes, and resumed at half [1000, 1 MiB].
+        on_assigned, on_unassigned: called with ``[(topic, partition), ...]``; ``on_unassigned``
+            runs after those partitions' workers drained (or were abandoned).
+        on_caught_up: ``(topic, partition, offset)`` once per partition, for a consumer without a
+            group, when its handler finished the records up to the high watermark seen at start.
+
+    Handlers of different partitions run at the same time: I/O-bound handlers (network calls,
+    ``time.sleep``) overlap because they release the GIL. Notification callbacks and telemetry
+    events other than ``handler.*`` run on the consumer's event thread.
+
+    Example:
+        >>> import ferrokafka
+        >>> seen: list[int] = []
+        >>> consumer = ferrokafka.Consumer(
+        ...     {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"},
+        ...     ["orders"],
+        ...     lambda batch: seen.extend(m.offset() for m in batch),
+        ...     commit_interval=1.0,
+        ... )
+        >>> consumer.start()  # doctest: +SKIP
+        >>> consumer.stop()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, ConfigValue],
+        subscriptions: Sequence[Subscription],
+        handler: Callable[[list[Message]], object],
+        *,
+        max_batch_size: int | None = None,
+        drain: float = 5.0,
+        commit_interval: float = 5.0,
+        on_error: ErrorPolicy = "commit",
+        retry_backoff: float = 1.0,
+        max_retry_backoff: float = 30.0,
+        dead_letter_topic: str | None = None,
+        max_queue_records: int = 1000,
+        max_queue_bytes: int = 1024 * 1024,
+        on_assigned: Callable[[Partitions], object] | None = None,
+        on_unassigned: Callable[[Partitions], object] | None = None,
+        on_caught_up: Callable[[str, int, int], object] | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError("handler is a coroutine function: use ferrokafka.AsyncConsumer")
+        self._handler = handler
+        self._core = _Core(
+            config,
+            subscriptions,
+            max_batch_size=max_batch_size,
+            drain=drain,
+            commit_interval=commit_interval,
+            on_error=on_error,
+            retry_backoff=retry_backoff,
+            max_retry_backoff=max_retry_backoff,
+            dead_letter_topic=dead_letter_topic,
+            max_queue_records=max_queue_records,
+            max_queue_bytes=max_queue_bytes,
+            on_assigned=on_assigned,
+            on_unassigned=on_unassigned,
+            on_caught_up=on_caught_up,
+        )
+        self._workers: list[threading.Thread] = []
+        self._dispatcher: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._engine_stopped = threading.Event()
+        self._lifecycle = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, subscribe or assign, and start consuming; returns at once. Raises
+        :class:`~ferrokafka.ConfigError` for a bad config and :class:`~ferrokafka.KafkaError`
+        when explicit partitions cannot be looked up. Starting twice is a no-op."""
+        with self._lifecycle:
+            if self._core.raw is not None:
+                return
+            self._core.open()
+            self._dispatcher = threading.Thread(
+                target=self._dispatch_forever, name="ferrokafka-consumer-events", daemon=True
+            )
+            self._dispatcher.start()
+
+    def stop(self) -> None:
+        """Stop consuming: queued records are dropped, running handlers get ``drain`` seconds,
+        finished batches are committed, and the consumer leaves its group. A handler still
+        running after ``drain`` is abandoned (its thread finishes on its own; its records are
+        not committed and will be redelivered). Calling it again is a no-op; called from a
+        handler or a callback, it returns at once and stops from another thread."""
+        own = threading.current_thread()
+        if own is self._dispatcher or own in self._workers:
+            # Waiting here would wait for this very thread: stop from another one instead.
+            self._stopping.set()
+            threading.Thread(target=self.stop, name="ferrokafka-consumer-stop").start()
+            return
+        with self._lifecycle:
+            raw = self._core.raw
+            if raw is None or self._engine_stopped.is_set():
+                return
+            self._stopping.set()
+            raw.stop(self._core.drain)
+            self._engine_stopped.set()
+            if self._dispatcher is not None:
+                self._dispatcher.join()
+            deadline = time.monotonic() + _WORKER_JOIN_SECONDS
+            for worker in self._workers:
+                worker.join(max(0.0, deadline - time.monotonic()))
+
+    def run(self) -> None:
+        """Start, then block until :meth:`stop` is called (from another thread or a callback)
+        or Ctrl-C, and stop."""
+        self.start()
+        try:
+            while not self._engine_stopped.wait(_EVENT_SECONDS):
+                if self._stopping.is_set():
+                    self.stop()
+        finally:
+            self.stop()
+
+    def __enter__(self) -> Consumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- observation -----------------------------------------------------------------------
+
+    def subscribe(self, callback: InstrumentationCallback) -> None:
+        """Call ``callback(event, payload)`` for each telemetry event.
+
+        ``handler.start`` (topic, partition, first_offset, last_offset, record_count,
+        system_time), ``handler.stop`` (the same and ``duration`` in seconds) and
+        ``handler.exception`` (also ``error``, ``attempt``, ``policy``, ``retry_in``) run on the
+        partition's worker. ``assigned``, ``draining`` (partitions, dropped: queued records
+        dropped when they were revoked or the consumer began stopping), ``unassigned``
+        (partitions, lost: true when offsets were not committed), ``caught_up``,
+        ``paused``/``resumed`` (topic, partition, queued, queued_bytes), ``commit`` (offsets as
+        ``(topic, partition, next_offset)``, error) and ``error`` run on the event thread.
+        """
+        self._core.subscribers.append(callback)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters over the consumer's life (received, handled, failed, dead_lettered,
+        retries, batches, pauses, resumes, dropped, abandoned, commits, commit_errors) and
+        ``partitions``: one dict per assigned partition with the same counters and queued,
+        queued_bytes, paused, in_flight, position (next offset to commit) and committed."""
+        return self._core.stats()
+
+    # -- threads ---------------------------------------------------------------------------
+
+    def _dispatch_forever(self) -> None:
+        raw = self._core.require_raw()
+        while True:
+            stopped = self._engine_stopped.is_set()
+            events = raw.poll_events(0.0 if stopped else _EVENT_SECONDS)
+            for callback, args in self._core.notifications(events, self._start_worker):
+                try:
+                    callback(*args)
+                except Exception:
+                    log.exception("consumer notification callback %r failed", callback)
+            if stopped and not events:
+                return
+
+    def _start_worker(self, worker: int, topic: str, partition: int) -> None:
+        self._workers = [w for w in self._workers if w.is_alive()]
+        thread = threading.Thread(
+            target=self._work,
+            args=(worker, topic, partition),
+            name=f"ferrokafka-consumer-{topic}-{partition}",
+            daemon=True,
+        )
+        self._workers.append(thread)
+        thread.start()
+
+    def _work(self, worker: int, topic: str, partition: int) -> None:
+        raw = self._core.require_raw()
+        while (batch := raw.fetch(worker, _FETCH_SECONDS)) is not None:
+            if batch:
+                self._handle(raw, worker, topic, partition, batch)
+
+    def _handle(
+        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
+    ) -> None:
+        core, stopping = self._core, self._stopping
+        attempt = 0
+        while True:
+            started = core.handler_started(topic, partition, batch)
+            try:
+                self._handler(batch)
+            except Exception as error:
+                core.handler_failed(topic, partition, batch, started, error, attempt)
+                failure = error
+            else:
+                core.handler_stopped(topic, partition, batch, started)
+                raw.ack(worker, "handled")
+                return
+            if core.on_error != "retry":
+                break
+            # The partition waits: its next batch is fetched only after this one is settled.
+            if not raw.record_retry(worker) or stopping.wait(core.backoff(attempt)):
+                raw.ack(worker, "abandoned")
+                return
+            attempt += 1
+        attempt = 0
+        while core.on_error == "dead_letter" and not core.dead_letter(batch, failure):
+            if stopping.wait(core.backoff(attempt)):
+                raw.ack(worker, "abandoned")
+                return
+            attempt += 1
+        raw.ack(worker, core.outcome())
+
+
+class AsyncConsumer:
+    """Runs the coroutine function ``handler`` on batches from each assigned partition: in order
+    within a partition, partitions concurrently, each in its own asyncio task on the running loop.
+
+    Arguments and semantics are those of :class:`Consumer`; notification callbacks may be plain
+    or coroutine functions. Waiting for records happens on a thread pool with the GIL released;
+    handlers, callbacks and telemetry run on the event loop. On :meth:`stop`, a handler that
+    outlasts ``drain`` is cancelled (its records are not committed and will be redelivered).
+
+    Example:
+        >>> import asyncio, ferrokafka
+        >>> async def handle(batch: list[ferrokafka.Message]) -> None:
+        ...     await asyncio.sleep(0)
+        >>> async def main() -> None:
+        ...     config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
+        ...     async with ferrokafka.AsyncConsumer(config, ["orders"], handle):
+        ...         await asyncio.sleep(10)
+        >>> asyncio.run(main())  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, ConfigValue],
+        subscriptions: Sequence[Subscription],
+        handler: Callable[[list[Message]], Awaitable[object]],
+        *,
+        max_batch_size: int | None = None,
+        drain: float = 5.0,
+        commit_interval: float = 5.0,
+        on_error: ErrorPolicy = "commit",
+        retry_backoff: float = 1.0,
+        max_retry_backoff: float = 30.0,
+        dead_letter_topic: str | None = None,
+        max_queue_records: int = 1000,
+        max_queue_bytes: int = 1024 * 1024,
+        on_assigned: Callable[[Partitions], object] | None = None,
+        on_unassigned: Callable[[Partitions], object] | None = None,
+        on_caught_up: Callable[[str, int, int], object] | None = None,
+    ) -> None:
+        if not inspect.iscoroutinefunction(handler):
+            raise TypeError(
+                f"handler must be a coroutine function (async def), got {handler!r}; "
+                "use ferrokafka.Consumer for a plain function"
+            )
+        self._handler = handler
+        self._core = _Core(
+            config,
+            subscriptions,
+            max_batch_size=max_batch_size,
+            drain=drain,
+            commit_interval=commit_interval,
+            on_error=on_error,
+            retry_backoff=retry_backoff,
+            max_retry_backoff=max_retry_backoff,
+            dead_letter_topic=dead_letter_topic,
+            max_queue_records=max_queue_records,
+            max_queue_bytes=max_queue_bytes,
+            on_assigned=on_assigned,
+            on_unassigned=on_unassigned,
+            on_caught_up=on_caught_up,
+        )
+        self._executor: ThreadPoolExecutor | None = None
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._workers: set[asyncio.Task[None]] = set()
+        self._stopping: asyncio.Event | None = None
+        self._stopped = False
+        self._engine_stopped = False
+
+    async def start(self) -> None:
+        """Connect, subscribe or assign, and start consuming on the running loop."""
+        if self._core.raw is not None:
+            return
+        loop = asyncio.get_running_loop()
+        # One thread per waiting worker keeps partitions from queueing behind each other.
+        self._executor = ThreadPoolExecutor(64, thread_name_prefix="ferrokafka-consumer")
+        self._stopping = asyncio.Event()
+        await loop.run_in_executor(self._executor, self._core.open)
+        self._dispatcher = asyncio.create_task(self._dispatch_forever())
+
+    async def stop(self) -> None:
+        """Stop consuming, draining running handlers for up to ``drain`` seconds (then cancelling
+        them), committing finished batches and leaving the group. A no-op when not running."""
+        raw, executor = self._core.raw, self._executor
+        if raw is None or executor is None or self._stopped or self._stopping is None:
+            return
+        self._stopped = True
+        self._stopping.set()
+        loop = asyncio.get_running_loop()
+        # The loop stays free meanwhile, so running handlers can finish and acknowledge.
+        await loop.run_in_executor(executor, raw.stop, self._core.drain)
+        self._engine_stopped = True
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._dispatcher is not None:
+            await self._dispatcher
+        executor.shutdown(wait=False)
+
+    async def run(self) -> None:
+        """Start, then consume until cancelled, and stop."""
+        await self.start()
+        try:
+            assert self._stopping is not None
+            await self._stopping.wait()
+        finally:
+            await self.stop()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def subscribe(self, callback: InstrumentationCallback) -> None:
+        """Call ``callback(event, payload)`` for each telemetry event, on the event loop; the
+        events are those of :meth:`Consumer.subscribe`."""
+        self._core.subscribers.append(callback)
+
+    def stats(self) -> dict[str, Any]:
+        """The counters of :meth:`Consumer.stats`."""
+        return self._core.stats()
+
+    async def _dispatch_forever(self) -> None:
+        raw, loop = self._core.require_raw(), asyncio.get_running_loop()
+        while True:
+            stopped = self._engine_stopped
+            events = await loop.run_in_executor(
+                self._executor, raw.poll_events, 0.0 if stopped else _EVENT_SECONDS
+            )
+            for callback, args in self._core.notifications(events, self._start_worker):
+                try:
+                    result = callback(*args)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    log.exception("consumer notification callback %r failed", callback)
+            if stopped and not events:
+                return
+
+    def _start_worker(self, worker: int, topic: str, partition: int) -> None:
+        task = asyncio.create_task(self._work(worker, topic, partition))
+        self._workers.add(task)
+        task.add_done_callback(self._workers.discard)
+
+    async def _work(self, worker: int, topic: str, partition: int) -> None:
+        raw, loop = self._core.require_raw(), asyncio.get_running_loop()
+        while True:
+            # Records already queued are taken without a thread hop.
+            batch = raw.fetch(worker, 0.0)
+            if batch == []:
+                batch = await loop.run_in_executor(
+                    self._executor, raw.fetch, worker, _FETCH_SECONDS
+                )
+            if batch is None:
+                return
+            if batch:
+                await self._handle(raw, worker, topic, partition, batch)
+
+    async def _handle(
+        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
+    ) -> None:
+        core, stopping = self._core, self._stopping
+        assert stopping is not None
+        assert self._executor is not None
+        attempt = 0
+        try:
+            while True:
+                started = core.handler_started(topic, partition, batch)
+                try:
+                    await self._handler(batch)
+                except Exception as error:
+                    core.handler_failed(topic, partition, batch, started, error, attempt)
+                    failure = error
+                else:
+                    core.handler_stopped(topic, partition, batch, started)
+                    raw.ack(worker, "handled")
+                    return
+                if core.on_error != "retry":
+                    break
+                if not raw.record_retry(worker) or await _stopped_within(
+                    stopping, core.backoff(attempt)
+                ):
+                    raw.ack(worker, "abandoned")
+                    return
+                attempt += 1
+            attempt, loop = 0, asyncio.get_running_loop()
+            while core.on_error == "dead_letter" and not await loop.run_in_executor(
+                self._executor, core.dead_letter, batch, failure
+            ):
+                if await _stopped_within(stopping, core.backoff(attempt)):
+                    raw.ack(worker, "abandoned")
+                    return
+                attempt += 1
+            raw.ack(worker, core.outcome())
+        except asyncio.CancelledError:
+            # Cancelled by stop() after the drain time: nothing of this batch is committed.
+            raw.ack(worker, "abandoned")
+            raise
+
+
+async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
+    """Waits up to ``seconds``; true when the consumer started stopping meanwhile."""
+    try:
+        await asyncio.wait_for(stopping.wait(), seconds)
+    except asyncio.TimeoutError:
+        return False
+    return True

@@ -1,0 +1,1193 @@
+//! [`ConcurrentConsumer`]: an ordered-per-partition, concurrent-across-partitions consumer with
+//! at-least-once commits, modelled on Elixir's `KafkaClient.Consumer`.
+//!
+//! Threads and locks:
+//! - One poller thread owns the polling of the rdkafka `BaseConsumer`. It routes records into
+//!   one [`Slot`] per assigned partition, pauses a partition whose queue passes the count/bytes
+//!   bounds, commits finished offsets every `commit_interval`, and, on shutdown, drains, commits
+//!   and closes the consumer. librdkafka runs the rebalance callbacks of
+//!   [`RebalanceHandler`] on this thread too (inside `poll`); they stay in Rust and push
+//!   [`ConsumerEvent`]s into a channel that the bindings drain on a Python thread.
+//! - Workers (one per assigned partition, owned by the bindings) call [`ConcurrentConsumer::fetch`]
+//!   and [`ConcurrentConsumer::ack`]. A fetch that takes a queue below half its bounds resumes the
+//!   partition itself, so a paused partition restarts without waiting for the poller's next turn.
+//! - Lock order: the `slots` map, then one slot's state, then the consumer handle. Pause and
+//!   resume are issued under the slot's lock so librdkafka sees them in the order the state did.
+//!   No lock is held while waiting on the network, except a slot lock around librdkafka's
+//!   non-blocking pause/resume calls.
+//!
+//! Invariants:
+//! - A partition has at most one batch in flight; batches of a partition leave in offset order,
+//!   so its handler sees strictly increasing offsets.
+//! - An offset is committed only after the batch that contains it was acknowledged, and never
+//!   for a partition whose assignment was lost. A batch still running when its drain time ends
+//!   is abandoned: its acknowledgement is ignored and its records are read again by whoever
+//!   owns the partition next.
+//! - Queued (not yet handed out) records of a revoked partition, or of a stopping consumer, are
+//!   dropped and counted; they were never committed, so they are redelivered.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::config::ClientSettings;
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::record::ReceivedRecord;
+
+/// Identifies one assignment of one partition; a re-assigned partition gets a new id, so a late
+/// acknowledgement from an abandoned worker can never touch the new owner's offsets.
+pub type WorkerId = u64;
+
+/// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+/// Records taken from librdkafka before routing them; bounds how far a queue can overshoot its
+/// limits (the rest of one chunk), while keeping one slot lock per run of records.
+const ROUTE_CHUNK: usize = 256;
+/// How long network lookups at start-up (watermarks, offsets for timestamps) may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where an explicitly assigned partition starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAt {
+    /// The group's committed offset, else `auto.offset.reset`.
+    Stored,
+    /// The first offset still in the log.
+    Beginning,
+    /// The end of the log: only records produced from now on.
+    End,
+    /// This offset.
+    Offset(i64),
+    /// The first record whose timestamp is at or after this many ms since the epoch.
+    Timestamp(i64),
+}
+
+/// What to consume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subscription {
+    /// Every partition of a topic, assigned by the group (needs `group.id`).
+    Topic(String),
+    /// One partition, assigned by this consumer alone.
+    Partition {
+        /// Topic name.
+        topic: String,
+        /// Partition number.
+        partition: i32,
+        /// Where to start.
+        start: StartAt,
+    },
+}
+
+/// Settings of a [`ConcurrentConsumer`] beyond librdkafka's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerOptions {
+    /// What to consume: topic names, or explicit partitions, not both.
+    pub subscriptions: Vec<Subscription>,
+    /// Most records per batch handed to a worker [unbounded].
+    pub max_batch_size: Option<usize>,
+    /// How often finished offsets are committed [5 s].
+    pub commit_interval: Duration,
+    /// A partition is paused when this many records are queued, and resumed at half [1000].
+    pub max_queue_records: usize,
+    /// A partition is paused when this many bytes are queued, and resumed at half [1 MiB].
+    pub max_queue_bytes: usize,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions {
+            subscriptions: Vec::new(),
+            max_batch_size: None,
+            commit_interval: Duration::from_secs(5),
+            max_queue_records: 1000,
+            max_queue_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl ConsumerOptions {
+    fn validate(&self, group: bool) -> KafkaResult<()> {
+        let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
+        if self.subscriptions.is_empty() {
+            return invalid("subscriptions must name at least one topic or partition".to_owned());
+        }
+        let by_topic = self
+            .subscriptions
+            .iter()
+            .filter(|s| matches!(s, Subscription::Topic(_)))
+            .count();
+        if by_topic > 0 && by_topic < self.subscriptions.len() {
+            return invalid(
+                "subscriptions cannot mix topic names (group-assigned) with explicit partitions"
+                    .to_owned(),
+            );
+        }
+        if by_topic > 0 && !group {
+            return Err(KafkaIoError::Config(
+                "subscribing to topics by name needs 'group.id' in the config; without a group, \
+                 subscribe to explicit (topic, partition) pairs"
+                    .to_owned(),
+            ));
+        }
+        for subscription in &self.subscriptions {
+            match subscription {
+                Subscription::Topic(topic) | Subscription::Partition { topic, .. }
+                    if topic.is_empty() =>
+                {
+                    return invalid("subscription topic names must not be empty".to_owned());
+                }
+                Subscription::Partition { partition, .. } if *partition < 0 => {
+                    return invalid(format!("partition must be >= 0, got {partition}"));
+                }
+                Subscription::Partition {
+                    start: StartAt::Offset(n) | StartAt::Timestamp(n),
+                    ..
+                } if *n < 0 => {
+                    return invalid(format!("start offset or timestamp must be >= 0, got {n}"));
+                }
+                _ => {}
+            }
+        }
+        if self.max_batch_size == Some(0) {
+            return invalid("max_batch_size must be positive (or unbounded)".to_owned());
+        }
+        if self.commit_interval.is_zero() {
+            return invalid("commit_interval must be positive".to_owned());
+        }
+        if self.max_queue_records < 2 || self.max_queue_bytes < 2 {
+            return invalid(
+                "max_queue_records and max_queue_bytes must be at least 2 (resume happens at half)"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One partition handed to a worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The worker id to fetch and acknowledge with.
+    pub worker: WorkerId,
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+}
+
+/// Something the bindings report to Python, in the order it happened.
+#[derive(Debug)]
+pub enum ConsumerEvent {
+    /// Partitions were assigned; start one worker for each.
+    Assigned(Vec<Assignment>),
+    /// Partitions stopped handing out batches (revoked, or the consumer is stopping): their
+    /// queued records were dropped, and their running batches get the drain time.
+    Draining {
+        /// The partitions.
+        partitions: Vec<Assignment>,
+        /// Queued records dropped (never committed, so redelivered later).
+        dropped: usize,
+    },
+    /// Partitions were taken away after their workers drained (or were abandoned).
+    Unassigned {
+        /// The partitions.
+        partitions: Vec<Assignment>,
+        /// True when the assignment was lost (offsets were not committed).
+        lost: bool,
+    },
+    /// A consumer without a group handled its partition up to the high watermark seen at start.
+    CaughtUp {
+        /// Topic name.
+        topic: String,
+        /// Partition number.
+        partition: i32,
+        /// The offset reached (the high watermark).
+        offset: i64,
+    },
+    /// A partition was paused (`paused == true`) or resumed by load control.
+    LoadControl {
+        /// Topic name.
+        topic: String,
+        /// Partition number.
+        partition: i32,
+        /// Paused, or resumed.
+        paused: bool,
+        /// Records queued at that moment.
+        queued: usize,
+        /// Bytes queued at that moment.
+        queued_bytes: usize,
+    },
+    /// The broker answered a commit.
+    Committed {
+        /// `(topic, partition, next offset)` of each partition in the commit.
+        offsets: Vec<(String, i32, i64)>,
+        /// The error, if the commit failed.
+        error: Option<KafkaIoError>,
+    },
+    /// An error reported by librdkafka while consuming; the consumer keeps running.
+    Error(KafkaIoError),
+}
+
+/// What [`ConcurrentConsumer::fetch`] found.
+#[derive(Debug)]
+pub enum Fetched {
+    /// The next records of the partition, in offset order; acknowledge them before fetching again.
+    Batch(Vec<ReceivedRecord>),
+    /// Nothing arrived within the wait.
+    Empty,
+    /// The partition is no longer this worker's (revoked, abandoned or shutting down): exit.
+    Gone,
+}
+
+/// How a worker finished a batch; every outcome but `Abandoned` makes its offsets committable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler returned.
+    Handled,
+    /// The handler raised and the batch was acknowledged anyway (the `commit` error policy).
+    Failed,
+    /// The handler raised and the batch was written to the dead-letter topic.
+    DeadLettered,
+    /// The worker gave up on the batch (stopping while retrying): nothing becomes committable,
+    /// so its records are redelivered; the partition no longer waits for it.
+    Abandoned,
+}
+
+/// Counters of one partition (or totals of the consumer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionCounters {
+    /// Records routed from librdkafka into the queue.
+    pub received: u64,
+    /// Records in batches the handler finished.
+    pub handled: u64,
+    /// Records in batches the handler raised on and that were acknowledged anyway.
+    pub failed: u64,
+    /// Records written to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Handler retries (the `retry` error policy).
+    pub retries: u64,
+    /// Batches handed to the worker.
+    pub batches: u64,
+    /// Times load control paused the partition.
+    pub pauses: u64,
+    /// Times load control resumed it.
+    pub resumes: u64,
+    /// Queued records dropped on revoke or shutdown (redelivered later: never committed).
+    pub dropped: u64,
+    /// Batches abandoned because their handler outlasted the drain time.
+    pub abandoned: u64,
+}
+
+impl PartitionCounters {
+    fn add(&mut self, other: &PartitionCounters) {
+        self.received += other.received;
+        self.handled += other.handled;
+        self.failed += other.failed;
+        self.dead_lettered += other.dead_lettered;
+        self.retries += other.retries;
+        self.batches += other.batches;
+        self.pauses += other.pauses;
+        self.resumes += other.resumes;
+        self.dropped += other.dropped;
+        self.abandoned += other.abandoned;
+    }
+}
+
+/// A snapshot of one assigned partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+    /// Its worker id.
+    pub worker: WorkerId,
+    /// Records queued now.
+    pub queued: usize,
+    /// Bytes queued now.
+    pub queued_bytes: usize,
+    /// Whether load control holds the partition paused.
+    pub paused: bool,
+    /// Records in the batch being handled now.
+    pub in_flight: usize,
+    /// Next offset to commit: one past the last record of the last finished batch.
+    pub position: Option<i64>,
+    /// The last offset the broker confirmed committed.
+    pub committed: Option<i64>,
+    /// Counters since the partition was assigned.
+    pub counters: PartitionCounters,
+}
+
+/// A snapshot of the whole consumer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Counters over the consumer's lifetime, including partitions no longer assigned.
+    pub totals: PartitionCounters,
+    /// Commit requests answered successfully.
+    pub commits: u64,
+    /// Commit requests that failed.
+    pub commit_errors: u64,
+    /// Assigned partitions, ordered by topic and partition.
+    pub partitions: Vec<PartitionStats>,
+}
+
+/// The batch a worker is handling.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    last_offset: i64,
+    records: usize,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    queue: VecDeque<ReceivedRecord>,
+    queued_bytes: usize,
+    in_flight: Option<InFlight>,
+    /// One past the last offset of the last acknowledged batch.
+    finished: Option<i64>,
+    /// The offset of the latest commit request, confirmed or not.
+    commit_requested: Option<i64>,
+    /// The latest offset the broker confirmed.
+    committed: Option<i64>,
+    paused: bool,
+    /// No more batches: revoked, abandoned or shutting down.
+    closed: bool,
+    /// For a consumer without a group: the high watermark whose reaching is reported once.
+    catch_up_to: Option<i64>,
+    counters: PartitionCounters,
+}
+
+/// One assigned partition: its queue and its worker's progress.
+#[derive(Debug)]
+struct Slot {
+    worker: WorkerId,
+    topic: String,
+    partition: i32,
+    state: Mutex<SlotState>,
+    /// Workers wait here for records; drainers wait here for the batch in flight to finish.
+    changed: Condvar,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        // A panic while holding the lock would be a bug in this file; keep serving regardless.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn assignment(&self) -> Assignment {
+        Assignment {
+            worker: self.worker,
+            topic: self.topic.clone(),
+            partition: self.partition,
+        }
+    }
+
+    fn tpl(&self) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::with_capacity(1);
+        tpl.add_partition(&self.topic, self.partition);
+        tpl
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    by_worker: HashMap<WorkerId, Arc<Slot>>,
+    by_partition: HashMap<(String, i32), Arc<Slot>>,
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    counters: PartitionCounters,
+    commits: u64,
+    commit_errors: u64,
+}
+
+/// How the poller should end.
+#[derive(Debug, Default)]
+struct Shutdown {
+    requested: bool,
+    drain: Duration,
+    finished: bool,
+}
+
+type Handle = BaseConsumer<RebalanceHandler>;
+
+struct Shared {
+    options: ConsumerOptions,
+    group: bool,
+    slots: Mutex<Slots>,
+    totals: Mutex<Totals>,
+    next_worker: AtomicU64,
+    events: Sender<ConsumerEvent>,
+    closing: AtomicBool,
+    shutdown: Mutex<Shutdown>,
+    /// The caller of `stop` waits here for the poller to finish.
+    stopped: Condvar,
+    /// The consumer, for workers that resume a partition; the poller takes it out when it
+    /// closes the consumer, so the last reference is dropped on the poller thread.
+    consumer: Mutex<Option<Arc<Handle>>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("options", &self.options)
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Bytes a queued record holds: key, value and headers.
+fn record_size(record: &ReceivedRecord) -> usize {
+    record.key.as_ref().map_or(0, Vec::len)
+        + record.value.as_ref().map_or(0, Vec::len)
+        + record
+            .headers
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
+}
+
+impl Shared {
+    fn emit(&self, event: ConsumerEvent) {
+        // After the bindings dropped the receiver nobody listens any more; that is fine.
+        let _ = self.events.send(event);
+    }
+
+    fn slot(&self, worker: WorkerId) -> Option<Arc<Slot>> {
+        lock(&self.slots).by_worker.get(&worker).cloned()
+    }
+
+    /// Creates slots for newly assigned partitions; `catch_up` gives, per partition, the high
+    /// watermark a consumer without a group reports reaching (or `None`).
+    fn add_slots(&self, partitions: Vec<(String, i32, Option<i64>)>) -> Vec<Assignment> {
+        let mut slots = lock(&self.slots);
+        let mut assigned = Vec::with_capacity(partitions.len());
+        for (topic, partition, catch_up_to) in partitions {
+            let key = (topic.clone(), partition);
+            if slots.by_partition.contains_key(&key) {
+                continue;
+            }
+            let slot = Arc::new(Slot {
+                worker: self.next_worker.fetch_add(1, Ordering::Relaxed),
+                topic,
+                partition,
+                state: Mutex::new(SlotState {
+                    catch_up_to,
+                    ..SlotState::default()
+                }),
+                changed: Condvar::new(),
+            });
+            assigned.push(slot.assignment());
+            slots.by_worker.insert(slot.worker, Arc::clone(&slot));
+            slots.by_partition.insert(key, slot);
+        }
+        assigned
+    }
+
+    /// Routes one run of records of the same partition into its slot, pausing it when the queue
+    /// passes its bounds.
+    fn route(&self, consumer: &Handle, run: Vec<ReceivedRecord>) {
+        let Some(first) = run.first() else {
+            return;
+        };
+        let slot = lock(&self.slots)
+            .by_partition
+            .get(&(first.topic.clone(), first.partition))
+            .cloned();
+        let Some(slot) = slot else {
+            // A record fetched just before its partition was revoked: never handed out, never
+            // committed, so the partition's next owner reads it again.
+            lock(&self.totals).counters.dropped += run.len() as u64;
+            return;
+        };
+        let mut state = slot.lock();
+        if state.closed {
+            state.counters.dropped += run.len() as u64;
+            return;
+        }
+        state.counters.received += run.len() as u64;
+        for record in run {
+            state.queued_bytes += record_size(&record);
+            state.queue.push_back(record);
+        }
+        let options = &self.options;
+        if !state.paused
+            && (state.queue.len() >= options.max_queue_records
+                || state.queued_bytes >= options.max_queue_bytes)
+        {
+            match consumer.pause(&slot.tpl()) {
+                Ok(()) => {
+                    state.paused = true;
+                    state.counters.pauses += 1;
+                    self.emit(load_event(&slot, &state, true));
+                }
+                Err(e) => log::warn!(
+                    "cannot pause {}[{}]: {e}; its queue may grow past its bounds",
+                    slot.topic,
+                    slot.partition
+                ),
+            }
+        }
+        drop(state);
+        slot.changed.notify_all();
+    }
+
+    /// Stops handing out batches of `slots`, drops their queued records, and waits until their
+    /// batches in flight are acknowledged or `deadline` passes; a batch still running then is
+    /// abandoned.
+    fn drain(&self, slots: &[Arc<Slot>], consumer: &Handle, deadline: Instant) {
+        let mut dropped = 0;
+        for slot in slots {
+            let mut state = slot.lock();
+            state.closed = true;
+            dropped += state.queue.len();
+            state.counters.dropped += state.queue.len() as u64;
+            state.queue.clear();
+            state.queued_bytes = 0;
+            if state.paused {
+                // A partition handed back paused could stay paused for its next owner here.
+                let _ = consumer.resume(&slot.tpl());
+                state.paused = false;
+            }
+            drop(state);
+            slot.changed.notify_all();
+        }
+        self.emit(ConsumerEvent::Draining {
+            partitions: slots.iter().map(|s| s.assignment()).collect(),
+            dropped,
+        });
+        for slot in slots {
+            let mut state = slot.lock();
+            while state.in_flight.is_some() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    state.in_flight = None;
+                    state.counters.abandoned += 1;
+                    log::warn!(
+                        "handler for {}[{}] did not finish within the drain time; its batch is \
+                         abandoned and will be redelivered",
+                        slot.topic,
+                        slot.partition
+                    );
+                    break;
+                }
+                state = slot
+                    .changed
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+    }
+
+    /// Forgets `slots` (their workers' later calls see `Gone`) and folds their counters into the
+    /// totals.
+    fn remove_slots(&self, slots: &[Arc<Slot>]) {
+        let mut map = lock(&self.slots);
+        let mut totals = lock(&self.totals);
+        for slot in slots {
+            map.by_worker.remove(&slot.worker);
+            map.by_partition
+                .remove(&(slot.topic.clone(), slot.partition));
+            totals.counters.add(&slot.lock().counters);
+        }
+    }
+
+    /// Commits the finished offsets of `slots` not committed yet, waiting for the broker.
+    /// Synchronous on purpose: librdkafka reports asynchronous commit results only through
+    /// events this consumer does not receive when partitions are assigned explicitly, and one
+    /// round trip per `commit_interval` costs the poller little.
+    fn commit(&self, consumer: &Handle, slots: &[Arc<Slot>]) {
+        if !self.group {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        let mut offsets = Vec::new();
+        for slot in slots {
+            let mut state = slot.lock();
+            if let Some(finished) = state.finished
+                && state.commit_requested.is_none_or(|c| c < finished)
+            {
+                // Cannot fail: the offset is a plain non-negative offset.
+                let _ =
+                    tpl.add_partition_offset(&slot.topic, slot.partition, Offset::Offset(finished));
+                state.commit_requested = Some(finished);
+                offsets.push((slot.topic.clone(), slot.partition, finished));
+            }
+        }
+        if offsets.is_empty() {
+            return;
+        }
+        let result = consumer.commit(&tpl, CommitMode::Sync);
+        self.settle_commit(offsets, result.err());
+    }
+
+    /// Records a commit answer: confirmed offsets, or a failure that makes the next round retry.
+    fn settle_commit(&self, offsets: Vec<(String, i32, i64)>, error: Option<KafkaError>) {
+        let error = error.map(|e| KafkaIoError::from_rdkafka("commit", e, Duration::ZERO, None));
+        {
+            let slots = lock(&self.slots);
+            for (topic, partition, offset) in &offsets {
+                let Some(slot) = slots.by_partition.get(&(topic.clone(), *partition)) else {
+                    continue;
+                };
+                let mut state = slot.lock();
+                if error.is_none() {
+                    state.committed = state.committed.max(Some(*offset));
+                } else if state.commit_requested == Some(*offset) {
+                    state.commit_requested = state.committed;
+                }
+            }
+        }
+        let mut totals = lock(&self.totals);
+        match &error {
+            None => totals.commits += 1,
+            Some(e) => {
+                totals.commit_errors += 1;
+                log::warn!("commit of {offsets:?} failed: {e}");
+            }
+        }
+        drop(totals);
+        self.emit(ConsumerEvent::Committed { offsets, error });
+    }
+
+    /// Drains, commits (unless `lost`) and forgets `slots`, then reports them unassigned.
+    fn release(&self, consumer: &Handle, slots: Vec<Arc<Slot>>, drain: Duration, lost: bool) {
+        if slots.is_empty() {
+            return;
+        }
+        self.drain(&slots, consumer, Instant::now() + drain);
+        if !lost {
+            self.commit(consumer, &slots);
+        }
+        self.remove_slots(&slots);
+        let partitions = slots.iter().map(|s| s.assignment()).collect();
+        self.emit(ConsumerEvent::Unassigned { partitions, lost });
+    }
+
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
+        let mut slots: Vec<Arc<Slot>> = lock(&self.slots).by_worker.values().cloned().collect();
+        slots.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        slots
+    }
+}
+
+fn load_event(slot: &Slot, state: &SlotState, paused: bool) -> ConsumerEvent {
+    ConsumerEvent::LoadControl {
+        topic: slot.topic.clone(),
+        partition: slot.partition,
+        paused,
+        queued: state.queue.len(),
+        queued_bytes: state.queued_bytes,
+    }
+}
+
+/// librdkafka's consumer context: rebalances and commit results, handled in Rust on the poller
+/// thread (inside `poll`).
+#[derive(Debug)]
+pub struct RebalanceHandler {
+    shared: Arc<Shared>,
+    /// How long a revoked partition's running batch may take before it is abandoned.
+    drain: Duration,
+}
+
+impl ClientContext for RebalanceHandler {}
+
+impl ConsumerContext for RebalanceHandler {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let shared = &self.shared;
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                let revoked: Vec<Arc<Slot>> = {
+                    let slots = lock(&shared.slots);
+                    tpl.elements()
+                        .iter()
+                        .filter_map(|e| {
+                            slots
+                                .by_partition
+                                .get(&(e.topic().to_owned(), e.partition()))
+                                .cloned()
+                        })
+                        .collect()
+                };
+                // Waiting here keeps the partition ours until its running batch finished, so the
+                // next owner starts after the last committed batch instead of duplicating it.
+                let lost = consumer.assignment_lost();
+                shared.release(consumer, revoked, self.drain, lost);
+            }
+            Rebalance::Assign(_) => {}
+            Rebalance::Error(err) => {
+                log::error!("rebalance failed: {err}");
+                shared.emit(ConsumerEvent::Error(KafkaIoError::from_rdkafka(
+                    "rebalance",
+                    err.clone(),
+                    Duration::ZERO,
+                    None,
+                )));
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            // Under the eager protocol the whole assignment arrives again; cooperative adds only
+            // the new partitions. Known partitions keep their slot either way.
+            let partitions = tpl
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition(), None))
+                .collect();
+            let assigned = self.shared.add_slots(partitions);
+            if !assigned.is_empty() {
+                self.shared.emit(ConsumerEvent::Assigned(assigned));
+            }
+        }
+    }
+}
+
+/// The concurrent consumer engine; see the module docs.
+#[derive(Debug)]
+pub struct ConcurrentConsumer {
+    shared: Arc<Shared>,
+    events: Mutex<Option<Receiver<ConsumerEvent>>>,
+    poller: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ConcurrentConsumer {
+    /// Creates the consumer, subscribes or assigns (resolving timestamps and, without a group,
+    /// high watermarks, which waits for the broker), and starts the poller thread. `drain` is
+    /// how long a revoked partition's running batch may take.
+    pub fn new(
+        settings: ClientSettings,
+        options: ConsumerOptions,
+        drain: Duration,
+    ) -> KafkaResult<Arc<Self>> {
+        settings.bootstrap()?;
+        let group = settings
+            .get("group.id")
+            .is_some_and(|g| !g.trim().is_empty());
+        options.validate(group)?;
+        if let Some(value) = settings.get("enable.auto.commit")
+            && !matches!(value, "false" | "0")
+        {
+            return Err(KafkaIoError::Config(format!(
+                "enable.auto.commit={value:?}: the consumer commits offsets itself, only after \
+                 the handler finished a batch (see commit_interval); leave the key out"
+            )));
+        }
+        let bootstrap = settings.bootstrap().ok().map(str::to_owned);
+        let reset_to_beginning = matches!(
+            settings.get("auto.offset.reset"),
+            Some("earliest" | "smallest" | "beginning")
+        );
+        let mut config = settings.to_client_config();
+        if !group {
+            // librdkafka refuses `assign` without a group id; this one never joins a group
+            // (nothing is subscribed) and never commits.
+            config.set("group.id", "ferrokafka-without-group");
+        }
+        config.set("enable.auto.commit", "false");
+        config.set("enable.auto.offset.store", "false");
+        let (events, receiver) = channel();
+        let shared = Arc::new(Shared {
+            options,
+            group,
+            slots: Mutex::new(Slots::default()),
+            totals: Mutex::new(Totals::default()),
+            next_worker: AtomicU64::new(1),
+            events,
+            closing: AtomicBool::new(false),
+            shutdown: Mutex::new(Shutdown::default()),
+            stopped: Condvar::new(),
+            consumer: Mutex::new(None),
+        });
+        let handler = RebalanceHandler {
+            shared: Arc::clone(&shared),
+            drain,
+        };
+        let consumer: Handle = config
+            .create_with_context(handler)
+            .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
+        let error = |operation: &str, e: KafkaError| {
+            KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap.as_deref())
+        };
+        let subscriptions = &shared.options.subscriptions;
+        if subscriptions
+            .iter()
+            .all(|s| matches!(s, Subscription::Topic(_)))
+        {
+            let topics: Vec<&str> = subscriptions
+                .iter()
+                .filter_map(|s| match s {
+                    Subscription::Topic(t) => Some(t.as_str()),
+                    Subscription::Partition { .. } => None,
+                })
+                .collect();
+            consumer
+                .subscribe(&topics)
+                .map_err(|e| error("subscribe", e))?;
+        } else {
+            let partitions =
+                resolve_partitions(&consumer, subscriptions, group, reset_to_beginning)
+                    .map_err(|e| error("assign", e))?;
+            let mut tpl = TopicPartitionList::new();
+            for (topic, partition, offset, _) in &partitions {
+                tpl.add_partition_offset(topic, *partition, *offset)
+                    .map_err(|e| error("assign", e))?;
+            }
+            consumer.assign(&tpl).map_err(|e| error("assign", e))?;
+            let caught_up: Vec<(String, i32, i64)> = partitions
+                .iter()
+                .filter_map(|(t, p, _, target)| match target {
+                    CatchUp::Already(high) => Some((t.clone(), *p, *high)),
+                    _ => None,
+                })
+                .collect();
+            let assigned = shared.add_slots(
+                partitions
+                    .into_iter()
+                    .map(|(t, p, _, target)| {
+                        let to = match target {
+                            CatchUp::At(high) => Some(high),
+                            CatchUp::Already(_) | CatchUp::Untracked => None,
+                        };
+                        (t, p, to)
+                    })
+                    .collect(),
+            );
+            shared.emit(ConsumerEvent::Assigned(assigned));
+            for (topic, partition, offset) in caught_up {
+                shared.emit(ConsumerEvent::CaughtUp {
+                    topic,
+                    partition,
+                    offset,
+                });
+            }
+        }
+        let consumer = Arc::new(consumer);
+        *lock(&shared.consumer) = Some(Arc::clone(&consumer));
+        let poller_shared = Arc::clone(&shared);
+        let poller = std::thread::Builder::new()
+            .name("ferrokafka-consumer".to_owned())
+            .spawn(move || run_poller(&poller_shared, consumer))
+            .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start poller: {e}")))?;
+        Ok(Arc::new(ConcurrentConsumer {
+            shared,
+            events: Mutex::new(Some(receiver)),
+            poller: Mutex::new(Some(poller)),
+        }))
+    }
+
+    /// Takes the event receiver; the bindings drain it on a Python thread. Only the first call
+    /// gets it.
+    pub fn take_events(&self) -> Option<Receiver<ConsumerEvent>> {
+        lock(&self.events).take()
+    }
+
+    /// Waits up to `wait` for the next batch of `worker`'s partition. The previous batch must
+    /// have been acknowledged.
+    pub fn fetch(&self, worker: WorkerId, wait: Duration) -> KafkaResult<Fetched> {
+        let Some(slot) = self.shared.slot(worker) else {
+            return Ok(Fetched::Gone);
+        };
+        let deadline = Instant::now() + wait;
+        let mut state = slot.lock();
+        if state.in_flight.is_some() {
+            return Err(KafkaIoError::InvalidArgument(format!(
+                "worker {worker} fetched again before acknowledging its batch"
+            )));
+        }
+        loop {
+            if state.closed {
+                return Ok(Fetched::Gone);
+            }
+            if !state.queue.is_empty() {
+                return Ok(Fetched::Batch(self.take_batch(&slot, &mut state)));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Fetched::Empty);
+            }
+            state = slot
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Vec<ReceivedRecord> {
+        let options = &self.shared.options;
+        let count = options
+            .max_batch_size
+            .map_or(state.queue.len(), |max| max.min(state.queue.len()));
+        let batch: Vec<ReceivedRecord> = state.queue.drain(..count).collect();
+        state.queued_bytes -= batch.iter().map(record_size).sum::<usize>();
+        if let Some(last) = batch.last() {
+            state.in_flight = Some(InFlight {
+                last_offset: last.offset,
+                records: batch.len(),
+            });
+            state.counters.batches += 1;
+        }
+        if state.paused
+            && state.queue.len() <= options.max_queue_records / 2
+            && state.queued_bytes <= options.max_queue_bytes / 2
+        {
+            let consumer = lock(&self.shared.consumer).clone();
+            if let Some(consumer) = consumer {
+                match consumer.resume(&slot.tpl()) {
+                    Ok(()) => {
+                        state.paused = false;
+                        state.counters.resumes += 1;
+                        self.shared.emit(load_event(slot, state, false));
+                    }
+                    Err(e) => log::warn!("cannot resume {}[{}]: {e}", slot.topic, slot.partition),
+                }
+            }
+        }
+        batch
+    }
+
+    /// Marks `worker`'s batch finished so its offsets are committed in the next round. Returns
+    /// false when the batch no longer counts (abandoned, or the partition was revoked).
+    pub fn ack(&self, worker: WorkerId, outcome: Outcome) -> bool {
+        let Some(slot) = self.shared.slot(worker) else {
+            return false;
+        };
+        let mut state = slot.lock();
+        let Some(done) = state.in_flight.take() else {
+            return false;
+        };
+        let records = done.records as u64;
+        match outcome {
+            Outcome::Handled => state.counters.handled += records,
+            Outcome::Failed => state.counters.failed += records,
+            Outcome::DeadLettered => state.counters.dead_lettered += records,
+            Outcome::Abandoned => {
+                state.counters.abandoned += 1;
+                drop(state);
+                slot.changed.notify_all();
+                return true;
+            }
+        }
+        let next = done.last_offset + 1;
+        state.finished = Some(next);
+        if let Some(high) = state.catch_up_to
+            && next >= high
+        {
+            state.catch_up_to = None;
+            self.shared.emit(ConsumerEvent::CaughtUp {
+                topic: slot.topic.clone(),
+                partition: slot.partition,
+                offset: high,
+            });
+        }
+        drop(state);
+        slot.changed.notify_all();
+        true
+    }
+
+    /// Counts a retry of `worker`'s batch (the `retry` error policy). Returns false when the
+    /// partition is being revoked or the consumer stops: the worker should give up the batch.
+    pub fn record_retry(&self, worker: WorkerId) -> bool {
+        let Some(slot) = self.shared.slot(worker) else {
+            return false;
+        };
+        let mut state = slot.lock();
+        if state.closed {
+            return false;
+        }
+        state.counters.retries += 1;
+        true
+    }
+
+    /// Starts shutting down: no more records are routed or handed out, queued records are
+    /// dropped, and running batches get `drain` to finish before their offsets are committed.
+    /// Returns at once; [`ConcurrentConsumer::wait_stopped`] waits for the end.
+    pub fn begin_stop(&self, drain: Duration) {
+        let mut shutdown = lock(&self.shared.shutdown);
+        if !shutdown.requested {
+            shutdown.requested = true;
+            shutdown.drain = drain;
+            self.shared.closing.store(true, Ordering::Release);
+        }
+    }
+
+    /// Waits up to `wait` for the poller to finish shutting down; true when it has.
+    pub fn wait_stopped(&self, wait: Duration) -> bool {
+        let shutdown = lock(&self.shared.shutdown);
+        let (shutdown, _) = self
+            .shared
+            .stopped
+            .wait_timeout_while(shutdown, wait, |s| !s.finished)
+            .unwrap_or_else(|p| p.into_inner());
+        let finished = shutdown.finished;
+        drop(shutdown);
+        if finished && let Some(handle) = lock(&self.poller).take() {
+            let _ = handle.join();
+        }
+        finished
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ConsumerStats {
+        let totals = lock(&self.shared.totals);
+        let mut stats = ConsumerStats {
+            totals: totals.counters,
+            commits: totals.commits,
+            commit_errors: totals.commit_errors,
+            partitions: Vec::new(),
+        };
+        drop(totals);
+        for slot in self.shared.all_slots() {
+            let state = slot.lock();
+            stats.totals.add(&state.counters);
+            stats.partitions.push(PartitionStats {
+                topic: slot.topic.clone(),
+                partition: slot.partition,
+                worker: slot.worker,
+                queued: state.queue.len(),
+                queued_bytes: state.queued_bytes,
+                paused: state.paused,
+                in_flight: state.in_flight.map_or(0, |f| f.records),
+                position: state.finished,
+                committed: state.committed,
+                counters: state.counters,
+            });
+        }
+        stats
+    }
+}
+
+impl Drop for ConcurrentConsumer {
+    fn drop(&mut self) {
+        // Without an explicit stop, end without draining; the poller closes the consumer on its
+        // own thread so dropping never waits on the network.
+        self.begin_stop(Duration::ZERO);
+    }
+}
+
+/// What a consumer without a group reports as caught up.
+enum CatchUp {
+    /// Report reaching this high watermark.
+    At(i64),
+    /// Nothing to read at start: report at once.
+    Already(i64),
+    /// A group consumer: caught-up is not reported.
+    Untracked,
+}
+
+/// Resolves explicit partition subscriptions to start offsets (timestamps via the broker) and,
+/// without a group, to the high watermark to report reaching.
+fn resolve_partitions(
+    consumer: &Handle,
+    subscriptions: &[Subscription],
+    group: bool,
+    reset_to_beginning: bool,
+) -> Result<Vec<(String, i32, Offset, CatchUp)>, KafkaError> {
+    let mut resolved = Vec::with_capacity(subscriptions.len());
+    for subscription in subscriptions {
+        let Subscription::Partition {
+            topic,
+            partition,
+            start,
+        } = subscription
+        else {
+            continue;
+        };
+        let offset = match *start {
+            StartAt::Stored => Offset::Stored,
+            StartAt::Beginning => Offset::Beginning,
+            StartAt::End => Offset::End,
+            StartAt::Offset(n) => Offset::Offset(n),
+            StartAt::Timestamp(ms) => {
+                let mut query = TopicPartitionList::new();
+                query.add_partition_offset(topic, *partition, Offset::Offset(ms))?;
+                let found = consumer.offsets_for_times(query, LOOKUP_TIMEOUT)?;
+                found
+                    .find_partition(topic, *partition)
+                    .map_or(Offset::End, |e| match e.offset() {
+                        Offset::Offset(n) => Offset::Offset(n),
+                        _ => Offset::End,
+                    })
+            }
+        };
+        let catch_up = if group {
+            CatchUp::Untracked
+        } else {
+            let (low, high) = consumer.fetch_watermarks(topic, *partition, LOOKUP_TIMEOUT)?;
+            let first = match offset {
+                Offset::Offset(n) => n.max(low),
+                Offset::Beginning => low,
+                Offset::Stored if reset_to_beginning => low,
+                _ => high,
+            };
+            if first >= high {
+                CatchUp::Already(high)
+            } else {
+                CatchUp::At(high)
+            }
+        };
+        resolved.push((topic.clone(), *partition, offset, catch_up));
+    }
+    Ok(resolved)
+}
+
+/// The poller thread: route records, commit on schedule, and on shutdown drain, commit and close.
+fn run_poller(shared: &Arc<Shared>, consumer: Arc<Handle>) {
+    let interval = shared.options.commit_interval;
+    let mut next_commit = Instant::now() + interval;
+    let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
+    while !shared.closing.load(Ordering::Acquire) {
+        let mut wait = POLL_WAIT;
+        while chunk.len() < ROUTE_CHUNK {
+            match consumer.poll(wait) {
+                None => break,
+                Some(Ok(message)) => chunk.push(ReceivedRecord::from_message(&message)),
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(err)) => {
+                    let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
+                    log::warn!("consumer error: {err}");
+                    shared.emit(ConsumerEvent::Error(err));
+                    break;
+                }
+            }
+            wait = Duration::ZERO;
+        }
+        let mut records = chunk.drain(..).peekable();
+        while let Some(first) = records.next() {
+            let (topic, partition) = (first.topic.clone(), first.partition);
+            let mut run = vec![first];
+            while let Some(next) = records.next_if(|r| r.partition == partition && r.topic == topic)
+            {
+                run.push(next);
+            }
+            shared.route(&consumer, run);
+        }
+        drop(records);
+        if Instant::now() >= next_commit {
+            shared.commit(&consumer, &shared.all_slots());
+            next_commit = Instant::now() + interval;
+        }
+    }
+    let drain = lock(&shared.shutdown).drain;
+    shared.release(&consumer, shared.all_slots(), drain, false);
+    // Later resumes by workers must not reach a closing consumer; dropping the last reference
+    // here closes it (leaving the group) on this thread, not on a Python one.
+    *lock(&shared.consumer) = None;
+    drop(consumer);
+    lock(&shared.shutdown).finished = true;
+    shared.stopped.notify_all();
+}

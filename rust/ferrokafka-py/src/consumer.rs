@@ -1,0 +1,279 @@
+//! `_RawConsumer`: the native half of `ferrokafka.Consumer` and `ferrokafka.AsyncConsumer`.
+//!
+//! GIL: creating the engine (which may ask the broker for watermarks and offsets) and every wait
+//! (`fetch` with a timeout, `poll_events`, `stop`) run detached, in slices of at most `SLICE` with
+//! signal checks between them. `ack`, `record_retry`, `stats` and a zero-timeout `fetch` are O(1)
+//! or O(batch) in memory and stay attached. Records become `Message` objects only after
+//! re-attaching. Python handlers never run here: the wrapper's worker threads (or asyncio tasks)
+//! call `fetch`/`ack`, and its dispatcher thread calls `poll_events`.
+
+use std::sync::Arc;
+
+use ferrokafka_kafka::{
+    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, Fetched, Outcome,
+    PartitionCounters, StartAt, Subscription, WorkerId,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+
+use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off, timeout_arg};
+use crate::convert::settings_from_dict;
+use crate::errors::{NativeError, NativeResult};
+use crate::message::PyMessage;
+
+/// The native concurrent consumer engine; use `ferrokafka.Consumer` or `ferrokafka.AsyncConsumer`.
+#[pyclass(name = "_RawConsumer", module = "ferrokafka._native", frozen)]
+#[derive(Debug)]
+pub struct PyRawConsumer {
+    engine: ReleaseOnDrop<Arc<ConcurrentConsumer>>,
+    events: EventInbox<ConsumerEvent>,
+    guard: ForkGuard,
+}
+
+/// One subscription: a topic name, or `(topic, partition, kind, value)` with kind one of
+/// `stored`, `beginning`, `end`, `offset`, `timestamp` (the wrapper normalises user input).
+fn subscription(item: &Bound<'_, PyAny>) -> PyResult<Subscription> {
+    if let Ok(topic) = item.cast::<PyString>() {
+        return Ok(Subscription::Topic(topic.to_str()?.to_owned()));
+    }
+    let (topic, partition, kind, value): (String, i32, String, i64) =
+        item.extract().map_err(|_| {
+            PyTypeError::new_err(
+                "each subscription must be a topic name or (topic, partition, kind, value)",
+            )
+        })?;
+    let start = match kind.as_str() {
+        "stored" => StartAt::Stored,
+        "beginning" => StartAt::Beginning,
+        "end" => StartAt::End,
+        "offset" => StartAt::Offset(value),
+        "timestamp" => StartAt::Timestamp(value),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "subscription start must be stored, beginning, end, offset or timestamp, got \
+                 {other:?}"
+            )));
+        }
+    };
+    Ok(Subscription::Partition {
+        topic,
+        partition,
+        start,
+    })
+}
+
+fn outcome(name: &str) -> PyResult<Outcome> {
+    match name {
+        "handled" => Ok(Outcome::Handled),
+        "failed" => Ok(Outcome::Failed),
+        "dead_lettered" => Ok(Outcome::DeadLettered),
+        "abandoned" => Ok(Outcome::Abandoned),
+        other => Err(PyValueError::new_err(format!(
+            "outcome must be 'handled', 'failed', 'dead_lettered' or 'abandoned', got {other:?}"
+        ))),
+    }
+}
+
+fn counters_into(dict: &Bound<'_, PyDict>, c: &PartitionCounters) -> PyResult<()> {
+    for (name, value) in [
+        ("received", c.received),
+        ("handled", c.handled),
+        ("failed", c.failed),
+        ("dead_lettered", c.dead_lettered),
+        ("retries", c.retries),
+        ("batches", c.batches),
+        ("pauses", c.pauses),
+        ("resumes", c.resumes),
+        ("dropped", c.dropped),
+        ("abandoned", c.abandoned),
+    ] {
+        dict.set_item(name, value)?;
+    }
+    Ok(())
+}
+
+fn assignments(partitions: Vec<Assignment>) -> Vec<(String, i32, WorkerId)> {
+    partitions
+        .into_iter()
+        .map(|a| (a.topic, a.partition, a.worker))
+        .collect()
+}
+
+/// An event as a tuple `(name, ...)`, in the shape the Python dispatcher expects.
+fn event_tuple(py: Python<'_>, event: ConsumerEvent) -> PyResult<Py<PyTuple>> {
+    let tuple = match event {
+        ConsumerEvent::Assigned(partitions) => {
+            ("assigned", assignments(partitions)).into_pyobject(py)?
+        }
+        ConsumerEvent::Draining {
+            partitions,
+            dropped,
+        } => ("draining", assignments(partitions), dropped).into_pyobject(py)?,
+        ConsumerEvent::Unassigned { partitions, lost } => {
+            ("unassigned", assignments(partitions), lost).into_pyobject(py)?
+        }
+        ConsumerEvent::CaughtUp {
+            topic,
+            partition,
+            offset,
+        } => ("caught_up", topic, partition, offset).into_pyobject(py)?,
+        ConsumerEvent::LoadControl {
+            topic,
+            partition,
+            paused,
+            queued,
+            queued_bytes,
+        } => (
+            if paused { "paused" } else { "resumed" },
+            topic,
+            partition,
+            queued,
+            queued_bytes,
+        )
+            .into_pyobject(py)?,
+        ConsumerEvent::Committed { offsets, error } => {
+            let error = error.map(|e| PyErr::from(NativeError::Kafka(e)).into_value(py));
+            ("commit", offsets, error).into_pyobject(py)?
+        }
+        ConsumerEvent::Error(error) => {
+            let exception = PyErr::from(NativeError::Kafka(error)).into_value(py);
+            ("error", exception).into_pyobject(py)?
+        }
+    };
+    Ok(tuple.unbind())
+}
+
+#[pymethods]
+impl PyRawConsumer {
+    #[new]
+    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        subscriptions: &Bound<'_, PyAny>,
+        max_batch_size: Option<usize>,
+        commit_interval: f64,
+        max_queue_records: usize,
+        max_queue_bytes: usize,
+        drain: f64,
+    ) -> NativeResult<Self> {
+        let settings = settings_from_dict(config)?;
+        let subscriptions = subscriptions
+            .try_iter()?
+            .map(|item| subscription(&item?))
+            .collect::<PyResult<Vec<_>>>()?;
+        let options = ConsumerOptions {
+            subscriptions,
+            max_batch_size,
+            commit_interval: timeout_arg("commit_interval", commit_interval)?,
+            max_queue_records,
+            max_queue_bytes,
+        };
+        let drain = seconds_or_off("drain", drain)?;
+        // Assigning explicit partitions may ask the broker for offsets and watermarks.
+        let engine = py.detach(move || ConcurrentConsumer::new(settings, options, drain))?;
+        let events = engine.take_events();
+        Ok(PyRawConsumer {
+            engine: ReleaseOnDrop::new(engine),
+            events: EventInbox::new(events),
+            guard: ForkGuard::new("ferrokafka.Consumer"),
+        })
+    }
+
+    /// The next batch of `worker`'s partition: a list (empty when nothing came within
+    /// `timeout`), or `None` once the partition is no longer the worker's.
+    fn fetch<'py>(
+        &self,
+        py: Python<'py>,
+        worker: WorkerId,
+        timeout: f64,
+    ) -> NativeResult<Option<Bound<'py, PyList>>> {
+        self.guard.check()?;
+        let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
+        let fetched = if wait.is_zero() {
+            self.engine.fetch(worker, wait)?
+        } else {
+            let engine = Arc::clone(&*self.engine);
+            py.detach(move || engine.fetch(worker, wait))?
+        };
+        match fetched {
+            Fetched::Gone => Ok(None),
+            Fetched::Empty => Ok(Some(PyList::empty(py))),
+            Fetched::Batch(records) => {
+                let messages = records
+                    .into_iter()
+                    .map(|r| Py::new(py, PyMessage::from(r)))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(Some(PyList::new(py, messages)?))
+            }
+        }
+    }
+
+    /// Marks `worker`'s batch finished; false when it no longer counts (abandoned or revoked).
+    fn ack(&self, worker: WorkerId, outcome_name: &str) -> PyResult<bool> {
+        Ok(self.engine.ack(worker, outcome(outcome_name)?))
+    }
+
+    /// Counts a retry; false when the worker should give up its batch (revoked or stopping).
+    fn record_retry(&self, worker: WorkerId) -> bool {
+        self.engine.record_retry(worker)
+    }
+
+    /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.
+    #[pyo3(signature = (timeout, max_events=10_000))]
+    fn poll_events(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+        max_events: usize,
+    ) -> NativeResult<Vec<Py<PyTuple>>> {
+        let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
+        let events = self.events.drain(py, wait, max_events);
+        events
+            .into_iter()
+            .map(|event| event_tuple(py, event))
+            .collect::<PyResult<_>>()
+            .map_err(NativeError::from)
+    }
+
+    /// Stops: drops queued records, gives running batches `drain` seconds, commits what
+    /// finished, and closes the consumer. Waits for all of it; calling again is a no-op.
+    fn stop(&self, py: Python<'_>, drain: f64) -> NativeResult<()> {
+        self.guard.check()?;
+        self.engine.begin_stop(seconds_or_off("drain", drain)?);
+        loop {
+            let engine = Arc::clone(&*self.engine);
+            if py.detach(move || engine.wait_stopped(SLICE)) {
+                return Ok(());
+            }
+            py.check_signals()?;
+        }
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.engine.stats();
+        let stats = PyDict::new(py);
+        counters_into(&stats, &s.totals)?;
+        stats.set_item("commits", s.commits)?;
+        stats.set_item("commit_errors", s.commit_errors)?;
+        let partitions = PyList::empty(py);
+        for p in s.partitions {
+            let entry = PyDict::new(py);
+            entry.set_item("topic", p.topic)?;
+            entry.set_item("partition", p.partition)?;
+            entry.set_item("worker", p.worker)?;
+            entry.set_item("queued", p.queued)?;
+            entry.set_item("queued_bytes", p.queued_bytes)?;
+            entry.set_item("paused", p.paused)?;
+            entry.set_item("in_flight", p.in_flight)?;
+            entry.set_item("position", p.position)?;
+            entry.set_item("committed", p.committed)?;
+            counters_into(&entry, &p.counters)?;
+            partitions.append(entry)?;
+        }
+        stats.set_item("partitions", partitions)?;
+        Ok(stats)
+    }
+}

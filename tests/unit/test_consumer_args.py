@@ -1,0 +1,125 @@
+"""Consumer and AsyncConsumer argument checks, without a broker."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ferrokafka import AsyncConsumer, ConfigError, Consumer, Message, TopicPartition
+
+NOWHERE: dict[str, str | int | float | bool] = {
+    "bootstrap.servers": "127.0.0.1:1",
+    "group.id": "args",
+}
+
+
+def noop(batch: list[Message]) -> None:
+    del batch
+
+
+async def async_noop(batch: list[Message]) -> None:
+    del batch
+
+
+def test_unknown_config_key_is_named_on_start() -> None:
+    consumer = Consumer({**NOWHERE, "no.such.key": 1}, ["orders"], noop)
+    with pytest.raises(ConfigError, match=r"no\.such\.key"):
+        consumer.start()
+
+
+def test_auto_commit_is_refused_because_the_consumer_commits() -> None:
+    consumer = Consumer({**NOWHERE, "enable.auto.commit": True}, ["orders"], noop)
+    with pytest.raises(ConfigError, match=r"enable\.auto\.commit"):
+        consumer.start()
+
+
+def test_topic_names_need_a_group() -> None:
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:1"}, ["orders"], noop)
+    with pytest.raises(ConfigError, match=r"group\.id"):
+        consumer.start()
+
+
+def test_topics_and_partitions_cannot_be_mixed() -> None:
+    consumer = Consumer(NOWHERE, ["orders", ("payments", 0)], noop)
+    with pytest.raises(ValueError, match="cannot mix"):
+        consumer.start()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"max_batch_size": 0}, ValueError, "max_batch_size"),
+        ({"drain": -1.0}, ValueError, "drain"),
+        ({"commit_interval": 0.0}, ValueError, "commit_interval"),
+        ({"commit_interval": float("nan")}, ValueError, "commit_interval"),
+        ({"on_error": "ignore"}, ValueError, "on_error must be"),
+        ({"on_error": "dead_letter"}, ValueError, "dead_letter_topic"),
+        ({"max_queue_records": 1}, ValueError, "at least 2"),
+        ({"max_queue_bytes": 0}, ValueError, "max_queue_bytes"),
+        ({"retry_backoff": "1s"}, TypeError, "retry_backoff"),
+    ],
+)
+def test_bad_options_are_named(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        Consumer(NOWHERE, ["orders"], noop, **options)
+
+
+@pytest.mark.parametrize(
+    ("subscriptions", "error", "message"),
+    [
+        ([], ValueError, "at least one"),
+        ("orders", TypeError, "not a single str"),
+        ([""], ValueError, "must not be empty"),
+        ([5], TypeError, "each subscription must be"),
+        ([("orders", "0")], TypeError, "partition must be an int"),
+        ([("orders", 0, -1)], ValueError, "offset must be an int >= 0"),
+        (
+            [TopicPartition("orders", 0, offset="middle")],  # type: ignore[arg-type]
+            TypeError,
+            "'beginning' or 'end'",
+        ),
+        ([TopicPartition("orders", 0, offset=1, timestamp=2)], ValueError, "not both"),
+    ],
+)
+def test_bad_subscriptions_are_named(
+    subscriptions: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        Consumer(NOWHERE, subscriptions, noop)
+
+
+def test_negative_partition_is_refused_on_start() -> None:
+    consumer = Consumer(NOWHERE, [("orders", -1)], noop)
+    with pytest.raises(ValueError, match="partition must be >= 0"):
+        consumer.start()
+
+
+def test_handler_kind_must_match_the_consumer() -> None:
+    with pytest.raises(TypeError, match="AsyncConsumer"):
+        Consumer(NOWHERE, ["orders"], async_noop)
+    with pytest.raises(TypeError, match="coroutine function"):
+        AsyncConsumer(NOWHERE, ["orders"], noop)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="callable"):
+        Consumer(NOWHERE, ["orders"], "handler")  # type: ignore[arg-type]
+
+
+def test_stop_before_start_and_twice_are_no_ops() -> None:
+    consumer = Consumer(NOWHERE, ["orders"], noop)
+    consumer.stop()
+    assert consumer.stats() == {"partitions": []}
+    with consumer:
+        assert consumer.stats()["partitions"] == []
+    consumer.stop()
+
+
+def test_async_consumer_starts_and_stops_without_a_broker() -> None:
+    async def main() -> dict[str, Any]:
+        async with AsyncConsumer(NOWHERE, ["orders"], async_noop, drain=0.0) as consumer:
+            pass
+        return consumer.stats()
+
+    assert asyncio.run(main())["handled"] == 0
