@@ -586,3 +586,55 @@ class _RawConsumer:
     def stop(self, drain: float) -> None:
         """Drop queued records, give running batches ``drain`` seconds, commit, close."""
     def stats(self) -> dict[str, Any]: ...
+
+@final
+class _RawQueueConsumer:
+    """The native queue consumer; use :class:`ferrokafka.redelivery.QueueConsumer`."""
+
+    def __new__(
+        cls,
+        config: Mapping[str, _ConfigValue],
+        queue_topic: str,
+        markers_topic: str,
+        group_id: str,
+        redelivery_timeout: float,
+        marker_timeout: float,
+    ) -> _RawQueueConsumer: ...
+    def fetch(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        """Up to ``max_messages`` messages whose START markers are written and offsets
+        committed; ``[]`` when none came within ``timeout`` seconds (None: wait for one)."""
+    def ack(self, partition: int, offset: int) -> None:
+        """Write the END marker of the message at ``partition``/``offset``."""
+    def nack(self, partition: int, offset: int) -> None:
+        """Make the message due for redelivery now."""
+    def keepalive(self, partition: int, offset: int) -> None:
+        """Move the message's deadline to now + the redelivery timeout."""
+    def flush(self, timeout: float) -> None:
+        """Wait until every END/KEEPALIVE marker so far is written."""
+    def close(self, timeout: float) -> None:
+        """Flush the markers, then close the consumer; idempotent."""
+    def stats(self) -> dict[str, int]: ...
+
+@final
+class _RawRedeliveryTracker:
+    """The native redelivery tracker; use :class:`ferrokafka.redelivery.RedeliveryTracker`."""
+
+    def __new__(
+        cls,
+        config: Mapping[str, _ConfigValue],
+        queue_topic: str,
+        markers_topic: str,
+        group_id: str,
+        max_redeliveries: int,
+        dead_letter_topic: str | None,
+        use_now_if_no_marker_seen: float,
+        num_offsets_per_commit: int,
+        commit_interval: float,
+        max_backoff: float,
+    ) -> _RawRedeliveryTracker: ...
+    def request_stop(self) -> None:
+        """Ask the daemon to stop; returns at once."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
+    def status(self) -> list[dict[str, Any]]:
+        """Per-partition figures."""

@@ -3,6 +3,7 @@
 Example:
     $ ferrokafka --help
     $ ferrokafka topics list --bootstrap-servers 127.0.0.1:9092
+    $ ferrokafka redelivery --queue-topic jobs --markers-topic jobs-markers
     $ ferrokafka demo --bootstrap-servers 127.0.0.1:9092
 """
 
@@ -64,6 +65,34 @@ def _scheduler(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     scheduler.run()
     scheduler.stop()
+    return 0
+
+
+def _redelivery(args: argparse.Namespace) -> int:
+    import signal
+
+    from ferrokafka.redelivery import RedeliveryTracker
+
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": args.bootstrap_servers}
+    config.update(_key_value(item) for item in args.config)
+    tracker = RedeliveryTracker(
+        config,
+        args.queue_topic,
+        args.markers_topic,
+        max_redeliveries=args.max_redeliveries,
+        dead_letter_topic=args.dead_letter_topic,
+        group_id=args.group_id,
+        commit_interval=args.commit_interval_ms / 1000,
+    ).start()
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        tracker.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    tracker.run()
+    tracker.stop()
     return 0
 
 
@@ -138,6 +167,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra librdkafka setting, e.g. transactional.id=scheduler-1 (repeatable)",
     )
     scheduler.set_defaults(run=_scheduler)
+
+    redelivery = command(
+        "redelivery",
+        "Run the redelivery tracker (KMQ pattern) until SIGTERM/SIGINT: redeliver queue "
+        "messages whose markers were not acknowledged in time.",
+    )
+    redelivery.add_argument("--queue-topic", required=True, metavar="NAME")
+    redelivery.add_argument("--markers-topic", required=True, metavar="NAME")
+    redelivery.add_argument(
+        "--max-redeliveries",
+        type=int,
+        default=3,
+        help="redeliveries before a message is dead-lettered (default: 3)",
+    )
+    redelivery.add_argument(
+        "--dead-letter-topic",
+        default=None,
+        metavar="NAME",
+        help="where messages go after --max-redeliveries (default: none; logged and dropped)",
+    )
+    redelivery.add_argument(
+        "--group-id", default=None, help="default: ferrokafka-redelivery-<markers topic>"
+    )
+    redelivery.add_argument(
+        "--commit-interval-ms",
+        type=int,
+        default=5_000,
+        help="most milliseconds between markers offset commits (default: 5000)",
+    )
+    redelivery.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka setting, e.g. session.timeout.ms=6000 (repeatable)",
+    )
+    redelivery.set_defaults(run=_redelivery)
 
     demo = command("demo", "Run the end-to-end demo against a broker.")
     demo.set_defaults(run=_demo)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ferrokafka._native import Client, Message, NewTopic
 from ferrokafka.producer import AsyncProducer
+from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 
 log = logging.getLogger("ferrokafka.demo")
@@ -48,6 +49,7 @@ def run_demo(bootstrap_servers: str, timeout: float = 30.0) -> None:
     log.info("deleted topic %s", topic)
     _producer_demo(client, bootstrap_servers, timeout)
     _scheduler_demo(client, bootstrap_servers, timeout)
+    _redelivery_demo(client, bootstrap_servers, timeout)
     log.info("demo finished")
 
 
@@ -114,3 +116,28 @@ def _scheduler_demo(client: Client, bootstrap_servers: str, timeout: float) -> N
         late_ms = message.timestamp()[1] - epoch * 1000
         print(f"scheduler: dispatched {message.value()!r} to {target} {late_ms} ms after its epoch")
     client.delete_topics([schedules, f"{schedules}_states", target], timeout=timeout)
+
+
+def _redelivery_demo(client: Client, bootstrap_servers: str, timeout: float) -> None:
+    """Redelivery: a consumer "crashes" without acking; the tracker redelivers after 2 s."""
+    suffix = uuid.uuid4().hex[:8]
+    jobs, markers = f"ferrokafka-demo-jobs-{suffix}", f"ferrokafka-demo-jobs-markers-{suffix}"
+    client.create_topics([NewTopic(jobs, 1), NewTopic(markers, 1)], timeout=timeout)
+    client.produce(jobs, b"resize photo 42", key="job-42", timeout=timeout)
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
+    group = f"ferrokafka-demo-{suffix}"
+    with RedeliveryTracker(config, jobs, markers, group_id=f"{group}-tracker"):
+        with QueueConsumer(config, jobs, markers, 2.0, group_id=group) as queue:
+            first = queue.poll(timeout=timeout)
+            if first is None:
+                raise TimeoutError(f"no job arrived within {timeout} s")
+            print(f"redelivery: received {first.value()!r}, crashing before ack")
+        with QueueConsumer(config, jobs, markers, 2.0, group_id=group) as queue:
+            again = queue.poll(timeout=timeout)
+            if again is None:
+                raise TimeoutError(f"the job was not redelivered within {timeout} s")
+            queue.ack(again)
+    print(
+        f"redelivery: received {again.value()!r} again, redelivery count {redelivery_count(again)}"
+    )
+    client.delete_topics([jobs, markers], timeout=timeout)

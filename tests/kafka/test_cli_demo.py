@@ -23,6 +23,7 @@ def test_demo_produces_and_reads_back(kafka_bootstrap: str) -> None:
         assert f"read back 'hello from {city}'" in shown.stdout
     assert "producer: delivered 2500 in 3 background rounds" in shown.stdout
     assert "scheduler: dispatched b'time to call back'" in shown.stdout
+    assert "redelivery: received b'resize photo 42' again, redelivery count 1" in shown.stdout
     assert "demo finished" in shown.stderr
 
 

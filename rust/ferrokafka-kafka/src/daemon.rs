@@ -2,11 +2,11 @@
 //! scheduler and the redelivery tracker).
 //!
 //! Threading: [`GroupContext::rebalance`] and [`FlushTracker::delivery`] run on librdkafka
-//! threads; they only record events in mutex-protected lists that the daemon thread drains after
-//! each poll ([`GroupContext::take_events`], [`send_all`]). No Python ever runs here.
+//! threads; they only record events under a mutex (and signal a condvar) for the daemon thread
+//! ([`GroupContext::take_events`], [`send_all`]). No Python ever runs here.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -191,16 +191,30 @@ impl ConsumerContext for GroupContext {
     }
 }
 
-/// Producer context that collects the failures of one synchronous flush ([`send_all`]).
+/// Producer context that counts records in flight and collects delivery failures, so that
+/// [`send_all`] can wait for its own records. (rdkafka's `flush` on a `ThreadedProducer` waits in
+/// 100 ms polls that never see the delivery reports, which the polling thread takes.)
 pub(crate) struct FlushTracker {
-    failures: Mutex<Vec<KafkaError>>,
+    state: Mutex<FlushState>,
+    settled: Condvar,
+}
+
+#[derive(Default)]
+struct FlushState {
+    in_flight: usize,
+    failures: Vec<KafkaError>,
 }
 
 impl FlushTracker {
     pub(crate) fn new() -> Self {
         FlushTracker {
-            failures: Mutex::new(Vec::new()),
+            state: Mutex::new(FlushState::default()),
+            settled: Condvar::new(),
         }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FlushState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -210,11 +224,14 @@ impl ProducerContext for FlushTracker {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let mut state = self.state();
+        state.in_flight = state.in_flight.saturating_sub(1);
         if let Err((err, _)) = result {
-            self.failures
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(err.clone());
+            state.failures.push(err.clone());
+        }
+        // Waking the waiter for every report of a large batch would only make it contend.
+        if state.in_flight == 0 {
+            self.settled.notify_all();
         }
     }
 }
@@ -253,33 +270,43 @@ pub(crate) fn enqueue<C: ProducerContext<DeliveryOpaque = ()>>(
     }
 }
 
-/// Produces `records` and waits until librdkafka confirmed or failed every one; the first
-/// failure is returned. Only one `send_all` may run per producer at a time.
+/// Produces `records` and waits until librdkafka confirmed or failed every one (and every
+/// record still in flight from an earlier call that timed out); the first failure is returned.
+/// Only one `send_all` may run per producer at a time.
 pub(crate) fn send_all(
     producer: &ThreadedProducer<FlushTracker>,
     records: &[OutgoingRecord],
     timeout: Duration,
 ) -> KafkaResult<()> {
-    producer
-        .context()
-        .failures
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clear();
+    let tracker = producer.context();
+    tracker.state().failures.clear();
     for record in records {
-        enqueue(producer, record)
-            .map_err(|e| KafkaIoError::from_rdkafka("dispatch", e, timeout, None))?;
+        // Counted before the send: the delivery report may arrive before `enqueue` returns.
+        tracker.state().in_flight += 1;
+        if let Err(e) = enqueue(producer, record) {
+            let mut state = tracker.state();
+            state.in_flight = state.in_flight.saturating_sub(1);
+            return Err(KafkaIoError::from_rdkafka("dispatch", e, timeout, None));
+        }
     }
-    producer
-        .flush(timeout)
-        .map_err(|e| KafkaIoError::from_rdkafka("dispatch flush", e, timeout, None))?;
-    let failures = producer
-        .context()
-        .failures
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .split_off(0);
-    match failures.into_iter().next() {
+    let deadline = Instant::now() + timeout;
+    let mut state = tracker.state();
+    while state.in_flight > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(KafkaIoError::Timeout {
+                operation: "dispatch flush".to_owned(),
+                timeout,
+                bootstrap: None,
+            });
+        }
+        state = tracker
+            .settled
+            .wait_timeout(state, left)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    match state.failures.drain(..).next() {
         None => Ok(()),
         Some(e) => Err(KafkaIoError::from_rdkafka("dispatch", e, timeout, None)),
     }

@@ -12,6 +12,7 @@ mod daemon;
 pub mod error;
 pub mod partitioner;
 pub mod record;
+pub mod redelivery;
 pub mod scheduler;
 
 pub use async_producer::{
@@ -25,4 +26,8 @@ pub use consumer::{
 };
 pub use error::{KafkaIoError, KafkaResult};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
+pub use redelivery::{
+    QueueConsumer, QueueConsumerOptions, QueueConsumerStats, RedeliveryOptions, RedeliveryTracker,
+    TrackerPartitionStatus,
+};
 pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};

@@ -210,7 +210,10 @@ impl Daemon {
         consumer
             .subscribe(&topics)
             .map_err(creation_error("subscribe to schedules topics"))?;
-        let dispatcher: ThreadedProducer<FlushTracker> = settings
+        let mut dispatch_settings = settings.clone();
+        // Every chunk is flushed synchronously, so lingering only adds to each chunk's latency.
+        dispatch_settings.set_default("linger.ms", "0");
+        let dispatcher: ThreadedProducer<FlushTracker> = dispatch_settings
             .to_client_config()
             .create_with_context(FlushTracker::new())
             .map_err(creation_error("create dispatch producer"))?;

@@ -11,6 +11,7 @@ mod deadline_queue;
 mod errors;
 mod message;
 mod producer;
+mod redelivery;
 mod scheduler;
 
 #[pymodule(gil_used = false)]
@@ -28,6 +29,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::PyRawAsyncProducer>()?;
     m.add_class::<consumer::PyRawConsumer>()?;
     m.add_class::<scheduler::PyRawScheduler>()?;
+    m.add_class::<redelivery::PyRawQueueConsumer>()?;
+    m.add_class::<redelivery::PyRawRedeliveryTracker>()?;
     m.add_class::<deadline_queue::PyDeadlineQueue>()?;
     m.add_class::<codec::PyMarker>()?;
     m.add_class::<codec::PyProxyMessage>()?;

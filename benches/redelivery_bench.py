@@ -1,0 +1,180 @@
+"""Redelivery (KMQ pattern): throughput with markers vs a plain consume+commit loop, and lateness.
+
+Usage:
+    KAFKA_BOOTSTRAP=127.0.0.1:19792 .venv/bin/python benches/redelivery_bench.py \\
+        [--messages 100000] [--size 100] [--batch 500] [--late 300] [--timeout 2.0]
+
+Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). Two runs, same data, same run:
+1. throughput: N messages of S bytes on a 3-partition queue topic. The peer is confluent-kafka's
+   ``consume(batch)`` + synchronous ``commit()`` per batch; ferrokafka is ``QueueConsumer``
+   (START markers written and acknowledged, then a synchronous commit, per batch) plus one
+   ``ack`` (END marker) per message and a final ``flush``. Both read from the start in a new group.
+2. lateness: L messages fetched and never acked with ``redelivery_timeout`` T while a tracker runs;
+   lateness = the redelivered record's create time minus the START marker's deadline (decoded
+   from the markers topic), p50 / p99 / max.
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Producer
+
+from ferrokafka import Client, NewTopic
+from ferrokafka.codecs import decode_marker
+from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark condition not reached")
+        time.sleep(0.05)
+
+
+def fresh_topics(client: Client, name: str) -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    queue, markers = f"bench-{name}-{suffix}", f"bench-{name}-markers-{suffix}"
+    client.create_topics([NewTopic(queue, 3), NewTopic(markers, 3)])
+    return queue, markers
+
+
+def fill(bootstrap: str, topic: str, count: int, size: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    pad = b"x" * max(size - 8, 0)
+    for n in range(count):
+        while True:
+            try:
+                producer.produce(topic, f"{n:08d}".encode() + pad, key=str(n))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+
+
+def plain_loop(bootstrap: str, topic: str, count: int, batch: int) -> float:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-plain-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    started = None
+    while seen < count:
+        messages = consumer.consume(batch, timeout=1.0)
+        if not messages:
+            continue
+        started = started or time.perf_counter()
+        seen += sum(1 for m in messages if m.error() is None)
+        consumer.commit(asynchronous=False)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    consumer.close()
+    return count / elapsed
+
+
+def marker_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int) -> float:
+    queue = QueueConsumer(
+        {"bootstrap.servers": bootstrap},
+        topic,
+        markers,
+        60.0,
+        group_id=f"bench-kmq-{uuid.uuid4().hex}",
+        max_batch_size=batch,
+    )
+    seen = 0
+    started = None
+    while seen < count:
+        messages = queue.consume(batch, timeout=1.0)
+        if not messages:
+            continue
+        started = started or time.perf_counter()
+        for message in messages:
+            queue.ack(message)
+        seen += len(messages)
+    queue.flush(60)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    queue.close()
+    return count / elapsed
+
+
+def lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list[float]:
+    queue_topic, markers = fresh_topics(client, "late")
+    fill(bootstrap, queue_topic, count, 100)
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+
+    def redelivered() -> dict[bytes, int]:
+        """Value -> create time (ms) of each redelivered message."""
+        return {
+            m.value() or b"": m.timestamp()[1]
+            for m in client.read_topic(queue_topic, max_messages=10 * count, timeout=30)
+            if redelivery_count(m) == 1
+        }
+
+    with RedeliveryTracker(config, queue_topic, markers, group_id=f"bench-{uuid.uuid4().hex}"):
+        queue = QueueConsumer(
+            config, queue_topic, markers, timeout, group_id=f"bench-{uuid.uuid4().hex}"
+        )
+        taken = 0
+        while taken < count:
+            taken += len(queue.consume(count - taken, timeout=1.0))
+        queue.close()
+        wait_until(lambda: len(redelivered()) >= count, 120)
+    created = redelivered()
+    deadlines: dict[bytes, int] = {}
+    for record in client.read_topic(markers, max_messages=10 * count, timeout=30):
+        marker = decode_marker(record.value() or b"")
+        if marker.kind == "start" and marker.deadline is not None and marker.value is not None:
+            deadlines[marker.value] = marker.deadline
+    client.delete_topics([queue_topic, markers])
+    return [float(at - deadlines[value]) for value, at in created.items()]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--late", type=int, default=300)
+    parser.add_argument("--timeout", type=float, default=2.0)
+    args = parser.parse_args()
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    client = Client({"bootstrap.servers": bootstrap})
+
+    queue_topic, markers = fresh_topics(client, "throughput")
+    fill(bootstrap, queue_topic, args.messages, args.size)
+    plain = plain_loop(bootstrap, queue_topic, args.messages, args.batch)
+    marked = marker_loop(bootstrap, queue_topic, markers, args.messages, args.batch)
+    client.delete_topics([queue_topic, markers])
+    late = lateness(bootstrap, client, args.late, args.timeout)
+
+    print(f"| measure ({args.messages} msgs of {args.size} B, batch {args.batch}) | value |")
+    print("|---|---|")
+    print(f"| confluent-kafka consume + sync commit | {plain:,.0f} msgs/s |")
+    print(f"| ferrokafka QueueConsumer (START + commit + ack) | {marked:,.0f} msgs/s |")
+    print(f"| ratio ferrokafka / confluent-kafka | {marked / plain:.2f}x |")
+    print(
+        f"| redelivery lateness past deadline ({args.late} msgs, timeout {args.timeout} s) "
+        f"p50 / p99 / max | {statistics.median(late):.0f} / {percentile(late, 0.99):.0f} / "
+        f"{max(late):.0f} ms |"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,999 @@
+//! Acknowledged processing with redelivery (the KMQ pattern): [`QueueConsumer`] and
+//! [`RedeliveryTracker`].
+//!
+//! A queue consumer reads the queue topic. Before it hands out a batch it writes one START marker
+//! per message (message id = queue partition + offset, redelivery deadline, and the message's
+//! key, value and headers) to the markers topic, waits until every marker is acknowledged, and
+//! only then commits the queue offsets. `ack` writes an END marker, `keepalive` a KEEPALIVE with
+//! a later deadline, and `nack` a KEEPALIVE whose deadline is now (redeliver at once).
+//!
+//! Invariants:
+//! - Every marker of one queue message goes to markers partition
+//!   [`markers_partition`]`(queue partition)`, so the tracker sees them in the order written.
+//! - A message is committed on the queue topic only after its START is durable; a failed START
+//!   write rewinds the consumer to the batch, so no message is lost between the two topics.
+//! - The tracker redelivers nothing from a markers partition before it has read that partition
+//!   to its end (a restart does not redeliver what was acknowledged after its last commit), and
+//!   commits a markers partition only up to its smallest open START
+//!   ([`MarkersQueue::smallest_open_marker_offset`]), so a restart never forgets an open message.
+//! - A due message is re-produced to its original queue partition with the
+//!   [`REDELIVERY_COUNT_HEADER`] incremented, or, once the count reached `max_redeliveries`,
+//!   produced to the dead-letter topic (or, without one, logged at error level and counted as
+//!   dropped); only when that write is acknowledged is its END written. A failed write is
+//!   retried with exponential backoff. Delivery is at-least-once: a tracker killed between the
+//!   re-produce and the END redelivers that message again after its restart.
+//! - Tracker clock, per markers partition: the newest marker timestamp plus the monotonic time
+//!   since that marker was read (immune to skew between hosts; a marker read late never sets it
+//!   back, so it is the largest such sum over the markers read), or the wall clock when no marker
+//!   was read for `use_now_if_no_marker_seen`.
+//!
+//! Threading: [`QueueConsumer`] methods are called from any thread; `fetch` serialises itself
+//! with a mutex. The tracker runs on one daemon thread (`daemon::DaemonThread`);
+//! librdkafka callbacks only record events. No Python runs here.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrokafka_core::codec::marker_codec::{decode_marker, encode_marker};
+use ferrokafka_core::markers::{
+    Marker, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
+};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, DefaultConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::client::Client;
+use crate::config::ClientSettings;
+use crate::daemon::{
+    DaemonThread, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue, now_ms,
+    publish, send_all,
+};
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
+
+/// Header carrying how many times a message was redelivered (decimal ASCII).
+pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
+/// Dead-letter headers naming where the message was in the queue topic.
+pub const ORIGINAL_TOPIC_HEADER: &str = "ferrokafka_original_topic";
+/// See [`ORIGINAL_TOPIC_HEADER`].
+pub const ORIGINAL_PARTITION_HEADER: &str = "ferrokafka_original_partition";
+/// See [`ORIGINAL_TOPIC_HEADER`].
+pub const ORIGINAL_OFFSET_HEADER: &str = "ferrokafka_original_offset";
+
+/// Longest the tracker waits in one poll, so stop requests and due messages are noticed quickly.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+/// First pause after a failed redelivery write; doubled per failure up to `max_backoff`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The markers partition of every marker of a message from `queue_partition`.
+pub fn markers_partition(queue_partition: i32, markers_partitions: i32) -> i32 {
+    queue_partition.rem_euclid(markers_partitions.max(1))
+}
+
+/// The redelivery count a message carries (0 when the header is missing or unreadable).
+pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {
+    headers
+        .iter()
+        .rev()
+        .find(|(name, _)| name == REDELIVERY_COUNT_HEADER)
+        .and_then(|(_, value)| value.as_deref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The partition count of `topic`, waiting up to `timeout` for a broker that is still starting.
+fn partition_count(settings: &ClientSettings, topic: &str, timeout: Duration) -> KafkaResult<i32> {
+    let cluster = Client::new(settings.clone())?.list_topics(Some(topic), timeout)?;
+    let count = cluster
+        .topics
+        .iter()
+        .find(|t| t.name == topic)
+        .map_or(0, |t| t.partitions.len());
+    match i32::try_from(count) {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err(KafkaIoError::InvalidArgument(format!(
+            "topic {topic:?} does not exist"
+        ))),
+    }
+}
+
+// ---- queue consumer -------------------------------------------------------------------------
+
+/// Settings of a [`QueueConsumer`] beyond librdkafka's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueConsumerOptions {
+    /// The queue topic to consume.
+    pub queue_topic: String,
+    /// The markers topic the tracker reads.
+    pub markers_topic: String,
+    /// Consumer group of the queue consumers.
+    pub group_id: String,
+    /// Time a handler has before its message is redelivered [60 s].
+    pub redelivery_timeout: Duration,
+    /// Deadline for writing a batch's START markers and for metadata requests [30 s].
+    pub marker_timeout: Duration,
+}
+
+/// Counts failed END/KEEPALIVE writes: those messages are redelivered after their deadline.
+struct UpdateTracker {
+    failed: AtomicU64,
+}
+
+impl ClientContext for UpdateTracker {}
+
+impl ProducerContext for UpdateTracker {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((err, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            log::warn!("marker not written, the message will be redelivered: {err}");
+        }
+    }
+}
+
+/// Counters of a [`QueueConsumer`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueConsumerStats {
+    /// Messages handed out (their START written and offsets committed).
+    pub received: u64,
+    /// END markers sent by `ack`.
+    pub acked: u64,
+    /// Immediate-redelivery markers sent by `nack`.
+    pub nacked: u64,
+    /// KEEPALIVE markers sent by `keepalive`.
+    pub keepalives: u64,
+    /// END or KEEPALIVE markers that librdkafka could not deliver.
+    pub failed_markers: u64,
+}
+
+/// The consuming side of the KMQ pattern; see the module docs.
+pub struct QueueConsumer {
+    consumer: Mutex<BaseConsumer<DefaultConsumerContext>>,
+    starts: ThreadedProducer<FlushTracker>,
+    updates: ThreadedProducer<UpdateTracker>,
+    markers_partitions: i32,
+    options: QueueConsumerOptions,
+    received: AtomicU64,
+    acked: AtomicU64,
+    nacked: AtomicU64,
+    keepalives: AtomicU64,
+}
+
+impl std::fmt::Debug for QueueConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueConsumer")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueueConsumer {
+    /// Creates the clients, checks that the markers topic exists and subscribes to the queue.
+    pub fn new(settings: ClientSettings, options: QueueConsumerOptions) -> KafkaResult<Self> {
+        settings.bootstrap()?;
+        if options.queue_topic.is_empty() || options.markers_topic.is_empty() {
+            return Err(KafkaIoError::InvalidArgument(
+                "queue_topic and markers_topic must be non-empty".to_owned(),
+            ));
+        }
+        if options.queue_topic == options.markers_topic {
+            return Err(KafkaIoError::InvalidArgument(
+                "queue_topic and markers_topic must differ".to_owned(),
+            ));
+        }
+        let mut consumer_settings = settings.clone();
+        consumer_settings.remove("transactional.id");
+        consumer_settings.set("group.id", options.group_id.as_str());
+        consumer_settings.set("enable.auto.commit", "false");
+        consumer_settings.set_default("auto.offset.reset", "earliest");
+        let consumer: BaseConsumer = consumer_settings
+            .to_client_config()
+            .create()
+            .map_err(creation_error("create queue consumer"))?;
+        let markers_partitions =
+            partition_count(&settings, &options.markers_topic, options.marker_timeout)?;
+        consumer
+            .subscribe(&[options.queue_topic.as_str()])
+            .map_err(creation_error("subscribe to the queue topic"))?;
+        let mut producer_settings = settings;
+        producer_settings.remove("transactional.id");
+        // Markers of one message must stay in order: retries may not reorder them.
+        producer_settings.set_default("enable.idempotence", "true");
+        // START markers are written synchronously per batch: linger only adds latency.
+        producer_settings.set_default("linger.ms", "1");
+        let starts = producer_settings
+            .to_client_config()
+            .create_with_context(FlushTracker::new())
+            .map_err(creation_error("create markers producer"))?;
+        let updates = producer_settings
+            .to_client_config()
+            .create_with_context(UpdateTracker {
+                failed: AtomicU64::new(0),
+            })
+            .map_err(creation_error("create markers producer"))?;
+        Ok(QueueConsumer {
+            consumer: Mutex::new(consumer),
+            starts,
+            updates,
+            markers_partitions,
+            options,
+            received: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            nacked: AtomicU64::new(0),
+            keepalives: AtomicU64::new(0),
+        })
+    }
+
+    /// Waits up to `wait` for messages and returns at most `max` of them (none when nothing
+    /// came), after their START markers are acknowledged and their offsets committed.
+    pub fn fetch(&self, max: usize, wait: Duration) -> KafkaResult<Vec<ReceivedRecord>> {
+        let consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = Instant::now() + wait;
+        let mut records = Vec::new();
+        while records.len() < max.max(1) {
+            // Wait for the first record only; then take what has already arrived.
+            let left = if records.is_empty() {
+                deadline.saturating_duration_since(Instant::now())
+            } else {
+                Duration::ZERO
+            };
+            match consumer.poll(left) {
+                None => break,
+                Some(Ok(message)) => records.push(ReceivedRecord::from_message(&message)),
+                Some(Err(e)) => log::warn!("queue consumer: {e}"),
+            }
+        }
+        if records.is_empty() {
+            return Ok(records);
+        }
+        let deadline_ms = now_ms().saturating_add(millis(self.options.redelivery_timeout));
+        let markers: Vec<OutgoingRecord> = records
+            .iter()
+            .map(|record| self.start_marker(record, deadline_ms))
+            .collect();
+        if let Err(e) = send_all(&self.starts, &markers, self.options.marker_timeout) {
+            self.rewind(&consumer, &records);
+            return Err(e);
+        }
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        for record in &records {
+            let slot = next.entry(record.partition).or_insert(0);
+            *slot = (*slot).max(record.offset + 1);
+        }
+        let mut commit = TopicPartitionList::new();
+        for (partition, offset) in next {
+            let _ = commit.add_partition_offset(
+                &self.options.queue_topic,
+                partition,
+                Offset::Offset(offset),
+            );
+        }
+        // The START markers are durable: should the commit fail, a restart reads these messages
+        // again and their new START supersedes the old one (at-least-once, nothing lost).
+        if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
+            log::warn!("queue offsets not committed: {e}");
+        }
+        self.received
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        Ok(records)
+    }
+
+    /// Seeks back to the first record of each partition of a batch whose markers failed.
+    fn rewind(&self, consumer: &BaseConsumer, records: &[ReceivedRecord]) {
+        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+        for record in records {
+            let slot = first.entry(record.partition).or_insert(record.offset);
+            *slot = (*slot).min(record.offset);
+        }
+        for (partition, offset) in first {
+            if let Err(e) = consumer.seek(
+                &self.options.queue_topic,
+                partition,
+                Offset::Offset(offset),
+                self.options.marker_timeout,
+            ) {
+                log::error!(
+                    "cannot rewind {}-{partition} to {offset}: {e}",
+                    self.options.queue_topic
+                );
+            }
+        }
+    }
+
+    fn marker_record(&self, queue_partition: i32, marker: &Marker) -> OutgoingRecord {
+        OutgoingRecord {
+            topic: self.options.markers_topic.clone(),
+            partition: Some(markers_partition(queue_partition, self.markers_partitions)),
+            key: None,
+            value: Some(encode_marker(marker)),
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+
+    fn start_marker(&self, record: &ReceivedRecord, deadline: u64) -> OutgoingRecord {
+        let marker = Marker::Start {
+            message_id: message_id(record.partition, record.offset),
+            deadline,
+            payload: MessagePayload {
+                key: record.key.clone(),
+                value: record.value.clone(),
+                headers: record.headers.clone(),
+            },
+        };
+        self.marker_record(record.partition, &marker)
+    }
+
+    fn send_update(&self, partition: i32, marker: &Marker) -> KafkaResult<()> {
+        enqueue(&self.updates, &self.marker_record(partition, marker)).map_err(|e| {
+            KafkaIoError::from_rdkafka("write marker", e, self.options.marker_timeout, None)
+        })
+    }
+
+    /// Processing of the message at `partition`/`offset` finished: writes its END marker.
+    pub fn ack(&self, partition: i32, offset: i64) -> KafkaResult<()> {
+        let message_id = message_id(partition, offset);
+        self.send_update(partition, &Marker::End { message_id })?;
+        self.acked.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Processing continues: moves the redelivery deadline to now + the redelivery timeout.
+    pub fn keepalive(&self, partition: i32, offset: i64) -> KafkaResult<()> {
+        let deadline = now_ms().saturating_add(millis(self.options.redelivery_timeout));
+        self.send_update(
+            partition,
+            &Marker::KeepAlive {
+                message_id: message_id(partition, offset),
+                deadline,
+            },
+        )?;
+        self.keepalives.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Processing failed: moves the deadline to now, so the tracker redelivers the message at
+    /// once (counted like any redelivery, dead-lettered after `max_redeliveries`).
+    pub fn nack(&self, partition: i32, offset: i64) -> KafkaResult<()> {
+        self.send_update(
+            partition,
+            &Marker::KeepAlive {
+                message_id: message_id(partition, offset),
+                deadline: now_ms(),
+            },
+        )?;
+        self.nacked.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Waits up to `timeout` until every END/KEEPALIVE marker written so far is acknowledged.
+    pub fn flush(&self, timeout: Duration) -> KafkaResult<()> {
+        self.updates
+            .flush(timeout)
+            .map_err(|e| KafkaIoError::from_rdkafka("flush markers", e, timeout, None))
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> QueueConsumerStats {
+        QueueConsumerStats {
+            received: self.received.load(Ordering::Relaxed),
+            acked: self.acked.load(Ordering::Relaxed),
+            nacked: self.nacked.load(Ordering::Relaxed),
+            keepalives: self.keepalives.load(Ordering::Relaxed),
+            failed_markers: self.updates.context().failed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn message_id(partition: i32, offset: i64) -> MessageId {
+    MessageId {
+        partition: u32::try_from(partition).unwrap_or(0),
+        offset: u64::try_from(offset).unwrap_or(0),
+    }
+}
+
+// ---- tracker --------------------------------------------------------------------------------
+
+/// Settings of a [`RedeliveryTracker`] beyond librdkafka's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedeliveryOptions {
+    /// Where redelivered messages go.
+    pub queue_topic: String,
+    /// The markers topic to track.
+    pub markers_topic: String,
+    /// Consumer group of the trackers of this markers topic.
+    pub group_id: String,
+    /// Redeliveries before a message is dead-lettered [3].
+    pub max_redeliveries: u32,
+    /// Where messages go after `max_redeliveries`; `None` logs, counts and drops them.
+    pub dead_letter_topic: Option<String>,
+    /// Fall back to the wall clock when no marker was read for this long [60 s].
+    pub use_now_if_no_marker_seen: Duration,
+    /// Commit after this many markers of a partition [1000] ...
+    pub num_offsets_per_commit: u64,
+    /// ... or after this long [5 s], and on stop.
+    pub commit_interval: Duration,
+    /// Longest pause between retries of a failed redelivery write [30 s].
+    pub max_backoff: Duration,
+    /// Deadline of one synchronous redelivery write [30 s].
+    pub produce_timeout: Duration,
+}
+
+impl Default for RedeliveryOptions {
+    fn default() -> Self {
+        RedeliveryOptions {
+            queue_topic: String::new(),
+            markers_topic: String::new(),
+            group_id: "ferrokafka-redelivery".to_owned(),
+            max_redeliveries: 3,
+            dead_letter_topic: None,
+            use_now_if_no_marker_seen: Duration::from_secs(60),
+            num_offsets_per_commit: 1000,
+            commit_interval: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(30),
+            produce_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A markers partition's figures, for `status()`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrackerPartitionStatus {
+    /// Markers partition.
+    pub partition: i32,
+    /// Whether the partition was read to its end (redelivery runs only then).
+    pub caught_up: bool,
+    /// Messages tracked: open, or being redelivered.
+    pub open: usize,
+    /// Markers read.
+    pub applied: u64,
+    /// Messages re-produced to the queue topic.
+    pub redelivered: u64,
+    /// Messages produced to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Messages past `max_redeliveries` dropped for want of a dead-letter topic (logged).
+    pub dropped: u64,
+    /// Markers that could not be decoded (logged and skipped).
+    pub undecodable: u64,
+    /// Last committed markers offset.
+    pub committed: Option<u64>,
+}
+
+struct MarkersPartition {
+    queue: MarkersQueue,
+    status: TrackerPartitionStatus,
+    next_offset: i64,
+    /// The clock's anchor: a marker timestamp and when that marker was read.
+    clock_anchor: Option<(u64, Instant)>,
+    /// When the last marker was read.
+    last_marker_seen: Option<Instant>,
+    /// Due messages whose write failed, retried first.
+    retry: Vec<Redelivery>,
+    /// Redelivered messages whose END write failed.
+    ends_to_write: Vec<MessageId>,
+    backoff: Duration,
+    retry_after: Option<Instant>,
+    applied_since_commit: u64,
+    last_commit: Instant,
+}
+
+impl MarkersPartition {
+    fn new(partition: i32) -> Self {
+        MarkersPartition {
+            queue: MarkersQueue::new(MarkersQueueConfig::default()),
+            status: TrackerPartitionStatus {
+                partition,
+                ..TrackerPartitionStatus::default()
+            },
+            next_offset: 0,
+            clock_anchor: None,
+            last_marker_seen: None,
+            retry: Vec::new(),
+            ends_to_write: Vec::new(),
+            backoff: FIRST_BACKOFF,
+            retry_after: None,
+            applied_since_commit: 0,
+            last_commit: Instant::now(),
+        }
+    }
+
+    /// Takes a marker's timestamp into the clock. It re-anchors the clock only when it is ahead
+    /// of it: a marker read late (behind a slow fetch) must not set the clock back.
+    fn note_marker(&mut self, timestamp: u64) {
+        let now = Instant::now();
+        self.last_marker_seen = Some(now);
+        let current = self
+            .clock_anchor
+            .map(|(anchor, at)| anchor.saturating_add(millis(at.elapsed())));
+        if current.is_none_or(|current| timestamp > current) {
+            self.clock_anchor = Some((timestamp, now));
+        }
+    }
+
+    /// The tracker clock of this partition (see the module docs).
+    fn clock(&self, use_now_after: Duration) -> u64 {
+        match (self.clock_anchor, self.last_marker_seen) {
+            (Some((anchor, at)), Some(seen)) if seen.elapsed() < use_now_after => {
+                anchor.saturating_add(millis(at.elapsed()))
+            }
+            _ => now_ms(),
+        }
+    }
+}
+
+/// The running tracker daemon; see the module docs.
+pub struct RedeliveryTracker {
+    thread: DaemonThread<Vec<TrackerPartitionStatus>>,
+}
+
+impl std::fmt::Debug for RedeliveryTracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedeliveryTracker")
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedeliveryTracker {
+    /// Validates the settings, creates the Kafka clients and starts the daemon thread.
+    pub fn start(settings: ClientSettings, options: RedeliveryOptions) -> KafkaResult<Self> {
+        if options.queue_topic.is_empty() || options.markers_topic.is_empty() {
+            return Err(KafkaIoError::InvalidArgument(
+                "queue_topic and markers_topic must be non-empty".to_owned(),
+            ));
+        }
+        if options.dead_letter_topic.as_deref() == Some("") {
+            return Err(KafkaIoError::InvalidArgument(
+                "dead_letter_topic must be None or a non-empty topic name".to_owned(),
+            ));
+        }
+        if options.num_offsets_per_commit == 0 {
+            return Err(KafkaIoError::InvalidArgument(
+                "num_offsets_per_commit must be >= 1".to_owned(),
+            ));
+        }
+        let daemon = Tracker::new(settings, options)?;
+        let thread = DaemonThread::spawn("ferrokafka-redelivery", move |stop, status| {
+            daemon.run(stop, status);
+        })?;
+        Ok(RedeliveryTracker { thread })
+    }
+
+    /// Asks the daemon to stop: markers offsets committed, group left.
+    pub fn request_stop(&self) {
+        self.thread.request_stop();
+    }
+
+    /// Waits up to `wait` for the daemon thread to end; true once it has.
+    pub fn wait(&self, wait: Duration) -> bool {
+        self.thread.wait(wait)
+    }
+
+    /// Per-partition figures as of the daemon's last loop.
+    pub fn status(&self) -> Vec<TrackerPartitionStatus> {
+        self.thread.status()
+    }
+}
+
+struct Tracker {
+    consumer: BaseConsumer<GroupContext>,
+    producer: ThreadedProducer<FlushTracker>,
+    options: RedeliveryOptions,
+    partitions: BTreeMap<i32, MarkersPartition>,
+}
+
+impl Tracker {
+    fn new(settings: ClientSettings, options: RedeliveryOptions) -> KafkaResult<Self> {
+        settings.bootstrap()?;
+        let mut consumer_settings = settings.clone();
+        consumer_settings.remove("transactional.id");
+        consumer_settings.set("group.id", options.group_id.as_str());
+        consumer_settings.set("enable.auto.commit", "false");
+        consumer_settings.set("enable.partition.eof", "true");
+        consumer_settings.set("auto.offset.reset", "earliest");
+        // The tracker's state is the markers after the committed offset, not the whole topic.
+        let consumer: BaseConsumer<GroupContext> = consumer_settings
+            .to_client_config()
+            .create_with_context(GroupContext::new("redelivery tracker", false))
+            .map_err(creation_error("create markers consumer"))?;
+        consumer
+            .subscribe(&[options.markers_topic.as_str()])
+            .map_err(creation_error("subscribe to the markers topic"))?;
+        let mut producer_settings = settings;
+        producer_settings.remove("transactional.id");
+        producer_settings.set_default("enable.idempotence", "true");
+        // Writes are synchronous: a long linger would only add to the redelivery lateness.
+        producer_settings.set_default("linger.ms", "1");
+        let producer = producer_settings
+            .to_client_config()
+            .create_with_context(FlushTracker::new())
+            .map_err(creation_error("create redelivery producer"))?;
+        Ok(Tracker {
+            consumer,
+            producer,
+            options,
+            partitions: BTreeMap::new(),
+        })
+    }
+
+    fn run(mut self, stop: &AtomicBool, status: &Mutex<Vec<TrackerPartitionStatus>>) {
+        log::info!(
+            "redelivery tracker started for {} (markers {}, group {})",
+            self.options.queue_topic,
+            self.options.markers_topic,
+            self.options.group_id
+        );
+        while !stop.load(Ordering::Acquire) {
+            let sleep = self.sleep_budget();
+            self.poll_markers(sleep);
+            self.handle_assignments();
+            self.redeliver_due();
+            self.commit(false);
+            publish(status, self.status());
+        }
+        self.commit(true);
+        let _ = self.producer.flush(Duration::from_secs(10));
+        publish(status, self.status());
+        log::info!("redelivery tracker stopped");
+    }
+
+    /// How long the next poll may block: until the earliest deadline, at most `MAX_SLEEP`.
+    fn sleep_budget(&self) -> Duration {
+        let use_now = self.options.use_now_if_no_marker_seen;
+        self.partitions
+            .values()
+            .filter(|p| p.status.caught_up && p.retry_after.is_none())
+            .filter_map(|p| {
+                p.queue
+                    .next_deadline()
+                    .map(|due| due.saturating_sub(p.clock(use_now)))
+            })
+            .min()
+            .map_or(MAX_SLEEP, |ms| Duration::from_millis(ms).min(MAX_SLEEP))
+    }
+
+    fn poll_markers(&mut self, first_wait: Duration) {
+        let mut wait = first_wait;
+        for _ in 0..10_000 {
+            let received = match self.consumer.poll(wait) {
+                None => return,
+                Some(result) => result.map(|message| ReceivedRecord::from_message(&message)),
+            };
+            wait = Duration::ZERO;
+            match received {
+                Ok(record) => self.apply(&record),
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    // The assignment may have arrived in this same poll round.
+                    self.handle_assignments();
+                    // librdkafka emits it when a fetch reached the high watermark; the tracker
+                    // reads one topic, so the partition number is enough.
+                    if let Some(run) = self.partitions.get_mut(&partition)
+                        && !run.status.caught_up
+                    {
+                        run.status.caught_up = true;
+                        log::info!(
+                            "{}-{partition} caught up: {} markers read, {} messages open",
+                            self.options.markers_topic,
+                            run.status.applied,
+                            run.queue.len()
+                        );
+                    }
+                }
+                Err(e) => log::warn!("markers consumer: {e}"),
+            }
+        }
+    }
+
+    fn handle_assignments(&mut self) {
+        for event in self.consumer.context().take_events() {
+            match event {
+                RebalanceEvent::Assigned(partitions) => {
+                    for (topic, partition) in partitions {
+                        log::info!("assigned {topic}-{partition}: replaying markers");
+                        self.partitions
+                            .entry(partition)
+                            .or_insert_with(|| MarkersPartition::new(partition));
+                    }
+                }
+                RebalanceEvent::Revoked(partitions) => {
+                    for (topic, partition) in partitions {
+                        // Its new owner replays from the last commit, which never passes an
+                        // open START: nothing is forgotten.
+                        log::info!("revoked {topic}-{partition}");
+                        self.partitions.remove(&partition);
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, record: &ReceivedRecord) {
+        let partition = record.partition;
+        if !self.partitions.contains_key(&partition) {
+            // The assignment may have arrived in this same poll round.
+            self.handle_assignments();
+        }
+        // A record of a partition that is not assigned (any more) must not start a state whose
+        // commit position would skip the open markers before it.
+        let Some(run) = self.partitions.get_mut(&partition) else {
+            log::debug!("ignored a marker of unassigned partition {partition}");
+            return;
+        };
+        run.next_offset = record.offset + 1;
+        run.status.applied += 1;
+        run.applied_since_commit += 1;
+        if let Ok(timestamp) = u64::try_from(record.timestamp_ms)
+            && timestamp > 0
+        {
+            run.note_marker(timestamp);
+        }
+        let offset = u64::try_from(record.offset).unwrap_or(0);
+        let decoded = record
+            .value
+            .as_deref()
+            .ok_or_else(|| "no value".to_owned())
+            .and_then(|value| decode_marker(value).map_err(|e| e.to_string()));
+        let outcome =
+            decoded.and_then(|marker| run.queue.apply(offset, marker).map_err(|e| e.to_string()));
+        if let Err(e) = outcome {
+            run.status.undecodable += 1;
+            log::warn!(
+                "{}-{partition}@{offset}: skipped a marker: {e}",
+                self.options.markers_topic
+            );
+        }
+    }
+
+    /// Redelivers every due message of every caught-up partition not backing off.
+    fn redeliver_due(&mut self) {
+        let use_now = self.options.use_now_if_no_marker_seen;
+        let keys: Vec<i32> = self.partitions.keys().copied().collect();
+        for partition in keys {
+            let Some(run) = self.partitions.get_mut(&partition) else {
+                continue;
+            };
+            if !run.status.caught_up || run.retry_after.is_some_and(|t| Instant::now() < t) {
+                continue;
+            }
+            run.retry_after = None;
+            let mut due = std::mem::take(&mut run.retry);
+            due.extend(run.queue.markers_to_redeliver(run.clock(use_now)));
+            let ends = std::mem::take(&mut run.ends_to_write);
+            if due.is_empty() && ends.is_empty() {
+                continue;
+            }
+            let outcome = self.write_redeliveries(partition, due, ends);
+            let Some(run) = self.partitions.get_mut(&partition) else {
+                continue;
+            };
+            match outcome {
+                Ok(()) => run.backoff = FIRST_BACKOFF,
+                Err(e) => {
+                    log::error!(
+                        "redelivery from {}-{partition} failed, retrying in {:?}: {e}",
+                        self.options.markers_topic,
+                        run.backoff
+                    );
+                    run.retry_after = Some(Instant::now() + run.backoff);
+                    run.backoff = (run.backoff * 2).min(self.options.max_backoff);
+                }
+            }
+        }
+    }
+
+    /// Writes the redeliveries (or dead letters), then their END markers together with `ends`
+    /// left over from an earlier failure. On failure, what must be written again is put back
+    /// into the partition's retry lists.
+    fn write_redeliveries(
+        &mut self,
+        markers_partition: i32,
+        due: Vec<Redelivery>,
+        mut ends: Vec<MessageId>,
+    ) -> KafkaResult<()> {
+        let timeout = self.options.produce_timeout;
+        let mut records = Vec::with_capacity(due.len());
+        let (mut redelivered, mut dead_lettered, mut dropped) = (0, 0, 0);
+        for item in &due {
+            match self.redelivery_record(item) {
+                Some((record, dead)) => {
+                    records.push(record);
+                    if dead {
+                        dead_lettered += 1;
+                    } else {
+                        redelivered += 1;
+                    }
+                }
+                None => dropped += 1,
+            }
+        }
+        if let Err(e) = send_all(&self.producer, &records, timeout) {
+            if let Some(run) = self.partitions.get_mut(&markers_partition) {
+                run.retry = due;
+                run.ends_to_write = ends;
+            }
+            return Err(e);
+        }
+        ends.extend(due.iter().map(|item| item.message_id));
+        let end_records: Vec<OutgoingRecord> = ends
+            .iter()
+            .map(|&message_id| OutgoingRecord {
+                topic: self.options.markers_topic.clone(),
+                partition: Some(markers_partition),
+                value: Some(encode_marker(&Marker::End { message_id })),
+                ..OutgoingRecord::default()
+            })
+            .collect();
+        let ended = send_all(&self.producer, &end_records, timeout);
+        if let Some(run) = self.partitions.get_mut(&markers_partition) {
+            run.status.redelivered += redelivered;
+            run.status.dead_lettered += dead_lettered;
+            run.status.dropped += dropped;
+            if ended.is_err() {
+                run.ends_to_write = ends;
+            }
+        }
+        ended
+    }
+
+    /// The record that redelivers `item` and whether it is a dead letter; `None` when it is
+    /// past `max_redeliveries` and there is no dead-letter topic (logged).
+    fn redelivery_record(&self, item: &Redelivery) -> Option<(OutgoingRecord, bool)> {
+        let payload = &item.payload;
+        let count = redelivery_count(&payload.headers);
+        let mut headers: HeaderList = payload
+            .headers
+            .iter()
+            .filter(|(name, _)| name != REDELIVERY_COUNT_HEADER)
+            .cloned()
+            .collect();
+        let partition = i32::try_from(item.message_id.partition).unwrap_or(0);
+        if count < self.options.max_redeliveries {
+            headers.push((
+                REDELIVERY_COUNT_HEADER.to_owned(),
+                Some((count + 1).to_string().into_bytes()),
+            ));
+            let record = OutgoingRecord {
+                topic: self.options.queue_topic.clone(),
+                partition: Some(partition),
+                key: payload.key.clone(),
+                value: payload.value.clone(),
+                headers,
+                timestamp_ms: None,
+            };
+            return Some((record, false));
+        }
+        let Some(dead_letter_topic) = &self.options.dead_letter_topic else {
+            log::error!(
+                "{}-{}@{}: redelivered {count} times, no dead_letter_topic: dropped \
+                 (key {:?}, {} value bytes)",
+                self.options.queue_topic,
+                item.message_id.partition,
+                item.message_id.offset,
+                payload.key.as_deref().map(String::from_utf8_lossy),
+                payload.value.as_ref().map_or(0, Vec::len)
+            );
+            return None;
+        };
+        headers.extend([
+            (
+                REDELIVERY_COUNT_HEADER.to_owned(),
+                Some(count.to_string().into_bytes()),
+            ),
+            (
+                ORIGINAL_TOPIC_HEADER.to_owned(),
+                Some(self.options.queue_topic.clone().into_bytes()),
+            ),
+            (
+                ORIGINAL_PARTITION_HEADER.to_owned(),
+                Some(partition.to_string().into_bytes()),
+            ),
+            (
+                ORIGINAL_OFFSET_HEADER.to_owned(),
+                Some(item.message_id.offset.to_string().into_bytes()),
+            ),
+        ]);
+        let record = OutgoingRecord {
+            topic: dead_letter_topic.clone(),
+            partition: None,
+            key: payload.key.clone(),
+            value: payload.value.clone(),
+            headers,
+            timestamp_ms: None,
+        };
+        Some((record, true))
+    }
+
+    /// Commits each partition up to its smallest open START, when enough markers were read,
+    /// when the interval passed, or (synchronously) when `force`.
+    fn commit(&mut self, force: bool) {
+        let mut offsets = TopicPartitionList::new();
+        let mut committed = Vec::new();
+        for (partition, run) in &mut self.partitions {
+            let Some(position) = run.queue.smallest_open_marker_offset() else {
+                continue;
+            };
+            let due = force
+                || run.applied_since_commit >= self.options.num_offsets_per_commit
+                || run.last_commit.elapsed() >= self.options.commit_interval;
+            if !due || run.status.committed == Some(position) {
+                continue;
+            }
+            let Ok(offset) = i64::try_from(position) else {
+                continue;
+            };
+            if offsets
+                .add_partition_offset(
+                    &self.options.markers_topic,
+                    *partition,
+                    Offset::Offset(offset),
+                )
+                .is_ok()
+            {
+                committed.push((*partition, position));
+            }
+        }
+        if committed.is_empty() {
+            return;
+        }
+        let mode = if force {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        if let Err(e) = self.consumer.commit(&offsets, mode) {
+            log::warn!("markers offsets not committed: {e}");
+            return;
+        }
+        for (partition, position) in committed {
+            if let Some(run) = self.partitions.get_mut(&partition) {
+                run.status.committed = Some(position);
+                run.applied_since_commit = 0;
+                run.last_commit = Instant::now();
+            }
+        }
+    }
+
+    fn status(&self) -> Vec<TrackerPartitionStatus> {
+        self.partitions
+            .values()
+            .map(|run| TrackerPartitionStatus {
+                open: run.queue.len(),
+                ..run.status.clone()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_of_a_queue_partition_share_one_markers_partition() {
+        assert_eq!(markers_partition(5, 3), 2);
+        assert_eq!(markers_partition(2, 3), 2);
+        assert_eq!(markers_partition(7, 0), 0);
+    }
+
+    #[test]
+    fn redelivery_count_reads_the_last_header_and_defaults_to_zero() {
+        let header = |v: &str| {
+            (
+                REDELIVERY_COUNT_HEADER.to_owned(),
+                Some(v.as_bytes().to_vec()),
+            )
+        };
+        assert_eq!(redelivery_count(&[]), 0);
+        assert_eq!(redelivery_count(&[header("1"), header("2")]), 2);
+        assert_eq!(redelivery_count(&[header("x")]), 0);
+    }
+}

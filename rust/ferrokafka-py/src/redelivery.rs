@@ -1,0 +1,286 @@
+//! `_RawQueueConsumer` and `_RawRedeliveryTracker`: the native halves of
+//! `ferrokafka.redelivery.QueueConsumer` and `RedeliveryTracker`.
+//!
+//! GIL: `fetch`, `flush`, `close` and `wait` wait detached in slices of at most [`SLICE`] and
+//! check for signals between slices. `ack`, `nack` and `keepalive` only hand a marker to
+//! librdkafka's queue and stay attached (detaching would cost more than they do). Engines sit
+//! behind an `Arc` so that a detached call never borrows from the pyclass, and are dropped
+//! without the GIL ([`ReleaseOnDrop`]): dropping joins threads that may be logging through
+//! `pyo3-log`. A tracker collected while running is stopped first.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferrokafka_kafka::{
+    KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions, RedeliveryTracker,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::blocking::{ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, timeout_arg};
+use crate::convert::settings_from_dict;
+use crate::errors::NativeResult;
+use crate::message::PyMessage;
+
+/// Repeats `step(slice)` detached until it returns `Some`, checking signals between slices;
+/// `None` once `timeout` seconds (forever when `None`) passed.
+fn wait_sliced<T: Send>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    step: impl Fn(Duration) -> Option<T> + Sync,
+) -> PyResult<Option<T>> {
+    let deadline = timeout
+        .map(|t| timeout_arg("timeout", t))
+        .transpose()?
+        .map(|t| Instant::now() + t);
+    loop {
+        let slice = deadline.map_or(SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SLICE)
+        });
+        if let Some(done) = py.detach(|| step(slice)) {
+            return Ok(Some(done));
+        }
+        py.check_signals()?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+    }
+}
+
+/// The native queue consumer; use `ferrokafka.redelivery.QueueConsumer`.
+#[pyclass(name = "_RawQueueConsumer", module = "ferrokafka._native", frozen)]
+#[derive(Debug)]
+pub struct PyRawQueueConsumer {
+    engine: Mutex<Option<ReleaseOnDrop<Arc<QueueConsumer>>>>,
+    guard: ForkGuard,
+}
+
+impl PyRawQueueConsumer {
+    fn is_closed(&self) -> bool {
+        self.engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+
+    fn engine(&self) -> NativeResult<Arc<QueueConsumer>> {
+        self.guard.check()?;
+        let engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        engine
+            .as_ref()
+            .map(|engine| Arc::clone(engine))
+            .ok_or_else(|| KafkaIoError::Closed("QueueConsumer").into())
+    }
+}
+
+#[pymethods]
+impl PyRawQueueConsumer {
+    #[new]
+    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout))]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        queue_topic: String,
+        markers_topic: String,
+        group_id: String,
+        redelivery_timeout: f64,
+        marker_timeout: f64,
+    ) -> NativeResult<Self> {
+        let settings = settings_from_dict(config)?;
+        let options = QueueConsumerOptions {
+            queue_topic,
+            markers_topic,
+            group_id,
+            redelivery_timeout: timeout_arg("redelivery_timeout", redelivery_timeout)?,
+            marker_timeout: timeout_arg("marker_timeout", marker_timeout)?,
+        };
+        // Reading the markers topic's partition count waits for the broker.
+        let engine = py.detach(move || QueueConsumer::new(settings, options))?;
+        Ok(PyRawQueueConsumer {
+            engine: Mutex::new(Some(ReleaseOnDrop::new(Arc::new(engine)))),
+            guard: ForkGuard::new("ferrokafka.redelivery.QueueConsumer"),
+        })
+    }
+
+    /// Up to `max_messages` messages whose START markers are written and offsets committed;
+    /// `[]` when none came within `timeout` seconds (None: wait until one comes).
+    #[pyo3(signature = (max_messages, timeout=None))]
+    fn fetch(
+        &self,
+        py: Python<'_>,
+        max_messages: usize,
+        timeout: Option<f64>,
+    ) -> NativeResult<Vec<PyMessage>> {
+        let engine = self.engine()?;
+        let fetched = wait_sliced(py, timeout, |slice| {
+            // A `close` from another thread ends a wait that would otherwise never end.
+            if self.is_closed() {
+                return Some(Err(KafkaIoError::Closed("QueueConsumer")));
+            }
+            match engine.fetch(max_messages, slice) {
+                Ok(records) if records.is_empty() => None,
+                other => Some(other),
+            }
+        });
+        // After a concurrent `close` this may be the last reference: drop it without the GIL.
+        py.detach(move || drop(engine));
+        let records = fetched?.transpose()?.unwrap_or_default();
+        Ok(records.into_iter().map(PyMessage::from).collect())
+    }
+
+    fn ack(&self, partition: i32, offset: i64) -> NativeResult<()> {
+        Ok(self.engine()?.ack(partition, offset)?)
+    }
+
+    fn nack(&self, partition: i32, offset: i64) -> NativeResult<()> {
+        Ok(self.engine()?.nack(partition, offset)?)
+    }
+
+    fn keepalive(&self, partition: i32, offset: i64) -> NativeResult<()> {
+        Ok(self.engine()?.keepalive(partition, offset)?)
+    }
+
+    /// Waits until every END/KEEPALIVE marker so far is acknowledged; TimeoutError after
+    /// `timeout` seconds.
+    fn flush(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
+        let engine = self.engine()?;
+        let flushed = wait_sliced(py, Some(timeout), |slice| engine.flush(slice).ok())?;
+        match flushed {
+            Some(()) => Ok(()),
+            None => Err(KafkaIoError::Timeout {
+                operation: "QueueConsumer.flush".to_owned(),
+                timeout: timeout_arg("timeout", timeout)?,
+                bootstrap: None,
+            }
+            .into()),
+        }
+    }
+
+    /// Flushes the markers (up to `timeout` seconds), then closes the consumer; idempotent.
+    /// Markers still unwritten after `timeout` raise TimeoutError (the consumer is closed).
+    fn close(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
+        self.guard.check()?;
+        let taken = self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(engine) = taken else {
+            return Ok(());
+        };
+        let wait = timeout_arg("timeout", timeout)?;
+        let flushing = Arc::clone(&engine);
+        let flushed = py.detach(move || flushing.flush(wait));
+        // Closed either way (the drop leaves the group without the GIL); a flush that timed out
+        // is reported after the close.
+        drop(engine);
+        Ok(flushed?)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> NativeResult<Bound<'py, PyDict>> {
+        let stats = self.engine()?.stats();
+        let row = PyDict::new(py);
+        row.set_item("received", stats.received)?;
+        row.set_item("acked", stats.acked)?;
+        row.set_item("nacked", stats.nacked)?;
+        row.set_item("keepalives", stats.keepalives)?;
+        row.set_item("failed_markers", stats.failed_markers)?;
+        Ok(row)
+    }
+}
+
+/// The native redelivery tracker daemon; use `ferrokafka.redelivery.RedeliveryTracker`.
+#[pyclass(name = "_RawRedeliveryTracker", module = "ferrokafka._native", frozen)]
+#[derive(Debug)]
+pub struct PyRawRedeliveryTracker {
+    daemon: ReleaseOnDrop<Arc<RedeliveryTracker>>,
+    guard: ForkGuard,
+}
+
+impl Drop for PyRawRedeliveryTracker {
+    /// A tracker collected while running is stopped (offsets committed) rather than left
+    /// running with nothing to stop it.
+    fn drop(&mut self) {
+        let daemon = Arc::clone(&*self.daemon);
+        release_gil_for(move || {
+            daemon.request_stop();
+            daemon.wait(STOP_ON_DROP);
+        });
+    }
+}
+
+/// How long a collected tracker may take to stop.
+const STOP_ON_DROP: Duration = Duration::from_secs(30);
+
+#[pymethods]
+impl PyRawRedeliveryTracker {
+    #[new]
+    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, max_redeliveries, dead_letter_topic, use_now_if_no_marker_seen, num_offsets_per_commit, commit_interval, max_backoff))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        queue_topic: String,
+        markers_topic: String,
+        group_id: String,
+        max_redeliveries: u32,
+        dead_letter_topic: Option<String>,
+        use_now_if_no_marker_seen: f64,
+        num_offsets_per_commit: u64,
+        commit_interval: f64,
+        max_backoff: f64,
+    ) -> NativeResult<Self> {
+        let settings = settings_from_dict(config)?;
+        let options = RedeliveryOptions {
+            queue_topic,
+            markers_topic,
+            group_id,
+            max_redeliveries,
+            dead_letter_topic,
+            use_now_if_no_marker_seen: timeout_arg(
+                "use_now_if_no_marker_seen",
+                use_now_if_no_marker_seen,
+            )?,
+            num_offsets_per_commit,
+            commit_interval: timeout_arg("commit_interval", commit_interval)?,
+            max_backoff: timeout_arg("max_backoff", max_backoff)?,
+            ..RedeliveryOptions::default()
+        };
+        let daemon = py.detach(move || RedeliveryTracker::start(settings, options))?;
+        Ok(PyRawRedeliveryTracker {
+            daemon: ReleaseOnDrop::new(Arc::new(daemon)),
+            guard: ForkGuard::new("ferrokafka.redelivery.RedeliveryTracker"),
+        })
+    }
+
+    fn request_stop(&self) -> PyResult<()> {
+        self.guard.check()?;
+        self.daemon.request_stop();
+        Ok(())
+    }
+
+    /// Waits up to `timeout` seconds (forever when None) for the daemon to end; True once it has.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        self.guard.check()?;
+        let daemon = &**self.daemon;
+        let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
+        Ok(ended.is_some())
+    }
+
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.daemon
+            .status()
+            .into_iter()
+            .map(|s| {
+                let row = PyDict::new(py);
+                row.set_item("partition", s.partition)?;
+                row.set_item("caught_up", s.caught_up)?;
+                row.set_item("open", s.open)?;
+                row.set_item("applied", s.applied)?;
+                row.set_item("redelivered", s.redelivered)?;
+                row.set_item("dead_lettered", s.dead_lettered)?;
+                row.set_item("dropped", s.dropped)?;
+                row.set_item("undecodable", s.undecodable)?;
+                row.set_item("committed", s.committed)?;
+                Ok(row)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,306 @@
+"""Acknowledged processing with redelivery against the real broker: acks, a consumer killed with
+kill -9, hanging handlers and keepalives, dead letters, and a tracker killed and restarted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ferrokafka import Client, Message
+from ferrokafka.redelivery import (
+    ORIGINAL_TOPIC_HEADER,
+    REDELIVERY_COUNT_HEADER,
+    QueueConsumer,
+    RedeliveryTracker,
+    redelivery_count,
+)
+from tests.conftest import TopicFactory
+
+pytestmark = pytest.mark.kafka
+
+# Short group timeouts so that a killed process's partitions move within seconds.
+GROUP_SETTINGS: dict[str, str | int | float | bool] = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+}
+TIMEOUT = 2.0
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def config(kafka_bootstrap: str) -> dict[str, str | int | float | bool]:
+    return {"bootstrap.servers": kafka_bootstrap, **GROUP_SETTINGS}
+
+
+@pytest.fixture
+def topics(topic_factory: TopicFactory) -> tuple[str, str]:
+    """A queue topic and its markers topic, two partitions each."""
+    return topic_factory(partitions=2), topic_factory(partitions=2)
+
+
+@pytest.fixture
+def tracker(config: dict[str, Any], topics: tuple[str, str]) -> Iterator[RedeliveryTracker]:
+    queue, markers = topics
+    with RedeliveryTracker(
+        config, queue, markers, group_id=f"t-{uuid.uuid4().hex}", commit_interval=0.2
+    ) as daemon:
+        yield daemon
+
+
+def produce(client: Client, topic: str, values: list[str]) -> None:
+    for n, value in enumerate(values):
+        client.produce(topic, value, key=value, partition=n % 2, headers={"origin": "test"})
+
+
+def redelivered(client: Client, topic: str) -> Counter[str]:
+    """Values of the queue messages that carry a redelivery count, with how often they came."""
+    return Counter(
+        (m.value() or b"").decode()
+        for m in client.read_topic(topic, timeout=30.0)
+        if redelivery_count(m) > 0
+    )
+
+
+def settled(tracker: RedeliveryTracker, partitions: int = 2) -> bool:
+    """Every markers partition read to its end with nothing open any more."""
+    status = tracker.status()
+    return len(status) == partitions and all(s["caught_up"] and s["open"] == 0 for s in status)
+
+
+def take(queue: QueueConsumer, count: int) -> list[Message]:
+    taken: list[Message] = []
+    deadline = time.monotonic() + 30
+    while len(taken) < count:
+        assert time.monotonic() < deadline, f"only {len(taken)} of {count} messages came"
+        taken.extend(queue.consume(count - len(taken), timeout=1.0))
+    return taken
+
+
+CONSUMER_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from ferrokafka.redelivery import QueueConsumer
+
+    bootstrap, queue_topic, markers_topic, group, count = sys.argv[1:6]
+    config = {"bootstrap.servers": bootstrap, "session.timeout.ms": 6000}
+    queue = QueueConsumer(config, queue_topic, markers_topic, 2.0, group_id=group)
+    taken = []
+    while len(taken) < int(count):
+        taken.extend(queue.consume(int(count) - len(taken), timeout=1.0))
+    for message in taken:
+        if int(message.value()) % 2 == 0:
+            queue.ack(message)
+    queue.flush()
+    print("acked the even ones", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_killed_consumer_unacked_come_back_acked_never(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topics: tuple[str, str],
+    tracker: RedeliveryTracker,
+) -> None:
+    queue, markers = topics
+    values = [str(n) for n in range(20)]
+    produce(kafka_client, queue, values)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CONSUMER_SCRIPT,
+            kafka_bootstrap,
+            queue,
+            markers,
+            f"g-{uuid.uuid4().hex}",
+            "20",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "acked the even ones", child.stderr
+    finally:
+        child.kill()
+        child.communicate(timeout=10)
+    unacked = {v for v in values if int(v) % 2 == 1}
+    wait_until(lambda: set(redelivered(kafka_client, queue)) == unacked, 30, "the unacked")
+    wait_until(lambda: settled(tracker), 30, "every marker closed")
+    again = redelivered(kafka_client, queue)
+    assert set(again) == unacked, "an acked message was redelivered"
+    assert max(again.values()) == 1
+    assert sum(s["redelivered"] for s in tracker.status()) == len(unacked)
+    for message in kafka_client.read_topic(queue):
+        if redelivery_count(message):
+            assert message.key() == message.value()
+            assert dict(message.headers() or [])["origin"] == b"test"
+
+
+def test_hanging_handler_is_redelivered_keepalive_prevents_it(
+    config: dict[str, Any],
+    kafka_client: Client,
+    topics: tuple[str, str],
+    tracker: RedeliveryTracker,
+) -> None:
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, ["hangs", "kept-alive"])
+    with QueueConsumer(
+        config, queue_topic, markers, TIMEOUT, group_id=f"g-{uuid.uuid4().hex}"
+    ) as queue:
+        by_value = {(m.value() or b"").decode(): m for m in take(queue, 2)}
+        # Both handlers hang; only one of them says it is still working.
+        deadline = time.monotonic() + 30
+        while "hangs" not in redelivered(kafka_client, queue_topic):
+            assert time.monotonic() < deadline, "the hanging message was not redelivered"
+            queue.keepalive(by_value["kept-alive"])
+            time.sleep(0.3)
+        queue.ack(by_value["kept-alive"])
+        queue.flush()
+        wait_until(lambda: settled(tracker), 30, "every marker closed")
+    assert redelivered(kafka_client, queue_topic) == Counter({"hangs": 1})
+
+
+def test_dead_letter_after_max_redeliveries(
+    config: dict[str, Any],
+    kafka_client: Client,
+    topics: tuple[str, str],
+    topic_factory: TopicFactory,
+) -> None:
+    queue_topic, markers = topics
+    dead_letters = topic_factory(partitions=1)
+    produce(kafka_client, queue_topic, ["poison"])
+    counts: list[int] = []
+    with (
+        RedeliveryTracker(
+            config, queue_topic, markers, max_redeliveries=2, dead_letter_topic=dead_letters
+        ) as daemon,
+        QueueConsumer(
+            config, queue_topic, markers, 30.0, group_id=f"g-{uuid.uuid4().hex}"
+        ) as queue,
+    ):
+        # Every attempt fails: nack makes it due at once, so no waiting for the timeout.
+        while len(counts) < 3:
+            message = queue.poll(timeout=30.0)
+            assert message is not None, f"attempt {len(counts) + 1} never came"
+            counts.append(redelivery_count(message))
+            queue.nack(message)
+        wait_until(lambda: kafka_client.read_topic(dead_letters) != [], 30, "the dead letter")
+        wait_until(lambda: settled(daemon), 30, "every marker closed")
+        assert queue.poll(timeout=0.5) is None, "redelivered past max_redeliveries"
+        status = daemon.status()
+    assert counts == [0, 1, 2]
+    [dead] = kafka_client.read_topic(dead_letters)
+    headers = dict(dead.headers() or [])
+    assert (dead.key(), dead.value()) == (b"poison", b"poison")
+    assert headers["origin"] == b"test"
+    assert headers[REDELIVERY_COUNT_HEADER] == b"2"
+    assert headers[ORIGINAL_TOPIC_HEADER] == queue_topic.encode()
+    assert sum(s["dead_lettered"] for s in status) == 1
+    assert sum(s["redelivered"] for s in status) == 2
+
+
+def committed_markers(bootstrap: str, group: str, markers: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        offsets = reader.committed([TopicPartition(markers, p) for p in (0, 1)], timeout=10)
+    finally:
+        reader.close()
+    return sum(max(tp.offset, 0) for tp in offsets)
+
+
+def test_tracker_killed_and_restarted_forgets_nothing_and_bursts_nothing(
+    kafka_bootstrap: str,
+    config: dict[str, Any],
+    kafka_client: Client,
+    topics: tuple[str, str],
+) -> None:
+    queue_topic, markers = topics
+    group = f"t-{uuid.uuid4().hex}"
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ferrokafka",
+            "redelivery",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--queue-topic",
+            queue_topic,
+            "--markers-topic",
+            markers,
+            "--group-id",
+            group,
+            "--commit-interval-ms",
+            "100",
+            *[f"--config={k}={v}" for k, v in GROUP_SETTINGS.items()],
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first, second = [f"a{n}" for n in range(6)], [f"b{n}" for n in range(6)]
+    unacked = {"b1", "b3", "b5"}
+    try:
+        with QueueConsumer(
+            config, queue_topic, markers, 3.0, group_id=f"g-{uuid.uuid4().hex}"
+        ) as queue:
+            produce(kafka_client, queue_topic, first)
+            for message in take(queue, 6):
+                queue.ack(message)
+            queue.flush()
+            # The tracker read and committed past the first batch: 6 STARTs and 6 ENDs.
+            wait_until(
+                lambda: committed_markers(kafka_bootstrap, group, markers) == 12,
+                30,
+                "the tracker's commit",
+            )
+            produce(kafka_client, queue_topic, second)
+            for message in take(queue, 6):
+                if (message.value() or b"").decode() not in unacked:
+                    queue.ack(message)
+            queue.flush()
+            daemon.kill()
+            _, stderr = daemon.communicate(timeout=10)
+            assert "redelivery tracker started" in stderr
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.communicate(timeout=10)
+    with RedeliveryTracker(config, queue_topic, markers, group_id=group) as restarted:
+        wait_until(lambda: set(redelivered(kafka_client, queue_topic)) == unacked, 45, "unacked")
+        wait_until(lambda: settled(restarted), 30, "every marker closed")
+        status = restarted.status()
+    assert redelivered(kafka_client, queue_topic) == Counter(dict.fromkeys(unacked, 1))
+    assert sum(s["redelivered"] for s in status) == len(unacked)
+
+
+def test_close_from_another_thread_ends_iteration(
+    config: dict[str, Any], topics: tuple[str, str]
+) -> None:
+    queue_topic, markers = topics
+    queue = QueueConsumer(config, queue_topic, markers, TIMEOUT, group_id=f"g-{uuid.uuid4().hex}")
+    closer = threading.Timer(0.5, queue.close)
+    closer.start()
+    assert list(queue) == []
+    closer.join()

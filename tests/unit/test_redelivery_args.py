@@ -1,0 +1,88 @@
+"""QueueConsumer / RedeliveryTracker argument checks and the CLI command, without a broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ferrokafka import ConfigError, KafkaTimeoutError
+from ferrokafka.cli import build_parser
+from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
+
+NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
+
+
+@pytest.mark.parametrize(
+    ("topics", "options", "error", "message"),
+    [
+        (("", "m"), {}, ValueError, "must be non-empty"),
+        (("q", "q"), {}, ValueError, "must differ"),
+        (("q", "m"), {"redelivery_timeout": 0.0}, ValueError, "redelivery_timeout"),
+        (("q", "m"), {"marker_timeout": -1.0}, ValueError, "marker_timeout"),
+        (("q", "m"), {"max_batch_size": 0}, ValueError, "max_batch_size"),
+    ],
+)
+def test_queue_consumer_refuses_bad_arguments(
+    topics: tuple[str, str], options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        QueueConsumer(NOWHERE, *topics, **options)
+
+
+def test_queue_consumer_names_unknown_keys_and_times_out_without_a_broker() -> None:
+    with pytest.raises(ConfigError, match=r"not\.a\.key"):
+        QueueConsumer({**NOWHERE, "not.a.key": 1}, "q", "m")
+    with pytest.raises(KafkaTimeoutError):
+        QueueConsumer(NOWHERE, "q", "m", marker_timeout=0.3)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_offsets_per_commit": 0}, "num_offsets_per_commit"),
+        ({"dead_letter_topic": ""}, "dead_letter_topic"),
+        ({"commit_interval": 0.0}, "commit_interval"),
+        ({"use_now_if_no_marker_seen": -1.0}, "use_now_if_no_marker_seen"),
+        ({"max_backoff": float("nan")}, "max_backoff"),
+    ],
+)
+def test_tracker_refuses_bad_options_at_start(options: dict[str, Any], message: str) -> None:
+    tracker = RedeliveryTracker(NOWHERE, "q", "m", **options)
+    with pytest.raises(ValueError, match=message):
+        tracker.start()
+
+
+def test_tracker_checks_counts_up_front_and_is_inert_until_started() -> None:
+    with pytest.raises(ValueError, match="max_redeliveries"):
+        RedeliveryTracker(NOWHERE, "q", "m", max_redeliveries=-1)
+    tracker = RedeliveryTracker({**NOWHERE, "not.a.key": 1}, "q", "m")
+    assert tracker.status() == []
+    assert tracker.stop()
+    with pytest.raises(ConfigError, match=r"not\.a\.key"):
+        tracker.start()
+
+
+def test_cli_redelivery_command() -> None:
+    args = build_parser().parse_args(
+        [
+            "redelivery",
+            "--queue-topic",
+            "jobs",
+            "--markers-topic",
+            "jobs-markers",
+            "--max-redeliveries",
+            "5",
+            "--dead-letter-topic",
+            "jobs-dlq",
+            "--config",
+            "session.timeout.ms=6000",
+        ]
+    )
+    assert (args.queue_topic, args.markers_topic) == ("jobs", "jobs-markers")
+    assert (args.max_redeliveries, args.dead_letter_topic) == (5, "jobs-dlq")
+    assert args.config == ["session.timeout.ms=6000"]
+    defaults = build_parser().parse_args(
+        ["redelivery", "--queue-topic", "q", "--markers-topic", "m"]
+    )
+    assert (defaults.max_redeliveries, defaults.dead_letter_topic) == (3, None)
