@@ -9,7 +9,7 @@ use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
@@ -42,6 +42,31 @@ where
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(FerrokafkaError::new_err("a ferrokafka worker thread died"));
             }
+        }
+    }
+}
+
+/// Repeats `step(slice)` detached until it returns `Some`, checking signals between slices;
+/// `None` once `timeout` seconds (forever when `None`) passed.
+pub fn wait_sliced<T: Send>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    step: impl Fn(Duration) -> Option<T> + Sync,
+) -> PyResult<Option<T>> {
+    let deadline = timeout
+        .map(|t| timeout_arg("timeout", t))
+        .transpose()?
+        .map(|t| Instant::now() + t);
+    loop {
+        let slice = deadline.map_or(SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SLICE)
+        });
+        if let Some(done) = py.detach(|| step(slice)) {
+            return Ok(Some(done));
+        }
+        py.check_signals()?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
         }
     }
 }

@@ -9,7 +9,7 @@
 //! `pyo3-log`. A tracker collected while running is stopped first.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferrokafka_kafka::{
     KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions, RedeliveryTracker,
@@ -17,35 +17,10 @@ use ferrokafka_kafka::{
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::blocking::{ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, timeout_arg};
+use crate::blocking::{ForkGuard, ReleaseOnDrop, release_gil_for, timeout_arg, wait_sliced};
 use crate::convert::settings_from_dict;
 use crate::errors::NativeResult;
 use crate::message::PyMessage;
-
-/// Repeats `step(slice)` detached until it returns `Some`, checking signals between slices;
-/// `None` once `timeout` seconds (forever when `None`) passed.
-fn wait_sliced<T: Send>(
-    py: Python<'_>,
-    timeout: Option<f64>,
-    step: impl Fn(Duration) -> Option<T> + Sync,
-) -> PyResult<Option<T>> {
-    let deadline = timeout
-        .map(|t| timeout_arg("timeout", t))
-        .transpose()?
-        .map(|t| Instant::now() + t);
-    loop {
-        let slice = deadline.map_or(SLICE, |d| {
-            d.saturating_duration_since(Instant::now()).min(SLICE)
-        });
-        if let Some(done) = py.detach(|| step(slice)) {
-            return Ok(Some(done));
-        }
-        py.check_signals()?;
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-    }
-}
 
 /// The native queue consumer; use `ferrokafka.redelivery.QueueConsumer`.
 #[pyclass(name = "_RawQueueConsumer", module = "ferrokafka._native", frozen)]

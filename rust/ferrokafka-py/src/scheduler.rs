@@ -9,7 +9,7 @@ use ferrokafka_kafka::{Scheduler, SchedulerOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::blocking::{ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, timeout_arg};
+use crate::blocking::{ForkGuard, ReleaseOnDrop, release_gil_for, timeout_arg, wait_sliced};
 use crate::convert::settings_from_dict;
 use crate::errors::NativeResult;
 
@@ -80,24 +80,9 @@ impl PyRawScheduler {
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         self.guard.check()?;
-        let deadline = timeout
-            .map(|t| timeout_arg("timeout", t))
-            .transpose()?
-            .map(|t| std::time::Instant::now() + t);
-        loop {
-            let daemon = Arc::clone(&*self.daemon);
-            let slice = deadline.map_or(SLICE, |d| {
-                d.saturating_duration_since(std::time::Instant::now())
-                    .min(SLICE)
-            });
-            if py.detach(move || daemon.wait(slice)) {
-                return Ok(true);
-            }
-            py.check_signals()?;
-            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                return Ok(false);
-            }
-        }
+        let daemon = &**self.daemon;
+        let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
+        Ok(ended.is_some())
     }
 
     /// Per-partition figures: topic, partition, state, pending, dispatched, skipped, applied.
