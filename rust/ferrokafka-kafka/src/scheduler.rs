@@ -483,7 +483,13 @@ impl Daemon {
                 timestamp_ms: None,
             });
         }
+        let started = Instant::now();
         let sent = send_all(&self.dispatcher, &records, timeout);
+        log::debug!(
+            "{topic}-{partition}: {} messages flushed in {:?}",
+            records.len(),
+            started.elapsed()
+        );
         let committed = sent.and_then(|()| {
             if self.transactional {
                 self.dispatcher
