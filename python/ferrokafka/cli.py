@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
 from ferrokafka import __version__
 from ferrokafka._native import Client, NewTopic
@@ -42,41 +44,50 @@ def _topics_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scheduler(args: argparse.Namespace) -> int:
-    import signal
+class _Daemon(Protocol):
+    def request_stop(self) -> None: ...
+    def run(self) -> None: ...
+    def stop(self, timeout: float = ...) -> bool: ...
 
-    from ferrokafka.scheduling import Scheduler
 
+def _daemon_config(args: argparse.Namespace) -> dict[str, str | int | float | bool]:
     config: dict[str, str | int | float | bool] = {"bootstrap.servers": args.bootstrap_servers}
     config.update(_key_value(item) for item in args.config)
+    return config
+
+
+def _run_until_signalled(daemon: _Daemon) -> int:
+    """Run a daemon until SIGTERM or SIGINT, then stop it cleanly."""
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        daemon.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    daemon.run()
+    daemon.stop()
+    return 0
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    from ferrokafka.scheduling import Scheduler
+
     scheduler = Scheduler(
-        config,
+        _daemon_config(args),
         args.schedules_topic,
         group_id=args.group_id,
         flush_batch_size=args.flush_batch_size,
         state_interval=args.interval_ms / 1000,
     )
-
-    def stop(signum: int, _frame: object) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        scheduler.request_stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    scheduler.run()
-    scheduler.stop()
-    return 0
+    return _run_until_signalled(scheduler)
 
 
 def _redelivery(args: argparse.Namespace) -> int:
-    import signal
-
     from ferrokafka.redelivery import RedeliveryTracker
 
-    config: dict[str, str | int | float | bool] = {"bootstrap.servers": args.bootstrap_servers}
-    config.update(_key_value(item) for item in args.config)
     tracker = RedeliveryTracker(
-        config,
+        _daemon_config(args),
         args.queue_topic,
         args.markers_topic,
         max_redeliveries=args.max_redeliveries,
@@ -84,16 +95,7 @@ def _redelivery(args: argparse.Namespace) -> int:
         group_id=args.group_id,
         commit_interval=args.commit_interval_ms / 1000,
     ).start()
-
-    def stop(signum: int, _frame: object) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        tracker.request_stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    tracker.run()
-    tracker.stop()
-    return 0
+    return _run_until_signalled(tracker)
 
 
 def _demo(args: argparse.Namespace) -> int:
