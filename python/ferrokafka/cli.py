@@ -5,20 +5,27 @@ Example:
     $ ferrokafka topics list --bootstrap-servers 127.0.0.1:9092
     $ ferrokafka redelivery --queue-topic jobs --markers-topic jobs-markers
     $ ferrokafka demo --bootstrap-servers 127.0.0.1:9092
+    $ ferrokafka status --bootstrap-servers 127.0.0.1:9092 --watch
+    $ ferrokafka dashboard --bootstrap-servers 127.0.0.1:9092 --port 8080
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ferrokafka import __version__
 from ferrokafka._native import Client, NewTopic
 from ferrokafka.exceptions import FerrokafkaError
+
+if TYPE_CHECKING:
+    from ferrokafka.status import StatusReader
 
 log = logging.getLogger("ferrokafka.cli")
 
@@ -103,6 +110,109 @@ def _demo(args: argparse.Namespace) -> int:
 
     run_demo(args.bootstrap_servers, timeout=args.timeout)
     return 0
+
+
+def _status_reader(args: argparse.Namespace) -> StatusReader:
+    """A started status reader over the topics the options name, caught up (or timed out)."""
+    from ferrokafka.status import StatusReader
+
+    reader = StatusReader(
+        _daemon_config(args),
+        reports_topic=args.reports_topic,
+        errors_topic=args.errors_topic,
+        states_topics=args.states_topic,
+        ttl=args.ttl,
+        max_errors=args.max_errors,
+    ).start()
+    if not reader.wait_caught_up(args.timeout):
+        log.warning("not every tracking partition was read to its end within %gs", args.timeout)
+    return reader
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ferrokafka.status import render_text
+
+    reader = _status_reader(args)
+    try:
+        while True:
+            snapshot = reader.snapshot()
+            if args.json:
+                print(json.dumps(snapshot.to_dict(), indent=None if args.watch else 2))
+            else:
+                if args.watch and sys.stdout.isatty():
+                    print("\033[H\033[2J", end="")  # clear the terminal between refreshes
+                print(render_text(snapshot, max_errors=args.show_errors))
+                if args.watch:
+                    print()
+            sys.stdout.flush()
+            if args.watch is None:
+                return 0
+            time.sleep(args.watch)
+    finally:
+        reader.stop()
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    try:
+        from ferrokafka.dashboard import serve
+    except ImportError as missing:
+        log.error(
+            "the dashboard needs the 'dashboard' extra (%s): pip install 'ferrokafka[dashboard]'",
+            missing,
+        )
+        return 2
+    reader = _status_reader(args)
+    try:
+        serve(reader, host=args.host, port=args.port, refresh_seconds=args.refresh)
+    finally:
+        reader.stop()
+    return 0
+
+
+def _add_status_options(sub: argparse.ArgumentParser) -> None:
+    """The options ``status`` and ``dashboard`` share: topics, TTL, extra librdkafka settings."""
+    from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, REPORT_TTL
+
+    sub.add_argument(
+        "--reports-topic",
+        default=DEFAULT_REPORTS_TOPIC,
+        metavar="NAME",
+        help=f"process reports topic (default: {DEFAULT_REPORTS_TOPIC})",
+    )
+    sub.add_argument(
+        "--errors-topic",
+        default=DEFAULT_ERRORS_TOPIC,
+        metavar="NAME",
+        help=f"error reports topic (default: {DEFAULT_ERRORS_TOPIC})",
+    )
+    sub.add_argument(
+        "--states-topic",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="scheduler states topic to read (repeatable; default: every topic ending in _states)",
+    )
+    sub.add_argument(
+        "--ttl",
+        type=float,
+        default=REPORT_TTL,
+        metavar="SECONDS",
+        help=f"a process whose last report is older is stale (default: {REPORT_TTL:g})",
+    )
+    sub.add_argument(
+        "--max-errors",
+        type=int,
+        default=100,
+        metavar="N",
+        help="newest errors kept (default: 100)",
+    )
+    sub.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka setting, e.g. security.protocol=SSL (repeatable)",
+    )
 
 
 def _key_value(item: str) -> tuple[str, str]:
@@ -206,6 +316,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra librdkafka setting, e.g. session.timeout.ms=6000 (repeatable)",
     )
     redelivery.set_defaults(run=_redelivery)
+
+    status = command(
+        "status",
+        "Show the processes that report to the tracking topics (alive or stale), their "
+        "partitions with lag, recent errors and scheduler states. --timeout bounds the "
+        "initial read of the topics.",
+    )
+    _add_status_options(status)
+    status.add_argument(
+        "--json", action="store_true", help="print one JSON document instead of tables"
+    )
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C; with --json, one document a line",
+    )
+    status.add_argument(
+        "--show-errors",
+        type=int,
+        default=10,
+        metavar="N",
+        help="errors shown in the table (default: 10)",
+    )
+    status.set_defaults(run=_status)
+
+    dashboard = command(
+        "dashboard",
+        "Serve a live web dashboard of the tracking topics (processes, lag chart, errors, "
+        "scheduler states; JSON at /api/status, Prometheus at /metrics) until Ctrl-C. "
+        "Needs the 'dashboard' extra.",
+    )
+    _add_status_options(dashboard)
+    dashboard.add_argument("--port", type=int, default=8080, help="HTTP port (default: 8080)")
+    dashboard.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+    )
+    dashboard.add_argument(
+        "--refresh",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often the page polls for new figures (default: 2)",
+    )
+    dashboard.set_defaults(run=_dashboard)
 
     demo = command("demo", "Run the end-to-end demo against a broker.")
     demo.set_defaults(run=_demo)

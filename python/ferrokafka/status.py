@@ -1013,6 +1013,11 @@ def _one_line(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
+def _sample_value(value: float) -> str:
+    """A sample value without precision loss: integers in full, other floats by repr."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _labels(**labels: object) -> str:
     def escape(value: object) -> str:
         return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -1032,7 +1037,7 @@ def render_prometheus(snapshot: StatusSnapshot) -> str:
     def metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]) -> None:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
-        out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+        out.extend(f"{name}{labels} {_sample_value(value)}" for labels, value in samples)
 
     processes = snapshot.processes
     metric(

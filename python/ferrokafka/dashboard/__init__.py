@@ -1,0 +1,96 @@
+"""``ferrokafka dashboard``: a small web page over a :class:`~ferrokafka.status.StatusReader`.
+
+The page (``/``) shows the processes (alive, stale, stopped), a lag chart per partition over
+time, recent errors and the scheduler states with their pending schedules per day, and polls
+``/api/status`` (the JSON document of ``ferrokafka status --json``) every few seconds. The
+same figures are served for Prometheus at ``/metrics``. Everything, including the charting
+library (uPlot, MIT, vendored in ``static/``), is served locally: the page needs no CDN.
+
+Needs the ``dashboard`` extra: ``pip install 'ferrokafka[dashboard]'`` (Starlette, uvicorn).
+
+Example:
+    >>> from ferrokafka.dashboard import create_app, serve
+    >>> from ferrokafka.status import StatusReader
+    >>> reader = StatusReader({"bootstrap.servers": "127.0.0.1:9092"})
+    >>> with reader:  # doctest: +SKIP
+    ...     serve(reader, port=8080)  # until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ferrokafka.status import StatusReader, render_prometheus
+
+__all__ = ["STATIC_DIR", "create_app", "serve"]
+
+log = logging.getLogger("ferrokafka.dashboard")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+"""The page, its script and style, and the vendored uPlot files (shipped in the wheel)."""
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def create_app(reader: StatusReader, refresh_seconds: float = 2.0) -> Starlette:
+    """The dashboard's ASGI app over a started ``reader``; the caller starts and stops it.
+
+    Routes: ``/`` (the page), ``/api/status`` (snapshot JSON, plus ``refresh_seconds`` for
+    the page's polling), ``/metrics`` (Prometheus text), ``/static/...``.
+
+    Example:
+        >>> import uvicorn
+        >>> app = create_app(reader)  # doctest: +SKIP
+        >>> uvicorn.run(app, host="127.0.0.1", port=8080)  # doctest: +SKIP
+    """
+    if not refresh_seconds > 0:
+        raise ValueError(f"refresh_seconds must be > 0, got {refresh_seconds!r}")
+
+    async def page(_request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def status(_request: Request) -> Response:
+        document = reader.snapshot().to_dict()
+        document["refresh_seconds"] = refresh_seconds
+        return JSONResponse(document, headers={"Cache-Control": "no-store"})
+
+    async def metrics(_request: Request) -> Response:
+        return PlainTextResponse(
+            render_prometheus(reader.snapshot()), media_type=PROMETHEUS_CONTENT_TYPE
+        )
+
+    return Starlette(
+        routes=[
+            Route("/", page),
+            Route("/api/status", status),
+            Route("/metrics", metrics),
+            Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+        ]
+    )
+
+
+def serve(
+    reader: StatusReader, host: str = "127.0.0.1", port: int = 8080, refresh_seconds: float = 2.0
+) -> None:
+    """Serve the dashboard with uvicorn until Ctrl-C / SIGTERM (``reader`` must be started).
+
+    Example:
+        >>> serve(reader, port=8080)  # doctest: +SKIP
+    """
+    import uvicorn
+
+    log.info("dashboard on http://%s:%d/", host, port)
+    uvicorn.run(
+        create_app(reader, refresh_seconds),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+    )
