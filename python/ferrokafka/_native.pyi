@@ -4,6 +4,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Required, TypeAlias, TypedDict, final
 
 __version__: str
+librdkafka_version: str
+"""The version of librdkafka linked into this build."""
 
 _ConfigValue: TypeAlias = str | int | float | bool
 _HeaderValue: TypeAlias = bytes | str | None

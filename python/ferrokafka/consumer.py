@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from ferrokafka._native import Client, Message, _RawConsumer
+from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
     "AsyncConsumer",
@@ -144,6 +145,39 @@ def _count(name: str, value: int) -> int:
     return value
 
 
+def _partition_sample(stats: dict[str, Any], read_committed: bool) -> PartitionSample:
+    """A partition's lag and offsets for a process report, from the consumer's own progress
+    and librdkafka's statistics. Lag counts from the last committed offset, or, before the
+    first commit, from where this consumer began reading the partition."""
+    broker: dict[str, Any] = stats.get("broker") or {}
+    hi, lo = broker.get("hi_offset", -1), broker.get("lo_offset", -1)
+    last_stable = broker.get("ls_offset", -1)
+    end = last_stable if read_committed and last_stable >= 0 else hi
+    committed = stats.get("committed")
+    if committed is None and broker.get("committed_offset", -1) >= 0:
+        committed = broker["committed_offset"]
+    base = committed
+    if base is None:
+        base = stats.get("first_received")
+    if base is None and broker.get("next_offset", -1) >= 0:
+        base = broker["next_offset"]
+    stored = stats.get("position")
+    if stored is None:
+        stored = base
+    return PartitionSample(
+        topic=stats["topic"],
+        partition=stats["partition"],
+        lag=max(0, end - base) if end >= 0 and base is not None else -1,
+        lag_stored=max(0, end - stored) if end >= 0 and stored is not None else -1,
+        committed_offset=-1 if committed is None else committed,
+        stored_offset=-1 if stored is None else stored,
+        hi_offset=hi,
+        lo_offset=lo,
+        fetch_state=broker.get("fetch_state", "unknown"),
+        poll_state="paused" if stats.get("paused") else "active",
+    )
+
+
 class _Core:
     """What the thread and asyncio consumers share: checked options, the native engine,
     telemetry, notifications and the error policy. It never blocks on its own."""
@@ -165,6 +199,7 @@ class _Core:
         on_assigned: Callable[[Partitions], object] | None,
         on_unassigned: Callable[[Partitions], object] | None,
         on_caught_up: Callable[[str, int, int], object] | None,
+        reporter: Reporter | None,
     ) -> None:
         if not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict of librdkafka settings, got {config!r}")
@@ -201,11 +236,22 @@ class _Core:
         self.subscribers: list[InstrumentationCallback] = []
         self.raw: _RawConsumer | None = None
         self._dead_letters: Client | None = None
+        if reporter is not None and not isinstance(reporter, Reporter):
+            raise TypeError(f"reporter must be a ferrokafka.tracking.Reporter, got {reporter!r}")
+        self.reporter = reporter
+        self._handler_errors = 0
+        self._busy_seconds = 0.0
+        self._running_jobs: dict[tuple[str, int], dict[str, Any]] = {}
 
     def open(self) -> _RawConsumer:
         """Creates the engine: subscribes, or assigns (asking the broker for offsets)."""
+        config = self.config
+        if self.reporter is not None and "statistics.interval.ms" not in config:
+            # Lag and offsets in the reports come from librdkafka's statistics.
+            interval_ms = int(min(self.reporter.interval, 5.0) * 1000)
+            config = {**config, "statistics.interval.ms": max(100, interval_ms)}
         self.raw = _RawConsumer(
-            self.config,
+            config,
             self.subscriptions,
             self.max_batch_size,
             self.commit_interval,
@@ -213,7 +259,40 @@ class _Core:
             self.max_queue_bytes,
             self.drain,
         )
+        if self.reporter is not None:
+            self.reporter.track(self)
         return self.raw
+
+    def stopping(self) -> None:
+        """The consumer began stopping: tell the reporter."""
+        if self.reporter is not None:
+            self.reporter.stopping(self)
+
+    def stopped(self) -> None:
+        """The consumer stopped: the reporter sends its last report of it."""
+        if self.reporter is not None:
+            self.reporter.untrack(self)
+
+    def report_sample(self) -> SourceSample:
+        """This consumer's part of a process report (see :mod:`ferrokafka.tracking`)."""
+        stats = self.stats()
+        read_committed = self.config.get("isolation.level", "read_committed") == "read_committed"
+        partitions = [_partition_sample(p, read_committed) for p in stats["partitions"]]
+        jobs = list(self._running_jobs.values())
+        return SourceSample(
+            group=str(self.config.get("group.id") or "ferrokafka-without-group"),
+            partitions=partitions,
+            batches=stats.get("batches", 0),
+            messages=stats.get("handled", 0),
+            errors=self._handler_errors,
+            retries=stats.get("retries", 0),
+            dead=stats.get("dead_lettered", 0),
+            busy=len(jobs),
+            enqueued=sum(p["queued"] for p in stats["partitions"]),
+            workers=max(1, len(partitions)),
+            busy_seconds=self._busy_seconds,
+            jobs=jobs,
+        )
 
     # -- telemetry -------------------------------------------------------------------------
 
@@ -237,11 +316,29 @@ class _Core:
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.start", {**payload, "system_time": time.time()})
+        if self.reporter is not None:
+            self._running_jobs[(topic, partition)] = {
+                "consumer_group": str(self.config.get("group.id") or "ferrokafka-without-group"),
+                "topic": topic,
+                "partition": partition,
+                "first_offset": batch[0].offset(),
+                "last_offset": batch[-1].offset(),
+                "committed_offset": -1,
+                "messages": len(batch),
+                "type": "consume",
+                "updated_at": time.time(),
+            }
         return time.monotonic()
+
+    def _job_finished(self, topic: str, partition: int, started: float) -> None:
+        if self.reporter is not None:
+            self._running_jobs.pop((topic, partition), None)
+            self._busy_seconds += time.monotonic() - started
 
     def handler_stopped(
         self, topic: str, partition: int, batch: list[Message], started: float
     ) -> None:
+        self._job_finished(topic, partition, started)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.stop", {**payload, "duration": time.monotonic() - started})
@@ -259,7 +356,9 @@ class _Core:
         error: BaseException,
         attempt: int,
     ) -> None:
-        """Logs a handler exception and publishes ``handler.exception``."""
+        """Logs a handler exception, publishes ``handler.exception`` and reports the error."""
+        self._job_finished(topic, partition, started)
+        self._handler_errors += 1
         log.error(
             "handler failed on %s[%d] offsets %d-%d (attempt %d, on_error=%s): %r",
             topic,
@@ -271,6 +370,10 @@ class _Core:
             error,
             exc_info=error,
         )
+        if self.reporter is not None:
+            details = self.batch_payload(topic, partition, batch)
+            details.update(attempt=attempt + 1, policy=self.on_error)
+            self.reporter.report_error(error, details=details)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
             retry_in = self.backoff(attempt) if self.on_error == "retry" else None
@@ -400,6 +503,8 @@ class Consumer:
             runs after those partitions' workers drained (or were abandoned).
         on_caught_up: ``(topic, partition, offset)`` once per partition, for a consumer without a
             group, when its handler finished the records up to the high watermark seen at start.
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this consumer (lag and
+            offsets per partition, counts, running batches, handler errors) [None].
 
     Handlers of different partitions run at the same time: I/O-bound handlers (network calls,
     ``time.sleep``) overlap because they release the GIL. Notification callbacks and telemetry
@@ -436,6 +541,7 @@ class Consumer:
         on_assigned: Callable[[Partitions], object] | None = None,
         on_unassigned: Callable[[Partitions], object] | None = None,
         on_caught_up: Callable[[str, int, int], object] | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
@@ -457,6 +563,7 @@ class Consumer:
             on_assigned=on_assigned,
             on_unassigned=on_unassigned,
             on_caught_up=on_caught_up,
+            reporter=reporter,
         )
         self._workers: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
@@ -496,6 +603,7 @@ class Consumer:
             if raw is None or self._engine_stopped.is_set():
                 return
             self._stopping.set()
+            self._core.stopping()
             raw.stop(self._core.drain)
             self._engine_stopped.set()
             if self._dispatcher is not None:
@@ -503,6 +611,7 @@ class Consumer:
             deadline = time.monotonic() + _WORKER_JOIN_SECONDS
             for worker in self._workers:
                 worker.join(max(0.0, deadline - time.monotonic()))
+            self._core.stopped()
 
     def run(self) -> None:
         """Start, then block until :meth:`stop` is called (from another thread or a callback)
@@ -647,6 +756,7 @@ class AsyncConsumer:
         on_assigned: Callable[[Partitions], object] | None = None,
         on_unassigned: Callable[[Partitions], object] | None = None,
         on_caught_up: Callable[[str, int, int], object] | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(handler):
             raise TypeError(
@@ -669,6 +779,7 @@ class AsyncConsumer:
             on_assigned=on_assigned,
             on_unassigned=on_unassigned,
             on_caught_up=on_caught_up,
+            reporter=reporter,
         )
         self._executor: ThreadPoolExecutor | None = None
         self._dispatcher: asyncio.Task[None] | None = None
@@ -697,6 +808,7 @@ class AsyncConsumer:
         self._stopped = True
         self._stopping.set()
         loop = asyncio.get_running_loop()
+        await loop.run_in_executor(executor, self._core.stopping)
         # The loop stays free meanwhile, so running handlers can finish and acknowledge.
         await loop.run_in_executor(executor, raw.stop, self._core.drain)
         self._engine_stopped = True
@@ -705,6 +817,7 @@ class AsyncConsumer:
         await asyncio.gather(*self._workers, return_exceptions=True)
         if self._dispatcher is not None:
             await self._dispatcher
+        await loop.run_in_executor(executor, self._core.stopped)
         executor.shutdown(wait=False)
 
     async def run(self) -> None:

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::ClientSettings;
@@ -322,6 +323,31 @@ pub struct PartitionStats {
     pub committed: Option<i64>,
     /// Counters since the partition was assigned.
     pub counters: PartitionCounters,
+    /// The partition's offsets from librdkafka's latest statistics (`statistics.interval.ms`),
+    /// `None` until the first statistics arrived after the assignment.
+    pub broker: Option<BrokerOffsets>,
+    /// Offset of the first record received since the assignment.
+    pub first_received: Option<i64>,
+}
+
+/// One partition's offsets as librdkafka's statistics report them; negative values are
+/// librdkafka's "not known" (-1001).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BrokerOffsets {
+    /// Low watermark on the broker.
+    pub lo_offset: i64,
+    /// High watermark on the broker.
+    pub hi_offset: i64,
+    /// Last stable offset on the broker (the end a `read_committed` consumer can reach).
+    pub ls_offset: i64,
+    /// The last offset the broker confirmed committed for the group.
+    pub committed_offset: i64,
+    /// The offset librdkafka would commit next (its offset store).
+    pub stored_offset: i64,
+    /// The next offset librdkafka fetches (where a partition with no records yet starts).
+    pub next_offset: i64,
+    /// librdkafka's fetch state (`active`, `offset-query`, `stopped`, ...).
+    pub fetch_state: String,
 }
 
 /// A snapshot of the whole consumer.
@@ -361,6 +387,10 @@ struct SlotState {
     /// For a consumer without a group: the high watermark whose reaching is reported once.
     catch_up_to: Option<i64>,
     counters: PartitionCounters,
+    broker: Option<BrokerOffsets>,
+    /// Offset of the first record routed since the assignment: where this consumer's work on
+    /// the partition began, the base of its lag until an offset is committed.
+    first_received: Option<i64>,
 }
 
 /// One assigned partition: its queue and its worker's progress.
@@ -517,6 +547,9 @@ impl Shared {
             return;
         }
         state.counters.received += run.len() as u64;
+        if state.first_received.is_none() {
+            state.first_received = run.first().map(|record| record.offset);
+        }
         for record in run {
             state.queued_bytes += record_size(&record);
             state.queue.push_back(record);
@@ -676,6 +709,27 @@ impl Shared {
         self.emit(ConsumerEvent::Unassigned { partitions, lost });
     }
 
+    /// Keeps each assigned partition's offsets from librdkafka's statistics for `stats`.
+    fn record_statistics(&self, statistics: &Statistics) {
+        let slots = lock(&self.slots);
+        for (topic_name, topic) in &statistics.topics {
+            for (id, partition) in &topic.partitions {
+                let Some(slot) = slots.by_partition.get(&(topic_name.clone(), *id)) else {
+                    continue;
+                };
+                slot.lock().broker = Some(BrokerOffsets {
+                    lo_offset: partition.lo_offset,
+                    hi_offset: partition.hi_offset,
+                    ls_offset: partition.ls_offset,
+                    committed_offset: partition.committed_offset,
+                    stored_offset: partition.stored_offset,
+                    next_offset: partition.next_offset,
+                    fetch_state: partition.fetch_state.clone(),
+                });
+            }
+        }
+    }
+
     fn all_slots(&self) -> Vec<Arc<Slot>> {
         let mut slots: Vec<Arc<Slot>> = lock(&self.slots).by_worker.values().cloned().collect();
         slots.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
@@ -702,7 +756,11 @@ pub struct RebalanceHandler {
     drain: Duration,
 }
 
-impl ClientContext for RebalanceHandler {}
+impl ClientContext for RebalanceHandler {
+    fn stats(&self, statistics: Statistics) {
+        self.shared.record_statistics(&statistics);
+    }
+}
 
 impl ConsumerContext for RebalanceHandler {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -1065,6 +1123,8 @@ impl ConcurrentConsumer {
                 position: state.finished,
                 committed: state.committed,
                 counters: state.counters,
+                broker: state.broker.clone(),
+                first_received: state.first_received,
             });
         }
         stats

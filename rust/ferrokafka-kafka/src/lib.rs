@@ -31,3 +31,8 @@ pub use redelivery::{
     TrackerPartitionStatus,
 };
 pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};
+
+/// The version of the librdkafka linked into this build, e.g. `"2.12.1"`.
+pub fn librdkafka_version() -> String {
+    rdkafka::util::get_rdkafka_version().1
+}

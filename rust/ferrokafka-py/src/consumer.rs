@@ -271,6 +271,22 @@ impl PyRawConsumer {
             entry.set_item("position", p.position)?;
             entry.set_item("committed", p.committed)?;
             counters_into(&entry, &p.counters)?;
+            let broker = match p.broker {
+                Some(b) => {
+                    let offsets = PyDict::new(py);
+                    offsets.set_item("lo_offset", b.lo_offset)?;
+                    offsets.set_item("hi_offset", b.hi_offset)?;
+                    offsets.set_item("ls_offset", b.ls_offset)?;
+                    offsets.set_item("committed_offset", b.committed_offset)?;
+                    offsets.set_item("stored_offset", b.stored_offset)?;
+                    offsets.set_item("next_offset", b.next_offset)?;
+                    offsets.set_item("fetch_state", b.fetch_state)?;
+                    Some(offsets)
+                }
+                None => None,
+            };
+            entry.set_item("broker", broker)?;
+            entry.set_item("first_received", p.first_received)?;
             partitions.append(entry)?;
         }
         stats.set_item("partitions", partitions)?;

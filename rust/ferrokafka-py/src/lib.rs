@@ -49,5 +49,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::cancel_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(codec::parse_proxy_headers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("librdkafka_version", ferrokafka_kafka::librdkafka_version())?;
     Ok(())
 }

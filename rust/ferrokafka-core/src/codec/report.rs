@@ -8,7 +8,8 @@
 //!   `stats` {`busy`, `enqueued`, `utilization`, `total` {`batches`, `messages`, `errors`,
 //!   `retries`, `dead`}, `lag`, `lag_stored`}, `consumer_groups` {id -> {`id`, `topics` {name ->
 //!   {`name`, `partitions` {id -> {`id`, `lag`, `lag_stored`, `committed_offset`,
-//!   `stored_offset`, `hi_offset`, `lo_offset`, `fetch_state`, `poll_state`}}}}}}, `jobs` [...].
+//!   `stored_offset`, `hi_offset`, `lo_offset`, `fetch_state`, `poll_state`}}}}}}, `jobs` [...],
+//!   `versions` {component -> version}.
 //!   Karafka nests topics under subscription groups; ferrokafka has one subscription per consumer
 //!   group, so topics sit directly under the group.
 //! - [`ErrorReport`]: `schema_version`, `id` (UUID), `type`, `error_class`, `error_message` (at
@@ -194,6 +195,9 @@ pub struct ProcessReport {
     /// Running jobs.
     #[serde(default)]
     pub jobs: Vec<JobReport>,
+    /// Software versions by component (`python`, `ferrokafka`, `librdkafka`, ...).
+    #[serde(default)]
+    pub versions: BTreeMap<String, String>,
 }
 
 /// The process an error happened in.
@@ -425,6 +429,7 @@ mod tests {
                 },
             )]),
             jobs: vec![],
+            versions: BTreeMap::from([("ferrokafka".into(), "0.1.0".into())]),
         }
     }
 

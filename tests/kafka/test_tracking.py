@@ -1,0 +1,230 @@
+"""The tracking reporter against the real broker: reports within the interval, lag while a
+handler stalls and after it resumes, the final "stopped" report, errors on the errors topic,
+and the daemons reporting themselves."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ferrokafka import AsyncProducer, CodecError, Consumer, Message, TopicPartition, codecs
+from ferrokafka.tracking import (
+    MAX_ERROR_MESSAGE_CHARS,
+    PartitionSample,
+    Reporter,
+    SourceSample,
+)
+from tests.conftest import TopicFactory
+
+pytestmark = pytest.mark.kafka
+
+WAIT = 30.0
+INTERVAL = 0.2
+
+
+class TopicTail:
+    """Decodes every record of a topic as it arrives (a group-less ferrokafka Consumer) and lets
+    a test wait for a condition on what arrived."""
+
+    def __init__(self, bootstrap: str, topic: str, decode: Callable[[bytes], Any]) -> None:
+        self.records: list[tuple[Message, Any]] = []
+        self.changed = threading.Condition()
+        self._decode = decode
+        self._consumer = Consumer(
+            {"bootstrap.servers": bootstrap},
+            [TopicPartition(topic, 0, offset="beginning")],
+            self._append,
+            commit_interval=0.1,
+        )
+
+    def _append(self, batch: list[Message]) -> None:
+        decoded = [(m, self._decode(m.value() or b"")) for m in batch]
+        with self.changed:
+            self.records.extend(decoded)
+            self.changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[Any]], bool], what: str) -> list[Any]:
+        with self.changed:
+            ok = self.changed.wait_for(lambda: predicate([d for _, d in self.records]), WAIT)
+            assert ok, f"timed out waiting for {what}; last: {self.records[-1:]!r}"
+            return [d for _, d in self.records]
+
+    def __enter__(self) -> TopicTail:
+        self._consumer.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._consumer.stop()
+
+
+@pytest.fixture
+def report_topics(topic_factory: TopicFactory) -> tuple[str, str]:
+    return topic_factory(partitions=1), topic_factory(partitions=1)
+
+
+@pytest.fixture
+def reporter(kafka_bootstrap: str, report_topics: tuple[str, str]) -> Iterator[Reporter]:
+    reports, errors = report_topics
+    reporter = Reporter(
+        {"bootstrap.servers": kafka_bootstrap},
+        reports_topic=reports,
+        errors_topic=errors,
+        interval=INTERVAL,
+        tags=["test"],
+    )
+    yield reporter
+    reporter.close()
+
+
+def partition_lag(report: dict[str, Any], group: str, topic: str) -> int | None:
+    topics = report["consumer_groups"].get(group, {}).get("topics", {})
+    partitions = topics.get(topic, {}).get("partitions", {})
+    return partitions["0"]["lag"] if "0" in partitions else None
+
+
+def test_consumer_reports_lag_while_stalled_then_zero_and_a_final_stopped_report(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    report_topics: tuple[str, str],
+    reporter: Reporter,
+) -> None:
+    topic = topic_factory(partitions=1)
+    group = f"tracking-{topic}"
+    with AsyncProducer({"bootstrap.servers": kafka_bootstrap}, max_queue_size=2000) as producer:
+        producer.produce_many([{"value": f"r{i}"} for i in range(1000)], topic=topic)
+        producer.flush()
+    release = threading.Event()
+
+    def stall(batch: list[Message]) -> None:
+        assert release.wait(WAIT), "the test never released the handler"
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+        },
+        [topic],
+        stall,
+        max_batch_size=100,
+        commit_interval=0.1,
+        reporter=reporter,
+    )
+    with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+        consumer.start()
+        try:
+            reports = tail.wait_for(
+                lambda rs: any(partition_lag(r, group, topic) == 1000 for r in rs),
+                "a report with lag 1000 while the handler stalls",
+            )
+            stalled = next(r for r in reports if partition_lag(r, group, topic) == 1000)
+            assert stalled["process"]["id"] == reporter.process_id
+            assert stalled["process"]["status"] == "running"
+            assert stalled["process"]["tags"] == ["test"]
+            assert stalled["process"]["threads"] > 1
+            assert stalled["process"]["memory_usage"] > 0
+            assert stalled["stats"]["lag"] >= 1000
+            assert stalled["versions"]["librdkafka"]
+            partition = stalled["consumer_groups"][group]["topics"][topic]["partitions"]["0"]
+            assert partition["hi_offset"] == 1000
+            jobs = [j for r in reports for j in r["jobs"] if j["topic"] == topic]
+            assert jobs
+            assert jobs[0]["first_offset"] == 0
+            assert jobs[0]["partition"] == 0
+            release.set()
+            reports = tail.wait_for(
+                lambda rs: partition_lag(rs[-1], group, topic) == 0, "lag 0 after the handler"
+            )
+            done = reports[-1]
+            assert done["stats"]["total"]["messages"] == 1000
+            assert (
+                done["consumer_groups"][group]["topics"][topic]["partitions"]["0"][
+                    "committed_offset"
+                ]
+                == 1000
+            )
+        finally:
+            release.set()
+            consumer.stop()
+        reports = tail.wait_for(
+            lambda rs: rs[-1]["process"]["status"] == "stopped", "the final stopped report"
+        )
+        statuses = [r["process"]["status"] for r in reports]
+        assert "stopping" in statuses[statuses.index("running") :]
+        assert {r["process"]["id"] for r in reports} == {reporter.process_id}
+        # Unforced reports keep to the interval: no flood while the consumer ran.
+        times = [r["dispatched_at"] for r in reports]
+        assert len(times) < 2 + (times[-1] - times[0]) / INTERVAL * 2 + 4
+
+
+def test_report_records_carry_the_process_key_and_zlib_header(
+    kafka_bootstrap: str, report_topics: tuple[str, str], reporter: Reporter
+) -> None:
+    assert reporter.report(force=True)
+    with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+        tail.wait_for(lambda rs: len(rs) >= 1, "the report")
+        message = tail.records[0][0]
+    assert message.key() == reporter.process_id.encode()
+    assert (message.headers() or []) == [("zlib", b"true")]
+    assert reporter.stats()["reports"] == 1
+
+
+def test_handler_error_reaches_the_errors_topic_cut_to_the_limit(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    report_topics: tuple[str, str],
+    reporter: Reporter,
+) -> None:
+    topic = topic_factory(partitions=1)
+    with AsyncProducer({"bootstrap.servers": kafka_bootstrap}) as producer:
+        producer.produce("boom", topic=topic)
+        producer.flush()
+    long_message = "é" * (MAX_ERROR_MESSAGE_CHARS + 500)
+
+    def fail(batch: list[Message]) -> None:
+        raise ValueError(long_message)
+
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap},
+        [TopicPartition(topic, 0, offset="beginning")],
+        fail,
+        commit_interval=0.1,
+        reporter=reporter,
+    )
+    tail = TopicTail(kafka_bootstrap, report_topics[1], codecs.decode_error_report)
+    with tail as errors, consumer:
+        found = errors.wait_for(lambda es: len(es) >= 1, "the error report")
+    error = found[0]
+    assert error["error_class"] == "ValueError"
+    assert error["error_message"] == long_message[:MAX_ERROR_MESSAGE_CHARS]
+    assert len(error["error_message"]) == MAX_ERROR_MESSAGE_CHARS
+    assert "in fail" in error["backtrace"]
+    assert error["details"]["topic"] == topic
+    assert error["details"]["first_offset"] == 0
+    assert error["process"]["id"] == reporter.process_id
+    assert error["type"] == "consumer.consume.error"
+
+
+def test_an_invalid_report_raises_and_sends_nothing(
+    kafka_bootstrap: str, report_topics: tuple[str, str], reporter: Reporter
+) -> None:
+    class NamelessGroup:
+        def report_sample(self) -> SourceSample:
+            return SourceSample(group="", partitions=[PartitionSample("orders", 0)])
+
+    bad = Reporter(
+        {"bootstrap.servers": kafka_bootstrap},
+        reports_topic=report_topics[0],
+        interval=INTERVAL,
+    )
+    bad._sources.append(NamelessGroup())
+    with pytest.raises(CodecError, match="consumer_groups"):
+        bad.report(force=True)
+    assert bad.stats()["reports"] == 0
+    assert reporter.report(force=True)
+    with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+        reports = tail.wait_for(lambda rs: len(rs) >= 1, "the valid report")
+    assert [r["process"]["id"] for r in reports] == [reporter.process_id]
