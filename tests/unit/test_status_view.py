@@ -1,0 +1,185 @@
+"""StatusView without a broker: latest report wins, health by TTL, errors newest first, state
+reports, bounded history, skipped records, and the text / JSON / Prometheus renderings."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+
+from ferrokafka import codecs
+from ferrokafka.cli import build_parser
+from ferrokafka.status import StatusView, render_prometheus, render_text
+from tests.tracking_samples import error_report, process_report, state_report
+
+REPORTS, ERRORS, STATES = "reports", "errors", "schedules_states"
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+def view() -> StatusView:
+    return StatusView(reports_topic=REPORTS, errors_topic=ERRORS, ttl=30.0, max_errors=3)
+
+
+def add_report(view: StatusView, offset: int, **kwargs: object) -> bool:
+    report = process_report(**kwargs)  # type: ignore[arg-type]
+    return view.add_record(REPORTS, 0, offset, codecs.encode_process_report(report))
+
+
+def test_latest_report_per_process_wins_whatever_the_order(view: StatusView) -> None:
+    assert add_report(view, 0, process_id="h:1:a", dispatched_at=NOW - 5, lags={0: 9, 1: 4})
+    assert add_report(view, 1, process_id="h:1:a", dispatched_at=NOW - 10, lags={0: 100})
+    snapshot = view.snapshot(now=NOW)
+    (process,) = snapshot.processes
+    assert (process.id, process.dispatched_at, process.lag) == ("h:1:a", NOW - 5, 13)
+    assert [(p.topic, p.partition, p.lag, p.hi_offset) for p in process.partitions] == [
+        ("orders", 0, 9, 109),
+        ("orders", 1, 4, 104),
+    ]
+    # Both reports are points in the history, in time order.
+    (series0, series1) = snapshot.lag_history
+    assert series0.points == [(NOW - 10, 100), (NOW - 5, 9)]
+    assert (series1.partition, series1.points) == (1, [(NOW - 5, 4)])
+
+
+def test_health_by_ttl_and_stopped_status(view: StatusView) -> None:
+    add_report(view, 0, process_id="h:1:alive", dispatched_at=NOW - 30, lags={0: 5})
+    add_report(view, 1, process_id="h:2:stale", dispatched_at=NOW - 31, lags={0: 7})
+    add_report(view, 2, process_id="h:3:stop", dispatched_at=NOW, status="stopped")
+    snapshot = view.snapshot(now=NOW)
+    assert [(p.id, p.health, p.alive) for p in snapshot.processes] == [
+        ("h:1:alive", "alive", True),
+        ("h:2:stale", "stale", False),
+        ("h:3:stop", "stopped", False),
+    ]
+    totals = snapshot.totals
+    assert (totals.alive, totals.stale, totals.stopped, totals.lag) == (1, 1, 1, 5)
+    assert totals.messages == 150  # counters add up over every process shown
+    assert [p.health for p in view.snapshot(now=NOW + 100).processes] == [
+        "stale",
+        "stale",
+        "stopped",
+    ]
+
+
+def test_forgotten_processes_leave_the_snapshot() -> None:
+    view = StatusView(reports_topic=REPORTS, forget_after=600.0)
+    view.add_record(
+        REPORTS, 0, 0, codecs.encode_process_report(process_report("h:1:a", dispatched_at=NOW))
+    )
+    assert len(view.snapshot(now=NOW + 600).processes) == 1
+    snapshot = view.snapshot(now=NOW + 601)
+    assert (snapshot.processes, snapshot.lag_history) == ([], [])
+
+
+def test_errors_newest_first_bounded_and_deduplicated(view: StatusView) -> None:
+    for offset, (error_id, at) in enumerate(
+        [("e1", NOW - 4), ("e4", NOW - 1), ("e2", NOW - 3), ("e3", NOW - 2), ("e4", NOW - 1)]
+    ):
+        report = error_report(error_id, occurred_at=at, process_id="h:1:a")
+        view.add_record(ERRORS, 0, offset, codecs.encode_error_report(report))
+    errors = view.snapshot(now=NOW).errors
+    assert [e.id for e in errors] == ["e4", "e3", "e2"]  # max_errors=3; e4 once
+    assert (errors[0].error_class, errors[0].process_id) == ("ValueError", "h:1:a")
+
+
+def test_state_reports_latest_per_partition(view: StatusView) -> None:
+    view.add_record(
+        STATES, 1, 0, codecs.encode_state_report(state_report(dispatched_at=NOW, state="loading"))
+    )
+    view.add_record(STATES, 1, 1, codecs.encode_state_report(state_report(dispatched_at=NOW + 1)))
+    (scheduler,) = view.snapshot(now=NOW + 2).schedulers
+    assert (scheduler.topic, scheduler.partition, scheduler.state) == ("schedules", 1, "loaded")
+    assert (scheduler.pending, scheduler.dispatched, scheduler.daily) == (
+        7,
+        7,
+        {"2030-01-01": 3, "2030-01-02": 4},
+    )
+
+
+def test_corrupt_foreign_and_tombstone_records_are_counted_not_raised(
+    view: StatusView, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = codecs.encode_state_report(state_report(dispatched_at=NOW))
+    bad_reports = [
+        b"not zlib",
+        zlib.compress(b"{not json"),
+        zlib.compress(json.dumps({"hello": "world"}).encode()),
+        state,  # a valid document of another kind
+        None,  # tombstone
+        json.dumps(process_report("h:1:a", dispatched_at=NOW)).encode(),  # not compressed
+    ]
+    for offset, value in enumerate(bad_reports):
+        assert not view.add_record(REPORTS, 0, offset, value)
+    assert not view.add_record(ERRORS, 0, 0, state)
+    assert not view.add_record(STATES, 0, 0, b"\x78\x9c garbage")
+    assert not view.add_record("orders", 0, 0, state)
+    assert add_report(view, len(bad_reports), process_id="h:1:a", dispatched_at=NOW)
+    snapshot = view.snapshot(now=NOW)
+    assert snapshot.skipped == {ERRORS: 1, "orders": 1, REPORTS: 6, STATES: 1}
+    assert snapshot.read == {ERRORS: 1, "orders": 1, REPORTS: 7, STATES: 1}
+    assert [p.id for p in snapshot.processes] == ["h:1:a"]
+    assert "skipped reports[0]@0: corrupt zlib stream" in caplog.text
+
+
+def test_records_at_an_offset_already_read_are_ignored(view: StatusView) -> None:
+    assert add_report(view, 5, process_id="h:1:a", dispatched_at=NOW)
+    assert not add_report(view, 5, process_id="h:1:b", dispatched_at=NOW)
+    assert view.positions() == {(REPORTS, 0): 6}
+    assert [p.id for p in view.snapshot(now=NOW).processes] == ["h:1:a"]
+
+
+def test_lag_history_is_bounded() -> None:
+    view = StatusView(reports_topic=REPORTS, history_points=4)
+    for offset in range(10):
+        report = process_report("h:1:a", dispatched_at=NOW + offset, lags={0: offset})
+        view.add_record(REPORTS, 0, offset, codecs.encode_process_report(report))
+    (series,) = view.snapshot(now=NOW + 10).lag_history
+    assert series.points == [(NOW + i, i) for i in range(6, 10)]
+
+
+def test_renderings(view: StatusView) -> None:
+    add_report(view, 0, process_id="h:1:a", dispatched_at=NOW - 2, lags={0: 9, 1: 4})
+    report = error_report("e1", occurred_at=NOW - 1, process_id="h:1:a", message="bad\nrecord")
+    view.add_record(ERRORS, 0, 0, codecs.encode_error_report(report))
+    view.add_record(STATES, 0, 0, codecs.encode_state_report(state_report(dispatched_at=NOW)))
+    view.add_record(REPORTS, 0, 1, b"junk")
+    snapshot = view.snapshot(now=NOW)
+    text = render_text(snapshot)
+    assert text.splitlines()[0] == "Processes: 1 alive, 0 stale, 0 stopped (TTL 30 s); total lag 13"
+    assert any(line.split()[:3] == ["h:1:a", "alive", "running"] for line in text.splitlines())
+    assert any(
+        line.split()[:5] == ["h:1:a", "billing", "orders", "1", "4"] for line in text.splitlines()
+    )
+    assert "ValueError  bad record" in text
+    assert "2030-01-01=3 2030-01-02=4" in text
+    assert "Skipped records: reports=1" in text
+    document = json.loads(json.dumps(snapshot.to_dict()))
+    assert document["processes"][0]["alive"] is True
+    assert document["processes"][0]["partitions"][1]["lag"] == 4
+    assert document["skipped"] == {REPORTS: 1}
+    metrics = render_prometheus(snapshot).splitlines()
+    assert (
+        'ferrokafka_partition_lag{process="h:1:a",group="billing",topic="orders",partition="1"} 4'
+        in metrics
+    )
+    assert 'ferrokafka_process_memory_bytes{process="h:1:a"} 122880000' in metrics
+    assert 'ferrokafka_status_skipped_records_total{topic="reports"} 1' in metrics
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="ttl must be a finite number of seconds > 0"):
+        StatusView(ttl=0)
+    with pytest.raises(ValueError, match="max_errors must be a positive int"):
+        StatusView(max_errors=0)
+
+
+def test_cli_status_and_dashboard_options() -> None:
+    args = build_parser().parse_args(
+        ["status", "--ttl", "5", "--watch", "--json", "--states-topic", "a_states"]
+    )
+    assert (args.ttl, args.watch, args.json, args.states_topic) == (5.0, 2.0, True, ["a_states"])
+    assert args.reports_topic == "ferrokafka_consumers_reports"
+    args = build_parser().parse_args(["dashboard", "--port", "9999"])
+    assert (args.port, args.host, args.states_topic, args.refresh) == (9999, "127.0.0.1", None, 2.0)
