@@ -17,6 +17,8 @@ need java openjdk-17-jre-headless
 need mvn maven
 need cmake cmake
 need cargo cargo
+need chromium chromium                # headless browser for the dashboard test (Playwright)
+need chromedriver chromium-driver
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -161,7 +161,14 @@ def _dashboard(args: argparse.Namespace) -> int:
             missing,
         )
         return 2
+
+    def stopped(signum: int, _frame: object) -> None:
+        log.info("received %s, stopped", signal.Signals(signum).name)
+
     reader = _status_reader(args)
+    # uvicorn stops on SIGTERM and then raises it again under the handler it found: with this
+    # one the process gets to stop the reader and exit with status 0.
+    signal.signal(signal.SIGTERM, stopped)
     try:
         serve(reader, host=args.host, port=args.port, refresh_seconds=args.refresh)
     finally:
