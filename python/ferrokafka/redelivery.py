@@ -32,6 +32,7 @@ from typing import Any
 
 from ferrokafka._native import Message, _RawQueueConsumer, _RawRedeliveryTracker
 from ferrokafka.exceptions import ClosedError
+from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
     "ORIGINAL_OFFSET_HEADER",
@@ -230,6 +231,8 @@ class RedeliveryTracker:
         num_offsets_per_commit: markers read between commits of a partition [1000].
         commit_interval: seconds between commits when fewer markers came [5].
         max_backoff: longest pause between retries of a failed write [30].
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per markers
+            partition, as ``lag``, the messages handed out and not yet acknowledged [None].
 
     Example:
         >>> tracker = RedeliveryTracker(
@@ -256,14 +259,19 @@ class RedeliveryTracker:
         num_offsets_per_commit: int = 1000,
         commit_interval: float = 5.0,
         max_backoff: float = 30.0,
+        reporter: Reporter | None = None,
     ) -> None:
         if max_redeliveries < 0:
             raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
+        self._markers_topic = markers_topic
+        self._group_id = (
+            group_id if group_id is not None else f"ferrokafka-redelivery-{markers_topic}"
+        )
         self._args = (
             dict(config),
             queue_topic,
             markers_topic,
-            group_id if group_id is not None else f"ferrokafka-redelivery-{markers_topic}",
+            self._group_id,
             max_redeliveries,
             dead_letter_topic,
             use_now_if_no_marker_seen,
@@ -272,11 +280,14 @@ class RedeliveryTracker:
             max_backoff,
         )
         self._raw: _RawRedeliveryTracker | None = None
+        self._reporter = reporter
 
     def start(self) -> RedeliveryTracker:
         """Start the daemon thread (once); returns self. Bad settings raise here."""
         if self._raw is None:
             self._raw = _RawRedeliveryTracker(*self._args)
+            if self._reporter is not None:
+                self._reporter.track(self)
         return self
 
     def run(self) -> None:
@@ -303,13 +314,41 @@ class RedeliveryTracker:
         """Stop: commit the markers offsets and leave the group. True once stopped."""
         if self._raw is None:
             return True
+        if self._reporter is not None:
+            self._reporter.stopping(self)
         self._raw.request_stop()
-        return self._raw.wait(timeout)
+        stopped = self._raw.wait(timeout)
+        if self._reporter is not None:
+            self._reporter.untrack(self)
+        return stopped
 
     def status(self) -> list[dict[str, Any]]:
         """Per assigned markers partition: partition, caught_up, open, applied, redelivered,
         dead_lettered, dropped, undecodable, committed. Empty before :meth:`start`."""
         return [] if self._raw is None else self._raw.status()
+
+    def report_sample(self) -> SourceSample:
+        """This daemon's part of a process report: unacknowledged messages as ``lag``."""
+        rows = self.status()
+        return SourceSample(
+            group=self._group_id,
+            partitions=[
+                PartitionSample(
+                    self._markers_topic,
+                    row["partition"],
+                    lag=row["open"],
+                    lag_stored=row["open"],
+                    committed_offset=-1 if row["committed"] is None else row["committed"],
+                    fetch_state="caught_up" if row["caught_up"] else "replaying",
+                )
+                for row in rows
+            ],
+            messages=sum(row["applied"] for row in rows),
+            errors=sum(row["undecodable"] for row in rows),
+            retries=sum(row["redelivered"] for row in rows),
+            dead=sum(row["dead_lettered"] + row["dropped"] for row in rows),
+            workers=max(1, len(rows)),
+        )
 
     def __enter__(self) -> RedeliveryTracker:
         return self.start()

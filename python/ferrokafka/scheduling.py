@@ -36,6 +36,7 @@ from ferrokafka._native import (
     schedule_proxy,
 )
 from ferrokafka.producer import AsyncProducer
+from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
     "SCHEDULES_TOPIC_CONFIG",
@@ -174,6 +175,8 @@ class Scheduler:
         states_postfix: states topic name suffix ["_states"].
         horizon: seconds ahead for which schedules keep their payload in memory; later ones are
             read back from the topic when they come within it [3600].
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per
+            partition its state and, as ``lag``, the schedules pending [None].
 
     Example:
         >>> scheduler = Scheduler(
@@ -194,9 +197,12 @@ class Scheduler:
         state_interval: float = 10.0,
         states_postfix: str = STATES_POSTFIX,
         horizon: float = 3600.0,
+        reporter: Reporter | None = None,
     ) -> None:
         if isinstance(schedules_topics, str):
             raise TypeError("schedules_topics must be a list of topic names, not a str")
+        self._group_id = group_id
+        self._reporter = reporter
         self._raw = _RawScheduler(
             dict(config),
             list(schedules_topics),
@@ -206,6 +212,8 @@ class Scheduler:
             states_postfix,
             horizon,
         )
+        if reporter is not None:
+            reporter.track(self)
 
     def run(self) -> None:
         """Block until :meth:`stop` is called from another thread (or the process is
@@ -222,13 +230,38 @@ class Scheduler:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop: final state reports, offsets committed, group left. True once stopped."""
+        if self._reporter is not None:
+            self._reporter.stopping(self)
         self._raw.request_stop()
-        return self._raw.wait(timeout)
+        stopped = self._raw.wait(timeout)
+        if self._reporter is not None:
+            self._reporter.untrack(self)
+        return stopped
 
     def status(self) -> list[dict[str, Any]]:
         """Per assigned partition: topic, partition, state, pending, dispatched, skipped,
         applied (records read)."""
         return self._raw.status()
+
+    def report_sample(self) -> SourceSample:
+        """This daemon's part of a process report: pending schedules as ``lag``."""
+        rows = self._raw.status()
+        return SourceSample(
+            group=self._group_id,
+            partitions=[
+                PartitionSample(
+                    row["topic"],
+                    row["partition"],
+                    lag=row["pending"],
+                    lag_stored=row["pending"],
+                    fetch_state=row["state"],
+                )
+                for row in rows
+            ],
+            messages=sum(row["dispatched"] for row in rows),
+            errors=sum(row["skipped"] for row in rows),
+            workers=max(1, len(rows)),
+        )
 
     def __enter__(self) -> Scheduler:
         return self

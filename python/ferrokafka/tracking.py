@@ -320,9 +320,12 @@ class Reporter:
         self.report(force=True)
 
     def stopping(self, source: TrackedSource) -> None:
-        """A tracked component began stopping: report ``stopping`` at once."""
-        del source
-        self.set_status("stopping")
+        """A tracked component began stopping: when it is the last one, the process is
+        stopping, which is reported at once."""
+        with self._state:
+            last = self._sources == [source]
+        if last:
+            self.set_status("stopping")
 
     def untrack(self, source: TrackedSource) -> None:
         """Stop including ``source``; after the last one, send the final ``stopped`` report

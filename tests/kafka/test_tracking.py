@@ -5,12 +5,23 @@ and the daemons reporting themselves."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer, CodecError, Consumer, Message, TopicPartition, codecs
+from ferrokafka import (
+    AsyncProducer,
+    Client,
+    CodecError,
+    Consumer,
+    Message,
+    TopicPartition,
+    codecs,
+)
+from ferrokafka.redelivery import RedeliveryTracker
+from ferrokafka.scheduling import Scheduler, create_topics
 from ferrokafka.tracking import (
     MAX_ERROR_MESSAGE_CHARS,
     PartitionSample,
@@ -228,3 +239,47 @@ def test_an_invalid_report_raises_and_sends_nothing(
     with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
         reports = tail.wait_for(lambda rs: len(rs) >= 1, "the valid report")
     assert [r["process"]["id"] for r in reports] == [reporter.process_id]
+
+
+def test_scheduler_and_redelivery_daemons_report_their_partitions(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    report_topics: tuple[str, str],
+    reporter: Reporter,
+) -> None:
+    schedules = f"tracking-schedules-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, schedules, num_partitions=2)
+    queue, markers = topic_factory(partitions=1), topic_factory(partitions=1)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    scheduler_group = f"s-{schedules}"
+    redelivery_group = f"r-{markers}"
+    with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+        scheduler = Scheduler(config, [schedules], group_id=scheduler_group, reporter=reporter)
+        tracker = RedeliveryTracker(
+            config, queue, markers, group_id=redelivery_group, reporter=reporter
+        )
+        tracker.start()
+
+        def both_loaded(report: dict[str, Any]) -> bool:
+            groups = report["consumer_groups"]
+            if scheduler_group not in groups or redelivery_group not in groups:
+                return False
+            scheduled = groups[scheduler_group]["topics"].get(schedules, {}).get("partitions", {})
+            tracked = groups[redelivery_group]["topics"].get(markers, {}).get("partitions", {})
+            return (
+                len(scheduled) == 2
+                and all(p["fetch_state"] == "loaded" for p in scheduled.values())
+                and [p["fetch_state"] for p in tracked.values()] == ["caught_up"]
+            )
+
+        tail.wait_for(lambda rs: both_loaded(rs[-1]), "both daemons loaded in one report")
+        assert tracker.stop()
+        assert reporter.status == "running"  # the scheduler still runs
+        assert scheduler.stop()
+        reports = tail.wait_for(
+            lambda rs: rs[-1]["process"]["status"] == "stopped", "the final stopped report"
+        )
+    final = reports[-1]
+    assert list(final["consumer_groups"]) == [scheduler_group]
+    kafka_client.delete_topics([schedules, f"{schedules}_states"], timeout=30.0)
