@@ -45,7 +45,7 @@ from ferrokafka._native import (
     decode_process_report,
     decode_state_report,
 )
-from ferrokafka.consumer import Consumer, TopicPartition
+from ferrokafka.consumer import ConfigValue, Consumer, TopicPartition
 from ferrokafka.exceptions import FerrokafkaError
 from ferrokafka.scheduling import STATES_POSTFIX
 from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, REPORT_TTL
@@ -67,7 +67,6 @@ __all__ = [
 log = logging.getLogger("ferrokafka.status")
 
 Health: TypeAlias = Literal["alive", "stale", "stopped"]
-ConfigValue: TypeAlias = str | int | float | bool
 _SeriesKey: TypeAlias = tuple[str, str, str, int]
 
 _WARNINGS_PER_TOPIC = 10
