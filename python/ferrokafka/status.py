@@ -712,6 +712,7 @@ class StatusReader:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._lifecycle = threading.Lock()
+        self._refreshing = threading.Lock()
 
     def start(self) -> StatusReader:
         """Look up the topics, start reading them, and keep looking for new ones; returns at
@@ -724,6 +725,7 @@ class StatusReader:
         with self._lifecycle:
             if self._thread is not None:
                 return self
+            self._stopping.clear()
             self._client = Client(self._config)
             self.refresh()
             self._thread = threading.Thread(
@@ -743,7 +745,9 @@ class StatusReader:
             thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()
-        self._replace_consumer(None)
+        with self._refreshing:
+            self._replace_consumer(None)
+            self._assigned = set()
 
     def __enter__(self) -> StatusReader:
         return self.start()
@@ -788,7 +792,10 @@ class StatusReader:
         client = self._client
         if client is None:
             raise RuntimeError("the status reader is not started; call start() first")
-        wanted = self._wanted_partitions(client)
+        with self._refreshing:  # the discovery thread and a caller may refresh at once
+            return self._reassign(self._wanted_partitions(client))
+
+    def _reassign(self, wanted: set[tuple[str, int]]) -> bool:
         if wanted == self._assigned:
             return False
         log.info(
@@ -799,6 +806,7 @@ class StatusReader:
         # Stop the old tail first: its handlers and caught-up callbacks are over when stop()
         # returns, so the positions are final and no late callback touches the new set.
         self._replace_consumer(None)
+        self._assigned = set()  # if starting the new tail fails, the next refresh retries
         positions = self.view.positions()
         with self._caught_up:
             self._behind = set(wanted)
