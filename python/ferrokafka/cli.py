@@ -17,12 +17,13 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ferrokafka import __version__
 from ferrokafka._native import Client, NewTopic
 from ferrokafka.exceptions import FerrokafkaError
+from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, Reporter
 
 if TYPE_CHECKING:
     from ferrokafka.status import StatusReader
@@ -63,46 +64,87 @@ def _daemon_config(args: argparse.Namespace) -> dict[str, str | int | float | bo
     return config
 
 
-def _run_until_signalled(daemon: _Daemon) -> int:
-    """Run a daemon until SIGTERM or SIGINT, then stop it cleanly."""
+def _run_until_signalled(start: Callable[[], _Daemon]) -> int:
+    """Start a daemon and run it until SIGTERM or SIGINT, then stop it cleanly. The handlers
+    are installed first, so a signal that arrives while the daemon starts stops it too."""
+    daemon: _Daemon | None = None
+    signalled = False
 
     def stop(signum: int, _frame: object) -> None:
+        nonlocal signalled
         log.info("received %s, stopping", signal.Signals(signum).name)
-        daemon.request_stop()
+        signalled = True
+        if daemon is not None:
+            daemon.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    daemon = start()
+    if signalled:
+        daemon.request_stop()
     daemon.run()
     daemon.stop()
     return 0
 
 
+def _add_reporter_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("tracking reports (for `ferrokafka status` / dashboard)")
+    group.add_argument(
+        "--report", action="store_true", help="send process reports and errors to Kafka"
+    )
+    group.add_argument("--reports-topic", default=DEFAULT_REPORTS_TOPIC, metavar="NAME")
+    group.add_argument("--errors-topic", default=DEFAULT_ERRORS_TOPIC, metavar="NAME")
+    group.add_argument(
+        "--report-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="least seconds between periodic reports (default: 5)",
+    )
+
+
+def _reporter(args: argparse.Namespace) -> Reporter | None:
+    if not args.report:
+        return None
+    return Reporter(
+        _daemon_config(args),
+        reports_topic=args.reports_topic,
+        errors_topic=args.errors_topic,
+        interval=args.report_interval,
+        tags=[args.command],
+    )
+
+
 def _scheduler(args: argparse.Namespace) -> int:
     from ferrokafka.scheduling import Scheduler
 
-    scheduler = Scheduler(
-        _daemon_config(args),
-        args.schedules_topic,
-        group_id=args.group_id,
-        flush_batch_size=args.flush_batch_size,
-        state_interval=args.interval_ms / 1000,
+    return _run_until_signalled(
+        lambda: Scheduler(
+            _daemon_config(args),
+            args.schedules_topic,
+            group_id=args.group_id,
+            flush_batch_size=args.flush_batch_size,
+            state_interval=args.interval_ms / 1000,
+            reporter=_reporter(args),
+        )
     )
-    return _run_until_signalled(scheduler)
 
 
 def _redelivery(args: argparse.Namespace) -> int:
     from ferrokafka.redelivery import RedeliveryTracker
 
-    tracker = RedeliveryTracker(
-        _daemon_config(args),
-        args.queue_topic,
-        args.markers_topic,
-        max_redeliveries=args.max_redeliveries,
-        dead_letter_topic=args.dead_letter_topic,
-        group_id=args.group_id,
-        commit_interval=args.commit_interval_ms / 1000,
-    ).start()
-    return _run_until_signalled(tracker)
+    return _run_until_signalled(
+        lambda: RedeliveryTracker(
+            _daemon_config(args),
+            args.queue_topic,
+            args.markers_topic,
+            max_redeliveries=args.max_redeliveries,
+            dead_letter_topic=args.dead_letter_topic,
+            group_id=args.group_id,
+            commit_interval=args.commit_interval_ms / 1000,
+            reporter=_reporter(args),
+        ).start()
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -285,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="extra librdkafka setting, e.g. transactional.id=scheduler-1 (repeatable)",
     )
+    _add_reporter_options(scheduler)
     scheduler.set_defaults(run=_scheduler)
 
     redelivery = command(
@@ -322,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="extra librdkafka setting, e.g. session.timeout.ms=6000 (repeatable)",
     )
+    _add_reporter_options(redelivery)
     redelivery.set_defaults(run=_redelivery)
 
     status = command(

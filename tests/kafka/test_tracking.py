@@ -4,6 +4,10 @@ and the daemons reporting themselves."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -90,6 +94,31 @@ def reporter(kafka_bootstrap: str, report_topics: tuple[str, str]) -> Iterator[R
     reporter.close()
 
 
+def status_json(bootstrap: str, report_topics: tuple[str, str]) -> dict[str, Any]:
+    """What ``ferrokafka status --json`` shows of the reports and errors topics."""
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ferrokafka",
+            "status",
+            "--json",
+            "--bootstrap-servers",
+            bootstrap,
+            "--reports-topic",
+            report_topics[0],
+            "--errors-topic",
+            report_topics[1],
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=WAIT,
+    )
+    document: dict[str, Any] = json.loads(shown.stdout)
+    return document
+
+
 def partition_lag(report: dict[str, Any], group: str, topic: str) -> int | None:
     topics = report["consumer_groups"].get(group, {}).get("topics", {})
     partitions = topics.get(topic, {}).get("partitions", {})
@@ -141,13 +170,18 @@ def test_consumer_reports_lag_while_stalled_then_zero_and_a_final_stopped_report
             assert stalled["versions"]["librdkafka"]
             partition = stalled["consumer_groups"][group]["topics"][topic]["partitions"]["0"]
             assert partition["hi_offset"] == 1000
+            shown = status_json(kafka_bootstrap, report_topics)
+            [process] = [p for p in shown["processes"] if p["id"] == reporter.process_id]
+            assert process["health"] == "alive"
+            assert [(p["topic"], p["lag"]) for p in process["partitions"]] == [(topic, 1000)]
             jobs = [j for r in reports for j in r["jobs"] if j["topic"] == topic]
             assert jobs
             assert jobs[0]["first_offset"] == 0
             assert jobs[0]["partition"] == 0
             release.set()
             reports = tail.wait_for(
-                lambda rs: partition_lag(rs[-1], group, topic) == 0, "lag 0 after the handler"
+                lambda rs: bool(rs) and partition_lag(rs[-1], group, topic) == 0,
+                "lag 0 after the handler",
             )
             done = reports[-1]
             assert done["stats"]["total"]["messages"] == 1000
@@ -161,7 +195,8 @@ def test_consumer_reports_lag_while_stalled_then_zero_and_a_final_stopped_report
             release.set()
             consumer.stop()
         reports = tail.wait_for(
-            lambda rs: rs[-1]["process"]["status"] == "stopped", "the final stopped report"
+            lambda rs: bool(rs) and rs[-1]["process"]["status"] == "stopped",
+            "the final stopped report",
         )
         statuses = [r["process"]["status"] for r in reports]
         assert "stopping" in statuses[statuses.index("running") :]
@@ -273,13 +308,59 @@ def test_scheduler_and_redelivery_daemons_report_their_partitions(
                 and [p["fetch_state"] for p in tracked.values()] == ["caught_up"]
             )
 
-        tail.wait_for(lambda rs: both_loaded(rs[-1]), "both daemons loaded in one report")
+        tail.wait_for(
+            lambda rs: bool(rs) and both_loaded(rs[-1]), "both daemons loaded in one report"
+        )
         assert tracker.stop()
         assert reporter.status == "running"  # the scheduler still runs
         assert scheduler.stop()
         reports = tail.wait_for(
-            lambda rs: rs[-1]["process"]["status"] == "stopped", "the final stopped report"
+            lambda rs: bool(rs) and rs[-1]["process"]["status"] == "stopped",
+            "the final stopped report",
         )
     final = reports[-1]
     assert list(final["consumer_groups"]) == [scheduler_group]
     kafka_client.delete_topics([schedules, f"{schedules}_states"], timeout=30.0)
+
+
+def test_scheduler_command_with_report_flag_reports_until_sigterm(
+    kafka_bootstrap: str, kafka_client: Client, report_topics: tuple[str, str]
+) -> None:
+    schedules = f"tracking-cli-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, schedules, num_partitions=1)
+    command = [
+        sys.executable,
+        "-m",
+        "ferrokafka",
+        "scheduler",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--schedules-topic",
+        schedules,
+        "--group-id",
+        f"g-{schedules}",
+        "--report",
+        "--reports-topic",
+        report_topics[0],
+        "--report-interval",
+        str(INTERVAL),
+    ]
+    daemon = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+            first = tail.wait_for(lambda rs: len(rs) >= 1, "a report of the daemon")[0]
+            assert first["process"]["id"].split(":")[1] == str(daemon.pid)
+            assert first["process"]["tags"] == ["scheduler"]
+            daemon.send_signal(signal.SIGTERM)
+            _, stderr = daemon.communicate(timeout=WAIT)
+            assert daemon.returncode == 0, stderr
+            reports = tail.wait_for(
+                lambda rs: bool(rs) and rs[-1]["process"]["status"] == "stopped",
+                "the final stopped report",
+            )
+        assert {r["process"]["id"] for r in reports} == {first["process"]["id"]}
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.communicate(timeout=10)
+        kafka_client.delete_topics([schedules, f"{schedules}_states"], timeout=30.0)

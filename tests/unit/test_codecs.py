@@ -325,6 +325,7 @@ def process_report(partitions: int = 2) -> dict[str, Any]:
             }
         },
         "jobs": [],
+        "versions": {"ferrokafka": "0.1.0"},
     }
 
 
