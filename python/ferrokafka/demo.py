@@ -13,9 +13,12 @@ import uuid
 from typing import Any
 
 from ferrokafka._native import Client, Message, NewTopic
+from ferrokafka.consumer import Consumer
 from ferrokafka.producer import AsyncProducer
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.status import StatusReader
+from ferrokafka.tracking import Reporter
 
 log = logging.getLogger("ferrokafka.demo")
 
@@ -50,6 +53,7 @@ def run_demo(bootstrap_servers: str, timeout: float = 30.0) -> None:
     _producer_demo(client, bootstrap_servers, timeout)
     _scheduler_demo(client, bootstrap_servers, timeout)
     _redelivery_demo(client, bootstrap_servers, timeout)
+    _tracking_demo(client, bootstrap_servers, timeout)
     log.info("demo finished")
 
 
@@ -141,3 +145,41 @@ def _redelivery_demo(client: Client, bootstrap_servers: str, timeout: float) -> 
         f"redelivery: received {again.value()!r} again, redelivery count {redelivery_count(again)}"
     )
     client.delete_topics([jobs, markers], timeout=timeout)
+
+
+def _tracking_demo(client: Client, bootstrap_servers: str, timeout: float) -> None:
+    """Tracking: a consumer with a reporter; the status reader shows its lag, then its stop."""
+    suffix = uuid.uuid4().hex[:8]
+    orders = f"ferrokafka-demo-orders-{suffix}"
+    reports, errors = f"ferrokafka-demo-reports-{suffix}", f"ferrokafka-demo-errors-{suffix}"
+    client.create_topics([NewTopic(name, 1) for name in (orders, reports, errors)], timeout=timeout)
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
+    with AsyncProducer(config) as producer:
+        producer.produce_many([{"value": f"order {n}"} for n in range(500)], topic=orders)
+        producer.flush(timeout)
+    reporter = Reporter(config, reports_topic=reports, errors_topic=errors, interval=0.5)
+    consumer = Consumer(
+        {**config, "group.id": f"ferrokafka-demo-{suffix}", "auto.offset.reset": "earliest"},
+        [orders],
+        lambda batch: time.sleep(0.01 * len(batch)),  # a slow handler: 500 orders take ~5 s
+        max_batch_size=50,
+        reporter=reporter,
+    )
+    reader = StatusReader(config, reports_topic=reports, errors_topic=errors, states_topics=[])
+    with reader, consumer:
+        deadline = time.monotonic() + timeout
+        lags: list[int] = []
+        while time.monotonic() < deadline and (not lags or lags[-1] > 0):
+            processes = reader.snapshot().processes
+            if processes and processes[0].partitions and processes[0].lag not in lags:
+                lags.append(processes[0].lag)
+                print(f"tracking: {processes[0].id} {processes[0].health}, lag {lags[-1]}")
+            time.sleep(0.5)
+    reader_after = StatusReader(
+        config, reports_topic=reports, errors_topic=errors, states_topics=[]
+    )
+    with reader_after:
+        reader_after.wait_caught_up(timeout)
+        for process in reader_after.snapshot().processes:
+            print(f"tracking: {process.id} is {process.health} (status {process.status})")
+    client.delete_topics([orders, reports, errors], timeout=timeout)
