@@ -342,6 +342,21 @@ def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
     """Validate a process report (Karafka Web's consumer report fields) and encode it as
     zlib-compressed JSON; an invalid report raises :class:`ferrokafka.CodecError`.
 
+    Schema 1.0.0 (``ferrokafka.tracking.Reporter`` writes it; unknown fields are ignored when
+    reading, so newer minor versions stay readable):
+    ``schema_version`` "1.0.0"; ``type`` "consumer"; ``dispatched_at`` (Unix seconds);
+    ``process`` {``id`` "host:pid:random", ``status`` (initializing, initialized, running,
+    quieting, quiet, stopping, stopped), ``started_at``, ``memory_usage`` (own RSS, KiB),
+    ``memory_total_usage`` / ``memory_size`` (machine, KiB), ``cpus``, ``threads``,
+    ``cpu_usage`` (1/5/15-minute load), ``tags``}; ``stats`` {``busy``, ``enqueued``,
+    ``utilization`` (0-100), ``total`` {``batches``, ``messages``, ``errors``, ``retries``,
+    ``dead``}, ``lag``, ``lag_stored``}; ``consumer_groups`` {group id: {``id``, ``topics``
+    {name: {``name``, ``partitions`` {id: {``id``, ``lag``, ``lag_stored``,
+    ``committed_offset``, ``stored_offset``, ``hi_offset``, ``lo_offset``, ``fetch_state``,
+    ``poll_state``}}}}}} (-1 = unknown); ``jobs`` [{``consumer_group``, ``topic``,
+    ``partition``, ``first_offset``, ``last_offset``, ``committed_offset``, ``messages``,
+    ``type``, ``updated_at``}]; ``versions`` {component: version}.
+
     Example:
         >>> blob = encode_process_report(report)  # doctest: +SKIP
         >>> decode_process_report(blob)["process"]["id"]  # doctest: +SKIP
