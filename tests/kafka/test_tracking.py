@@ -4,6 +4,7 @@ and the daemons reporting themselves."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from ferrokafka import (
+    AsyncConsumer,
     AsyncProducer,
     Client,
     CodecError,
@@ -364,3 +366,42 @@ def test_scheduler_command_with_report_flag_reports_until_sigterm(
             daemon.kill()
             daemon.communicate(timeout=10)
         kafka_client.delete_topics([schedules, f"{schedules}_states"], timeout=30.0)
+
+
+def test_async_consumer_reports_running_then_stopped(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    report_topics: tuple[str, str],
+    reporter: Reporter,
+) -> None:
+    topic = topic_factory(partitions=2)
+
+    async def handle(batch: list[Message]) -> None:
+        await asyncio.sleep(0)
+
+    async def run_briefly(tail: TopicTail) -> None:
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": kafka_bootstrap, "group.id": f"async-{topic}"},
+            [topic],
+            handle,
+            reporter=reporter,
+        )
+        async with consumer:
+            await asyncio.to_thread(
+                tail.wait_for,
+                lambda rs: any(
+                    len(r["consumer_groups"].get(f"async-{topic}", {}).get("topics", {}))
+                    for r in rs
+                ),
+                "a report with the assigned topic",
+            )
+
+    with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+        asyncio.run(run_briefly(tail))
+        reports = tail.wait_for(
+            lambda rs: bool(rs) and rs[-1]["process"]["status"] == "stopped",
+            "the final stopped report",
+        )
+    running = [r for r in reports if r["process"]["status"] == "running"]
+    partitions = running[-1]["consumer_groups"][f"async-{topic}"]["topics"][topic]["partitions"]
+    assert sorted(partitions) == ["0", "1"]
