@@ -27,14 +27,16 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// A daemon's thread, its stop flag and the status it publishes after each loop.
-pub(crate) struct DaemonThread<S> {
+/// A running daemon (the scheduler, the redelivery tracker): its thread, its stop flag and the
+/// status `S` it publishes after each loop. Dropping it leaves the thread running; stop it with
+/// [`Daemon::request_stop`] and [`Daemon::wait`].
+pub struct Daemon<S> {
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     status: Arc<Mutex<S>>,
 }
 
-impl<S: Clone + Default + Send + 'static> DaemonThread<S> {
+impl<S: Clone + Default + Send + 'static> Daemon<S> {
     /// Starts `run(stop, status)` on a thread called `name`; `run` returns once `stop` is set.
     pub(crate) fn spawn(
         name: &str,
@@ -47,20 +49,21 @@ impl<S: Clone + Default + Send + 'static> DaemonThread<S> {
             .name(name.to_owned())
             .spawn(move || run(&thread_stop, &thread_status))
             .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start daemon: {e}")))?;
-        Ok(DaemonThread {
+        Ok(Daemon {
             stop,
             thread: Mutex::new(Some(thread)),
             status,
         })
     }
 
-    /// Sets the stop flag; the daemon finishes its loop and shuts down.
-    pub(crate) fn request_stop(&self) {
+    /// Sets the stop flag; the daemon finishes its loop and shuts down (final reports,
+    /// offsets committed, group left). Returns at once.
+    pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Release);
     }
 
     /// Waits up to `wait` for the thread to end; true once it has.
-    pub(crate) fn wait(&self, wait: Duration) -> bool {
+    pub fn wait(&self, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
         let mut slot = self.thread.lock().unwrap_or_else(|p| p.into_inner());
         loop {
@@ -79,7 +82,7 @@ impl<S: Clone + Default + Send + 'static> DaemonThread<S> {
     }
 
     /// The status as of the daemon's last loop.
-    pub(crate) fn status(&self) -> S {
+    pub fn status(&self) -> S {
         self.status
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -87,7 +90,15 @@ impl<S: Clone + Default + Send + 'static> DaemonThread<S> {
     }
 }
 
-/// Publishes `status` for [`DaemonThread::status`].
+impl<S: Clone + Default + Send + std::fmt::Debug + 'static> std::fmt::Debug for Daemon<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Publishes `status` for [`Daemon::status`].
 pub(crate) fn publish<S>(slot: &Mutex<S>, status: S) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = status;
 }

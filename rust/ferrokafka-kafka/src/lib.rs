@@ -24,6 +24,7 @@ pub use consumer::{
     Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ConsumerStats, Fetched,
     Outcome, PartitionCounters, PartitionStats, StartAt, Subscription, WorkerId,
 };
+pub use daemon::Daemon;
 pub use error::{KafkaIoError, KafkaResult};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
 pub use redelivery::{

@@ -28,7 +28,7 @@
 //!   was read for `use_now_if_no_marker_seen`.
 //!
 //! Threading: [`QueueConsumer`] methods are called from any thread; `fetch` serialises itself
-//! with a mutex. The tracker runs on one daemon thread (`daemon::DaemonThread`);
+//! with a mutex. The tracker runs on one daemon thread (`daemon::Daemon`);
 //! librdkafka callbacks only record events. No Python runs here.
 
 use std::collections::BTreeMap;
@@ -48,8 +48,8 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use crate::client::Client;
 use crate::config::ClientSettings;
 use crate::daemon::{
-    DaemonThread, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue, now_ms,
-    publish, send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue, now_ms, publish,
+    send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
@@ -531,17 +531,7 @@ impl MarkersPartition {
 }
 
 /// The running tracker daemon; see the module docs.
-pub struct RedeliveryTracker {
-    thread: DaemonThread<Vec<TrackerPartitionStatus>>,
-}
-
-impl std::fmt::Debug for RedeliveryTracker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedeliveryTracker")
-            .field("status", &self.status())
-            .finish_non_exhaustive()
-    }
-}
+pub type RedeliveryTracker = Daemon<Vec<TrackerPartitionStatus>>;
 
 impl RedeliveryTracker {
     /// Validates the settings, creates the Kafka clients and starts the daemon thread.
@@ -562,25 +552,9 @@ impl RedeliveryTracker {
             ));
         }
         let daemon = Tracker::new(settings, options)?;
-        let thread = DaemonThread::spawn("ferrokafka-redelivery", move |stop, status| {
+        Daemon::spawn("ferrokafka-redelivery", move |stop, status| {
             daemon.run(stop, status);
-        })?;
-        Ok(RedeliveryTracker { thread })
-    }
-
-    /// Asks the daemon to stop: markers offsets committed, group left.
-    pub fn request_stop(&self) {
-        self.thread.request_stop();
-    }
-
-    /// Waits up to `wait` for the daemon thread to end; true once it has.
-    pub fn wait(&self, wait: Duration) -> bool {
-        self.thread.wait(wait)
-    }
-
-    /// Per-partition figures as of the daemon's last loop.
-    pub fn status(&self) -> Vec<TrackerPartitionStatus> {
-        self.thread.status()
+        })
     }
 }
 

@@ -41,8 +41,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::client::EndIsExpected;
 use crate::config::ClientSettings;
 use crate::daemon::{
-    DaemonThread, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error,
-    now_ms, publish, send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error, now_ms,
+    publish, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
@@ -124,17 +124,7 @@ struct PartitionRun {
 }
 
 /// The running daemon; see the module docs.
-pub struct Scheduler {
-    thread: DaemonThread<Vec<PartitionStatus>>,
-}
-
-impl std::fmt::Debug for Scheduler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler")
-            .field("status", &self.status())
-            .finish_non_exhaustive()
-    }
-}
+pub type Scheduler = Daemon<Vec<PartitionStatus>>;
 
 impl Scheduler {
     /// Validates the settings, creates the Kafka clients and starts the daemon thread.
@@ -152,30 +142,14 @@ impl Scheduler {
                 options.flush_batch_size
             )));
         }
-        let daemon = Daemon::new(settings, options)?;
-        let thread = DaemonThread::spawn("ferrokafka-scheduler", move |stop, status| {
+        let daemon = SchedulerLoop::new(settings, options)?;
+        Daemon::spawn("ferrokafka-scheduler", move |stop, status| {
             daemon.run(stop, status);
-        })?;
-        Ok(Scheduler { thread })
-    }
-
-    /// Asks the daemon to stop: final state reports, offsets committed, group left.
-    pub fn request_stop(&self) {
-        self.thread.request_stop();
-    }
-
-    /// Waits up to `wait` for the daemon thread to end; true once it has.
-    pub fn wait(&self, wait: Duration) -> bool {
-        self.thread.wait(wait)
-    }
-
-    /// Per-partition figures as of the daemon's last loop.
-    pub fn status(&self) -> Vec<PartitionStatus> {
-        self.thread.status()
+        })
     }
 }
 
-struct Daemon {
+struct SchedulerLoop {
     consumer: BaseConsumer<GroupContext>,
     dispatcher: ThreadedProducer<FlushTracker>,
     reporter: ThreadedProducer<FlushTracker>,
@@ -186,7 +160,7 @@ struct Daemon {
     runs: BTreeMap<(String, i32), PartitionRun>,
 }
 
-impl Daemon {
+impl SchedulerLoop {
     fn new(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
         let transactional = settings.get("transactional.id").is_some();
@@ -235,7 +209,7 @@ impl Daemon {
             .to_client_config()
             .create_with_context(FlushTracker::new())
             .map_err(creation_error("create state report producer"))?;
-        Ok(Daemon {
+        Ok(SchedulerLoop {
             consumer,
             dispatcher,
             reporter,

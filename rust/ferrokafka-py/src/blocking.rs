@@ -7,10 +7,11 @@
 
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
-use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ferrokafka_kafka::Daemon;
 use pyo3::prelude::*;
 
 use crate::errors::FerrokafkaError;
@@ -192,5 +193,58 @@ impl<E: Send> EventInbox<E> {
             *slot = Some(receiver);
         }
         events
+    }
+}
+
+/// How long a daemon collected while running may take to stop.
+const STOP_ON_DROP: Duration = Duration::from_secs(30);
+
+/// A daemon (scheduler, redelivery tracker) as its pyclass holds it: waits are sliced and
+/// detached, use after fork is refused, and a handle collected while the daemon runs stops it
+/// (final reports, offsets committed) rather than leaving it running with nothing to stop it.
+#[derive(Debug)]
+pub struct DaemonHandle<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> {
+    daemon: ReleaseOnDrop<Arc<Daemon<S>>>,
+    guard: ForkGuard,
+}
+
+impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> DaemonHandle<S> {
+    /// Holds `daemon`, created now in this process; `what` names its Python class in errors.
+    pub fn new(daemon: Daemon<S>, what: &'static str) -> Self {
+        DaemonHandle {
+            daemon: ReleaseOnDrop::new(Arc::new(daemon)),
+            guard: ForkGuard::new(what),
+        }
+    }
+
+    /// Asks the daemon to stop; returns at once.
+    pub fn request_stop(&self) -> PyResult<()> {
+        self.guard.check()?;
+        self.daemon.request_stop();
+        Ok(())
+    }
+
+    /// Waits up to `timeout` seconds (forever when None) for the daemon to end; true once it
+    /// has.
+    pub fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        self.guard.check()?;
+        let daemon = &**self.daemon;
+        let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
+        Ok(ended.is_some())
+    }
+
+    /// The status as of the daemon's last loop.
+    pub fn status(&self) -> S {
+        self.daemon.status()
+    }
+}
+
+impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> Drop for DaemonHandle<S> {
+    fn drop(&mut self) {
+        let daemon = Arc::clone(&*self.daemon);
+        release_gil_for(move || {
+            daemon.request_stop();
+            daemon.wait(STOP_ON_DROP);
+        });
     }
 }

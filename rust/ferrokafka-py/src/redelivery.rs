@@ -9,15 +9,15 @@
 //! `pyo3-log`. A tracker collected while running is stopped first.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use ferrokafka_kafka::{
     KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions, RedeliveryTracker,
+    TrackerPartitionStatus,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::blocking::{ForkGuard, ReleaseOnDrop, release_gil_for, timeout_arg, wait_sliced};
+use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
 use crate::convert::settings_from_dict;
 use crate::errors::NativeResult;
 use crate::message::PyMessage;
@@ -164,24 +164,8 @@ impl PyRawQueueConsumer {
 #[pyclass(name = "_RawRedeliveryTracker", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyRawRedeliveryTracker {
-    daemon: ReleaseOnDrop<Arc<RedeliveryTracker>>,
-    guard: ForkGuard,
+    daemon: DaemonHandle<Vec<TrackerPartitionStatus>>,
 }
-
-impl Drop for PyRawRedeliveryTracker {
-    /// A tracker collected while running is stopped (offsets committed) rather than left
-    /// running with nothing to stop it.
-    fn drop(&mut self) {
-        let daemon = Arc::clone(&*self.daemon);
-        release_gil_for(move || {
-            daemon.request_stop();
-            daemon.wait(STOP_ON_DROP);
-        });
-    }
-}
-
-/// How long a collected tracker may take to stop.
-const STOP_ON_DROP: Duration = Duration::from_secs(30);
 
 #[pymethods]
 impl PyRawRedeliveryTracker {
@@ -219,24 +203,19 @@ impl PyRawRedeliveryTracker {
         };
         let daemon = py.detach(move || RedeliveryTracker::start(settings, options))?;
         Ok(PyRawRedeliveryTracker {
-            daemon: ReleaseOnDrop::new(Arc::new(daemon)),
-            guard: ForkGuard::new("ferrokafka.redelivery.RedeliveryTracker"),
+            daemon: DaemonHandle::new(daemon, "ferrokafka.redelivery.RedeliveryTracker"),
         })
     }
 
+    /// Asks the daemon to stop; returns at once.
     fn request_stop(&self) -> PyResult<()> {
-        self.guard.check()?;
-        self.daemon.request_stop();
-        Ok(())
+        self.daemon.request_stop()
     }
 
     /// Waits up to `timeout` seconds (forever when None) for the daemon to end; True once it has.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        self.guard.check()?;
-        let daemon = &**self.daemon;
-        let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
-        Ok(ended.is_some())
+        self.daemon.wait(py, timeout)
     }
 
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {

@@ -3,13 +3,11 @@
 //! GIL: the daemon runs on its own Rust thread; `wait` waits detached in slices and checks for
 //! signals between them, so `Scheduler.run()` can be stopped with Ctrl-C or SIGTERM handlers.
 
-use std::sync::Arc;
-
-use ferrokafka_kafka::{Scheduler, SchedulerOptions};
+use ferrokafka_kafka::{PartitionStatus, Scheduler, SchedulerOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::blocking::{ForkGuard, ReleaseOnDrop, release_gil_for, timeout_arg, wait_sliced};
+use crate::blocking::{DaemonHandle, timeout_arg};
 use crate::convert::settings_from_dict;
 use crate::errors::NativeResult;
 
@@ -17,24 +15,8 @@ use crate::errors::NativeResult;
 #[pyclass(name = "_RawScheduler", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyRawScheduler {
-    daemon: ReleaseOnDrop<Arc<Scheduler>>,
-    guard: ForkGuard,
+    daemon: DaemonHandle<Vec<PartitionStatus>>,
 }
-
-impl Drop for PyRawScheduler {
-    /// A scheduler collected while running is stopped (final state reports, commits) rather than
-    /// left running with nothing to stop it.
-    fn drop(&mut self) {
-        let daemon = Arc::clone(&*self.daemon);
-        release_gil_for(move || {
-            daemon.request_stop();
-            daemon.wait(STOP_ON_DROP);
-        });
-    }
-}
-
-/// How long a collected scheduler may take to stop.
-const STOP_ON_DROP: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[pymethods]
 impl PyRawScheduler {
@@ -64,25 +46,19 @@ impl PyRawScheduler {
         // Creating a transactional producer waits for the broker.
         let daemon = py.detach(move || Scheduler::start(settings, options))?;
         Ok(PyRawScheduler {
-            daemon: ReleaseOnDrop::new(Arc::new(daemon)),
-            guard: ForkGuard::new("ferrokafka.scheduling.Scheduler"),
+            daemon: DaemonHandle::new(daemon, "ferrokafka.scheduling.Scheduler"),
         })
     }
 
     /// Asks the daemon to stop; returns at once.
     fn request_stop(&self) -> PyResult<()> {
-        self.guard.check()?;
-        self.daemon.request_stop();
-        Ok(())
+        self.daemon.request_stop()
     }
 
     /// Waits up to `timeout` seconds (forever when None) for the daemon to end; True once it has.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        self.guard.check()?;
-        let daemon = &**self.daemon;
-        let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
-        Ok(ended.is_some())
+        self.daemon.wait(py, timeout)
     }
 
     /// Per-partition figures: topic, partition, state, pending, dispatched, skipped, applied.
