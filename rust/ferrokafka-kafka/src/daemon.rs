@@ -17,6 +17,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::client::log_unless_end;
+use crate::config::ClientSettings;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::OutgoingRecord;
 
@@ -101,6 +102,19 @@ impl<S: Clone + Default + Send + std::fmt::Debug + 'static> std::fmt::Debug for 
 /// Publishes `status` for [`Daemon::status`].
 pub(crate) fn publish<S>(slot: &Mutex<S>, status: S) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = status;
+}
+
+/// A daemon's group consumer settings: `settings` without producer-only keys, in `group_id`,
+/// committing itself, told about partition ends, starting at the earliest offset when the group
+/// has none.
+pub(crate) fn group_consumer_settings(settings: &ClientSettings, group_id: &str) -> ClientSettings {
+    let mut consumer = settings.clone();
+    consumer.remove("transactional.id");
+    consumer.set("group.id", group_id);
+    consumer.set("enable.auto.commit", "false");
+    consumer.set("enable.partition.eof", "true");
+    consumer.set("auto.offset.reset", "earliest");
+    consumer
 }
 
 /// Maps a client-creation failure of `what` to the engine error.

@@ -48,8 +48,8 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use crate::client::Client;
 use crate::config::ClientSettings;
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue, now_ms, publish,
-    send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue,
+    group_consumer_settings, now_ms, publish, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
@@ -568,17 +568,12 @@ struct Tracker {
 impl Tracker {
     fn new(settings: ClientSettings, options: RedeliveryOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
-        let mut consumer_settings = settings.clone();
-        consumer_settings.remove("transactional.id");
-        consumer_settings.set("group.id", options.group_id.as_str());
-        consumer_settings.set("enable.auto.commit", "false");
-        consumer_settings.set("enable.partition.eof", "true");
-        consumer_settings.set("auto.offset.reset", "earliest");
         // The tracker's state is the markers after the committed offset, not the whole topic.
-        let consumer: BaseConsumer<GroupContext> = consumer_settings
-            .to_client_config()
-            .create_with_context(GroupContext::new("redelivery tracker", false))
-            .map_err(creation_error("create markers consumer"))?;
+        let consumer: BaseConsumer<GroupContext> =
+            group_consumer_settings(&settings, &options.group_id)
+                .to_client_config()
+                .create_with_context(GroupContext::new("redelivery tracker", false))
+                .map_err(creation_error("create markers consumer"))?;
         consumer
             .subscribe(&[options.markers_topic.as_str()])
             .map_err(creation_error("subscribe to the markers topic"))?;

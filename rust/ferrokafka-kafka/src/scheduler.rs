@@ -41,8 +41,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::client::EndIsExpected;
 use crate::config::ClientSettings;
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error, now_ms,
-    publish, send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error,
+    group_consumer_settings, now_ms, publish, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
@@ -164,13 +164,7 @@ impl SchedulerLoop {
     fn new(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
         let transactional = settings.get("transactional.id").is_some();
-        let mut consumer_settings = settings.clone();
-        // Consumers must not carry producer-only settings.
-        consumer_settings.remove("transactional.id");
-        consumer_settings.set("group.id", options.group_id.as_str());
-        consumer_settings.set("enable.auto.commit", "false");
-        consumer_settings.set("enable.partition.eof", "true");
-        consumer_settings.set("auto.offset.reset", "earliest");
+        let mut consumer_settings = group_consumer_settings(&settings, &options.group_id);
         consumer_settings.set_default("isolation.level", "read_committed");
         let consumer: BaseConsumer<GroupContext> = consumer_settings
             .to_client_config()
