@@ -101,7 +101,9 @@ def _to_arrow(parts: tuple[Any, ...]) -> pa.Array:
         )
     if kind == "struct":
         children = [_to_arrow(child) for _, child in parts[3]]
-        fields = [pa.field(name, child.type) for (name, _), child in zip(parts[3], children)]
+        fields = [
+            pa.field(name, child.type) for (name, _), child in zip(parts[3], children, strict=True)
+        ]
         return pa.Array.from_buffers(pa.struct(fields), length, [bitmap], children=children)
     raise ValueError(f"unknown column kind {kind!r}")  # pragma: no cover - Rust returns the above
 
