@@ -33,9 +33,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.functions import arrow_udf
+from pyspark.sql.pandas import functions as _pandas_functions
 from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import DataType
 
 from ferrokafka import arrow as _arrow
@@ -67,10 +67,15 @@ def _spark_type(arrow_type: pa.DataType) -> DataType:
     return from_arrow_type(arrow_type)
 
 
-def _arrow_udf(function: Callable[..., pa.Array], arrow_type: pa.DataType, name: str) -> Any:
+def _arrow_udf(
+    function: Callable[..., pa.Array], arrow_type: pa.DataType, name: str
+) -> Callable[..., Column]:
     # Spark reads the kind of Arrow UDF (arrays to array) from the pa.Array type hints.
     function.__name__ = name
-    return arrow_udf(function, _spark_type(arrow_type))
+    # (pyspark's stub overloads list fixed arities only; the call is checked at run time.)
+    factory: Any = _pandas_functions.arrow_udf
+    udf: Callable[..., Column] = factory(function, _spark_type(arrow_type))
+    return udf
 
 
 def _value_type(errors: str, value: pa.DataType | None = None) -> pa.DataType:
