@@ -8,7 +8,8 @@ by default) and each batch is **one** call into Rust, with the GIL released, thr
 
 A row that cannot be processed never fails the task unless asked: the zlib UDFs give null
 (``errors="null"``), or ``struct<value, error>`` (``errors="struct"``); the decoders' structs
-carry an ``error`` field; ``errors="raise"`` fails the task with the row's error instead.
+carry an ``error`` field; ``errors="raise"`` fails the task with the row's error instead (its
+row number counts within the Arrow batch).
 
 Executors fork their Python workers, so nothing Kafka-related is created at import time: the
 UDFs only need ``ferrokafka`` installed on the executors, and the helpers that need Kafka

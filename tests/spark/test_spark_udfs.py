@@ -93,7 +93,8 @@ def test_zlib_udfs_equal_python_zlib_on_10k_rows(spark: SparkSession, small_batc
 
 def test_zlib_udf_can_raise_instead(spark: SparkSession) -> None:
     frame = spark.createDataFrame([(zlib.compress(b"ok"),), (b"junk",)], "packed binary")
-    with pytest.raises(Exception, match="row 1: corrupt zlib stream"):
+    # The row number counts within the Arrow batch the task was handling.
+    with pytest.raises(Exception, match=r"CodecError: row \d+: corrupt zlib stream"):
         frame.select(fks.inflate("packed", errors="raise")).coalesce(1).collect()
 
 
