@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
+LEAD = 8
+"""Seconds from now to the first epoch: more than the Spark job takes on a busy 2-core box."""
+
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
@@ -63,11 +66,13 @@ def test_schedule_dataframe_dispatches_10k_rows_once_not_before_their_epoch(
 
     target = topic_factory(partitions=3)
     rows = 10_000
+    # Warm up the Python workers, so that the epochs below are still ahead when the job runs.
+    spark.range(1).select(fks.schedule_headers(F.lit("t"), F.lit(int(time.time()) + 60))).collect()
     with loaded_scheduler(kafka_bootstrap, schedules_topic) as scheduler:
         start = int(time.time())
         frame = spark.range(rows).select(
             F.col("id"),
-            (F.lit(start + 4) + F.col("id") % 4).alias("epoch"),
+            (F.lit(start + LEAD) + F.col("id") % 4).alias("epoch"),
             F.concat(F.lit("m"), F.col("id")).alias("payload"),
             F.concat(F.lit("schedule-"), F.col("id")).alias("schedule_id"),
             F.concat(F.lit("user-"), F.col("id") % 100).alias("user"),
@@ -92,7 +97,7 @@ def test_schedule_dataframe_dispatches_10k_rows_once_not_before_their_epoch(
     assert counts == Counter(f"m{n}".encode() for n in range(rows))
     for message in dispatched:
         n = int((message.value() or b"m-1")[1:])
-        epoch = start + 4 + n % 4
+        epoch = start + LEAD + n % 4
         assert message.timestamp()[1] >= epoch * 1000, f"m{n} dispatched before its epoch"
         assert message.key() == f"user-{n % 100}".encode()
         assert header(message.headers(), "schedule_source_key") == f"schedule-{n}".encode()
@@ -114,7 +119,7 @@ def test_cancel_dataframe_cancels_what_schedule_dataframe_scheduled(
     from pyspark.sql import functions as F
 
     target = topic_factory(partitions=1)
-    epoch = int(time.time()) + 6
+    epoch = int(time.time()) + LEAD
     frame = spark.range(40).select(
         F.concat(F.lit("s-"), F.col("id")).alias("key"),
         F.col("id").cast("string").alias("value"),
