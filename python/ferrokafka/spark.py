@@ -403,7 +403,10 @@ def _reports(raw: DataFrame, max_inflated: int) -> DataFrame:
         F.col("report.process.status").alias("status"),
         F.col("report.dispatched_at").alias("dispatched_at"),
         F.col("report.stats.lag").alias("lag"),
-        "report.*",
+        *[
+            F.col(f"report.{field}").alias(field)
+            for field in ("schema_version", "process", "stats", "partitions", "jobs", "error")
+        ],
     )
 
 
