@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -100,9 +101,21 @@ def python_udfs() -> dict[str, dict[str, Callable[[Column], Column]]]:
     }
 
 
-def timed(frame: DataFrame) -> float:
+def timed(frame: DataFrame, limit: float = 600.0) -> float:
+    """Seconds to push every row through; ``inf`` if Spark had to cancel it after ``limit``."""
+    context = frame.sparkSession.sparkContext
+    group = f"bench-{time.monotonic_ns()}"
+    context.setJobGroup(group, "spark_bench case", interruptOnCancel=True)
+    timer = threading.Timer(limit, context.cancelJobGroup, args=(group,))
+    timer.start()
     started = time.perf_counter()
-    frame.write.format("noop").mode("overwrite").save()
+    try:
+        frame.write.format("noop").mode("overwrite").save()
+    except Exception as err:  # the cancelled job
+        print(f"  cancelled after {limit:.0f} s: {type(err).__name__}", flush=True)
+        return float("inf")
+    finally:
+        timer.cancel()
     return time.perf_counter() - started
 
 
@@ -112,6 +125,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--only", choices=["inflate", "deflate"], default=None)
+    parser.add_argument("--limit", type=float, default=600.0, help="cancel a case after N s")
     args = parser.parse_args()
 
     spark = session(args.cores)
@@ -123,22 +137,28 @@ def main() -> None:
         columns = {"inflate": "packed", "deflate": "json"}
         # Warm-up: Python workers started, UDF code imported, on a small slice.
         sample = data.limit(10_000)
-        for cases in python_udfs().values():
-            for udf in cases.values():
-                timed(sample.select(udf(F.col("packed" if udf is fks.inflate else "json"))))
+        for kind, cases in python_udfs().items():
+            for name, udf in cases.items():
+                print(f"warm-up {kind}: {name}", flush=True)
+                timed(sample.select(udf(F.col(columns[kind]))), args.limit)
         print(f"\nlocal[{args.cores}], {args.rows:,} rows; seconds (lower is better)")
         for kind, cases in python_udfs().items():
             if args.only and kind != args.only:
                 continue
             column = F.col(columns[kind])
             floor = timed(data.select(F.length(column)))
-            times = {name: timed(data.select(udf(column).alias("out"))) for name, udf in cases.items()}
+            times = {}
+            for name, udf in cases.items():
+                times[name] = timed(data.select(udf(column).alias("out")), args.limit)
+                print(f"  {kind}: {name}: {times[name]:.2f} s", flush=True)
             ours = times["ferrokafka Arrow UDF (Rust)"]
             print(f"\n### {kind}\n")
             print("| case | seconds | rows/s | ferrokafka speed-up |")
             print("|---|---:|---:|---:|")
             for name, seconds in times.items():
-                print(f"| {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | {seconds / ours:.2f}x |")
+                print(
+                    f"| {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | {seconds / ours:.2f}x |"
+                )
             print(f"| read the column only (floor) | {floor:.2f} | {args.rows / floor:,.0f} | |")
             print("| native Spark function | none: Spark has no zlib function | | |")
     finally:
