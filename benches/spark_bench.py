@@ -156,9 +156,8 @@ def main() -> None:
             print("| case | seconds | rows/s | ferrokafka speed-up |")
             print("|---|---:|---:|---:|")
             for name, seconds in times.items():
-                print(
-                    f"| {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | {seconds / ours:.2f}x |"
-                )
+                rate = args.rows / seconds
+                print(f"| {name} | {seconds:.2f} | {rate:,.0f} | {seconds / ours:.2f}x |")
             print(f"| read the column only (floor) | {floor:.2f} | {args.rows / floor:,.0f} | |")
             print("| native Spark function | none: Spark has no zlib function | | |")
     finally:
