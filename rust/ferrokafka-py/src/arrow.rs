@@ -199,11 +199,16 @@ fn output_and_errors<'py, B: ColumnBuilder>(
     Ok((column_parts(py, output)?, column_parts(py, errors)?))
 }
 
-/// A decoded struct column with its `error` field.
-fn struct_with_errors<'py, B: StructRows>(
+/// Decodes the binary `column` with `decode` (detached) into a struct column with its `error`
+/// field.
+fn decode_struct<'py, B: StructRows + Send>(
     py: Python<'py>,
-    result: BatchResult<B>,
+    column: &Bound<'py, PyAny>,
+    decode: impl FnOnce(&BinaryView<'_>) -> BatchResult<B> + Send,
 ) -> NativeResult<Bound<'py, PyTuple>> {
+    let buffers = ArrayBuffers::extract("column", column)?;
+    let input = buffers.binary()?;
+    let result = py.detach(|| decode(&input));
     Ok(column_parts(py, result.finish_with_error_field()?)?)
 }
 
@@ -242,10 +247,9 @@ pub fn decode_state_batch<'py>(
     column: &Bound<'py, PyAny>,
     max_inflated: usize,
 ) -> NativeResult<Bound<'py, PyTuple>> {
-    let buffers = ArrayBuffers::extract("column", column)?;
-    let input = buffers.binary()?;
-    let result = py.detach(|| rows::decode_state_batch(&input, max_inflated));
-    struct_with_errors(py, result)
+    decode_struct(py, column, |input| {
+        rows::decode_state_batch(input, max_inflated)
+    })
 }
 
 #[pyfunction]
@@ -255,10 +259,9 @@ pub fn decode_report_batch<'py>(
     column: &Bound<'py, PyAny>,
     max_inflated: usize,
 ) -> NativeResult<Bound<'py, PyTuple>> {
-    let buffers = ArrayBuffers::extract("column", column)?;
-    let input = buffers.binary()?;
-    let result = py.detach(|| rows::decode_report_batch(&input, max_inflated));
-    struct_with_errors(py, result)
+    decode_struct(py, column, |input| {
+        rows::decode_report_batch(input, max_inflated)
+    })
 }
 
 #[pyfunction]
@@ -266,10 +269,7 @@ pub fn decode_marker_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
 ) -> NativeResult<Bound<'py, PyTuple>> {
-    let buffers = ArrayBuffers::extract("column", column)?;
-    let input = buffers.binary()?;
-    let result = py.detach(|| rows::decode_marker_batch(&input));
-    struct_with_errors(py, result)
+    decode_struct(py, column, rows::decode_marker_batch)
 }
 
 fn optional_buffers(
