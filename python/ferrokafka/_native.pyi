@@ -552,6 +552,87 @@ def parse_proxy_headers(headers: _Headers) -> ProxyRecord:
     :class:`ferrokafka.CodecError` naming it. Example: see :class:`ProxyRecord`.
     """
 
+# ---- batch codecs over Arrow buffers (used by ferrokafka.arrow and ferrokafka.spark) --------
+
+_ArrowParts = tuple[Any, Any, Any, int, int, bool]
+"""``(validity, offsets or values, data, offset, length, large)``: the buffers of one pyarrow
+array (any buffer-protocol objects; ``None`` for an absent buffer), its slice offset and length,
+and whether its offsets are 64-bit."""
+
+_Column = tuple[Any, ...]
+"""A result column: ``(type, length, validity, buffers..., children)``, rebuilt into a pyarrow
+array by ``ferrokafka.arrow``."""
+
+def inflate_batch(
+    column: _ArrowParts, max_output: int = 67108864, large: bool = False
+) -> tuple[_Column, _Column]:
+    """Inflate every row of a binary Arrow array in one call, the GIL released.
+
+    Returns the output column (binary; 64-bit offsets if ``large``) and a string column with
+    each failed row's error (the output row is then null). Use :func:`ferrokafka.arrow.inflate`,
+    which passes the buffers and rebuilds the arrays. Example:
+        >>> import zlib, pyarrow as pa
+        >>> from ferrokafka import arrow
+        >>> arrow.inflate(pa.array([zlib.compress(b"a"), b"junk"])).to_pylist()
+        [b'a', None]
+    """
+
+def deflate_batch(
+    column: _ArrowParts, level: int = 6, large: bool = False
+) -> tuple[_Column, _Column]:
+    """Deflate every row of a binary or string Arrow array in one call, the GIL released; a
+    level outside 0..=9 raises ``ValueError``. See :func:`ferrokafka.arrow.deflate`. Example:
+        >>> import pyarrow as pa
+        >>> from ferrokafka import arrow
+        >>> len(arrow.deflate(pa.array([b"a" * 1000]))[0].as_py()) < 20
+        True
+    """
+
+def decode_state_batch(column: _ArrowParts, max_inflated: int = 67108864) -> _Column:
+    """Decode every row as a zlib JSON scheduler state report into one struct column (with an
+    ``error`` field for rows that fail). See :func:`ferrokafka.arrow.decode_state`. Example:
+        >>> import pyarrow as pa
+        >>> from ferrokafka import arrow
+        >>> arrow.decode_state(pa.array([b"junk"]))[0]["state"].as_py() is None
+        True
+    """
+
+def decode_report_batch(column: _ArrowParts, max_inflated: int = 67108864) -> _Column:
+    """Decode every row as a zlib JSON process report into one struct column (with an
+    ``error`` field). See :func:`ferrokafka.arrow.decode_report`. Example:
+        >>> import pyarrow as pa
+        >>> from ferrokafka import arrow
+        >>> arrow.decode_report(pa.array([None])).to_pylist()
+        [None]
+    """
+
+def decode_marker_batch(column: _ArrowParts) -> _Column:
+    """Decode every row as a redelivery marker into one struct column (with an ``error``
+    field). See :func:`ferrokafka.arrow.decode_marker`. Example:
+        >>> import pyarrow as pa
+        >>> from ferrokafka import arrow, codecs
+        >>> blob = codecs.encode_marker(codecs.Marker.end(0, 5))
+        >>> arrow.decode_marker(pa.array([blob]))[0]["kind"].as_py()
+        'end'
+    """
+
+def schedule_headers_batch(
+    target_topic: _ArrowParts,
+    epoch: _ArrowParts,
+    key: _ArrowParts | None = None,
+    partition: _ArrowParts | None = None,
+    partition_key: _ArrowParts | None = None,
+) -> tuple[_Column, _Column]:
+    """Build the Karafka proxy headers of every row (``list<struct<key, value>>``) and the
+    per-row errors, validating epochs against the current time. ``epoch`` and ``partition``
+    are int64 arrays. See :func:`ferrokafka.arrow.schedule_headers`. Example:
+        >>> import time, pyarrow as pa
+        >>> from ferrokafka import arrow
+        >>> rows = arrow.schedule_headers(pa.array(["t"]), pa.array([int(time.time()) + 60]))
+        >>> rows[0][2]["value"].as_py()
+        b'schedule'
+    """
+
 @final
 class _RawScheduler:
     """The native scheduler daemon; use :class:`ferrokafka.scheduling.Scheduler`."""

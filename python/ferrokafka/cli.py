@@ -7,6 +7,7 @@ Example:
     $ ferrokafka demo --bootstrap-servers 127.0.0.1:9092
     $ ferrokafka status --bootstrap-servers 127.0.0.1:9092 --watch
     $ ferrokafka dashboard --bootstrap-servers 127.0.0.1:9092 --port 8080
+    $ ferrokafka spark-demo --bootstrap-servers 127.0.0.1:9092
 """
 
 from __future__ import annotations
@@ -264,6 +265,13 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _spark_demo(args: argparse.Namespace) -> int:
+    from ferrokafka.spark_demo import run_spark_demo
+
+    run_spark_demo(args.bootstrap_servers, rows=args.rows, timeout=args.timeout)
+    return 0
+
+
 def _key_value(item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key:
@@ -418,6 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = command("demo", "Run the end-to-end demo against a broker.")
     demo.set_defaults(run=_demo)
+
+    spark_demo = command(
+        "spark-demo",
+        "Run a small Spark job (local[2]) against a broker: UDFs, scheduling, reports.",
+    )
+    spark_demo.add_argument(
+        "--rows", type=int, default=1000, help="rows to schedule (default: 1000)"
+    )
+    spark_demo.set_defaults(run=_spark_demo)
 
     topics = commands.add_parser("topics", help="List or create topics.")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")

@@ -580,7 +580,8 @@ fn envelope_of(value: &Bound<'_, PyAny>) -> NativeResult<Envelope> {
     })
 }
 
-fn now_secs() -> i64 {
+/// The wall clock in Unix seconds (the core takes time as an argument).
+pub(crate) fn now_secs() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs() as i64)

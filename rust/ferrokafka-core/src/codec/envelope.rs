@@ -221,39 +221,19 @@ pub fn default_proxy_key(target_topic: &str, random: [u8; 16]) -> String {
     format!("{target_topic}-{}", format_uuid_v4(random))
 }
 
-/// Builds the proxy that schedules `message` for `epoch_secs` (Unix seconds).
+/// The headers of a proxy that schedules a message to `address` at `epoch_secs`: the target
+/// message's own `headers` followed by the `schedule_*` headers.
 ///
-/// The proxy key is `envelope.key`, else [`default_proxy_key`] from `random`. Fails with
-/// [`CoreError::InvalidArgument`] for an empty topic or key or an out-of-range epoch, and with
-/// [`CoreError::TooLarge`] for an oversized payload.
-pub fn schedule_proxy(
-    message: &TargetMessage,
+/// Fails with [`CoreError::InvalidArgument`] for an empty target topic or an out-of-range epoch.
+pub fn schedule_headers(
+    address: &TargetAddress,
     epoch_secs: i64,
-    envelope: &Envelope,
-    random: [u8; 16],
     now_secs: i64,
     limits: &ScheduleLimits,
-) -> Result<ProxyMessage, CoreError> {
-    let address = &message.address;
+    mut headers: Headers,
+) -> Result<Headers, CoreError> {
     require_non_empty("target topic", &address.topic)?;
-    require_non_empty("schedules topic", &envelope.topic)?;
     validate_epoch(epoch_secs, now_secs, limits)?;
-    if message
-        .payload
-        .as_ref()
-        .is_some_and(|p| p.len() > limits.max_payload_bytes)
-    {
-        return Err(CoreError::TooLarge {
-            what: "scheduled payload (bytes)",
-            limit: limits.max_payload_bytes as u64,
-        });
-    }
-    let key = match &envelope.key {
-        Some(key) => key.clone(),
-        None => default_proxy_key(&address.topic, random),
-    };
-    require_non_empty("proxy key", &key)?;
-    let mut headers = message.headers.clone();
     set_header(&mut headers, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
     set_header(&mut headers, TARGET_EPOCH_HEADER, &epoch_secs.to_string());
     set_header(
@@ -275,6 +255,46 @@ pub fn schedule_proxy(
     if let Some(partition_key) = &address.partition_key {
         set_header(&mut headers, TARGET_PARTITION_KEY_HEADER, partition_key);
     }
+    Ok(headers)
+}
+
+/// Builds the proxy that schedules `message` for `epoch_secs` (Unix seconds).
+///
+/// The proxy key is `envelope.key`, else [`default_proxy_key`] from `random`. Fails with
+/// [`CoreError::InvalidArgument`] for an empty topic or key or an out-of-range epoch, and with
+/// [`CoreError::TooLarge`] for an oversized payload.
+pub fn schedule_proxy(
+    message: &TargetMessage,
+    epoch_secs: i64,
+    envelope: &Envelope,
+    random: [u8; 16],
+    now_secs: i64,
+    limits: &ScheduleLimits,
+) -> Result<ProxyMessage, CoreError> {
+    let address = &message.address;
+    require_non_empty("schedules topic", &envelope.topic)?;
+    let headers = schedule_headers(
+        address,
+        epoch_secs,
+        now_secs,
+        limits,
+        message.headers.clone(),
+    )?;
+    if message
+        .payload
+        .as_ref()
+        .is_some_and(|p| p.len() > limits.max_payload_bytes)
+    {
+        return Err(CoreError::TooLarge {
+            what: "scheduled payload (bytes)",
+            limit: limits.max_payload_bytes as u64,
+        });
+    }
+    let key = match &envelope.key {
+        Some(key) => key.clone(),
+        None => default_proxy_key(&address.topic, random),
+    };
+    require_non_empty("proxy key", &key)?;
     Ok(ProxyMessage {
         topic: envelope.topic.clone(),
         key,

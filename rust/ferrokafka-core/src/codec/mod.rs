@@ -4,9 +4,11 @@
 //! Invariants: every decoder is total: any input bytes give a value or a [`crate::CoreError`],
 //! never a panic, and never an allocation beyond the caller's size limit.
 
+pub mod columnar;
 pub mod envelope;
 pub mod json;
 pub mod marker_codec;
 pub mod report;
+pub mod rows;
 pub mod state;
 pub mod zlib;

@@ -53,6 +53,21 @@ pub enum ProcessStatus {
     Stopped,
 }
 
+impl ProcessStatus {
+    /// The name used in reports, e.g. `"running"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Initializing => "initializing",
+            Self::Initialized => "initialized",
+            Self::Running => "running",
+            Self::Quieting => "quieting",
+            Self::Quiet => "quiet",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
 /// The reporting process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessInfo {

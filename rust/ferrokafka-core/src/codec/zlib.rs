@@ -3,8 +3,9 @@
 //! Invariants: [`inflate`] never holds more than `max_output + 1` bytes of output: it grows its
 //! buffer geometrically (from 4x the input) up to that cap while streaming and stops with
 //! [`CoreError::TooLarge`] as soon as the output passes the limit, so a zip bomb costs at most the
-//! limit in memory. Corrupt,
-//! truncated or trailing-garbage input is [`CoreError::Corrupt`].
+//! limit in memory ([`inflate_into`], appending to a batch's shared buffer, grows that buffer
+//! geometrically, so it may reserve up to twice the limit). Corrupt, truncated or
+//! trailing-garbage input is [`CoreError::Corrupt`].
 //!
 //! Backend: flate2 on zlib-rs (pure Rust, no C toolchain), chosen by `benches/codec.rs` against
 //! miniz_oxide, libdeflate and zlib-ng (figures in `benches/RESULTS-core.md`). The output is
@@ -22,6 +23,13 @@ const FIRST_OUTPUT: usize = 4096;
 
 /// Compresses `data` into a zlib stream at `level` (0 = store .. 9 = smallest).
 pub fn deflate(data: &[u8], level: u32) -> Result<Vec<u8>, CoreError> {
+    let mut out = Vec::new();
+    deflate_into(data, level, &mut out)?;
+    Ok(out)
+}
+
+/// [`deflate`], appending the stream to `out` (one buffer for a whole batch of rows).
+pub fn deflate_into(data: &[u8], level: u32, out: &mut Vec<u8>) -> Result<(), CoreError> {
     if level > 9 {
         return Err(CoreError::InvalidArgument(format!(
             "zlib level must be 0..=9, got {level}"
@@ -29,7 +37,7 @@ pub fn deflate(data: &[u8], level: u32) -> Result<Vec<u8>, CoreError> {
     }
     let mut encoder = Compress::new(Compression::new(level), true);
     // zlib's compressBound: stored blocks cost 5 bytes per 16 KiB, plus header and checksum.
-    let mut out = Vec::with_capacity(data.len() + data.len() / 1000 + 64);
+    out.reserve(data.len() + data.len() / 1000 + 64);
     loop {
         let consumed = stream_position(encoder.total_in());
         let input = data.get(consumed..).unwrap_or_default();
@@ -37,32 +45,53 @@ pub fn deflate(data: &[u8], level: u32) -> Result<Vec<u8>, CoreError> {
             out.reserve(FIRST_OUTPUT);
         }
         let status = encoder
-            .compress_vec(input, &mut out, FlushCompress::Finish)
+            .compress_vec(input, out, FlushCompress::Finish)
             .map_err(|err| CoreError::corrupt(format!("zlib compressor: {err}")))?;
         if status == Status::StreamEnd {
-            return Ok(out);
+            return Ok(());
         }
     }
 }
 
 /// Decompresses the zlib stream `data`, refusing output longer than `max_output` bytes.
 pub fn inflate(data: &[u8], max_output: usize) -> Result<Vec<u8>, CoreError> {
+    let mut out = Vec::new();
+    inflate_into(data, max_output, &mut out)?;
+    Ok(out)
+}
+
+/// [`inflate`], appending the output to `out` (one buffer for a whole batch of rows). On error
+/// `out` may hold partial output past its original length; the caller truncates it.
+pub fn inflate_into(data: &[u8], max_output: usize, out: &mut Vec<u8>) -> Result<(), CoreError> {
+    let base = out.len();
     let cap = max_output.saturating_add(1);
     let first = cap.min(data.len().saturating_mul(4).max(FIRST_OUTPUT));
-    let mut out: Vec<u8> = Vec::with_capacity(first);
+    // Alone, grow exactly (memory stays within the limit); appending to a shared batch buffer,
+    // grow geometrically so that many rows do not each copy the whole buffer.
+    let grow = |out: &mut Vec<u8>, additional: usize| {
+        if base == 0 {
+            out.reserve_exact(additional);
+        } else {
+            out.reserve(additional);
+        }
+    };
+    if out.capacity() - base < first {
+        grow(out, first);
+    }
     let mut decoder = Decompress::new(true);
     loop {
         if out.len() == out.capacity() {
-            let target = cap.min(out.capacity().saturating_mul(2));
-            out.reserve_exact(target.saturating_sub(out.len()));
+            let written = out.len() - base;
+            let target = cap.min(written.saturating_mul(2).max(first));
+            grow(out, target.saturating_sub(written));
         }
         let consumed = stream_position(decoder.total_in());
         let input = data.get(consumed..).unwrap_or_default();
         let produced_before = out.len();
         let status = decoder
-            .decompress_vec(input, &mut out, FlushDecompress::None)
+            .decompress_vec(input, out, FlushDecompress::None)
             .map_err(|err| CoreError::corrupt(format!("zlib stream: {err}")))?;
-        if out.len() > max_output {
+        if out.len() - base > max_output {
             return Err(CoreError::TooLarge {
                 what: "inflated output (bytes)",
                 limit: max_output as u64,
@@ -70,7 +99,7 @@ pub fn inflate(data: &[u8], max_output: usize) -> Result<Vec<u8>, CoreError> {
         }
         let consumed_now = stream_position(decoder.total_in());
         match status {
-            Status::StreamEnd if consumed_now == data.len() => return Ok(out),
+            Status::StreamEnd if consumed_now == data.len() => return Ok(()),
             Status::StreamEnd => {
                 return Err(CoreError::corrupt(format!(
                     "zlib stream: {} trailing bytes after the end",
@@ -106,6 +135,17 @@ mod tests {
             assert_eq!(inflate(&packed, data.len()).unwrap(), data, "level {level}");
         }
         assert!(deflate(b"x", 10).is_err());
+    }
+
+    #[test]
+    fn into_variants_append_after_existing_bytes() {
+        let mut out = b"prefix".to_vec();
+        deflate_into(b"hello", DEFAULT_LEVEL, &mut out).unwrap();
+        let packed = out.split_off(6);
+        assert_eq!(out, b"prefix");
+        inflate_into(&packed, 5, &mut out).unwrap();
+        assert_eq!(out, b"prefixhello");
+        assert!(inflate_into(&packed, 4, &mut out).is_err());
     }
 
     #[test]

@@ -1,0 +1,531 @@
+"""PySpark integration: Arrow UDFs over the Rust codecs, scheduling every row of a DataFrame,
+and reading the reports and scheduler-state topics.
+
+The UDFs are Spark 4 Arrow UDFs (:func:`pyspark.sql.functions.arrow_udf`): Spark hands each
+Python worker whole Arrow batches (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, 10,000
+by default) and each batch is **one** call into Rust, with the GIL released, through
+:mod:`ferrokafka.arrow`. No per-row Python object is made.
+
+A row that cannot be processed never fails the task unless asked: the zlib UDFs give null
+(``errors="null"``), or ``struct<value, error>`` (``errors="struct"``); the decoders' structs
+carry an ``error`` field; ``errors="raise"`` fails the task with the row's error instead (its
+row number counts within the Arrow batch).
+
+Executors fork their Python workers, so nothing Kafka-related is created at import time: the
+UDFs only need ``ferrokafka`` installed on the executors, and the helpers that need Kafka
+metadata create a :class:`ferrokafka.Client` on the driver when called.
+
+Kafka I/O of the helpers goes through Spark's own Kafka connector; start Spark with
+``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>``.
+
+Example:
+    >>> from pyspark.sql import functions as F
+    >>> from ferrokafka import spark as fks
+    >>> df = spark.createDataFrame([(b'{"a": 1}',)], ["json"])  # doctest: +SKIP
+    >>> df.select(fks.inflate(fks.deflate("json")).alias("same")).first().same  # doctest: +SKIP
+    bytearray(b'{"a": 1}')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas import functions as _pandas_functions
+from pyspark.sql.pandas.types import from_arrow_type
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import DataType
+
+from ferrokafka import arrow as _arrow
+from ferrokafka.arrow import DEFAULT_MAX_INFLATED, StructErrors, ValueErrors
+from ferrokafka.codecs import cancel_proxy
+
+__all__ = [
+    "cancel_dataframe",
+    "decode_marker",
+    "decode_report",
+    "decode_state",
+    "deflate",
+    "inflate",
+    "read_reports",
+    "read_states",
+    "schedule_dataframe",
+    "schedule_headers",
+    "stream_lag",
+]
+
+ColumnOrName = Column | str
+
+
+def _col(column: ColumnOrName) -> Column:
+    return F.col(column) if isinstance(column, str) else column
+
+
+def _spark_type(arrow_type: pa.DataType) -> DataType:
+    return from_arrow_type(arrow_type)
+
+
+def _arrow_udf(
+    function: Callable[..., pa.Array], arrow_type: pa.DataType, name: str
+) -> Callable[..., Column]:
+    # Spark reads the kind of Arrow UDF (arrays to array) from the pa.Array type hints.
+    function.__name__ = name
+    # (pyspark's stub overloads list fixed arities only; the call is checked at run time.)
+    factory: Any = _pandas_functions.arrow_udf
+    udf: Callable[..., Column] = factory(function, _spark_type(arrow_type))
+    return udf
+
+
+def _value_type(errors: str, value: pa.DataType | None = None) -> pa.DataType:
+    """The result type of a UDF whose rows are ``value`` (binary by default)."""
+    value = pa.binary() if value is None else value
+    if errors == "struct":
+        return pa.struct([("value", value), ("error", pa.string())])
+    if errors in ("null", "raise"):
+        return value
+    raise ValueError(f"errors must be 'null', 'struct' or 'raise', got {errors!r}")
+
+
+def _check_struct_errors(errors: str) -> None:
+    if errors not in ("field", "raise"):
+        raise ValueError(f"errors must be 'field' or 'raise', got {errors!r}")
+
+
+def _empty_binary() -> pa.Array:
+    return pa.array([], pa.binary())
+
+
+def inflate(
+    column: ColumnOrName, *, max_output: int = DEFAULT_MAX_INFLATED, errors: ValueErrors = "null"
+) -> Column:
+    """Inflate a binary column of zlib streams (at most ``max_output`` bytes per row).
+
+    Example:
+        >>> df.select(inflate("value").cast("string"))  # doctest: +SKIP
+    """
+
+    def run(values: pa.Array) -> pa.Array:
+        return _arrow.inflate(values, max_output=max_output, errors=errors)
+
+    return _arrow_udf(run, _value_type(errors), "inflate")(_col(column))
+
+
+def deflate(column: ColumnOrName, *, level: int = 6, errors: ValueErrors = "null") -> Column:
+    """Deflate a binary or string column into zlib streams at ``level`` 0..9.
+
+    Example:
+        >>> df.select(deflate("json").alias("value"))  # doctest: +SKIP
+    """
+    if not 0 <= level <= 9:
+        raise ValueError(f"zlib level must be 0..=9, got {level}")
+
+    def run(values: pa.Array) -> pa.Array:
+        return _arrow.deflate(values, level=level, errors=errors)
+
+    return _arrow_udf(run, _value_type(errors), "deflate")(_col(column))
+
+
+def decode_report(
+    column: ColumnOrName,
+    *,
+    max_inflated: int = DEFAULT_MAX_INFLATED,
+    errors: StructErrors = "field",
+) -> Column:
+    """Decode a column of zlib JSON process reports into a struct (fields: see
+    :func:`ferrokafka.arrow.decode_report`).
+
+    Example:
+        >>> df.select(decode_report("value").alias("r")).select("r.process.id", "r.stats.lag")
+        ... # doctest: +SKIP
+    """
+
+    _check_struct_errors(errors)
+
+    def run(values: pa.Array) -> pa.Array:
+        return _arrow.decode_report(values, max_inflated=max_inflated, errors=errors)
+
+    arrow_type = _arrow.decode_report(_empty_binary()).type
+    return _arrow_udf(run, arrow_type, "decode_report")(_col(column))
+
+
+def decode_state(
+    column: ColumnOrName,
+    *,
+    max_inflated: int = DEFAULT_MAX_INFLATED,
+    errors: StructErrors = "field",
+) -> Column:
+    """Decode a column of zlib JSON scheduler state reports into a struct (fields: see
+    :func:`ferrokafka.arrow.decode_state`)."""
+
+    _check_struct_errors(errors)
+
+    def run(values: pa.Array) -> pa.Array:
+        return _arrow.decode_state(values, max_inflated=max_inflated, errors=errors)
+
+    arrow_type = _arrow.decode_state(_empty_binary()).type
+    return _arrow_udf(run, arrow_type, "decode_state")(_col(column))
+
+
+def decode_marker(column: ColumnOrName, *, errors: StructErrors = "field") -> Column:
+    """Decode a column of redelivery markers (the markers topic) into a struct: ``kind``,
+    ``partition``, ``offset``, ``deadline``, ``key``, ``value``, ``headers``, ``error``."""
+
+    _check_struct_errors(errors)
+
+    def run(values: pa.Array) -> pa.Array:
+        return _arrow.decode_marker(values, errors=errors)
+
+    arrow_type = _arrow.decode_marker(_empty_binary()).type
+    return _arrow_udf(run, arrow_type, "decode_marker")(_col(column))
+
+
+def schedule_headers(
+    target_topic: ColumnOrName,
+    epoch: ColumnOrName,
+    key: ColumnOrName | None = None,
+    partition: ColumnOrName | None = None,
+    partition_key: ColumnOrName | None = None,
+    *,
+    errors: ValueErrors = "raise",
+) -> Column:
+    """The Kafka headers (``array<struct<key: string, value: binary>>``, the type of Spark's
+    Kafka ``headers`` column) of the proxy message that schedules a row's message to
+    ``target_topic`` at ``epoch`` (Unix seconds), with the optional target message ``key``,
+    ``partition`` and ``partition_key``: exactly Karafka's ``schedule_*`` headers, built by the
+    same Rust code as :func:`ferrokafka.scheduling.schedule`. A null topic or epoch, or an epoch
+    more than 10 s in the past, fails the task by default (``errors="raise"``).
+
+    Example:
+        >>> df.select(schedule_headers(F.lit("reminders"), "epoch", key="user"))  # doctest: +SKIP
+    """
+
+    def run(
+        topics: pa.Array,
+        epochs: pa.Array,
+        keys: pa.Array,
+        partitions: pa.Array,
+        partition_keys: pa.Array,
+    ) -> pa.Array:
+        return _arrow.schedule_headers(
+            topics, epochs, keys, partitions, partition_keys, errors=errors
+        )
+
+    sample = _arrow.schedule_headers(pa.array([], pa.string()), pa.array([], pa.int64()))
+    udf = _arrow_udf(run, _value_type(errors, sample.type), "schedule_headers")
+
+    def optional(column: ColumnOrName | None, spark_type: str) -> Column:
+        # An absent column is all nulls: the rows then have no such header.
+        return (F.lit(None) if column is None else _col(column)).cast(spark_type)
+
+    return udf(
+        _col(target_topic).cast("string"),
+        _col(epoch).cast("long"),
+        optional(key, "string"),
+        optional(partition, "long"),
+        optional(partition_key, "string"),
+    )
+
+
+# ---- Kafka helpers (Spark's Kafka connector) -----------------------------------------------
+
+
+def _kafka_options(
+    bootstrap_servers: str | None, kafka_options: Mapping[str, str] | None
+) -> dict[str, str]:
+    options = dict(kafka_options or {})
+    if bootstrap_servers is not None:
+        options["kafka.bootstrap.servers"] = bootstrap_servers
+    if "kafka.bootstrap.servers" not in options:
+        raise ValueError("pass bootstrap_servers= or kafka.bootstrap.servers in kafka_options")
+    return options
+
+
+def _partition_count(options: Mapping[str, str], topic: str, timeout: float = 30.0) -> int:
+    # A Kafka client on the driver, made when called (never at import, never on executors).
+    from ferrokafka import Client
+
+    client = Client({"bootstrap.servers": options["kafka.bootstrap.servers"]})
+    metadata = client.list_topics(timeout=timeout).topics.get(topic)
+    if metadata is None or not metadata.partitions:
+        raise ValueError(f"topic {topic!r} does not exist; create it first")
+    return len(metadata.partitions)
+
+
+def _write_proxies(frame: DataFrame, topic: str, options: dict[str, str], partitions: int) -> None:
+    # Partition like librdkafka's and ruby-kafka's default partitioner (CRC32 of the key), not
+    # the Java producer's murmur2: a cancel sent later by a Python or Ruby producer must land
+    # in the partition of the schedule it cancels.
+    partition = F.pmod(F.crc32(F.col("key").cast("binary")), F.lit(partitions)).cast("int")
+    (
+        frame.withColumn("partition", partition)
+        .write.format("kafka")
+        .options(**options)
+        .option("topic", topic)
+        .save()
+    )
+
+
+def schedule_dataframe(
+    df: DataFrame,
+    schedules_topic: str,
+    epoch_col: ColumnOrName,
+    *,
+    target_topic: str | None = None,
+    target_topic_col: ColumnOrName | None = None,
+    value_col: ColumnOrName = "value",
+    key_col: ColumnOrName | None = None,
+    target_key_col: ColumnOrName | None = None,
+    target_partition_col: ColumnOrName | None = None,
+    target_partition_key_col: ColumnOrName | None = None,
+    bootstrap_servers: str | None = None,
+    kafka_options: Mapping[str, str] | None = None,
+    partitions: int | None = None,
+) -> None:
+    """Schedule every row of ``df``: one Karafka proxy message per row, written to
+    ``schedules_topic`` through Spark's Kafka sink, for a scheduler daemon to dispatch at the
+    row's ``epoch_col`` (Unix seconds).
+
+    The target topic is ``target_topic`` (one for all rows) or ``target_topic_col``; the payload
+    is ``value_col``; ``target_key_col``, ``target_partition_col`` and
+    ``target_partition_key_col`` address the target message. ``key_col`` is the proxy key, the
+    schedule's identity (cancel with it, re-scheduling it replaces the schedule); without it
+    each row gets ``"<target_topic>-<uuid4>"``, which a retried Spark task would draw anew, so
+    pass a key when a retry must not schedule twice. Proxies are partitioned by CRC32 of the
+    key, as librdkafka and Karafka partition, so a cancel from any of them finds its schedule;
+    ``partitions`` is the schedules topic's partition count (looked up when not given).
+    ``kafka_options`` are Spark Kafka sink options (``kafka.*`` settings passed through).
+
+    A row with a null epoch or target, or an epoch more than 10 s in the past when the task
+    runs, fails the job with :class:`ferrokafka.ScheduleError` (nothing half-valid is written).
+
+    Example:
+        >>> schedule_dataframe(
+        ...     orders, "schedules", "remind_at", target_topic="reminders",
+        ...     value_col="payload", key_col="order_id", bootstrap_servers="127.0.0.1:9092",
+        ... )  # doctest: +SKIP
+    """
+    if (target_topic is None) == (target_topic_col is None):
+        raise ValueError("pass exactly one of target_topic and target_topic_col")
+    options = _kafka_options(bootstrap_servers, kafka_options)
+    topic = F.lit(target_topic) if target_topic is not None else _col(target_topic_col or "")
+    headers = schedule_headers(
+        topic,
+        epoch_col,
+        key=target_key_col,
+        partition=target_partition_col,
+        partition_key=target_partition_key_col,
+    )
+    if key_col is not None:
+        key = _col(key_col).cast("string")
+    else:
+        key = F.concat(topic.cast("string"), F.lit("-"), F.expr("uuid()"))
+    proxies = df.select(
+        key.alias("key"), _col(value_col).cast("binary").alias("value"), headers.alias("headers")
+    )
+    count = partitions or _partition_count(options, schedules_topic)
+    _write_proxies(proxies, schedules_topic, options, count)
+
+
+def cancel_dataframe(
+    df: DataFrame,
+    schedules_topic: str,
+    key_col: ColumnOrName,
+    *,
+    bootstrap_servers: str | None = None,
+    kafka_options: Mapping[str, str] | None = None,
+    partitions: int | None = None,
+) -> None:
+    """Cancel the schedule of every proxy key in ``key_col``: one Karafka cancel message per
+    row, through Spark's Kafka sink (partitioned like :func:`schedule_dataframe`).
+
+    Example:
+        >>> cancel_dataframe(cancelled, "schedules", "order_id",
+        ...                  bootstrap_servers="127.0.0.1:9092")  # doctest: +SKIP
+    """
+    options = _kafka_options(bootstrap_servers, kafka_options)
+    # The cancel headers do not depend on the key: build them once, in Rust, as literals.
+    template = cancel_proxy("template", {"topic": schedules_topic})
+    headers = F.array(
+        *[
+            F.struct(F.lit(name).alias("key"), F.lit(value).cast("binary").alias("value"))
+            for name, value in template.headers
+        ]
+    )
+    proxies = df.select(
+        _col(key_col).cast("string").alias("key"),
+        F.lit(None).cast("binary").alias("value"),
+        headers.alias("headers"),
+    )
+    count = partitions or _partition_count(options, schedules_topic)
+    _write_proxies(proxies, schedules_topic, options, count)
+
+
+def _read(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    starting_offsets: str,
+    ending_offsets: str,
+    options: Mapping[str, str] | None,
+) -> DataFrame:
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting_offsets)
+        .option("endingOffsets", ending_offsets)
+        .options(**dict(options or {}))
+        .load()
+    )
+
+
+def _kafka_columns() -> list[Column]:
+    # Columns need an active SparkContext: built per call, never at import.
+    return [
+        F.col("key").cast("string").alias("key"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+    ]
+
+
+def _reports(raw: DataFrame, max_inflated: int) -> DataFrame:
+    report = decode_report("value", max_inflated=max_inflated).alias("report")
+    return raw.select(*_kafka_columns(), report).select(
+        "key",
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        F.col("report.process.id").alias("process_id"),
+        F.col("report.process.status").alias("status"),
+        F.col("report.dispatched_at").alias("dispatched_at"),
+        F.col("report.stats.lag").alias("lag"),
+        *[
+            F.col(f"report.{field}").alias(field)
+            for field in ("schema_version", "process", "stats", "partitions", "jobs", "error")
+        ],
+    )
+
+
+def read_reports(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    starting_offsets: str = "earliest",
+    ending_offsets: str = "latest",
+    max_inflated: int = DEFAULT_MAX_INFLATED,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A batch DataFrame of the process reports on ``topic``, decoded: Kafka ``key``,
+    ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``, then ``process_id``, ``status``,
+    ``dispatched_at``, ``lag`` (the process's total), and every field of
+    :func:`ferrokafka.arrow.decode_report` (``process``, ``stats``, ``partitions`` with the lag
+    per partition, ``jobs``, ``error``). Undecodable records are rows with ``error`` set.
+
+    Example:
+        >>> read_reports(spark, "127.0.0.1:9092", "ferrokafka_reports").select(
+        ...     "process_id", F.explode("partitions").alias("p")).show()  # doctest: +SKIP
+    """
+    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options)
+    return _reports(raw, max_inflated)
+
+
+def read_states(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    starting_offsets: str = "earliest",
+    ending_offsets: str = "latest",
+    max_inflated: int = DEFAULT_MAX_INFLATED,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A batch DataFrame of the scheduler state reports on ``topic`` (a schedules topic's
+    ``<schedules>_states`` topic), decoded: ``key`` (``"<state>_state"``), ``kafka_partition``
+    (the schedules partition it describes), ``kafka_offset``, ``kafka_timestamp`` and every
+    field of :func:`ferrokafka.arrow.decode_state` (``state``, ``offsets``, ``daily``,
+    ``dispatched``, ..., ``error``).
+
+    Example:
+        >>> read_states(spark, "127.0.0.1:9092", "schedules_states").groupBy(
+        ...     "kafka_partition").agg(F.max_by("state", "dispatched_at"))  # doctest: +SKIP
+    """
+    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options)
+    state = decode_state("value", max_inflated=max_inflated).alias("state_report")
+    return raw.select(*_kafka_columns(), state).select(
+        "key", "kafka_partition", "kafka_offset", "kafka_timestamp", "state_report.*"
+    )
+
+
+def lag_table(reports: DataFrame) -> DataFrame:
+    """The latest lag per process, consumer group, topic and partition of a DataFrame of
+    decoded reports (as :func:`read_reports` makes; batch or streaming): the values of the
+    report with the newest ``dispatched_at``."""
+    partitions = reports.where(F.col("error").isNull()).select(
+        "process_id", "dispatched_at", F.explode("partitions").alias("p")
+    )
+    latest = F.max(
+        F.struct(
+            F.col("dispatched_at"),
+            F.col("p.lag").alias("lag"),
+            F.col("p.lag_stored").alias("lag_stored"),
+            F.col("p.committed_offset").alias("committed_offset"),
+            F.col("p.hi_offset").alias("hi_offset"),
+        )
+    ).alias("latest")
+    keys = [
+        F.col("process_id"),
+        F.col("p.consumer_group").alias("consumer_group"),
+        F.col("p.topic").alias("topic"),
+        F.col("p.partition").alias("partition"),
+    ]
+    return (
+        partitions.groupBy(*keys)
+        .agg(latest)
+        .select("process_id", "consumer_group", "topic", "partition", "latest.*")
+    )
+
+
+def stream_lag(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    sink: str = "memory",
+    query_name: str = "ferrokafka_lag",
+    starting_offsets: str = "earliest",
+    max_inflated: int = DEFAULT_MAX_INFLATED,
+    options: Mapping[str, str] | None = None,
+    checkpoint_location: str | None = None,
+) -> StreamingQuery:
+    """Start a structured-streaming query that keeps the latest lag per process, consumer
+    group, topic and partition from the reports ``topic`` (:func:`lag_table`), in complete
+    output mode, into ``sink`` (``"memory"``: the table ``query_name``; ``"console"``; any
+    sink that supports complete mode). Returns the running query.
+
+    Example:
+        >>> query = stream_lag(spark, "127.0.0.1:9092", "ferrokafka_reports")  # doctest: +SKIP
+        >>> query.processAllAvailable()  # doctest: +SKIP
+        >>> spark.table("ferrokafka_lag").show()  # doctest: +SKIP
+    """
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting_offsets)
+        .options(**dict(options or {}))
+        .load()
+    )
+    writer = (
+        lag_table(_reports(raw, max_inflated))
+        .writeStream.outputMode("complete")
+        .format(sink)
+        .queryName(query_name)
+    )
+    if checkpoint_location is not None:
+        writer = writer.option("checkpointLocation", checkpoint_location)
+    return writer.start()

@@ -1,0 +1,324 @@
+//! The batch codecs over Arrow buffers (`ferrokafka.arrow`, used by the Spark UDFs): one call per
+//! Arrow batch, whatever its row count.
+//!
+//! GIL: the input buffers are borrowed through the buffer protocol (no copy) and held for the
+//! whole call; the row loop always runs detached (a batch is thousands of rows). The result
+//! columns are copied into `bytes` objects once, while attached, and rebuilt into pyarrow arrays
+//! by `ferrokafka/arrow.py`.
+
+use ferrokafka_core::codec::columnar::{
+    BatchResult, BinaryView, Column, ColumnBuilder, Int64View, StructRows,
+};
+use ferrokafka_core::codec::envelope::ScheduleLimits;
+use ferrokafka_core::codec::rows::{self, ScheduleColumns};
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::codec::now_secs;
+use crate::errors::NativeResult;
+
+/// A borrowed, C-contiguous byte buffer (a `pyarrow.Buffer`, `bytes`, ...), kept exported for
+/// as long as this value lives.
+struct ByteBuffer(Option<PyUntypedBuffer>);
+
+impl ByteBuffer {
+    fn get(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let Some(value) = value.filter(|value| !value.is_none()) else {
+            return Ok(ByteBuffer(None));
+        };
+        let buffer = PyUntypedBuffer::get(value)?;
+        if !buffer.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be a contiguous buffer"
+            )));
+        }
+        Ok(ByteBuffer(Some(buffer)))
+    }
+
+    fn bytes(&self) -> Option<&[u8]> {
+        let buffer = self.0.as_ref()?;
+        let len = buffer.len_bytes();
+        if len == 0 || buffer.buf_ptr().is_null() {
+            return Some(&[]);
+        }
+        // SAFETY: the exporter keeps `len` readable bytes at `buf_ptr` until the buffer is
+        // released, which happens only when `self` drops; the slice borrows `self`. Arrow
+        // buffers are immutable once built, so nothing writes to them while we read.
+        Some(unsafe { std::slice::from_raw_parts(buffer.buf_ptr().cast::<u8>(), len) })
+    }
+}
+
+/// The buffers of one Arrow array, as `ferrokafka/arrow.py` passes them: `(validity, values or
+/// offsets, data, offset, length, large)`.
+struct ArrayBuffers {
+    validity: ByteBuffer,
+    values: ByteBuffer,
+    data: ByteBuffer,
+    offset: usize,
+    len: usize,
+    large: bool,
+}
+
+impl ArrayBuffers {
+    fn extract(name: &str, parts: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let parts = parts.cast::<PyTuple>().map_err(|_| {
+            PyValueError::new_err(format!(
+                "{name} must be a (validity, offsets, data, offset, length, large) tuple"
+            ))
+        })?;
+        if parts.len() != 6 {
+            return Err(PyValueError::new_err(format!(
+                "{name} must have 6 parts, got {}",
+                parts.len()
+            )));
+        }
+        Ok(ArrayBuffers {
+            validity: ByteBuffer::get(name, Some(&parts.get_item(0)?))?,
+            values: ByteBuffer::get(name, Some(&parts.get_item(1)?))?,
+            data: ByteBuffer::get(name, Some(&parts.get_item(2)?))?,
+            offset: parts.get_item(3)?.extract()?,
+            len: parts.get_item(4)?.extract()?,
+            large: parts.get_item(5)?.extract()?,
+        })
+    }
+
+    fn binary(&self) -> NativeResult<BinaryView<'_>> {
+        Ok(BinaryView::new(
+            self.validity.bytes(),
+            self.values.bytes().unwrap_or_default(),
+            self.data.bytes().unwrap_or_default(),
+            self.offset,
+            self.len,
+            self.large,
+        )?)
+    }
+
+    fn int64(&self) -> NativeResult<Int64View<'_>> {
+        Ok(Int64View::new(
+            self.validity.bytes(),
+            self.values.bytes().unwrap_or_default(),
+            self.offset,
+            self.len,
+        )?)
+    }
+}
+
+fn optional_bytes<'py>(py: Python<'py>, bytes: Option<Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
+    bytes.map(|bytes| PyBytes::new(py, &bytes))
+}
+
+/// A finished column as nested tuples: `(type, length, validity, buffers...)`.
+fn column_parts<'py>(py: Python<'py>, column: Column) -> PyResult<Bound<'py, PyTuple>> {
+    match column {
+        Column::Int64 {
+            len,
+            validity,
+            values,
+        } => (
+            "int64",
+            len,
+            optional_bytes(py, validity),
+            PyBytes::new(py, &values),
+        )
+            .into_pyobject(py),
+        Column::Float64 {
+            len,
+            validity,
+            values,
+        } => (
+            "float64",
+            len,
+            optional_bytes(py, validity),
+            PyBytes::new(py, &values),
+        )
+            .into_pyobject(py),
+        Column::Bytes {
+            len,
+            validity,
+            utf8,
+            large,
+            offsets,
+            data,
+        } => {
+            let kind = match (utf8, large) {
+                (true, false) => "string",
+                (true, true) => "large_string",
+                (false, false) => "binary",
+                (false, true) => "large_binary",
+            };
+            (
+                kind,
+                len,
+                optional_bytes(py, validity),
+                PyBytes::new(py, &offsets),
+                PyBytes::new(py, &data),
+            )
+                .into_pyobject(py)
+        }
+        Column::List {
+            len,
+            validity,
+            offsets,
+            item,
+        } => (
+            "list",
+            len,
+            optional_bytes(py, validity),
+            PyBytes::new(py, &offsets),
+            column_parts(py, *item)?,
+        )
+            .into_pyobject(py),
+        Column::Struct {
+            len,
+            validity,
+            fields,
+        } => {
+            let children = fields
+                .into_iter()
+                .map(|(name, child)| Ok((name, column_parts(py, child)?)))
+                .collect::<PyResult<Vec<_>>>()?;
+            (
+                "struct",
+                len,
+                optional_bytes(py, validity),
+                PyList::new(py, children)?,
+            )
+                .into_pyobject(py)
+        }
+    }
+}
+
+/// `(output, errors)` of a batch whose output is a plain column.
+fn output_and_errors<'py, B: ColumnBuilder>(
+    py: Python<'py>,
+    result: BatchResult<B>,
+) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let (output, errors) = result.finish()?;
+    Ok((column_parts(py, output)?, column_parts(py, errors)?))
+}
+
+/// Decodes the binary `column` with `decode` (detached) into a struct column with its `error`
+/// field.
+fn decode_struct<'py, B: StructRows + Send>(
+    py: Python<'py>,
+    column: &Bound<'py, PyAny>,
+    decode: impl FnOnce(&BinaryView<'_>) -> BatchResult<B> + Send,
+) -> NativeResult<Bound<'py, PyTuple>> {
+    let buffers = ArrayBuffers::extract("column", column)?;
+    let input = buffers.binary()?;
+    let result = py.detach(|| decode(&input));
+    Ok(column_parts(py, result.finish_with_error_field()?)?)
+}
+
+#[pyfunction]
+#[pyo3(signature = (column, max_output = 67_108_864, large = false))]
+pub fn inflate_batch<'py>(
+    py: Python<'py>,
+    column: &Bound<'py, PyAny>,
+    max_output: usize,
+    large: bool,
+) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let buffers = ArrayBuffers::extract("column", column)?;
+    let input = buffers.binary()?;
+    let result = py.detach(|| rows::inflate_batch(&input, max_output, large));
+    output_and_errors(py, result)
+}
+
+#[pyfunction]
+#[pyo3(signature = (column, level = 6, large = false))]
+pub fn deflate_batch<'py>(
+    py: Python<'py>,
+    column: &Bound<'py, PyAny>,
+    level: u32,
+    large: bool,
+) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let buffers = ArrayBuffers::extract("column", column)?;
+    let input = buffers.binary()?;
+    let result = py.detach(|| rows::deflate_batch(&input, level, large))?;
+    output_and_errors(py, result)
+}
+
+#[pyfunction]
+#[pyo3(signature = (column, max_inflated = 67_108_864))]
+pub fn decode_state_batch<'py>(
+    py: Python<'py>,
+    column: &Bound<'py, PyAny>,
+    max_inflated: usize,
+) -> NativeResult<Bound<'py, PyTuple>> {
+    decode_struct(py, column, |input| {
+        rows::decode_state_batch(input, max_inflated)
+    })
+}
+
+#[pyfunction]
+#[pyo3(signature = (column, max_inflated = 67_108_864))]
+pub fn decode_report_batch<'py>(
+    py: Python<'py>,
+    column: &Bound<'py, PyAny>,
+    max_inflated: usize,
+) -> NativeResult<Bound<'py, PyTuple>> {
+    decode_struct(py, column, |input| {
+        rows::decode_report_batch(input, max_inflated)
+    })
+}
+
+#[pyfunction]
+pub fn decode_marker_batch<'py>(
+    py: Python<'py>,
+    column: &Bound<'py, PyAny>,
+) -> NativeResult<Bound<'py, PyTuple>> {
+    decode_struct(py, column, rows::decode_marker_batch)
+}
+
+fn optional_buffers(
+    name: &str,
+    column: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<ArrayBuffers>> {
+    column
+        .filter(|column| !column.is_none())
+        .map(|column| ArrayBuffers::extract(name, column))
+        .transpose()
+}
+
+#[pyfunction]
+#[pyo3(signature = (target_topic, epoch, key = None, partition = None, partition_key = None))]
+pub fn schedule_headers_batch<'py>(
+    py: Python<'py>,
+    target_topic: &Bound<'py, PyAny>,
+    epoch: &Bound<'py, PyAny>,
+    key: Option<&Bound<'py, PyAny>>,
+    partition: Option<&Bound<'py, PyAny>>,
+    partition_key: Option<&Bound<'py, PyAny>>,
+) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let topic = ArrayBuffers::extract("target_topic", target_topic)?;
+    let epoch = ArrayBuffers::extract("epoch", epoch)?;
+    let key = optional_buffers("key", key)?;
+    let partition = optional_buffers("partition", partition)?;
+    let partition_key = optional_buffers("partition_key", partition_key)?;
+    let columns = ScheduleColumns {
+        target_topic: topic.binary()?,
+        epoch: epoch.int64()?,
+        key: key.as_ref().map(ArrayBuffers::binary).transpose()?,
+        partition: partition.as_ref().map(ArrayBuffers::int64).transpose()?,
+        partition_key: partition_key
+            .as_ref()
+            .map(ArrayBuffers::binary)
+            .transpose()?,
+    };
+    let rows = columns.target_topic.len();
+    let lengths = [
+        Some(columns.epoch.len()),
+        columns.key.map(|c| c.len()),
+        columns.partition.map(|c| c.len()),
+        columns.partition_key.map(|c| c.len()),
+    ];
+    if lengths.into_iter().flatten().any(|len| len != rows) {
+        return Err(PyValueError::new_err("all columns must have the same length").into());
+    }
+    let now = now_secs();
+    let result =
+        py.detach(|| rows::schedule_headers_batch(&columns, now, &ScheduleLimits::default()));
+    output_and_errors(py, result)
+}

@@ -1,0 +1,258 @@
+"""ferrokafka.spark helpers against the real broker: scheduling a DataFrame with the scheduler
+daemon running, cancelling, reading reports and states, and the streaming lag query."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ferrokafka import Client, codecs
+from ferrokafka import spark as fks
+from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from tests.conftest import TopicFactory
+from tests.reports import process_report
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+LEAD = 8
+"""Seconds from now to the first epoch: more than the Spark job takes on a busy 2-core box."""
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def header(headers: list[tuple[str, bytes | None]] | None, name: str) -> bytes | None:
+    return dict(headers or []).get(name)
+
+
+@pytest.fixture
+def schedules_topic(kafka_client: Client) -> Iterator[str]:
+    name = f"test-spark-schedules-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, name, num_partitions=2)
+    yield name
+    kafka_client.delete_topics([name, f"{name}_states"])
+
+
+def loaded_scheduler(bootstrap: str, topic: str) -> Scheduler:
+    scheduler = Scheduler(
+        {"bootstrap.servers": bootstrap}, [topic], group_id=f"g-{uuid.uuid4().hex}"
+    )
+    wait_until(
+        lambda: [s["state"] for s in scheduler.status()] == ["loaded", "loaded"], 30, "loaded"
+    )
+    return scheduler
+
+
+def test_schedule_dataframe_dispatches_10k_rows_once_not_before_their_epoch(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+) -> None:
+    from pyspark.sql import functions as F
+
+    target = topic_factory(partitions=3)
+    rows = 10_000
+    # Warm up the Python workers, so that the epochs below are still ahead when the job runs.
+    spark.range(1).select(fks.schedule_headers(F.lit("t"), F.lit(int(time.time()) + 60))).collect()
+    with loaded_scheduler(kafka_bootstrap, schedules_topic) as scheduler:
+        start = int(time.time())
+        frame = spark.range(rows).select(
+            F.col("id"),
+            (F.lit(start + LEAD) + F.col("id") % 4).alias("epoch"),
+            F.concat(F.lit("m"), F.col("id")).alias("payload"),
+            F.concat(F.lit("schedule-"), F.col("id")).alias("schedule_id"),
+            F.concat(F.lit("user-"), F.col("id") % 100).alias("user"),
+        )
+        fks.schedule_dataframe(
+            frame,
+            schedules_topic,
+            "epoch",
+            target_topic=target,
+            value_col="payload",
+            key_col="schedule_id",
+            target_key_col="user",
+            bootstrap_servers=kafka_bootstrap,
+        )
+        wait_until(
+            lambda: sum(s["dispatched"] for s in scheduler.status()) >= rows, 60, "10k dispatches"
+        )
+        dispatched = kafka_client.read_topic(target, timeout=30.0)
+        assert sum(s["dispatched"] for s in scheduler.status()) == rows
+    counts = Counter(m.value() for m in dispatched)
+    assert len(dispatched) == rows
+    assert counts == Counter(f"m{n}".encode() for n in range(rows))
+    for message in dispatched:
+        n = int((message.value() or b"m-1")[1:])
+        epoch = start + LEAD + n % 4
+        assert message.timestamp()[1] >= epoch * 1000, f"m{n} dispatched before its epoch"
+        assert message.key() == f"user-{n % 100}".encode()
+        assert header(message.headers(), "schedule_source_key") == f"schedule-{n}".encode()
+    # Proxies went to the partition librdkafka's (and Karafka's) partitioner picks for the key.
+    proxies = [m for m in kafka_client.read_topic(schedules_topic) if m.value() is not None]
+    assert len(proxies) == rows
+    import zlib
+
+    assert all(m.partition() == zlib.crc32(m.key() or b"") % 2 for m in proxies)
+
+
+def test_cancel_dataframe_cancels_what_schedule_dataframe_scheduled(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+) -> None:
+    from pyspark.sql import functions as F
+
+    target = topic_factory(partitions=1)
+    epoch = int(time.time()) + LEAD
+    frame = spark.range(40).select(
+        F.concat(F.lit("s-"), F.col("id")).alias("key"),
+        F.col("id").cast("string").alias("value"),
+        F.lit(epoch).alias("epoch"),
+    )
+    fks.schedule_dataframe(
+        frame,
+        schedules_topic,
+        "epoch",
+        target_topic=target,
+        key_col="key",
+        bootstrap_servers=kafka_bootstrap,
+    )
+    fks.cancel_dataframe(
+        frame.where(F.col("value").cast("int") % 2 == 0),
+        schedules_topic,
+        "key",
+        bootstrap_servers=kafka_bootstrap,
+    )
+    # A cancel from a librdkafka producer lands where Spark put the schedule, too.
+    cancel = codecs.cancel_proxy("s-1", {"topic": schedules_topic})
+    kafka_client.produce(
+        schedules_topic,
+        None,
+        key=cancel.key,
+        headers=cancel.headers,
+        partition=__import__("zlib").crc32(b"s-1") % 2,
+    )
+    schedule_message(
+        kafka_client,
+        {"topic": target, "payload": b"sentinel"},
+        epoch + 1,
+        {"topic": schedules_topic, "key": "sentinel"},
+    )
+    with loaded_scheduler(kafka_bootstrap, schedules_topic):
+        wait_until(
+            lambda: b"sentinel" in {m.value() for m in kafka_client.read_topic(target)},
+            40,
+            "the sentinel",
+        )
+        values = sorted(m.value() or b"" for m in kafka_client.read_topic(target))
+    odd = sorted(str(n).encode() for n in range(3, 40, 2))
+    assert values == sorted([*odd, b"sentinel"])
+
+
+def produce_report(client: Client, topic: str, report: dict[str, Any]) -> None:
+    client.produce(
+        topic,
+        codecs.encode_process_report(report),
+        key=report["process"]["id"],
+        headers={"zlib": "true"},
+    )
+
+
+def test_read_reports_gives_process_ids_and_lags(
+    spark: SparkSession, kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=2)
+    produce_report(kafka_client, topic, process_report("host-a:1:x", {("g", "orders", 0): 5}, 10.0))
+    produce_report(
+        kafka_client,
+        topic,
+        process_report("host-b:2:y", {("g", "orders", 1): 7, ("g", "orders", 2): 1}, 11.0),
+    )
+    kafka_client.produce(topic, b"not a report", key="junk")
+    frame = fks.read_reports(spark, kafka_bootstrap, topic)
+    rows = {r.key: r for r in frame.collect()}
+    assert set(rows) == {"host-a:1:x", "host-b:2:y", "junk"}
+    a, b = rows["host-a:1:x"], rows["host-b:2:y"]
+    assert (a.process_id, a.lag, a.status, a.error) == ("host-a:1:x", 5, "running", None)
+    assert (b.process_id, b.lag) == ("host-b:2:y", 8)
+    assert [(p.partition, p.lag) for p in b.partitions] == [(1, 7), (2, 1)]
+    assert rows["junk"].process_id is None
+    assert "zlib" in rows["junk"].error
+    lags = fks.lag_table(frame).collect()
+    assert sorted((r.process_id, r.partition, r.lag) for r in lags) == [
+        ("host-a:1:x", 0, 5),
+        ("host-b:2:y", 1, 7),
+        ("host-b:2:y", 2, 1),
+    ]
+
+
+def test_stream_lag_follows_new_reports(
+    spark: SparkSession, kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    name = f"lag_{uuid.uuid4().hex[:8]}"
+    process = "host-s:3:z"
+    produce_report(kafka_client, topic, process_report(process, {("g", "t", 0): 50}, 100.0))
+    query = fks.stream_lag(spark, kafka_bootstrap, topic, query_name=name)
+    try:
+        query.processAllAvailable()
+
+        def lag() -> dict[int, int]:
+            return {r.partition: r.lag for r in spark.table(name).collect()}
+
+        assert lag() == {0: 50}
+        # The consumer caught up on partition 0 and got partition 1.
+        produce_report(
+            kafka_client,
+            topic,
+            process_report(process, {("g", "t", 0): 3, ("g", "t", 1): 9}, 101.0),
+        )
+        query.processAllAvailable()
+        assert lag() == {0: 3, 1: 9}
+        # A late, older report does not move the figures back.
+        produce_report(kafka_client, topic, process_report(process, {("g", "t", 0): 40}, 99.0))
+        produce_report(kafka_client, topic, process_report(process, {("g", "t", 0): 0}, 102.0))
+        query.processAllAvailable()
+        assert lag() == {0: 0, 1: 9}
+    finally:
+        query.stop()
+
+
+def test_read_states_after_a_scheduler_ran(
+    spark: SparkSession, kafka_bootstrap: str, kafka_client: Client, schedules_topic: str
+) -> None:
+    future = int(time.time()) + 3600
+    for n in range(3):
+        schedule_message(
+            kafka_client,
+            {"topic": "anywhere", "payload": b"x"},
+            future,
+            {"topic": schedules_topic, "key": f"later-{n}", "partition": 1},
+        )
+    scheduler = loaded_scheduler(kafka_bootstrap, schedules_topic)
+    assert scheduler.stop()
+    states = fks.read_states(spark, kafka_bootstrap, f"{schedules_topic}_states").collect()
+    assert states
+    assert all(s.error is None for s in states)
+    final = {s.kafka_partition: s for s in states if s.key == "stopped_state"}
+    assert set(final) == {0, 1}
+    assert (final[1].state, final[1].offsets.low, final[1].offsets.high) == ("stopped", 0, 2)
+    day = time.strftime("%Y-%m-%d", time.gmtime(future))
+    assert [(d.day, d["count"]) for d in final[1].daily] == [(day, 3)]
+    assert any(s.state == "loaded" for s in states)

@@ -1,0 +1,137 @@
+"""ferrokafka.arrow: the batch codecs against Python's zlib/json and the one-message builders."""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+
+import pyarrow as pa
+import pytest
+
+from ferrokafka import CodecError, ScheduleError, arrow, codecs
+from tests.reports import flat_partitions, process_report
+
+
+def packed_rows() -> list[bytes | None]:
+    rows: list[bytes | None] = []
+    for n in range(500):
+        text = f"héllo ✓ {n} " * (n % 7)
+        if n % 11 == 0:
+            rows.append(None)
+        elif n % 13 == 0:
+            rows.append(b"\x78\x9c corrupt")
+        else:
+            rows.append(zlib.compress(text.encode()))
+    return rows
+
+
+def reference_inflate(row: bytes | None) -> bytes | None:
+    if row is None:
+        return None
+    try:
+        return zlib.decompress(row)
+    except zlib.error:
+        return None
+
+
+@pytest.mark.parametrize("arrow_type", [pa.binary(), pa.large_binary()])
+def test_inflate_matches_zlib_on_plain_sliced_and_chunked_arrays(arrow_type: pa.DataType) -> None:
+    rows = packed_rows()
+    array = pa.array(rows, arrow_type)
+    expected = [reference_inflate(row) for row in rows]
+    result = arrow.inflate(array)
+    assert result.type == arrow_type
+    assert result.to_pylist() == expected
+    assert arrow.inflate(array.slice(37, 100)).to_pylist() == expected[37:137]
+    chunked = pa.chunked_array([array.slice(0, 10), array.slice(10)])
+    assert arrow.inflate(chunked).to_pylist() == expected
+
+
+def test_error_modes() -> None:
+    rows = packed_rows()
+    with_errors = arrow.inflate(pa.array(rows), errors="struct").to_pylist()
+    for row, result in zip(rows, with_errors, strict=True):
+        bad = row is not None and reference_inflate(row) is None
+        assert (result["error"] is not None) == bad
+        assert result["value"] == reference_inflate(row)
+    with pytest.raises(CodecError, match=r"^row 13: corrupt zlib stream"):
+        arrow.inflate(pa.array(rows), errors="raise")
+    assert arrow.inflate(pa.array([zlib.compress(b"x" * 100)]), max_output=99).to_pylist() == [None]
+    with pytest.raises(ValueError, match="errors must be"):
+        arrow.inflate(pa.array(rows), errors="ignore")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="binary or string array"):
+        arrow.inflate(pa.array([1, 2]))
+    with pytest.raises(ValueError, match="level"):
+        arrow.deflate(pa.array([b"x"]), level=10)
+
+
+def test_deflate_round_trips_text_and_binary() -> None:
+    texts = ["", None, "unicode ✓ ü 日本", '{"a": 1}' * 50]
+    packed = arrow.deflate(pa.array(texts, pa.large_string()))
+    assert packed.type == pa.large_binary()
+    assert [None if p is None else zlib.decompress(p).decode() for p in packed.to_pylist()] == texts
+    assert arrow.inflate(arrow.deflate(pa.array([b"\x00\xff"]))).to_pylist() == [b"\x00\xff"]
+
+
+def test_decoders_match_json_reference() -> None:
+    reports = [
+        process_report(f"host:{n}:abc", {("g", "t", p): n + p for p in range(n % 3)}, 1.5 * n)
+        for n in range(50)
+    ]
+    blobs: list[bytes | None] = [codecs.encode_process_report(r) for r in reports]
+    blobs += [None, zlib.compress(b"{}"), b"junk"]
+    decoded = arrow.decode_report(pa.array(blobs)).to_pylist()
+    for blob, row in zip(blobs[:50], decoded, strict=False):
+        reference = json.loads(zlib.decompress(blob or b""))
+        assert row["error"] is None
+        assert row["process"]["id"] == reference["process"]["id"]
+        assert row["process"]["cpu_usage"] == reference["process"]["cpu_usage"]
+        assert row["stats"]["lag"] == reference["stats"]["lag"]
+        assert row["stats"]["total"] == reference["stats"]["total"]
+        assert row["partitions"] == flat_partitions(reference)
+    assert decoded[50] is None
+    assert "process report JSON" in decoded[51]["error"]
+    assert decoded[51]["process"] is None
+    assert "zlib" in decoded[52]["error"]
+    with pytest.raises(CodecError, match=r"^row 51: "):
+        arrow.decode_report(pa.array(blobs), errors="raise")
+
+    marker = codecs.Marker.start(2, 7, 1234, key=b"k", value=None, headers=[("h", b"v")])
+    markers = arrow.decode_marker(pa.array([codecs.encode_marker(marker), b""])).to_pylist()
+    assert markers[0] == {
+        "kind": "start",
+        "partition": 2,
+        "offset": 7,
+        "deadline": 1234,
+        "key": b"k",
+        "value": None,
+        "headers": [{"key": "h", "value": b"v"}],
+        "error": None,
+    }
+    assert markers[1]["error"] is not None
+
+
+def test_schedule_headers_equal_the_single_proxy_builder() -> None:
+    epoch = int(time.time()) + 60
+    topics = ["orders", "orders", "billing"]
+    keys = ["k0", None, "ü-2"]
+    partitions = [None, 1, 2]
+    partition_keys = [None, None, "customer-9"]
+    batch = arrow.schedule_headers(
+        pa.array(topics),
+        pa.array([epoch, epoch + 1, epoch + 2], pa.int32()),
+        pa.array(keys),
+        pa.array(partitions, pa.int16()),
+        pa.array(partition_keys),
+    ).to_pylist()
+    for n in range(3):
+        message: dict[str, object] = {"topic": topics[n], "payload": b"x"}
+        optional = {"key": keys[n], "partition": partitions[n], "partition_key": partition_keys[n]}
+        message.update({k: v for k, v in optional.items() if v is not None})
+        proxy = codecs.schedule_proxy(message, epoch + n, {"topic": "schedules"})  # type: ignore[arg-type]
+        assert [(h["key"], h["value"]) for h in batch[n]] == proxy.headers
+    with pytest.raises(ScheduleError, match=r"^row 1: invalid argument: epoch"):
+        arrow.schedule_headers(pa.array(["t", "t"]), pa.array([epoch, 5]))
+    failed = arrow.schedule_headers(pa.array([None, "t"]), pa.array([epoch, None]), errors="null")
+    assert failed.to_pylist() == [None, None]
