@@ -2,9 +2,10 @@
 ``python -m ferrokafka.spark_demo``).
 
 It compresses and decodes a DataFrame with the Rust Arrow UDFs, schedules one message per row
-with :func:`ferrokafka.spark.schedule_dataframe` while a scheduler daemon runs, and reads the
-scheduler's state reports and some process reports back as DataFrames. Needs pyspark and Java;
-the spark-sql-kafka connector is fetched from Maven Central on first use.
+with :func:`ferrokafka.spark.schedule_dataframe` while a scheduler daemon runs, consumes the
+dispatched messages with a reporting consumer, and reads the scheduler's state reports and the
+consumer's process reports back as DataFrames. Needs pyspark and Java; the spark-sql-kafka
+connector is fetched from Maven Central on first use.
 
 Example:
     $ ferrokafka spark-demo --bootstrap-servers 127.0.0.1:9092
@@ -16,12 +17,15 @@ import argparse
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
+from typing import Any
 
-from ferrokafka._native import Client, NewTopic
-from ferrokafka.codecs import encode_process_report
+from ferrokafka._native import Client, Message, NewTopic
+from ferrokafka.consumer import Consumer
 from ferrokafka.scheduling import Scheduler, create_topics
+from ferrokafka.tracking import Reporter
 
 log = logging.getLogger("ferrokafka.spark_demo")
 
@@ -56,13 +60,16 @@ def run_spark_demo(bootstrap_servers: str, rows: int = 1000, timeout: float = 60
     assert isinstance(spark, SparkSession)
     client = Client({"bootstrap.servers": bootstrap_servers, "client.id": "ferrokafka-spark-demo"})
     suffix = uuid.uuid4().hex[:8]
-    schedules, target, reports = (
+    schedules, target, reports, errors = (
         f"demo-schedules-{suffix}",
         f"demo-reminders-{suffix}",
         f"demo-reports-{suffix}",
+        f"demo-errors-{suffix}",
     )
     create_topics(client, schedules, num_partitions=2)
-    client.create_topics([NewTopic(target, 2), NewTopic(reports, 1)], timeout=30.0)
+    client.create_topics(
+        [NewTopic(target, 2), NewTopic(reports, 1), NewTopic(errors, 1)], timeout=30.0
+    )
     try:
         print("1. zlib in Rust, one call per Arrow batch")
         orders = spark.range(rows).select(
@@ -103,64 +110,62 @@ def run_spark_demo(bootstrap_servers: str, rows: int = 1000, timeout: float = 60
             "kafka_partition", "key", "state", "dispatched", "offsets"
         ).show(truncate=False)
 
-        print("3. process reports (zlib JSON) decoded into DataFrames")
-        for n, lag in enumerate([40, 12, 0]):
-            process_id = f"demo-host:{100 + n % 2}:abc"
-            report = _report(process_id, lag, time.time() + n)
-            client.produce(reports, encode_process_report(report), key=process_id)
+        print("3. a consumer with a tracking reporter reads the reminders; its reports as rows")
+        _consume_with_reporter(bootstrap_servers, target, reports, errors, rows, timeout)
         frame = fks.read_reports(spark, bootstrap_servers, reports)
         frame.select("process_id", "status", "lag", "dispatched_at").show(truncate=False)
         fks.lag_table(frame).show(truncate=False)
     finally:
-        client.delete_topics([schedules, f"{schedules}_states", target, reports], timeout=30.0)
+        client.delete_topics(
+            [schedules, f"{schedules}_states", target, reports, errors], timeout=30.0
+        )
         spark.stop()
     log.info("spark demo finished")
 
 
-def _report(process_id: str, lag: int, now: float) -> dict[str, object]:
-    partition = {
-        "id": 0,
-        "lag": lag,
-        "lag_stored": lag,
-        "committed_offset": 100,
-        "stored_offset": 100,
-        "hi_offset": 100 + lag,
-        "lo_offset": 0,
-        "fetch_state": "active",
-        "poll_state": "active",
-    }
-    return {
-        "schema_version": "1.0.0",
-        "type": "consumer",
-        "dispatched_at": now,
-        "process": {
-            "id": process_id,
-            "status": "running",
-            "started_at": now - 60,
-            "memory_usage": 50_000,
-            "memory_total_usage": 1_000_000,
-            "memory_size": 2_000_000,
-            "cpus": 2,
-            "threads": 8,
-            "cpu_usage": [0.4, 0.3, 0.2],
-            "tags": ["demo"],
-        },
-        "stats": {
-            "busy": 0,
-            "enqueued": 0,
-            "utilization": 5.0,
-            "total": {"batches": 1, "messages": 10, "errors": 0, "retries": 0, "dead": 0},
-            "lag": lag,
-            "lag_stored": lag,
-        },
-        "consumer_groups": {
-            "billing": {
-                "id": "billing",
-                "topics": {"orders": {"name": "orders", "partitions": {"0": partition}}},
-            }
-        },
-        "jobs": [],
-    }
+def _consume_with_reporter(
+    bootstrap_servers: str, topic: str, reports: str, errors: str, rows: int, timeout: float
+) -> None:
+    """Consume ``rows`` records of ``topic`` with a reporter attached, then stop (which sends
+    the final "stopped" report)."""
+    handled = 0
+    done = threading.Event()
+
+    def handle(batch: list[Message]) -> None:
+        nonlocal handled
+        handled += len(batch)
+        if handled >= rows:
+            done.set()
+
+    config = {"bootstrap.servers": bootstrap_servers}
+    reporter = Reporter(config, reports_topic=reports, errors_topic=errors, interval=0.5)
+    consumer = Consumer(
+        {**config, "group.id": f"{topic}-readers", "auto.offset.reset": "earliest"},
+        [topic],
+        handle,
+        commit_interval=0.5,
+        reporter=reporter,
+    )
+    with consumer:
+        if not done.wait(timeout):
+            raise TimeoutError(f"the consumer handled {handled} of {rows} records in {timeout} s")
+        # One more report once the offsets are committed and librdkafka's statistics show them.
+        deadline = time.monotonic() + timeout
+        while not _all_committed(consumer.stats()["partitions"]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"offsets were not committed within {timeout} s")
+            time.sleep(0.1)
+        reporter.report(force=True)
+    print(f"   consumed {handled} reminders as process {reporter.process_id}")
+
+
+def _all_committed(partitions: list[dict[str, Any]]) -> bool:
+    return all(
+        p["broker"] is not None
+        and p["committed"] is not None
+        and p["committed"] >= p["broker"]["hi_offset"] >= 0
+        for p in partitions
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
