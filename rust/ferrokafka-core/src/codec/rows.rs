@@ -41,8 +41,9 @@ pub fn inflate_batch(
     max_output: usize,
     large: bool,
 ) -> BatchResult<BinaryBuilder> {
+    let mut inflater = zlib::Inflater::new();
     map_binary(input, large, |value, out| {
-        zlib::inflate_into(value, max_output, out)
+        inflater.inflate_into(value, max_output, out)
     })
 }
 
@@ -52,9 +53,9 @@ pub fn deflate_batch(
     level: u32,
     large: bool,
 ) -> Result<BatchResult<BinaryBuilder>, CoreError> {
-    zlib::deflate_into(b"", level, &mut Vec::new())?;
+    let mut deflater = zlib::Deflater::new(level)?;
     Ok(map_binary(input, large, |value, out| {
-        zlib::deflate_into(value, level, out)
+        deflater.deflate_into(value, out)
     }))
 }
 

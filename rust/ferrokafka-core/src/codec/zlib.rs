@@ -30,25 +30,51 @@ pub fn deflate(data: &[u8], level: u32) -> Result<Vec<u8>, CoreError> {
 
 /// [`deflate`], appending the stream to `out` (one buffer for a whole batch of rows).
 pub fn deflate_into(data: &[u8], level: u32, out: &mut Vec<u8>) -> Result<(), CoreError> {
-    if level > 9 {
-        return Err(CoreError::InvalidArgument(format!(
-            "zlib level must be 0..=9, got {level}"
-        )));
-    }
-    let mut encoder = Compress::new(Compression::new(level), true);
-    // zlib's compressBound: stored blocks cost 5 bytes per 16 KiB, plus header and checksum.
-    out.reserve(data.len() + data.len() / 1000 + 64);
-    loop {
-        let consumed = stream_position(encoder.total_in());
-        let input = data.get(consumed..).unwrap_or_default();
-        if out.len() == out.capacity() {
-            out.reserve(FIRST_OUTPUT);
+    Deflater::new(level)?.deflate_into(data, out)
+}
+
+/// A zlib compressor reused for many streams: its state (hundreds of KiB at the default level)
+/// is allocated once, not once per row.
+#[derive(Debug)]
+pub struct Deflater {
+    encoder: Compress,
+    fresh: bool,
+}
+
+impl Deflater {
+    /// A compressor at `level` (0 = store .. 9 = smallest).
+    pub fn new(level: u32) -> Result<Self, CoreError> {
+        if level > 9 {
+            return Err(CoreError::InvalidArgument(format!(
+                "zlib level must be 0..=9, got {level}"
+            )));
         }
-        let status = encoder
-            .compress_vec(input, out, FlushCompress::Finish)
-            .map_err(|err| CoreError::corrupt(format!("zlib compressor: {err}")))?;
-        if status == Status::StreamEnd {
-            return Ok(());
+        Ok(Deflater {
+            encoder: Compress::new(Compression::new(level), true),
+            fresh: true,
+        })
+    }
+
+    /// Compresses `data` into one complete zlib stream appended to `out`.
+    pub fn deflate_into(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), CoreError> {
+        if !std::mem::replace(&mut self.fresh, false) {
+            self.encoder.reset();
+        }
+        let encoder = &mut self.encoder;
+        // zlib's compressBound: stored blocks cost 5 bytes per 16 KiB, plus header and checksum.
+        out.reserve(data.len() + data.len() / 1000 + 64);
+        loop {
+            let consumed = stream_position(encoder.total_in());
+            let input = data.get(consumed..).unwrap_or_default();
+            if out.len() == out.capacity() {
+                out.reserve(FIRST_OUTPUT);
+            }
+            let status = encoder
+                .compress_vec(input, out, FlushCompress::Finish)
+                .map_err(|err| CoreError::corrupt(format!("zlib compressor: {err}")))?;
+            if status == Status::StreamEnd {
+                return Ok(());
+            }
         }
     }
 }
@@ -63,6 +89,52 @@ pub fn inflate(data: &[u8], max_output: usize) -> Result<Vec<u8>, CoreError> {
 /// [`inflate`], appending the output to `out` (one buffer for a whole batch of rows). On error
 /// `out` may hold partial output past its original length; the caller truncates it.
 pub fn inflate_into(data: &[u8], max_output: usize, out: &mut Vec<u8>) -> Result<(), CoreError> {
+    Inflater::new().inflate_into(data, max_output, out)
+}
+
+/// A zlib decompressor reused for many streams: its state and window are allocated once, not
+/// once per row.
+#[derive(Debug)]
+pub struct Inflater {
+    decoder: Decompress,
+    fresh: bool,
+}
+
+impl Default for Inflater {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Inflater {
+    /// A decompressor for zlib streams.
+    pub fn new() -> Self {
+        Inflater {
+            decoder: Decompress::new(true),
+            fresh: true,
+        }
+    }
+
+    /// [`inflate_into`] with this decompressor.
+    pub fn inflate_into(
+        &mut self,
+        data: &[u8],
+        max_output: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CoreError> {
+        if !std::mem::replace(&mut self.fresh, false) {
+            self.decoder.reset(true);
+        }
+        inflate_with(&mut self.decoder, data, max_output, out)
+    }
+}
+
+fn inflate_with(
+    decoder: &mut Decompress,
+    data: &[u8],
+    max_output: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), CoreError> {
     let base = out.len();
     let cap = max_output.saturating_add(1);
     let first = cap.min(data.len().saturating_mul(4).max(FIRST_OUTPUT));
@@ -78,7 +150,6 @@ pub fn inflate_into(data: &[u8], max_output: usize, out: &mut Vec<u8>) -> Result
     if out.capacity() - base < first {
         grow(out, first);
     }
-    let mut decoder = Decompress::new(true);
     loop {
         if out.len() == out.capacity() {
             let written = out.len() - base;
@@ -124,6 +195,38 @@ fn stream_position(total: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reused_inflater_and_deflater_match_fresh_ones_after_errors() {
+        let rows: Vec<Vec<u8>> = (0..20u8).map(|n| vec![n; 100 * usize::from(n)]).collect();
+        let mut deflater = Deflater::new(6).expect("valid level");
+        let mut inflater = Inflater::new();
+        for row in &rows {
+            let mut reused = Vec::new();
+            deflater.deflate_into(row, &mut reused).expect("deflate");
+            assert_eq!(reused, deflate(row, 6).expect("deflate"));
+            let mut corrupt = reused.clone();
+            corrupt.truncate(reused.len() / 2);
+            assert!(
+                inflater
+                    .inflate_into(&corrupt, 1 << 20, &mut Vec::new())
+                    .is_err()
+            );
+            if !row.is_empty() {
+                let too_small = row.len() - 1;
+                assert!(
+                    inflater
+                        .inflate_into(&reused, too_small, &mut Vec::new())
+                        .is_err()
+                );
+            }
+            let mut back = Vec::new();
+            inflater
+                .inflate_into(&reused, 1 << 20, &mut back)
+                .expect("inflate");
+            assert_eq!(&back, row);
+        }
+    }
 
     #[test]
     fn round_trip_at_every_level() {
