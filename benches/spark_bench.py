@@ -136,7 +136,8 @@ def main() -> None:
         data = spark.read.parquet(path)
         columns = {"inflate": "packed", "deflate": "json"}
         # Warm-up: Python workers started, UDF code imported, on a small slice.
-        sample = data.limit(10_000)
+        sample = data.limit(10_000).cache()
+        sample.count()
         for kind, cases in python_udfs().items():
             for name, udf in cases.items():
                 print(f"warm-up {kind}: {name}", flush=True)
