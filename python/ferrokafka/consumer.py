@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from ferrokafka._native import Client, Message, _RawConsumer
+from ferrokafka._validation import checked_seconds, positive_count
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
@@ -130,21 +130,6 @@ def _non_negative(name: str, value: int) -> int:
     return value
 
 
-def _seconds(name: str, value: float, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-    return float(value)
-
-
-def _count(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def _partition_sample(stats: dict[str, Any], read_committed: bool) -> PartitionSample:
     """A partition's lag and offsets for a process report, from the consumer's own progress
     and librdkafka's statistics. Lag counts from the last committed offset, or, before the
@@ -218,16 +203,18 @@ class _Core:
             raise TypeError(f"dead_letter_topic must be a str, got {dead_letter_topic!r}")
         self.config = dict(config)
         self.max_batch_size = (
-            None if max_batch_size is None else _count("max_batch_size", max_batch_size)
+            None if max_batch_size is None else positive_count("max_batch_size", max_batch_size)
         )
-        self.drain = _seconds("drain", drain, positive=False)
-        self.commit_interval = _seconds("commit_interval", commit_interval, positive=True)
+        self.drain = checked_seconds("drain", drain, positive=False)
+        self.commit_interval = checked_seconds("commit_interval", commit_interval, positive=True)
         self.on_error = on_error
-        self.retry_backoff = _seconds("retry_backoff", retry_backoff, positive=False)
-        self.max_retry_backoff = _seconds("max_retry_backoff", max_retry_backoff, positive=False)
+        self.retry_backoff = checked_seconds("retry_backoff", retry_backoff, positive=False)
+        self.max_retry_backoff = checked_seconds(
+            "max_retry_backoff", max_retry_backoff, positive=False
+        )
         self.dead_letter_topic = dead_letter_topic
-        self.max_queue_records = _count("max_queue_records", max_queue_records)
-        self.max_queue_bytes = _count("max_queue_bytes", max_queue_bytes)
+        self.max_queue_records = positive_count("max_queue_records", max_queue_records)
+        self.max_queue_bytes = positive_count("max_queue_bytes", max_queue_bytes)
         if self.max_queue_records < 2 or self.max_queue_bytes < 2:
             raise ValueError("max_queue_records and max_queue_bytes must be at least 2")
         self.on_assigned = on_assigned
@@ -239,6 +226,8 @@ class _Core:
         if reporter is not None and not isinstance(reporter, Reporter):
             raise TypeError(f"reporter must be a ferrokafka.tracking.Reporter, got {reporter!r}")
         self.reporter = reporter
+        # The consumer group reports name; a group-less consumer reports under this one.
+        self.report_group = str(self.config.get("group.id") or "ferrokafka-without-group")
         self._handler_errors = 0
         self._busy_seconds = 0.0
         self._running_jobs: dict[tuple[str, int], dict[str, Any]] = {}
@@ -280,7 +269,7 @@ class _Core:
         partitions = [_partition_sample(p, read_committed) for p in stats["partitions"]]
         jobs = list(self._running_jobs.values())
         return SourceSample(
-            group=str(self.config.get("group.id") or "ferrokafka-without-group"),
+            group=self.report_group,
             partitions=partitions,
             batches=stats.get("batches", 0),
             messages=stats.get("handled", 0),
@@ -318,7 +307,7 @@ class _Core:
             self.publish("handler.start", {**payload, "system_time": time.time()})
         if self.reporter is not None:
             self._running_jobs[(topic, partition)] = {
-                "consumer_group": str(self.config.get("group.id") or "ferrokafka-without-group"),
+                "consumer_group": self.report_group,
                 "topic": topic,
                 "partition": partition,
                 "first_offset": batch[0].offset(),

@@ -31,7 +31,6 @@ import bisect
 import dataclasses
 import datetime
 import logging
-import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +44,7 @@ from ferrokafka._native import (
     decode_process_report,
     decode_state_report,
 )
+from ferrokafka._validation import checked_seconds, positive_count
 from ferrokafka.consumer import ConfigValue, Consumer, TopicPartition
 from ferrokafka.exceptions import FerrokafkaError
 from ferrokafka.scheduling import STATES_POSTFIX
@@ -327,11 +327,13 @@ class StatusView:
             raise ValueError("reports_topic and errors_topic must be non-empty topic names")
         self.reports_topic = reports_topic
         self.errors_topic = errors_topic
-        self.ttl = _positive_seconds("ttl", ttl)
-        self.max_errors = _positive_count("max_errors", max_errors)
-        self.history_points = _positive_count("history_points", history_points)
+        self.ttl = checked_seconds("ttl", ttl, positive=True)
+        self.max_errors = positive_count("max_errors", max_errors)
+        self.history_points = positive_count("history_points", history_points)
         self.forget_after = (
-            None if forget_after is None else _positive_seconds("forget_after", forget_after)
+            None
+            if forget_after is None
+            else checked_seconds("forget_after", forget_after, positive=True)
         )
         self._lock = threading.Lock()
         self._processes: dict[str, _ProcessEntry] = {}
@@ -629,20 +631,6 @@ def _totals(processes: Sequence[ProcessView]) -> StatusTotals:
     )
 
 
-def _positive_seconds(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _positive_count(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 class StatusReader:
     """Tails the tracking topics into a :class:`StatusView` on background threads.
 
@@ -703,7 +691,9 @@ class StatusReader:
         )
         self._config = dict(config)
         self._states_topics = None if states_topics is None else list(states_topics)
-        self._discover_interval = _positive_seconds("discover_interval", discover_interval)
+        self._discover_interval = checked_seconds(
+            "discover_interval", discover_interval, positive=True
+        )
         self._client: Client | None = None
         self._consumer: Consumer | None = None
         self._assigned: set[tuple[str, int]] = set()

@@ -45,7 +45,7 @@ import traceback
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 from ferrokafka._native import (
     Client,
@@ -54,6 +54,7 @@ from ferrokafka._native import (
     encode_process_report,
     librdkafka_version,
 )
+from ferrokafka._validation import checked_seconds
 
 __all__ = [
     "DEFAULT_ERRORS_TOPIC",
@@ -195,14 +196,6 @@ def _new_process_id() -> str:
     return f"{socket.gethostname() or 'localhost'}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-def _nonnegative_seconds(name: str, value: float, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
-
-
 class Reporter:
     """Sends process reports and error reports of this process for ``ferrokafka status`` and
     the dashboard (see the module docs for the schema and the topics).
@@ -253,8 +246,8 @@ class Reporter:
         self._config = {k: v for k, v in config.items() if k not in _CONSUMER_ONLY_KEYS}
         self.reports_topic = reports_topic
         self.errors_topic = errors_topic
-        self.interval = _nonnegative_seconds("interval", interval, positive=True)
-        self.send_timeout = _nonnegative_seconds("send_timeout", send_timeout, positive=True)
+        self.interval = checked_seconds("interval", interval, positive=True)
+        self.send_timeout = checked_seconds("send_timeout", send_timeout, positive=True)
         self.tags = [str(tag) for tag in tags]
         self._pid = os.getpid()
         self._process_id = _new_process_id()
@@ -332,17 +325,10 @@ class Reporter:
         (with its last state and pending errors) and end the reporting thread."""
         with self._state:
             last = self._sources == [source]
-            if last:
-                self._status = "stopped"
-        if not last:
-            with self._state:
-                if source in self._sources:
-                    self._sources.remove(source)
-            return
-        self.report(force=True)
-        with self._state:
-            self._sources.clear()
-        self._end_thread()
+            if not last and source in self._sources:
+                self._sources.remove(source)
+        if last:
+            self.close()
 
     def close(self) -> None:
         """Send a final ``stopped`` report and stop the reporting thread. Components tracked
@@ -507,9 +493,7 @@ class Reporter:
                     self._wake.wait(self.interval)
 
 
-_STATUSES = frozenset(
-    ("initializing", "initialized", "running", "quieting", "quiet", "stopping", "stopped")
-)
+_STATUSES = frozenset(get_args(ProcessStatus))
 
 # A consumer's settings that a producer refuses; a consumer's config can be passed as is.
 _CONSUMER_ONLY_KEYS = frozenset(
