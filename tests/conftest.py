@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,17 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = ROOT / "scripts" / "kafka.sh"
 TopicFactory = Callable[..., str]
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1
+) -> None:
+    """Poll ``condition`` every ``interval`` seconds until it holds; fail naming ``what`` after
+    ``timeout`` (for states that no event announces, such as a topic's contents)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")

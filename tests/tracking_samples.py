@@ -3,7 +3,6 @@ reporter does (zlib JSON from the Rust codecs, header ``zlib`` = "true", key = p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -134,11 +133,3 @@ def send_state_report(
         partition=partition,
         headers=ZLIB_HEADER,
     )
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` every 0.1 s until it holds; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)

@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from ferrokafka import Client, NewTopic
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_until
 from tests.tracking_samples import (
     error_report,
     process_report,
@@ -29,7 +29,6 @@ from tests.tracking_samples import (
     send_process_report,
     send_state_report,
     state_report,
-    wait_until,
 )
 
 pytestmark = pytest.mark.kafka

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ from ferrokafka.redelivery import (
     RedeliveryTracker,
     redelivery_count,
 )
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -33,13 +33,6 @@ GROUP_SETTINGS: dict[str, str | int | float | bool] = {
     "heartbeat.interval.ms": 500,
 }
 TIMEOUT = 2.0
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture

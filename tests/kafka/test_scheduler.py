@@ -11,7 +11,7 @@ import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from ferrokafka.scheduling import (
     schedule,
     schedule_message,
 )
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -34,13 +34,6 @@ GROUP_SETTINGS: dict[str, str | int | float | bool] = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 500,
 }
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def header(message: Message, name: str) -> bytes | None:

@@ -18,6 +18,7 @@ import pytest
 
 from ferrokafka import Client, Message, NewTopic, codecs
 from ferrokafka.status import StatusReader
+from tests.conftest import wait_until
 from tests.tracking_samples import (
     ZLIB_HEADER,
     error_report,
@@ -26,7 +27,6 @@ from tests.tracking_samples import (
     send_process_report,
     send_state_report,
     state_report,
-    wait_until,
 )
 
 pytestmark = pytest.mark.kafka

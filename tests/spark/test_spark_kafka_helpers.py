@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,7 +14,7 @@ import pytest
 from ferrokafka import Client, codecs
 from ferrokafka import spark as fks
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, wait_until
 from tests.reports import process_report
 
 if TYPE_CHECKING:
@@ -24,13 +24,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 LEAD = 8
 """Seconds from now to the first epoch: more than the Spark job takes on a busy 2-core box."""
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def header(headers: list[tuple[str, bytes | None]] | None, name: str) -> bytes | None:
@@ -50,7 +43,10 @@ def loaded_scheduler(bootstrap: str, topic: str) -> Scheduler:
         {"bootstrap.servers": bootstrap}, [topic], group_id=f"g-{uuid.uuid4().hex}"
     )
     wait_until(
-        lambda: [s["state"] for s in scheduler.status()] == ["loaded", "loaded"], 30, "loaded"
+        lambda: [s["state"] for s in scheduler.status()] == ["loaded", "loaded"],
+        30,
+        "loaded",
+        interval=0.2,
     )
     return scheduler
 
@@ -88,7 +84,10 @@ def test_schedule_dataframe_dispatches_10k_rows_once_not_before_their_epoch(
             bootstrap_servers=kafka_bootstrap,
         )
         wait_until(
-            lambda: sum(s["dispatched"] for s in scheduler.status()) >= rows, 60, "10k dispatches"
+            lambda: sum(s["dispatched"] for s in scheduler.status()) >= rows,
+            60,
+            "10k dispatches",
+            interval=0.2,
         )
         dispatched = kafka_client.read_topic(target, timeout=30.0)
         assert sum(s["dispatched"] for s in scheduler.status()) == rows
@@ -159,6 +158,7 @@ def test_cancel_dataframe_cancels_what_schedule_dataframe_scheduled(
             lambda: b"sentinel" in {m.value() for m in kafka_client.read_topic(target)},
             40,
             "the sentinel",
+            interval=0.2,
         )
         values = sorted(m.value() or b"" for m in kafka_client.read_topic(target))
     odd = sorted(str(n).encode() for n in range(3, 40, 2))
