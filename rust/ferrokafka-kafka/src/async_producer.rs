@@ -13,9 +13,21 @@
 //! Invariants: every record accepted by `produce` ends in exactly one of: delivered, handed back
 //! in a `Failed` event (retries exhausted or a permanent error), handed back in a `Dropped` event
 //! (`drop_oldest`), or returned by `shutdown` as undelivered. Nothing is lost silently.
+//!
+//! Under faults:
+//! - Shutdown: when its grace period ends the worker stops handing records over (even while
+//!   librdkafka's queue is full), librdkafka's queues are purged, and the engine waits for every
+//!   purged record's report before it returns what it still holds; so when `finish_shutdown`
+//!   returns, every record is delivered, in a `Failed` event, or in the returned list.
+//! - Transactions: each delivery round is one transaction. Its records count as delivered only
+//!   once the transaction committed; an aborted round is sent again, in order, in a new
+//!   transaction (each abort counts as a failure of its records towards `max_retries`); a fatal
+//!   error hands everything back and is raised by every later call.
+//! - Idempotence: librdkafka retries without reordering until `message.timeout.ms`; a record that
+//!   still fails is handed back, never re-sent behind newer records of its partition.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -42,7 +54,15 @@ pub type Ticket = u64;
 /// How long the worker sleeps at most between checks of the interval trigger and retries.
 const WORKER_TICK: Duration = Duration::from_millis(50);
 /// Records handed to librdkafka per lock acquisition, so producers are not held off for long.
+/// With transactions, also the records of one transaction.
 const HANDOFF_CHUNK: usize = 1000;
+/// Deadline of one attempt at a transaction call; retriable timeouts are retried, so this only
+/// bounds how late the worker notices a shutdown.
+const TRANSACTION_STEP: Duration = Duration::from_secs(2);
+/// Pause between attempts of a transaction call that failed retriably.
+const TRANSACTION_BACKOFF: Duration = Duration::from_millis(200);
+/// How long the end of a shutdown waits for librdkafka to report the records it purged.
+const PURGE_WAIT: Duration = Duration::from_secs(5);
 
 /// Settings of an [`AsyncProducer`] beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq)]
@@ -191,17 +211,41 @@ pub enum Refusal {
     Overflow(Box<Overflow<Pending>>),
     /// The producer is shutting down or shut down.
     Closed(Box<Pending>),
+    /// The producer hit a fatal error and cannot send any more (the record is given back).
+    Fatal(Box<Pending>, KafkaIoError),
 }
 
 struct State {
     buffer: BatchBuffer<Pending>,
+    /// Records waiting to be sent again, oldest first; at shutdown also the records the worker
+    /// took but could not hand over.
     retries: VecDeque<(Instant, Pending)>,
     deliver_requested: bool,
     closing: bool,
     /// The worker is waiting on `work`; producers only notify then, which keeps a futex wake
     /// off the path of every record while the worker is busy.
     worker_idle: bool,
+    /// A fatal error of the librdkafka producer: nothing more can be sent.
+    fatal: Option<KafkaIoError>,
     stats: ProducerStats,
+}
+
+/// How the delivery reports of records are settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DeliveryMode {
+    /// Each report settles its record; transient failures are sent again by the worker.
+    Plain,
+    /// `enable.idempotence`: librdkafka already retried without reordering, so a failure is final.
+    Idempotent,
+    /// Reports are collected for the open transaction and settled by its commit or abort.
+    Transactional,
+}
+
+/// A record's report within the open transaction.
+struct RoundReport {
+    pending: Pending,
+    /// Where it was written, or why it failed and whether sending it again may succeed.
+    outcome: Result<ReceivedRecord, (KafkaIoError, bool)>,
 }
 
 struct Shared {
@@ -212,6 +256,13 @@ struct Shared {
     progress: Condvar,
     events: Sender<ProducerEvent>,
     options: AsyncProducerOptions,
+    mode: DeliveryMode,
+    /// Set when the shutdown's grace period is over: the worker hands nothing more over.
+    stopping: AtomicBool,
+    /// Reports of the open transaction's records (transactional mode only).
+    round: Mutex<Vec<RoundReport>>,
+    /// The worker waits here for the open transaction's reports.
+    round_reported: Condvar,
     /// Records handed to librdkafka and not settled. Atomic so that the delivery callback of a
     /// successful record never takes the state lock; it is only incremented under that lock,
     /// so "buffer empty and nothing in flight" is never seen in between.
@@ -230,6 +281,10 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn lock_round(&self) -> MutexGuard<'_, Vec<RoundReport>> {
+        self.round.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// True when nothing is buffered, waiting for a retry, or in flight.
     fn settled(&self, state: &State) -> bool {
         state.buffer.is_empty()
@@ -245,6 +300,52 @@ impl Shared {
         // The receiver lives as long as the producer; after shutdown nobody listens any more.
         let _ = self.events.send(event);
     }
+
+    /// Settles `count` records that left the worker's care: wakes flushers once all settled.
+    fn settle(&self, count: usize) {
+        if count > 0 && self.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
+            // Notify under the lock: a flusher checks and waits under it, so it cannot miss
+            // this wake-up.
+            let _state = self.lock();
+            self.progress.notify_all();
+        }
+    }
+
+    /// Hands records back after their final failure.
+    fn fail(&self, records: impl IntoIterator<Item = (Pending, KafkaIoError)>) {
+        let mut count = 0;
+        for (pending, error) in records {
+            count += 1;
+            self.emit(ProducerEvent::Failed { pending, error });
+        }
+        self.lock().stats.failed += count as u64;
+        self.settle(count);
+    }
+
+    /// Whether a record that failed `failures` times with a transient error gets another send.
+    fn may_retry(&self, failures: u32) -> bool {
+        let max = self.options.max_retries;
+        !self.stopping.load(Ordering::Acquire) && (max < 0 || i64::from(failures) <= max)
+    }
+
+    /// Queues a failed record to be sent again after the backoff; `Failed` later if it never is.
+    fn schedule_retry(&self, pending: Pending, error: KafkaIoError) {
+        let topic = pending.record.topic.clone();
+        let attempt = pending.failures;
+        let mut state = self.lock();
+        state.stats.retried += 1;
+        state
+            .retries
+            .push_back((Instant::now() + self.options.retry_backoff, pending));
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        drop(state);
+        self.work.notify_one();
+        self.emit(ProducerEvent::DeliveryError {
+            topic,
+            error,
+            attempt,
+        });
+    }
 }
 
 /// librdkafka's delivery callback context: settles records and schedules retries.
@@ -259,6 +360,27 @@ impl ProducerContext for DeliveryTracker {
 
     fn delivery(&self, result: &DeliveryResult<'_>, mut pending: Self::DeliveryOpaque) {
         let shared = &self.shared;
+        if shared.mode == DeliveryMode::Transactional {
+            // The transaction decides: keep the record whole, in case it must be sent again.
+            let message = match result {
+                Ok(message) => message,
+                Err((_, message)) => message,
+            };
+            restore_record(&mut pending, message);
+            let outcome = match result {
+                Ok(message) => Ok(ReceivedRecord::from_message(message)),
+                Err((err, _)) => Err((
+                    KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None),
+                    is_transient(err),
+                )),
+            };
+            shared.lock_round().push(RoundReport {
+                pending: *pending,
+                outcome,
+            });
+            shared.round_reported.notify_all();
+            return;
+        }
         match result {
             Ok(message) => {
                 shared.delivered.fetch_add(1, Ordering::Relaxed);
@@ -269,56 +391,31 @@ impl ProducerContext for DeliveryTracker {
                         record,
                     });
                 }
-                if shared.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    // Notify under the lock: a flusher checks and waits under it, so it cannot
-                    // miss this wake-up.
-                    let _state = shared.lock();
-                    shared.progress.notify_all();
-                }
+                shared.settle(1);
             }
             Err((err, message)) => {
                 pending.failures += 1;
-                pending.record.topic = message.topic().to_owned();
-                pending.record.key = message.key().map(<[u8]>::to_vec);
-                pending.record.value = message.payload().map(<[u8]>::to_vec);
+                restore_record(&mut pending, message);
                 let error =
                     KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None);
-                let options = &shared.options;
-                let retry = is_transient(err)
-                    && (options.max_retries < 0
-                        || i64::from(pending.failures) <= options.max_retries);
-                let mut state = shared.lock();
-                if retry {
-                    state.stats.retried += 1;
-                    let topic = pending.record.topic.clone();
-                    let attempt = pending.failures;
-                    state
-                        .retries
-                        .push_back((Instant::now() + options.retry_backoff, *pending));
-                    shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    drop(state);
-                    shared.work.notify_one();
-                    shared.emit(ProducerEvent::DeliveryError {
-                        topic,
-                        error,
-                        attempt,
-                    });
+                if shared.mode == DeliveryMode::Plain
+                    && is_transient(err)
+                    && shared.may_retry(pending.failures)
+                {
+                    shared.schedule_retry(*pending, error);
                 } else {
-                    state.stats.failed += 1;
-                    shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    let settled = shared.settled(&state);
-                    drop(state);
-                    shared.emit(ProducerEvent::Failed {
-                        pending: *pending,
-                        error,
-                    });
-                    if settled {
-                        shared.progress.notify_all();
-                    }
+                    shared.fail([(*pending, error)]);
                 }
             }
         }
     }
+}
+
+/// Puts back the topic, key and value that moved into librdkafka's copy of the record.
+fn restore_record<M: Message>(pending: &mut Pending, message: &M) {
+    pending.record.topic = message.topic().to_owned();
+    pending.record.key = message.key().map(<[u8]>::to_vec);
+    pending.record.value = message.payload().map(<[u8]>::to_vec);
 }
 
 /// Whether sending the same record again may succeed: not for oversize or malformed records,
@@ -342,13 +439,53 @@ fn is_transient(err: &KafkaError) -> bool {
     )
 }
 
+/// What a transaction call's error asks of the worker.
+enum TransactionStep {
+    /// Call it again (a timeout or a retriable broker error).
+    Retry,
+    /// Abort the transaction and send its records again in a new one.
+    Abort,
+    /// The producer is unusable.
+    Fatal,
+}
+
+fn transaction_step(err: &KafkaError) -> TransactionStep {
+    match err {
+        KafkaError::Transaction(rd) if rd.is_fatal() => TransactionStep::Fatal,
+        KafkaError::Transaction(rd) if rd.txn_requires_abort() => TransactionStep::Abort,
+        KafkaError::Transaction(rd) if rd.is_retriable() => TransactionStep::Retry,
+        _ => TransactionStep::Abort,
+    }
+}
+
+/// What became of one record the worker offered to librdkafka.
+enum Handoff {
+    /// librdkafka took it; its delivery report settles it.
+    Sent,
+    /// librdkafka refused it for good; it was handed back with the error.
+    Refused,
+    /// A shutdown ended the wait for room in librdkafka's queue; the record is given back.
+    Unsent(Pending),
+}
+
+/// How a transaction of the worker ended.
+enum RoundEnd {
+    /// Committed: its records are delivered.
+    Committed(Vec<RoundReport>),
+    /// Aborted: its records are to be sent again (or handed back).
+    Aborted(Vec<RoundReport>, KafkaIoError),
+    /// The producer failed fatally: its records are handed back.
+    Fatal(Vec<Pending>, KafkaIoError),
+    /// Shutdown's grace period ended first: its records are handed back.
+    Stopped(Vec<Pending>),
+}
+
 /// The background batching producer; see the module docs.
 pub struct AsyncProducer {
     shared: Arc<Shared>,
     producer: ThreadedProducer<DeliveryTracker>,
     events: Mutex<Option<Receiver<ProducerEvent>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
-    transactional: bool,
     partitions: PartitionCounts,
 }
 
@@ -359,6 +496,13 @@ impl std::fmt::Debug for AsyncProducer {
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
+}
+
+/// Whether librdkafka's boolean setting `key` is on.
+fn setting_on(settings: &ClientSettings, key: &str) -> bool {
+    settings
+        .get(key)
+        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1"))
 }
 
 impl AsyncProducer {
@@ -379,6 +523,14 @@ impl AsyncProducer {
         };
         let buffer = BatchBuffer::new(limits, delivery, 0)
             .map_err(|e| KafkaIoError::InvalidArgument(e.to_string()))?;
+        let transactional = settings.get("transactional.id").is_some();
+        let mode = if transactional {
+            DeliveryMode::Transactional
+        } else if setting_on(&settings, "enable.idempotence") {
+            DeliveryMode::Idempotent
+        } else {
+            DeliveryMode::Plain
+        };
         let (events, receiver) = channel();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -387,18 +539,22 @@ impl AsyncProducer {
                 deliver_requested: false,
                 closing: false,
                 worker_idle: false,
+                fatal: None,
                 stats: ProducerStats::default(),
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
             events,
             options,
+            mode,
+            stopping: AtomicBool::new(false),
+            round: Mutex::new(Vec::new()),
+            round_reported: Condvar::new(),
             epoch: Instant::now(),
             next_ticket: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
             delivered: AtomicU64::new(0),
         });
-        let transactional = settings.get("transactional.id").is_some();
         let producer: ThreadedProducer<DeliveryTracker> = settings
             .to_client_config()
             .create_with_context(DeliveryTracker {
@@ -422,7 +578,6 @@ impl AsyncProducer {
             producer,
             events: Mutex::new(Some(receiver)),
             worker: Mutex::new(None),
-            transactional,
             partitions: PartitionCounts::default(),
         });
         let worker_engine = Arc::clone(&engine);
@@ -447,11 +602,21 @@ impl AsyncProducer {
 
     /// Queues records from the front of `items` under one lock, without waiting, until all
     /// are queued or one is refused. Returns how many were queued and the refusal, whose record
-    /// is handed back (a `block` caller puts it back in front and waits for room).
+    /// is handed back (a `block` caller puts it back in front and waits for room; a caller that
+    /// gives up reports it with [`AsyncProducer::count_overflow`]).
     /// `drop_oldest` reports what it dropped in a `Dropped` event.
     pub fn try_produce(&self, items: &mut VecDeque<Pending>) -> (usize, Option<Refusal>) {
         let shared = &self.shared;
         let mut state = shared.lock();
+        if let Some(error) = &state.fatal {
+            let error = error.clone();
+            return (
+                0,
+                items
+                    .pop_front()
+                    .map(|p| Refusal::Fatal(Box::new(p), error)),
+            );
+        }
         if state.closing {
             return (0, items.pop_front().map(|p| Refusal::Closed(Box::new(p))));
         }
@@ -467,7 +632,6 @@ impl AsyncProducer {
                     dropped.extend(oldest);
                 }
                 Err(overflow) => {
-                    state.stats.overflowed += 1;
                     refusal = Some(Refusal::Overflow(Box::new(overflow)));
                     break;
                 }
@@ -486,16 +650,26 @@ impl AsyncProducer {
         (accepted, refusal)
     }
 
+    /// Counts a record finally refused for lack of room (the `overflowed` statistic).
+    pub fn count_overflow(&self) {
+        self.shared.lock().stats.overflowed += 1;
+    }
+
     /// Records buffered now.
     pub fn queue_size(&self) -> usize {
         self.shared.lock().buffer.len()
     }
 
     /// Waits up to `wait` for the queue to have room (or to change); used by the `block` policy
-    /// between attempts.
+    /// between attempts. A full queue is delivered at once: otherwise a producer without a
+    /// delivery trigger would wait for room that nothing frees.
     pub fn wait_for_room(&self, wait: Duration) {
-        let state = self.shared.lock();
+        let mut state = self.shared.lock();
         if state.buffer.len() >= state.buffer.limits().max_count || state.closing {
+            if !state.closing && !state.deliver_requested {
+                state.deliver_requested = true;
+                self.shared.work.notify_one();
+            }
             let _ = self.shared.progress.wait_timeout(state, wait);
         }
     }
@@ -504,6 +678,11 @@ impl AsyncProducer {
     pub fn deliver_messages(&self) {
         self.shared.lock().deliver_requested = true;
         self.shared.work.notify_one();
+    }
+
+    /// The fatal error that stopped the producer, if one did.
+    pub fn fatal_error(&self) -> Option<KafkaIoError> {
+        self.shared.lock().fatal.clone()
     }
 
     /// Delivers everything buffered and waits up to `wait` for every record to settle. Returns
@@ -535,22 +714,46 @@ impl AsyncProducer {
         self.shared.progress.notify_all();
     }
 
-    /// Ends a shutdown: purges what librdkafka still holds (reported as `Failed` events), stops
-    /// the worker, and returns the records that were never handed to librdkafka.
+    /// Ends a shutdown: stops the worker (which hands nothing more to librdkafka), purges what
+    /// librdkafka still holds and waits for those records' reports (they arrive as `Failed`
+    /// events), then returns the records that were never handed to librdkafka. When it returns
+    /// every accepted record is delivered, failed, dropped or in the returned list.
     pub fn finish_shutdown(&self) -> Vec<Pending> {
         self.begin_shutdown();
-        self.producer
-            .purge(PurgeConfig::default().queue().inflight());
-        // Purged records come back through the delivery callback on librdkafka's polling thread.
-        let _ = self.producer.flush(Duration::from_secs(5));
+        self.shared.stopping.store(true, Ordering::Release);
         let handle = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(handle) = handle {
             self.shared.work.notify_all();
             let _ = handle.join();
         }
+        if self.shared.in_flight.load(Ordering::Acquire) > 0 {
+            self.producer
+                .purge(PurgeConfig::default().queue().inflight());
+            // Purged records come back through the delivery callback on librdkafka's polling
+            // thread; wait until each one was reported.
+            let deadline = Instant::now() + PURGE_WAIT;
+            let mut state = self.shared.lock();
+            while self.shared.in_flight.load(Ordering::Acquire) > 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    log::error!(
+                        "shutdown: librdkafka did not report {} purged record(s) within {:?}",
+                        self.shared.in_flight.load(Ordering::Acquire),
+                        PURGE_WAIT
+                    );
+                    break;
+                }
+                state = self
+                    .shared
+                    .progress
+                    .wait_timeout(state, left.min(WORKER_TICK))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
         let mut state = self.shared.lock();
-        let mut undelivered: Vec<Pending> = state.buffer.drain_chunk(usize::MAX);
-        undelivered.extend(state.retries.drain(..).map(|(_, p)| p));
+        let mut undelivered: Vec<Pending> = state.retries.drain(..).map(|(_, p)| p).collect();
+        undelivered.extend(state.buffer.drain_chunk(usize::MAX));
         state.stats.failed += undelivered.len() as u64;
         state.stats.queue_size = 0;
         undelivered
@@ -573,20 +776,26 @@ impl AsyncProducer {
         &self.shared.options
     }
 
+    fn stopping(&self) -> bool {
+        self.shared.stopping.load(Ordering::Acquire)
+    }
+
     fn run_worker(&self) {
         loop {
             let Some(batch) = self.next_batch() else {
                 return;
             };
             let count = batch.len();
-            if count > 0 {
+            if self.shared.mode == DeliveryMode::Transactional {
+                self.hand_off_transactions(batch);
+            } else {
                 self.hand_off(batch);
-                let queue_size = self.shared.lock().buffer.len();
-                self.shared.emit(ProducerEvent::DeliverMessages {
-                    message_count: count,
-                    queue_size,
-                });
             }
+            let queue_size = self.shared.lock().buffer.len();
+            self.shared.emit(ProducerEvent::DeliverMessages {
+                message_count: count,
+                queue_size,
+            });
         }
     }
 
@@ -595,6 +804,9 @@ impl AsyncProducer {
         let shared = &self.shared;
         let mut state = shared.lock();
         loop {
+            if self.stopping() || state.fatal.is_some() {
+                return None;
+            }
             let now = Instant::now();
             let mut batch: Vec<Pending> = Vec::new();
             while state.retries.front().is_some_and(|(due, _)| *due <= now) {
@@ -639,64 +851,292 @@ impl AsyncProducer {
         }
     }
 
-    /// Sends a batch to librdkafka, inside one transaction when the producer is transactional.
+    /// Sends a batch to librdkafka; records it could not hand over before a shutdown are put
+    /// back in front of the retries, in order, for `finish_shutdown` to return.
     fn hand_off(&self, batch: Vec<Pending>) {
-        if self.transactional
-            && let Err(e) = self.producer.begin_transaction()
-        {
-            self.fail_batch(
-                batch,
-                KafkaIoError::from_rdkafka("begin_transaction", e, Duration::ZERO, None),
-            );
-            return;
-        }
-        for mut pending in batch {
-            if pending.record.partition.is_none()
-                && let Some(key) = pending.partition_key.as_deref()
-            {
-                pending.record.partition = self.partitions.partition_for(
-                    self.producer.client(),
-                    &pending.record.topic,
-                    key,
-                );
+        let mut records = batch.into_iter();
+        while let Some(pending) = records.next() {
+            if let Handoff::Unsent(unsent) = self.send(self.with_partition(pending)) {
+                let unsent: Vec<Pending> = std::iter::once(unsent).chain(records).collect();
+                self.put_back(unsent);
+                return;
             }
-            self.send(Box::new(pending));
-        }
-        if self.transactional
-            && let Err(e) = self.producer.commit_transaction(Duration::from_secs(60))
-        {
-            log::error!("commit_transaction failed, aborting: {e}");
-            let _ = self.producer.abort_transaction(Duration::from_secs(30));
         }
     }
 
-    fn fail_batch(&self, batch: Vec<Pending>, error: KafkaIoError) {
+    /// Returns in-flight records to the front of the retries, in order, settling them.
+    fn put_back(&self, records: Vec<Pending>) {
+        let count = records.len();
         let mut state = self.shared.lock();
-        state.stats.failed += batch.len() as u64;
-        self.shared
-            .in_flight
-            .fetch_sub(batch.len(), Ordering::AcqRel);
+        for pending in records.into_iter().rev() {
+            state.retries.push_front((Instant::now(), pending));
+        }
         drop(state);
-        for mut pending in batch {
+        self.shared.settle(count);
+    }
+
+    /// Chooses the partition of a record that has a `partition_key` (CRC32, as ruby-kafka).
+    fn with_partition(&self, mut pending: Pending) -> Pending {
+        if pending.record.partition.is_none()
+            && let Some(key) = pending.partition_key.as_deref()
+        {
+            pending.record.partition =
+                self.partitions
+                    .partition_for(self.producer.client(), &pending.record.topic, key);
+        }
+        pending
+    }
+
+    /// Sends a batch in transactions of its own, again and again until each record is
+    /// committed or handed back: an aborted transaction's records go again, in order, before
+    /// anything newer.
+    fn hand_off_transactions(&self, mut batch: Vec<Pending>) {
+        while !batch.is_empty() {
+            batch = match self.run_transaction(batch) {
+                RoundEnd::Committed(reports) => {
+                    self.settle_committed(reports);
+                    return;
+                }
+                RoundEnd::Aborted(reports, error) => {
+                    log::warn!(
+                        "transaction of {} record(s) aborted, sending them again: {error}",
+                        reports.len()
+                    );
+                    let again = self.settle_aborted(reports, &error);
+                    if !again.is_empty() && !self.shared.options.retry_backoff.is_zero() {
+                        std::thread::sleep(self.shared.options.retry_backoff);
+                    }
+                    again
+                }
+                RoundEnd::Fatal(records, error) => {
+                    self.fail_fatally(records, error);
+                    return;
+                }
+                RoundEnd::Stopped(records) => {
+                    self.put_back(records);
+                    return;
+                }
+            };
+        }
+    }
+
+    /// Sends `batch` in one transaction and commits it.
+    fn run_transaction(&self, batch: Vec<Pending>) -> RoundEnd {
+        let fatal = |e: KafkaError, operation: &str| {
+            KafkaIoError::from_rdkafka(operation, e, TRANSACTION_STEP, None)
+        };
+        loop {
+            match self.producer.begin_transaction() {
+                Ok(()) => break,
+                Err(e) => match transaction_step(&e) {
+                    TransactionStep::Fatal => {
+                        return RoundEnd::Fatal(batch, fatal(e, "begin_transaction"));
+                    }
+                    _ if self.stopping() => return RoundEnd::Stopped(batch),
+                    _ => {
+                        // A transaction left open by an abort that failed is finished first.
+                        log::warn!("begin_transaction failed, trying again: {e}");
+                        let _ = self.producer.abort_transaction(TRANSACTION_STEP);
+                        std::thread::sleep(TRANSACTION_BACKOFF);
+                    }
+                },
+            }
+        }
+        self.shared.lock_round().clear();
+        let mut records = batch.into_iter();
+        let mut handed = 0;
+        let mut unsent = Vec::new();
+        while let Some(pending) = records.next() {
+            match self.send(self.with_partition(pending)) {
+                Handoff::Sent => handed += 1,
+                Handoff::Refused => {}
+                Handoff::Unsent(pending) => {
+                    unsent.push(pending);
+                    unsent.extend(records.by_ref());
+                }
+            }
+        }
+        let mut commit_error = None;
+        if unsent.is_empty() {
+            loop {
+                match self.producer.commit_transaction(TRANSACTION_STEP) {
+                    Ok(()) => {
+                        let reports = self.take_round(handed);
+                        return RoundEnd::Committed(reports);
+                    }
+                    Err(e) => match transaction_step(&e) {
+                        TransactionStep::Fatal => {
+                            let mut records = self.round_records(handed);
+                            records.extend(unsent);
+                            return RoundEnd::Fatal(records, fatal(e, "commit_transaction"));
+                        }
+                        TransactionStep::Retry if !self.stopping() => {
+                            std::thread::sleep(TRANSACTION_BACKOFF);
+                        }
+                        _ => {
+                            commit_error = Some(fatal(e, "commit_transaction"));
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+        let aborted = self.abort_transaction();
+        let reports = self.take_round(handed);
+        match aborted {
+            Err(e) if matches!(transaction_step(&e), TransactionStep::Fatal) => {
+                let mut records: Vec<Pending> = reports.into_iter().map(|r| r.pending).collect();
+                records.extend(unsent);
+                RoundEnd::Fatal(records, fatal(e, "abort_transaction"))
+            }
+            _ if self.stopping() || !unsent.is_empty() => {
+                let mut records: Vec<Pending> = reports.into_iter().map(|r| r.pending).collect();
+                records.extend(unsent);
+                RoundEnd::Stopped(records)
+            }
+            _ => RoundEnd::Aborted(
+                reports,
+                commit_error.unwrap_or(KafkaIoError::Closed("the transaction")),
+            ),
+        }
+    }
+
+    /// Aborts the open transaction, retrying retriable failures until a shutdown.
+    fn abort_transaction(&self) -> Result<(), KafkaError> {
+        loop {
+            match self.producer.abort_transaction(TRANSACTION_STEP) {
+                Ok(()) => return Ok(()),
+                Err(e) => match transaction_step(&e) {
+                    TransactionStep::Retry | TransactionStep::Abort if !self.stopping() => {
+                        std::thread::sleep(TRANSACTION_BACKOFF);
+                    }
+                    _ => return Err(e),
+                },
+            }
+        }
+    }
+
+    /// Waits for the reports of the `handed` records of the transaction that just ended and
+    /// takes them, in the order they were sent per partition.
+    fn take_round(&self, handed: usize) -> Vec<RoundReport> {
+        let deadline = Instant::now() + PURGE_WAIT;
+        let mut round = self.shared.lock_round();
+        while round.len() < handed && Instant::now() < deadline {
+            round = self
+                .shared
+                .round_reported
+                .wait_timeout(round, WORKER_TICK)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if round.len() < handed {
+            log::error!(
+                "{} of {handed} record(s) of a transaction were never reported by librdkafka",
+                handed - round.len()
+            );
+        }
+        std::mem::take(&mut *round)
+    }
+
+    fn round_records(&self, handed: usize) -> Vec<Pending> {
+        self.take_round(handed)
+            .into_iter()
+            .map(|r| r.pending)
+            .collect()
+    }
+
+    /// Publishes a committed transaction's records as delivered.
+    fn settle_committed(&self, reports: Vec<RoundReport>) {
+        let count = reports.len();
+        let mut failed = Vec::new();
+        for report in reports {
+            match report.outcome {
+                Ok(record) => {
+                    self.shared.delivered.fetch_add(1, Ordering::Relaxed);
+                    if report.pending.ticket != 0 {
+                        self.shared.emit(ProducerEvent::Delivered {
+                            ticket: report.pending.ticket,
+                            record,
+                        });
+                    }
+                }
+                // librdkafka refuses to commit a transaction with a failed record; should one
+                // appear all the same, it is handed back rather than counted as delivered.
+                Err((error, _)) => failed.push((report.pending, error)),
+            }
+        }
+        let failures = failed.len();
+        self.shared.fail(failed);
+        self.shared.settle(count - failures);
+    }
+
+    /// Sorts an aborted transaction's records: those that cannot succeed or have used up their
+    /// retries are handed back; the others are returned, in order, to be sent again.
+    fn settle_aborted(&self, reports: Vec<RoundReport>, error: &KafkaIoError) -> Vec<Pending> {
+        let mut again = Vec::with_capacity(reports.len());
+        let mut failed = Vec::new();
+        let mut retried = 0;
+        for RoundReport {
+            mut pending,
+            outcome,
+        } in reports
+        {
             pending.failures += 1;
-            self.shared.emit(ProducerEvent::Failed {
-                pending,
+            let (reason, transient) = match outcome {
+                Ok(_) => (error.clone(), true),
+                Err((reason, transient)) => (reason, transient),
+            };
+            if transient && self.shared.may_retry(pending.failures) {
+                retried += 1;
+                again.push(pending);
+            } else {
+                failed.push((pending, reason));
+            }
+        }
+        self.shared.lock().stats.retried += retried;
+        if let Some(first) = again.first() {
+            self.shared.emit(ProducerEvent::DeliveryError {
+                topic: first.record.topic.clone(),
                 error: error.clone(),
+                attempt: first.failures,
             });
         }
+        self.shared.fail(failed);
+        again
+    }
+
+    /// Hands back `records` (in flight) and everything buffered with a fatal error, which every
+    /// later call raises.
+    fn fail_fatally(&self, records: Vec<Pending>, error: KafkaIoError) {
+        log::error!("the producer failed fatally and stops: {error}");
+        let mut state = self.shared.lock();
+        state.fatal = Some(error.clone());
+        let mut buffered: Vec<Pending> = state.retries.drain(..).map(|(_, p)| p).collect();
+        buffered.extend(state.buffer.drain_chunk(usize::MAX));
+        self.shared
+            .in_flight
+            .fetch_add(buffered.len(), Ordering::AcqRel);
+        drop(state);
+        self.shared.fail(
+            records
+                .into_iter()
+                .chain(buffered)
+                .map(|p| (p, error.clone())),
+        );
         self.shared.progress.notify_all();
     }
 
     /// Hands one record to librdkafka, waiting while librdkafka's own queue is full. The key,
-    /// value and topic move into librdkafka's copy; a failure restores them from the message.
-    fn send(&self, mut pending: Box<Pending>) {
+    /// value and topic move into librdkafka's copy; a refused record is handed back with the
+    /// error. Gives the record back when a shutdown ends the wait for room.
+    fn send(&self, mut pending: Pending) -> Handoff {
         let key = pending.record.key.take();
         let value = pending.record.value.take();
         let topic = std::mem::take(&mut pending.record.topic);
         let headers = pending.record.owned_headers();
         let partition = pending.record.partition;
         let timestamp = pending.record.timestamp_ms;
-        let mut record = BaseRecord::with_opaque_to(&topic, pending);
+        let mut record = BaseRecord::with_opaque_to(&topic, Box::new(pending));
         if let Some(key) = &key {
             record = record.key(key.as_slice());
         }
@@ -712,21 +1152,27 @@ impl AsyncProducer {
         if let Some(headers) = headers {
             record = record.headers(headers);
         }
+        let restore = |back: BaseRecord<'_, [u8], [u8], Box<Pending>>| {
+            let mut pending = *back.delivery_opaque;
+            pending.record.key = key.clone();
+            pending.record.value = value.clone();
+            pending.record.topic = topic.clone();
+            pending
+        };
         loop {
             match self.producer.send(record) {
-                Ok(()) => return,
+                Ok(()) => return Handoff::Sent,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    if self.stopping() {
+                        return Handoff::Unsent(restore(back));
+                    }
                     record = back;
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err((err, back)) => {
-                    let mut pending = back.delivery_opaque;
-                    pending.record.key = key;
-                    pending.record.value = value;
-                    pending.record.topic = topic;
                     let error = KafkaIoError::from_rdkafka("produce", err, Duration::ZERO, None);
-                    self.fail_batch(vec![*pending], error);
-                    return;
+                    self.shared.fail([(restore(back), error)]);
+                    return Handoff::Refused;
                 }
             }
         }

@@ -70,6 +70,7 @@ impl PyRawAsyncProducer {
                 Some(Refusal::Closed(_)) => {
                     return Err(ClosedError::new_err("the producer is shut down").into());
                 }
+                Some(Refusal::Fatal(_, error)) => return Err(error.into()),
                 Some(Refusal::Overflow(overflow)) => overflow,
             };
             let blocking = options.overflow == OverflowPolicy::Block
@@ -84,6 +85,7 @@ impl PyRawAsyncProducer {
                 py.check_signals()?;
                 continue;
             }
+            self.engine.count_overflow();
             let topic = overflow.item.record.topic.clone();
             let waited = if blocking {
                 format!(
@@ -286,7 +288,10 @@ impl PyRawAsyncProducer {
                 .saturating_duration_since(Instant::now())
                 .min(SLICE);
             if py.detach(move || engine.flush_step(wait)) {
-                return Ok(());
+                return match self.engine.fatal_error() {
+                    Some(error) => Err(error.into()),
+                    None => Ok(()),
+                };
             }
             py.check_signals()?;
             if Instant::now() >= deadline {

@@ -1,0 +1,295 @@
+"""AsyncProducer across real broker outages: every accepted message is acknowledged or handed
+back, never both and never neither; idempotent and transactional producers keep their promises.
+
+The outage broker is one of this module's own (so pausing it leaves the session broker alone);
+every count is made afterwards by an independent confluent-kafka consumer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import TopicPartition as ConfluentPartition
+
+from ferrokafka import AsyncProducer, BufferOverflow, Client, KafkaError, Message, NewTopic
+from tests.conftest import KAFKA_SCRIPT
+
+pytestmark = pytest.mark.kafka
+
+Broker = tuple[str, dict[str, str]]
+
+
+@pytest.fixture(scope="module")
+def outage_broker() -> Iterator[Broker]:
+    """A broker of this module's own, which tests pause (an outage) and resume."""
+    port = os.environ.get("FERROKAFKA_OUTAGE_KAFKA_PORT", "19292")
+    env = {**os.environ, "KAFKA_PORT": port}
+    started = subprocess.run(
+        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=True
+    )
+    try:
+        yield started.stdout.strip().splitlines()[-1], env
+    finally:
+        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
+
+
+@contextmanager
+def outage(env: dict[str, str]) -> Iterator[None]:
+    """The broker is down inside the block and back (answering) after it, whatever happens."""
+    subprocess.run(["bash", str(KAFKA_SCRIPT), "pause"], env=env, check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run(
+            ["bash", str(KAFKA_SCRIPT), "resume"], env=env, check=True, capture_output=True
+        )
+
+
+def make_topic(bootstrap: str, name: str, partitions: int = 3) -> str:
+    topic = f"{name}-{time.monotonic_ns()}"
+    Client({"bootstrap.servers": bootstrap}).create_topics(
+        [NewTopic(topic, num_partitions=partitions)], timeout=30.0
+    )
+    return topic
+
+
+def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[bytes, bytes]]:
+    """Every committed record of ``topic`` as (key, value), per partition in offset order,
+    read by confluent-kafka (read_committed) up to the end of each partition."""
+    consumer = ConfluentConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"counter-{time.monotonic_ns()}",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([ConfluentPartition(topic, p, 0) for p in range(partitions)])
+    records: list[tuple[bytes, bytes]] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 60.0
+    try:
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == ConfluentError._PARTITION_EOF, error
+                at_end.add(message.partition())
+                continue
+            at_end.discard(message.partition())
+            records.append((message.key() or b"", message.value() or b""))
+    finally:
+        consumer.close()
+    return records
+
+
+def wait_for(event: threading.Event, what: str, timeout: float = 30.0) -> None:
+    assert event.wait(timeout), f"timed out waiting for {what}"
+
+
+@pytest.mark.parametrize("overflow", ["block", "raise", "drop_oldest"])
+def test_shutdown_during_an_outage_hands_back_everything_not_acknowledged(
+    outage_broker: Broker, overflow: str
+) -> None:
+    # More is accepted than librdkafka's own queue holds (1,000), so records sit both inside
+    # librdkafka and in ferrokafka's buffer when shutdown's grace period ends.
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, f"shutdown-{overflow.replace('_', '-')}")
+    producer = AsyncProducer(
+        {"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 1000},
+        max_queue_size=2000,
+        overflow=overflow,
+        block_timeout=0.5,
+        delivery_threshold=100,
+        delivery_interval=0.1,
+    )
+    dropped: list[Message] = []
+    producer.subscribe(
+        lambda name, payload: (
+            dropped.extend(payload["messages"]) if name == "drop_messages" else None
+        )
+    )
+    producer.produce_many([(f"before-{n}", f"before-{n}") for n in range(500)], topic=topic)
+    producer.flush(timeout=30.0)
+    accepted = {f"before-{n}".encode() for n in range(500)}
+    with outage(env):
+        for n in range(5000):
+            try:
+                producer.produce(f"during-{n}", topic=topic, key=f"during-{n}")
+            except BufferOverflow:
+                break  # both queues are full: nothing more goes in until the broker is back
+            accepted.add(f"during-{n}".encode())
+        started = time.monotonic()
+        handed_back = producer.shutdown(timeout=2.0)
+        took = time.monotonic() - started
+    assert took < 2.0 + 8.0, f"shutdown took {took:.1f} s"
+    assert len(accepted) > 500 + 1000  # more than librdkafka holds: the buffer had some too
+    on_topic = [key for key, _ in read_all(bootstrap, topic)]
+    returned = [m.key() or b"" for m in handed_back + dropped]
+    assert len(on_topic) == len(set(on_topic))
+    assert len(returned) == len(set(returned))
+    assert not set(on_topic) & set(returned)
+    assert set(on_topic) | set(returned) == accepted
+    assert all(m.error() is not None for m in handed_back)
+
+
+def test_idempotent_producer_keeps_order_per_key_when_messages_time_out(
+    outage_broker: Broker,
+) -> None:
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, "idempotent-order")
+    producer = AsyncProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "message.timeout.ms": 3000,
+            "linger.ms": 5,
+        },
+        max_queue_size=10_000,
+        delivery_interval=0.05,
+    )
+    timed_out = threading.Event()
+    producer.subscribe(lambda name, payload: timed_out.set() if name == "delivery_error" else None)
+    sequence = 0
+
+    def produce(count: int) -> None:
+        nonlocal sequence
+        for _ in range(count):
+            key = f"k{sequence % 10}"
+            producer.produce(f"{sequence:08d}", topic=topic, key=key)
+            sequence += 1
+
+    produce(500)
+    producer.flush(timeout=30.0)
+    with outage(env):
+        produce(1000)  # these time out in librdkafka during the outage ...
+        wait_for(timed_out, "a message to time out")
+        produce(1000)  # ... and these are still queued when the broker comes back
+    producer.flush(timeout=60.0)
+    handed_back = producer.shutdown(timeout=10.0)
+    on_topic = read_all(bootstrap, topic)
+    values = [value for _, value in on_topic]
+    returned = [m.value() or b"" for m in handed_back]
+    assert len(values) == len(set(values))
+    assert sorted(values + returned) == [f"{n:08d}".encode() for n in range(sequence)]
+    assert returned, "the outage was meant to outlast message.timeout.ms"
+    for key in {k for k, _ in on_topic}:
+        per_key = [value for k, value in on_topic if k == key]
+        assert per_key == sorted(per_key), f"records of {key!r} out of order"
+
+
+def test_transactional_producer_counts_only_committed_messages_and_recovers(
+    outage_broker: Broker,
+) -> None:
+    # The outage outlasts transaction.timeout.ms: the open transaction is aborted, so its
+    # messages must be sent again (or handed back), never reported delivered.
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, "transactional-outage")
+    producer = AsyncProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"faults-{time.monotonic_ns()}",
+            "transaction.timeout.ms": 3000,
+        },
+        max_queue_size=20_000,
+        delivery_interval=0.05,
+    )
+    aborted = threading.Event()
+    producer.subscribe(lambda name, payload: aborted.set() if name == "delivery_error" else None)
+    delivered: list[bytes] = []
+    failed: list[bytes] = []
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        (failed if error else delivered).append(message.value() or b"")
+
+    def produce(prefix: str, count: int) -> None:
+        for n in range(count):
+            producer.produce(f"{prefix}-{n}", topic=topic, on_delivery=on_delivery)
+
+    produce("before", 1000)
+    producer.flush(timeout=30.0)
+    with outage(env):
+        produce("during", 2000)
+        wait_for(aborted, "a transaction to fail", timeout=30.0)
+    produce("after", 1000)  # the producer recovered by itself: no error, no restart
+    producer.flush(timeout=90.0)
+    handed_back = producer.shutdown(timeout=10.0)
+    on_topic = [value for _, value in read_all(bootstrap, topic)]
+    assert len(on_topic) == len(set(on_topic)), "a message was committed twice"
+    assert sorted(delivered) == sorted(on_topic), "delivered must mean committed"
+    counts = {"before": 1000, "during": 2000, "after": 1000}
+    accepted = sorted(f"{p}-{n}".encode() for p, count in counts.items() for n in range(count))
+    assert sorted(on_topic + [m.value() or b"" for m in handed_back]) == accepted
+    assert sorted(failed) == sorted(m.value() or b"" for m in handed_back)
+    assert producer.stats()["delivered"] == len(on_topic)
+
+
+def test_outage_shorter_than_message_timeout_loses_and_duplicates_nothing(
+    outage_broker: Broker,
+) -> None:
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, "outage")
+    producer = AsyncProducer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5},
+        max_queue_size=10_000,
+    )
+    producer.produce_many([f"before-{n}" for n in range(100)], topic=topic)
+    producer.flush(timeout=30.0)
+    with outage(env):
+        producer.produce_many([f"during-{n}" for n in range(1000)], topic=topic)
+        producer.deliver_messages()
+    producer.flush(timeout=60.0)
+    assert producer.take_failed() == []
+    assert producer.shutdown() == []
+    got = sorted(value for _, value in read_all(bootstrap, topic))
+    expected = [f"before-{n}" for n in range(100)] + [f"during-{n}" for n in range(1000)]
+    assert got == sorted(v.encode() for v in expected)  # each exactly once
+
+
+def test_a_refused_message_aborts_its_transaction_and_the_others_go_again(
+    kafka_bootstrap: str,
+) -> None:
+    # The broker refuses one record of the round (larger than its topic allows), which aborts
+    # the transaction its neighbours (on another topic) were acknowledged in: they are not
+    # delivered until a transaction of their own commits.
+    topic = f"transaction-refusal-{time.monotonic_ns()}"
+    strict = f"{topic}-strict"
+    Client({"bootstrap.servers": kafka_bootstrap}).create_topics(
+        [
+            NewTopic(topic, num_partitions=1),
+            NewTopic(strict, num_partitions=1, config={"max.message.bytes": "1000"}),
+        ],
+        timeout=30.0,
+    )
+    producer = AsyncProducer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"refusal-{topic}"}
+    )
+    delivered: list[bytes] = []
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            delivered.append(message.value() or b"")
+
+    small = [f"small-{n}".encode() for n in range(20)]
+    for value in small[:10]:
+        producer.produce(value, topic=topic, on_delivery=on_delivery)
+    producer.produce(b"x" * 5000, topic=strict, on_delivery=on_delivery)
+    for value in small[10:]:
+        producer.produce(value, topic=topic, on_delivery=on_delivery)
+    producer.flush(timeout=30.0)
+    handed_back = producer.shutdown(timeout=10.0)
+    assert [(m.topic(), len(m.value() or b"")) for m in handed_back] == [(strict, 5000)]
+    assert [value for _, value in read_all(kafka_bootstrap, topic, partitions=1)] == small
+    assert delivered == small
