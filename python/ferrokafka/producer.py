@@ -317,6 +317,7 @@ class AsyncProducer:
                 self._dispatch(events)
 
     def _dispatch(self, events: list[tuple[Any, ...]]) -> None:
+        failures: dict[str, list[Any]] = {}  # topic -> [count, last error]: one log line each
         for event in events:
             kind = event[0]
             if kind == "delivered":
@@ -325,9 +326,8 @@ class AsyncProducer:
             elif kind == "failed":
                 _, ticket, message, attempts = event
                 error = message.error()
-                log.warning(
-                    "message to %s failed after %d attempt(s): %s", message.topic(), attempts, error
-                )
+                failures.setdefault(message.topic(), [0, error])[0] += 1
+                failures[message.topic()][1] = error
                 with self._waiters_lock:
                     self._failed.append(message)
                 self._settle(ticket, error, message)
@@ -360,6 +360,8 @@ class AsyncProducer:
                 self._publish(
                     "deliver_messages", {"message_count": count, "queue_size": queue_size}
                 )
+        for topic, (count, error) in failures.items():
+            log.warning("%d message(s) to %s failed and were handed back: %s", count, topic, error)
 
     def _settle(self, ticket: int, error: Exception | None, message: Message) -> None:
         if not ticket:
