@@ -17,8 +17,9 @@ _SCRIPT = textwrap.dedent(
     import sys
 
     import ferrokafka
+    from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 
-    bootstrap, topic = sys.argv[1], sys.argv[2]
+    bootstrap, topic, markers = sys.argv[1], sys.argv[2], sys.argv[3]
     config = {"bootstrap.servers": bootstrap}
     client = ferrokafka.Client(config)
     client.produce(topic, b"before fork")
@@ -32,6 +33,8 @@ _SCRIPT = textwrap.dedent(
         commit_interval=0.2,
     )
     consumer.start()
+    tracker = RedeliveryTracker(config, topic, markers, group_id=topic + "-t").start()
+    queue = QueueConsumer(config, topic, markers, group_id=topic + "-q")
 
     pid = os.fork()
     if pid == 0:
@@ -39,6 +42,8 @@ _SCRIPT = textwrap.dedent(
             "Client": lambda: client.list_topics(timeout=5),
             "AsyncProducer": lambda: producer.produce(b"in child", topic),
             "Consumer": consumer.stop,
+            "redelivery.RedeliveryTracker": tracker.request_stop,
+            "redelivery.QueueConsumer": lambda: queue.consume(1, timeout=1),
         }
         for name, use in uses.items():
             try:
@@ -52,6 +57,8 @@ _SCRIPT = textwrap.dedent(
     client.produce(topic, b"after fork")
     producer.shutdown(timeout=10)
     consumer.stop()
+    tracker.stop()
+    queue.close()
     """
 )
 
@@ -59,9 +66,9 @@ _SCRIPT = textwrap.dedent(
 def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
     kafka_bootstrap: str, topic_factory: Callable[..., str]
 ) -> None:
-    topic = topic_factory(partitions=1)
+    topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
     run = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, kafka_bootstrap, topic],
+        [sys.executable, "-c", _SCRIPT, kafka_bootstrap, topic, markers],
         capture_output=True,
         text=True,
         timeout=60,
@@ -70,7 +77,13 @@ def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
     report = f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
     assert run.returncode == 0, report
     assert "child exit code 0" in run.stdout, report
-    for name in ("Client", "AsyncProducer", "Consumer"):
+    for name in (
+        "Client",
+        "AsyncProducer",
+        "Consumer",
+        "redelivery.RedeliveryTracker",
+        "redelivery.QueueConsumer",
+    ):
         assert f"child: {name} refused: ferrokafka.{name} was created in process" in run.stdout, (
             report
         )
