@@ -111,7 +111,14 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--io", type=int, default=50_000, help="records for the 1 ms handler")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes that run in seconds: checks the bench works",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.messages, args.io = 2_000, 200
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     env = {**os.environ, "KAFKA_PORT": "19592"}

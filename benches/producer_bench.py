@@ -66,7 +66,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes that run in seconds: checks the bench works",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.messages = 2 * BATCH  # the single-produce case triggers deliveries every BATCH
     n, payload = args.messages, b"x" * args.size
     values = [payload] * n
 

@@ -152,7 +152,14 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--late", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=2.0)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes that run in seconds: checks the bench works",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.messages, args.late, args.timeout = 1_000, 20, 1.0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     client = Client({"bootstrap.servers": bootstrap})
 

@@ -126,7 +126,14 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--only", choices=["inflate", "deflate"], default=None)
     parser.add_argument("--limit", type=float, default=600.0, help="cancel a case after N s")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes that run in seconds: checks the bench works",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.rows, args.partitions = 1_000, 2
 
     spark = session(args.cores)
     workdir = tempfile.mkdtemp(prefix="ferrokafka-spark-bench-")

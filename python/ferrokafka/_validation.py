@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 
 def checked_seconds(name: str, value: float, *, positive: bool) -> float:
@@ -31,3 +32,12 @@ def positive_count(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def check_config_mapping(config: object) -> None:
+    """``TypeError`` unless ``config`` is a mapping of librdkafka settings. The message names
+    the type only: the value may hold a password."""
+    if not isinstance(config, Mapping):
+        raise TypeError(
+            f"config must be a dict of librdkafka settings, got {type(config).__name__}"
+        )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
 import time
@@ -46,7 +47,7 @@ def _topics_list(args: argparse.Namespace) -> int:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    config = dict(_key_value(item) for item in args.config)
+    config = dict(args.config)
     topic = NewTopic(args.name, args.partitions, args.replication_factor, config)
     created = _client(args).create_topics([topic], timeout=args.timeout, exist_ok=args.exist_ok)
     print(f"created {args.name}" if created else f"{args.name} already exists")
@@ -61,7 +62,7 @@ class _Daemon(Protocol):
 
 def _daemon_config(args: argparse.Namespace) -> dict[str, str | int | float | bool]:
     config: dict[str, str | int | float | bool] = {"bootstrap.servers": args.bootstrap_servers}
-    config.update(_key_value(item) for item in args.config)
+    config.update(args.config)
     return config
 
 
@@ -97,7 +98,7 @@ def _add_reporter_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--errors-topic", default=DEFAULT_ERRORS_TOPIC, metavar="NAME")
     group.add_argument(
         "--report-interval",
-        type=float,
+        type=_positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="least seconds between periodic reports (default: 5)",
@@ -244,14 +245,14 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
     )
     sub.add_argument(
         "--ttl",
-        type=float,
+        type=_positive_seconds,
         default=REPORT_TTL,
         metavar="SECONDS",
         help=f"a process whose last report is older is stale (default: {REPORT_TTL:g})",
     )
     sub.add_argument(
         "--max-errors",
-        type=int,
+        type=_positive_int,
         default=100,
         metavar="N",
         help="newest errors kept (default: 100)",
@@ -259,6 +260,7 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--config",
         action="append",
+        type=_key_value,
         default=[],
         metavar="KEY=VALUE",
         help="extra librdkafka setting, e.g. security.protocol=SSL (repeatable)",
@@ -272,11 +274,52 @@ def _spark_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# Argument types: argparse turns their ArgumentTypeError into a usage error (exit status 2)
+# that names the argument.
 def _key_value(item: str) -> tuple[str, str]:
+    """A ``KEY=VALUE`` librdkafka setting. The text is not echoed: it may hold a password."""
     key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}")
+    if not sep:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE, found no '='")
+    if not key.strip():
+        raise argparse.ArgumentTypeError("expected KEY=VALUE, found an empty KEY")
     return key, value
+
+
+def _int_from(
+    least: int, *, most: int | None = None, also: int | None = None
+) -> Callable[[str], int]:
+    """An int type accepting ``least`` to ``most`` (inclusive), and the special value ``also``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value == also or (value >= least and (most is None or value <= most)):
+            return value
+        bound = f">= {least}" if most is None else f"from {least} to {most}"
+        special = "" if also is None else f" (or {also})"
+        raise argparse.ArgumentTypeError(f"expected an integer {bound}{special}, got {value}")
+
+    return parse
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds ``> 0``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text}")
+    return value
+
+
+_positive_int = _int_from(1)
+_non_negative_int = _int_from(0)
+_port = _int_from(1, most=65535)
+_broker_default_or_positive = _int_from(1, also=-1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -303,7 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="Kafka bootstrap servers (default: 127.0.0.1:9092)",
         )
         sub.add_argument(
-            "--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default: 30)"
+            "--timeout",
+            type=_positive_seconds,
+            default=30.0,
+            help="seconds to wait for Kafka (default: 30)",
         )
         return sub
 
@@ -320,17 +366,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scheduler.add_argument("--group-id", default="ferrokafka-scheduler")
     scheduler.add_argument(
-        "--flush-batch-size", type=int, default=1000, help="messages per synchronous flush"
+        "--flush-batch-size",
+        type=_positive_int,
+        default=1000,
+        help="messages per synchronous flush",
     )
     scheduler.add_argument(
         "--interval-ms",
-        type=int,
+        type=_positive_int,
         default=10_000,
         help="least milliseconds between periodic state reports (default: 10000)",
     )
     scheduler.add_argument(
         "--config",
         action="append",
+        type=_key_value,
         default=[],
         metavar="KEY=VALUE",
         help="extra librdkafka setting, e.g. transactional.id=scheduler-1 (repeatable)",
@@ -347,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     redelivery.add_argument("--markers-topic", required=True, metavar="NAME")
     redelivery.add_argument(
         "--max-redeliveries",
-        type=int,
+        type=_non_negative_int,
         default=3,
         help="redeliveries before a message is dead-lettered (default: 3)",
     )
@@ -362,13 +412,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     redelivery.add_argument(
         "--commit-interval-ms",
-        type=int,
+        type=_positive_int,
         default=5_000,
         help="most milliseconds between markers offset commits (default: 5000)",
     )
     redelivery.add_argument(
         "--config",
         action="append",
+        type=_key_value,
         default=[],
         metavar="KEY=VALUE",
         help="extra librdkafka setting, e.g. session.timeout.ms=6000 (repeatable)",
@@ -389,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--watch",
         nargs="?",
-        type=float,
+        type=_positive_seconds,
         const=2.0,
         default=None,
         metavar="SECONDS",
@@ -397,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument(
         "--show-errors",
-        type=int,
+        type=_non_negative_int,
         default=10,
         metavar="N",
         help="errors shown in the table (default: 10)",
@@ -411,13 +462,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Needs the 'dashboard' extra.",
     )
     _add_status_options(dashboard)
-    dashboard.add_argument("--port", type=int, default=8080, help="HTTP port (default: 8080)")
+    dashboard.add_argument("--port", type=_port, default=8080, help="HTTP port (default: 8080)")
     dashboard.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
     )
     dashboard.add_argument(
         "--refresh",
-        type=float,
+        type=_positive_seconds,
         default=2.0,
         metavar="SECONDS",
         help="how often the page polls for new figures (default: 2)",
@@ -432,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Run a small Spark job (local[2]) against a broker: UDFs, scheduling, reports.",
     )
     spark_demo.add_argument(
-        "--rows", type=int, default=1000, help="rows to schedule (default: 1000)"
+        "--rows", type=_positive_int, default=1000, help="rows to schedule (default: 1000)"
     )
     spark_demo.set_defaults(run=_spark_demo)
 
@@ -441,16 +492,18 @@ def build_parser() -> argparse.ArgumentParser:
     listing = topic_commands.add_parser("list", help="List topics with their partition counts.")
     listing.add_argument("--all", action="store_true", help="include internal topics")
     listing.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")
-    listing.add_argument("--timeout", type=float, default=30.0)
+    listing.add_argument("--timeout", type=_positive_seconds, default=30.0)
     listing.set_defaults(run=_topics_list)
     create = topic_commands.add_parser("create", help="Create a topic.")
     create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=-1)
-    create.add_argument("--replication-factor", type=int, default=-1)
-    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    create.add_argument("--partitions", type=_broker_default_or_positive, default=-1)
+    create.add_argument("--replication-factor", type=_broker_default_or_positive, default=-1)
+    create.add_argument(
+        "--config", action="append", type=_key_value, default=[], metavar="KEY=VALUE"
+    )
     create.add_argument("--exist-ok", action="store_true")
     create.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")
-    create.add_argument("--timeout", type=float, default=30.0)
+    create.add_argument("--timeout", type=_positive_seconds, default=30.0)
     create.set_defaults(run=_topics_create)
     return parser
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from ferrokafka._native import Client, Message, _RawConsumer
-from ferrokafka._validation import checked_seconds, positive_count
+from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
@@ -186,8 +186,7 @@ class _Core:
         on_caught_up: Callable[[str, int, int], object] | None,
         reporter: Reporter | None,
     ) -> None:
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a dict of librdkafka settings, got {config!r}")
+        check_config_mapping(config)
         if isinstance(subscriptions, str | bytes):
             raise TypeError("subscriptions must be a list, e.g. ['orders'], not a single str")
         self.subscriptions = [_native_subscription(s) for s in subscriptions]

@@ -44,7 +44,7 @@ from ferrokafka._native import (
     decode_process_report,
     decode_state_report,
 )
-from ferrokafka._validation import checked_seconds, positive_count
+from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
 from ferrokafka.consumer import ConfigValue, Consumer, TopicPartition
 from ferrokafka.exceptions import FerrokafkaError
 from ferrokafka.scheduling import STATES_POSTFIX
@@ -672,8 +672,7 @@ class StatusReader:
         forget_after: float | None = 3600.0,
         discover_interval: float = 5.0,
     ) -> None:
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a dict of librdkafka settings, got {config!r}")
+        check_config_mapping(config)
         if "group.id" in config:
             raise ValueError(
                 "the status reader reads without a consumer group and commits nothing: "

@@ -54,7 +54,7 @@ from ferrokafka._native import (
     encode_process_report,
     librdkafka_version,
 )
-from ferrokafka._validation import checked_seconds
+from ferrokafka._validation import check_config_mapping, checked_seconds
 
 __all__ = [
     "DEFAULT_ERRORS_TOPIC",
@@ -236,8 +236,7 @@ class Reporter:
         tags: Iterable[str] = (),
         send_timeout: float = 10.0,
     ) -> None:
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a dict of librdkafka settings, got {config!r}")
+        check_config_mapping(config)
         for name, topic in (("reports_topic", reports_topic), ("errors_topic", errors_topic)):
             if not isinstance(topic, str) or not topic:
                 raise ValueError(f"{name} must be a non-empty topic name, got {topic!r}")

@@ -81,7 +81,7 @@ def test_cli_redelivery_command() -> None:
     )
     assert (args.queue_topic, args.markers_topic) == ("jobs", "jobs-markers")
     assert (args.max_redeliveries, args.dead_letter_topic) == (5, "jobs-dlq")
-    assert args.config == ["session.timeout.ms=6000"]
+    assert args.config == [("session.timeout.ms", "6000")]
     defaults = build_parser().parse_args(
         ["redelivery", "--queue-topic", "q", "--markers-topic", "m"]
     )

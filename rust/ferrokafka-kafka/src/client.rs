@@ -484,6 +484,21 @@ mod tests {
     }
 
     #[test]
+    fn refused_secret_values_are_named_but_never_shown() {
+        for (key, value) in [("sasl.passwrd", "hunter2"), ("ssl.key.pem", "hunter2")] {
+            let settings = ClientSettings::new([
+                ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
+                (key.to_owned(), value.to_owned()),
+            ])
+            .unwrap();
+            let err = Client::new(settings).unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(shown.contains(key), "{shown}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+    }
+
+    #[test]
     fn missing_bootstrap_is_a_config_error() {
         let err = Client::new(ClientSettings::default()).unwrap_err();
         assert!(err.to_string().contains("bootstrap.servers"), "{err}");

@@ -8,10 +8,43 @@ use rdkafka::ClientConfig;
 
 use crate::error::{KafkaIoError, KafkaResult};
 
-/// An ordered list of librdkafka properties.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Whether the value of the configuration key `key` is a secret that no error or log may show.
+///
+/// This is the one place that decides: a name containing `pass` (password, passphrase and their
+/// misspellings), `secret`, `token` or `key`, in any case, or librdkafka's other sensitive
+/// property `sasl.oauthbearer.config`.
+pub fn is_sensitive_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["pass", "secret", "token", "key"]
+        .iter()
+        .any(|word| key.contains(word))
+        || key == "sasl.oauthbearer.config"
+}
+
+/// What errors and logs show in place of a hidden value.
+pub const REDACTED: &str = "[redacted]";
+
+/// An ordered list of librdkafka properties. Its `Debug` form hides sensitive values.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClientSettings {
     entries: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for ClientSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.entries.iter().map(|(key, value)| {
+                (
+                    key,
+                    if is_sensitive_key(key) {
+                        REDACTED
+                    } else {
+                        value
+                    },
+                )
+            }))
+            .finish()
+    }
 }
 
 impl ClientSettings {
@@ -73,5 +106,44 @@ impl ClientSettings {
             config.set(key, value);
         }
         config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names_are_sensitive_in_any_case() {
+        for key in [
+            "sasl.password",
+            "SSL.Key.Password",
+            "sasl.passwrd",
+            "ssl.keystore.password",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.token.endpoint.url",
+            "ssl.key.pem",
+            "sasl.oauthbearer.config",
+        ] {
+            assert!(is_sensitive_key(key), "{key}");
+        }
+        for key in ["bootstrap.servers", "sasl.username", "enable.idempotence"] {
+            assert!(!is_sensitive_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn debug_form_hides_sensitive_values_only() {
+        let settings = ClientSettings::new([
+            ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
+            ("sasl.password".to_owned(), "hunter2".to_owned()),
+        ])
+        .unwrap();
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("sasl.password") && shown.contains("127.0.0.1:1"),
+            "{shown}"
+        );
     }
 }

@@ -6,6 +6,9 @@
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::types::RDKafkaConfRes;
+
+use crate::config::{REDACTED, is_sensitive_key};
 
 /// Result alias for the Kafka engines.
 pub type KafkaResult<T> = Result<T, KafkaIoError>;
@@ -125,8 +128,21 @@ impl KafkaIoError {
         bootstrap: Option<&str>,
     ) -> Self {
         match err {
-            KafkaError::ClientConfig(_, description, key, value) => {
-                KafkaIoError::Config(format!("{key}={value:?}: {description}"))
+            KafkaError::ClientConfig(result, description, key, value) => {
+                // An unknown key may be a misspelt secret ("sasl.passwrd"), and librdkafka may
+                // quote the value in its description: a hidden value is cut out of both.
+                let hidden =
+                    is_sensitive_key(&key) || result == RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN;
+                if hidden {
+                    let description = if value.is_empty() {
+                        description
+                    } else {
+                        description.replace(&value, REDACTED)
+                    };
+                    KafkaIoError::Config(format!("{key}={REDACTED}: {description}"))
+                } else {
+                    KafkaIoError::Config(format!("{key}={value:?}: {description}"))
+                }
             }
             KafkaError::ClientCreation(message) => KafkaIoError::Config(message),
             KafkaError::Transaction(rd) => {

@@ -72,10 +72,27 @@ pub fn wait_sliced<T: Send>(
     }
 }
 
-/// Remembers the process that created an engine; librdkafka's threads do not survive `fork()`.
+/// The process something was created in. librdkafka's threads (and ferrokafka's) do not survive
+/// `fork()`: in a forked child an engine can neither be used nor dropped, since dropping joins
+/// threads that do not exist there and tears down handles the parent still uses.
+#[derive(Clone, Copy, Debug)]
+struct CreatorProcess(u32);
+
+impl CreatorProcess {
+    fn current() -> Self {
+        CreatorProcess(std::process::id())
+    }
+
+    /// False in a forked child.
+    fn is_current(self) -> bool {
+        std::process::id() == self.0
+    }
+}
+
+/// Remembers the process that created an engine, to refuse its use after `fork()`.
 #[derive(Debug)]
 pub struct ForkGuard {
-    pid: u32,
+    creator: CreatorProcess,
     what: &'static str,
 }
 
@@ -83,21 +100,27 @@ impl ForkGuard {
     /// A guard for an engine created now, in this process.
     pub fn new(what: &'static str) -> Self {
         ForkGuard {
-            pid: std::process::id(),
+            creator: CreatorProcess::current(),
             what,
         }
     }
 
+    /// False in a forked child: a binding's own `Drop` then must not touch its engine (the
+    /// engine itself is leaked by [`ReleaseOnDrop`]).
+    pub fn in_creator(&self) -> bool {
+        self.creator.is_current()
+    }
+
     /// Fails when called from a process other than the creator (a forked child).
     pub fn check(&self) -> PyResult<()> {
-        if std::process::id() == self.pid {
+        if self.in_creator() {
             Ok(())
         } else {
             Err(FerrokafkaError::new_err(format!(
                 "{} was created in process {} and cannot be used after fork (this is process {}); \
                  create a new one in the child",
                 self.what,
-                self.pid,
+                self.creator.0,
                 std::process::id()
             )))
         }
@@ -134,13 +157,20 @@ pub fn release_gil_for<F: FnOnce() + Send>(cleanup: F) {
 }
 
 /// Owns an engine whose drop joins librdkafka or ferrokafka threads; drops it without the GIL
-/// (see [`release_gil_for`]).
-pub struct ReleaseOnDrop<T: Send>(ManuallyDrop<T>);
+/// (see [`release_gil_for`]), and never in a forked child, where it is leaked instead: the
+/// child exits cleanly and the parent's brokers see nothing from it.
+pub struct ReleaseOnDrop<T: Send> {
+    engine: ManuallyDrop<T>,
+    creator: CreatorProcess,
+}
 
 impl<T: Send> ReleaseOnDrop<T> {
-    /// Wraps `engine`.
+    /// Wraps `engine`, created now in this process.
     pub fn new(engine: T) -> Self {
-        ReleaseOnDrop(ManuallyDrop::new(engine))
+        ReleaseOnDrop {
+            engine: ManuallyDrop::new(engine),
+            creator: CreatorProcess::current(),
+        }
     }
 }
 
@@ -148,20 +178,24 @@ impl<T: Send> Deref for ReleaseOnDrop<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        &self.0
+        &self.engine
     }
 }
 
 impl<T: Send + std::fmt::Debug> std::fmt::Debug for ReleaseOnDrop<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.engine.fmt(f)
     }
 }
 
 impl<T: Send> Drop for ReleaseOnDrop<T> {
     fn drop(&mut self) {
-        // SAFETY: the value is taken exactly once, here, and `self.0` is never used afterwards.
-        let engine = unsafe { ManuallyDrop::take(&mut self.0) };
+        if !self.creator.is_current() {
+            return; // leaked: see the type's documentation
+        }
+        // SAFETY: the value is taken exactly once, here, and `self.engine` is never used
+        // afterwards.
+        let engine = unsafe { ManuallyDrop::take(&mut self.engine) };
         release_gil_for(move || drop(engine));
     }
 }
@@ -241,6 +275,9 @@ impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> DaemonHandle<
 
 impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> Drop for DaemonHandle<S> {
     fn drop(&mut self) {
+        if !self.guard.in_creator() {
+            return; // a forked child has no daemon thread to stop
+        }
         let daemon = Arc::clone(&*self.daemon);
         release_gil_for(move || {
             daemon.request_stop();

@@ -1,0 +1,92 @@
+"""Objects inherited across ``os.fork()``: refused in the child, and the child still exits cleanly
+without touching the parent's librdkafka handles (issue 13, defect 5)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+
+# Creates and uses every kind of native handle, forks, and in the child tries each one, then
+# leaves through normal interpreter finalisation (SystemExit), which collects the inherited
+# objects. The parent reports the child's exit status and then uses its own handles again.
+_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import ferrokafka
+    from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
+
+    bootstrap, topic, markers = sys.argv[1], sys.argv[2], sys.argv[3]
+    config = {"bootstrap.servers": bootstrap}
+    client = ferrokafka.Client(config)
+    client.produce(topic, b"before fork")
+    producer = ferrokafka.AsyncProducer(config)
+    producer.produce(b"before fork", topic)
+    producer.flush(timeout=10)
+    consumer = ferrokafka.Consumer(
+        {**config, "group.id": topic, "auto.offset.reset": "earliest"},
+        [topic],
+        lambda batch: None,
+        commit_interval=0.2,
+    )
+    consumer.start()
+    tracker = RedeliveryTracker(config, topic, markers, group_id=topic + "-t").start()
+    queue = QueueConsumer(config, topic, markers, group_id=topic + "-q")
+
+    pid = os.fork()
+    if pid == 0:
+        uses = {
+            "Client": lambda: client.list_topics(timeout=5),
+            "AsyncProducer": lambda: producer.produce(b"in child", topic),
+            "Consumer": consumer.stop,
+            "redelivery.RedeliveryTracker": tracker.request_stop,
+            "redelivery.QueueConsumer": lambda: queue.consume(1, timeout=1),
+        }
+        for name, use in uses.items():
+            try:
+                use()
+            except ferrokafka.FerrokafkaError as err:
+                print(f"child: {name} refused: {err}", flush=True)
+        sys.exit(0)
+
+    _, status = os.waitpid(pid, 0)
+    print(f"child exit code {os.waitstatus_to_exitcode(status)}", flush=True)
+    client.produce(topic, b"after fork")
+    producer.shutdown(timeout=10)
+    consumer.stop()
+    tracker.stop()
+    queue.close()
+    """
+)
+
+
+def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
+    run = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, kafka_bootstrap, topic, markers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    report = f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert run.returncode == 0, report
+    assert "child exit code 0" in run.stdout, report
+    for name in (
+        "Client",
+        "AsyncProducer",
+        "Consumer",
+        "redelivery.RedeliveryTracker",
+        "redelivery.QueueConsumer",
+    ):
+        assert f"child: {name} refused: ferrokafka.{name} was created in process" in run.stdout, (
+            report
+        )
+        assert "cannot be used after fork" in run.stdout, report
+    assert "panicked" not in run.stderr, report
+    assert "Traceback" not in run.stderr, report
