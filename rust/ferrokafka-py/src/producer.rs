@@ -107,6 +107,9 @@ impl Drop for PyRawAsyncProducer {
     /// A producer collected without `shutdown()` still stops its worker (which holds the engine
     /// alive) and says how many messages that cost; it never hangs the collector.
     fn drop(&mut self) {
+        if !self.guard.in_creator() {
+            return; // a forked child: the parent's engine is not ours to stop (it is leaked)
+        }
         let engine = Arc::clone(&*self.engine);
         release_gil_for(move || {
             let undelivered = engine.finish_shutdown();
