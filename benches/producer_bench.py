@@ -2,12 +2,17 @@
 ProducerPerformance tool, in one run, on the local broker.
 
 Usage:
-    .venv/bin/python benches/producer_bench.py [--messages 1000000] [--size 100]
+    .venv/bin/python benches/producer_bench.py [--messages 1000000] [--size 100] [--samples 3]
+    .venv/bin/python benches/producer_bench.py --smoke     # seconds: checks the bench works
 
-Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Each case
-writes N messages of S bytes to its own 3-partition topic and waits until the broker
-acknowledged all of them. Prints a markdown table: messages/s, client CPU seconds (user+sys of
-this process, all threads) and the ratio to the confluent-kafka loop measured in the same run.
+Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Each sample
+writes N messages of S bytes to a 3-partition topic of its own and is timed until the broker
+acknowledged all of them (closing the client comes after, untimed, for every case); then the
+records on the topic are counted (high watermarks). The cases run
+interleaved, forwards then backwards (A-B-B-A), so a drift of the machine hits every case alike;
+the table shows each case's median of the samples: messages/s, client CPU per message (user+sys
+of this process, all threads, librdkafka's included) and the ratios to the two confluent-kafka
+loops. The load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -16,33 +21,40 @@ import argparse
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from ferrokafka import AsyncProducer, Client, NewTopic
+from ferrokafka import AsyncProducer, Client, Message, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = ROOT / "scripts" / "kafka.sh"
 BATCH = 10_000
+PARTITIONS = 3
 
 
 @dataclass
-class Result:
+class Case:
     name: str
-    seconds: float
-    cpu_seconds: float
-    messages: int
+    run: Callable[[str], Callable[[], object]]  # returns how to close the client, untimed
+    rates: list[float] = field(default_factory=list)
+    cpu_per_message: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
-        return self.messages / self.seconds
+        return statistics.median(self.rates)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpu_per_message)
 
 
 def cpu_now() -> float:
@@ -50,22 +62,15 @@ def cpu_now() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(name: str, messages: int, run: Callable[[], None]) -> Result:
-    cpu, start = cpu_now(), time.perf_counter()
-    run()
-    return Result(name, time.perf_counter() - start, cpu_now() - cpu, messages)
-
-
-def new_topic(client: Client) -> str:
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    client.create_topics([NewTopic(name, num_partitions=3)])
-    return name
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--samples", type=int, default=3, help="samples per case (median)")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -73,7 +78,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.smoke:
-        args.messages = 2 * BATCH  # the single-produce case triggers deliveries every BATCH
+        args.messages, args.samples = 2 * BATCH, 1
     n, payload = args.messages, b"x" * args.size
     values = [payload] * n
 
@@ -84,16 +89,28 @@ def main() -> int:
             ["bash", str(KAFKA), "start"], env=env, check=True, capture_output=True, text=True
         ).stdout.split()[-1]
     client = Client({"bootstrap.servers": bootstrap})
+    counter = Consumer({"bootstrap.servers": bootstrap, "group.id": "producer-bench-counter"})
     base = {
         "bootstrap.servers": bootstrap,
         "linger.ms": 5,
         "queue.buffering.max.messages": 1_000_000,
     }
-    results: list[Result] = []
 
-    def ferrokafka_many(max_queue_size: int, overflow: str) -> Callable[[], None]:
-        def run() -> None:
-            topic = new_topic(client)
+    def new_topic() -> str:
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        client.create_topics([NewTopic(name, num_partitions=PARTITIONS)])
+        return name
+
+    def records_on(topic: str) -> int:
+        return sum(
+            counter.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        )
+
+    def ferrokafka_many(
+        max_queue_size: int, overflow: str
+    ) -> Callable[[str], Callable[[], object]]:
+        def run(topic: str) -> Callable[[], object]:
             producer = AsyncProducer(
                 base,
                 max_queue_size=max_queue_size,
@@ -105,25 +122,32 @@ def main() -> int:
                 producer.produce_many(values[start : start + BATCH], topic=topic)
             producer.flush(timeout=300)
             assert producer.stats()["delivered"] == n
-            producer.shutdown()
+            return producer.shutdown
 
         return run
 
-    def ferrokafka_single() -> None:
-        topic = new_topic(client)
-        producer = AsyncProducer(
-            base, max_queue_size=n, max_queue_bytes=2**31, delivery_threshold=BATCH
-        )
-        produce = producer.produce
-        for value in values:
-            produce(value, topic)
-        producer.flush(timeout=300)
-        assert producer.stats()["delivered"] == n
-        producer.shutdown()
+    def ferrokafka_single(with_futures: bool) -> Callable[[str], Callable[[], object]]:
+        def run(topic: str) -> Callable[[], object]:
+            producer = AsyncProducer(
+                base, max_queue_size=n, max_queue_bytes=2**31, delivery_threshold=BATCH
+            )
+            if with_futures:
+                produce_future = producer.produce_future
+                futures: list[Future[Message]] = [produce_future(v, topic) for v in values]
+                producer.flush(timeout=300)
+                assert all(f.result(0).offset() >= 0 for f in futures)
+            else:
+                produce = producer.produce
+                for value in values:
+                    produce(value, topic)
+                producer.flush(timeout=300)
+            assert producer.stats()["delivered"] == n
+            return producer.shutdown
 
-    def confluent(with_callbacks: bool) -> Callable[[], None]:
-        def run() -> None:
-            topic = new_topic(client)
+        return run
+
+    def confluent(with_callbacks: bool) -> Callable[[str], Callable[[], object]]:
+        def run(topic: str) -> Callable[[], object]:
             producer = Producer(base)
             delivered = 0
 
@@ -142,19 +166,33 @@ def main() -> int:
                     poll(0)
             assert producer.flush(300) == 0
             assert delivered == n or not with_callbacks
+            return lambda: producer  # destroyed when the reference goes
 
         return run
 
-    cases: list[tuple[str, Callable[[], None]]] = [
-        ("confluent-kafka produce+poll(0), with delivery callbacks", confluent(True)),
-        ("confluent-kafka produce+poll(0), no callbacks", confluent(False)),
-        ("ferrokafka AsyncProducer.produce_many (batches of 10k)", ferrokafka_many(n, "raise")),
-        ("ferrokafka AsyncProducer.produce", ferrokafka_single),
-        ("ferrokafka produce_many, saturated queue (1000, block)", ferrokafka_many(1000, "block")),
+    cases = [
+        Case("confluent-kafka produce+poll(0), with delivery callbacks", confluent(True)),
+        Case("confluent-kafka produce+poll(0), no callbacks", confluent(False)),
+        Case("ferrokafka AsyncProducer.produce_many (batches of 10k)", ferrokafka_many(n, "raise")),
+        Case("ferrokafka AsyncProducer.produce", ferrokafka_single(with_futures=False)),
+        Case("ferrokafka AsyncProducer.produce_future (a future each)", ferrokafka_single(True)),
+        Case("ferrokafka produce_many, queue of 1000, block", ferrokafka_many(1000, "block")),
     ]
-    for name, run in cases:
-        results.append(timed(name, n, run))
-        print(f"{name}: {results[-1].rate:,.0f} msg/s", file=sys.stderr)
+    print(f"load average before: {load()}", file=sys.stderr)
+    for sample in range(args.samples):
+        order = cases if sample % 2 == 0 else cases[::-1]  # A-B-B-A
+        for case in order:
+            topic = new_topic()
+            cpu, start = cpu_now(), time.perf_counter()
+            close = case.run(topic)
+            seconds, cpu_used = time.perf_counter() - start, cpu_now() - cpu
+            close()
+            del close
+            on_topic = records_on(topic)
+            assert on_topic == n, f"{case.name}: {on_topic} records on the topic, not {n}"
+            case.rates.append(n / seconds)
+            case.cpu_per_message.append(cpu_used / n)
+            print(f"sample {sample + 1}: {case.name}: {n / seconds:,.0f} msg/s", file=sys.stderr)
 
     tools_cp = Path(os.environ.get("FERROKAFKA_CACHE", Path.home() / ".cache" / "ferrokafka"))
     perf = subprocess.run(
@@ -165,7 +203,7 @@ def main() -> int:
             f"{tools_cp}/kafka-4.3.1/libs/*",
             "org.apache.kafka.tools.ProducerPerformance",
             "--topic",
-            new_topic(client),
+            new_topic(),
             "--num-records",
             str(n),
             "--record-size",
@@ -183,29 +221,37 @@ def main() -> int:
     )
     summary = perf.stdout.strip().splitlines()[-1]
     java_rate = float(re.search(r"([\d.]+) records/sec", summary).group(1))  # type: ignore[union-attr]
+    after = load()
+    counter.close()
 
     if not os.environ.get("KAFKA_BOOTSTRAP"):
         subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=True, capture_output=True)
 
-    with_cb, without_cb = results[0].rate, results[1].rate
-    print(f"\n{n:,} messages of {args.size} bytes, 3 partitions, local broker, linger.ms=5\n")
+    with_cb, without_cb = cases[0], cases[1]
     print(
-        "| case | msgs/s | client CPU s | vs confluent with callbacks | vs confluent no callbacks |"
+        f"\n{n:,} messages of {args.size} bytes, {PARTITIONS} partitions, local broker, "
+        f"linger.ms=5; median of {args.samples} interleaved sample(s) per case; "
+        f"load average after: {after}\n"
     )
-    print("|---|---:|---:|---:|---:|")
-    for r in results:
+    print(
+        "| case | msgs/s | client CPU µs/msg | vs confluent with callbacks | "
+        "vs confluent no callbacks | CPU vs confluent no callbacks |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for case in cases:
         print(
-            f"| {r.name} | {r.rate:,.0f} | {r.cpu_seconds:.2f} | "
-            f"{r.rate / with_cb:.2f}x | {r.rate / without_cb:.2f}x |"
+            f"| {case.name} | {case.rate:,.0f} | {case.cpu * 1e6:.2f} | "
+            f"{case.rate / with_cb.rate:.2f}x | {case.rate / without_cb.rate:.2f}x | "
+            f"{case.cpu / without_cb.cpu:.2f}x |"
         )
     print(
-        f"| Kafka ProducerPerformance (Java, separate JVM) | {java_rate:,.0f} | n/a | "
-        f"{java_rate / with_cb:.2f}x | {java_rate / without_cb:.2f}x |"
+        f"| Kafka ProducerPerformance (Java, separate JVM, one run) | {java_rate:,.0f} | n/a | "
+        f"{java_rate / with_cb.rate:.2f}x | {java_rate / without_cb.rate:.2f}x | n/a |"
     )
-    unbounded, saturated = results[2].rate, results[4].rate
+    unbounded, saturated = cases[2].rate, cases[5].rate
     print(f"\nsaturated bounded queue keeps {saturated / unbounded:.2f}x of unbounded throughput")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

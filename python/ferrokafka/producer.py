@@ -309,18 +309,23 @@ class AsyncProducer:
     def _dispatch_forever(self) -> None:
         while not self._closed.is_set():
             with self._dispatch_lock:
-                self._dispatch(self._raw.poll_events(_POLL_SECONDS))
+                if self._dispatch(self._raw.poll_events(_POLL_SECONDS)):
+                    return
 
     def _drain_now(self) -> None:
         with self._dispatch_lock:
             while events := self._raw.poll_events(0.0):
                 self._dispatch(events)
 
-    def _dispatch(self, events: list[tuple[Any, ...]]) -> None:
+    def _dispatch(self, events: list[tuple[Any, ...]]) -> bool:
+        """Runs the callbacks of ``events``; True once the producer's last event came."""
         failures: dict[str, list[Any]] = {}  # topic -> [count, last error]: one log line each
+        shut_down = False
         for event in events:
             kind = event[0]
-            if kind == "delivered":
+            if kind == "shut_down":
+                shut_down = True
+            elif kind == "delivered":
                 _, ticket, message = event
                 self._settle(ticket, None, message)
             elif kind == "failed":
@@ -362,6 +367,7 @@ class AsyncProducer:
                 )
         for topic, (count, error) in failures.items():
             log.warning("%d message(s) to %s failed and were handed back: %s", count, topic, error)
+        return shut_down
 
     def _settle(self, ticket: int, error: Exception | None, message: Message) -> None:
         if not ticket:

@@ -168,6 +168,8 @@ pub enum ProducerEvent {
         /// Records still buffered after it.
         queue_size: usize,
     },
+    /// The last event: the producer shut down (lets a listener stop waiting at once).
+    ShutDown,
     /// librdkafka reported a failed send that will be retried (`delivery_error`).
     DeliveryError {
         /// Topic of the record.
@@ -756,6 +758,8 @@ impl AsyncProducer {
         undelivered.extend(state.buffer.drain_chunk(usize::MAX));
         state.stats.failed += undelivered.len() as u64;
         state.stats.queue_size = 0;
+        drop(state);
+        self.shared.emit(ProducerEvent::ShutDown);
         undelivered
     }
 

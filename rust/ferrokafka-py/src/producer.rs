@@ -413,6 +413,7 @@ fn event_tuple(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<PyTuple>> {
             message_count,
             queue_size,
         } => ("deliver_messages", message_count, queue_size).into_pyobject(py)?,
+        ProducerEvent::ShutDown => ("shut_down",).into_pyobject(py)?,
         ProducerEvent::DeliveryError {
             topic,
             error,
