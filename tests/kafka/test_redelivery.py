@@ -3,6 +3,7 @@ kill -9, hanging handlers and keepalives, dead letters, and a tracker killed and
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -297,3 +298,18 @@ def test_close_from_another_thread_ends_iteration(
     closer.start()
     assert list(queue) == []
     closer.join()
+
+
+def test_one_config_serves_every_client_without_confwarn(
+    config: dict[str, Any], topics: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Consumer-only (group, offset reset) and producer-only (linger) settings side by side, as a
+    # user writes one config dict for a component; each client gets only its own.
+    queue_topic, markers = topics
+    mixed = {**config, "auto.offset.reset": "earliest", "linger.ms": 2}
+    with caplog.at_level(logging.WARNING):
+        tracker = RedeliveryTracker(mixed, queue_topic, markers, group_id=f"t-{uuid.uuid4().hex}")
+        tracker.start()
+        QueueConsumer(mixed, queue_topic, markers, TIMEOUT).close()
+        tracker.stop()
+    assert not [r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]

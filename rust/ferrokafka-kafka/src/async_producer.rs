@@ -43,7 +43,7 @@ use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
 
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
@@ -558,6 +558,7 @@ impl AsyncProducer {
             delivered: AtomicU64::new(0),
         });
         let producer: ThreadedProducer<DeliveryTracker> = settings
+            .for_role(ClientRole::Producer)
             .to_client_config()
             .create_with_context(DeliveryTracker {
                 shared: Arc::clone(&shared),

@@ -17,7 +17,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
@@ -148,6 +148,7 @@ impl Client {
     pub fn new(settings: ClientSettings) -> KafkaResult<Self> {
         settings.bootstrap()?;
         let admin = settings
+            .for_role(ClientRole::Producer)
             .to_client_config()
             .create()
             .map_err(|e| KafkaIoError::from_rdkafka("create client", e, Duration::ZERO, None))?;
@@ -348,7 +349,10 @@ impl Client {
         if let Some(producer) = self.producer.get() {
             return Ok(producer);
         }
-        let mut config = self.settings.to_client_config();
+        let mut config = self
+            .settings
+            .for_role(ClientRole::Producer)
+            .to_client_config();
         // A synchronous call must not outlive its caller's patience by minutes.
         if self.settings.get("message.timeout.ms").is_none() {
             config.set("message.timeout.ms", "30000");
@@ -425,7 +429,10 @@ impl Client {
                 "topic {topic:?} does not exist"
             )));
         }
-        let mut config = self.settings.to_client_config();
+        let mut config = self
+            .settings
+            .for_role(ClientRole::Consumer)
+            .to_client_config();
         config
             .set("enable.partition.eof", "true")
             .set("enable.auto.commit", "false")

@@ -24,6 +24,81 @@ pub fn is_sensitive_key(key: &str) -> bool {
 /// What errors and logs show in place of a hidden value.
 pub const REDACTED: &str = "[redacted]";
 
+/// The kind of librdkafka client a configuration is given to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientRole {
+    /// A producer; also the admin client, which librdkafka runs as a producer.
+    Producer,
+    /// A consumer.
+    Consumer,
+}
+
+/// Properties librdkafka only knows for consumers ("C" in librdkafka 2.12's CONFIGURATION.md);
+/// a producer given one logs a CONFWARN line and ignores it.
+const CONSUMER_ONLY: &[&str] = &[
+    "group.id",
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+    "group.protocol",
+    "group.remote.assignor",
+    "coordinator.query.interval.ms",
+    "max.poll.interval.ms",
+    "enable.auto.commit",
+    "auto.commit.enable",
+    "auto.commit.interval.ms",
+    "enable.auto.offset.store",
+    "queued.min.messages",
+    "queued.max.messages.kbytes",
+    "fetch.wait.max.ms",
+    "fetch.queue.backoff.ms",
+    "fetch.message.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.max.bytes",
+    "fetch.min.bytes",
+    "fetch.error.backoff.ms",
+    "offset.store.method",
+    "offset.store.path",
+    "offset.store.sync.interval.ms",
+    "isolation.level",
+    "enable.partition.eof",
+    "check.crcs",
+    "auto.offset.reset",
+    "consume.callback.max.messages",
+];
+
+/// Properties librdkafka only knows for producers ("P" in the same table).
+const PRODUCER_ONLY: &[&str] = &[
+    "transactional.id",
+    "transaction.timeout.ms",
+    "enable.idempotence",
+    "enable.gapless.guarantee",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.ms",
+    "linger.ms",
+    "message.send.max.retries",
+    "retries",
+    "queue.buffering.backpressure.threshold",
+    "compression.codec",
+    "compression.type",
+    "compression.level",
+    "batch.num.messages",
+    "batch.size",
+    "delivery.report.only.error",
+    "sticky.partitioning.linger.ms",
+    "request.required.acks",
+    "acks",
+    "request.timeout.ms",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "queuing.strategy",
+    "produce.offset.report",
+    "partitioner",
+];
+
 /// An ordered list of librdkafka properties. Its `Debug` form hides sensitive values.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClientSettings {
@@ -99,6 +174,23 @@ impl ClientSettings {
             })
     }
 
+    /// These settings without the properties librdkafka only knows for the other role, so one
+    /// config dict can serve every client a component creates without CONFWARN lines.
+    pub fn for_role(&self, role: ClientRole) -> ClientSettings {
+        let other_only = match role {
+            ClientRole::Producer => CONSUMER_ONLY,
+            ClientRole::Consumer => PRODUCER_ONLY,
+        };
+        ClientSettings {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(key, _)| !other_only.contains(&key.as_str()))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// The rdkafka configuration holding these settings.
     pub fn to_client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -111,6 +203,33 @@ impl ClientSettings {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_role_keeps_shared_settings_and_drops_the_other_roles() {
+        let settings = super::ClientSettings::new([
+            ("bootstrap.servers".to_owned(), "b:9092".to_owned()),
+            ("group.id".to_owned(), "g".to_owned()),
+            ("auto.offset.reset".to_owned(), "earliest".to_owned()),
+            ("linger.ms".to_owned(), "5".to_owned()),
+            ("transactional.id".to_owned(), "t".to_owned()),
+            ("security.protocol".to_owned(), "plaintext".to_owned()),
+        ])
+        .unwrap();
+        let producer = settings.for_role(super::ClientRole::Producer);
+        assert_eq!(producer.get("group.id"), None);
+        assert_eq!(producer.get("auto.offset.reset"), None);
+        assert_eq!(producer.get("linger.ms"), Some("5"));
+        assert_eq!(producer.get("transactional.id"), Some("t"));
+        let consumer = settings.for_role(super::ClientRole::Consumer);
+        assert_eq!(consumer.get("group.id"), Some("g"));
+        assert_eq!(consumer.get("linger.ms"), None);
+        assert_eq!(consumer.get("transactional.id"), None);
+        for role in [super::ClientRole::Producer, super::ClientRole::Consumer] {
+            let kept = settings.for_role(role);
+            assert_eq!(kept.get("bootstrap.servers"), Some("b:9092"));
+            assert_eq!(kept.get("security.protocol"), Some("plaintext"));
+        }
+    }
+
     use super::*;
 
     #[test]

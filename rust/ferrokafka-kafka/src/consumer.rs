@@ -38,7 +38,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::ReceivedRecord;
 
@@ -849,7 +849,7 @@ impl ConcurrentConsumer {
             settings.get("auto.offset.reset"),
             Some("earliest" | "smallest" | "beginning")
         );
-        let mut config = settings.to_client_config();
+        let mut config = settings.for_role(ClientRole::Consumer).to_client_config();
         if !group {
             // librdkafka refuses `assign` without a group id; this one never joins a group
             // (nothing is subscribed) and never commits.

@@ -17,7 +17,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::client::log_unless_end;
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::OutgoingRecord;
 
@@ -108,8 +108,7 @@ pub(crate) fn publish<S>(slot: &Mutex<S>, status: S) {
 /// committing itself, told about partition ends, starting at the earliest offset when the group
 /// has none.
 pub(crate) fn group_consumer_settings(settings: &ClientSettings, group_id: &str) -> ClientSettings {
-    let mut consumer = settings.clone();
-    consumer.remove("transactional.id");
+    let mut consumer = settings.for_role(ClientRole::Consumer);
     consumer.set("group.id", group_id);
     consumer.set("enable.auto.commit", "false");
     consumer.set("enable.partition.eof", "true");

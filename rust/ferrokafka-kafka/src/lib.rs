@@ -19,7 +19,7 @@ pub use async_producer::{
     AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ProducerStats, Refusal, Ticket,
 };
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
-pub use config::ClientSettings;
+pub use config::{ClientRole, ClientSettings};
 pub use consumer::{
     Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ConsumerStats, Fetched,
     Outcome, PartitionCounters, PartitionStats, StartAt, Subscription, WorkerId,

@@ -46,7 +46,7 @@ use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProdu
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::client::Client;
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue,
     group_consumer_settings, now_ms, publish, send_all,
@@ -191,11 +191,11 @@ impl QueueConsumer {
             ));
         }
         let mut consumer_settings = settings.clone();
-        consumer_settings.remove("transactional.id");
         consumer_settings.set("group.id", options.group_id.as_str());
         consumer_settings.set("enable.auto.commit", "false");
         consumer_settings.set_default("auto.offset.reset", "earliest");
         let consumer: BaseConsumer = consumer_settings
+            .for_role(ClientRole::Consumer)
             .to_client_config()
             .create()
             .map_err(creation_error("create queue consumer"))?;
@@ -204,7 +204,7 @@ impl QueueConsumer {
         consumer
             .subscribe(&[options.queue_topic.as_str()])
             .map_err(creation_error("subscribe to the queue topic"))?;
-        let mut producer_settings = settings;
+        let mut producer_settings = settings.for_role(ClientRole::Producer);
         producer_settings.remove("transactional.id");
         // Markers of one message must stay in order: retries may not reorder them.
         producer_settings.set_default("enable.idempotence", "true");
@@ -577,7 +577,7 @@ impl Tracker {
         consumer
             .subscribe(&[options.markers_topic.as_str()])
             .map_err(creation_error("subscribe to the markers topic"))?;
-        let mut producer_settings = settings;
+        let mut producer_settings = settings.for_role(ClientRole::Producer);
         producer_settings.remove("transactional.id");
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
