@@ -1183,3 +1183,72 @@ impl AsyncProducer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(n: usize) -> Pending {
+        Pending {
+            record: OutgoingRecord {
+                topic: "nowhere".to_owned(),
+                value: Some(format!("v{n}").into_bytes()),
+                ..OutgoingRecord::default()
+            },
+            partition_key: None,
+            ticket: 0,
+            failures: 0,
+        }
+    }
+
+    /// No broker answers and librdkafka's own queue holds 10 records, so at shutdown records
+    /// sit in librdkafka, in the worker's hands (waiting for room) and in the buffer. Every one
+    /// must come back, as a `Failed` event or in the returned list, exactly once, and quickly.
+    #[test]
+    fn shutdown_without_a_broker_hands_back_every_record_once() {
+        let settings = ClientSettings::new([
+            ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
+            ("queue.buffering.max.messages".to_owned(), "10".to_owned()),
+        ])
+        .unwrap();
+        let options = AsyncProducerOptions {
+            max_queue_size: 100,
+            delivery_threshold: 1,
+            ..AsyncProducerOptions::default()
+        };
+        let producer = AsyncProducer::new(settings, options).unwrap();
+        let events = producer.take_events().unwrap();
+        let mut items: VecDeque<Pending> = (0..100).map(pending).collect();
+        let (accepted, refusal) = producer.try_produce(&mut items);
+        assert_eq!((accepted, refusal.is_none()), (100, true));
+
+        let started = Instant::now();
+        producer.begin_shutdown();
+        assert!(!producer.flush_step(Duration::from_millis(300)));
+        let returned = producer.finish_shutdown();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+
+        let mut values: Vec<Vec<u8>> = returned
+            .into_iter()
+            .filter_map(|p| p.record.value)
+            .collect();
+        for event in events.try_iter() {
+            if let ProducerEvent::Failed { pending, .. } = event {
+                values.extend(pending.record.value);
+            }
+        }
+        values.sort();
+        let mut expected: Vec<Vec<u8>> = (0..100).map(|n| format!("v{n}").into_bytes()).collect();
+        expected.sort();
+        assert_eq!(values, expected);
+        let stats = producer.stats();
+        assert_eq!(
+            (stats.delivered, stats.failed, stats.in_flight),
+            (0, 100, 0)
+        );
+    }
+}
