@@ -20,7 +20,7 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import TopicPartition as ConfluentPartition
 
-from ferrokafka import AsyncProducer, BufferOverflow, Client, Message, NewTopic
+from ferrokafka import AsyncProducer, BufferOverflow, Client, KafkaError, Message, NewTopic
 from tests.conftest import KAFKA_SCRIPT
 
 pytestmark = pytest.mark.kafka
@@ -294,3 +294,30 @@ def test_a_refused_message_aborts_its_transaction_and_the_others_go_again(
     assert [(m.topic(), len(m.value() or b"")) for m in handed_back] == [(strict, 5000)]
     assert [value for _, value in read_all(kafka_bootstrap, topic, partitions=1)] == small
     assert delivered == small
+
+
+def test_a_fenced_transactional_producer_raises_and_hands_everything_back(
+    kafka_bootstrap: str,
+) -> None:
+    # A second producer with the same transactional.id fences the first: a fatal error, which
+    # the first raises to its caller instead of stopping silently.
+    topic = make_topic(kafka_bootstrap, "fenced", partitions=1)
+    config = {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"fenced-{topic}"}
+    first = AsyncProducer(config)
+    first.produce_many([f"committed-{n}" for n in range(10)], topic=topic)
+    first.flush(timeout=30.0)
+    second = AsyncProducer(config)
+    first.produce_many([f"fenced-{n}" for n in range(10)], topic=topic)
+    with pytest.raises(KafkaError) as raised:
+        first.flush(timeout=30.0)
+    assert raised.value.fatal
+    with pytest.raises(KafkaError):
+        first.produce(b"after", topic=topic)
+    handed_back = first.take_failed() + first.shutdown(timeout=5.0)
+    assert sorted(m.value() or b"" for m in handed_back) == sorted(
+        f"fenced-{n}".encode() for n in range(10)
+    )
+    assert [value for _, value in read_all(kafka_bootstrap, topic, partitions=1)] == [
+        f"committed-{n}".encode() for n in range(10)
+    ]
+    second.shutdown(timeout=5.0)
