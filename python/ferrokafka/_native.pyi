@@ -646,6 +646,7 @@ class _RawScheduler:
         state_interval: float,
         states_postfix: str,
         horizon: float,
+        dead_letter_topic: str | None = None,
     ) -> _RawScheduler: ...
     def request_stop(self) -> None:
         """Ask the daemon to stop; returns at once."""

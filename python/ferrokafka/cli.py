@@ -126,6 +126,8 @@ def _scheduler(args: argparse.Namespace) -> int:
             group_id=args.group_id,
             flush_batch_size=args.flush_batch_size,
             state_interval=args.interval_ms / 1000,
+            dead_letter_topic=args.dead_letter_topic,
+            instance_id=args.instance_id,
             reporter=_reporter(args),
         )
     )
@@ -319,6 +321,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a schedules topic to serve (repeat for several)",
     )
     scheduler.add_argument("--group-id", default="ferrokafka-scheduler")
+    scheduler.add_argument(
+        "--instance-id",
+        metavar="ID",
+        help="group.instance.id (static membership): a restart under the same id takes its "
+        "partitions back at once instead of after the session timeout; unique per daemon",
+    )
+    scheduler.add_argument(
+        "--dead-letter-topic",
+        metavar="NAME",
+        help="copy schedules whose target the broker refuses for good here (default: none; "
+        "they are counted as failed and logged)",
+    )
     scheduler.add_argument(
         "--flush-batch-size", type=int, default=1000, help="messages per synchronous flush"
     )

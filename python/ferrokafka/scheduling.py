@@ -164,7 +164,15 @@ class Scheduler:
     transaction and a restart never dispatches a schedule twice; without it, delivery is
     at-least-once (a crash between a target and its tombstone re-dispatches that schedule).
     Bad records are logged, counted (``skipped`` in :meth:`status` and the state report) and
-    skipped.
+    skipped. A tombstone is written only once its target was acknowledged. A schedule whose
+    target the broker refuses for good (too large, illegal or unauthorised topic) is logged with
+    its key, counted (``failed``), copied to ``dead_letter_topic`` when set, and never holds up
+    the schedules behind it; transient failures are retried with backoff. Offsets are committed
+    every second while running, so the group's lag is meaningful.
+
+    Failover: a daemon that dies leaves its partitions idle for the group session timeout
+    (``session.timeout.ms``, 10 s by default for ferrokafka daemons); with ``instance_id``
+    (static membership) a daemon restarted under the same id takes them back at once.
 
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``transactional.id``, ...).
@@ -175,6 +183,11 @@ class Scheduler:
         states_postfix: states topic name suffix ["_states"].
         horizon: seconds ahead for which schedules keep their payload in memory; later ones are
             read back from the topic when they come within it [3600].
+        dead_letter_topic: topic that receives a copy of each schedule whose target is refused
+            for good (header ``schedule_dead_letter_reason``); None: only counted and logged,
+            the proxy stays on the schedules topic [None].
+        instance_id: ``group.instance.id`` (static membership): a restart under the same id
+            takes this daemon's partitions back at once; unique per daemon [None].
         reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per
             partition its state and, as ``lag``, the schedules pending [None].
 
@@ -197,20 +210,28 @@ class Scheduler:
         state_interval: float = 10.0,
         states_postfix: str = STATES_POSTFIX,
         horizon: float = 3600.0,
+        dead_letter_topic: str | None = None,
+        instance_id: str | None = None,
         reporter: Reporter | None = None,
     ) -> None:
         if isinstance(schedules_topics, str):
             raise TypeError("schedules_topics must be a list of topic names, not a str")
+        config = dict(config)
+        if instance_id is not None:
+            if not instance_id:
+                raise ValueError("instance_id must not be empty (leave it None for none)")
+            config["group.instance.id"] = instance_id
         self._group_id = group_id
         self._reporter = reporter
         self._raw = _RawScheduler(
-            dict(config),
+            config,
             list(schedules_topics),
             group_id,
             flush_batch_size,
             state_interval,
             states_postfix,
             horizon,
+            dead_letter_topic,
         )
         if reporter is not None:
             reporter.track(self)
@@ -240,7 +261,7 @@ class Scheduler:
 
     def status(self) -> list[dict[str, Any]]:
         """Per assigned partition: topic, partition, state, pending, dispatched, skipped,
-        applied (records read)."""
+        failed (targets refused for good), applied (records read)."""
         return self._raw.status()
 
     def report_sample(self) -> SourceSample:

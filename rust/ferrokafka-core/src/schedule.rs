@@ -24,8 +24,9 @@
 //!   unless its `schedule_source_offset` names an older schedule than the pending one (the daemon's
 //!   own tombstone for a dispatched schedule must not cancel a newer schedule with the same key).
 //! - `due` stops at the first entry still awaiting its payload, so dispatch order is never broken.
-//! - Dispatched schedules stay *in flight* until [`ScheduleTracker::mark_dispatched`] (success) or
-//!   [`ScheduleTracker::restore`] (failure; re-queued unless the key changed meanwhile).
+//! - Dispatched schedules stay *in flight* until [`ScheduleTracker::mark_dispatched`] (success),
+//!   [`ScheduleTracker::mark_failed`] (target refused for good) or [`ScheduleTracker::restore`]
+//!   (transient failure; re-queued unless the key changed meanwhile).
 //! - `daily` counts pending schedules (loaded, deferred and in flight) per UTC day of their epoch:
 //!   a schedule adds one; its replacement, cancel, tombstone or confirmed dispatch removes it. For
 //!   today this equals Karafka's figure (the size of its daily buffer); for later days it is exact
@@ -177,6 +178,7 @@ pub struct ScheduleTracker<P> {
     reloads: u64,
     skipped_records: u64,
     dispatched: u64,
+    failed: u64,
 }
 
 /// Milliseconds of an epoch in seconds, for queue ordering (pre-1970 epochs sort as 0).
@@ -200,6 +202,7 @@ impl<P> ScheduleTracker<P> {
             reloads: 0,
             skipped_records: 0,
             dispatched: 0,
+            failed: 0,
         }
     }
 
@@ -446,6 +449,19 @@ impl<P> ScheduleTracker<P> {
         }
     }
 
+    /// Gives up on the in-flight schedule of `key` at `offset`: its target was refused for good
+    /// (counted in `failed`). Returns false when no such dispatch is in flight.
+    pub fn mark_failed(&mut self, key: &str, offset: u64) -> bool {
+        match self.take_in_flight(key, offset) {
+            Some(in_flight) => {
+                self.uncount(in_flight.epoch_secs);
+                self.failed += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Returns a failed dispatch to the queue. It is dropped instead (and false returned) when a
     /// later record for its key arrived meanwhile, or when it is not in flight.
     pub fn restore(&mut self, dispatch: Dispatch<P>) -> Result<bool, CoreError> {
@@ -523,6 +539,7 @@ impl<P> ScheduleTracker<P> {
             reloads: self.reloads,
             skipped_records: self.skipped_records,
             dispatched: self.dispatched,
+            failed: self.failed,
         }
     }
 }
@@ -651,7 +668,12 @@ mod tests {
         let a = due.pop().unwrap();
         assert_eq!(tracker.restore(b), Ok(false));
         assert_eq!(tracker.restore(a), Ok(true));
-        assert_eq!(tracker.due(NOW_MS, 10).len(), 1);
+        let again = tracker.due(NOW_MS, 10);
+        assert_eq!(again.len(), 1);
+        assert!(tracker.mark_failed("a", again[0].offset));
+        assert!(!tracker.mark_failed("a", again[0].offset));
+        assert!(tracker.is_empty() && tracker.daily().is_empty());
+        assert_eq!(tracker.state_report(NOW_MS).failed, 1);
     }
 
     #[test]

@@ -176,6 +176,19 @@ pub struct ProxySource<'a> {
     pub key: &'a str,
 }
 
+/// Checks an epoch read from a schedules topic at `now_secs`, with Karafka's bounds: not
+/// negative and at most 100 years ahead. A millisecond epoch or `i64::MAX` fails; past epochs pass
+/// (they are due at once). Without this check such a record would stay pending with a day no state
+/// report can carry.
+pub fn validate_stored_epoch(epoch_secs: i64, now_secs: i64) -> Result<(), CoreError> {
+    if epoch_secs < 0 || epoch_secs > now_secs.saturating_add(HUNDRED_YEARS_SECS) {
+        return Err(CoreError::InvalidArgument(format!(
+            "epoch {epoch_secs} is outside 0..=now+100 years (now {now_secs}); epochs are in seconds, not milliseconds"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that `epoch_secs` is a plausible schedule time at `now_secs`: at most
 /// `limits.max_past_secs` in the past and `limits.max_future_secs` ahead (a millisecond epoch is
 /// thousands of years ahead and so refused).
@@ -595,6 +608,14 @@ mod tests {
         assert!(build(NOW - 10, None).is_ok());
         assert!(build(NOW - 11, None).is_err());
         assert!(build(NOW * 1000, None).is_err(), "milliseconds are refused");
+        assert!(validate_stored_epoch(NOW * 1000, NOW).is_err());
+        assert!(validate_stored_epoch(i64::MAX, NOW).is_err());
+        assert!(validate_stored_epoch(-1, NOW).is_err());
+        assert!(
+            validate_stored_epoch(NOW - 86_400, NOW).is_ok(),
+            "past-due is fine"
+        );
+        assert!(validate_stored_epoch(NOW + HUNDRED_YEARS_SECS, NOW).is_ok());
         assert!(build(NOW, Some("")).is_err());
         assert!(matches!(
             schedule_proxy(&message(), NOW, &envelope(), [0; 16], NOW, &limits),
