@@ -320,7 +320,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a schedules topic to serve (repeat for several)",
     )
-    scheduler.add_argument("--group-id", default="ferrokafka-scheduler")
+    scheduler.add_argument(
+        "--group-id",
+        default="karafka_scheduled_messages",
+        help="consumer group (default: Karafka's, karafka_scheduled_messages)",
+    )
     scheduler.add_argument(
         "--instance-id",
         metavar="ID",
@@ -339,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.add_argument(
         "--interval-ms",
         type=int,
-        default=10_000,
-        help="least milliseconds between periodic state reports (default: 10000)",
+        default=5000,
+        help="least milliseconds between periodic state reports (default: 5000)",
     )
     scheduler.add_argument(
         "--config",

@@ -39,6 +39,7 @@ from ferrokafka.producer import AsyncProducer
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
+    "DEFAULT_GROUP_ID",
     "SCHEDULES_TOPIC_CONFIG",
     "STATES_POSTFIX",
     "ProxyMessage",
@@ -53,6 +54,10 @@ __all__ = [
 
 log = logging.getLogger("ferrokafka.scheduling")
 
+DEFAULT_GROUP_ID = "karafka_scheduled_messages"
+"""Karafka's consumer group for scheduler daemons: ferrokafka and Karafka daemons on one
+schedules topic share its partitions instead of each dispatching everything."""
+
 STATES_POSTFIX = "_states"
 """Appended to a schedules topic's name to name its states topic, as Karafka does."""
 
@@ -60,6 +65,7 @@ SCHEDULES_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
     "min.cleanable.dirty.ratio": "0.1",
     "segment.ms": "3600000",
+    "segment.bytes": "52428800",
     "delete.retention.ms": "3600000",
 }
 """Topic settings Karafka uses for the schedules and states topics."""
@@ -136,7 +142,8 @@ def create_topics(
     timeout: float = 30.0,
 ) -> list[str]:
     """Create a schedules topic and its states topic with Karafka's settings (compacted, dirty
-    ratio 0.1, 1 hour segments and delete retention), the same partition count for both. Topics
+    ratio 0.1, 1 hour and 50 MiB segments, 1 hour delete retention), the same partition count
+    for both. Topics
     that exist are left alone; returns the names created.
 
     Example:
@@ -177,9 +184,11 @@ class Scheduler:
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``transactional.id``, ...).
         schedules_topics: the schedules topics to serve.
-        group_id: consumer group of the daemons sharing these topics.
+        group_id: consumer group of the daemons sharing these topics; Karafka's by default,
+            so ferrokafka and Karafka daemons split the partitions [DEFAULT_GROUP_ID].
         flush_batch_size: most messages produced per synchronous flush [1000].
-        state_interval: least seconds between periodic state reports of a partition [10].
+        state_interval: least seconds between periodic state reports of a partition [5, Karafka's
+            tick].
         states_postfix: states topic name suffix ["_states"].
         horizon: seconds ahead for which schedules keep their payload in memory; later ones are
             read back from the topic when they come within it [3600].
@@ -205,9 +214,9 @@ class Scheduler:
         config: Mapping[str, str | int | float | bool],
         schedules_topics: Sequence[str],
         *,
-        group_id: str = "ferrokafka-scheduler",
+        group_id: str = DEFAULT_GROUP_ID,
         flush_batch_size: int = 1000,
-        state_interval: float = 10.0,
+        state_interval: float = 5.0,
         states_postfix: str = STATES_POSTFIX,
         horizon: float = 3600.0,
         dead_letter_topic: str | None = None,

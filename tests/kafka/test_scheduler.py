@@ -540,6 +540,18 @@ def test_refused_targets_fail_alone_and_never_block_the_others(
         if m.partition() == 0 and m.key() == b"stopped_state"
     ]
     assert final[-1]["failed"] == 2
+    from ferrokafka.status import StatusReader, render_text
+
+    reader = StatusReader(
+        {"bootstrap.servers": kafka_bootstrap}, states_topics=[f"{schedules_topic}_states"]
+    ).start()
+    try:
+        assert reader.wait_caught_up(20)
+        snapshot = reader.snapshot()
+    finally:
+        reader.stop()
+    assert [s.failed for s in snapshot.schedulers if s.partition == 0] == [2]
+    assert "FAILED" in render_text(snapshot)
     if dead_letter_topic:
         dead = confluent_messages(kafka_bootstrap, dead_letter_topic, 2, 30)
         assert {(m.key() or b"").decode() for m in dead} == refused
@@ -674,3 +686,58 @@ def test_offsets_are_committed_while_running(
             "the dispatched offsets committed",
         )
         assert scheduler.status()[0]["state"] == "loaded", "still running"
+
+
+def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    confluent_admin: Any,
+    topic_factory: TopicFactory,
+) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    topic = f"test-schedules-default-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, topic, num_partitions=4)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = confluent_admin.describe_configs([resource])[resource].result(timeout=10)
+    assert described["segment.bytes"].value == "52428800"
+    target = topic_factory(partitions=1)
+    config: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": kafka_bootstrap,
+        **GROUP_SETTINGS,
+    }
+    count = 40
+    try:
+        # No group_id: both join Karafka's group, karafka_scheduled_messages.
+        with (
+            Scheduler(config, [topic], state_interval=0.2) as first,
+            Scheduler(config, [topic], state_interval=0.2) as second,
+        ):
+
+            def split_and_loaded() -> bool:
+                rows = first.status() + second.status()
+                return (
+                    bool(first.status())
+                    and bool(second.status())
+                    and sorted(r["partition"] for r in rows) == [0, 1, 2, 3]
+                    and all(r["state"] == "loaded" for r in rows)
+                )
+
+            wait_until(split_and_loaded, 30, "the partitions split between the daemons")
+            now = int(time.time())
+            for n in range(count):
+                schedule_message(
+                    kafka_client,
+                    {"topic": target, "payload": str(n).encode()},
+                    now + 1,
+                    {"topic": topic, "partition": n % 4},
+                )
+            dispatched = confluent_messages(kafka_bootstrap, target, count, 30)
+            wait_until(
+                lambda: sum(r["dispatched"] for r in first.status() + second.status()) == count,
+                10,
+                "both daemons' status",
+            )
+    finally:
+        kafka_client.delete_topics([topic, f"{topic}_states"])
+    assert sorted(int(m.value()) for m in dispatched) == list(range(count))

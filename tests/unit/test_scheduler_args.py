@@ -26,9 +26,11 @@ def test_schedules_topics_must_be_a_list() -> None:
         (["s"], {"flush_batch_size": 1}, "flush_batch_size must be >= 2"),
         (["s"], {"state_interval": 0.0}, "state_interval"),
         (["s"], {"horizon": -1.0}, "horizon"),
+        (["s"], {"dead_letter_topic": ""}, "dead_letter_topic must not be empty"),
+        (["s"], {"instance_id": ""}, "instance_id must not be empty"),
     ],
 )
-def test_bad_options_are_named(topics: list[str], options: dict[str, float], message: str) -> None:
+def test_bad_options_are_named(topics: list[str], options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Scheduler(NOWHERE, topics, **options)  # type: ignore[arg-type]
 
@@ -61,3 +63,19 @@ def test_partition_key_envelope_needs_a_partitioning_sender() -> None:
     )
     with pytest.raises(ValueError, match="partition_key needs an AsyncProducer"):
         send_proxy(Client(NOWHERE), proxy)
+
+
+def test_cli_passes_instance_and_dead_letter_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ferrokafka import cli
+
+    seen: dict[str, Any] = {}
+
+    class Recorder:
+        def __init__(self, config: dict[str, Any], topics: list[str], **options: Any) -> None:
+            seen.update(options, config=config, topics=topics)
+
+    monkeypatch.setattr("ferrokafka.scheduling.Scheduler", Recorder)
+    monkeypatch.setattr(cli, "_run_until_signalled", lambda start: start() and 0)
+    argv = ["scheduler", "--schedules-topic", "s", "--instance-id", "sched-1"]
+    cli.main([*argv, "--dead-letter-topic", "refused"])
+    assert (seen["instance_id"], seen["dead_letter_topic"]) == ("sched-1", "refused")

@@ -98,9 +98,11 @@ impl Default for SchedulerOptions {
     fn default() -> Self {
         SchedulerOptions {
             schedules_topics: Vec::new(),
-            group_id: "ferrokafka-scheduler".to_owned(),
+            // Karafka's group: Ruby and Python daemons on one topic share its partitions.
+            group_id: "karafka_scheduled_messages".to_owned(),
             flush_batch_size: 1000,
-            state_interval: Duration::from_secs(10),
+            // Karafka's tick.
+            state_interval: Duration::from_secs(5),
             states_postfix: "_states".to_owned(),
             horizon: Duration::from_secs(3600),
             dispatch_timeout: Duration::from_secs(30),
