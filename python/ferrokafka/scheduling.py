@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,24 +95,29 @@ def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> No
             partition_key=proxy.partition_key,
             headers=proxy.headers,
         )
-    elif proxy.partition_key is not None and proxy.partition is None:
-        raise ValueError(
-            "an envelope partition_key needs an AsyncProducer (it chooses the partition); "
-            "pass partition= or send with an AsyncProducer"
-        )
     else:
+        partition = proxy.partition
+        if partition is None and proxy.partition_key is not None:
+            partition = _partition_for_key(sender, proxy.topic, proxy.partition_key, timeout)
         sender.produce(
             proxy.topic,
             proxy.value,
             key=proxy.key,
-            partition=proxy.partition,
+            partition=partition,
             headers=proxy.headers,
             timeout=timeout,
         )
 
 
+def _partition_for_key(client: Client, topic: str, partition_key: str, timeout: float) -> int:
+    """The partition a WaterDrop / librdkafka producer picks for ``partition_key`` (and an
+    :class:`~ferrokafka.AsyncProducer` too): CRC32 of the key modulo the partition count."""
+    count = len(client.list_topics(topic, timeout=timeout).topics[topic].partitions)
+    return zlib.crc32(partition_key.encode()) % count
+
+
 def schedule_message(
-    sender: Sender, message: Mapping[str, Any], epoch: int, envelope: Mapping[str, Any]
+    sender: Sender, message: Mapping[str, Any], epoch: int | float, envelope: Mapping[str, Any]
 ) -> ProxyMessage:
     """Build the proxy for ``message`` at ``epoch`` (Unix seconds) and send it; returns it.
 

@@ -25,6 +25,7 @@ from ferrokafka import AsyncProducer, Client, Message
 from ferrokafka.scheduling import (
     SCHEDULES_TOPIC_CONFIG,
     Scheduler,
+    cancel,
     cancel_message,
     create_topics,
     schedule,
@@ -741,3 +742,64 @@ def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
     finally:
         kafka_client.delete_topics([topic, f"{topic}_states"])
     assert sorted(int(m.value()) for m in dispatched) == list(range(count))
+
+
+def test_proxies_land_where_karafka_and_confluent_producers_put_them(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    daemon_config: dict[str, Any],
+) -> None:
+    from confluent_kafka import Producer as ConfluentProducer
+
+    topic = f"test-schedules-parity-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, topic, num_partitions=5)
+    target = topic_factory(partitions=1)
+    probe_topic = topic_factory(partitions=5)
+    peer = ConfluentProducer({"bootstrap.servers": kafka_bootstrap})
+    landed: dict[str, int] = {}
+
+    def record(error: Any, message: Any) -> None:
+        assert error is None, error
+        landed[message.key().decode()] = message.partition()
+
+    try:
+        now = int(time.time())
+        # Default proxy key: Karafka's proxy sets partition_key = the target key, so the proxy
+        # lands where librdkafka (WaterDrop) puts that key: the probe shows where that is.
+        defaulted = schedule_message(
+            kafka_client,
+            {"topic": target, "payload": b"defaulted", "key": "user-7"},
+            now + 1,
+            {"topic": topic},
+        )
+        assert defaulted.partition_key == "user-7"
+        peer.produce(probe_topic, b"probe", key="user-7", on_delivery=record)
+        # An explicit proxy key, cancelled by a plain confluent-kafka producer.
+        schedule_message(
+            kafka_client,
+            {"topic": target, "payload": b"cancelled"},
+            now + 1,
+            {"topic": topic, "key": "order-1"},
+        )
+        cancel_proxy = cancel("order-1", {"topic": topic})
+        peer.produce(
+            topic,
+            cancel_proxy.value,
+            key="order-1",
+            headers=cancel_proxy.headers,
+            on_delivery=record,
+        )
+        assert peer.flush(10) == 0
+        proxies = {
+            (m.key() or b"").decode(): m.partition()
+            for m in kafka_client.read_topic(topic)
+            if m.value() is not None
+        }
+        assert proxies[defaulted.key] == landed["user-7"]
+        assert proxies["order-1"] == landed["order-1"], "the cancel missed its schedule"
+        with start_scheduler(daemon_config, topic, f"g-{uuid.uuid4().hex}"):
+            dispatched = confluent_messages(kafka_bootstrap, target, 1, 30)
+    finally:
+        kafka_client.delete_topics([topic, f"{topic}_states"])
+    assert [m.value() for m in dispatched] == [b"defaulted"]
