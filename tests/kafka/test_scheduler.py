@@ -695,11 +695,11 @@ def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
     confluent_admin: Any,
     topic_factory: TopicFactory,
 ) -> None:
-    from confluent_kafka.admin import ConfigResource
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
     topic = f"test-schedules-default-{uuid.uuid4().hex[:8]}"
     create_topics(kafka_client, topic, num_partitions=4)
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    resource = ConfigResource("topic", topic)
     described = confluent_admin.describe_configs([resource])[resource].result(timeout=10)
     assert described["segment.bytes"].value == "52428800"
     target = topic_factory(partitions=1)
@@ -787,7 +787,7 @@ def test_proxies_land_where_karafka_and_confluent_producers_put_them(
             topic,
             cancel_proxy.value,
             key="order-1",
-            headers=cancel_proxy.headers,
+            headers=list[tuple[str, str | bytes | None]](cancel_proxy.headers),
             on_delivery=record,
         )
         assert peer.flush(10) == 0

@@ -32,7 +32,7 @@ def test_schedules_topics_must_be_a_list() -> None:
 )
 def test_bad_options_are_named(topics: list[str], options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Scheduler(NOWHERE, topics, **options)  # type: ignore[arg-type]
+        Scheduler(NOWHERE, topics, **options)
 
 
 def test_unknown_config_key_is_named() -> None:
@@ -69,7 +69,7 @@ def test_waterdrop_message_rules(
     message: dict[str, Any], envelope: dict[str, Any], problem: str
 ) -> None:
     with pytest.raises(ScheduleError, match=problem):
-        schedule({**message, "payload": b"x"}, int(time.time()) + 60, envelope)  # type: ignore[arg-type]
+        schedule({**message, "payload": b"x"}, int(time.time()) + 60, envelope)  # type: ignore[typeddict-item,arg-type]
 
 
 def test_cancel_applies_the_envelope_rules() -> None:
