@@ -43,6 +43,11 @@ use crate::calendar::{day_of_epoch_secs, format_day};
 use crate::codec::state::{OffsetRange, STATE_SCHEMA_VERSION, StateReport};
 use crate::deadline_queue::DeadlineQueue;
 
+/// Karafka's loading grace period (its issue 2633): under constant writes the end of the
+/// partition may never be reached, so a record written more than this long after the tracker
+/// started shows that the replay has caught up with the present.
+pub const LOADED_GRACE_MS: u64 = 15_000;
+
 /// Lifecycle state of a [`ScheduleTracker`]; serialised as Karafka writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -219,6 +224,14 @@ impl<P> ScheduleTracker<P> {
     /// `Loading -> Loaded`: the daemon reached the end of the partition; dispatch may begin.
     pub fn mark_loaded(&mut self) -> Result<(), CoreError> {
         self.transition(TrackerState::Loading, TrackerState::Loaded, "mark loaded")
+    }
+
+    /// `Loading -> Loaded` once a record written at `record_timestamp_ms` is newer than the
+    /// tracker's start plus [`LOADED_GRACE_MS`] (Karafka's rule for partitions whose end is never
+    /// reached). Returns true when it moved to loaded.
+    pub fn loaded_by_record_time(&mut self, record_timestamp_ms: u64) -> bool {
+        let caught_up = record_timestamp_ms > self.started_at_ms.saturating_add(LOADED_GRACE_MS);
+        caught_up && self.mark_loaded().is_ok()
     }
 
     /// Any state `-> Stopped`.
@@ -674,6 +687,19 @@ mod tests {
         assert!(!tracker.mark_failed("a", again[0].offset));
         assert!(tracker.is_empty() && tracker.daily().is_empty());
         assert_eq!(tracker.state_report(NOW_MS).failed, 1);
+    }
+
+    #[test]
+    fn records_written_after_the_grace_period_mark_loaded() {
+        let mut tracker = loaded_tracker();
+        assert!(!tracker.loaded_by_record_time(NOW_MS + LOADED_GRACE_MS));
+        assert_eq!(tracker.state(), TrackerState::Loading);
+        assert!(tracker.loaded_by_record_time(NOW_MS + LOADED_GRACE_MS + 1));
+        assert_eq!(tracker.state(), TrackerState::Loaded);
+        assert!(
+            !tracker.loaded_by_record_time(NOW_MS + LOADED_GRACE_MS + 2),
+            "only once"
+        );
     }
 
     #[test]

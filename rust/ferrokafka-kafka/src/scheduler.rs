@@ -35,6 +35,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ferrokafka_core::CoreError;
 use ferrokafka_core::codec::envelope::{
     self, Headers, ProxyRecord, ProxySource, TargetAddress, validate_stored_epoch,
 };
@@ -118,7 +119,8 @@ pub struct PartitionStatus {
     pub topic: String,
     /// Partition.
     pub partition: i32,
-    /// Tracker state name: fresh, loading, loaded, stopped.
+    /// Tracker state name: fresh, loading, loaded, stopped; or blocked (a record with a newer
+    /// schema stopped the partition until the daemon is upgraded).
     pub state: &'static str,
     /// Schedules pending in memory (with payload) and beyond the horizon.
     pub pending: usize,
@@ -148,6 +150,8 @@ struct PartitionRun {
     applied: u64,
     last_report: Option<Instant>,
     dispatch_backoff: Backoff,
+    /// Why the partition is stopped (a record with a newer schema), if it is.
+    blocked: Option<String>,
     /// Schedules whose payload read-back failed; retried under `read_back_backoff`.
     unread: Vec<PayloadFetch>,
     read_back_backoff: Backoff,
@@ -380,6 +384,7 @@ impl SchedulerLoop {
                     applied: 0,
                     last_report: None,
                     dispatch_backoff: Backoff::default(),
+                    blocked: None,
                     unread: Vec::new(),
                     read_back_backoff: Backoff::default(),
                 }
@@ -388,14 +393,32 @@ impl SchedulerLoop {
 
     fn apply(&mut self, record: ReceivedRecord) {
         let (topic, partition) = (record.topic.clone(), record.partition);
+        let decoded = decode_record(&record).and_then(|decoded| check_epoch(decoded, now_ms()));
         let run = self.run_for(&topic, partition);
+        if run.blocked.is_some() {
+            // Fetched before the pause took effect; read again after an upgrade.
+            return;
+        }
         let offset = u64::try_from(record.offset).unwrap_or(0);
+        if let Err(RecordProblem::NewerSchema(reason)) = &decoded {
+            log::error!(
+                "{topic}-{partition}@{offset}: {reason}; partition stopped (nothing applied or \
+                 dispatched from here) until this daemon is upgraded, as Karafka does"
+            );
+            run.blocked = Some(reason.clone());
+            let mut paused = TopicPartitionList::new();
+            let _ = paused.add_partition(&topic, partition);
+            if let Err(e) = self.consumer.pause(&paused) {
+                log::warn!("pause {topic}-{partition}: {e}");
+            }
+            return;
+        }
         run.next_offset = record.offset + 1;
         run.applied += 1;
         if run.tracker.state() == TrackerState::Loading && run.applied % PROGRESS_EVERY == 0 {
             log::info!("loading {topic}-{partition}: {} records read", run.applied);
         }
-        match decode_record(&record).and_then(|decoded| check_epoch(decoded, now_ms())) {
+        match decoded {
             Ok((key, decoded)) => {
                 if let Err(e) = run.tracker.apply(offset, &key, decoded) {
                     log::warn!("{topic}-{partition}@{offset}: skipped: {e}");
@@ -407,13 +430,28 @@ impl SchedulerLoop {
                 run.tracker.record_skipped(offset);
             }
         }
+        let written_ms = u64::try_from(record.timestamp_ms).unwrap_or(0);
+        if run.tracker.state() == TrackerState::Loading
+            && run.tracker.loaded_by_record_time(written_ms)
+        {
+            log::info!(
+                "loaded {topic}-{partition}: records written after the load started reached \
+                 ({} read, {} schedules pending; the partition end was not reached)",
+                run.applied,
+                run.tracker.len()
+            );
+            run.last_report = None;
+        }
     }
 
     fn reached_end(&mut self, partition: i32) {
         // The assignment may have arrived in this same poll round: its run must exist first.
         self.handle_assignments();
         for ((topic, p), run) in &mut self.runs {
-            if *p != partition || run.tracker.state() != TrackerState::Loading {
+            if *p != partition
+                || run.tracker.state() != TrackerState::Loading
+                || run.blocked.is_some()
+            {
                 continue;
             }
             // The end-of-partition event does not name the topic: the loading run of this
@@ -441,7 +479,7 @@ impl SchedulerLoop {
                 let Some(run) = self.runs.get_mut(&key) else {
                     break;
                 };
-                if run.dispatch_backoff.waiting() {
+                if run.dispatch_backoff.waiting() || run.blocked.is_some() {
                     break;
                 }
                 let due = run.tracker.due(now, per_chunk);
@@ -828,6 +866,7 @@ impl SchedulerLoop {
         let mut stored = false;
         for ((topic, partition), run) in &mut self.runs {
             let settled = run.tracker.state() == TrackerState::Loaded
+                && run.blocked.is_none()
                 && run.dispatch_backoff.retry_at.is_none()
                 && run.unread.is_empty();
             if !settled || run.next_offset <= run.stored_offset {
@@ -1012,7 +1051,11 @@ impl SchedulerLoop {
                 PartitionStatus {
                     topic: topic.clone(),
                     partition: *partition,
-                    state: run.tracker.state().as_str(),
+                    state: if run.blocked.is_some() {
+                        "blocked"
+                    } else {
+                        run.tracker.state().as_str()
+                    },
                     pending: run.tracker.len(),
                     dispatched: report.dispatched,
                     skipped: report.skipped_records,
@@ -1025,22 +1068,43 @@ impl SchedulerLoop {
 }
 
 /// Decodes a schedules-topic record into the tracker's terms.
+/// Why a schedules record cannot be applied.
+#[derive(Debug)]
+enum RecordProblem {
+    /// Malformed or foreign: counted and skipped.
+    Bad(String),
+    /// Written with a newer schema: the partition stops until the daemon is upgraded.
+    NewerSchema(String),
+}
+
+impl std::fmt::Display for RecordProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordProblem::Bad(reason) | RecordProblem::NewerSchema(reason) => f.write_str(reason),
+        }
+    }
+}
+
 fn decode_record(
     record: &ReceivedRecord,
-) -> Result<(String, ScheduleRecord<ProxyPayload>), String> {
+) -> Result<(String, ScheduleRecord<ProxyPayload>), RecordProblem> {
     let key = record
         .key
         .as_deref()
         .and_then(|k| std::str::from_utf8(k).ok())
         .filter(|k| !k.is_empty())
-        .ok_or("missing or non-UTF-8 key")?
+        .ok_or_else(|| RecordProblem::Bad("missing or non-UTF-8 key".to_owned()))?
         .to_owned();
     let headers: Headers = record
         .headers
         .iter()
         .map(|(name, value)| (name.clone(), value.clone().unwrap_or_default()))
         .collect();
-    let decoded = match envelope::parse_proxy_headers(&headers).map_err(|e| e.to_string())? {
+    let parsed = envelope::parse_proxy_headers(&headers).map_err(|e| match e {
+        CoreError::UnsupportedVersion { .. } => RecordProblem::NewerSchema(e.to_string()),
+        e => RecordProblem::Bad(e.to_string()),
+    })?;
+    let decoded = match parsed {
         ProxyRecord::Schedule { epoch_secs, target } => ScheduleRecord::Schedule {
             epoch_secs,
             payload: ProxyPayload {
@@ -1066,10 +1130,11 @@ pub const DEAD_LETTER_REASON_HEADER: &str = "schedule_dead_letter_reason";
 fn check_epoch(
     (key, decoded): (String, ScheduleRecord<ProxyPayload>),
     now_ms: u64,
-) -> Result<(String, ScheduleRecord<ProxyPayload>), String> {
+) -> Result<(String, ScheduleRecord<ProxyPayload>), RecordProblem> {
     if let ScheduleRecord::Schedule { epoch_secs, .. } = &decoded {
         let now_secs = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
-        validate_stored_epoch(*epoch_secs, now_secs).map_err(|e| e.to_string())?;
+        validate_stored_epoch(*epoch_secs, now_secs)
+            .map_err(|e| RecordProblem::Bad(e.to_string()))?;
     }
     Ok((key, decoded))
 }
