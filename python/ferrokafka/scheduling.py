@@ -275,8 +275,10 @@ class Scheduler:
         return stopped
 
     def status(self) -> list[dict[str, Any]]:
-        """Per assigned partition: topic, partition, state, pending, dispatched, skipped,
-        failed (targets refused for good), applied (records read)."""
+        """Per assigned partition: topic, partition, state (loading, loaded, stopped, or
+        blocked: a record with a newer schema version stopped the partition until the daemon is
+        upgraded), pending, dispatched, skipped, failed (targets refused for good), applied
+        (records read)."""
         return self._raw.status()
 
     def report_sample(self) -> SourceSample:

@@ -3,7 +3,9 @@
 //! One daemon thread owns a group consumer of the schedules topics and two producers (one for
 //! dispatches, transactional when `transactional.id` is set; one for state reports). For each
 //! assigned partition it replays the partition from the earliest offset into a
-//! [`ScheduleTracker`] (state `loading`); the first end-of-partition event marks it `loaded`.
+//! [`ScheduleTracker`] (state `loading`); the first end-of-partition event (or a record written
+//! more than Karafka's 15 s grace after the load started) marks it `loaded`. A record with a
+//! newer schema version pauses its partition (status `blocked`) until an upgraded daemon replays it.
 //! From then on it dispatches every due schedule: the target message and a tombstone for the proxy
 //! (same key and partition), produced synchronously in chunks of `flush_batch_size` messages,
 //! inside one transaction per chunk when transactional. A tombstone is written only after its
