@@ -371,6 +371,7 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
         with Scheduler(config, [topic], group_id=group, state_interval=0.2) as scheduler:
             wait_until(lambda: 0 < len(scheduler.status()) < 4, 30, "a split of the partitions")
             other.kill()
+            killed = time.monotonic()
             other.communicate(timeout=10)
             now = int(time.time())
             for n in range(40):
@@ -382,6 +383,7 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
                 )
             wait_until(lambda: len(scheduler.status()) == 4, 30, "all partitions moved here")
             wait_until(lambda: len(kafka_client.read_topic(target)) >= 40, 30, "all dispatches")
+            took = time.monotonic() - killed
     finally:
         if other.poll() is None:
             other.kill()
@@ -390,6 +392,8 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
     assert sorted(int(m.value() or b"-1") for m in kafka_client.read_topic(target)) == list(
         range(40)
     )
+    # The dead daemon's partitions wait out its 6 s session, then reload in about a second.
+    assert took < 6 + 5, f"the survivor dispatched the dead daemon's schedules after {took:.1f} s"
 
 
 def confluent_messages(bootstrap: str, topic: str, expected: int, timeout: float) -> list[Any]:
