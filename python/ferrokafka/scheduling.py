@@ -112,8 +112,13 @@ def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> No
 def _partition_for_key(client: Client, topic: str, partition_key: str, timeout: float) -> int:
     """The partition a WaterDrop / librdkafka producer picks for ``partition_key`` (and an
     :class:`~ferrokafka.AsyncProducer` too): CRC32 of the key modulo the partition count."""
-    count = len(client.list_topics(topic, timeout=timeout).topics[topic].partitions)
-    return zlib.crc32(partition_key.encode()) % count
+    found = client.list_topics(topic, timeout=timeout).topics.get(topic)
+    if found is None or not found.partitions:
+        raise ValueError(
+            f"schedules topic {topic!r} does not exist: cannot choose the partition for the "
+            f"proxy's partition_key {partition_key!r}"
+        )
+    return zlib.crc32(partition_key.encode()) % len(found.partitions)
 
 
 def schedule_message(

@@ -812,6 +812,13 @@ def test_proxies_land_where_karafka_and_confluent_producers_put_them(
             {"topic": topic},
         )
         assert defaulted.partition_key == "user-7"
+        with pytest.raises(ValueError, match="does not exist"):
+            schedule_message(
+                kafka_client,
+                {"topic": target, "payload": b"x", "key": "user-7"},
+                now + 1,
+                {"topic": f"{topic}-missing"},
+            )
         peer.produce(probe_topic, b"probe", key="user-7", on_delivery=record)
         # An explicit proxy key, cancelled by a plain confluent-kafka producer.
         schedule_message(
