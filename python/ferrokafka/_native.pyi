@@ -518,14 +518,20 @@ class ProxyRecord:
     def source_offset(self) -> int | None: ...
     def __eq__(self, other: object, /) -> bool: ...
 
-def schedule_proxy(message: _ScheduledMessage, epoch: int, envelope: _Envelope) -> ProxyMessage:
+def schedule_proxy(
+    message: _ScheduledMessage, epoch: int | float, envelope: _Envelope
+) -> ProxyMessage:
     """Build the proxy that makes a scheduler (Ruby Karafka's or ferrokafka's) dispatch
     ``message`` at ``epoch`` (Unix seconds), like Karafka's ``ScheduledMessages.schedule``.
 
     ``message`` has Karafka's fields ``topic``, ``payload``, ``key``, ``partition``,
     ``partition_key``, ``headers``; ``envelope`` has ``topic`` (the schedules topic), ``key``,
     ``partition``, ``partition_key``. The proxy key is the envelope's, else
-    ``"<topic>-<uuid4>"``. Headers are exactly Karafka's: ``schedule_schema_version`` "1.0.0",
+    ``"<topic>-<uuid4>"`` with, as Karafka's proxy sets it, the proxy ``partition_key`` taken from
+    the target's ``partition``, else its ``partition_key``, else its ``key``. ``epoch`` is an int
+    or an integral float. WaterDrop's message rules apply: topic names of letters, digits,
+    ``_``, ``-`` and ``.``, partitions >= -1, non-empty keys and partition keys when given.
+    Headers are exactly Karafka's: ``schedule_schema_version`` "1.0.0",
     ``schedule_target_epoch``, ``schedule_source_type`` "schedule", ``schedule_target_topic``
     and those of ``schedule_target_partition``, ``schedule_target_key`` and
     ``schedule_target_partition_key`` that were given. Raises :class:`ferrokafka.ScheduleError`
@@ -646,6 +652,7 @@ class _RawScheduler:
         state_interval: float,
         states_postfix: str,
         horizon: float,
+        dead_letter_topic: str | None = None,
     ) -> _RawScheduler: ...
     def request_stop(self) -> None:
         """Ask the daemon to stop; returns at once."""

@@ -127,6 +127,8 @@ def _scheduler(args: argparse.Namespace) -> int:
             group_id=args.group_id,
             flush_batch_size=args.flush_batch_size,
             state_interval=args.interval_ms / 1000,
+            dead_letter_topic=args.dead_letter_topic,
+            instance_id=args.instance_id,
             reporter=_reporter(args),
         )
     )
@@ -364,7 +366,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a schedules topic to serve (repeat for several)",
     )
-    scheduler.add_argument("--group-id", default="ferrokafka-scheduler")
+    scheduler.add_argument(
+        "--group-id",
+        default="karafka_scheduled_messages",
+        help="consumer group (default: Karafka's, karafka_scheduled_messages)",
+    )
+    scheduler.add_argument(
+        "--instance-id",
+        metavar="ID",
+        help="group.instance.id (static membership): a restart under the same id takes its "
+        "partitions back at once instead of after the session timeout; unique per daemon",
+    )
+    scheduler.add_argument(
+        "--dead-letter-topic",
+        metavar="NAME",
+        help="copy schedules whose target the broker refuses for good here (default: none; "
+        "they are counted as failed and logged)",
+    )
     scheduler.add_argument(
         "--flush-batch-size",
         type=_positive_int,
@@ -374,8 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.add_argument(
         "--interval-ms",
         type=_positive_int,
-        default=10_000,
-        help="least milliseconds between periodic state reports (default: 10000)",
+        default=5000,
+        help="least milliseconds between periodic state reports (default: 5000)",
     )
     scheduler.add_argument(
         "--config",

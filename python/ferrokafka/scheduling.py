@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from ferrokafka.producer import AsyncProducer
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
+    "DEFAULT_GROUP_ID",
     "SCHEDULES_TOPIC_CONFIG",
     "STATES_POSTFIX",
     "ProxyMessage",
@@ -53,6 +55,10 @@ __all__ = [
 
 log = logging.getLogger("ferrokafka.scheduling")
 
+DEFAULT_GROUP_ID = "karafka_scheduled_messages"
+"""Karafka's consumer group for scheduler daemons: ferrokafka and Karafka daemons on one
+schedules topic share its partitions instead of each dispatching everything."""
+
 STATES_POSTFIX = "_states"
 """Appended to a schedules topic's name to name its states topic, as Karafka does."""
 
@@ -60,6 +66,7 @@ SCHEDULES_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
     "min.cleanable.dirty.ratio": "0.1",
     "segment.ms": "3600000",
+    "segment.bytes": "52428800",
     "delete.retention.ms": "3600000",
 }
 """Topic settings Karafka uses for the schedules and states topics."""
@@ -88,24 +95,34 @@ def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> No
             partition_key=proxy.partition_key,
             headers=proxy.headers,
         )
-    elif proxy.partition_key is not None and proxy.partition is None:
-        raise ValueError(
-            "an envelope partition_key needs an AsyncProducer (it chooses the partition); "
-            "pass partition= or send with an AsyncProducer"
-        )
     else:
+        partition = proxy.partition
+        if partition is None and proxy.partition_key is not None:
+            partition = _partition_for_key(sender, proxy.topic, proxy.partition_key, timeout)
         sender.produce(
             proxy.topic,
             proxy.value,
             key=proxy.key,
-            partition=proxy.partition,
+            partition=partition,
             headers=proxy.headers,
             timeout=timeout,
         )
 
 
+def _partition_for_key(client: Client, topic: str, partition_key: str, timeout: float) -> int:
+    """The partition a WaterDrop / librdkafka producer picks for ``partition_key`` (and an
+    :class:`~ferrokafka.AsyncProducer` too): CRC32 of the key modulo the partition count."""
+    found = client.list_topics(topic, timeout=timeout).topics.get(topic)
+    if found is None or not found.partitions:
+        raise ValueError(
+            f"schedules topic {topic!r} does not exist: cannot choose the partition for the "
+            f"proxy's partition_key {partition_key!r}"
+        )
+    return zlib.crc32(partition_key.encode()) % len(found.partitions)
+
+
 def schedule_message(
-    sender: Sender, message: Mapping[str, Any], epoch: int, envelope: Mapping[str, Any]
+    sender: Sender, message: Mapping[str, Any], epoch: int | float, envelope: Mapping[str, Any]
 ) -> ProxyMessage:
     """Build the proxy for ``message`` at ``epoch`` (Unix seconds) and send it; returns it.
 
@@ -136,7 +153,8 @@ def create_topics(
     timeout: float = 30.0,
 ) -> list[str]:
     """Create a schedules topic and its states topic with Karafka's settings (compacted, dirty
-    ratio 0.1, 1 hour segments and delete retention), the same partition count for both. Topics
+    ratio 0.1, 1 hour and 50 MiB segments, 1 hour delete retention), the same partition count
+    for both. Topics
     that exist are left alone; returns the names created.
 
     Example:
@@ -164,17 +182,32 @@ class Scheduler:
     transaction and a restart never dispatches a schedule twice; without it, delivery is
     at-least-once (a crash between a target and its tombstone re-dispatches that schedule).
     Bad records are logged, counted (``skipped`` in :meth:`status` and the state report) and
-    skipped.
+    skipped. A tombstone is written only once its target was acknowledged. A schedule whose
+    target the broker refuses for good (too large, illegal or unauthorised topic) is logged with
+    its key, counted (``failed``), copied to ``dead_letter_topic`` when set, and never holds up
+    the schedules behind it; transient failures are retried with backoff. Offsets are committed
+    every second while running, so the group's lag is meaningful.
+
+    Failover: a daemon that dies leaves its partitions idle for the group session timeout
+    (``session.timeout.ms``, 10 s by default for ferrokafka daemons); with ``instance_id``
+    (static membership) a daemon restarted under the same id takes them back at once.
 
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``transactional.id``, ...).
         schedules_topics: the schedules topics to serve.
-        group_id: consumer group of the daemons sharing these topics.
+        group_id: consumer group of the daemons sharing these topics; Karafka's by default,
+            so ferrokafka and Karafka daemons split the partitions [DEFAULT_GROUP_ID].
         flush_batch_size: most messages produced per synchronous flush [1000].
-        state_interval: least seconds between periodic state reports of a partition [10].
+        state_interval: least seconds between periodic state reports of a partition [5, Karafka's
+            tick].
         states_postfix: states topic name suffix ["_states"].
         horizon: seconds ahead for which schedules keep their payload in memory; later ones are
             read back from the topic when they come within it [3600].
+        dead_letter_topic: topic that receives a copy of each schedule whose target is refused
+            for good (header ``schedule_dead_letter_reason``); None: only counted and logged,
+            the proxy stays on the schedules topic [None].
+        instance_id: ``group.instance.id`` (static membership): a restart under the same id
+            takes this daemon's partitions back at once; unique per daemon [None].
         reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per
             partition its state and, as ``lag``, the schedules pending [None].
 
@@ -192,25 +225,33 @@ class Scheduler:
         config: Mapping[str, str | int | float | bool],
         schedules_topics: Sequence[str],
         *,
-        group_id: str = "ferrokafka-scheduler",
+        group_id: str = DEFAULT_GROUP_ID,
         flush_batch_size: int = 1000,
-        state_interval: float = 10.0,
+        state_interval: float = 5.0,
         states_postfix: str = STATES_POSTFIX,
         horizon: float = 3600.0,
+        dead_letter_topic: str | None = None,
+        instance_id: str | None = None,
         reporter: Reporter | None = None,
     ) -> None:
         if isinstance(schedules_topics, str):
             raise TypeError("schedules_topics must be a list of topic names, not a str")
+        config = dict(config)
+        if instance_id is not None:
+            if not instance_id:
+                raise ValueError("instance_id must not be empty (leave it None for none)")
+            config["group.instance.id"] = instance_id
         self._group_id = group_id
         self._reporter = reporter
         self._raw = _RawScheduler(
-            dict(config),
+            config,
             list(schedules_topics),
             group_id,
             flush_batch_size,
             state_interval,
             states_postfix,
             horizon,
+            dead_letter_topic,
         )
         if reporter is not None:
             reporter.track(self)
@@ -239,8 +280,10 @@ class Scheduler:
         return stopped
 
     def status(self) -> list[dict[str, Any]]:
-        """Per assigned partition: topic, partition, state, pending, dispatched, skipped,
-        applied (records read)."""
+        """Per assigned partition: topic, partition, state (loading, loaded, stopped, or
+        blocked: a record with a newer schema version stopped the partition until the daemon is
+        upgraded), pending, dispatched, skipped, failed (targets refused for good), applied
+        (records read)."""
         return self._raw.status()
 
     def report_sample(self) -> SourceSample:

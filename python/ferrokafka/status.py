@@ -168,6 +168,8 @@ class SchedulerView:
     dispatched: int
     reloads: int
     skipped_records: int
+    failed: int = 0
+    """Schedules whose target the broker refused for good (ferrokafka reports only)."""
 
 
 @dataclass(frozen=True)
@@ -603,6 +605,7 @@ def _scheduler_view(
         dispatched=int(report.get("dispatched", 0)),
         reloads=int(report["reloads"]),
         skipped_records=int(report.get("skipped_records", 0)),
+        failed=int(report.get("failed", 0)),
     )
 
 
@@ -979,6 +982,7 @@ def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
                 "STATE",
                 "PENDING",
                 "DISPATCHED",
+                "FAILED",
                 "OFFSETS",
                 "LAST REPORT",
                 "DAILY",
@@ -990,6 +994,7 @@ def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
                     s.state,
                     s.pending,
                     s.dispatched,
+                    s.failed,
                     f"{s.low}..{s.high}",
                     f"{s.age:.0f} s ago",
                     " ".join(f"{day}={count}" for day, count in s.daily.items()) or "-",
@@ -1109,6 +1114,15 @@ def render_prometheus(snapshot: StatusSnapshot) -> str:
         "Schedules dispatched since the scheduler started.",
         [
             (_labels(topic=s.topic, partition=s.partition), float(s.dispatched))
+            for s in snapshot.schedulers
+        ],
+    )
+    metric(
+        "ferrokafka_scheduler_failed_total",
+        "counter",
+        "Schedules whose target the broker refused for good since the scheduler started.",
+        [
+            (_labels(topic=s.topic, partition=s.partition), float(s.failed))
             for s in snapshot.schedulers
         ],
     )

@@ -1,9 +1,14 @@
 """The scheduler daemon against the real broker: dispatch, cancel, tombstones, state reports,
-bad records, restarts (clean and kill -9) and two daemons in one group."""
+bad records, restarts (clean and kill -9), two daemons in one group, and faults: read-back
+through a broker outage, targets the broker refuses, out-of-range epochs, static-membership
+failover and offsets committed while running."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,12 +25,13 @@ from ferrokafka import AsyncProducer, Client, Message
 from ferrokafka.scheduling import (
     SCHEDULES_TOPIC_CONFIG,
     Scheduler,
+    cancel,
     cancel_message,
     create_topics,
     schedule,
     schedule_message,
 )
-from tests.conftest import TopicFactory, wait_until
+from tests.conftest import KAFKA_SCRIPT, TopicFactory, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -178,13 +184,6 @@ def test_bad_records_are_counted_and_skipped(
     kafka_client.produce(schedules_topic, b"no headers at all", key="junk", partition=0)
     kafka_client.produce(
         schedules_topic,
-        b"from the future",
-        key="newer",
-        partition=0,
-        headers={"schedule_schema_version": "2.0.0", "schedule_source_type": "schedule"},
-    )
-    kafka_client.produce(
-        schedules_topic,
         b"?",
         key="odd",
         partition=0,
@@ -199,8 +198,48 @@ def test_bad_records_are_counted_and_skipped(
     with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
         wait_until(lambda: len(kafka_client.read_topic(target)) == 1, 30, "the good schedule")
         status = {s["partition"]: s for s in scheduler.status()}
-    assert status[0]["skipped"] == 3
+    assert status[0]["skipped"] == 2
     assert [m.value() for m in kafka_client.read_topic(target)] == [b"good"]
+
+
+def test_a_newer_schema_stops_its_partition_instead_of_losing_the_schedule(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    target = topic_factory(partitions=1)
+    now = int(time.time())
+    newer = schedule(
+        {"topic": target, "payload": b"newer"}, now, {"topic": schedules_topic, "key": "newer"}
+    )
+    kafka_client.produce(
+        schedules_topic,
+        newer.value,
+        key="newer",
+        partition=0,
+        headers=proxy_headers(newer, schedule_schema_version="1.1.0"),
+    )
+    for partition, payload in ((0, b"behind"), (1, b"sentinel")):
+        schedule_message(
+            kafka_client,
+            {"topic": target, "payload": payload},
+            now,
+            {"topic": schedules_topic, "partition": partition},
+        )
+    with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
+        # Partition 1 is served in the same loop: once its schedule is out, partition 0 would
+        # have dispatched "behind" too had it skipped the newer record.
+        assert [m.value() for m in confluent_messages(kafka_bootstrap, target, 1, 30)] == [
+            b"sentinel"
+        ]
+        status = {s["partition"]: s for s in scheduler.status()}
+    assert status[0]["state"] == "blocked"
+    assert (status[0]["skipped"], status[0]["dispatched"]) == (0, 0)
+    assert "until this daemon is upgraded" in caplog.text
 
 
 def test_karafka_header_names_and_formats_byte_for_byte() -> None:
@@ -332,6 +371,7 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
         with Scheduler(config, [topic], group_id=group, state_interval=0.2) as scheduler:
             wait_until(lambda: 0 < len(scheduler.status()) < 4, 30, "a split of the partitions")
             other.kill()
+            killed = time.monotonic()
             other.communicate(timeout=10)
             now = int(time.time())
             for n in range(40):
@@ -343,6 +383,7 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
                 )
             wait_until(lambda: len(scheduler.status()) == 4, 30, "all partitions moved here")
             wait_until(lambda: len(kafka_client.read_topic(target)) >= 40, 30, "all dispatches")
+            took = time.monotonic() - killed
     finally:
         if other.poll() is None:
             other.kill()
@@ -351,3 +392,459 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
     assert sorted(int(m.value() or b"-1") for m in kafka_client.read_topic(target)) == list(
         range(40)
     )
+    # The dead daemon's partitions wait out its 6 s session, then reload in about a second.
+    assert took < 6 + 5, f"the survivor dispatched the dead daemon's schedules after {took:.1f} s"
+
+
+def confluent_messages(bootstrap: str, topic: str, expected: int, timeout: float) -> list[Any]:
+    """Every record of `topic` read by an independent confluent-kafka consumer (committed
+    transactions only): waits until `expected` arrived, then drains briefly so that
+    duplicates would show."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+
+    observer = ConfluentConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"observer-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    observer.subscribe([topic])
+    found: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < expected and time.monotonic() < deadline:
+            found.extend(m for m in observer.consume(100, timeout=0.5) if not m.error())
+        drain_until = time.monotonic() + 1.0
+        while time.monotonic() < drain_until:
+            found.extend(m for m in observer.consume(100, timeout=0.2) if not m.error())
+    finally:
+        observer.close()
+    return found
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets, read with confluent-kafka as an outside observer."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+    from confluent_kafka import TopicPartition as ConfluentPartition
+
+    observer = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = observer.committed(
+            [ConfluentPartition(topic, p) for p in range(partitions)], timeout=10
+        )
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+    finally:
+        observer.close()
+
+
+@pytest.fixture
+def broker_control() -> Iterator[Any]:
+    """Pauses (an outage) and resumes the session's own broker; resumes it after the test."""
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        pytest.fail("outage tests need the broker the session starts; unset KAFKA_BOOTSTRAP")
+    env = {**os.environ, "KAFKA_PORT": os.environ.get("FERROKAFKA_TEST_KAFKA_PORT", "19092")}
+
+    def control(action: str) -> None:
+        subprocess.run(
+            ["bash", str(KAFKA_SCRIPT), action], env=env, check=True, capture_output=True
+        )
+
+    yield control
+    control("resume")  # a no-op when it runs
+
+
+def test_far_future_read_back_is_retried_through_a_broker_outage(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    broker_control: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    topic = f"test-schedules-outage-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, topic, num_partitions=1)
+    target = topic_factory(partitions=1)
+    count = 20
+    # A long session: the group must not rebalance during the outage (a reload would hide the
+    # loss this test is about).
+    config: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": kafka_bootstrap,
+        "session.timeout.ms": 30000,
+        "heartbeat.interval.ms": 500,
+    }
+    try:
+        with Scheduler(
+            config, [topic], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2, horizon=1.0
+        ) as scheduler:
+            wait_until(lambda: [s["state"] for s in scheduler.status()] == ["loaded"], 30, "load")
+            # Beyond the 1 s horizon when applied: held without payload, read back ~9 s later.
+            epoch = int(time.time()) + 10
+            for n in range(count):
+                schedule_message(
+                    kafka_client,
+                    {"topic": target, "payload": str(n).encode()},
+                    epoch,
+                    {"topic": topic, "key": f"far-{n}"},
+                )
+            wait_until(lambda: scheduler.status()[0]["pending"] == count, 10, "schedules applied")
+            broker_control("pause")
+            try:
+                wait_until(
+                    lambda: "could not be read back yet" in caplog.text, 45, "a failed read-back"
+                )
+            finally:
+                broker_control("resume")
+            dispatched = confluent_messages(kafka_bootstrap, target, count, 45)
+            wait_until(lambda: scheduler.status()[0]["dispatched"] == count, 10, "status")
+            assert scheduler.status()[0]["pending"] == 0
+    finally:
+        kafka_client.delete_topics([topic, f"{topic}_states"])
+    assert sorted(int(m.value()) for m in dispatched) == list(range(count))
+
+
+def proxy_headers(proxy: Any, **replace: str) -> dict[str, bytes]:
+    """A proxy's headers with some values replaced (records no ferrokafka builder would make)."""
+    headers = dict(proxy.headers)
+    headers.update({name: value.encode() for name, value in replace.items()})
+    return headers
+
+
+@pytest.mark.parametrize(
+    ("dead_letter", "transactional"),
+    [(True, False), (True, True), (False, False)],
+    ids=["dead-letter", "dead-letter-transactional", "no-dead-letter"],
+)
+def test_refused_targets_fail_alone_and_never_block_the_others(
+    dead_letter: bool,
+    transactional: bool,
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    target = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
+    dead_letter_topic = topic_factory(partitions=1) if dead_letter else None
+    now = int(time.time())
+    plan = [
+        ("small-0", target, b"s0"),
+        ("too-big", target, b"x" * 5000),
+        ("small-1", target, b"s1"),
+        ("illegal-topic", "bad topic!", b"i"),
+        ("small-2", target, b"s2"),
+    ]
+    for key, topic, payload in plan:
+        proxy = schedule(
+            {"topic": target, "payload": payload},
+            now,
+            {"topic": schedules_topic, "key": key, "partition": 0},
+        )
+        kafka_client.produce(
+            schedules_topic,
+            proxy.value,
+            key=key,
+            partition=0,
+            headers=proxy_headers(proxy, schedule_target_topic=topic),
+        )
+    config = dict(daemon_config)
+    if transactional:
+        config["transactional.id"] = f"txn-{uuid.uuid4().hex}"
+    with Scheduler(
+        config,
+        [schedules_topic],
+        group_id=f"g-{uuid.uuid4().hex}",
+        state_interval=0.2,
+        dead_letter_topic=dead_letter_topic,
+    ) as scheduler:
+        delivered = confluent_messages(kafka_bootstrap, target, 3, 30)
+        wait_until(
+            lambda: sum(s["failed"] for s in scheduler.status()) == 2, 30, "two failed schedules"
+        )
+        status = {s["partition"]: s for s in scheduler.status()}
+    assert sorted(m.value() for m in delivered) == [b"s0", b"s1", b"s2"]
+    assert (status[0]["dispatched"], status[0]["failed"]) == (3, 2)
+    refused = {"too-big", "illegal-topic"}
+    tombstones = {
+        (m.key() or b"").decode()
+        for m in confluent_messages(kafka_bootstrap, schedules_topic, 0, 5)
+        if m.value() is None
+    }
+    assert tombstones == {"small-0", "small-1", "small-2"} | (refused if dead_letter else set())
+    final = [
+        json.loads(zlib.decompress(m.value() or b""))
+        for m in kafka_client.read_topic(f"{schedules_topic}_states")
+        if m.partition() == 0 and m.key() == b"stopped_state"
+    ]
+    assert final[-1]["failed"] == 2
+    from ferrokafka.status import StatusReader, render_text
+
+    reader = StatusReader(
+        {"bootstrap.servers": kafka_bootstrap}, states_topics=[f"{schedules_topic}_states"]
+    ).start()
+    try:
+        assert reader.wait_caught_up(20)
+        snapshot = reader.snapshot()
+    finally:
+        reader.stop()
+    assert [s.failed for s in snapshot.schedulers if s.partition == 0] == [2]
+    assert "FAILED" in render_text(snapshot)
+    if dead_letter_topic:
+        dead = confluent_messages(kafka_bootstrap, dead_letter_topic, 2, 30)
+        assert {(m.key() or b"").decode() for m in dead} == refused
+        for message in dead:
+            reason = dict(message.headers())["schedule_dead_letter_reason"].decode()
+            assert re.search("too large|topic", reason, re.IGNORECASE), reason
+            assert dict(message.headers())["schedule_source_topic"] == schedules_topic.encode()
+
+
+def test_out_of_range_epochs_are_skipped_and_state_reports_stay_valid(
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    target = topic_factory(partitions=1)
+    now = int(time.time())
+    proxy = schedule(
+        {"topic": target, "payload": b"odd"}, now + 60, {"topic": schedules_topic, "partition": 0}
+    )
+    for key, epoch in (("millis", now * 1000), ("max", 2**63 - 1), ("negative", -5)):
+        kafka_client.produce(
+            schedules_topic,
+            proxy.value,
+            key=key,
+            partition=0,
+            headers=proxy_headers(proxy, schedule_target_epoch=str(epoch)),
+        )
+    schedule_message(
+        kafka_client,
+        {"topic": target, "payload": b"good"},
+        now,
+        {"topic": schedules_topic, "partition": 0},
+    )
+    with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
+        wait_until(lambda: len(kafka_client.read_topic(target)) == 1, 30, "the good schedule")
+        wait_until(lambda: scheduler.status()[0]["pending"] == 0, 10, "nothing pending")
+        status = {s["partition"]: s for s in scheduler.status()}
+    assert status[0]["skipped"] == 3
+    reports = [
+        (m.key(), json.loads(zlib.decompress(m.value() or b"")))
+        for m in kafka_client.read_topic(f"{schedules_topic}_states")
+        if m.partition() == 0
+    ]
+    assert {key for key, _ in reports} >= {b"loaded_state", b"stopped_state"}
+    for _, report in reports:
+        assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", day) for day in report["daily"])
+
+
+def scheduler_process(
+    bootstrap: str, topic: str, group: str, *options: str
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ferrokafka",
+            "scheduler",
+            "--bootstrap-servers",
+            bootstrap,
+            "--schedules-topic",
+            topic,
+            "--group-id",
+            group,
+            "--interval-ms",
+            "200",
+            *options,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_static_member_restarted_after_kill_dispatches_within_seconds(
+    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory, schedules_topic: str
+) -> None:
+    target = topic_factory(partitions=1)
+    group = f"g-{uuid.uuid4().hex}"
+    # A session far longer than the target: only static membership can bring the partitions
+    # back in time.
+    options = ("--instance-id", "scheduler-a", "--config=session.timeout.ms=30000")
+    envelope = {"topic": schedules_topic, "partition": 0}
+    first = scheduler_process(kafka_bootstrap, schedules_topic, group, *options)
+    try:
+        schedule_message(
+            kafka_client, {"topic": target, "payload": b"before"}, int(time.time()), envelope
+        )
+        assert len(confluent_messages(kafka_bootstrap, target, 1, 30)) == 1
+    finally:
+        first.kill()
+        first.communicate(timeout=10)
+    schedule_message(
+        kafka_client, {"topic": target, "payload": b"after"}, int(time.time()), envelope
+    )
+    started = time.monotonic()
+    second = scheduler_process(kafka_bootstrap, schedules_topic, group, *options)
+    try:
+        wait_until(lambda: len(kafka_client.read_topic(target)) >= 2, 30, "the second dispatch")
+        took = time.monotonic() - started
+    finally:
+        second.send_signal(signal.SIGTERM)
+        _, stderr = second.communicate(timeout=30)
+    print(f"static member: restart to dispatch {took:.1f} s")
+    assert took <= 5.0, f"restarted daemon dispatched after {took:.1f} s"
+    assert second.returncode == 0, stderr
+    values = [m.value() for m in confluent_messages(kafka_bootstrap, target, 2, 10)]
+    assert sorted(values) == [b"after", b"before"]
+
+
+def test_offsets_are_committed_while_running(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    target = topic_factory(partitions=1)
+    group = f"g-{uuid.uuid4().hex}"
+    for n in range(3):
+        schedule_message(
+            kafka_client,
+            {"topic": target, "payload": str(n).encode()},
+            int(time.time()),
+            {"topic": schedules_topic, "partition": 0},
+        )
+    with start_scheduler(daemon_config, schedules_topic, group) as scheduler:
+        assert len(confluent_messages(kafka_bootstrap, target, 3, 30)) == 3
+        # Three proxies, then their three tombstones (read back by the daemon): next offset 6.
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, schedules_topic, 2).get(0, -1) >= 6,
+            15,
+            "the dispatched offsets committed",
+        )
+        assert scheduler.status()[0]["state"] == "loaded", "still running"
+
+
+def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    confluent_admin: Any,
+    topic_factory: TopicFactory,
+) -> None:
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+    topic = f"test-schedules-default-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, topic, num_partitions=4)
+    resource = ConfigResource("topic", topic)
+    described = confluent_admin.describe_configs([resource])[resource].result(timeout=10)
+    assert described["segment.bytes"].value == "52428800"
+    target = topic_factory(partitions=1)
+    config: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": kafka_bootstrap,
+        **GROUP_SETTINGS,
+    }
+    count = 40
+    try:
+        # No group_id: both join Karafka's group, karafka_scheduled_messages.
+        with (
+            Scheduler(config, [topic], state_interval=0.2) as first,
+            Scheduler(config, [topic], state_interval=0.2) as second,
+        ):
+
+            def split_and_loaded() -> bool:
+                rows = first.status() + second.status()
+                return (
+                    bool(first.status())
+                    and bool(second.status())
+                    and sorted(r["partition"] for r in rows) == [0, 1, 2, 3]
+                    and all(r["state"] == "loaded" for r in rows)
+                )
+
+            wait_until(split_and_loaded, 30, "the partitions split between the daemons")
+            now = int(time.time())
+            for n in range(count):
+                schedule_message(
+                    kafka_client,
+                    {"topic": target, "payload": str(n).encode()},
+                    now + 1,
+                    {"topic": topic, "partition": n % 4},
+                )
+            dispatched = confluent_messages(kafka_bootstrap, target, count, 30)
+            wait_until(
+                lambda: sum(r["dispatched"] for r in first.status() + second.status()) == count,
+                10,
+                "both daemons' status",
+            )
+    finally:
+        kafka_client.delete_topics([topic, f"{topic}_states"])
+    assert sorted(int(m.value()) for m in dispatched) == list(range(count))
+
+
+def test_proxies_land_where_karafka_and_confluent_producers_put_them(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    daemon_config: dict[str, Any],
+) -> None:
+    from confluent_kafka import Producer as ConfluentProducer
+
+    topic = f"test-schedules-parity-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, topic, num_partitions=5)
+    target = topic_factory(partitions=1)
+    probe_topic = topic_factory(partitions=5)
+    peer = ConfluentProducer({"bootstrap.servers": kafka_bootstrap})
+    landed: dict[str, int] = {}
+
+    def record(error: Any, message: Any) -> None:
+        assert error is None, error
+        landed[message.key().decode()] = message.partition()
+
+    try:
+        now = int(time.time())
+        # Default proxy key: Karafka's proxy sets partition_key = the target key, so the proxy
+        # lands where librdkafka (WaterDrop) puts that key: the probe shows where that is.
+        defaulted = schedule_message(
+            kafka_client,
+            {"topic": target, "payload": b"defaulted", "key": "user-7"},
+            now + 1,
+            {"topic": topic},
+        )
+        assert defaulted.partition_key == "user-7"
+        with pytest.raises(ValueError, match="does not exist"):
+            schedule_message(
+                kafka_client,
+                {"topic": target, "payload": b"x", "key": "user-7"},
+                now + 1,
+                {"topic": f"{topic}-missing"},
+            )
+        peer.produce(probe_topic, b"probe", key="user-7", on_delivery=record)
+        # An explicit proxy key, cancelled by a plain confluent-kafka producer.
+        schedule_message(
+            kafka_client,
+            {"topic": target, "payload": b"cancelled"},
+            now + 1,
+            {"topic": topic, "key": "order-1"},
+        )
+        cancel_proxy = cancel("order-1", {"topic": topic})
+        peer.produce(
+            topic,
+            cancel_proxy.value,
+            key="order-1",
+            headers=list[tuple[str, str | bytes | None]](cancel_proxy.headers),
+            on_delivery=record,
+        )
+        assert peer.flush(10) == 0
+        proxies = {
+            (m.key() or b"").decode(): m.partition()
+            for m in kafka_client.read_topic(topic)
+            if m.value() is not None
+        }
+        assert proxies[defaulted.key] == landed["user-7"]
+        assert proxies["order-1"] == landed["order-1"], "the cancel missed its schedule"
+        with start_scheduler(daemon_config, topic, f"g-{uuid.uuid4().hex}"):
+            dispatched = confluent_messages(kafka_bootstrap, target, 1, 30)
+    finally:
+        kafka_client.delete_topics([topic, f"{topic}_states"])
+    assert [m.value() for m in dispatched] == [b"defaulted"]

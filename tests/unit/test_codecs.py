@@ -124,8 +124,11 @@ def test_epoch_validation() -> None:
         build(now - 11)
     with pytest.raises(ScheduleError, match="not milliseconds"):
         build(now * 1000)
+    build(float(now))  # type: ignore[arg-type]  # integral floats pass, as in Karafka
+    with pytest.raises(ScheduleError, match="whole Unix seconds"):
+        build(now + 0.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        build(float(now))  # type: ignore[arg-type]
+        build("now")  # type: ignore[arg-type]
 
 
 def test_invalid_messages_and_envelopes_are_schedule_errors() -> None:
@@ -232,6 +235,7 @@ def state_report(**changes: Any) -> dict[str, Any]:
         "reloads": 0,
         "skipped_records": 1,
         "dispatched": 7,
+        "failed": 2,
     }
     report.update(changes)
     return report
@@ -244,9 +248,10 @@ def test_state_report_round_trips_and_is_plain_zlib_json() -> None:
 
 
 def test_state_report_written_by_ruby_decodes_with_defaults() -> None:
-    ruby = {k: v for k, v in state_report().items() if k not in ("skipped_records", "dispatched")}
+    additions = ("skipped_records", "dispatched", "failed")
+    ruby = {k: v for k, v in state_report().items() if k not in additions}
     decoded = codecs.decode_state_report(zlib.compress(json.dumps(ruby).encode()))
-    assert decoded == {**ruby, "skipped_records": 0, "dispatched": 0}
+    assert decoded == {**ruby, "skipped_records": 0, "dispatched": 0, "failed": 0}
 
 
 def test_invalid_state_reports_are_refused() -> None:

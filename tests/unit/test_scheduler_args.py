@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ferrokafka import ConfigError, ScheduleError
-from ferrokafka.scheduling import Scheduler, cancel, schedule, send_proxy
+from ferrokafka.scheduling import Scheduler, cancel, schedule
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -26,11 +26,13 @@ def test_schedules_topics_must_be_a_list() -> None:
         (["s"], {"flush_batch_size": 1}, "flush_batch_size must be >= 2"),
         (["s"], {"state_interval": 0.0}, "state_interval"),
         (["s"], {"horizon": -1.0}, "horizon"),
+        (["s"], {"dead_letter_topic": ""}, "dead_letter_topic must not be empty"),
+        (["s"], {"instance_id": ""}, "instance_id must not be empty"),
     ],
 )
-def test_bad_options_are_named(topics: list[str], options: dict[str, float], message: str) -> None:
+def test_bad_options_are_named(topics: list[str], options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Scheduler(NOWHERE, topics, **options)  # type: ignore[arg-type]
+        Scheduler(NOWHERE, topics, **options)
 
 
 def test_unknown_config_key_is_named() -> None:
@@ -51,13 +53,84 @@ def test_cancel_needs_a_key() -> None:
         cancel("", {"topic": "schedules"})
 
 
-def test_partition_key_envelope_needs_a_partitioning_sender() -> None:
-    from ferrokafka import Client
+@pytest.mark.parametrize(
+    ("message", "envelope", "problem"),
+    [
+        ({"topic": "bad topic!"}, {"topic": "schedules"}, "not a legal topic name"),
+        ({"topic": "orders", "partition": -2}, {"topic": "schedules"}, "must be >= -1"),
+        ({"topic": "orders", "key": ""}, {"topic": "schedules"}, "target key must not be empty"),
+        ({"topic": "orders", "partition_key": ""}, {"topic": "schedules"}, "partition_key"),
+        ({"topic": "orders"}, {"topic": "sched/ules"}, "not a legal topic name"),
+        ({"topic": "orders"}, {"topic": "schedules", "partition": -3}, "must be >= -1"),
+        ({"topic": "orders"}, {"topic": "schedules", "partition_key": ""}, "partition_key"),
+    ],
+)
+def test_waterdrop_message_rules(
+    message: dict[str, Any], envelope: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ScheduleError, match=problem):
+        schedule({**message, "payload": b"x"}, int(time.time()) + 60, envelope)  # type: ignore[typeddict-item,arg-type]
 
-    proxy = schedule(
-        {"topic": "orders", "payload": b"x"},
-        int(time.time()) + 60,
-        {"topic": "schedules", "partition_key": "customer-1"},
+
+def test_cancel_applies_the_envelope_rules() -> None:
+    with pytest.raises(ScheduleError, match="not a legal topic name"):
+        cancel("k", {"topic": "bad topic"})
+
+
+def test_integral_float_epochs_are_accepted_fractions_refused() -> None:
+    epoch = int(time.time()) + 60
+    proxy = schedule({"topic": "orders", "payload": b"x"}, float(epoch), {"topic": "schedules"})
+    assert dict(proxy.headers)["schedule_target_epoch"] == str(epoch).encode()
+    with pytest.raises(ScheduleError, match="whole Unix seconds"):
+        schedule({"topic": "orders", "payload": b"x"}, epoch + 0.5, {"topic": "schedules"})
+
+
+@pytest.mark.parametrize(
+    ("target", "partition_key"),
+    [
+        ({"key": "user-7", "partition_key": "customer-1", "partition": 4}, "4"),
+        ({"key": "user-7", "partition_key": "customer-1"}, "customer-1"),
+        ({"key": "user-7"}, "user-7"),
+        ({}, None),
+    ],
+)
+def test_defaulted_proxy_key_gets_karafkas_partition_key(
+    target: dict[str, Any], partition_key: str | None
+) -> None:
+    message = {"topic": "orders", "payload": b"x", **target}
+    proxy = schedule(message, int(time.time()) + 60, {"topic": "schedules"})  # type: ignore[arg-type]
+    assert proxy.partition_key == partition_key
+    keyed = schedule(message, int(time.time()) + 60, {"topic": "schedules", "key": "k"})  # type: ignore[arg-type]
+    assert keyed.partition_key is None, "an explicit proxy key is left alone"
+
+
+def test_schema_versions_compare_as_karafka_does() -> None:
+    from ferrokafka._native import parse_proxy_headers
+
+    headers = dict(
+        schedule(
+            {"topic": "orders", "payload": b"x"}, int(time.time()) + 60, {"topic": "s"}
+        ).headers
     )
-    with pytest.raises(ValueError, match="partition_key needs an AsyncProducer"):
-        send_proxy(Client(NOWHERE), proxy)
+    for accepted in ("1.0", "1", "1.0.0"):
+        assert (
+            parse_proxy_headers({**headers, "schedule_schema_version": accepted}).kind == "schedule"
+        )
+    with pytest.raises(Exception, match="schema"):
+        parse_proxy_headers({**headers, "schedule_schema_version": "1.0.1"})
+
+
+def test_cli_passes_instance_and_dead_letter_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ferrokafka import cli
+
+    seen: dict[str, Any] = {}
+
+    class Recorder:
+        def __init__(self, config: dict[str, Any], topics: list[str], **options: Any) -> None:
+            seen.update(options, config=config, topics=topics)
+
+    monkeypatch.setattr("ferrokafka.scheduling.Scheduler", Recorder)
+    monkeypatch.setattr(cli, "_run_until_signalled", lambda start: start() and 0)
+    argv = ["scheduler", "--schedules-topic", "s", "--instance-id", "sched-1"]
+    cli.main([*argv, "--dead-letter-topic", "refused"])
+    assert (seen["instance_id"], seen["dead_letter_topic"]) == ("sched-1", "refused")

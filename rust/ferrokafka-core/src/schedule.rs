@@ -24,8 +24,9 @@
 //!   unless its `schedule_source_offset` names an older schedule than the pending one (the daemon's
 //!   own tombstone for a dispatched schedule must not cancel a newer schedule with the same key).
 //! - `due` stops at the first entry still awaiting its payload, so dispatch order is never broken.
-//! - Dispatched schedules stay *in flight* until [`ScheduleTracker::mark_dispatched`] (success) or
-//!   [`ScheduleTracker::restore`] (failure; re-queued unless the key changed meanwhile).
+//! - Dispatched schedules stay *in flight* until [`ScheduleTracker::mark_dispatched`] (success),
+//!   [`ScheduleTracker::mark_failed`] (target refused for good) or [`ScheduleTracker::restore`]
+//!   (transient failure; re-queued unless the key changed meanwhile).
 //! - `daily` counts pending schedules (loaded, deferred and in flight) per UTC day of their epoch:
 //!   a schedule adds one; its replacement, cancel, tombstone or confirmed dispatch removes it. For
 //!   today this equals Karafka's figure (the size of its daily buffer); for later days it is exact
@@ -41,6 +42,11 @@ use crate::CoreError;
 use crate::calendar::{day_of_epoch_secs, format_day};
 use crate::codec::state::{OffsetRange, STATE_SCHEMA_VERSION, StateReport};
 use crate::deadline_queue::DeadlineQueue;
+
+/// Karafka's loading grace period (its issue 2633): under constant writes the end of the
+/// partition may never be reached, so a record written more than this long after the tracker
+/// started shows that the replay has caught up with the present.
+pub const LOADED_GRACE_MS: u64 = 15_000;
 
 /// Lifecycle state of a [`ScheduleTracker`]; serialised as Karafka writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,6 +183,7 @@ pub struct ScheduleTracker<P> {
     reloads: u64,
     skipped_records: u64,
     dispatched: u64,
+    failed: u64,
 }
 
 /// Milliseconds of an epoch in seconds, for queue ordering (pre-1970 epochs sort as 0).
@@ -200,6 +207,7 @@ impl<P> ScheduleTracker<P> {
             reloads: 0,
             skipped_records: 0,
             dispatched: 0,
+            failed: 0,
         }
     }
 
@@ -216,6 +224,14 @@ impl<P> ScheduleTracker<P> {
     /// `Loading -> Loaded`: the daemon reached the end of the partition; dispatch may begin.
     pub fn mark_loaded(&mut self) -> Result<(), CoreError> {
         self.transition(TrackerState::Loading, TrackerState::Loaded, "mark loaded")
+    }
+
+    /// `Loading -> Loaded` once a record written at `record_timestamp_ms` is newer than the
+    /// tracker's start plus [`LOADED_GRACE_MS`] (Karafka's rule for partitions whose end is never
+    /// reached). Returns true when it moved to loaded.
+    pub fn loaded_by_record_time(&mut self, record_timestamp_ms: u64) -> bool {
+        let caught_up = record_timestamp_ms > self.started_at_ms.saturating_add(LOADED_GRACE_MS);
+        caught_up && self.mark_loaded().is_ok()
     }
 
     /// Any state `-> Stopped`.
@@ -446,6 +462,19 @@ impl<P> ScheduleTracker<P> {
         }
     }
 
+    /// Gives up on the in-flight schedule of `key` at `offset`: its target was refused for good
+    /// (counted in `failed`). Returns false when no such dispatch is in flight.
+    pub fn mark_failed(&mut self, key: &str, offset: u64) -> bool {
+        match self.take_in_flight(key, offset) {
+            Some(in_flight) => {
+                self.uncount(in_flight.epoch_secs);
+                self.failed += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Returns a failed dispatch to the queue. It is dropped instead (and false returned) when a
     /// later record for its key arrived meanwhile, or when it is not in flight.
     pub fn restore(&mut self, dispatch: Dispatch<P>) -> Result<bool, CoreError> {
@@ -523,6 +552,7 @@ impl<P> ScheduleTracker<P> {
             reloads: self.reloads,
             skipped_records: self.skipped_records,
             dispatched: self.dispatched,
+            failed: self.failed,
         }
     }
 }
@@ -651,7 +681,25 @@ mod tests {
         let a = due.pop().unwrap();
         assert_eq!(tracker.restore(b), Ok(false));
         assert_eq!(tracker.restore(a), Ok(true));
-        assert_eq!(tracker.due(NOW_MS, 10).len(), 1);
+        let again = tracker.due(NOW_MS, 10);
+        assert_eq!(again.len(), 1);
+        assert!(tracker.mark_failed("a", again[0].offset));
+        assert!(!tracker.mark_failed("a", again[0].offset));
+        assert!(tracker.is_empty() && tracker.daily().is_empty());
+        assert_eq!(tracker.state_report(NOW_MS).failed, 1);
+    }
+
+    #[test]
+    fn records_written_after_the_grace_period_mark_loaded() {
+        let mut tracker = loaded_tracker();
+        assert!(!tracker.loaded_by_record_time(NOW_MS + LOADED_GRACE_MS));
+        assert_eq!(tracker.state(), TrackerState::Loading);
+        assert!(tracker.loaded_by_record_time(NOW_MS + LOADED_GRACE_MS + 1));
+        assert_eq!(tracker.state(), TrackerState::Loaded);
+        assert!(
+            !tracker.loaded_by_record_time(NOW_MS + LOADED_GRACE_MS + 2),
+            "only once"
+        );
     }
 
     #[test]

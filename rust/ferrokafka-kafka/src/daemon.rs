@@ -113,8 +113,14 @@ pub(crate) fn group_consumer_settings(settings: &ClientSettings, group_id: &str)
     consumer.set("enable.auto.commit", "false");
     consumer.set("enable.partition.eof", "true");
     consumer.set("auto.offset.reset", "earliest");
+    // librdkafka's 45 s default would leave a dead daemon's partitions idle that long.
+    consumer.set_default("session.timeout.ms", DAEMON_SESSION_TIMEOUT_MS);
     consumer
 }
+
+/// Default group session timeout of the daemons: how long a dead daemon's partitions wait before
+/// another daemon takes them (a restart with the same `group.instance.id` takes them back at once).
+const DAEMON_SESSION_TIMEOUT_MS: &str = "10000";
 
 /// Maps a client-creation failure of `what` to the engine error.
 pub(crate) fn creation_error(what: &str) -> impl FnOnce(KafkaError) -> KafkaIoError + '_ {
@@ -266,7 +272,16 @@ pub(crate) fn enqueue<C: ProducerContext<DeliveryOpaque = ()>>(
     producer: &ThreadedProducer<C>,
     record: &OutgoingRecord,
 ) -> Result<(), KafkaError> {
-    let mut base = BaseRecord::to(&record.topic);
+    enqueue_with(producer, record, ())
+}
+
+/// [`enqueue`] with a delivery opaque, which the context's delivery report receives.
+pub(crate) fn enqueue_with<C: ProducerContext>(
+    producer: &ThreadedProducer<C>,
+    record: &OutgoingRecord,
+    opaque: C::DeliveryOpaque,
+) -> Result<(), KafkaError> {
+    let mut base = BaseRecord::with_opaque_to(&record.topic, opaque);
     if let Some(key) = &record.key {
         base = base.key(key.as_slice());
     }

@@ -3,11 +3,21 @@
 //! One daemon thread owns a group consumer of the schedules topics and two producers (one for
 //! dispatches, transactional when `transactional.id` is set; one for state reports). For each
 //! assigned partition it replays the partition from the earliest offset into a
-//! [`ScheduleTracker`] (state `loading`); the first end-of-partition event marks it `loaded`.
+//! [`ScheduleTracker`] (state `loading`); the first end-of-partition event (or a record written
+//! more than Karafka's 15 s grace after the load started) marks it `loaded`. A record with a
+//! newer schema version pauses its partition (status `blocked`) until an upgraded daemon replays it.
 //! From then on it dispatches every due schedule: the target message and a tombstone for the proxy
 //! (same key and partition), produced synchronously in chunks of `flush_batch_size` messages,
-//! inside one transaction per chunk when transactional. Only a confirmed chunk is marked
-//! dispatched; a failed one is restored and retried after a pause.
+//! inside one transaction per chunk when transactional. A tombstone is written only after its
+//! target was acknowledged (in the same transaction when transactional). A target the broker
+//! refuses for good (too large, illegal or unauthorised topic) is counted as `failed`, logged
+//! with its key and, when `dead_letter_topic` is set, copied there before its tombstone is
+//! written; it never holds up the schedules behind it. Transient failures are restored and
+//! retried with exponential backoff. Offsets read and acted upon are committed every
+//! [`COMMIT_INTERVAL`] so the group's lag is meaningful while running.
+//!
+//! Read-back of far-future payloads (see `ScheduleTracker`'s horizon) is retried with backoff
+//! until it succeeds: a schedule leaves memory only when dispatched, cancelled or failed.
 //!
 //! Delivery guarantee: with a transactional producer (and the consumer reading `read_committed`)
 //! the target and its tombstone commit together, so a restart never dispatches a schedule twice.
@@ -27,22 +37,26 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::codec::envelope::{self, Headers, ProxyRecord, ProxySource, TargetAddress};
+use ferrokafka_core::CoreError;
+use ferrokafka_core::codec::envelope::{
+    self, Headers, ProxyRecord, ProxySource, TargetAddress, validate_stored_epoch,
+};
 use ferrokafka_core::codec::json::encode_document;
 use ferrokafka_core::schedule::{
-    Dispatch, ScheduleRecord, ScheduleTracker, TrackerConfig, TrackerState,
+    Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig, TrackerState,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::client::EndIsExpected;
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error,
-    group_consumer_settings, now_ms, publish, send_all,
+    enqueue_with, group_consumer_settings, now_ms, publish,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
@@ -50,8 +64,14 @@ use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// Longest the daemon waits in one poll, so stop requests and due schedules are noticed quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
-/// Pause before retrying a chunk whose dispatch failed.
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// First pause before retrying after a transient failure (dispatch or read-back); doubled after
+/// each further failure up to [`MAX_RETRY_PAUSE`].
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(200);
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
+/// Longest one read-back of far-future payloads waits for the broker before it is retried.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the offsets read and acted upon are committed while running.
+const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 /// Records applied between two loading-progress log lines.
 const PROGRESS_EVERY: u64 = 100_000;
 
@@ -72,18 +92,24 @@ pub struct SchedulerOptions {
     pub horizon: Duration,
     /// Deadline of one synchronous flush (or transaction commit).
     pub dispatch_timeout: Duration,
+    /// Where schedules whose target is refused for good are copied (none: only counted and
+    /// logged; their proxy then stays on the schedules topic).
+    pub dead_letter_topic: Option<String>,
 }
 
 impl Default for SchedulerOptions {
     fn default() -> Self {
         SchedulerOptions {
             schedules_topics: Vec::new(),
-            group_id: "ferrokafka-scheduler".to_owned(),
+            // Karafka's group: Ruby and Python daemons on one topic share its partitions.
+            group_id: "karafka_scheduled_messages".to_owned(),
             flush_batch_size: 1000,
-            state_interval: Duration::from_secs(10),
+            // Karafka's tick.
+            state_interval: Duration::from_secs(5),
             states_postfix: "_states".to_owned(),
             horizon: Duration::from_secs(3600),
             dispatch_timeout: Duration::from_secs(30),
+            dead_letter_topic: None,
         }
     }
 }
@@ -95,7 +121,8 @@ pub struct PartitionStatus {
     pub topic: String,
     /// Partition.
     pub partition: i32,
-    /// Tracker state name: fresh, loading, loaded, stopped.
+    /// Tracker state name: fresh, loading, loaded, stopped; or blocked (a record with a newer
+    /// schema stopped the partition until the daemon is upgraded).
     pub state: &'static str,
     /// Schedules pending in memory (with payload) and beyond the horizon.
     pub pending: usize,
@@ -103,6 +130,8 @@ pub struct PartitionStatus {
     pub dispatched: u64,
     /// Records skipped as undecodable.
     pub skipped: u64,
+    /// Schedules whose target was refused for good (dead-lettered when a topic is set).
+    pub failed: u64,
     /// Records applied.
     pub applied: u64,
 }
@@ -118,9 +147,50 @@ struct ProxyPayload {
 struct PartitionRun {
     tracker: ScheduleTracker<ProxyPayload>,
     next_offset: i64,
+    /// The offset last stored for commit.
+    stored_offset: i64,
     applied: u64,
     last_report: Option<Instant>,
-    retry_after: Option<Instant>,
+    dispatch_backoff: Backoff,
+    /// Why the partition is stopped (a record with a newer schema), if it is.
+    blocked: Option<String>,
+    /// Schedules whose payload read-back failed; retried under `read_back_backoff`.
+    unread: Vec<PayloadFetch>,
+    read_back_backoff: Backoff,
+}
+
+/// Exponential backoff after transient failures.
+#[derive(Default)]
+struct Backoff {
+    retry_at: Option<Instant>,
+    pause: Duration,
+}
+
+impl Backoff {
+    fn waiting(&self) -> bool {
+        self.retry_at.is_some_and(|at| Instant::now() < at)
+    }
+
+    /// Records a failure; returns the pause before the next try.
+    fn failed(&mut self) -> Duration {
+        self.pause = (self.pause * 2).clamp(FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE);
+        self.retry_at = Some(Instant::now() + self.pause);
+        self.pause
+    }
+
+    fn succeeded(&mut self) {
+        *self = Backoff::default();
+    }
+}
+
+/// What became of one schedule of a dispatched chunk.
+enum DispatchResult {
+    /// Target acknowledged (and its tombstone written or, rarely, logged as not written).
+    Dispatched,
+    /// Target refused for good; the reason, with where the schedule went.
+    Failed(String),
+    /// Not dispatched; retry, after a backoff pause when `transient` names the error.
+    Retry { transient: Option<String> },
 }
 
 /// The running daemon; see the module docs.
@@ -134,6 +204,11 @@ impl Scheduler {
         {
             return Err(KafkaIoError::InvalidArgument(
                 "at least one non-empty schedules topic is required".to_owned(),
+            ));
+        }
+        if options.dead_letter_topic.as_deref() == Some("") {
+            return Err(KafkaIoError::InvalidArgument(
+                "dead_letter_topic must not be empty (leave it unset for none)".to_owned(),
             ));
         }
         if options.flush_batch_size < 2 {
@@ -151,13 +226,14 @@ impl Scheduler {
 
 struct SchedulerLoop {
     consumer: BaseConsumer<GroupContext>,
-    dispatcher: ThreadedProducer<FlushTracker>,
+    dispatcher: ThreadedProducer<RoundTracker>,
     reporter: ThreadedProducer<FlushTracker>,
     fetch_settings: ClientSettings,
     transactional: bool,
     options: SchedulerOptions,
     partitions: PartitionCounts,
     runs: BTreeMap<(String, i32), PartitionRun>,
+    last_commit: Instant,
 }
 
 impl SchedulerLoop {
@@ -166,6 +242,8 @@ impl SchedulerLoop {
         let transactional = settings.get("transactional.id").is_some();
         let mut consumer_settings = group_consumer_settings(&settings, &options.group_id);
         consumer_settings.set_default("isolation.level", "read_committed");
+        // Offsets are stored once acted upon (see `commit_progress`), not when merely polled.
+        consumer_settings.set("enable.auto.offset.store", "false");
         let consumer: BaseConsumer<GroupContext> = consumer_settings
             .to_client_config()
             .create_with_context(GroupContext::new("scheduler", true))
@@ -178,12 +256,12 @@ impl SchedulerLoop {
         consumer
             .subscribe(&topics)
             .map_err(creation_error("subscribe to schedules topics"))?;
-        let mut dispatch_settings = settings.clone();
+        let mut dispatch_settings = settings.for_role(ClientRole::Producer);
         // Every chunk is flushed synchronously, so lingering only adds to each chunk's latency.
         dispatch_settings.set_default("linger.ms", "0");
-        let dispatcher: ThreadedProducer<FlushTracker> = dispatch_settings
+        let dispatcher: ThreadedProducer<RoundTracker> = dispatch_settings
             .to_client_config()
-            .create_with_context(FlushTracker::new())
+            .create_with_context(RoundTracker::default())
             .map_err(creation_error("create dispatch producer"))?;
         if transactional {
             dispatcher
@@ -197,7 +275,7 @@ impl SchedulerLoop {
                     )
                 })?;
         }
-        let mut report_settings = settings.clone();
+        let mut report_settings = settings.for_role(ClientRole::Producer);
         report_settings.remove("transactional.id");
         let reporter: ThreadedProducer<FlushTracker> = report_settings
             .to_client_config()
@@ -212,6 +290,7 @@ impl SchedulerLoop {
             options,
             partitions: PartitionCounts::default(),
             runs: BTreeMap::new(),
+            last_commit: Instant::now(),
         })
     }
 
@@ -233,6 +312,7 @@ impl SchedulerLoop {
             self.dispatch_due();
             self.advance_horizons();
             self.report_states(false);
+            self.commit_progress();
             publish(status, self.status());
         }
         self.shutdown();
@@ -244,7 +324,9 @@ impl SchedulerLoop {
         let now = now_ms();
         self.runs
             .values()
-            .filter(|run| run.tracker.state() == TrackerState::Loaded && run.retry_after.is_none())
+            .filter(|run| {
+                run.tracker.state() == TrackerState::Loaded && !run.dispatch_backoff.waiting()
+            })
             .filter_map(|run| run.tracker.next_due_ms())
             .min()
             .map_or(MAX_SLEEP, |due| {
@@ -300,23 +382,45 @@ impl SchedulerLoop {
                 PartitionRun {
                     tracker,
                     next_offset: 0,
+                    stored_offset: -1,
                     applied: 0,
                     last_report: None,
-                    retry_after: None,
+                    dispatch_backoff: Backoff::default(),
+                    blocked: None,
+                    unread: Vec::new(),
+                    read_back_backoff: Backoff::default(),
                 }
             })
     }
 
     fn apply(&mut self, record: ReceivedRecord) {
         let (topic, partition) = (record.topic.clone(), record.partition);
+        let decoded = decode_record(&record).and_then(|decoded| check_epoch(decoded, now_ms()));
         let run = self.run_for(&topic, partition);
+        if run.blocked.is_some() {
+            // Fetched before the pause took effect; read again after an upgrade.
+            return;
+        }
         let offset = u64::try_from(record.offset).unwrap_or(0);
+        if let Err(RecordProblem::NewerSchema(reason)) = &decoded {
+            log::error!(
+                "{topic}-{partition}@{offset}: {reason}; partition stopped (nothing applied or \
+                 dispatched from here) until this daemon is upgraded, as Karafka does"
+            );
+            run.blocked = Some(reason.clone());
+            let mut paused = TopicPartitionList::new();
+            let _ = paused.add_partition(&topic, partition);
+            if let Err(e) = self.consumer.pause(&paused) {
+                log::warn!("pause {topic}-{partition}: {e}");
+            }
+            return;
+        }
         run.next_offset = record.offset + 1;
         run.applied += 1;
         if run.tracker.state() == TrackerState::Loading && run.applied % PROGRESS_EVERY == 0 {
             log::info!("loading {topic}-{partition}: {} records read", run.applied);
         }
-        match decode_record(&record) {
+        match decoded {
             Ok((key, decoded)) => {
                 if let Err(e) = run.tracker.apply(offset, &key, decoded) {
                     log::warn!("{topic}-{partition}@{offset}: skipped: {e}");
@@ -328,13 +432,28 @@ impl SchedulerLoop {
                 run.tracker.record_skipped(offset);
             }
         }
+        let written_ms = u64::try_from(record.timestamp_ms).unwrap_or(0);
+        if run.tracker.state() == TrackerState::Loading
+            && run.tracker.loaded_by_record_time(written_ms)
+        {
+            log::info!(
+                "loaded {topic}-{partition}: records written after the load started reached \
+                 ({} read, {} schedules pending; the partition end was not reached)",
+                run.applied,
+                run.tracker.len()
+            );
+            run.last_report = None;
+        }
     }
 
     fn reached_end(&mut self, partition: i32) {
         // The assignment may have arrived in this same poll round: its run must exist first.
         self.handle_assignments();
         for ((topic, p), run) in &mut self.runs {
-            if *p != partition || run.tracker.state() != TrackerState::Loading {
+            if *p != partition
+                || run.tracker.state() != TrackerState::Loading
+                || run.blocked.is_some()
+            {
                 continue;
             }
             // The end-of-partition event does not name the topic: the loading run of this
@@ -362,130 +481,422 @@ impl SchedulerLoop {
                 let Some(run) = self.runs.get_mut(&key) else {
                     break;
                 };
-                if run.retry_after.is_some_and(|t| Instant::now() < t) {
+                if run.dispatch_backoff.waiting() || run.blocked.is_some() {
                     break;
                 }
-                run.retry_after = None;
                 let due = run.tracker.due(now, per_chunk);
                 if due.is_empty() {
                     break;
                 }
-                let outcome = self.flush_chunk(&key, &due);
+                let results = self.flush_chunk(&key, &due);
                 let Some(run) = self.runs.get_mut(&key) else {
                     break;
                 };
-                match outcome {
-                    Ok(()) => {
-                        for dispatch in &due {
+                let mut transient = None;
+                let mut retried = 0;
+                for (dispatch, result) in due.into_iter().zip(results) {
+                    match result {
+                        DispatchResult::Dispatched => {
                             run.tracker.mark_dispatched(&dispatch.key, dispatch.offset);
                         }
-                        self.store_position(&key);
-                    }
-                    Err(e) => {
-                        log::error!(
-                            "dispatch of {} schedules from {}-{} failed, retrying in {:?}: {e}",
-                            due.len(),
-                            key.0,
-                            key.1,
-                            RETRY_PAUSE
-                        );
-                        for dispatch in due {
+                        DispatchResult::Failed(reason) => {
+                            log::error!(
+                                "{}-{}@{}: schedule {:?} failed for good: {reason}",
+                                key.0,
+                                key.1,
+                                dispatch.offset,
+                                dispatch.key
+                            );
+                            run.tracker.mark_failed(&dispatch.key, dispatch.offset);
+                        }
+                        DispatchResult::Retry { transient: error } => {
+                            transient = transient.or(error);
+                            retried += 1;
                             let _ = run.tracker.restore(dispatch);
                         }
-                        run.retry_after = Some(Instant::now() + RETRY_PAUSE);
+                    }
+                }
+                match transient {
+                    Some(error) => {
+                        let pause = run.dispatch_backoff.failed();
+                        log::error!(
+                            "dispatch of {retried} schedules from {}-{} failed, retrying in {pause:?}: {error}",
+                            key.0,
+                            key.1,
+                        );
                         break;
                     }
+                    None => run.dispatch_backoff.succeeded(),
                 }
             }
         }
     }
 
-    /// Produces the targets and tombstones of `due` and waits for all of them.
+    /// The target record of `dispatch`, from the schedules partition `topic`/`partition`.
+    fn target_record(
+        &self,
+        topic: &str,
+        partition: i32,
+        dispatch: &Dispatch<ProxyPayload>,
+    ) -> OutgoingRecord {
+        let proxy = &dispatch.payload;
+        let target = &proxy.target;
+        let target_partition = target.partition.or_else(|| {
+            target.partition_key.as_ref().and_then(|pk| {
+                self.partitions.partition_for(
+                    self.dispatcher.client(),
+                    &target.topic,
+                    pk.as_bytes(),
+                )
+            })
+        });
+        OutgoingRecord {
+            topic: target.topic.clone(),
+            partition: target_partition,
+            key: target.key.as_ref().map(|k| k.as_bytes().to_vec()),
+            value: proxy.value.clone(),
+            headers: with_values(envelope::dispatch_headers(
+                &proxy.headers,
+                &source_of(topic, partition, dispatch),
+            )),
+            timestamp_ms: None,
+        }
+    }
+
+    /// The copy of a refused schedule for the dead-letter topic: the target message with the
+    /// dispatch headers and the refusal reason, keyed by the proxy key.
+    fn dead_letter_record(
+        &self,
+        dead_letter_topic: &str,
+        topic: &str,
+        partition: i32,
+        dispatch: &Dispatch<ProxyPayload>,
+        reason: &str,
+    ) -> OutgoingRecord {
+        let proxy = &dispatch.payload;
+        let mut headers = with_values(envelope::dispatch_headers(
+            &proxy.headers,
+            &source_of(topic, partition, dispatch),
+        ));
+        headers.push((
+            DEAD_LETTER_REASON_HEADER.to_owned(),
+            Some(reason.as_bytes().to_vec()),
+        ));
+        OutgoingRecord {
+            topic: dead_letter_topic.to_owned(),
+            partition: None,
+            key: Some(dispatch.key.as_bytes().to_vec()),
+            value: proxy.value.clone(),
+            headers,
+            timestamp_ms: None,
+        }
+    }
+
+    /// Dispatches `due` (see the module docs) and says what became of each schedule.
     fn flush_chunk(
         &self,
         (topic, partition): &(String, i32),
         due: &[Dispatch<ProxyPayload>],
-    ) -> KafkaResult<()> {
-        let timeout = self.options.dispatch_timeout;
-        let failed = |operation: &str, e: KafkaError| {
-            KafkaIoError::from_rdkafka(operation, e, timeout, None)
-        };
-        if self.transactional {
-            self.dispatcher
-                .begin_transaction()
-                .map_err(|e| failed("begin_transaction", e))?;
-        }
-        let mut records = Vec::with_capacity(due.len() * 2);
-        for dispatch in due {
-            let source = ProxySource {
-                topic,
-                partition: *partition,
-                offset: dispatch.offset,
-                key: &dispatch.key,
-            };
-            let proxy = &dispatch.payload;
-            let target = &proxy.target;
-            let target_partition = target.partition.or_else(|| {
-                target.partition_key.as_ref().and_then(|pk| {
-                    self.partitions.partition_for(
-                        self.dispatcher.client(),
-                        &target.topic,
-                        pk.as_bytes(),
-                    )
-                })
-            });
-            records.push(OutgoingRecord {
-                topic: target.topic.clone(),
-                partition: target_partition,
-                key: target.key.as_ref().map(|k| k.as_bytes().to_vec()),
-                value: proxy.value.clone(),
-                headers: with_values(envelope::dispatch_headers(&proxy.headers, &source)),
-                timestamp_ms: None,
-            });
-            records.push(OutgoingRecord {
-                topic: topic.clone(),
-                partition: Some(*partition),
-                key: Some(dispatch.key.as_bytes().to_vec()),
-                value: None,
-                headers: with_values(envelope::tombstone_headers(&proxy.headers, dispatch.offset)),
-                timestamp_ms: None,
-            });
-        }
+    ) -> Vec<DispatchResult> {
         let started = Instant::now();
-        let sent = send_all(&self.dispatcher, &records, timeout);
+        let targets: Vec<OutgoingRecord> = due
+            .iter()
+            .map(|dispatch| self.target_record(topic, *partition, dispatch))
+            .collect();
+        let results = if self.transactional {
+            self.flush_chunk_transactional(topic, *partition, due, &targets)
+        } else {
+            self.flush_chunk_at_least_once(topic, *partition, due, &targets)
+        };
         log::debug!(
-            "{topic}-{partition}: {} messages flushed in {:?}",
-            records.len(),
+            "{topic}-{partition}: {} schedules handled in {:?}",
+            due.len(),
             started.elapsed()
         );
-        let committed = sent.and_then(|()| {
-            if self.transactional {
-                self.dispatcher
-                    .commit_transaction(timeout)
-                    .map_err(|e| failed("commit_transaction", e))
-            } else {
-                Ok(())
+        results
+    }
+
+    fn flush_chunk_at_least_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        due: &[Dispatch<ProxyPayload>],
+        targets: &[OutgoingRecord],
+    ) -> Vec<DispatchResult> {
+        let timeout = self.options.dispatch_timeout;
+        let mut sent = send_round(&self.dispatcher, targets, timeout);
+        // The broker refuses a whole batch when it is too large, so a refusal counts only once
+        // the target, sent alone, is refused again.
+        for (target, result) in targets.iter().zip(sent.iter_mut()) {
+            if result.as_ref().is_err_and(refused_for_good) {
+                *result = send_round(&self.dispatcher, std::slice::from_ref(target), timeout)
+                    .pop()
+                    .unwrap_or(Ok(()));
             }
-        });
-        if committed.is_err() && self.transactional {
+        }
+        // Second round: tombstones of acknowledged targets, dead-letter copies of refused ones.
+        let mut follow_ups = Vec::new();
+        let mut follow_up_of = vec![None; due.len()];
+        for (n, (dispatch, result)) in due.iter().zip(&sent).enumerate() {
+            let record = match result {
+                Ok(()) => Some(tombstone_record(topic, partition, dispatch)),
+                Err(e) if refused_for_good(e) => {
+                    self.options.dead_letter_topic.as_ref().map(|dlt| {
+                        self.dead_letter_record(dlt, topic, partition, dispatch, &e.to_string())
+                    })
+                }
+                Err(_) => None,
+            };
+            if let Some(record) = record {
+                follow_up_of[n] = Some(follow_ups.len());
+                follow_ups.push(record);
+            }
+        }
+        let followed = send_round(&self.dispatcher, &follow_ups, timeout);
+        // Third round: tombstones of dead-lettered schedules, once their copy is acknowledged.
+        let mut tombstones = Vec::new();
+        let mut tombstone_of = vec![None; due.len()];
+        for (n, dispatch) in due.iter().enumerate() {
+            let dead_lettered =
+                sent[n].is_err() && follow_up_of[n].is_some_and(|i| followed[i].is_ok());
+            if dead_lettered {
+                tombstone_of[n] = Some(tombstones.len());
+                tombstones.push(tombstone_record(topic, partition, dispatch));
+            }
+        }
+        let entombed = send_round(&self.dispatcher, &tombstones, timeout);
+        due.iter()
+            .enumerate()
+            .map(|(n, dispatch)| {
+                let follow_up = follow_up_of[n].map(|i| &followed[i]);
+                match (&sent[n], follow_up) {
+                    (Ok(()), tombstone) => {
+                        if let Some(Err(e)) = tombstone {
+                            log::warn!(
+                                "{topic}-{partition}@{}: target of {:?} dispatched but its tombstone was not written ({e}); a restart may dispatch it again",
+                                dispatch.offset,
+                                dispatch.key
+                            );
+                        }
+                        DispatchResult::Dispatched
+                    }
+                    (Err(e), _) if !refused_for_good(e) => DispatchResult::Retry {
+                        transient: Some(e.to_string()),
+                    },
+                    (Err(e), None) => DispatchResult::Failed(format!(
+                        "{e} (no dead-letter topic; its proxy stays on the schedules topic)"
+                    )),
+                    (Err(e), Some(Ok(()))) => {
+                        if let Some(Err(t)) = tombstone_of[n].map(|i| &entombed[i]) {
+                            log::warn!(
+                                "{topic}-{partition}@{}: tombstone of dead-lettered {:?} not written: {t}",
+                                dispatch.offset,
+                                dispatch.key
+                            );
+                        }
+                        DispatchResult::Failed(format!("{e} (copied to the dead-letter topic)"))
+                    }
+                    (Err(e), Some(Err(d))) if refused_for_good(d) => DispatchResult::Failed(
+                        format!("{e}; the dead-letter topic refused it too: {d}"),
+                    ),
+                    (Err(_), Some(Err(d))) => DispatchResult::Retry {
+                        transient: Some(format!("dead-letter copy: {d}")),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    fn flush_chunk_transactional(
+        &self,
+        topic: &str,
+        partition: i32,
+        due: &[Dispatch<ProxyPayload>],
+        targets: &[OutgoingRecord],
+    ) -> Vec<DispatchResult> {
+        let retry_all = |error: String| {
+            due.iter()
+                .map(|_| DispatchResult::Retry {
+                    transient: Some(error.clone()),
+                })
+                .collect()
+        };
+        let sent = match self.in_transaction(targets) {
+            Ok(sent) => sent,
+            Err(error) => return retry_all(error),
+        };
+        if sent.iter().all(Result::is_ok) {
+            let tombstones: Vec<OutgoingRecord> = due
+                .iter()
+                .map(|dispatch| tombstone_record(topic, partition, dispatch))
+                .collect();
+            return match self.finish_transaction(&tombstones) {
+                Ok(()) => due.iter().map(|_| DispatchResult::Dispatched).collect(),
+                Err(error) => retry_all(error),
+            };
+        }
+        // A failed record makes the whole transaction abortable.
+        let _ = self
+            .dispatcher
+            .abort_transaction(self.options.dispatch_timeout);
+        if !sent
+            .iter()
+            .any(|result| result.as_ref().is_err_and(refused_for_good))
+        {
+            let error = sent
+                .iter()
+                .find_map(|r| r.as_ref().err())
+                .map(ToString::to_string);
+            return retry_all(error.unwrap_or_default());
+        }
+        // Settle the refused ones (dead-letter copy and tombstone in a transaction of their own)
+        // and retry the rest at once: they failed only with the aborted transaction.
+        let mut settled = Vec::new();
+        for ((dispatch, target), result) in due.iter().zip(targets).zip(&sent) {
+            if !result.as_ref().is_err_and(refused_for_good) {
+                settled.push(DispatchResult::Retry { transient: None });
+                continue;
+            }
+            // The broker refuses a whole batch when it is too large: confirm the refusal with
+            // the target alone.
+            let alone = match self.in_transaction(std::slice::from_ref(target)) {
+                Ok(mut sent) => sent.pop().unwrap_or(Ok(())),
+                Err(error) => {
+                    settled.push(DispatchResult::Retry {
+                        transient: Some(error),
+                    });
+                    continue;
+                }
+            };
+            let e = match alone {
+                Ok(()) => {
+                    let tombstone = tombstone_record(topic, partition, dispatch);
+                    settled.push(match self.finish_transaction(&[tombstone]) {
+                        Ok(()) => DispatchResult::Dispatched,
+                        Err(error) => DispatchResult::Retry {
+                            transient: Some(error),
+                        },
+                    });
+                    continue;
+                }
+                Err(e) => {
+                    let _ = self
+                        .dispatcher
+                        .abort_transaction(self.options.dispatch_timeout);
+                    if !refused_for_good(&e) {
+                        settled.push(DispatchResult::Retry {
+                            transient: Some(e.to_string()),
+                        });
+                        continue;
+                    }
+                    e
+                }
+            };
+            settled.push(match &self.options.dead_letter_topic {
+                None => DispatchResult::Failed(format!(
+                    "{e} (no dead-letter topic; its proxy stays on the schedules topic)"
+                )),
+                Some(dlt) => {
+                    let reason = e.to_string();
+                    let records = [
+                        self.dead_letter_record(dlt, topic, partition, dispatch, &reason),
+                        tombstone_record(topic, partition, dispatch),
+                    ];
+                    match self.in_transaction(&records).and_then(|sent| {
+                        match sent.into_iter().find_map(Result::err) {
+                            None => self.finish_transaction(&[]),
+                            Some(d) => {
+                                let _ = self
+                                    .dispatcher
+                                    .abort_transaction(self.options.dispatch_timeout);
+                                Err(format!("dead-letter copy: {d}"))
+                            }
+                        }
+                    }) {
+                        Ok(()) => {
+                            DispatchResult::Failed(format!("{e} (copied to the dead-letter topic)"))
+                        }
+                        Err(error) => DispatchResult::Retry {
+                            transient: Some(error),
+                        },
+                    }
+                }
+            });
+        }
+        settled
+    }
+
+    /// Begins a transaction and sends `records` in it; the per-record results.
+    fn in_transaction(
+        &self,
+        records: &[OutgoingRecord],
+    ) -> Result<Vec<Result<(), KafkaError>>, String> {
+        self.dispatcher
+            .begin_transaction()
+            .map_err(|e| format!("begin_transaction: {e}"))?;
+        Ok(send_round(
+            &self.dispatcher,
+            records,
+            self.options.dispatch_timeout,
+        ))
+    }
+
+    /// Sends `records` in the open transaction and commits it (aborts it on any failure).
+    fn finish_transaction(&self, records: &[OutgoingRecord]) -> Result<(), String> {
+        let timeout = self.options.dispatch_timeout;
+        let sent = send_round(&self.dispatcher, records, timeout);
+        let committed = match sent.into_iter().find_map(Result::err) {
+            Some(e) => Err(format!("dispatch: {e}")),
+            None => self
+                .dispatcher
+                .commit_transaction(timeout)
+                .map_err(|e| format!("commit_transaction: {e}")),
+        };
+        if committed.is_err() {
             let _ = self.dispatcher.abort_transaction(timeout);
         }
         committed
     }
 
-    fn store_position(&self, key: &(String, i32)) {
-        let Some(run) = self.runs.get(key) else {
+    /// Stores, for commit, the read position of every loaded partition with nothing waiting
+    /// for a retry, and commits the stored offsets every [`COMMIT_INTERVAL`].
+    fn commit_progress(&mut self) {
+        if self.last_commit.elapsed() < COMMIT_INTERVAL {
             return;
-        };
-        if let Err(e) = self
-            .consumer
-            .store_offset(&key.0, key.1, run.next_offset - 1)
+        }
+        self.last_commit = Instant::now();
+        let mut stored = false;
+        for ((topic, partition), run) in &mut self.runs {
+            let settled = run.tracker.state() == TrackerState::Loaded
+                && run.blocked.is_none()
+                && run.dispatch_backoff.retry_at.is_none()
+                && run.unread.is_empty();
+            if !settled || run.next_offset <= run.stored_offset {
+                continue;
+            }
+            // librdkafka stores `offset + 1`: the next offset to read.
+            match self
+                .consumer
+                .store_offset(topic, *partition, run.next_offset - 1)
+            {
+                Ok(()) => {
+                    run.stored_offset = run.next_offset;
+                    stored = true;
+                }
+                Err(e) => log::debug!("store offset {topic}-{partition}: {e}"),
+            }
+        }
+        if stored
+            && let Err(e) = self
+                .consumer
+                .commit_consumer_state(rdkafka::consumer::CommitMode::Async)
         {
-            log::debug!("store offset {}-{}: {e}", key.0, key.1);
+            log::warn!("scheduler offset commit: {e}");
         }
     }
 
-    /// Moves each partition's horizon forward and reads back the payloads now needed.
+    /// Moves each partition's horizon forward and reads back the payloads now needed, retrying
+    /// those that could not be read (broker unreachable) with backoff.
     fn advance_horizons(&mut self) {
         let now = now_ms();
         let keys: Vec<(String, i32)> = self.runs.keys().cloned().collect();
@@ -493,49 +904,86 @@ impl SchedulerLoop {
             let Some(run) = self.runs.get_mut(&key) else {
                 continue;
             };
-            let fetches = match run.tracker.advance_horizon(now) {
-                Ok(fetches) if !fetches.is_empty() => fetches,
-                _ => continue,
-            };
-            log::info!(
-                "{}-{}: reading back {} schedules entering the horizon",
-                key.0,
-                key.1,
-                fetches.len()
-            );
+            if let Ok(entering) = run.tracker.advance_horizon(now)
+                && !entering.is_empty()
+            {
+                log::info!(
+                    "{}-{}: reading back {} schedules entering the horizon",
+                    key.0,
+                    key.1,
+                    entering.len()
+                );
+                run.unread.extend(entering);
+            }
+            if run.unread.is_empty() || run.read_back_backoff.waiting() {
+                continue;
+            }
+            let mut fetches = std::mem::take(&mut run.unread);
+            fetches.sort_unstable_by_key(|fetch| fetch.offset);
+            fetches.dedup_by_key(|fetch| fetch.offset);
             let offsets: Vec<i64> = fetches
                 .iter()
                 .filter_map(|f| i64::try_from(f.offset).ok())
                 .collect();
-            let fetched = read_offsets(&self.fetch_settings, &key.0, key.1, &offsets);
+            let read = read_offsets(&self.fetch_settings, &key.0, key.1, &offsets);
             let Some(run) = self.runs.get_mut(&key) else {
                 continue;
             };
             for fetch in fetches {
-                let payload = fetched
-                    .get(&fetch.offset)
-                    .and_then(|record| decode_record(record).ok())
-                    .and_then(|(_, decoded)| match decoded {
-                        ScheduleRecord::Schedule { payload, .. } => Some(payload),
-                        _ => None,
-                    });
-                match payload {
-                    Some(payload) => {
-                        run.tracker
-                            .provide_payload(&fetch.key, fetch.offset, payload);
+                let offset = i64::try_from(fetch.offset).unwrap_or(i64::MAX);
+                match read.records.get(&fetch.offset) {
+                    Some(record) => {
+                        let payload =
+                            decode_record(record)
+                                .ok()
+                                .and_then(|(_, decoded)| match decoded {
+                                    ScheduleRecord::Schedule { payload, .. } => Some(payload),
+                                    _ => None,
+                                });
+                        if let Some(payload) = payload {
+                            run.tracker
+                                .provide_payload(&fetch.key, fetch.offset, payload);
+                        } else {
+                            log::warn!(
+                                "{}-{}@{}: read back a record that is no longer the schedule of {:?}; skipped",
+                                key.0,
+                                key.1,
+                                fetch.offset,
+                                fetch.key
+                            );
+                            let _ =
+                                run.tracker
+                                    .apply(fetch.offset, &fetch.key, ScheduleRecord::Cancel);
+                            run.tracker.record_skipped(fetch.offset);
+                        }
                     }
-                    None => {
+                    None if read.covered.is_some_and(|covered| covered >= offset) => {
+                        // Read past it: compaction removed it, so a later record replaced it.
                         log::warn!(
-                            "{}-{}@{}: schedule could not be read back; dropping it",
+                            "{}-{}@{}: schedule {:?} is gone from the topic; skipped",
                             key.0,
                             key.1,
-                            fetch.offset
+                            fetch.offset,
+                            fetch.key
                         );
                         let _ = run
                             .tracker
                             .apply(fetch.offset, &fetch.key, ScheduleRecord::Cancel);
+                        run.tracker.record_skipped(fetch.offset);
                     }
+                    None => run.unread.push(fetch),
                 }
+            }
+            if run.unread.is_empty() {
+                run.read_back_backoff.succeeded();
+            } else {
+                let pause = run.read_back_backoff.failed();
+                log::warn!(
+                    "{}-{}: {} schedules could not be read back yet, retrying in {pause:?}",
+                    key.0,
+                    key.1,
+                    run.unread.len()
+                );
             }
         }
     }
@@ -605,10 +1053,15 @@ impl SchedulerLoop {
                 PartitionStatus {
                     topic: topic.clone(),
                     partition: *partition,
-                    state: run.tracker.state().as_str(),
-                    pending: run.tracker.len() + run.tracker.deferred_len(),
+                    state: if run.blocked.is_some() {
+                        "blocked"
+                    } else {
+                        run.tracker.state().as_str()
+                    },
+                    pending: run.tracker.len(),
                     dispatched: report.dispatched,
                     skipped: report.skipped_records,
+                    failed: report.failed,
                     applied: run.applied,
                 }
             })
@@ -617,22 +1070,43 @@ impl SchedulerLoop {
 }
 
 /// Decodes a schedules-topic record into the tracker's terms.
+/// Why a schedules record cannot be applied.
+#[derive(Debug)]
+enum RecordProblem {
+    /// Malformed or foreign: counted and skipped.
+    Bad(String),
+    /// Written with a newer schema: the partition stops until the daemon is upgraded.
+    NewerSchema(String),
+}
+
+impl std::fmt::Display for RecordProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordProblem::Bad(reason) | RecordProblem::NewerSchema(reason) => f.write_str(reason),
+        }
+    }
+}
+
 fn decode_record(
     record: &ReceivedRecord,
-) -> Result<(String, ScheduleRecord<ProxyPayload>), String> {
+) -> Result<(String, ScheduleRecord<ProxyPayload>), RecordProblem> {
     let key = record
         .key
         .as_deref()
         .and_then(|k| std::str::from_utf8(k).ok())
         .filter(|k| !k.is_empty())
-        .ok_or("missing or non-UTF-8 key")?
+        .ok_or_else(|| RecordProblem::Bad("missing or non-UTF-8 key".to_owned()))?
         .to_owned();
     let headers: Headers = record
         .headers
         .iter()
         .map(|(name, value)| (name.clone(), value.clone().unwrap_or_default()))
         .collect();
-    let decoded = match envelope::parse_proxy_headers(&headers).map_err(|e| e.to_string())? {
+    let parsed = envelope::parse_proxy_headers(&headers).map_err(|e| match e {
+        CoreError::UnsupportedVersion { .. } => RecordProblem::NewerSchema(e.to_string()),
+        e => RecordProblem::Bad(e.to_string()),
+    })?;
+    let decoded = match parsed {
         ProxyRecord::Schedule { epoch_secs, target } => ScheduleRecord::Schedule {
             epoch_secs,
             payload: ProxyPayload {
@@ -651,20 +1125,196 @@ fn with_values(headers: Headers) -> Vec<(String, Option<Vec<u8>>)> {
     headers.into_iter().map(|(k, v)| (k, Some(v))).collect()
 }
 
+/// Header of a dead-letter copy naming why the target refused it.
+pub const DEAD_LETTER_REASON_HEADER: &str = "schedule_dead_letter_reason";
+
+/// Karafka's read-side epoch bounds (see `validate_stored_epoch`) applied to a decoded schedule.
+fn check_epoch(
+    (key, decoded): (String, ScheduleRecord<ProxyPayload>),
+    now_ms: u64,
+) -> Result<(String, ScheduleRecord<ProxyPayload>), RecordProblem> {
+    if let ScheduleRecord::Schedule { epoch_secs, .. } = &decoded {
+        let now_secs = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
+        validate_stored_epoch(*epoch_secs, now_secs)
+            .map_err(|e| RecordProblem::Bad(e.to_string()))?;
+    }
+    Ok((key, decoded))
+}
+
+fn source_of<'a>(
+    topic: &'a str,
+    partition: i32,
+    dispatch: &'a Dispatch<ProxyPayload>,
+) -> ProxySource<'a> {
+    ProxySource {
+        topic,
+        partition,
+        offset: dispatch.offset,
+        key: &dispatch.key,
+    }
+}
+
+/// The tombstone that marks `dispatch`'s proxy as dispatched (same key and partition).
+fn tombstone_record(
+    topic: &str,
+    partition: i32,
+    dispatch: &Dispatch<ProxyPayload>,
+) -> OutgoingRecord {
+    OutgoingRecord {
+        topic: topic.to_owned(),
+        partition: Some(partition),
+        key: Some(dispatch.key.as_bytes().to_vec()),
+        value: None,
+        headers: with_values(envelope::tombstone_headers(
+            &dispatch.payload.headers,
+            dispatch.offset,
+        )),
+        timestamp_ms: None,
+    }
+}
+
+/// Whether retrying can never deliver a record that failed with `error`: it is too large, its
+/// topic or partition is illegal or missing, or the producer is not allowed to write there.
+fn refused_for_good(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::MessageSizeTooLarge
+                | Code::MessageBatchTooLarge
+                | Code::InvalidMessageSize
+                | Code::InvalidTopic
+                | Code::InvalidRecord
+                | Code::PolicyViolation
+                | Code::TopicAuthorizationFailed
+                | Code::ClusterAuthorizationFailed
+                | Code::UnknownPartition
+                | Code::UnknownTopic
+        )
+    )
+}
+
+/// Producer context of the dispatcher: records the delivery result of every message of the
+/// current round by its index, so one refused target does not fail its neighbours. Opaques
+/// count up across rounds; reports of an earlier, timed-out round are ignored.
+#[derive(Default)]
+struct RoundTracker {
+    state: Mutex<RoundState>,
+    settled: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct RoundState {
+    /// Opaque of the current round's first message.
+    first: usize,
+    results: Vec<Option<Result<(), KafkaError>>>,
+    in_flight: usize,
+}
+
+impl RoundTracker {
+    fn state(&self) -> std::sync::MutexGuard<'_, RoundState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl ClientContext for RoundTracker {}
+
+impl ProducerContext for RoundTracker {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let mut state = self.state();
+        let Some(index) = opaque.checked_sub(state.first) else {
+            return;
+        };
+        let Some(slot) = state.results.get_mut(index) else {
+            return;
+        };
+        if slot.is_none() {
+            *slot = Some(result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+            state.in_flight -= 1;
+            if state.in_flight == 0 {
+                self.settled.notify_all();
+            }
+        }
+    }
+}
+
+/// Produces `records` and waits (up to `timeout`) for each one's delivery result; a record not
+/// confirmed in time counts as timed out. Only one round runs per producer at a time.
+fn send_round(
+    producer: &ThreadedProducer<RoundTracker>,
+    records: &[OutgoingRecord],
+    timeout: Duration,
+) -> Vec<Result<(), KafkaError>> {
+    if records.is_empty() {
+        return Vec::new();
+    }
+    let tracker = producer.context();
+    let first = {
+        let mut state = tracker.state();
+        state.first += state.results.len();
+        state.results = vec![None; records.len()];
+        state.in_flight = records.len();
+        state.first
+    };
+    for (n, record) in records.iter().enumerate() {
+        if let Err(e) = enqueue_with(producer, record, first + n) {
+            let mut state = tracker.state();
+            state.results[n] = Some(Err(e));
+            state.in_flight -= 1;
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    let mut state = tracker.state();
+    while state.in_flight > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        state = tracker
+            .settled
+            .wait_timeout(state, left)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    state
+        .results
+        .iter()
+        .map(|result| {
+            result.clone().unwrap_or(Err(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageTimedOut,
+            )))
+        })
+        .collect()
+}
+
+/// What a read-back found: the records wanted, and the highest offset known to be read past
+/// (`i64::MAX` once the end of the partition was reached), if any.
+struct ReadBack {
+    records: HashMap<u64, ReceivedRecord>,
+    covered: Option<i64>,
+}
+
 /// Reads the records at `offsets` of one partition (sorted ascending), for payloads entering the
-/// horizon. Records that cannot be read within the time limit are simply missing.
+/// horizon. Records that cannot be read within [`READ_BACK_TIMEOUT`] are simply missing.
 fn read_offsets(
     settings: &ClientSettings,
     topic: &str,
     partition: i32,
     offsets: &[i64],
-) -> HashMap<u64, ReceivedRecord> {
-    let mut found = HashMap::new();
+) -> ReadBack {
+    let mut read = ReadBack {
+        records: HashMap::new(),
+        covered: None,
+    };
     let Some(&first) = offsets.first() else {
-        return found;
+        return read;
     };
     let mut fetch_settings = settings.clone();
     fetch_settings.set("group.id", "ferrokafka-scheduler-fetch");
+    // A static member id here would fence the daemon's own group member.
+    fetch_settings.remove("group.instance.id");
     fetch_settings.set("enable.partition.eof", "true");
     let consumer: BaseConsumer<EndIsExpected> = match fetch_settings
         .to_client_config()
@@ -673,7 +1323,7 @@ fn read_offsets(
         Ok(consumer) => consumer,
         Err(e) => {
             log::error!("cannot create the payload fetch consumer: {e}");
-            return found;
+            return read;
         }
     };
     let wanted: std::collections::HashSet<i64> = offsets.iter().copied().collect();
@@ -683,25 +1333,30 @@ fn read_offsets(
         .and_then(|()| consumer.assign(&tpl))
         .is_err()
     {
-        return found;
+        return read;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + READ_BACK_TIMEOUT;
     let last = offsets.last().copied().unwrap_or(first);
     while Instant::now() < deadline {
         match consumer.poll(MAX_SLEEP) {
             Some(Ok(message)) => {
                 let offset = message.offset();
                 if wanted.contains(&offset) {
-                    found.insert(offset as u64, ReceivedRecord::from_message(&message));
+                    read.records
+                        .insert(offset as u64, ReceivedRecord::from_message(&message));
                 }
+                read.covered = Some(offset);
                 if offset >= last {
                     break;
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                read.covered = Some(i64::MAX);
+                break;
+            }
             Some(Err(e)) => log::warn!("payload fetch {topic}-{partition}: {e}"),
             None => {}
         }
     }
-    found
+    read
 }

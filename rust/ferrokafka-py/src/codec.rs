@@ -590,10 +590,11 @@ pub(crate) fn now_secs() -> i64 {
 #[pyfunction]
 pub fn schedule_proxy(
     message: &Bound<'_, PyAny>,
-    epoch: i64,
+    epoch: &Bound<'_, PyAny>,
     envelope: &Bound<'_, PyAny>,
 ) -> NativeResult<PyProxyMessage> {
     let py = message.py();
+    let epoch = epoch_secs(epoch)?;
     let fields = Fields::new(
         message,
         "message",
@@ -647,6 +648,24 @@ pub fn schedule_proxy(
     )
     .map_err(NativeError::Schedule)?;
     Ok(PyProxyMessage(proxy))
+}
+
+/// An epoch in whole seconds: an int, or a float with no fraction (Karafka calls `epoch.to_i`
+/// on whatever numeric it gets; a fraction here is more likely a mistake, so it is refused).
+fn epoch_secs(epoch: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if let Ok(seconds) = epoch.extract::<i64>() {
+        return Ok(seconds);
+    }
+    match epoch.extract::<f64>() {
+        Ok(seconds) if seconds.fract() == 0.0 && seconds.abs() < 9.0e18 => Ok(seconds as i64),
+        Ok(seconds) => Err(ScheduleError::new_err(format!(
+            "epoch must be whole Unix seconds, got {seconds}"
+        ))),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "epoch must be an int or an integral float, not {}",
+            epoch.get_type().name()?
+        ))),
+    }
 }
 
 #[pyfunction]

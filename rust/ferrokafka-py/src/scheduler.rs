@@ -21,7 +21,7 @@ pub struct PyRawScheduler {
 #[pymethods]
 impl PyRawScheduler {
     #[new]
-    #[pyo3(signature = (config, schedules_topics, group_id, flush_batch_size, state_interval, states_postfix, horizon))]
+    #[pyo3(signature = (config, schedules_topics, group_id, flush_batch_size, state_interval, states_postfix, horizon, dead_letter_topic=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -32,6 +32,7 @@ impl PyRawScheduler {
         state_interval: f64,
         states_postfix: String,
         horizon: f64,
+        dead_letter_topic: Option<String>,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let options = SchedulerOptions {
@@ -41,6 +42,7 @@ impl PyRawScheduler {
             state_interval: timeout_arg("state_interval", state_interval)?,
             states_postfix,
             horizon: timeout_arg("horizon", horizon)?,
+            dead_letter_topic,
             ..SchedulerOptions::default()
         };
         // Creating a transactional producer waits for the broker.
@@ -61,7 +63,8 @@ impl PyRawScheduler {
         self.daemon.wait(py, timeout)
     }
 
-    /// Per-partition figures: topic, partition, state, pending, dispatched, skipped, applied.
+    /// Per-partition figures: topic, partition, state, pending, dispatched, skipped, failed,
+    /// applied.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.daemon
             .status()
@@ -74,6 +77,7 @@ impl PyRawScheduler {
                 row.set_item("pending", s.pending)?;
                 row.set_item("dispatched", s.dispatched)?;
                 row.set_item("skipped", s.skipped)?;
+                row.set_item("failed", s.failed)?;
                 row.set_item("applied", s.applied)?;
                 Ok(row)
             })

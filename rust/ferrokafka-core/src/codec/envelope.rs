@@ -13,7 +13,6 @@
 use std::cmp::Ordering;
 
 use crate::CoreError;
-use crate::codec::json::compare_versions;
 
 /// The schedule schema version this build writes and the newest it reads.
 pub const SCHEMA_VERSION: &str = "1.0.0";
@@ -176,6 +175,19 @@ pub struct ProxySource<'a> {
     pub key: &'a str,
 }
 
+/// Checks an epoch read from a schedules topic at `now_secs`, with Karafka's bounds: not
+/// negative and at most 100 years ahead. A millisecond epoch or `i64::MAX` fails; past epochs pass
+/// (they are due at once). Without this check such a record would stay pending with a day no state
+/// report can carry.
+pub fn validate_stored_epoch(epoch_secs: i64, now_secs: i64) -> Result<(), CoreError> {
+    if epoch_secs < 0 || epoch_secs > now_secs.saturating_add(HUNDRED_YEARS_SECS) {
+        return Err(CoreError::InvalidArgument(format!(
+            "epoch {epoch_secs} is outside 0..=now+100 years (now {now_secs}); epochs are in seconds, not milliseconds"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that `epoch_secs` is a plausible schedule time at `now_secs`: at most
 /// `limits.max_past_secs` in the past and `limits.max_future_secs` ahead (a millisecond epoch is
 /// thousands of years ahead and so refused).
@@ -232,7 +244,10 @@ pub fn schedule_headers(
     limits: &ScheduleLimits,
     mut headers: Headers,
 ) -> Result<Headers, CoreError> {
-    require_non_empty("target topic", &address.topic)?;
+    require_topic_name("target topic", &address.topic)?;
+    require_partition("target partition", address.partition)?;
+    require_non_empty_if_given("target key", address.key.as_deref())?;
+    require_non_empty_if_given("target partition_key", address.partition_key.as_deref())?;
     validate_epoch(epoch_secs, now_secs, limits)?;
     set_header(&mut headers, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
     set_header(&mut headers, TARGET_EPOCH_HEADER, &epoch_secs.to_string());
@@ -260,7 +275,10 @@ pub fn schedule_headers(
 
 /// Builds the proxy that schedules `message` for `epoch_secs` (Unix seconds).
 ///
-/// The proxy key is `envelope.key`, else [`default_proxy_key`] from `random`. Fails with
+/// The proxy key is `envelope.key`, else [`default_proxy_key`] from `random`; with a default key
+/// the proxy's partition key is, as Karafka's proxy sets it, the target's partition, else its
+/// partition_key, else its key (else the envelope's), so a Karafka producer and this one put the
+/// schedules of one target key on the same schedules partition. Fails with
 /// [`CoreError::InvalidArgument`] for an empty topic or key or an out-of-range epoch, and with
 /// [`CoreError::TooLarge`] for an oversized payload.
 pub fn schedule_proxy(
@@ -272,7 +290,7 @@ pub fn schedule_proxy(
     limits: &ScheduleLimits,
 ) -> Result<ProxyMessage, CoreError> {
     let address = &message.address;
-    require_non_empty("schedules topic", &envelope.topic)?;
+    require_envelope(envelope)?;
     let headers = schedule_headers(
         address,
         epoch_secs,
@@ -290,16 +308,25 @@ pub fn schedule_proxy(
             limit: limits.max_payload_bytes as u64,
         });
     }
-    let key = match &envelope.key {
-        Some(key) => key.clone(),
-        None => default_proxy_key(&address.topic, random),
+    let (key, partition_key) = match &envelope.key {
+        Some(key) => (key.clone(), envelope.partition_key.clone()),
+        None => {
+            let from_target = address
+                .partition
+                .map(|partition| partition.to_string())
+                .or_else(|| address.partition_key.clone())
+                .or_else(|| address.key.clone());
+            (
+                default_proxy_key(&address.topic, random),
+                from_target.or_else(|| envelope.partition_key.clone()),
+            )
+        }
     };
-    require_non_empty("proxy key", &key)?;
     Ok(ProxyMessage {
         topic: envelope.topic.clone(),
         key,
         partition: envelope.partition,
-        partition_key: envelope.partition_key.clone(),
+        partition_key,
         payload: message.payload.clone(),
         headers,
     })
@@ -307,7 +334,7 @@ pub fn schedule_proxy(
 
 /// Builds the proxy that cancels the schedule with `key`.
 pub fn cancel_proxy(key: &str, envelope: &Envelope) -> Result<ProxyMessage, CoreError> {
-    require_non_empty("schedules topic", &envelope.topic)?;
+    require_envelope(envelope)?;
     require_non_empty("proxy key", key)?;
     let mut headers = Headers::new();
     set_header(&mut headers, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
@@ -462,9 +489,9 @@ where
     }
 }
 
-/// Refuses a `major.minor.patch` version newer than [`SCHEMA_VERSION`].
+/// Refuses a version newer than [`SCHEMA_VERSION`], compared as Karafka does (`Gem::Version`).
 fn check_schema_version(found: &str) -> Result<(), CoreError> {
-    match compare_versions(found, SCHEMA_VERSION) {
+    match compare_gem_versions(found, SCHEMA_VERSION) {
         None => Err(invalid(
             SCHEMA_VERSION_HEADER,
             format!("not a version: {found:?}"),
@@ -476,6 +503,25 @@ fn check_schema_version(found: &str) -> Result<(), CoreError> {
         }),
         Some(_) => Ok(()),
     }
+}
+
+/// Orders dotted numeric versions as Ruby's `Gem::Version` does: missing trailing segments count
+/// as zero (`"1.0"` == `"1.0.0"`); `None` if either is not such a version.
+fn compare_gem_versions(left: &str, right: &str) -> Option<Ordering> {
+    let parse = |text: &str| -> Option<Vec<u64>> {
+        let mut segments = text
+            .split('.')
+            .map(|part| {
+                let digits = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+                digits.then(|| part.parse().ok()).flatten()
+            })
+            .collect::<Option<Vec<u64>>>()?;
+        while segments.last() == Some(&0) {
+            segments.pop();
+        }
+        Some(segments)
+    };
+    Some(parse(left)?.cmp(&parse(right)?))
 }
 
 fn required<'a>(name: &'static str, value: Option<&'a [u8]>) -> Result<&'a [u8], CoreError> {
@@ -501,6 +547,41 @@ fn invalid(name: &'static str, reason: impl Into<String>) -> CoreError {
         name,
         reason: reason.into(),
     }
+}
+
+/// WaterDrop's message contract for an envelope: topic name, partition, non-empty key and
+/// partition_key when given.
+fn require_envelope(envelope: &Envelope) -> Result<(), CoreError> {
+    require_topic_name("schedules topic", &envelope.topic)?;
+    require_partition("schedules partition", envelope.partition)?;
+    require_non_empty_if_given("proxy key", envelope.key.as_deref())?;
+    require_non_empty_if_given("proxy partition_key", envelope.partition_key.as_deref())
+}
+
+/// WaterDrop's topic rule: `(\w|-|\.)+`, i.e. ASCII letters, digits, `_`, `-` and `.`.
+fn require_topic_name(what: &str, topic: &str) -> Result<(), CoreError> {
+    require_non_empty(what, topic)?;
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    if !topic.chars().all(legal) {
+        return Err(CoreError::InvalidArgument(format!(
+            "{what} {topic:?} is not a legal topic name (letters, digits, '_', '-', '.')"
+        )));
+    }
+    Ok(())
+}
+
+/// WaterDrop's partition rule: -1 (any) or a partition number.
+fn require_partition(what: &str, partition: Option<i32>) -> Result<(), CoreError> {
+    match partition {
+        Some(p) if p < -1 => Err(CoreError::InvalidArgument(format!(
+            "{what} must be >= -1, got {p}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn require_non_empty_if_given(what: &str, value: Option<&str>) -> Result<(), CoreError> {
+    value.map_or(Ok(()), |value| require_non_empty(what, value))
 }
 
 fn require_non_empty(what: &str, value: &str) -> Result<(), CoreError> {
@@ -595,6 +676,14 @@ mod tests {
         assert!(build(NOW - 10, None).is_ok());
         assert!(build(NOW - 11, None).is_err());
         assert!(build(NOW * 1000, None).is_err(), "milliseconds are refused");
+        assert!(validate_stored_epoch(NOW * 1000, NOW).is_err());
+        assert!(validate_stored_epoch(i64::MAX, NOW).is_err());
+        assert!(validate_stored_epoch(-1, NOW).is_err());
+        assert!(
+            validate_stored_epoch(NOW - 86_400, NOW).is_ok(),
+            "past-due is fine"
+        );
+        assert!(validate_stored_epoch(NOW + HUNDRED_YEARS_SECS, NOW).is_ok());
         assert!(build(NOW, Some("")).is_err());
         assert!(matches!(
             schedule_proxy(&message(), NOW, &envelope(), [0; 16], NOW, &limits),
@@ -631,6 +720,87 @@ mod tests {
         assert_eq!(header(&headers, SOURCE_PARTITION_HEADER), Some(&b"3"[..]));
         assert_eq!(header(&headers, SOURCE_OFFSET_HEADER), Some(&b"9"[..]));
         assert_eq!(header(&headers, SOURCE_KEY_HEADER), Some(&b"k"[..]));
+    }
+
+    #[test]
+    fn waterdrop_message_rules_and_karafka_partition_key() {
+        let limits = ScheduleLimits::default();
+        let build = |message: &TargetMessage, envelope: &Envelope| {
+            schedule_proxy(message, NOW, envelope, [0; 16], NOW, &limits)
+        };
+        let with_address = |change: &dyn Fn(&mut TargetAddress)| {
+            let mut m = message();
+            change(&mut m.address);
+            m
+        };
+        let illegal = with_address(&|a| a.topic = "bad topic!".into());
+        assert!(build(&illegal, &envelope()).is_err());
+        assert!(build(&with_address(&|a| a.partition = Some(-2)), &envelope()).is_err());
+        assert!(build(&with_address(&|a| a.partition = Some(-1)), &envelope()).is_ok());
+        assert!(build(&with_address(&|a| a.key = Some(String::new())), &envelope()).is_err());
+        let no_pk = with_address(&|a| a.partition_key = Some(String::new()));
+        assert!(build(&no_pk, &envelope()).is_err());
+        let bad_envelopes = [
+            Envelope {
+                topic: "sched/ules".into(),
+                ..envelope()
+            },
+            Envelope {
+                partition: Some(-5),
+                ..envelope()
+            },
+            Envelope {
+                partition_key: Some(String::new()),
+                ..envelope()
+            },
+        ];
+        for bad in &bad_envelopes {
+            assert!(build(&message(), bad).is_err(), "{bad:?}");
+            assert!(cancel_proxy("k", bad).is_err(), "{bad:?}");
+        }
+        // Karafka's proxy: with a default key, the partition key is the target's partition,
+        // else its partition_key, else its key.
+        assert_eq!(
+            build(&message(), &envelope())
+                .unwrap()
+                .partition_key
+                .as_deref(),
+            Some("2")
+        );
+        let by_pk = with_address(&|a| {
+            a.partition = None;
+            a.partition_key = Some("customer-7".into());
+        });
+        assert_eq!(
+            build(&by_pk, &envelope()).unwrap().partition_key.as_deref(),
+            Some("customer-7")
+        );
+        let by_key = with_address(&|a| a.partition = None);
+        assert_eq!(
+            build(&by_key, &envelope())
+                .unwrap()
+                .partition_key
+                .as_deref(),
+            Some("order-1")
+        );
+        let keyed = Envelope {
+            key: Some("mine".into()),
+            ..envelope()
+        };
+        assert_eq!(build(&message(), &keyed).unwrap().partition_key, None);
+    }
+
+    #[test]
+    fn schema_versions_compare_as_gem_versions() {
+        assert_eq!(compare_gem_versions("1.0", "1.0.0"), Some(Ordering::Equal));
+        assert_eq!(compare_gem_versions("1", "1.0.0"), Some(Ordering::Equal));
+        assert_eq!(
+            compare_gem_versions("1.0.1", "1.0.0"),
+            Some(Ordering::Greater)
+        );
+        assert_eq!(compare_gem_versions("1.2", "1.10"), Some(Ordering::Less));
+        assert_eq!(compare_gem_versions("1..0", "1.0.0"), None);
+        assert_eq!(compare_gem_versions("v1", "1.0.0"), None);
     }
 
     #[test]

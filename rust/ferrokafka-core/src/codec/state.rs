@@ -51,6 +51,9 @@ pub struct StateReport {
     /// Schedules dispatched since start (ferrokafka addition).
     #[serde(default)]
     pub dispatched: u64,
+    /// Schedules whose target the broker refused for good (ferrokafka addition).
+    #[serde(default)]
+    pub failed: u64,
 }
 
 impl Document for StateReport {
@@ -110,6 +113,7 @@ mod tests {
             reloads: 0,
             skipped_records: 1,
             dispatched: 7,
+            failed: 2,
         }
     }
 
