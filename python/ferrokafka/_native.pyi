@@ -165,11 +165,15 @@ class Client:
         headers: _Headers | None = None,
         timestamp: int | None = None,
         timeout: float = 10.0,
+        partition_key: bytes | str | None = None,
     ) -> Message:
         """Produce one record and wait for the broker's acknowledgement.
 
         ``str`` keys, values and header values are encoded as UTF-8; ``timestamp`` is in
-        milliseconds since the epoch. Returns the delivered record with its partition and offset.
+        milliseconds since the epoch. Without ``partition``, ``partition_key`` chooses the
+        partition as :class:`AsyncProducer` and WaterDrop do (CRC32 of the key modulo the
+        partition count) without being the record key. Returns the delivered record with its
+        partition and offset.
         """
     def read_topic(
         self, topic: str, max_messages: int = 100_000, timeout: float = 10.0

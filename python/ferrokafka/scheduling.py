@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -96,29 +95,15 @@ def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> No
             headers=proxy.headers,
         )
     else:
-        partition = proxy.partition
-        if partition is None and proxy.partition_key is not None:
-            partition = _partition_for_key(sender, proxy.topic, proxy.partition_key, timeout)
         sender.produce(
             proxy.topic,
             proxy.value,
             key=proxy.key,
-            partition=partition,
+            partition=proxy.partition,
+            partition_key=proxy.partition_key,
             headers=proxy.headers,
             timeout=timeout,
         )
-
-
-def _partition_for_key(client: Client, topic: str, partition_key: str, timeout: float) -> int:
-    """The partition a WaterDrop / librdkafka producer picks for ``partition_key`` (and an
-    :class:`~ferrokafka.AsyncProducer` too): CRC32 of the key modulo the partition count."""
-    found = client.list_topics(topic, timeout=timeout).topics.get(topic)
-    if found is None or not found.partitions:
-        raise ValueError(
-            f"schedules topic {topic!r} does not exist: cannot choose the partition for the "
-            f"proxy's partition_key {partition_key!r}"
-        )
-    return zlib.crc32(partition_key.encode()) % len(found.partitions)
 
 
 def schedule_message(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import zlib
 from typing import Any
 
 import pytest
@@ -156,3 +157,17 @@ def test_deleted_topics_disappear(kafka_client: Client) -> None:
         kafka_client.delete_topics([name])
     assert caught.value.name == "UNKNOWN_TOPIC_OR_PARTITION"
     assert name in str(caught.value)
+
+
+def test_partition_key_chooses_the_partition_as_waterdrop_does(
+    kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=5)
+    for user in [f"customer-{n}" for n in range(20)]:
+        delivered = kafka_client.produce(topic, b"v", key="k", partition_key=user)
+        assert delivered.partition() == zlib.crc32(user.encode()) % 5
+        assert delivered.key() == b"k"  # the partition key is not the record key
+    explicit = kafka_client.produce(topic, b"v", partition=4, partition_key="customer-0")
+    assert explicit.partition() == 4
+    with pytest.raises(ValueError, match="partition_key"):
+        kafka_client.produce(f"missing-{uuid.uuid4().hex}", b"v", partition_key="x", timeout=5.0)

@@ -14,11 +14,12 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// One broker of the cluster.
@@ -133,6 +134,7 @@ pub struct Client {
     settings: ClientSettings,
     admin: AdminClient<DefaultClientContext>,
     producer: OnceLock<ThreadedProducer<DeliveryRouter>>,
+    partitions: PartitionCounts,
 }
 
 impl std::fmt::Debug for Client {
@@ -156,6 +158,7 @@ impl Client {
             settings,
             admin,
             producer: OnceLock::new(),
+            partitions: PartitionCounts::default(),
         })
     }
 
@@ -363,10 +366,12 @@ impl Client {
         Ok(self.producer.get_or_init(|| producer))
     }
 
-    /// Produces one record and waits for the broker's acknowledgement.
+    /// Produces one record and waits for the broker's acknowledgement. Without an explicit
+    /// partition, `partition_key` chooses it as the AsyncProducer (and WaterDrop) would.
     pub fn produce(
         &self,
         record: &OutgoingRecord,
+        partition_key: Option<&[u8]>,
         timeout: Duration,
     ) -> KafkaResult<ReceivedRecord> {
         if record.topic.is_empty() {
@@ -375,6 +380,20 @@ impl Client {
             ));
         }
         let producer = self.producer()?;
+        let partition = match (record.partition, partition_key) {
+            (None, Some(partition_key)) => Some(
+                self.partitions
+                    .partition_for(producer.client(), &record.topic, partition_key)
+                    .ok_or_else(|| {
+                        KafkaIoError::InvalidArgument(format!(
+                            "cannot choose a partition for partition_key: topic {:?} does not \
+                             exist or has no partitions",
+                            record.topic
+                        ))
+                    })?,
+            ),
+            (partition, _) => partition,
+        };
         let (reply, outcome) = sync_channel(1);
         let mut base = BaseRecord::with_opaque_to(&record.topic, Box::new(reply));
         if let Some(key) = &record.key {
@@ -383,7 +402,7 @@ impl Client {
         if let Some(value) = &record.value {
             base = base.payload(value.as_slice());
         }
-        if let Some(partition) = record.partition {
+        if let Some(partition) = partition {
             base = base.partition(partition);
         }
         if let Some(ts) = record.timestamp_ms {

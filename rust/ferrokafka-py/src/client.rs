@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::blocking::{ForkGuard, ReleaseOnDrop, run_detached, timeout_arg};
-use crate::convert::{outgoing_record, settings_from_dict};
+use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::message::PyMessage;
 
@@ -282,7 +282,7 @@ impl PyClient {
         })??)
     }
 
-    #[pyo3(signature = (topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=10.0))]
+    #[pyo3(signature = (topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=10.0, partition_key=None))]
     #[allow(clippy::too_many_arguments)]
     fn produce(
         &self,
@@ -294,12 +294,16 @@ impl PyClient {
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
         timeout: f64,
+        partition_key: Option<&Bound<'_, PyAny>>,
     ) -> NativeResult<PyMessage> {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
+        let partition_key = optional_bytes("partition_key", partition_key)?;
         let inner = Arc::clone(&*self.inner);
-        let delivered = run_detached(py, move || inner.produce(&record, timeout))??;
+        let delivered = run_detached(py, move || {
+            inner.produce(&record, partition_key.as_deref(), timeout)
+        })??;
         Ok(delivered.into())
     }
 
