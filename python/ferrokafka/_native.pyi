@@ -206,12 +206,11 @@ class _RawAsyncProducer:
         headers: _Headers | None = None,
         timestamp: int | None = None,
         track: bool = False,
-    ) -> int:
-        """Queue one record; returns its ticket (0 when not tracked)."""
-    def queue_size(self) -> int:
-        """Records buffered now."""
-    def produce_many(self, records: Any, topic: str | None = None) -> int:
-        """Queue a batch; returns how many records were queued."""
+    ) -> tuple[int, int]:
+        """Queue one record; returns its ticket (0 when not tracked) and the queue size right
+        after it went in."""
+    def produce_many(self, records: Any, topic: str | None = None) -> tuple[int, int]:
+        """Queue a batch; returns how many records were queued and the queue size after."""
     def deliver_messages(self) -> None: ...
     def flush(self, timeout: float) -> None: ...
     def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:

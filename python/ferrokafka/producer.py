@@ -190,7 +190,7 @@ class AsyncProducer:
         of the batch were queued before it.
         """
         try:
-            accepted = self._raw.produce_many(records, topic)
+            accepted, queue_size = self._raw.produce_many(records, topic)
         except BufferOverflow as overflow:
             self._publish("buffer_overflow", {"topic": overflow.topic, "limit": overflow.limit})
             raise
@@ -200,7 +200,7 @@ class AsyncProducer:
                 {
                     "topic": topic,
                     "message_count": accepted,
-                    "queue_size": self._raw.queue_size(),
+                    "queue_size": queue_size,
                     "max_queue_size": self.max_queue_size,
                 },
             )
@@ -221,7 +221,7 @@ class AsyncProducer:
         try:
             # The waiter is registered before the worker can deliver, under one lock.
             with self._waiters_lock:
-                ticket = self._raw.produce(
+                ticket, queue_size = self._raw.produce(
                     topic, value, key, partition, partition_key, headers, timestamp, track
                 )
                 if waiter is not None:
@@ -234,7 +234,7 @@ class AsyncProducer:
                 "enqueue_message",
                 {
                     "topic": topic,
-                    "queue_size": self._raw.queue_size(),
+                    "queue_size": queue_size,
                     "max_queue_size": self.max_queue_size,
                 },
             )

@@ -604,24 +604,24 @@ impl AsyncProducer {
     }
 
     /// Queues records from the front of `items` under one lock, without waiting, until all
-    /// are queued or one is refused. Returns how many were queued and the refusal, whose record
-    /// is handed back (a `block` caller puts it back in front and waits for room; a caller that
-    /// gives up reports it with [`AsyncProducer::count_overflow`]).
+    /// are queued or one is refused. Returns how many were queued, the queue size right after
+    /// (for the `enqueue_message` event: the worker may deliver at once), and the refusal, whose
+    /// record is handed back (a `block` caller puts it back in front and waits for room; a
+    /// caller that gives up reports it with [`AsyncProducer::count_overflow`]).
     /// `drop_oldest` reports what it dropped in a `Dropped` event.
-    pub fn try_produce(&self, items: &mut VecDeque<Pending>) -> (usize, Option<Refusal>) {
+    pub fn try_produce(&self, items: &mut VecDeque<Pending>) -> (usize, usize, Option<Refusal>) {
         let shared = &self.shared;
         let mut state = shared.lock();
         if let Some(error) = &state.fatal {
             let error = error.clone();
-            return (
-                0,
-                items
-                    .pop_front()
-                    .map(|p| Refusal::Fatal(Box::new(p), error)),
-            );
+            let refusal = items
+                .pop_front()
+                .map(|p| Refusal::Fatal(Box::new(p), error));
+            return (0, state.buffer.len(), refusal);
         }
         if state.closing {
-            return (0, items.pop_front().map(|p| Refusal::Closed(Box::new(p))));
+            let refusal = items.pop_front().map(|p| Refusal::Closed(Box::new(p)));
+            return (0, state.buffer.len(), refusal);
         }
         let mut accepted = 0;
         let mut dropped = Vec::new();
@@ -643,6 +643,7 @@ impl AsyncProducer {
         state.stats.enqueued += accepted as u64;
         state.stats.dropped += dropped.len() as u64;
         let wake = state.worker_idle && state.buffer.should_deliver(shared.now_ms());
+        let queue_size = state.buffer.len();
         drop(state);
         if !dropped.is_empty() {
             shared.emit(ProducerEvent::Dropped { pending: dropped });
@@ -650,17 +651,12 @@ impl AsyncProducer {
         if wake {
             shared.work.notify_one();
         }
-        (accepted, refusal)
+        (accepted, queue_size, refusal)
     }
 
     /// Counts a record finally refused for lack of room (the `overflowed` statistic).
     pub fn count_overflow(&self) {
         self.shared.lock().stats.overflowed += 1;
-    }
-
-    /// Records buffered now.
-    pub fn queue_size(&self) -> usize {
-        self.shared.lock().buffer.len()
     }
 
     /// Waits up to `wait` for the queue to have room (or to change); used by the `block` policy
@@ -1219,7 +1215,7 @@ mod tests {
         let producer = AsyncProducer::new(settings, options).unwrap();
         let events = producer.take_events().unwrap();
         let mut items: VecDeque<Pending> = (0..100).map(pending).collect();
-        let (accepted, refusal) = producer.try_produce(&mut items);
+        let (accepted, _, refusal) = producer.try_produce(&mut items);
         assert_eq!((accepted, refusal.is_none()), (100, true));
 
         let started = Instant::now();

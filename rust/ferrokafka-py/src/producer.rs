@@ -57,16 +57,21 @@ fn message_of(pending: Pending, error: Option<ferrokafka_kafka::KafkaIoError>) -
 
 impl PyRawAsyncProducer {
     /// Queues records in order, applying the overflow policy; returns how many were queued. A
-    /// `BufferOverflow` carries in `accepted` how many were queued before it.
-    fn enqueue(&self, py: Python<'_>, mut items: VecDeque<Pending>) -> NativeResult<usize> {
+    /// `BufferOverflow` carries in `accepted` how many were queued before it. Also returns the
+    /// queue size right after the last record went in.
+    fn enqueue(
+        &self,
+        py: Python<'_>,
+        mut items: VecDeque<Pending>,
+    ) -> NativeResult<(usize, usize)> {
         let options = self.engine.options();
         let deadline = Instant::now() + options.block_timeout;
         let mut accepted = 0;
         loop {
-            let (queued, refusal) = self.engine.try_produce(&mut items);
+            let (queued, queue_size, refusal) = self.engine.try_produce(&mut items);
             accepted += queued;
             let overflow = match refusal {
-                None => return Ok(accepted),
+                None => return Ok((accepted, queue_size)),
                 Some(Refusal::Closed(_)) => {
                     return Err(ClosedError::new_err("the producer is shut down").into());
                 }
@@ -231,7 +236,7 @@ impl PyRawAsyncProducer {
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
         track: bool,
-    ) -> NativeResult<u64> {
+    ) -> NativeResult<(u64, usize)> {
         self.guard.check()?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = optional_bytes("partition_key", partition_key)?;
@@ -242,8 +247,8 @@ impl PyRawAsyncProducer {
             ticket,
             failures: 0,
         };
-        self.enqueue(py, VecDeque::from([pending]))?;
-        Ok(ticket)
+        let (_, queue_size) = self.enqueue(py, VecDeque::from([pending]))?;
+        Ok((ticket, queue_size))
     }
 
     #[pyo3(signature = (records, topic=None))]
@@ -252,7 +257,7 @@ impl PyRawAsyncProducer {
         py: Python<'_>,
         records: &Bound<'_, PyAny>,
         topic: Option<&Bound<'_, PyAny>>,
-    ) -> NativeResult<usize> {
+    ) -> NativeResult<(usize, usize)> {
         self.guard.check()?;
         let topic: Option<String> = topic
             .map(|t| outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic))
@@ -269,10 +274,6 @@ impl PyRawAsyncProducer {
                 .collect::<PyResult<_>>()?
         };
         self.enqueue(py, batch)
-    }
-
-    fn queue_size(&self) -> usize {
-        self.engine.queue_size()
     }
 
     fn deliver_messages(&self) -> PyResult<()> {
