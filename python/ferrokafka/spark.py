@@ -255,12 +255,16 @@ def _partition_count(options: Mapping[str, str], topic: str, timeout: float = 30
 
 
 def _write_proxies(frame: DataFrame, topic: str, options: dict[str, str], partitions: int) -> None:
-    # Partition like librdkafka's and ruby-kafka's default partitioner (CRC32 of the key), not
-    # the Java producer's murmur2: a cancel sent later by a Python or Ruby producer must land
-    # in the partition of the schedule it cancels.
-    partition = F.pmod(F.crc32(F.col("key").cast("binary")), F.lit(partitions)).cast("int")
+    # Partition like librdkafka's and ruby-kafka's default partitioner (CRC32 of the key, or of
+    # the optional `partition_by` column), not the Java producer's murmur2: a cancel sent later
+    # by a Python or Ruby producer must land in the partition of the schedule it cancels.
+    by = F.col("key")
+    if "partition_by" in frame.columns:
+        by = F.coalesce(F.col("partition_by"), by)
+    partition = F.pmod(F.crc32(by.cast("binary")), F.lit(partitions)).cast("int")
+    frame = frame.withColumn("partition", partition)
     (
-        frame.withColumn("partition", partition)
+        frame.drop("partition_by")
         .write.format("kafka")
         .options(**options)
         .option("topic", topic)
@@ -295,6 +299,8 @@ def schedule_dataframe(
     each row gets ``"<target_topic>-<uuid4>"``, which a retried Spark task would draw anew, so
     pass a key when a retry must not schedule twice. Proxies are partitioned by CRC32 of the
     key, as librdkafka and Karafka partition, so a cancel from any of them finds its schedule;
+    with a default key, as Karafka's proxy does, by CRC32 of the target's partition, else its
+    partition key, else its key (so the schedules of one target key share a partition);
     ``partitions`` is the schedules topic's partition count (looked up when not given).
     ``kafka_options`` are Spark Kafka sink options (``kafka.*`` settings passed through).
 
@@ -320,10 +326,23 @@ def schedule_dataframe(
     )
     if key_col is not None:
         key = _col(key_col).cast("string")
+        partition_by = F.lit(None).cast("string")
     else:
         key = F.concat(topic.cast("string"), F.lit("-"), F.expr("uuid()"))
+        # Karafka's proxy partition key for a default key (the core's schedule_proxy rule).
+        partition_by = F.coalesce(
+            *[
+                _col(column).cast("string")
+                for column in (target_partition_col, target_partition_key_col, target_key_col)
+                if column is not None
+            ],
+            F.lit(None).cast("string"),
+        )
     proxies = df.select(
-        key.alias("key"), _col(value_col).cast("binary").alias("value"), headers.alias("headers")
+        key.alias("key"),
+        _col(value_col).cast("binary").alias("value"),
+        headers.alias("headers"),
+        partition_by.alias("partition_by"),
     )
     count = partitions or _partition_count(options, schedules_topic)
     _write_proxies(proxies, schedules_topic, options, count)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -256,3 +257,34 @@ def test_read_states_after_a_scheduler_ran(
     day = time.strftime("%Y-%m-%d", time.gmtime(future))
     assert [(d.day, d["count"]) for d in final[1].daily] == [(day, 3)]
     assert any(s.state == "loaded" for s in states)
+
+
+def test_default_proxy_keys_are_partitioned_as_karafka_does(
+    spark: SparkSession, kafka_client: Client, kafka_bootstrap: str, schedules_topic: str
+) -> None:
+    # Without key_col, a proxy's partition comes from its target (partition, else partition
+    # key, else key), as Karafka's proxy sets partition_key: the same rule as schedule().
+    from pyspark.sql import functions as F
+
+    epoch = int(time.time()) + 3600
+    frame = spark.range(30).select(
+        F.lit(epoch).alias("epoch"),
+        F.col("id").cast("string").alias("value"),
+        F.concat(F.lit("user-"), F.col("id")).alias("user"),
+        F.when(F.col("id") % 3 == 0, F.concat(F.lit("pk-"), F.col("id"))).alias("pk"),
+    )
+    fks.schedule_dataframe(
+        frame,
+        schedules_topic,
+        "epoch",
+        target_topic="reminders",
+        target_key_col="user",
+        target_partition_key_col="pk",
+        bootstrap_servers=kafka_bootstrap,
+    )
+    proxies = [m for m in kafka_client.read_topic(schedules_topic) if m.value() is not None]
+    assert len(proxies) == 30
+    for message in proxies:
+        n = int(message.value() or b"-1")
+        partition_key = f"pk-{n}" if n % 3 == 0 else f"user-{n}"
+        assert message.partition() == zlib.crc32(partition_key.encode()) % 2
