@@ -204,7 +204,7 @@ def decode_state(
 
     Fields: ``schema_version``, ``dispatched_at``, ``state``, ``offsets`` {``low``, ``high``},
     ``daily`` (``day``, ``count`` structs), ``started_at``, ``reloads``, ``skipped_records``,
-    ``dispatched`` and ``error``.
+    ``dispatched``, ``failed`` and ``error``.
     """
     parts = _binary_parts("values", values)
     return _finish_struct(_native.decode_state_batch(parts, max_inflated), errors)

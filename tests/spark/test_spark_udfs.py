@@ -147,6 +147,7 @@ def test_state_and_marker_udfs(spark: SparkSession) -> None:
         "daily": {"2030-01-02": 3, "2030-01-03": 1},
         "started_at": 1,
         "reloads": 2,
+        "failed": 4,
     }
     marker = codecs.Marker.start(1, 42, 99, key=b"k", value=b"v", headers=[("h", None)])
     frame = spark.createDataFrame(
@@ -161,12 +162,8 @@ def test_state_and_marker_udfs(spark: SparkSession) -> None:
         fks.decode_state("state").alias("s"), fks.decode_marker("marker").alias("m")
     ).collect()
     first = rows[0]
-    assert (first.s.state, first.s.offsets.high, first.s.reloads, first.s.dispatched) == (
-        "loaded",
-        9,
-        2,
-        0,
-    )
+    s = first.s
+    assert (s.state, s.offsets.high, s.reloads, s.dispatched, s.failed) == ("loaded", 9, 2, 0, 4)
     assert [(d.day, d["count"]) for d in first.s.daily] == [("2030-01-02", 3), ("2030-01-03", 1)]
     assert (first.m.kind, first.m.partition, first.m.offset, first.m.deadline) == (
         "start",

@@ -8,7 +8,7 @@
 //!
 //! Row shapes (Spark types in brackets; every integer is `bigint`):
 //! - state: `schema_version`, `dispatched_at` [double], `state`, `offsets {low, high}`, `daily`
-//!   [array<struct<day, count>>], `started_at`, `reloads`, `skipped_records`, `dispatched`.
+//!   [array<struct<day, count>>], `started_at`, `reloads`, `skipped_records`, `dispatched`, `failed`.
 //! - process report: `schema_version`, `dispatched_at`, `process {id, status, started_at,
 //!   memory_usage, memory_total_usage, memory_size, cpus, threads, cpu_usage [array<double>],
 //!   tags [array<string>]}`, `stats {busy, enqueued, utilization, total {batches, messages, errors,
@@ -100,6 +100,8 @@ struct_builder! {
         skipped_records: Int64Builder,
         /// Schedules dispatched.
         dispatched: Int64Builder,
+        /// Schedules whose target was refused for good.
+        failed: Int64Builder,
     }
 }
 
@@ -121,6 +123,7 @@ impl StateRows {
         self.reloads.push_u64(Some(report.reloads));
         self.skipped_records.push_u64(Some(report.skipped_records));
         self.dispatched.push_u64(Some(report.dispatched));
+        self.failed.push_u64(Some(report.failed));
         self.close_row();
     }
 }
