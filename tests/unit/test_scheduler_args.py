@@ -27,6 +27,7 @@ def test_schedules_topics_must_be_a_list() -> None:
         (["s"], {"state_interval": 0.0}, "state_interval"),
         (["s"], {"horizon": -1.0}, "horizon"),
         (["s"], {"dead_letter_topic": ""}, "dead_letter_topic must not be empty"),
+        (["s"], {"dead_letter_topic": "bad topic!"}, "not a legal topic name"),
         (["s"], {"instance_id": ""}, "instance_id must not be empty"),
     ],
 )

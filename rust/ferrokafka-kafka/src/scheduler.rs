@@ -206,10 +206,10 @@ impl Scheduler {
                 "at least one non-empty schedules topic is required".to_owned(),
             ));
         }
-        if options.dead_letter_topic.as_deref() == Some("") {
-            return Err(KafkaIoError::InvalidArgument(
-                "dead_letter_topic must not be empty (leave it unset for none)".to_owned(),
-            ));
+        if let Some(topic) = &options.dead_letter_topic {
+            // Caught now, not when the broker first refuses a dead-letter copy.
+            envelope::require_topic_name("dead_letter_topic", topic)
+                .map_err(|e| KafkaIoError::InvalidArgument(e.to_string()))?;
         }
         if options.flush_batch_size < 2 {
             return Err(KafkaIoError::InvalidArgument(format!(

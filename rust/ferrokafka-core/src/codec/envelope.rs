@@ -558,8 +558,9 @@ fn require_envelope(envelope: &Envelope) -> Result<(), CoreError> {
     require_non_empty_if_given("proxy partition_key", envelope.partition_key.as_deref())
 }
 
-/// WaterDrop's topic rule: `(\w|-|\.)+`, i.e. ASCII letters, digits, `_`, `-` and `.`.
-fn require_topic_name(what: &str, topic: &str) -> Result<(), CoreError> {
+/// WaterDrop's topic rule: `(\w|-|\.)+`, i.e. ASCII letters, digits, `_`, `-` and `.`; `what`
+/// names the topic's role in the error.
+pub fn require_topic_name(what: &str, topic: &str) -> Result<(), CoreError> {
     require_non_empty(what, topic)?;
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
     if !topic.chars().all(legal) {
