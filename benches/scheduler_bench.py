@@ -2,12 +2,16 @@
 
 Usage:
     .venv/bin/python benches/scheduler_bench.py [--load 1000000] [--burst 100000] [--rate 10000]
+        [--seconds 30] [--samples 3]
 
-Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Three runs:
+Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Each sample
+runs the measurements below once (in alternating order); the table gives medians and the load
+average before and after. Every dispatched message is counted on its target topic.
 1. load: N far-future schedules (beyond the 1 h payload horizon) on a 4-partition schedules topic;
    time from start until every partition is `loaded`, and RSS growth of this process per schedule.
-2. burst: M schedules all due at once; dispatches per second once loaded.
-3. lateness: schedules at R per second for 5 s (1 s with --smoke) while the daemon runs;
+2. burst: M schedules all due at once; dispatches per second once loaded (at-least-once and
+   transactional).
+3. lateness: schedules at R per second for S seconds (1 s with --smoke) while the daemon runs;
    lateness = the dispatched message's create time minus its epoch (epochs are whole seconds,
    as in Karafka), p50 / p99.
 Prints a markdown table.
@@ -86,6 +90,8 @@ def main() -> int:
     parser.add_argument("--load", type=int, default=1_000_000)
     parser.add_argument("--burst", type=int, default=100_000)
     parser.add_argument("--rate", type=int, default=10_000)
+    parser.add_argument("--seconds", type=int, default=30, help="lateness run length")
+    parser.add_argument("--samples", type=int, default=3, help="runs per measurement (median)")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -93,10 +99,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     # Lateness is measured over `seconds` of epochs that start `lead` seconds after producing.
-    seconds, lead = 5, 10
+    lead = 10
     if args.smoke:
-        args.load, args.burst, args.rate = 1_000, 1_000, 200
-        seconds, lead = 1, 3
+        args.load, args.burst, args.rate, args.seconds, args.samples = 1_000, 1_000, 200, 1, 1
+        lead = 3
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     env = {**os.environ, "KAFKA_PORT": "19592"}
     if not bootstrap:
@@ -105,67 +111,95 @@ def main() -> int:
         ).stdout.split()[-1]
     client = Client({"bootstrap.servers": bootstrap})
     config = {"bootstrap.servers": bootstrap}
-    rows: list[tuple[str, str]] = []
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
-    topic, target = fresh_topics(client)
-    future = int(time.time()) + 2 * 3600
-    produce_schedules(
-        bootstrap, topic, target, [future + n % 3600 for n in range(args.load)], b"x" * 100
-    )
-    before = rss_bytes()
-    started = time.perf_counter()
-    with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
-        wait_until(lambda: all_loaded(daemon), 600)
-        load_s = time.perf_counter() - started
-        grown = rss_bytes() - before
-    rows.append(
-        (
-            f"load {args.load:,} future schedules (4 partitions)",
-            f"{load_s:.1f} s, {args.load / load_s:,.0f} records/s",
+    def load() -> tuple[float, float]:
+        """Seconds until N far-future schedules are loaded, and RSS growth per schedule."""
+        topic, target = fresh_topics(client)
+        future = int(time.time()) + 2 * 3600
+        produce_schedules(
+            bootstrap, topic, target, [future + n % 3600 for n in range(args.load)], b"x" * 100
         )
-    )
-    rows.append(
-        (
-            "RSS growth per future schedule (payload 100 B, beyond horizon)",
-            f"{grown / args.load:.0f} bytes",
-        )
-    )
+        before = rss_bytes()
+        started = time.perf_counter()
+        with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+            wait_until(lambda: all_loaded(daemon), 600)
+            seconds = time.perf_counter() - started
+            grown = rss_bytes() - before
+        return seconds, grown / args.load
 
-    topic, target = fresh_topics(client)
-    produce_schedules(bootstrap, topic, target, [int(time.time())] * args.burst, b"x" * 100)
-    with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
-        wait_until(lambda: sum(s["dispatched"] for s in daemon.status()) >= args.burst, 600)
-    # The broker's create times of the dispatched messages bracket the dispatch work.
-    stamps = [m.timestamp()[1] for m in client.read_topic(target, max_messages=args.burst)]
-    dispatch_s = (max(stamps) - min(stamps)) / 1000 or 0.001
-    rows.append(
-        (f"dispatch {args.burst:,} due at once", f"{args.burst / dispatch_s:,.0f} dispatches/s")
-    )
+    def burst(transactional: bool) -> float:
+        """Dispatches per second for M schedules all due at once."""
+        topic, target = fresh_topics(client)
+        produce_schedules(bootstrap, topic, target, [int(time.time())] * args.burst, b"x" * 100)
+        settings = dict(config)
+        if transactional:
+            settings["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+        with Scheduler(settings, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+            wait_until(lambda: sum(s["dispatched"] for s in daemon.status()) >= args.burst, 600)
+        # The broker's create times of the dispatched messages bracket the dispatch work.
+        stamps = [m.timestamp()[1] for m in client.read_topic(target, max_messages=args.burst)]
+        assert len(stamps) == args.burst, f"{len(stamps)} dispatched, not {args.burst}"
+        return args.burst / ((max(stamps) - min(stamps)) / 1000 or 0.001)
 
-    topic, target = fresh_topics(client)
-    with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
-        wait_until(lambda: all_loaded(daemon), 120)
-        # Lead time so that every proxy is on the topic before its epoch: lateness is the
-        # daemon's alone, not the benchmark's producing.
-        first = int(time.time()) + lead
-        epochs = [first + n // args.rate for n in range(args.rate * seconds)]
-        produce_schedules(bootstrap, topic, target, epochs, b"x" * 100)
-        wait_until(lambda: sum(s["dispatched"] for s in daemon.status()) >= len(epochs), 120)
-    lateness = sorted(
-        m.timestamp()[1] - int(dict(m.headers() or [])["schedule_target_epoch"]) * 1000
-        for m in client.read_topic(target, max_messages=len(epochs), timeout=120)
-    )
-    p50 = statistics.median(lateness)
-    p99 = lateness[int(len(lateness) * 0.99) - 1]
-    rows.append(
-        (
-            f"lateness at {args.rate:,} schedules/s for {seconds} s",
-            f"p50 {p50:.0f} ms, p99 {p99:.0f} ms",
+    def lateness() -> tuple[float, float]:
+        """p50 and p99 of dispatch time minus epoch at R schedules/s."""
+        topic, target = fresh_topics(client)
+        with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+            wait_until(lambda: all_loaded(daemon), 120)
+            # Lead time so that every proxy is on the topic before its epoch: lateness is the
+            # daemon's alone, not the benchmark's producing.
+            first = int(time.time()) + lead
+            epochs = [first + n // args.rate for n in range(args.rate * args.seconds)]
+            produce_schedules(bootstrap, topic, target, epochs, b"x" * 100)
+            wait_until(lambda: sum(s["dispatched"] for s in daemon.status()) >= len(epochs), 300)
+        late = sorted(
+            m.timestamp()[1] - int(dict(m.headers() or [])["schedule_target_epoch"]) * 1000
+            for m in client.read_topic(target, max_messages=len(epochs), timeout=120)
         )
-    )
+        assert len(late) == len(epochs), f"{len(late)} dispatched, not {len(epochs)}"
+        return statistics.median(late), late[int(len(late) * 0.99) - 1]
+
+    loads, bursts, txn_bursts, lates = [], [], [], []
+    for sample in range(args.samples):
+        # Interleaved: every sample runs each measurement once, in alternating order.
+        steps = [
+            lambda: loads.append(load()),
+            lambda: bursts.append(burst(False)),
+            lambda: txn_bursts.append(burst(True)),
+            lambda: lates.append(lateness()),
+        ]
+        for step in steps if sample % 2 == 0 else steps[::-1]:
+            step()
 
     if not os.environ.get("KAFKA_BOOTSTRAP"):
         subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=True, capture_output=True)
+    median = statistics.median
+    load_s = median(x for x, _ in loads)
+    rows = [
+        (
+            f"load {args.load:,} future schedules (4 partitions)",
+            f"{load_s:.1f} s, {args.load / load_s:,.0f} records/s",
+        ),
+        (
+            "RSS growth per future schedule (payload 100 B, beyond horizon)",
+            f"{median(y for _, y in loads):.0f} bytes",
+        ),
+        (f"dispatch {args.burst:,} due at once", f"{median(bursts):,.0f} dispatches/s"),
+        (
+            f"dispatch {args.burst:,} due at once, transactional",
+            f"{median(txn_bursts):,.0f} dispatches/s",
+        ),
+        (
+            f"lateness at {args.rate:,} schedules/s for {args.seconds} s",
+            f"p50 {median(p for p, _ in lates):.0f} ms, p99 {median(q for _, q in lates):.0f} ms",
+        ),
+    ]
+    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"median of {args.samples} interleaved run(s) each; "
+        f"load average before {load_before}, after {load_after}\n"
+    )
     print("| measurement | result |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
