@@ -39,6 +39,21 @@ def wait_until(
         time.sleep(interval)
 
 
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets, read with confluent-kafka as an outside observer."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+    from confluent_kafka import TopicPartition as ConfluentPartition
+
+    observer = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = observer.committed(
+            [ConfluentPartition(topic, p) for p in range(partitions)], timeout=10
+        )
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+    finally:
+        observer.close()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """A live broker's address: KAFKA_BOOTSTRAP if set, else one started for this session."""

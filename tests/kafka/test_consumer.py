@@ -28,7 +28,7 @@ from ferrokafka import (
     Message,
     TopicPartition,
 )
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, committed_offsets
 
 pytestmark = pytest.mark.kafka
 
@@ -121,21 +121,6 @@ def produce(kafka_bootstrap: str, kafka_client: Client) -> Produce:
         return {(m.partition(), m.offset()) for m in stored}
 
     return run
-
-
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets, read with confluent-kafka as an outside observer."""
-    from confluent_kafka import Consumer as ConfluentConsumer
-    from confluent_kafka import TopicPartition as ConfluentPartition
-
-    observer = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        found = observer.committed(
-            [ConfluentPartition(topic, p) for p in range(partitions)], timeout=10
-        )
-        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
-    finally:
-        observer.close()
 
 
 def test_six_partitions_ordered_within_and_concurrent_across(
@@ -242,7 +227,7 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
         child.wait()
     lines = out.read_text().splitlines()
     first_run = [tuple(map(int, line.split())) for line in lines if line.count(" ") == 1]
-    commits = committed(kafka_bootstrap, group, topic, 3)
+    commits = committed_offsets(kafka_bootstrap, group, topic, 3)
     assert commits, "the child committed nothing before it was killed"
 
     handled = Handled()
@@ -300,7 +285,7 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
     assert not stopper.is_alive()
     assert handled.records == [(0, n) for n in range(10)]
     assert order == ["handled", "unassigned"]
-    assert committed(kafka_bootstrap, base_config["group.id"], topic, 1) == {0: 10}
+    assert committed_offsets(kafka_bootstrap, base_config["group.id"], topic, 1) == {0: 10}
     stats = consumer.stats()
     assert (stats["handled"], stats["dropped"], stats["abandoned"]) == (10, 90, 0)
     assert [e["offsets"] for e in recorder.named("commit")][-1] == [(topic, 0, 10)]
@@ -331,7 +316,7 @@ def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
         assert (stats["abandoned"], stats["handled"], stats["commits"]) == (1, 0, 0)
     finally:
         release.set()
-    assert committed(kafka_bootstrap, base_config["group.id"], topic, 1) == {}
+    assert committed_offsets(kafka_bootstrap, base_config["group.id"], topic, 1) == {}
     again = Handled()
     with Consumer(base_config, [TopicPartition(topic, 0)], again.add):
         again.wait_count(20)

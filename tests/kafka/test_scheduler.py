@@ -31,7 +31,7 @@ from ferrokafka.scheduling import (
     schedule,
     schedule_message,
 )
-from tests.conftest import KAFKA_SCRIPT, TopicFactory, wait_until
+from tests.conftest import KAFKA_SCRIPT, TopicFactory, committed_offsets, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -271,10 +271,9 @@ def test_karafka_header_names_and_formats_byte_for_byte() -> None:
     assert SCHEDULES_TOPIC_CONFIG["cleanup.policy"] == "compact"
 
 
-def run_daemon_process(
-    bootstrap: str, topic: str, group: str, txn_id: str
+def scheduler_process(
+    bootstrap: str, topic: str, group: str, *options: str
 ) -> subprocess.Popen[str]:
-    settings = [f"--config={k}={v}" for k, v in GROUP_SETTINGS.items()]
     return subprocess.Popen(
         [
             sys.executable,
@@ -289,12 +288,21 @@ def run_daemon_process(
             group,
             "--interval-ms",
             "200",
-            f"--config=transactional.id={txn_id}",
-            *settings,
+            *options,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+    )
+
+
+def run_daemon_process(
+    bootstrap: str, topic: str, group: str, txn_id: str
+) -> subprocess.Popen[str]:
+    """A transactional daemon with the suite's short group timeouts."""
+    settings = [f"--config={k}={v}" for k, v in GROUP_SETTINGS.items()]
+    return scheduler_process(
+        bootstrap, topic, group, f"--config=transactional.id={txn_id}", *settings
     )
 
 
@@ -422,21 +430,6 @@ def confluent_messages(bootstrap: str, topic: str, expected: int, timeout: float
     finally:
         observer.close()
     return found
-
-
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets, read with confluent-kafka as an outside observer."""
-    from confluent_kafka import Consumer as ConfluentConsumer
-    from confluent_kafka import TopicPartition as ConfluentPartition
-
-    observer = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        found = observer.committed(
-            [ConfluentPartition(topic, p) for p in range(partitions)], timeout=10
-        )
-        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
-    finally:
-        observer.close()
 
 
 @pytest.fixture
@@ -637,31 +630,6 @@ def test_out_of_range_epochs_are_skipped_and_state_reports_stay_valid(
     assert {key for key, _ in reports} >= {b"loaded_state", b"stopped_state"}
     for _, report in reports:
         assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", day) for day in report["daily"])
-
-
-def scheduler_process(
-    bootstrap: str, topic: str, group: str, *options: str
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ferrokafka",
-            "scheduler",
-            "--bootstrap-servers",
-            bootstrap,
-            "--schedules-topic",
-            topic,
-            "--group-id",
-            group,
-            "--interval-ms",
-            "200",
-            *options,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def test_static_member_restarted_after_kill_dispatches_within_seconds(
