@@ -246,8 +246,9 @@ enum DeliveryMode {
 /// A record's report within the open transaction.
 struct RoundReport {
     pending: Pending,
-    /// Where it was written, or why it failed and whether sending it again may succeed.
-    outcome: Result<ReceivedRecord, (KafkaIoError, bool)>,
+    /// Where it was written (copied only for a record whose result the caller wants), or why
+    /// it failed and whether sending it again may succeed.
+    outcome: Result<Option<ReceivedRecord>, (KafkaIoError, bool)>,
 }
 
 struct Shared {
@@ -370,7 +371,9 @@ impl ProducerContext for DeliveryTracker {
             };
             restore_record(&mut pending, message);
             let outcome = match result {
-                Ok(message) => Ok(ReceivedRecord::from_message(message)),
+                Ok(message) => {
+                    Ok((pending.ticket != 0).then(|| ReceivedRecord::from_message(message)))
+                }
                 Err((err, _)) => Err((
                     KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None),
                     is_transient(err),
@@ -468,6 +471,15 @@ enum Handoff {
     Refused,
     /// A shutdown ended the wait for room in librdkafka's queue; the record is given back.
     Unsent(Pending),
+}
+
+/// The records of an ended transaction, then those never handed over, to hand back in order.
+fn round_records(reports: Vec<RoundReport>, unsent: Vec<Pending>) -> Vec<Pending> {
+    reports
+        .into_iter()
+        .map(|r| r.pending)
+        .chain(unsent)
+        .collect()
 }
 
 /// How a transaction of the worker ended.
@@ -868,9 +880,10 @@ impl AsyncProducer {
     /// Returns in-flight records to the front of the retries, in order, settling them.
     fn put_back(&self, records: Vec<Pending>) {
         let count = records.len();
+        let now = Instant::now();
         let mut state = self.shared.lock();
         for pending in records.into_iter().rev() {
-            state.retries.push_front((Instant::now(), pending));
+            state.retries.push_front((now, pending));
         }
         drop(state);
         self.shared.settle(count);
@@ -967,8 +980,7 @@ impl AsyncProducer {
                     }
                     Err(e) => match transaction_step(&e) {
                         TransactionStep::Fatal => {
-                            let mut records = self.round_records(handed);
-                            records.extend(unsent);
+                            let records = round_records(self.take_round(handed), unsent);
                             return RoundEnd::Fatal(records, fatal(e, "commit_transaction"));
                         }
                         TransactionStep::Retry if !self.stopping() => {
@@ -985,15 +997,12 @@ impl AsyncProducer {
         let aborted = self.abort_transaction();
         let reports = self.take_round(handed);
         match aborted {
-            Err(e) if matches!(transaction_step(&e), TransactionStep::Fatal) => {
-                let mut records: Vec<Pending> = reports.into_iter().map(|r| r.pending).collect();
-                records.extend(unsent);
-                RoundEnd::Fatal(records, fatal(e, "abort_transaction"))
-            }
+            Err(e) if matches!(transaction_step(&e), TransactionStep::Fatal) => RoundEnd::Fatal(
+                round_records(reports, unsent),
+                fatal(e, "abort_transaction"),
+            ),
             _ if self.stopping() || !unsent.is_empty() => {
-                let mut records: Vec<Pending> = reports.into_iter().map(|r| r.pending).collect();
-                records.extend(unsent);
-                RoundEnd::Stopped(records)
+                RoundEnd::Stopped(round_records(reports, unsent))
             }
             _ => RoundEnd::Aborted(
                 reports,
@@ -1039,13 +1048,6 @@ impl AsyncProducer {
         std::mem::take(&mut *round)
     }
 
-    fn round_records(&self, handed: usize) -> Vec<Pending> {
-        self.take_round(handed)
-            .into_iter()
-            .map(|r| r.pending)
-            .collect()
-    }
-
     /// Publishes a committed transaction's records as delivered.
     fn settle_committed(&self, reports: Vec<RoundReport>) {
         let count = reports.len();
@@ -1054,7 +1056,7 @@ impl AsyncProducer {
             match report.outcome {
                 Ok(record) => {
                     self.shared.delivered.fetch_add(1, Ordering::Relaxed);
-                    if report.pending.ticket != 0 {
+                    if let Some(record) = record {
                         self.shared.emit(ProducerEvent::Delivered {
                             ticket: report.pending.ticket,
                             record,
