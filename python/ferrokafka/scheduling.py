@@ -182,7 +182,7 @@ class Scheduler:
         schedules_topics: the schedules topics to serve.
         group_id: consumer group of the daemons sharing these topics; Karafka's by default,
             so ferrokafka and Karafka daemons split the partitions [DEFAULT_GROUP_ID].
-        flush_batch_size: most messages produced per synchronous flush [1000].
+        flush_batch_size: most messages (targets plus tombstones) per dispatched chunk [1000].
         state_interval: least seconds between periodic state reports of a partition [5, Karafka's
             tick].
         states_postfix: states topic name suffix ["_states"].

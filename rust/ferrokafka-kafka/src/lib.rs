@@ -13,6 +13,7 @@ pub mod error;
 pub mod partitioner;
 pub mod record;
 pub mod redelivery;
+mod rounds;
 pub mod scheduler;
 
 pub use async_producer::{
