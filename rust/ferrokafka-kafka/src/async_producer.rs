@@ -828,7 +828,11 @@ impl AsyncProducer {
                 }
             }
             let now_ms = shared.now_ms();
-            if state.deliver_requested || state.buffer.should_deliver(now_ms) {
+            if state.buffer.should_deliver(now_ms) {
+                // As ruby-kafka, a trigger delivers everything buffered, in hand-off chunks.
+                state.deliver_requested = true;
+            }
+            if state.deliver_requested {
                 batch.extend(
                     state
                         .buffer
