@@ -83,6 +83,8 @@ const PIPELINE_SCHEDULES: usize = 25_000;
 /// Sends of a tombstone (its target acknowledged) before its failure is only logged: a restart
 /// may then dispatch that schedule again.
 const TOMBSTONE_ATTEMPTS: u32 = 3;
+/// Time a round waits beyond librdkafka's `message.timeout.ms` for the reports of its records.
+const ROUND_GRACE: Duration = Duration::from_secs(5);
 /// Records applied between two loading-progress log lines.
 const PROGRESS_EVERY: u64 = 100_000;
 
@@ -299,6 +301,16 @@ impl SchedulerLoop {
         // Chunks are sent as soon as they are due and the pipeline keeps batches full, so
         // lingering would only add to every dispatch's lateness.
         dispatch_settings.set_default("linger.ms", "0");
+        if !transactional {
+            // librdkafka gives up on a record before its round does (see `round_timeout`), so
+            // a record whose round timed out and that is sent again is not also delivered late.
+            // (In a transaction an abort settles that, and librdkafka bounds the timeout by
+            // transaction.timeout.ms itself.)
+            dispatch_settings.set_default(
+                "message.timeout.ms",
+                &options.dispatch_timeout.as_millis().to_string(),
+            );
+        }
         let dispatcher: ThreadedProducer<Rounds> = dispatch_settings
             .to_client_config()
             .create_with_context(Rounds::default())
@@ -550,8 +562,7 @@ impl SchedulerLoop {
                     continue;
                 };
                 let targets = self.targets_of(&key.0, key.1, &due);
-                let round =
-                    Rounds::start(&self.dispatcher, &targets, self.options.dispatch_timeout);
+                let round = Rounds::start(&self.dispatcher, &targets, self.round_timeout());
                 self.in_flight.push_back(ChunkInFlight {
                     partition: key.clone(),
                     due,
@@ -561,6 +572,12 @@ impl SchedulerLoop {
                 started = true;
             }
         }
+    }
+
+    /// How long a round waits for its delivery reports: librdkafka's own `message.timeout.ms`
+    /// (the dispatch timeout by default) plus [`ROUND_GRACE`] for its report to arrive.
+    fn round_timeout(&self) -> Duration {
+        self.options.dispatch_timeout + ROUND_GRACE
     }
 
     fn pipeline_full(&self) -> bool {
@@ -640,7 +657,7 @@ impl SchedulerLoop {
 
     fn advance_chunk(&self, chunk: &mut ChunkInFlight) {
         let rounds = self.dispatcher.context();
-        let timeout = self.options.dispatch_timeout;
+        let timeout = self.round_timeout();
         let (topic, partition) = (&chunk.partition.0, chunk.partition.1);
         match &chunk.stage {
             ChunkStage::Targets(round) => {
@@ -837,7 +854,7 @@ impl SchedulerLoop {
         targets: &[OutgoingRecord],
         mut sent: Vec<Result<(), KafkaError>>,
     ) -> Vec<DispatchResult> {
-        let timeout = self.options.dispatch_timeout;
+        let timeout = self.round_timeout();
         // The broker refuses a whole batch when it is too large, so a refusal counts only once
         // the target, sent alone, is refused again.
         for (target, result) in targets.iter().zip(sent.iter_mut()) {
@@ -1053,17 +1070,13 @@ impl SchedulerLoop {
         self.dispatcher
             .begin_transaction()
             .map_err(|e| format!("begin_transaction: {e}"))?;
-        Ok(send_round(
-            &self.dispatcher,
-            records,
-            self.options.dispatch_timeout,
-        ))
+        Ok(send_round(&self.dispatcher, records, self.round_timeout()))
     }
 
     /// Sends `records` in the open transaction and commits it (aborts it on any failure).
     fn finish_transaction(&self, records: &[OutgoingRecord]) -> Result<(), String> {
         let timeout = self.options.dispatch_timeout;
-        let sent = send_round(&self.dispatcher, records, timeout);
+        let sent = send_round(&self.dispatcher, records, self.round_timeout());
         let committed = match sent.into_iter().find_map(Result::err) {
             Some(e) => Err(format!("dispatch: {e}")),
             None => self
@@ -1265,10 +1278,10 @@ impl SchedulerLoop {
         log::info!("scheduler stopped");
     }
 
-    /// Lets the chunks on their way settle (for at most `dispatch_timeout`), so acknowledged
+    /// Lets the chunks on their way settle (for at most one round's timeout), so acknowledged
     /// targets get their tombstones before the daemon stops.
     fn drain_pipeline(&mut self) {
-        let deadline = Instant::now() + self.options.dispatch_timeout;
+        let deadline = Instant::now() + self.round_timeout();
         while !self.in_flight.is_empty() && Instant::now() < deadline {
             self.dispatcher.context().wait_for_progress(MAX_SLEEP);
             self.settle_chunks();
