@@ -213,11 +213,74 @@ class _RawAsyncProducer:
         """Queue a batch; returns how many records were queued and the queue size after."""
     def deliver_messages(self) -> None: ...
     def flush(self, timeout: float) -> None: ...
-    def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:
+    def poll_events(
+        self, timeout: float, max_events: int = 10_000
+    ) -> list[
+        ProducerDelivered
+        | ProducerFailed
+        | ProducerDropped
+        | ProducerDelivering
+        | ProducerRetrying
+        | ProducerShutDown
+    ]:
         """Wait up to ``timeout`` seconds for delivery and instrumentation events."""
     def shutdown(self, timeout: float) -> list[tuple[int, Message]]:
         """Stop; returns ``(ticket, message)`` for every record never handed to Kafka."""
     def stats(self) -> dict[str, int]: ...
+
+@final
+class ProducerDelivered:
+    """A tracked record the broker acknowledged."""
+
+    @property
+    def ticket(self) -> int: ...
+    @property
+    def message(self) -> Message: ...
+
+@final
+class ProducerFailed:
+    """A record that finally failed (retries exhausted, refused for good, or purged at
+    shutdown); ``message.error()`` says why. ``ticket`` is 0 when nobody waits for it."""
+
+    @property
+    def ticket(self) -> int: ...
+    @property
+    def message(self) -> Message: ...
+    @property
+    def attempts(self) -> int: ...
+
+@final
+class ProducerDropped:
+    """Records the ``drop_oldest`` policy dropped, oldest first, with their tickets."""
+
+    @property
+    def tickets(self) -> list[int]: ...
+    @property
+    def messages(self) -> list[Message]: ...
+
+@final
+class ProducerDelivering:
+    """A delivery round handed ``message_count`` records to librdkafka."""
+
+    @property
+    def message_count(self) -> int: ...
+    @property
+    def queue_size(self) -> int: ...
+
+@final
+class ProducerRetrying:
+    """librdkafka reported a failed send that will be retried."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def error(self) -> Exception: ...
+    @property
+    def attempt(self) -> int: ...
+
+@final
+class ProducerShutDown:
+    """The producer's last event: its shutdown finished."""
 
 _Id: TypeAlias = int | str
 

@@ -12,6 +12,7 @@ mod deadline_queue;
 mod errors;
 mod message;
 mod producer;
+mod producer_events;
 mod redelivery;
 mod scheduler;
 
@@ -28,6 +29,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::PyBrokerMetadata>()?;
     m.add_class::<message::PyMessage>()?;
     m.add_class::<producer::PyRawAsyncProducer>()?;
+    m.add_class::<producer_events::PyProducerDelivered>()?;
+    m.add_class::<producer_events::PyProducerFailed>()?;
+    m.add_class::<producer_events::PyProducerDropped>()?;
+    m.add_class::<producer_events::PyProducerDelivering>()?;
+    m.add_class::<producer_events::PyProducerRetrying>()?;
+    m.add_class::<producer_events::PyProducerShutDown>()?;
     m.add_class::<consumer::PyRawConsumer>()?;
     m.add_class::<scheduler::PyRawScheduler>()?;
     m.add_class::<redelivery::PyRawQueueConsumer>()?;

@@ -13,8 +13,7 @@ use std::time::Instant;
 
 use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
 use ferrokafka_kafka::{
-    AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, ReceivedRecord,
-    Refusal,
+    AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, Refusal,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -26,6 +25,7 @@ use crate::blocking::{
 use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeError, NativeResult};
 use crate::message::PyMessage;
+use crate::producer_events::{event_object, message_of};
 
 /// The native background producer; use `ferrokafka.AsyncProducer`.
 #[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
@@ -44,14 +44,6 @@ fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
         other => Err(PyValueError::new_err(format!(
             "overflow must be 'raise', 'block' or 'drop_oldest', got {other:?}"
         ))),
-    }
-}
-
-fn message_of(pending: Pending, error: Option<ferrokafka_kafka::KafkaIoError>) -> PyMessage {
-    let record = ReceivedRecord::undelivered(pending.record);
-    match error {
-        Some(error) => PyMessage::failed(record, error),
-        None => PyMessage::from(record),
     }
 }
 
@@ -323,12 +315,12 @@ impl PyRawAsyncProducer {
         py: Python<'_>,
         timeout: f64,
         max_events: usize,
-    ) -> NativeResult<Vec<Py<PyTuple>>> {
+    ) -> NativeResult<Vec<Py<PyAny>>> {
         let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let events = self.events.drain(py, wait, max_events);
         events
             .into_iter()
-            .map(|event| event_tuple(py, event))
+            .map(|event| event_object(py, event))
             .collect::<PyResult<_>>()
             .map_err(NativeError::from)
     }
@@ -378,51 +370,4 @@ impl PyRawAsyncProducer {
         }
         Ok(stats)
     }
-}
-
-/// An event as a tuple `(name, ...)`, in the shape the Python dispatcher expects.
-fn event_tuple(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<PyTuple>> {
-    let tuple = match event {
-        ProducerEvent::Delivered { ticket, record } => (
-            "delivered",
-            ticket,
-            Py::new(py, PyMessage::from(record))?.into_any(),
-        )
-            .into_pyobject(py)?,
-        ProducerEvent::Failed { pending, error } => {
-            let ticket = pending.ticket;
-            let attempts = pending.failures;
-            (
-                "failed",
-                ticket,
-                Py::new(py, message_of(pending, Some(error)))?.into_any(),
-                attempts,
-            )
-                .into_pyobject(py)?
-        }
-        ProducerEvent::Dropped { pending } => {
-            let messages = pending
-                .into_iter()
-                .map(|p| {
-                    let ticket = p.ticket;
-                    Ok((ticket, Py::new(py, message_of(p, None))?))
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            ("drop_messages", messages).into_pyobject(py)?
-        }
-        ProducerEvent::DeliverMessages {
-            message_count,
-            queue_size,
-        } => ("deliver_messages", message_count, queue_size).into_pyobject(py)?,
-        ProducerEvent::ShutDown => ("shut_down",).into_pyobject(py)?,
-        ProducerEvent::DeliveryError {
-            topic,
-            error,
-            attempt,
-        } => {
-            let exception = PyErr::from(NativeError::Kafka(error)).into_value(py);
-            ("delivery_error", topic, exception, attempt).into_pyobject(py)?
-        }
-    };
-    Ok(tuple.unbind())
 }
