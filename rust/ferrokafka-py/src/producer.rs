@@ -54,7 +54,7 @@ impl PyRawAsyncProducer {
     fn enqueue(
         &self,
         py: Python<'_>,
-        mut items: VecDeque<Pending>,
+        mut items: VecDeque<Box<Pending>>,
     ) -> NativeResult<(usize, usize)> {
         let options = self.engine.options();
         let deadline = Instant::now() + options.block_timeout;
@@ -123,7 +123,7 @@ impl Drop for PyRawAsyncProducer {
 /// Converts one `produce_many` item: bytes/str (a value for `topic`), a `(value, key)` tuple, or
 /// a dict with `value`, `key`, `topic`, `partition`, `partition_key`, `headers`, `timestamp`.
 /// `topic` was checked once for the batch.
-fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Pending> {
+fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pending>> {
     let batch_topic = || {
         topic
             .map(str::to_owned)
@@ -169,12 +169,13 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Pending>
                 "each record must be bytes, str, a (value, key) tuple or a dict",
             ));
         };
-    Ok(Pending {
+    // Boxed once here: the engine moves the pointer, and the box becomes librdkafka's opaque.
+    Ok(Box::new(Pending {
         record,
         partition_key,
         ticket: 0,
         failures: 0,
-    })
+    }))
 }
 
 #[pymethods]
@@ -233,12 +234,12 @@ impl PyRawAsyncProducer {
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = optional_bytes("partition_key", partition_key)?;
         let ticket = if track { self.engine.ticket() } else { 0 };
-        let pending = Pending {
+        let pending = Box::new(Pending {
             record,
             partition_key,
             ticket,
             failures: 0,
-        };
+        });
         let (_, queue_size) = self.enqueue(py, VecDeque::from([pending]))?;
         Ok((ticket, queue_size))
     }
@@ -255,7 +256,7 @@ impl PyRawAsyncProducer {
             .map(|t| outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic))
             .transpose()?;
         let topic = topic.as_deref();
-        let batch: VecDeque<Pending> = if let Ok(list) = records.cast::<PyList>() {
+        let batch: VecDeque<Box<Pending>> = if let Ok(list) = records.cast::<PyList>() {
             list.iter()
                 .map(|item| pending_of(&item, topic))
                 .collect::<PyResult<_>>()?
@@ -347,7 +348,7 @@ impl PyRawAsyncProducer {
             ferrokafka_kafka::KafkaIoError::Closed("the producer (shut down before delivery)");
         Ok(undelivered
             .into_iter()
-            .map(|p| (p.ticket, message_of(p, Some(reason.clone()))))
+            .map(|p| (p.ticket, message_of(*p, Some(reason.clone()))))
             .collect())
     }
 

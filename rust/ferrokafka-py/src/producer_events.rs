@@ -88,7 +88,7 @@ pub(crate) fn event_object(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<
                 py,
                 PyProducerFailed {
                     ticket,
-                    message: Py::new(py, message_of(pending, Some(error)))?,
+                    message: Py::new(py, message_of(*pending, Some(error)))?,
                     attempts,
                 },
             )?
@@ -98,7 +98,7 @@ pub(crate) fn event_object(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<
             let tickets = pending.iter().map(|p| p.ticket).collect();
             let messages = pending
                 .into_iter()
-                .map(|p| Py::new(py, message_of(p, None)))
+                .map(|p| Py::new(py, message_of(*p, None)))
                 .collect::<PyResult<_>>()?;
             Py::new(py, PyProducerDropped { tickets, messages })?.into_any()
         }
