@@ -2,9 +2,10 @@
 
 A :class:`QueueConsumer` reads a *queue* topic. Before it hands a message out, it writes a START
 marker to a *markers* topic (the message id, its redelivery deadline and the message itself) and
-commits the queue offset. :meth:`QueueConsumer.ack` writes an END marker;
-:meth:`QueueConsumer.keepalive` pushes the deadline out by ``redelivery_timeout``;
-:meth:`QueueConsumer.nack` makes the message due at once. A :class:`RedeliveryTracker` daemon
+commits the queue offset. While the handler works, the consumer's keepalive thread pushes the
+deadline out every half ``redelivery_timeout`` (kafka-mq-go's keep-alive timer).
+:meth:`QueueConsumer.ack` writes an END marker; :meth:`QueueConsumer.nack` gives the message up,
+to be redelivered at once or once its deadline passes. A :class:`RedeliveryTracker` daemon
 (``ferrokafka redelivery``) reads the markers and re-produces every message whose deadline
 passed to its queue partition, with the ``ferrokafka_redelivery_count`` header incremented; after
 ``max_redeliveries`` it goes to the dead-letter topic instead. Delivery is at-least-once: a
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ferrokafka._native import Message, _RawQueueConsumer, _RawRedeliveryTracker
 from ferrokafka.exceptions import ClosedError
@@ -74,17 +75,28 @@ class QueueConsumer:
     """Consumes a queue topic with acknowledgements; unacknowledged messages come back.
 
     Each message is handed out only after its START marker was acknowledged by the markers
-    topic and its queue offset committed. Then, within ``redelivery_timeout`` seconds, call
-    :meth:`ack` (done), :meth:`keepalive` (still working: the deadline moves to now +
-    ``redelivery_timeout``) or :meth:`nack` (failed: redeliver at once; it counts as a
-    redelivery, so it is dead-lettered after ``max_redeliveries``). A message that gets none of
-    these in time, e.g. because the process died, is redelivered by the
+    topic and its queue offset committed. From then until :meth:`ack` or :meth:`nack` the
+    message is *in flight*: with ``auto_keepalive`` (the default) a Rust thread of the consumer
+    writes a KEEPALIVE for it every ``redelivery_timeout / 2``, so a slow handler keeps its
+    message as long as its process lives (kafka-mq-go's semantics; a handler stuck forever keeps
+    it forever). Finish every message with one of:
+
+    - :meth:`ack`: done; it is never redelivered.
+    - :meth:`nack` (``redeliver="now"``): failed; the tracker redelivers it at once.
+    - :meth:`nack` (``redeliver="after_timeout"``, kafka-mq-go's Interrupt): only its keepalive
+      stops; it is redelivered when its current deadline passes, at most ``redelivery_timeout``
+      from now.
+
+    A redelivery either way counts (the ``ferrokafka_redelivery_count`` header); past the
+    tracker's ``max_redeliveries`` it goes to the dead-letter topic. Without ``auto_keepalive``,
+    call :meth:`keepalive` yourself within each ``redelivery_timeout``. A message that gets
+    nothing in time, e.g. because the process died, is redelivered by the
     :class:`RedeliveryTracker`.
 
-    Messages are fetched in batches of at most ``max_batch_size`` and their deadlines start
-    when the batch is fetched: keep the batch small enough to handle within the timeout.
-    ``ack``/``nack``/``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until
-    their markers are written. Waits release the GIL and can be interrupted with Ctrl-C.
+    Messages are fetched in batches of at most ``max_batch_size``; their deadlines start when
+    the batch is fetched (and are kept alive while in flight). ``ack``/``nack``/``keepalive``
+    return at once; :meth:`flush` (and :meth:`close`) wait until their markers are written.
+    Waits release the GIL and can be interrupted with Ctrl-C.
 
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``session.timeout.ms``, ...).
@@ -94,6 +106,7 @@ class QueueConsumer:
         group_id: consumer group [``ferrokafka-queue-<queue_topic>``].
         max_batch_size: most messages fetched (and marked) at once [500].
         marker_timeout: seconds to wait for a batch's START markers and metadata [30].
+        auto_keepalive: keep in-flight messages alive every ``redelivery_timeout / 2`` [True].
 
     Example:
         >>> queue = QueueConsumer(
@@ -114,6 +127,7 @@ class QueueConsumer:
         group_id: str | None = None,
         max_batch_size: int = 500,
         marker_timeout: float = 30.0,
+        auto_keepalive: bool = True,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -124,6 +138,7 @@ class QueueConsumer:
             group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
             redelivery_timeout,
             marker_timeout,
+            auto_keepalive,
         )
         self._max_batch_size = max_batch_size
         self._buffer: deque[Message] = deque()
@@ -170,13 +185,31 @@ class QueueConsumer:
         """Processing of ``message`` succeeded: it will not be redelivered."""
         self._raw.ack(message.partition(), message.offset())
 
-    def nack(self, message: Message) -> None:
-        """Processing of ``message`` failed: the tracker redelivers it at once (with its
-        redelivery count incremented, or to the dead-letter topic past ``max_redeliveries``)."""
-        self._raw.nack(message.partition(), message.offset())
+    def ack_many(self, messages: list[Message]) -> None:
+        """:meth:`ack` for a whole batch in one native call.
+
+        Example:
+            >>> batch = queue.consume(100, timeout=1.0)  # doctest: +SKIP
+            >>> queue.ack_many(batch)  # doctest: +SKIP
+        """
+        self._raw.ack_many([(m.partition(), m.offset()) for m in messages])
+
+    def nack(self, message: Message, *, redeliver: Literal["now", "after_timeout"] = "now") -> None:
+        """Processing of ``message`` failed; it is redelivered with its redelivery count
+        incremented (or dead-lettered past ``max_redeliveries``): ``"now"`` at once,
+        ``"after_timeout"`` once its current deadline passes (its keepalive stops; at most
+        ``redelivery_timeout`` from now).
+
+        Example:
+            >>> queue.nack(message, redeliver="after_timeout")  # doctest: +SKIP
+        """
+        if redeliver not in ("now", "after_timeout"):
+            raise ValueError(f"redeliver must be 'now' or 'after_timeout', got {redeliver!r}")
+        self._raw.nack(message.partition(), message.offset(), redeliver == "now")
 
     def keepalive(self, message: Message) -> None:
-        """Still working on ``message``: its deadline moves to now + ``redelivery_timeout``."""
+        """Still working on ``message``: its deadline moves to now + ``redelivery_timeout``
+        (done automatically with ``auto_keepalive``)."""
         self._raw.keepalive(message.partition(), message.offset())
 
     def flush(self, timeout: float = 30.0) -> None:

@@ -149,31 +149,35 @@ def test_killed_consumer_unacked_come_back_acked_never(
             assert dict(message.headers() or [])["origin"] == b"test"
 
 
-def test_hanging_handler_is_redelivered_keepalive_prevents_it(
+def test_automatic_keepalive_holds_a_slow_handler_nack_after_timeout_lets_go(
     config: dict[str, Any],
     kafka_client: Client,
     topics: tuple[str, str],
     tracker: RedeliveryTracker,
 ) -> None:
     queue_topic, markers = topics
-    produce(kafka_client, queue_topic, ["hangs", "kept-alive"])
+    produce(kafka_client, queue_topic, ["slow", "interrupted"])
     with QueueConsumer(
         config, queue_topic, markers, TIMEOUT, group_id=f"g-{uuid.uuid4().hex}"
     ) as queue:
         by_value = {(m.value() or b"").decode(): m for m in take(queue, 2)}
-        # Both handlers hang; only one of them says it is still working.
-        deadline = time.monotonic() + 30
-        while "hangs" not in redelivered(kafka_client, queue_topic):
-            assert time.monotonic() < deadline, "the hanging message was not redelivered"
-            queue.keepalive(by_value["kept-alive"])
-            time.sleep(0.3)
-        queue.ack(by_value["kept-alive"])
+        # kafka-mq-go's Interrupt: no marker, its keepalive stops, its deadline runs out.
+        queue.nack(by_value["interrupted"], redeliver="after_timeout")
+        wait_until(
+            lambda: "interrupted" in redelivered(kafka_client, queue_topic), 30, "interrupted"
+        )
+        # "slow" got no call at all; the engine kept it alive past its first deadline (both
+        # STARTs were written together) and for at least two more half-timeouts.
+        kept = queue.stats()["keepalives"]
+        wait_until(lambda: queue.stats()["keepalives"] >= kept + 2, 30, "two more keepalives")
+        queue.ack(by_value["slow"])
         queue.flush()
         wait_until(lambda: settled(tracker), 30, "every marker closed")
-    assert redelivered(kafka_client, queue_topic) == Counter({"hangs": 1})
+        assert queue.stats()["nacked"] == 1
+    assert redelivered(kafka_client, queue_topic) == Counter({"interrupted": 1})
 
 
-def test_dead_letter_after_max_redeliveries(
+def test_nack_now_redelivers_at_once_dead_letter_after_max_redeliveries(
     config: dict[str, Any],
     kafka_client: Client,
     topics: tuple[str, str],
@@ -191,9 +195,9 @@ def test_dead_letter_after_max_redeliveries(
             config, queue_topic, markers, 30.0, group_id=f"g-{uuid.uuid4().hex}"
         ) as queue,
     ):
-        # Every attempt fails: nack makes it due at once, so no waiting for the timeout.
+        # Every attempt fails: nack makes it due at once, long before the 30 s timeout.
         while len(counts) < 3:
-            message = queue.poll(timeout=30.0)
+            message = queue.poll(timeout=20.0)
             assert message is not None, f"attempt {len(counts) + 1} never came"
             counts.append(redelivery_count(message))
             queue.nack(message)

@@ -10,6 +10,7 @@ pub mod config;
 pub mod consumer;
 mod daemon;
 pub mod error;
+mod marker_writer;
 pub mod partitioner;
 pub mod record;
 pub mod redelivery;

@@ -32,8 +32,8 @@
 //! librdkafka callbacks only record events. No Python runs here.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::marker_codec::{decode_marker, encode_marker};
@@ -42,16 +42,18 @@ use ferrokafka_core::markers::{
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, DefaultConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::Client;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue,
-    group_consumer_settings, now_ms, publish, send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, group_consumer_settings,
+    now_ms, publish, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
+pub use crate::marker_writer::markers_partition;
+use crate::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id, millis};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
 
 /// Header carrying how many times a message was redelivered (decimal ASCII).
@@ -68,11 +70,6 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// First pause after a failed redelivery write; doubled per failure up to `max_backoff`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The markers partition of every marker of a message from `queue_partition`.
-pub fn markers_partition(queue_partition: i32, markers_partitions: i32) -> i32 {
-    queue_partition.rem_euclid(markers_partitions.max(1))
-}
-
 /// The redelivery count a message carries (0 when the header is missing or unreadable).
 pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {
     headers
@@ -83,10 +80,6 @@ pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {
         .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The partition count of `topic`, waiting up to `timeout` for a broker that is still starting.
@@ -120,24 +113,9 @@ pub struct QueueConsumerOptions {
     pub redelivery_timeout: Duration,
     /// Deadline for writing a batch's START markers and for metadata requests [30 s].
     pub marker_timeout: Duration,
-}
-
-/// Counts failed END/KEEPALIVE writes: those messages are redelivered after their deadline.
-struct UpdateTracker {
-    failed: AtomicU64,
-}
-
-impl ClientContext for UpdateTracker {}
-
-impl ProducerContext for UpdateTracker {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((err, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            log::warn!("marker not written, the message will be redelivered: {err}");
-        }
-    }
+    /// Write a KEEPALIVE every half timeout for each message handed out and not yet acked or
+    /// nacked, on the engine's keepalive thread [true].
+    pub auto_keepalive: bool,
 }
 
 /// Counters of a [`QueueConsumer`].
@@ -147,9 +125,9 @@ pub struct QueueConsumerStats {
     pub received: u64,
     /// END markers sent by `ack`.
     pub acked: u64,
-    /// Immediate-redelivery markers sent by `nack`.
+    /// Messages given up by `nack` (redelivered at once or after their deadline).
     pub nacked: u64,
-    /// KEEPALIVE markers sent by `keepalive`.
+    /// KEEPALIVE markers sent by `keepalive` and by the automatic keepalive.
     pub keepalives: u64,
     /// END or KEEPALIVE markers that librdkafka could not deliver.
     pub failed_markers: u64,
@@ -159,13 +137,13 @@ pub struct QueueConsumerStats {
 pub struct QueueConsumer {
     consumer: Mutex<BaseConsumer<DefaultConsumerContext>>,
     starts: ThreadedProducer<FlushTracker>,
-    updates: ThreadedProducer<UpdateTracker>,
-    markers_partitions: i32,
+    writer: Arc<MarkerWriter>,
+    /// Dropped (stopped and joined) with the consumer; `None` without automatic keepalive.
+    _keepalive: Option<KeepaliveThread>,
     options: QueueConsumerOptions,
     received: AtomicU64,
     acked: AtomicU64,
     nacked: AtomicU64,
-    keepalives: AtomicU64,
 }
 
 impl std::fmt::Debug for QueueConsumer {
@@ -216,20 +194,30 @@ impl QueueConsumer {
             .map_err(creation_error("create markers producer"))?;
         let updates = producer_settings
             .to_client_config()
-            .create_with_context(UpdateTracker {
-                failed: AtomicU64::new(0),
-            })
+            .create_with_context(UpdateTracker::new())
             .map_err(creation_error("create markers producer"))?;
+        let writer = Arc::new(MarkerWriter::new(
+            updates,
+            options.markers_topic.clone(),
+            markers_partitions,
+            options.redelivery_timeout,
+            options.marker_timeout,
+            options.auto_keepalive,
+        ));
+        let keepalive = if options.auto_keepalive {
+            Some(KeepaliveThread::spawn(Arc::clone(&writer))?)
+        } else {
+            None
+        };
         Ok(QueueConsumer {
             consumer: Mutex::new(consumer),
             starts,
-            updates,
-            markers_partitions,
+            writer,
+            _keepalive: keepalive,
             options,
             received: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             nacked: AtomicU64::new(0),
-            keepalives: AtomicU64::new(0),
         })
     }
 
@@ -255,7 +243,8 @@ impl QueueConsumer {
         if records.is_empty() {
             return Ok(records);
         }
-        let deadline_ms = now_ms().saturating_add(millis(self.options.redelivery_timeout));
+        let set_at = Instant::now();
+        let deadline_ms = self.writer.next_deadline();
         let markers: Vec<OutgoingRecord> = records
             .iter()
             .map(|record| self.start_marker(record, deadline_ms))
@@ -282,6 +271,10 @@ impl QueueConsumer {
         if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
             log::warn!("queue offsets not committed: {e}");
         }
+        self.writer.begin(
+            records.iter().map(|r| message_id(r.partition, r.offset)),
+            set_at,
+        );
         self.received
             .fetch_add(records.len() as u64, Ordering::Relaxed);
         Ok(records)
@@ -309,17 +302,6 @@ impl QueueConsumer {
         }
     }
 
-    fn marker_record(&self, queue_partition: i32, marker: &Marker) -> OutgoingRecord {
-        OutgoingRecord {
-            topic: self.options.markers_topic.clone(),
-            partition: Some(markers_partition(queue_partition, self.markers_partitions)),
-            key: None,
-            value: Some(encode_marker(marker)),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        }
-    }
-
     fn start_marker(&self, record: &ReceivedRecord, deadline: u64) -> OutgoingRecord {
         let marker = Marker::Start {
             message_id: message_id(record.partition, record.offset),
@@ -330,56 +312,50 @@ impl QueueConsumer {
                 headers: record.headers.clone(),
             },
         };
-        self.marker_record(record.partition, &marker)
-    }
-
-    fn send_update(&self, partition: i32, marker: &Marker) -> KafkaResult<()> {
-        enqueue(&self.updates, &self.marker_record(partition, marker)).map_err(|e| {
-            KafkaIoError::from_rdkafka("write marker", e, self.options.marker_timeout, None)
-        })
+        self.writer.record(record.partition, &marker)
     }
 
     /// Processing of the message at `partition`/`offset` finished: writes its END marker.
     pub fn ack(&self, partition: i32, offset: i64) -> KafkaResult<()> {
-        let message_id = message_id(partition, offset);
-        self.send_update(partition, &Marker::End { message_id })?;
-        self.acked.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.ack_many(&[(partition, offset)])
+    }
+
+    /// Processing of the messages at `partition`/`offset` finished: writes their END markers.
+    pub fn ack_many(&self, messages: &[(i32, i64)]) -> KafkaResult<()> {
+        let ids: Vec<MessageId> = messages.iter().map(|&(p, o)| message_id(p, o)).collect();
+        let outcome = self
+            .writer
+            .finish(&ids, |message_id| Some(Marker::End { message_id }));
+        if outcome.is_ok() {
+            self.acked.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        }
+        outcome
     }
 
     /// Processing continues: moves the redelivery deadline to now + the redelivery timeout.
     pub fn keepalive(&self, partition: i32, offset: i64) -> KafkaResult<()> {
-        let deadline = now_ms().saturating_add(millis(self.options.redelivery_timeout));
-        self.send_update(
-            partition,
-            &Marker::KeepAlive {
-                message_id: message_id(partition, offset),
-                deadline,
-            },
-        )?;
-        self.keepalives.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.writer.keepalive(message_id(partition, offset))
     }
 
-    /// Processing failed: moves the deadline to now, so the tracker redelivers the message at
-    /// once (counted like any redelivery, dead-lettered after `max_redeliveries`).
-    pub fn nack(&self, partition: i32, offset: i64) -> KafkaResult<()> {
-        self.send_update(
-            partition,
-            &Marker::KeepAlive {
-                message_id: message_id(partition, offset),
+    /// Processing failed. `now`: the deadline moves to now, so the tracker redelivers the
+    /// message at once. Otherwise (kafka-mq-go's Interrupt) only its keepalive stops, so it is
+    /// redelivered when its current deadline passes, at most one redelivery timeout from now.
+    /// Either way it counts as a redelivery (dead-lettered after `max_redeliveries`).
+    pub fn nack(&self, partition: i32, offset: i64, now: bool) -> KafkaResult<()> {
+        let id = message_id(partition, offset);
+        self.writer.finish(&[id], |message_id| {
+            now.then(|| Marker::KeepAlive {
+                message_id,
                 deadline: now_ms(),
-            },
-        )?;
+            })
+        })?;
         self.nacked.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     /// Waits up to `timeout` until every END/KEEPALIVE marker written so far is acknowledged.
     pub fn flush(&self, timeout: Duration) -> KafkaResult<()> {
-        self.updates
-            .flush(timeout)
-            .map_err(|e| KafkaIoError::from_rdkafka("flush markers", e, timeout, None))
+        self.writer.flush(timeout)
     }
 
     /// The counters.
@@ -388,16 +364,9 @@ impl QueueConsumer {
             received: self.received.load(Ordering::Relaxed),
             acked: self.acked.load(Ordering::Relaxed),
             nacked: self.nacked.load(Ordering::Relaxed),
-            keepalives: self.keepalives.load(Ordering::Relaxed),
-            failed_markers: self.updates.context().failed.load(Ordering::Relaxed),
+            keepalives: self.writer.keepalives(),
+            failed_markers: self.writer.failed(),
         }
-    }
-}
-
-fn message_id(partition: i32, offset: i64) -> MessageId {
-    MessageId {
-        partition: u32::try_from(partition).unwrap_or(0),
-        offset: u64::try_from(offset).unwrap_or(0),
     }
 }
 
@@ -945,13 +914,6 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn markers_of_a_queue_partition_share_one_markers_partition() {
-        assert_eq!(markers_partition(5, 3), 2);
-        assert_eq!(markers_partition(2, 3), 2);
-        assert_eq!(markers_partition(7, 0), 0);
-    }
 
     #[test]
     fn redelivery_count_reads_the_last_header_and_defaults_to_zero() {
