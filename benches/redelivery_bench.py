@@ -2,16 +2,20 @@
 
 Usage:
     KAFKA_BOOTSTRAP=127.0.0.1:19792 .venv/bin/python benches/redelivery_bench.py \\
-        [--messages 100000] [--size 100] [--batch 500] [--late 300] [--timeout 2.0]
+        [--messages 20000] [--size 100] [--batch 500] [--samples 3] [--late 300] [--timeout 2.0]
 
-Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). Two runs, same data, same run:
-1. throughput: N messages of S bytes on a 3-partition queue topic. The peer is confluent-kafka's
-   ``consume(batch)`` + synchronous ``commit()`` per batch; ferrokafka is ``QueueConsumer``
-   (START markers written and acknowledged, then a synchronous commit, per batch) plus one
-   ``ack`` (END marker) per message and a final ``flush``. Both read from the start in a new group.
-2. lateness: L messages fetched and never acked with ``redelivery_timeout`` T while a tracker runs;
-   lateness = the redelivered record's create time minus the START marker's deadline (decoded
-   from the markers topic), p50 / p99 / max.
+Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). In one run, on the same data:
+1. throughput: N messages of S bytes on a 3-partition queue topic, read from the start by a new
+   group per sample. The peer is confluent-kafka's ``consume(batch)`` + synchronous ``commit()``
+   per batch; ferrokafka is ``QueueConsumer`` (START markers written and acknowledged, then a
+   synchronous commit, per batch; the next batch prepared while this one is acked) plus
+   ``ack_many`` (END markers) per batch and a final ``flush``. The cases run interleaved,
+   forwards then backwards (A-B-B-A ...), ``--samples`` each; the table shows each case's
+   median. Afterwards the markers on the markers topic are counted (a START and an END per
+   message and sample). The load average is printed before and after.
+2. lateness: L messages fetched and never acked (automatic keepalive off) with
+   ``redelivery_timeout`` T while a tracker runs; lateness = the redelivered record's create time
+   minus the START marker's deadline (decoded from the markers topic), p50 / p99 / max.
 Prints a markdown table.
 """
 
@@ -24,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ferrokafka import Client, NewTopic
 from ferrokafka.codecs import decode_marker
@@ -99,13 +103,27 @@ def marker_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int
         if not messages:
             continue
         started = started or time.perf_counter()
-        for message in messages:
-            queue.ack(message)
+        queue.ack_many(messages)
         seen += len(messages)
     queue.flush(60)
     elapsed = time.perf_counter() - (started or time.perf_counter())
     queue.close()
     return count / elapsed
+
+
+def records_on(bootstrap: str, topic: str, partitions: int = 3) -> int:
+    counter = Consumer({"bootstrap.servers": bootstrap, "group.id": "redelivery-bench-counter"})
+    try:
+        return sum(
+            counter.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        )
+    finally:
+        counter.close()
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list[float]:
@@ -123,7 +141,12 @@ def lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list
 
     with RedeliveryTracker(config, queue_topic, markers, group_id=f"bench-{uuid.uuid4().hex}"):
         queue = QueueConsumer(
-            config, queue_topic, markers, timeout, group_id=f"bench-{uuid.uuid4().hex}"
+            config,
+            queue_topic,
+            markers,
+            timeout,
+            group_id=f"bench-{uuid.uuid4().hex}",
+            auto_keepalive=False,
         )
         taken = 0
         while taken < count:
@@ -147,9 +170,10 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--samples", type=int, default=3, help="samples per case (median)")
     parser.add_argument("--late", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=2.0)
     parser.add_argument(
@@ -159,27 +183,48 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.smoke:
-        args.messages, args.late, args.timeout = 1_000, 20, 1.0
+        args.messages, args.samples, args.late, args.timeout = 1_000, 1, 20, 1.0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     client = Client({"bootstrap.servers": bootstrap})
+    print(f"load average before: {load()}")
 
     queue_topic, markers = fresh_topics(client, "throughput")
     fill(bootstrap, queue_topic, args.messages, args.size)
-    plain = plain_loop(bootstrap, queue_topic, args.messages, args.batch)
-    marked = marker_loop(bootstrap, queue_topic, markers, args.messages, args.batch)
+    cases: dict[str, Callable[[], float]] = {
+        "confluent-kafka consume + sync commit": lambda: plain_loop(
+            bootstrap, queue_topic, args.messages, args.batch
+        ),
+        "ferrokafka QueueConsumer (START + commit + ack_many)": lambda: marker_loop(
+            bootstrap, queue_topic, markers, args.messages, args.batch
+        ),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    for sample in range(args.samples):
+        order = list(cases) if sample % 2 == 0 else list(reversed(cases))
+        for name in order:
+            rates[name].append(cases[name]())
+    marked = records_on(bootstrap, markers)
+    expected = 2 * args.messages * args.samples
+    assert marked == expected, f"{marked} markers on the topic, expected {expected}"
     client.delete_topics([queue_topic, markers])
     late = lateness(bootstrap, client, args.late, args.timeout)
 
-    print(f"| measure ({args.messages} msgs of {args.size} B, batch {args.batch}) | value |")
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    plain, ours = medians.values()
+    print(
+        f"| measure ({args.messages} msgs of {args.size} B, batch {args.batch}, "
+        f"median of {args.samples}) | value |"
+    )
     print("|---|---|")
-    print(f"| confluent-kafka consume + sync commit | {plain:,.0f} msgs/s |")
-    print(f"| ferrokafka QueueConsumer (START + commit + ack) | {marked:,.0f} msgs/s |")
-    print(f"| ratio ferrokafka / confluent-kafka | {marked / plain:.2f}x |")
+    for name, rate in medians.items():
+        print(f"| {name} | {rate:,.0f} msgs/s |")
+    print(f"| ratio ferrokafka / confluent-kafka | {ours / plain:.2f}x |")
     print(
         f"| redelivery lateness past deadline ({args.late} msgs, timeout {args.timeout} s) "
         f"p50 / p99 / max | {statistics.median(late):.0f} / {percentile(late, 0.99):.0f} / "
         f"{max(late):.0f} ms |"
     )
+    print(f"load average after: {load()}")
     return 0
 
 

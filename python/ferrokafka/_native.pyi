@@ -707,6 +707,7 @@ class _RawQueueConsumer:
         group_id: str,
         redelivery_timeout: float,
         marker_timeout: float,
+        max_batch_size: int,
         auto_keepalive: bool,
     ) -> _RawQueueConsumer: ...
     def fetch(self, max_messages: int, timeout: float | None = None) -> list[Message]:

@@ -93,10 +93,13 @@ class QueueConsumer:
     nothing in time, e.g. because the process died, is redelivered by the
     :class:`RedeliveryTracker`.
 
-    Messages are fetched in batches of at most ``max_batch_size``; their deadlines start when
-    the batch is fetched (and are kept alive while in flight). ``ack``/``nack``/``keepalive``
-    return at once; :meth:`flush` (and :meth:`close`) wait until their markers are written.
-    Waits release the GIL and can be interrupted with Ctrl-C.
+    Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, a
+    Rust thread prepares the next batch (START markers and offset commit) while this one is
+    handled, so up to two batches are in flight ahead of the handler; their deadlines start
+    then (and are kept alive). Messages prepared but not handed out when the consumer closes
+    come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
+    ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers
+    are written. Waits release the GIL and can be interrupted with Ctrl-C.
 
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``session.timeout.ms``, ...).
@@ -138,6 +141,7 @@ class QueueConsumer:
             group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
             redelivery_timeout,
             marker_timeout,
+            max_batch_size,
             auto_keepalive,
         )
         self._max_batch_size = max_batch_size
@@ -222,7 +226,7 @@ class QueueConsumer:
         return self._raw.stats()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Write the pending markers, then leave the group. Buffered messages not yet handed
+        """Write the pending markers, then leave the group. Prepared messages not yet handed
         out are redelivered after their deadline."""
         self._buffer.clear()
         self._raw.close(timeout)

@@ -171,6 +171,9 @@ def test_automatic_keepalive_holds_a_slow_handler_nack_after_timeout_lets_go(
         kept = queue.stats()["keepalives"]
         wait_until(lambda: queue.stats()["keepalives"] >= kept + 2, 30, "two more keepalives")
         queue.ack(by_value["slow"])
+        [again] = take(queue, 1)
+        assert (again.value(), redelivery_count(again)) == (b"interrupted", 1)
+        queue.ack(again)
         queue.flush()
         wait_until(lambda: settled(tracker), 30, "every marker closed")
         assert queue.stats()["nacked"] == 1

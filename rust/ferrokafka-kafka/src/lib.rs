@@ -15,6 +15,7 @@ pub mod partitioner;
 pub mod record;
 pub mod redelivery;
 pub mod scheduler;
+mod start_prefetch;
 
 pub use async_producer::{
     AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ProducerStats, Refusal, Ticket,

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -49,16 +49,26 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Counts failed END/KEEPALIVE writes: those messages are redelivered after their deadline.
+/// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline)
+/// and the markers in flight, so that `flush` returns as soon as the last one is confirmed
+/// (rdkafka's `flush` on a `ThreadedProducer` waits in 100 ms polls).
 pub(crate) struct UpdateTracker {
     failed: AtomicU64,
+    in_flight: Mutex<u64>,
+    settled: Condvar,
 }
 
 impl UpdateTracker {
     pub(crate) fn new() -> Self {
         UpdateTracker {
             failed: AtomicU64::new(0),
+            in_flight: Mutex::new(0),
+            settled: Condvar::new(),
         }
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, u64> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -71,6 +81,11 @@ impl ProducerContext for UpdateTracker {
         if let Err((err, _)) = result {
             self.failed.fetch_add(1, Ordering::Relaxed);
             log::warn!("marker not written, the message will be redelivered: {err}");
+        }
+        let mut in_flight = self.in_flight();
+        *in_flight = in_flight.saturating_sub(1);
+        if *in_flight == 0 {
+            self.settled.notify_all();
         }
     }
 }
@@ -132,8 +147,14 @@ impl MarkerWriter {
 
     fn send(&self, message: MessageId, marker: &Marker) -> KafkaResult<()> {
         let partition = i32::try_from(message.partition).unwrap_or(0);
-        enqueue(&self.producer, &self.record(partition, marker))
-            .map_err(|e| KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None))
+        let tracker = self.producer.context();
+        // Counted before the send: the delivery report may arrive before `enqueue` returns.
+        *tracker.in_flight() += 1;
+        enqueue(&self.producer, &self.record(partition, marker)).map_err(|e| {
+            let mut in_flight = tracker.in_flight();
+            *in_flight = in_flight.saturating_sub(1);
+            KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)
+        })
     }
 
     /// The messages of a batch are in flight; their deadline was set at `set_at`.
@@ -222,9 +243,19 @@ impl MarkerWriter {
 
     /// Waits up to `timeout` until every marker written so far is acknowledged.
     pub(crate) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
-        self.producer
-            .flush(timeout)
-            .map_err(|e| KafkaIoError::from_rdkafka("flush markers", e, timeout, None))
+        let tracker = self.producer.context();
+        let (in_flight, waited) = tracker
+            .settled
+            .wait_timeout_while(tracker.in_flight(), timeout, |n| *n > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        if waited.timed_out() && *in_flight > 0 {
+            return Err(KafkaIoError::Timeout {
+                operation: "flush markers".to_owned(),
+                timeout,
+                bootstrap: None,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -27,8 +27,10 @@
 //!   back, so it is the largest such sum over the markers read), or the wall clock when no marker
 //!   was read for `use_now_if_no_marker_seen`.
 //!
-//! Threading: [`QueueConsumer`] methods are called from any thread; `fetch` serialises itself
-//! with a mutex. The tracker runs on one daemon thread (`daemon::Daemon`);
+//! Threading: [`QueueConsumer`] methods are called from any thread. The consumer owns two
+//! threads: the START prefetch (`start_prefetch.rs`: reads, marks and commits the next batch
+//! while the caller handles this one) and the keepalive (`marker_writer.rs`). The tracker runs
+//! on one daemon thread (`daemon::Daemon`);
 //! librdkafka callbacks only record events. No Python runs here.
 
 use std::collections::BTreeMap;
@@ -37,10 +39,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::marker_codec::{decode_marker, encode_marker};
-use ferrokafka_core::markers::{
-    Marker, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
-};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, DefaultConsumerContext};
+use ferrokafka_core::markers::{Marker, MarkersQueue, MarkersQueueConfig, MessageId, Redelivery};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -55,6 +55,7 @@ use crate::error::{KafkaIoError, KafkaResult};
 pub use crate::marker_writer::markers_partition;
 use crate::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id, millis};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
+use crate::start_prefetch::{PrefetchSetup, StartPrefetch};
 
 /// Header carrying how many times a message was redelivered (decimal ASCII).
 pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
@@ -113,6 +114,8 @@ pub struct QueueConsumerOptions {
     pub redelivery_timeout: Duration,
     /// Deadline for writing a batch's START markers and for metadata requests [30 s].
     pub marker_timeout: Duration,
+    /// Most messages read, marked and committed at once [500].
+    pub max_batch_size: usize,
     /// Write a KEEPALIVE every half timeout for each message handed out and not yet acked or
     /// nacked, on the engine's keepalive thread [true].
     pub auto_keepalive: bool,
@@ -121,7 +124,7 @@ pub struct QueueConsumerOptions {
 /// Counters of a [`QueueConsumer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueConsumerStats {
-    /// Messages handed out (their START written and offsets committed).
+    /// Messages marked (START written, offsets committed): handed out or prefetched.
     pub received: u64,
     /// END markers sent by `ack`.
     pub acked: u64,
@@ -135,13 +138,12 @@ pub struct QueueConsumerStats {
 
 /// The consuming side of the KMQ pattern; see the module docs.
 pub struct QueueConsumer {
-    consumer: Mutex<BaseConsumer<DefaultConsumerContext>>,
-    starts: ThreadedProducer<FlushTracker>,
+    /// Declared first: dropped (stopped and joined) before the writer it shares.
+    prefetch: StartPrefetch,
     writer: Arc<MarkerWriter>,
     /// Dropped (stopped and joined) with the consumer; `None` without automatic keepalive.
     _keepalive: Option<KeepaliveThread>,
     options: QueueConsumerOptions,
-    received: AtomicU64,
     acked: AtomicU64,
     nacked: AtomicU64,
 }
@@ -192,6 +194,9 @@ impl QueueConsumer {
             .to_client_config()
             .create_with_context(FlushTracker::new())
             .map_err(creation_error("create markers producer"))?;
+        // END and KEEPALIVE markers are not waited for: a longer linger packs more of them into
+        // one produce request.
+        producer_settings.set_default("linger.ms", "5");
         let updates = producer_settings
             .to_client_config()
             .create_with_context(UpdateTracker::new())
@@ -209,110 +214,29 @@ impl QueueConsumer {
         } else {
             None
         };
-        Ok(QueueConsumer {
-            consumer: Mutex::new(consumer),
+        let prefetch = StartPrefetch::spawn(PrefetchSetup {
+            consumer,
             starts,
+            writer: Arc::clone(&writer),
+            queue_topic: options.queue_topic.clone(),
+            max_batch_size: options.max_batch_size,
+            marker_timeout: options.marker_timeout,
+        })?;
+        Ok(QueueConsumer {
+            prefetch,
             writer,
             _keepalive: keepalive,
             options,
-            received: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             nacked: AtomicU64::new(0),
         })
     }
 
     /// Waits up to `wait` for messages and returns at most `max` of them (none when nothing
-    /// came), after their START markers are acknowledged and their offsets committed.
+    /// came), after their START markers are acknowledged and their offsets committed. The first
+    /// call starts the prefetch: the next batch is marked while the caller handles this one.
     pub fn fetch(&self, max: usize, wait: Duration) -> KafkaResult<Vec<ReceivedRecord>> {
-        let consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
-        let deadline = Instant::now() + wait;
-        let mut records = Vec::new();
-        while records.len() < max.max(1) {
-            // Wait for the first record only; then take what has already arrived.
-            let left = if records.is_empty() {
-                deadline.saturating_duration_since(Instant::now())
-            } else {
-                Duration::ZERO
-            };
-            match consumer.poll(left) {
-                None => break,
-                Some(Ok(message)) => records.push(ReceivedRecord::from_message(&message)),
-                Some(Err(e)) => log::warn!("queue consumer: {e}"),
-            }
-        }
-        if records.is_empty() {
-            return Ok(records);
-        }
-        let set_at = Instant::now();
-        let deadline_ms = self.writer.next_deadline();
-        let markers: Vec<OutgoingRecord> = records
-            .iter()
-            .map(|record| self.start_marker(record, deadline_ms))
-            .collect();
-        if let Err(e) = send_all(&self.starts, &markers, self.options.marker_timeout) {
-            self.rewind(&consumer, &records);
-            return Err(e);
-        }
-        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-        for record in &records {
-            let slot = next.entry(record.partition).or_insert(0);
-            *slot = (*slot).max(record.offset + 1);
-        }
-        let mut commit = TopicPartitionList::new();
-        for (partition, offset) in next {
-            let _ = commit.add_partition_offset(
-                &self.options.queue_topic,
-                partition,
-                Offset::Offset(offset),
-            );
-        }
-        // The START markers are durable: should the commit fail, a restart reads these messages
-        // again and their new START supersedes the old one (at-least-once, nothing lost).
-        if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
-            log::warn!("queue offsets not committed: {e}");
-        }
-        self.writer.begin(
-            records.iter().map(|r| message_id(r.partition, r.offset)),
-            set_at,
-        );
-        self.received
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
-        Ok(records)
-    }
-
-    /// Seeks back to the first record of each partition of a batch whose markers failed.
-    fn rewind(&self, consumer: &BaseConsumer, records: &[ReceivedRecord]) {
-        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
-        for record in records {
-            let slot = first.entry(record.partition).or_insert(record.offset);
-            *slot = (*slot).min(record.offset);
-        }
-        for (partition, offset) in first {
-            if let Err(e) = consumer.seek(
-                &self.options.queue_topic,
-                partition,
-                Offset::Offset(offset),
-                self.options.marker_timeout,
-            ) {
-                log::error!(
-                    "cannot rewind {}-{partition} to {offset}: {e}",
-                    self.options.queue_topic
-                );
-            }
-        }
-    }
-
-    fn start_marker(&self, record: &ReceivedRecord, deadline: u64) -> OutgoingRecord {
-        let marker = Marker::Start {
-            message_id: message_id(record.partition, record.offset),
-            deadline,
-            payload: MessagePayload {
-                key: record.key.clone(),
-                value: record.value.clone(),
-                headers: record.headers.clone(),
-            },
-        };
-        self.writer.record(record.partition, &marker)
+        self.prefetch.take(max, wait)
     }
 
     /// Processing of the message at `partition`/`offset` finished: writes its END marker.
@@ -361,7 +285,7 @@ impl QueueConsumer {
     /// The counters.
     pub fn stats(&self) -> QueueConsumerStats {
         QueueConsumerStats {
-            received: self.received.load(Ordering::Relaxed),
+            received: self.prefetch.received(),
             acked: self.acked.load(Ordering::Relaxed),
             nacked: self.nacked.load(Ordering::Relaxed),
             keepalives: self.writer.keepalives(),

@@ -51,7 +51,7 @@ impl PyRawQueueConsumer {
 #[pymethods]
 impl PyRawQueueConsumer {
     #[new]
-    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout, auto_keepalive))]
+    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout, max_batch_size, auto_keepalive))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -61,6 +61,7 @@ impl PyRawQueueConsumer {
         group_id: String,
         redelivery_timeout: f64,
         marker_timeout: f64,
+        max_batch_size: usize,
         auto_keepalive: bool,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
@@ -70,6 +71,7 @@ impl PyRawQueueConsumer {
             group_id,
             redelivery_timeout: timeout_arg("redelivery_timeout", redelivery_timeout)?,
             marker_timeout: timeout_arg("marker_timeout", marker_timeout)?,
+            max_batch_size,
             auto_keepalive,
         };
         // Reading the markers topic's partition count waits for the broker.
