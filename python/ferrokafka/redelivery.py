@@ -27,12 +27,16 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+from confluent_kafka import KafkaException
+
 from ferrokafka._native import Message, _RawQueueConsumer, _RawRedeliveryTracker
-from ferrokafka.exceptions import ClosedError
+from ferrokafka.exceptions import ClosedError, ConfigError
+from ferrokafka.share_queue import ShareMessage, ShareQueue, configure_share_group
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
@@ -41,6 +45,7 @@ __all__ = [
     "ORIGINAL_TOPIC_HEADER",
     "REDELIVERY_COUNT_HEADER",
     "QueueConsumer",
+    "QueueMessage",
     "RedeliveryTracker",
     "redelivery_count",
 ]
@@ -56,8 +61,15 @@ ORIGINAL_OFFSET_HEADER = "ferrokafka_original_offset"
 
 _Config = Mapping[str, str | int | float | bool]
 
+QueueMessage = Message | ShareMessage
+"""A message handed out by :class:`QueueConsumer`: ferrokafka's (markers backend) or
+confluent-kafka's (share backend); both have ``topic()``, ``partition()``, ``offset()``,
+``key()``, ``value()``, ``headers()`` and ``timestamp()``."""
 
-def redelivery_count(message: Message) -> int:
+log = logging.getLogger("ferrokafka.redelivery")
+
+
+def redelivery_count(message: QueueMessage) -> int:
     """How many times ``message`` was redelivered: 0 for a first delivery.
 
     Example:
@@ -101,15 +113,31 @@ class QueueConsumer:
     ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers
     are written. Waits release the GIL and can be interrupted with Ctrl-C.
 
+    Backends: ``backend="markers"`` (the default; any broker; needs a
+    :class:`RedeliveryTracker`) is described above. ``backend="share"`` uses a KIP-932 share
+    group (Kafka 4.2+) through ``confluent_kafka.ShareConsumer``: the broker tracks every
+    message, no markers topic and no tracker are needed; ``ack`` accepts, ``nack`` releases,
+    and past ``max_redeliveries`` the message is copied to ``dead_letter_topic`` and rejected.
+    Its lock cannot be extended (``keepalive`` and ``nack(redeliver="after_timeout")`` raise
+    ``NotImplementedError``), and every message handed out must be acked or nacked before
+    more are consumed. ``backend="auto"`` takes share groups when the broker accepts the
+    group's share settings, markers otherwise; :attr:`backend` tells which. See
+    :mod:`ferrokafka.share_queue`.
+
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``session.timeout.ms``, ...).
         queue_topic: the topic to consume.
-        markers_topic: the markers topic (must exist) read by the tracker.
+        markers_topic: the markers topic (must exist) read by the tracker (markers backend).
         redelivery_timeout: seconds a handler has before its message is redelivered [60].
         group_id: consumer group [``ferrokafka-queue-<queue_topic>``].
         max_batch_size: most messages fetched (and marked) at once [500].
         marker_timeout: seconds to wait for a batch's START markers and metadata [30].
-        auto_keepalive: keep in-flight messages alive every ``redelivery_timeout / 2`` [True].
+        auto_keepalive: keep in-flight messages alive every ``redelivery_timeout / 2`` [True]
+            (markers backend).
+        backend: ``"markers"``, ``"share"`` or ``"auto"`` [``"markers"``].
+        max_redeliveries: share backend: redeliveries before dead-lettering [3] (the markers
+            backend takes it on the :class:`RedeliveryTracker`).
+        dead_letter_topic: share backend: where messages go after that [None: log and drop].
 
     Example:
         >>> queue = QueueConsumer(
@@ -131,23 +159,45 @@ class QueueConsumer:
         max_batch_size: int = 500,
         marker_timeout: float = 30.0,
         auto_keepalive: bool = True,
+        backend: Literal["markers", "share", "auto"] = "markers",
+        max_redeliveries: int = 3,
+        dead_letter_topic: str | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        self._raw = _RawQueueConsumer(
-            dict(config),
-            queue_topic,
-            markers_topic,
-            group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
-            redelivery_timeout,
-            marker_timeout,
-            max_batch_size,
-            auto_keepalive,
-        )
+        if backend not in ("markers", "share", "auto"):
+            raise ValueError(f"backend must be 'markers', 'share' or 'auto', got {backend!r}")
+        if max_redeliveries < 0:
+            raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
+        group = group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}"
+        self._share: ShareQueue | None = None
+        self._raw: _RawQueueConsumer | None = None
+        if backend != "markers":
+            try:
+                configure_share_group(config, group, redelivery_timeout, max_redeliveries)
+            except KafkaException as e:
+                if backend == "share":
+                    raise ConfigError(f"share group {group!r} cannot be set up: {e}") from e
+                log.info("no share groups on this broker (%s): using markers", e)
+            else:
+                self._share = ShareQueue(
+                    config, queue_topic, group, max_redeliveries, dead_letter_topic
+                )
+        if self._share is None:
+            self._raw = _RawQueueConsumer(
+                dict(config),
+                queue_topic,
+                markers_topic,
+                group,
+                redelivery_timeout,
+                marker_timeout,
+                max_batch_size,
+                auto_keepalive,
+            )
         self._max_batch_size = max_batch_size
-        self._buffer: deque[Message] = deque()
+        self._buffer: deque[QueueMessage] = deque()
 
-    def consume(self, num_messages: int = 500, timeout: float | None = None) -> list[Message]:
+    def consume(self, num_messages: int = 500, timeout: float | None = None) -> list[QueueMessage]:
         """Up to ``num_messages`` messages (buffered ones first), waiting up to ``timeout``
         seconds (None: until one comes) for the first; ``[]`` when none came.
 
@@ -158,23 +208,37 @@ class QueueConsumer:
         if num_messages < 1:
             raise ValueError(f"num_messages must be >= 1, got {num_messages}")
         if not self._buffer:
-            wait = None if timeout is None else max(timeout, 0.001)
-            return self._raw.fetch(min(num_messages, self._max_batch_size), wait)
+            return self._fetch(min(num_messages, self._max_batch_size), timeout)
         taken = min(num_messages, len(self._buffer))
         return [self._buffer.popleft() for _ in range(taken)]
 
-    def poll(self, timeout: float | None = None) -> Message | None:
+    @property
+    def backend(self) -> Literal["markers", "share"]:
+        """The backend in use (``"auto"`` resolved)."""
+        return "share" if self._share is not None else "markers"
+
+    def _markers(self) -> _RawQueueConsumer:
+        if self._raw is None:
+            raise NotImplementedError("not available on the share backend")
+        return self._raw
+
+    def _fetch(self, count: int, timeout: float | None) -> list[QueueMessage]:
+        if self._share is not None:
+            return list(self._share.consume(count, timeout))
+        wait = None if timeout is None else max(timeout, 0.001)
+        return list(self._markers().fetch(count, wait))
+
+    def poll(self, timeout: float | None = None) -> QueueMessage | None:
         """The next message, or ``None`` when none came within ``timeout`` seconds.
 
         Example:
             >>> message = queue.poll(timeout=1.0)  # doctest: +SKIP
         """
         if not self._buffer:
-            wait = None if timeout is None else max(timeout, 0.001)
-            self._buffer.extend(self._raw.fetch(self._max_batch_size, wait))
+            self._buffer.extend(self._fetch(self._max_batch_size, timeout))
         return self._buffer.popleft() if self._buffer else None
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[QueueMessage]:
         """Yields messages, waiting for new ones in between, until the consumer is closed
         (for example by :meth:`close` from another thread)."""
         while True:
@@ -185,20 +249,26 @@ class QueueConsumer:
             if message is not None:
                 yield message
 
-    def ack(self, message: Message) -> None:
+    def ack(self, message: QueueMessage) -> None:
         """Processing of ``message`` succeeded: it will not be redelivered."""
-        self._raw.ack(message.partition(), message.offset())
+        self.ack_many([message])
 
-    def ack_many(self, messages: list[Message]) -> None:
+    def ack_many(self, messages: list[QueueMessage]) -> None:
         """:meth:`ack` for a whole batch in one native call.
 
         Example:
             >>> batch = queue.consume(100, timeout=1.0)  # doctest: +SKIP
             >>> queue.ack_many(batch)  # doctest: +SKIP
         """
-        self._raw.ack_many([(m.partition(), m.offset()) for m in messages])
+        offsets = [(m.partition() or 0, m.offset() or 0) for m in messages]
+        if self._share is not None:
+            self._share.ack_many(offsets)
+        else:
+            self._markers().ack_many(offsets)
 
-    def nack(self, message: Message, *, redeliver: Literal["now", "after_timeout"] = "now") -> None:
+    def nack(
+        self, message: QueueMessage, *, redeliver: Literal["now", "after_timeout"] = "now"
+    ) -> None:
         """Processing of ``message`` failed; it is redelivered with its redelivery count
         incremented (or dead-lettered past ``max_redeliveries``): ``"now"`` at once,
         ``"after_timeout"`` once its current deadline passes (its keepalive stops; at most
@@ -209,27 +279,40 @@ class QueueConsumer:
         """
         if redeliver not in ("now", "after_timeout"):
             raise ValueError(f"redeliver must be 'now' or 'after_timeout', got {redeliver!r}")
-        self._raw.nack(message.partition(), message.offset(), redeliver == "now")
+        now = redeliver == "now"
+        if self._share is not None:
+            self._share.nack(message, now)
+        else:
+            self._markers().nack(message.partition() or 0, message.offset() or 0, now)
 
-    def keepalive(self, message: Message) -> None:
+    def keepalive(self, message: QueueMessage) -> None:
         """Still working on ``message``: its deadline moves to now + ``redelivery_timeout``
         (done automatically with ``auto_keepalive``)."""
-        self._raw.keepalive(message.partition(), message.offset())
+        if self._share is not None:
+            self._share.keepalive()
+        self._markers().keepalive(message.partition() or 0, message.offset() or 0)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every ack/nack/keepalive marker so far is written (TimeoutError after
-        ``timeout`` seconds)."""
-        self._raw.flush(timeout)
+        ``timeout`` seconds); on the share backend, commit the acknowledgements."""
+        if self._share is not None:
+            self._share.flush(timeout)
+        else:
+            self._markers().flush(timeout)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: received, acked, nacked, keepalives, failed_markers."""
-        return self._raw.stats()
+        """Counters: received, acked, nacked, keepalives, failed_markers (and dead_lettered on
+        the share backend)."""
+        return self._share.stats() if self._share is not None else self._markers().stats()
 
     def close(self, timeout: float = 30.0) -> None:
         """Write the pending markers, then leave the group. Prepared messages not yet handed
         out are redelivered after their deadline."""
         self._buffer.clear()
-        self._raw.close(timeout)
+        if self._share is not None:
+            self._share.close(timeout)
+        else:
+            self._markers().close(timeout)
 
     def __enter__(self) -> QueueConsumer:
         return self
