@@ -6,16 +6,22 @@ Usage:
 
 Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). In one run, on the same data:
 1. throughput: N messages of S bytes on a 3-partition queue topic, read from the start by a new
-   group per sample. The peer is confluent-kafka's ``consume(batch)`` + synchronous ``commit()``
+   group per sample (a new share group, reset to earliest, for the share cases). The peer is
+   confluent-kafka's ``consume(batch)`` + synchronous ``commit()``
    per batch; ferrokafka is ``QueueConsumer`` (START markers written and acknowledged, then a
    synchronous commit, per batch; the next batch prepared while this one is acked) plus
-   ``ack_many`` (END markers) per batch and a final ``flush``. The cases run interleaved,
+   ``ack_many`` (END markers) per batch and a final ``flush``. Beside them, on a KIP-932 share
+   group: confluent-kafka's ``ShareConsumer`` (explicit mode, ``acknowledge`` per record, one
+   ``commit_sync`` at the end) and ``QueueConsumer(backend="share")`` (``consume`` +
+   ``ack_many``, ``flush`` at the end). The cases run interleaved,
    forwards then backwards (A-B-B-A ...), ``--samples`` each; the table shows each case's
    median. Afterwards the markers on the markers topic are counted (a START and an END per
    message and sample). The load average is printed before and after.
 2. lateness: L messages fetched and never acked (automatic keepalive off) with
    ``redelivery_timeout`` T while a tracker runs; lateness = the redelivered record's create time
-   minus the START marker's deadline (decoded from the markers topic), p50 / p99 / max.
+   minus the START marker's deadline (decoded from the markers topic), p50 / p99 / max. Markers
+   path only: on a share group the broker redelivers after the lock expires, and only another
+   member could observe when (the holder may not poll while it holds the record).
 Prints a markdown table.
 """
 
@@ -28,11 +34,12 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 
 from ferrokafka import Client, NewTopic
 from ferrokafka.codecs import decode_marker
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
+from ferrokafka.share_queue import configure_share_group
 
 
 def wait_until(condition: Callable[[], bool], timeout: float) -> None:
@@ -95,6 +102,59 @@ def marker_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int
         60.0,
         group_id=f"bench-kmq-{uuid.uuid4().hex}",
         max_batch_size=batch,
+    )
+    seen = 0
+    started = None
+    while seen < count:
+        messages = queue.consume(batch, timeout=1.0)
+        if not messages:
+            continue
+        started = started or time.perf_counter()
+        queue.ack_many(messages)
+        seen += len(messages)
+    queue.flush(60)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    queue.close()
+    return count / elapsed
+
+
+def share_peer_loop(bootstrap: str, topic: str, count: int) -> float:
+    """confluent-kafka's own ShareConsumer (explicit mode): acknowledge every record, commit
+    at the end."""
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+    group = f"bench-share-peer-{uuid.uuid4().hex}"
+    configure_share_group(config, group, 60.0, 3)
+    consumer = ShareConsumer(
+        {**config, "group.id": group, "share.acknowledgement.mode": "explicit"}
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    started = None
+    while seen < count:
+        messages = consumer.poll(1.0)
+        if not messages:
+            continue
+        started = started or time.perf_counter()
+        for message in messages:
+            if message.error() is None:
+                consumer.acknowledge(message)
+                seen += 1
+    consumer.commit_sync(60)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    consumer.close()
+    return count / elapsed
+
+
+def share_loop(bootstrap: str, topic: str, count: int, batch: int) -> float:
+    """ferrokafka's QueueConsumer on the share backend: consume + ack_many, flush at the end."""
+    queue = QueueConsumer(
+        {"bootstrap.servers": bootstrap},
+        topic,
+        "unused-markers",
+        60.0,
+        group_id=f"bench-share-{uuid.uuid4().hex}",
+        max_batch_size=batch,
+        backend="share",
     )
     seen = 0
     started = None
@@ -197,6 +257,12 @@ def main() -> int:
         "ferrokafka QueueConsumer (START + commit + ack_many)": lambda: marker_loop(
             bootstrap, queue_topic, markers, args.messages, args.batch
         ),
+        "confluent-kafka ShareConsumer (acknowledge each, commit at end)": lambda: share_peer_loop(
+            bootstrap, queue_topic, args.messages
+        ),
+        'ferrokafka QueueConsumer(backend="share") (consume + ack_many)': lambda: share_loop(
+            bootstrap, queue_topic, args.messages, args.batch
+        ),
     }
     rates: dict[str, list[float]] = {name: [] for name in cases}
     for sample in range(args.samples):
@@ -210,7 +276,7 @@ def main() -> int:
     late = lateness(bootstrap, client, args.late, args.timeout)
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
-    plain, ours = medians.values()
+    plain, ours, share_peer, share_ours = medians.values()
     print(
         f"| measure ({args.messages} msgs of {args.size} B, batch {args.batch}, "
         f"median of {args.samples}) | value |"
@@ -218,7 +284,11 @@ def main() -> int:
     print("|---|---|")
     for name, rate in medians.items():
         print(f"| {name} | {rate:,.0f} msgs/s |")
-    print(f"| ratio ferrokafka / confluent-kafka | {ours / plain:.2f}x |")
+    print(f"| ratio markers QueueConsumer / confluent consume + commit | {ours / plain:.2f}x |")
+    print(
+        f"| ratio share QueueConsumer / confluent ShareConsumer | {share_ours / share_peer:.2f}x |"
+    )
+    print(f"| ratio share QueueConsumer / markers QueueConsumer | {share_ours / ours:.2f}x |")
     print(
         f"| redelivery lateness past deadline ({args.late} msgs, timeout {args.timeout} s) "
         f"p50 / p99 / max | {statistics.median(late):.0f} / {percentile(late, 0.99):.0f} / "
