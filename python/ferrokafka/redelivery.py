@@ -131,7 +131,8 @@ class QueueConsumer:
         redelivery_timeout: seconds a handler has before its message is redelivered [60].
         group_id: consumer group [``ferrokafka-queue-<queue_topic>``].
         max_batch_size: most messages fetched (and marked) at once [500].
-        marker_timeout: seconds to wait for a batch's START markers and metadata [30].
+        marker_timeout: seconds to wait for a batch's START markers and metadata (share
+            backend: for the group's settings) [30].
         auto_keepalive: keep in-flight messages alive every ``redelivery_timeout / 2`` [True]
             (markers backend).
         backend: ``"markers"``, ``"share"`` or ``"auto"`` [``"markers"``].
@@ -174,7 +175,9 @@ class QueueConsumer:
         self._raw: _RawQueueConsumer | None = None
         if backend != "markers":
             try:
-                configure_share_group(config, group, redelivery_timeout, max_redeliveries)
+                configure_share_group(
+                    config, group, redelivery_timeout, max_redeliveries, marker_timeout
+                )
             except KafkaException as e:
                 if backend == "share":
                     raise ConfigError(f"share group {group!r} cannot be set up: {e}") from e

@@ -102,10 +102,17 @@ def _share_consumer_settings(config: _Config, group_id: str) -> dict[str, Any]:
 
 
 def configure_share_group(
-    config: _Config, group_id: str, redelivery_timeout: float, max_redeliveries: int
+    config: _Config,
+    group_id: str,
+    redelivery_timeout: float,
+    max_redeliveries: int,
+    timeout: float = 30.0,
 ) -> None:
-    """Writes the share group's settings; raises ``KafkaException`` when the broker refuses
-    them (for example because it has no share groups)."""
+    """Writes the share group's settings, waiting up to ``timeout`` seconds; raises
+    ``KafkaException`` when the broker refuses them (for example because it has no share
+    groups) and ``ValueError`` for a lock that is not a positive number of seconds."""
+    if not (math.isfinite(redelivery_timeout) and redelivery_timeout > 0):
+        raise ValueError(f"redelivery_timeout must be > 0 seconds, got {redelivery_timeout}")
     settings = {
         "share.auto.offset.reset": "earliest",
         "share.record.lock.duration.ms": str(round(redelivery_timeout * 1000)),
@@ -121,7 +128,7 @@ def configure_share_group(
     )
     admin_settings: dict[str, Any] = {**_connection(config), "logger": log}
     admin = AdminClient(admin_settings)
-    admin.incremental_alter_configs([resource])[resource].result()
+    admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result()
 
 
 class ShareQueue:
