@@ -94,14 +94,18 @@ def plain_loop(bootstrap: str, topic: str, count: int, batch: int) -> float:
     return count / elapsed
 
 
-def marker_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int) -> float:
+def queue_loop(
+    bootstrap: str, topic: str, markers: str, count: int, batch: int, backend: str
+) -> float:
+    """ferrokafka's QueueConsumer on one backend: consume + ack_many, flush at the end."""
     queue = QueueConsumer(
         {"bootstrap.servers": bootstrap},
         topic,
         markers,
         60.0,
-        group_id=f"bench-kmq-{uuid.uuid4().hex}",
+        group_id=f"bench-{backend}-{uuid.uuid4().hex}",
         max_batch_size=batch,
+        backend="share" if backend == "share" else "markers",
     )
     seen = 0
     started = None
@@ -142,32 +146,6 @@ def share_peer_loop(bootstrap: str, topic: str, count: int) -> float:
     consumer.commit_sync(60)
     elapsed = time.perf_counter() - (started or time.perf_counter())
     consumer.close()
-    return count / elapsed
-
-
-def share_loop(bootstrap: str, topic: str, count: int, batch: int) -> float:
-    """ferrokafka's QueueConsumer on the share backend: consume + ack_many, flush at the end."""
-    queue = QueueConsumer(
-        {"bootstrap.servers": bootstrap},
-        topic,
-        "unused-markers",
-        60.0,
-        group_id=f"bench-share-{uuid.uuid4().hex}",
-        max_batch_size=batch,
-        backend="share",
-    )
-    seen = 0
-    started = None
-    while seen < count:
-        messages = queue.consume(batch, timeout=1.0)
-        if not messages:
-            continue
-        started = started or time.perf_counter()
-        queue.ack_many(messages)
-        seen += len(messages)
-    queue.flush(60)
-    elapsed = time.perf_counter() - (started or time.perf_counter())
-    queue.close()
     return count / elapsed
 
 
@@ -254,14 +232,14 @@ def main() -> int:
         "confluent-kafka consume + sync commit": lambda: plain_loop(
             bootstrap, queue_topic, args.messages, args.batch
         ),
-        "ferrokafka QueueConsumer (START + commit + ack_many)": lambda: marker_loop(
-            bootstrap, queue_topic, markers, args.messages, args.batch
+        "ferrokafka QueueConsumer (START + commit + ack_many)": lambda: queue_loop(
+            bootstrap, queue_topic, markers, args.messages, args.batch, "markers"
         ),
         "confluent-kafka ShareConsumer (acknowledge each, commit at end)": lambda: share_peer_loop(
             bootstrap, queue_topic, args.messages
         ),
-        'ferrokafka QueueConsumer(backend="share") (consume + ack_many)': lambda: share_loop(
-            bootstrap, queue_topic, args.messages, args.batch
+        'ferrokafka QueueConsumer(backend="share") (consume + ack_many)': lambda: queue_loop(
+            bootstrap, queue_topic, markers, args.messages, args.batch, "share"
         ),
     }
     rates: dict[str, list[float]] = {name: [] for name in cases}
