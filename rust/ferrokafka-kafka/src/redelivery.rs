@@ -188,9 +188,10 @@ impl QueueConsumer {
         producer_settings.remove("transactional.id");
         // Markers of one message must stay in order: retries may not reorder them.
         producer_settings.set_default("enable.idempotence", "true");
+        let mut start_settings = producer_settings.clone();
         // START markers are written synchronously per batch: linger only adds latency.
-        producer_settings.set_default("linger.ms", "1");
-        let starts = producer_settings
+        start_settings.set_default("linger.ms", "1");
+        let starts = start_settings
             .to_client_config()
             .create_with_context(FlushTracker::new())
             .map_err(creation_error("create markers producer"))?;
