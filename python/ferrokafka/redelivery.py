@@ -304,8 +304,8 @@ class QueueConsumer:
             self._markers().flush(timeout)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: received, acked, nacked, keepalives, failed_markers (and dead_lettered on
-        the share backend)."""
+        """Counters: received, acked, nacked, keepalives, failed_markers (on the share backend:
+        partitions whose acknowledgements the broker refused; and dead_lettered)."""
         return self._share.stats() if self._share is not None else self._markers().stats()
 
     def close(self, timeout: float = 30.0) -> None:

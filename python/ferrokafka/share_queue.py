@@ -46,7 +46,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from ferrokafka.exceptions import ClosedError, KafkaTimeoutError
+from ferrokafka.exceptions import ClosedError, KafkaError, KafkaTimeoutError
 from ferrokafka.tracking import _CONSUMER_ONLY_KEYS  # one list of a producer's foreign keys
 
 __all__ = ["ShareMessage", "ShareQueue", "configure_share_group"]
@@ -99,6 +99,16 @@ def _share_consumer_settings(config: _Config, group_id: str) -> dict[str, Any]:
         "share.acknowledgement.mode": "explicit",
         "logger": log,
     }
+
+
+def _ferrokafka_error(error: Any, what: str) -> KafkaError:
+    """confluent-kafka's ``KafkaError`` as ferrokafka's, keeping code, name and flags."""
+    try:
+        return KafkaError(
+            f"{what}: {error.str()}", error.code(), error.name(), error.retriable(), error.fatal()
+        )
+    except AttributeError:  # not a confluent KafkaError
+        return KafkaError(f"{what}: {error}")
 
 
 def configure_share_group(
@@ -257,12 +267,13 @@ class ShareQueue:
                 headers=headers,
                 on_delivery=lambda err, _msg: failures.append(err) if err else None,
             )
-            if self._dead_letters.flush(30) > 0 or failures:
+            unsent = self._dead_letters.flush(30)
+            if unsent > 0 or failures:
                 self._acknowledge(partition, offset, AcknowledgeType.RELEASE)
-                raise KafkaTimeoutError(
-                    f"dead letter of {self._queue_topic}-{partition}@{offset} not written: "
-                    f"{failures[0] if failures else 'timed out'}; released for redelivery"
-                )
+                what = f"dead letter of {self._queue_topic}-{partition}@{offset} not written"
+                if failures:
+                    raise _ferrokafka_error(failures[0], f"{what}; released for redelivery")
+                raise KafkaTimeoutError(f"{what} within 30 s; released for redelivery")
             self._stats["dead_lettered"] += 1
         self._acknowledge(partition, offset, AcknowledgeType.REJECT)
 
@@ -283,7 +294,9 @@ class ShareQueue:
         failed = {tp: err for tp, err in (results or {}).items() if err is not None}
         if failed:
             self._stats["failed_markers"] += len(failed)
-            raise KafkaException(next(iter(failed.values())))
+            (tp, error), *_ = failed.items()
+            cause = error.args[0] if error.args else error
+            raise _ferrokafka_error(cause, f"acknowledgements for {tp.topic}-{tp.partition}")
 
     def stats(self) -> dict[str, int]:
         return dict(self._stats)

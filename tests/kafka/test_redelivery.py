@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 import pytest
 
-from ferrokafka import Client
+from ferrokafka import Client, KafkaError
 from ferrokafka.redelivery import (
     ORIGINAL_TOPIC_HEADER,
     REDELIVERY_COUNT_HEADER,
@@ -407,3 +407,25 @@ def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(
         with pytest.raises(RuntimeError, match="ack or nack every message"):
             queue.consume(1, timeout=0.1)
         queue.ack(message)
+
+
+def test_share_lock_runs_out_the_late_ack_is_refused_and_another_member_has_it(
+    config: dict[str, Any], topic_factory: TopicFactory, kafka_client: Client
+) -> None:
+    # One partition: both members of the share group get records from it.
+    queue_topic = topic_factory(partitions=1)
+    kafka_client.produce(queue_topic, "slow")
+    group = f"g-{uuid.uuid4().hex}"
+    with (
+        QueueConsumer(config, queue_topic, "unused", 1.0, group_id=group, backend="share") as a,
+        QueueConsumer(config, queue_topic, "unused", 1.0, group_id=group, backend="share") as b,
+    ):
+        [held] = take(a, 1)
+        [again] = take(b, 1)  # comes once a's lock of 1 s ran out
+        assert (again.value(), redelivery_count(again)) == (b"slow", 1)
+        a.ack(held)
+        with pytest.raises(KafkaError, match="record state is invalid"):
+            a.flush()
+        assert a.stats()["failed_markers"] == 1
+        b.ack(again)
+        b.flush()
