@@ -193,27 +193,48 @@ class ShareQueue:
                 "share backend: ack or nack every message already handed out before consuming "
                 f"more ({len(self._unacknowledged)} open; KIP-932 explicit acknowledgement)"
             )
-        for message in self._consumer.poll(wait):
+        try:
+            polled = self._consumer.poll(wait)
+        except KafkaException as e:
+            raise _ferrokafka_error(e.args[0] if e.args else e, "share consumer poll") from e
+        failure: Exception | None = None
+        for message in polled:
             if message.error() is not None:
                 log.warning("share consumer: %s", message.error())
                 continue
             count = (message.delivery_count() or 1) - 1
+            self._unacknowledged.add((message.partition() or 0, message.offset() or 0))
             if count > self._max_redeliveries:
                 # Its lock ran out every time (handler died or overran): dead-letter it unseen.
-                self._dead_letter(message, count)
+                # A failure is raised after the batch: every record of a poll must be settled
+                # or handed out before the next poll.
+                try:
+                    self._dead_letter(message, count)
+                except (KafkaError, ValueError) as e:
+                    failure = failure or e
                 continue
             if count > 0:
                 message.set_headers([*(message.headers() or []), (_COUNT, str(count).encode())])
-            self._unacknowledged.add((message.partition() or 0, message.offset() or 0))
             self._buffer.append(message)
             self._stats["received"] += 1
+        if failure is not None:
+            raise failure
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("QueueConsumer is closed")
 
     def _acknowledge(self, partition: int, offset: int, kind: AcknowledgeType) -> None:
-        self._consumer.acknowledge_offset(self._queue_topic, partition, offset, kind)
+        if (partition, offset) not in self._unacknowledged:
+            raise ValueError(
+                f"{self._queue_topic}-{partition}@{offset} is not an open message of this "
+                "consumer (already acked or nacked, or handed out by another consumer)"
+            )
+        try:
+            self._consumer.acknowledge_offset(self._queue_topic, partition, offset, kind)
+        except KafkaException as e:
+            where = f"{kind.name} of {self._queue_topic}-{partition}@{offset}"
+            raise _ferrokafka_error(e.args[0] if e.args else e, where) from e
         self._unacknowledged.discard((partition, offset))
 
     def ack_many(self, messages: list[tuple[int, int]]) -> None:

@@ -429,3 +429,5 @@ def test_share_lock_runs_out_the_late_ack_is_refused_and_another_member_has_it(
         assert a.stats()["failed_markers"] == 1
         b.ack(again)
         b.flush()
+        with pytest.raises(ValueError, match="not an open message"):
+            b.ack(again)
