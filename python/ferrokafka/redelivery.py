@@ -11,6 +11,10 @@ passed to its queue partition, with the ``ferrokafka_redelivery_count`` header i
 ``max_redeliveries`` it goes to the dead-letter topic instead. Delivery is at-least-once: a
 handler must tolerate seeing a message again.
 
+On a broker with KIP-932 share groups, ``QueueConsumer(..., backend="share")`` (or ``"auto"``)
+gives the same API with the broker tracking every message instead of markers and a tracker
+(:mod:`ferrokafka.share_queue`).
+
 Markers are the compact, versioned binary format of :func:`ferrokafka.codecs.encode_marker`;
 every marker of a message goes to markers partition ``queue partition % markers partitions``,
 so give the markers topic as many partitions as the queue topic (or a divisor of it).
