@@ -770,14 +770,18 @@ class _RawQueueConsumer:
         group_id: str,
         redelivery_timeout: float,
         marker_timeout: float,
+        max_batch_size: int,
+        auto_keepalive: bool,
     ) -> _RawQueueConsumer: ...
     def fetch(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages whose START markers are written and offsets
         committed; ``[]`` when none came within ``timeout`` seconds (None: wait for one)."""
     def ack(self, partition: int, offset: int) -> None:
         """Write the END marker of the message at ``partition``/``offset``."""
-    def nack(self, partition: int, offset: int) -> None:
-        """Make the message due for redelivery now."""
+    def ack_many(self, messages: list[tuple[int, int]]) -> None:
+        """Write the END markers of the messages at these ``(partition, offset)`` pairs."""
+    def nack(self, partition: int, offset: int, now: bool) -> None:
+        """Stop keeping the message alive; ``now``: make it due for redelivery at once."""
     def keepalive(self, partition: int, offset: int) -> None:
         """Move the message's deadline to now + the redelivery timeout."""
     def flush(self, timeout: float) -> None:
