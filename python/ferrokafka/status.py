@@ -1,8 +1,10 @@
 """The read side of tracking: turns the reports, errors and scheduler state topics into a live view.
 
-Reporters (:mod:`ferrokafka.tracking`, or Karafka Web's) send one zlib-compressed JSON process
-report per process at most every few seconds, keyed by process id, to the reports topic, and
-each error once to the errors topic; scheduler daemons send state reports to
+Reporters (:mod:`ferrokafka.tracking`, or Karafka Web's: consumer report schemas 1.2.x to
+1.7.0, error schemas 1.0.0 to 1.2.0, decoded by the Rust core) send one zlib-compressed JSON
+process report per process at most every few seconds, keyed by process id, to the reports
+topic, and each error once to the errors topic; a report of a newer schema is shown with what
+can be read (``ProcessView.newer_schema``); scheduler daemons send state reports to
 ``<schedules topic>_states``. A :class:`StatusView` folds such records into the latest picture:
 
 * processes: the newest report per process id, *alive* while its ``dispatched_at`` is at most
@@ -39,10 +41,12 @@ from typing import Any, Literal, TypeAlias
 
 from ferrokafka._native import (
     Client,
+    ConsumerReportView,
+    ErrorReportView,
     Message,
-    decode_error_report,
-    decode_process_report,
     decode_state_report,
+    view_consumer_report,
+    view_error_report,
 )
 from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
 from ferrokafka.consumer import ConfigValue, Consumer, TopicPartition
@@ -95,6 +99,7 @@ class PartitionLag:
     lo_offset: int
     fetch_state: str
     poll_state: str
+    subscription_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,8 @@ class ProcessView:
     ``health`` is ``"stopped"`` once the process sent a report with status ``stopped``,
     ``"alive"`` while its last report is at most the reader's ``ttl`` seconds old, else
     ``"stale"``. ``age`` is seconds since ``dispatched_at`` at snapshot time. Memory is in KiB.
+    ``lag`` is Karafka Web's summed lag (each partition's stored lag where known, else its
+    committed lag); ``totals`` sum the counts of every report read from the process.
 
     Example:
         >>> snapshot.processes[0].health  # doctest: +SKIP
@@ -131,6 +138,10 @@ class ProcessView:
     totals: dict[str, int]
     jobs: int
     partitions: list[PartitionLag]
+    schema_version: str = ""
+    newer_schema: bool = False
+    """The report's schema is newer than this build reads in full: what it shows is partial."""
+    execution_mode: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -279,8 +290,9 @@ class StatusSnapshot:
 
 @dataclass
 class _ProcessEntry:
-    report: dict[str, Any]
+    report: ConsumerReportView
     dispatched_at: float
+    totals: dict[str, int]
 
 
 @dataclass
@@ -339,7 +351,7 @@ class StatusView:
         )
         self._lock = threading.Lock()
         self._processes: dict[str, _ProcessEntry] = {}
-        self._errors: list[tuple[float, str, dict[str, Any]]] = []
+        self._errors: list[tuple[float, str, ErrorView]] = []
         self._error_ids: set[str] = set()
         self._states: dict[tuple[str, int], _StateEntry] = {}
         self._history: dict[_SeriesKey, list[tuple[float, int]]] = {}
@@ -385,9 +397,9 @@ class StatusView:
                 return self._skip(topic, partition, offset, "tombstone (no value)")
             try:
                 if topic == self.reports_topic:
-                    self._add_process_report(decode_process_report(value))
+                    self._add_process_report(view_consumer_report(value))
                 elif topic == self.errors_topic:
-                    self._add_error_report(decode_error_report(value))
+                    self._add_error_report(view_error_report(value))
                 elif topic.endswith(STATES_POSTFIX):
                     self._states_topics.add(topic)
                     self._add_state_report(topic, partition, decode_state_report(value))
@@ -423,15 +435,20 @@ class StatusView:
         log.log(level, "skipped %s[%d]@%d: %s", topic, partition, offset, reason)
         return False
 
-    def _add_process_report(self, report: dict[str, Any]) -> None:
-        process_id: str = report["process"]["id"]
-        dispatched_at = float(report["dispatched_at"])
+    def _add_process_report(self, report: ConsumerReportView) -> None:
+        process_id = report.id
+        dispatched_at = report.dispatched_at
         current = self._processes.get(process_id)
+        # Each report counts since the process's previous one (Karafka Web's rule): sum them.
+        totals = {} if current is None else current.totals
+        for name, count in report.totals.items():
+            totals[name] = totals.get(name, 0) + count
         if current is None or dispatched_at >= current.dispatched_at:
-            self._processes[process_id] = _ProcessEntry(report, dispatched_at)
-        for group, topic, partition, figures in _partitions(report):
-            series = self._history.setdefault((process_id, group, topic, partition), [])
-            point = (dispatched_at, int(figures["lag"]))
+            self._processes[process_id] = _ProcessEntry(report, dispatched_at, totals)
+        for p in report.partitions:
+            key = (process_id, p.consumer_group, p.topic, p.partition)
+            series = self._history.setdefault(key, [])
+            point = (dispatched_at, p.lag_hybrid)
             at = bisect.bisect_right(series, point)
             if at > 0 and series[at - 1][0] == dispatched_at:
                 series[at - 1] = point  # the same report twice: keep one point
@@ -439,11 +456,12 @@ class StatusView:
                 series.insert(at, point)
             del series[: max(0, len(series) - self.history_points)]
 
-    def _add_error_report(self, report: dict[str, Any]) -> None:
-        error_id: str = report["id"]
+    def _add_error_report(self, report: ErrorReportView) -> None:
+        # Error schemas before 1.2.0 carry no id: the process and time stand in for it.
+        error_id = report.id or f"{report.process_id}@{report.occurred_at!r}"
         if error_id in self._error_ids:
             return
-        entry = (float(report["occurred_at"]), error_id, report)
+        entry = (report.occurred_at, error_id, _error_view(error_id, report))
         bisect.insort(self._errors, entry, key=lambda e: (e[0], e[1]))
         self._error_ids.add(error_id)
         while len(self._errors) > self.max_errors:
@@ -468,12 +486,10 @@ class StatusView:
         with self._lock:
             self._forget(now)
             processes = sorted(
-                (self._process_view(entry.report, now) for entry in self._processes.values()),
+                (self._process_view(entry, now) for entry in self._processes.values()),
                 key=lambda p: (p.health != "alive", p.health, p.id),
             )
-            errors = [
-                _error_view(report) for _, _, report in reversed(self._errors)
-            ]  # newest first
+            errors = [error for _, _, error in reversed(self._errors)]  # newest first
             schedulers = [
                 _scheduler_view(topic, partition, entry.report, now)
                 for (topic, partition), entry in sorted(self._states.items())
@@ -510,12 +526,11 @@ class StatusView:
             for key in [key for key in self._history if key[0] in forgotten]:
                 del self._history[key]
 
-    def _process_view(self, report: dict[str, Any], now: float) -> ProcessView:
-        process, stats = report["process"], report["stats"]
-        dispatched_at = float(report["dispatched_at"])
-        age = max(0.0, now - dispatched_at)
+    def _process_view(self, entry: _ProcessEntry, now: float) -> ProcessView:
+        report = entry.report
+        age = max(0.0, now - report.dispatched_at)
         health: Health
-        if process["status"] == "stopped":
+        if report.status == "stopped":
             health = "stopped"
         elif age <= self.ttl:
             health = "alive"
@@ -523,67 +538,59 @@ class StatusView:
             health = "stale"
         partitions = [
             PartitionLag(
-                group=group,
-                topic=topic,
-                partition=partition,
-                lag=int(figures["lag"]),
-                lag_stored=int(figures["lag_stored"]),
-                committed_offset=int(figures["committed_offset"]),
-                stored_offset=int(figures["stored_offset"]),
-                hi_offset=int(figures["hi_offset"]),
-                lo_offset=int(figures["lo_offset"]),
-                fetch_state=str(figures["fetch_state"]),
-                poll_state=str(figures["poll_state"]),
+                group=p.consumer_group,
+                topic=p.topic,
+                partition=p.partition,
+                lag=p.lag,
+                lag_stored=p.lag_stored,
+                committed_offset=p.committed_offset,
+                stored_offset=p.stored_offset,
+                hi_offset=p.hi_offset,
+                lo_offset=p.lo_offset,
+                fetch_state=p.fetch_state,
+                poll_state=p.poll_state,
+                subscription_group=p.subscription_group,
             )
-            for group, topic, partition, figures in _partitions(report)
+            for p in report.partitions
         ]
         return ProcessView(
-            id=process["id"],
+            id=report.id,
             health=health,
-            status=process["status"],
-            dispatched_at=dispatched_at,
+            status=report.status,
+            dispatched_at=report.dispatched_at,
             age=age,
-            started_at=float(process["started_at"]),
-            memory_usage=int(process["memory_usage"]),
-            memory_total_usage=int(process["memory_total_usage"]),
-            memory_size=int(process["memory_size"]),
-            cpus=int(process["cpus"]),
-            threads=int(process["threads"]),
-            cpu_usage=[float(load) for load in process["cpu_usage"]],
-            tags=list(process.get("tags", [])),
-            busy=int(stats["busy"]),
-            enqueued=int(stats["enqueued"]),
-            utilization=float(stats["utilization"]),
-            lag=int(stats["lag"]),
-            lag_stored=int(stats["lag_stored"]),
-            totals={name: int(count) for name, count in stats["total"].items()},
-            jobs=len(report.get("jobs", [])),
+            started_at=report.started_at,
+            memory_usage=report.memory_usage,
+            memory_total_usage=report.memory_total_usage,
+            memory_size=report.memory_size,
+            cpus=report.cpus,
+            threads=report.threads,
+            cpu_usage=list(report.cpu_usage),
+            tags=list(report.tags),
+            busy=report.busy,
+            enqueued=report.enqueued,
+            utilization=report.utilization,
+            lag=report.lag,
+            lag_stored=sum(max(0, p.lag_stored) for p in partitions),
+            totals=dict(entry.totals),
+            jobs=report.jobs,
             partitions=partitions,
+            schema_version=report.schema_version,
+            newer_schema=report.newer_schema,
+            execution_mode=report.execution_mode,
         )
 
 
-def _partitions(report: Mapping[str, Any]) -> list[tuple[str, str, int, Mapping[str, Any]]]:
-    """``(group, topic, partition, figures)`` of a process report, sorted."""
-    found = [
-        (group_id, topic_name, int(partition_id), figures)
-        for group_id, group in report["consumer_groups"].items()
-        for topic_name, topic in group["topics"].items()
-        for partition_id, figures in topic["partitions"].items()
-    ]
-    found.sort(key=lambda item: item[:3])
-    return found
-
-
-def _error_view(report: Mapping[str, Any]) -> ErrorView:
+def _error_view(error_id: str, report: ErrorReportView) -> ErrorView:
     return ErrorView(
-        id=report["id"],
-        type=report["type"],
-        error_class=report["error_class"],
-        error_message=report["error_message"],
-        backtrace=report["backtrace"],
-        details=dict(report.get("details", {})),
-        occurred_at=float(report["occurred_at"]),
-        process_id=report["process"]["id"],
+        id=error_id,
+        type=report.kind,
+        error_class=report.error_class,
+        error_message=report.error_message,
+        backtrace=report.backtrace,
+        details=dict(report.details),
+        occurred_at=report.occurred_at,
+        process_id=report.process_id,
     )
 
 

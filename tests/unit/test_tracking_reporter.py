@@ -69,18 +69,23 @@ def test_sample_merges_sources_into_a_valid_report() -> None:
         ),
     ]
     report = reporter.sample()
+    assert codecs.consumer_report_violations_of(report) == []
     decoded = codecs.decode_process_report(codecs.encode_process_report(report))
-    topics = decoded["consumer_groups"]["billing"]["topics"]
-    assert sorted(topics) == ["orders", "refunds"]
-    assert topics["orders"]["partitions"]["0"]["committed_offset"] == 10
-    assert decoded["stats"]["lag"] == 12  # unknown (-1) lag is not summed
-    assert decoded["stats"]["lag_stored"] == 3  # unknown ones are not summed either
+    subscriptions = decoded["consumer_groups"]["billing"]["subscription_groups"]
+    assert sorted(subscriptions) == ["billing_0", "billing_1"]
+    orders = subscriptions["billing_0"]["topics"]["orders"]
+    assert orders["partitions"]["0"]["committed_offset"] == 10
+    assert orders["partitions"]["1"]["committed_offset"] == -1001  # librdkafka's unknown
+    assert orders["partitions_cnt"] == 2
+    assert subscriptions["billing_1"]["topics"]["refunds"]["partitions"]["0"]["lag"] == 7
     assert decoded["stats"]["total"]["messages"] == 20
+    assert decoded["stats"]["total"]["jobs"] == 2  # one per batch
     assert decoded["stats"]["busy"] == 1
     assert decoded["stats"]["enqueued"] == 4
     assert decoded["process"]["status"] == "initialized"
     assert decoded["process"]["tags"] == ["web"]
-    assert decoded["versions"]["ferrokafka"]
+    assert decoded["versions"]["karafka"].startswith("ferrokafka ")
+    assert decoded["process"]["execution_mode"] == "embedded"
 
 
 def test_a_failing_source_is_logged_and_left_out(caplog: pytest.LogCaptureFixture) -> None:
@@ -117,4 +122,7 @@ def test_unreachable_broker_counts_a_failure_and_keeps_the_errors(
     assert reporter.stats()["send_failures"] == 1
     assert reporter.stats()["errors"] == 0
     assert "cannot send the process report" in caplog.text
-    assert [e["error_message"] for e in reporter._errors] == ["kept for later"]
+    kept = [codecs.decode_error_report(e) for e in reporter._errors]
+    assert [(e["error_message"], e["schema_version"]) for e in kept] == [
+        ("kept for later", "1.2.0")
+    ]

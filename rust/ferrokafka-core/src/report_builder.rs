@@ -1,0 +1,399 @@
+//! Builds Karafka Web consumer reports and error reports from what a process samples: the
+//! process's own facts ([`ProcessSample`]) and one [`SourceSample`] per tracked component (a
+//! consumer, or a daemon's consumer), each a subscription group of its consumer group.
+//!
+//! Karafka Web sums `stats.total` over reports, so a report carries the counts since the
+//! previous one: the builder keeps each source's cumulative counts and handler time from the
+//! last report and sends the differences (`utilization` is the handler share of the worker
+//! time since then). [`decorate`] turns two consecutive librdkafka statistics of a partition
+//! into the `_d` (change) and `_fd` (unchanged for, ms) figures Karafka's statistics
+//! decorator adds.
+//!
+//! Invariants: the builder never invents a figure: a partition figure librdkafka did not
+//! give stays librdkafka's "unknown" (`-1001` offsets, `-1` lags); counts never go negative
+//! (a restarted source counts from zero again).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::codec::report::{
+    CONSUMER_SCHEMA_VERSION, ConsumerGroupReport, ConsumerReport, ERROR_SCHEMA_VERSION,
+    ErrorProcess, ErrorReport, GroupState, JobReport, Listeners, PartitionReport, ProcessInfo,
+    ProcessStats, SubscriptionGroupReport, TopicReport, Totals, Versions, cut_error_message,
+};
+
+/// The process's own facts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ProcessSample {
+    /// `"host:pid:random"`.
+    pub id: String,
+    /// Karafka process state (`running`, `stopping`, `stopped`, ...).
+    pub status: String,
+    /// Start time, Unix seconds.
+    pub started_at: f64,
+    /// `embedded` (consumers run inside the application's process) or `standalone`.
+    pub execution_mode: String,
+    /// Resident memory, KiB.
+    pub memory_usage: u64,
+    /// Memory of every process on the host, KiB.
+    pub memory_total_usage: u64,
+    /// Host or container memory, KiB.
+    pub memory_size: u64,
+    /// CPUs.
+    pub cpus: u64,
+    /// OS threads of the process.
+    pub threads: u64,
+    /// 1/5/15-minute load (`-1` each where unknown).
+    pub cpu_usage: [f64; 3],
+    /// Free-form tags.
+    pub tags: Vec<String>,
+    /// Software versions, under Karafka Web's names.
+    pub versions: Versions,
+}
+
+/// A subscription group's librdkafka `cgrp` statistics.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct GroupSample {
+    /// Group state.
+    pub state: String,
+    /// Join state.
+    pub join_state: String,
+    /// Milliseconds in `state`.
+    pub stateage: u64,
+    /// Milliseconds since the last rebalance.
+    pub rebalance_age: u64,
+    /// Rebalances so far.
+    pub rebalance_cnt: u64,
+    /// Why the last rebalance happened.
+    pub rebalance_reason: String,
+}
+
+/// One partition of a source: its topic and Karafka Web's partition figures.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PartitionSample {
+    /// Topic.
+    pub topic: String,
+    /// Partitions the topic has, when known.
+    pub partitions_cnt: Option<u64>,
+    /// The figures (its `id` is the partition).
+    #[serde(flatten)]
+    pub figures: PartitionReport,
+}
+
+/// Cumulative counts of a source since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct SourceTotals {
+    /// Jobs run (batches plus revocations and shutdowns); `None`: one per batch.
+    #[serde(rename = "jobs_total")]
+    pub jobs: Option<u64>,
+    /// Batches handled.
+    pub batches: u64,
+    /// Messages handled.
+    pub messages: u64,
+    /// Handler errors.
+    pub errors: u64,
+    /// Retries.
+    pub retries: u64,
+    /// Dead-lettered messages.
+    pub dead: u64,
+    /// Seconds spent in handlers.
+    pub busy_seconds: f64,
+}
+
+/// A tracked component: one subscription group of a consumer group.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SourceSample {
+    /// Consumer group id.
+    #[serde(rename = "group")]
+    pub consumer_group: String,
+    /// Subscription group id, unique in the process; `None`: `<group>_<n>`, n counting the
+    /// sources of that group from 0 (Karafka's own ids end the same way).
+    #[serde(default)]
+    pub subscription_group: Option<String>,
+    /// `group.instance.id` of a static member.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    /// librdkafka group statistics; `None` for a group-less consumer.
+    #[serde(default)]
+    pub group_state: Option<GroupSample>,
+    /// Seconds since the source last polled.
+    pub poll_age: f64,
+    /// `max.poll.interval.ms`.
+    pub poll_interval: u64,
+    /// Listener threads that poll now.
+    pub listeners: u64,
+    /// Worker threads that run handlers.
+    pub workers: u64,
+    /// Jobs running now.
+    pub busy: u64,
+    /// Records waiting for a worker.
+    pub enqueued: u64,
+    /// Counts since the source started.
+    #[serde(flatten)]
+    pub totals: SourceTotals,
+    /// Assigned partitions.
+    pub partitions: Vec<PartitionSample>,
+    /// Jobs running now.
+    pub jobs: Vec<JobReport>,
+}
+
+/// What an error report is made of.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ErrorSample {
+    /// Unique id (a UUID).
+    pub id: String,
+    /// Where it happened, e.g. `consumer.consume.error`.
+    pub kind: String,
+    /// Exception class.
+    pub error_class: String,
+    /// Message (cut to the schema's limit here).
+    pub error_message: String,
+    /// Backtrace.
+    pub backtrace: String,
+    /// Context.
+    pub details: BTreeMap<String, serde_json::Value>,
+    /// Unix seconds.
+    pub occurred_at: f64,
+    /// Process id.
+    pub process_id: String,
+    /// Process tags.
+    pub tags: Vec<String>,
+}
+
+/// Turns samples into reports; keeps what the previous report counted.
+#[derive(Debug, Default)]
+pub struct ReportBuilder {
+    previous: BTreeMap<String, (SourceTotals, f64)>,
+}
+
+impl ReportBuilder {
+    /// A builder whose first report counts everything since each source started.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The consumer report at `now` (Unix seconds); remembers the counts it sent.
+    pub fn consumer_report(
+        &mut self,
+        process: ProcessSample,
+        sources: Vec<SourceSample>,
+        now: f64,
+    ) -> ConsumerReport {
+        let mut groups: BTreeMap<String, ConsumerGroupReport> = BTreeMap::new();
+        let mut total = Totals {
+            jobs: Some(0),
+            ..Totals::default()
+        };
+        let (mut listeners, mut workers, mut busy, mut enqueued) = (0, 0, 0, 0);
+        let (mut busy_seconds, mut worker_seconds) = (0.0, 0.0);
+        let mut jobs = Vec::new();
+        let mut seen = Vec::new();
+        let mut per_group: BTreeMap<String, usize> = BTreeMap::new();
+        for mut source in sources {
+            let index = per_group.entry(source.consumer_group.clone()).or_default();
+            let subscription_id = source
+                .subscription_group
+                .take()
+                .unwrap_or_else(|| format!("{}_{index}", source.consumer_group));
+            *index += 1;
+            let (before, since) = self
+                .previous
+                .get(&subscription_id)
+                .copied()
+                .unwrap_or((SourceTotals::default(), process.started_at));
+            let now_totals = source.totals;
+            let diff = |now: u64, then: u64| now.checked_sub(then).unwrap_or(now);
+            let jobs_now = now_totals.jobs.unwrap_or(now_totals.batches);
+            let jobs_before = before.jobs.unwrap_or(before.batches);
+            total.jobs = total.jobs.map(|jobs| jobs + diff(jobs_now, jobs_before));
+            total.batches += diff(now_totals.batches, before.batches);
+            total.messages += diff(now_totals.messages, before.messages);
+            total.errors += diff(now_totals.errors, before.errors);
+            total.retries += diff(now_totals.retries, before.retries);
+            total.dead += diff(now_totals.dead, before.dead);
+            let handled = now_totals.busy_seconds - before.busy_seconds;
+            busy_seconds += if handled >= 0.0 {
+                handled
+            } else {
+                now_totals.busy_seconds
+            };
+            worker_seconds += (now - since).max(0.0) * source.workers as f64;
+            listeners += source.listeners;
+            workers += source.workers;
+            busy += source.busy;
+            enqueued += source.enqueued;
+            jobs.extend(source.jobs);
+            seen.push((subscription_id.clone(), (now_totals, now)));
+            let group = groups
+                .entry(source.consumer_group.clone())
+                .or_insert_with(|| ConsumerGroupReport {
+                    id: source.consumer_group.clone(),
+                    subscription_groups: BTreeMap::new(),
+                });
+            let mut topics: BTreeMap<String, TopicReport> = BTreeMap::new();
+            for sample in source.partitions {
+                let topic = topics
+                    .entry(sample.topic.clone())
+                    .or_insert_with(|| TopicReport {
+                        name: sample.topic.clone(),
+                        partitions_cnt: Some(0),
+                        partitions: BTreeMap::new(),
+                    });
+                let known = sample.partitions_cnt.unwrap_or(0);
+                let counted = topic.partitions_cnt.unwrap_or(0);
+                topic.partitions_cnt = Some(counted.max(known));
+                topic.partitions.insert(sample.figures.id, sample.figures);
+            }
+            for topic in topics.values_mut() {
+                // At least the partitions assigned here, when metadata did not say more.
+                let assigned = topic.partitions.keys().map(|id| u64::from(*id) + 1).max();
+                topic.partitions_cnt = topic.partitions_cnt.max(assigned);
+            }
+            let state = source.group_state.map_or_else(
+                || GroupState {
+                    // A consumer without a group has no librdkafka group state.
+                    state: "none".into(),
+                    join_state: "none".into(),
+                    stateage: 0,
+                    rebalance_age: 0,
+                    rebalance_cnt: 0,
+                    rebalance_reason: String::new(),
+                    poll_age: 0.0,
+                    poll_interval: 0,
+                },
+                |group| GroupState {
+                    state: group.state,
+                    join_state: group.join_state,
+                    stateage: group.stateage,
+                    rebalance_age: group.rebalance_age,
+                    rebalance_cnt: group.rebalance_cnt,
+                    rebalance_reason: group.rebalance_reason,
+                    poll_age: 0.0,
+                    poll_interval: 0,
+                },
+            );
+            group.subscription_groups.insert(
+                subscription_id.clone(),
+                SubscriptionGroupReport {
+                    id: subscription_id,
+                    instance_id: source.instance_id,
+                    state: GroupState {
+                        poll_age: (source.poll_age.max(0.0) * 100.0).round() / 100.0,
+                        poll_interval: source.poll_interval,
+                        ..state
+                    },
+                    topics,
+                },
+            );
+        }
+        self.previous = seen.into_iter().collect();
+        let utilization = if worker_seconds > 0.0 {
+            (100.0 * busy_seconds / worker_seconds).clamp(0.0, 100.0)
+        } else {
+            0.0
+        };
+        ConsumerReport {
+            schema_version: CONSUMER_SCHEMA_VERSION.into(),
+            kind: "consumer".into(),
+            dispatched_at: now,
+            process: ProcessInfo {
+                id: process.id,
+                started_at: process.started_at,
+                status: process.status,
+                execution_mode: Some(process.execution_mode),
+                listeners: Listeners {
+                    active: listeners,
+                    standby: 0,
+                },
+                workers,
+                memory_usage: process.memory_usage,
+                memory_total_usage: process.memory_total_usage,
+                memory_size: process.memory_size,
+                cpus: process.cpus,
+                threads: process.threads,
+                cpu_usage: process.cpu_usage,
+                tags: process.tags,
+                bytes_received: None,
+                bytes_sent: None,
+            },
+            versions: process.versions,
+            stats: ProcessStats {
+                busy,
+                enqueued,
+                waiting: 0,
+                utilization: (utilization * 100.0).round() / 100.0,
+                total,
+            },
+            consumer_groups: groups,
+            jobs,
+        }
+    }
+}
+
+/// The error report of `sample` (message cut to the schema's limit).
+pub fn error_report(sample: ErrorSample) -> ErrorReport {
+    ErrorReport {
+        schema_version: ERROR_SCHEMA_VERSION.into(),
+        id: Some(sample.id),
+        kind: sample.kind,
+        error_class: sample.error_class,
+        error_message: cut_error_message(&sample.error_message),
+        backtrace: sample.backtrace,
+        details: sample.details,
+        occurred_at: sample.occurred_at,
+        process: ErrorProcess {
+            id: sample.process_id,
+            tags: sample.tags,
+        },
+    }
+}
+
+/// A figure as two consecutive statistics saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tracked {
+    /// The value now.
+    pub value: i64,
+    /// Change since the previous statistics (0 on the first).
+    pub delta: i64,
+    /// Milliseconds the value has not changed (0 on the first, and when it just changed).
+    pub frozen_ms: u64,
+}
+
+/// The next [`Tracked`] of a figure: `previous` as of `previous_ts`, `value` as of `ts` (both
+/// librdkafka statistics `ts`, microseconds).
+pub fn decorate(previous: Option<(Tracked, i64)>, value: i64, ts: i64) -> Tracked {
+    match previous {
+        None => Tracked {
+            value,
+            delta: 0,
+            frozen_ms: 0,
+        },
+        Some((before, before_ts)) if before.value == value => Tracked {
+            value,
+            delta: 0,
+            frozen_ms: before.frozen_ms + u64::try_from((ts - before_ts) / 1000).unwrap_or(0),
+        },
+        Some((before, _)) => Tracked {
+            value,
+            delta: value - before.value,
+            frozen_ms: 0,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decorate_counts_changes_and_frozen_time() {
+        let first = decorate(None, 10, 1_000_000);
+        assert_eq!((first.delta, first.frozen_ms), (0, 0));
+        let same = decorate(Some((first, 1_000_000)), 10, 3_500_000);
+        assert_eq!((same.delta, same.frozen_ms), (0, 2500));
+        let moved = decorate(Some((same, 3_500_000)), 14, 4_000_000);
+        assert_eq!((moved.delta, moved.frozen_ms), (4, 0));
+    }
+}
