@@ -100,6 +100,7 @@ def test_karafka_reports_of_every_schema_read_are_shown(view: StatusView) -> Non
         assert process.totals["messages"] == 400
     assert [p.newer_schema for p in processes.values()] == [False] * 4 + [True]
     assert processes["ruby:0:x"].execution_mode is None  # before 1.4.0
+    assert "1.9.0 (newer: partly read)" in render_text(view.snapshot(now=NOW))
     assert processes["ruby:3:x"].execution_mode == "standalone"
     for offset, version in enumerate(["1.0.0", "1.1.0", "1.2.0"]):
         error = zlib.compress(json.dumps(karafka_fixture(f"error_report_{version}")).encode())

@@ -400,6 +400,8 @@ pub struct ConsumerStats {
     pub partitions: Vec<PartitionStats>,
     /// The group's state from the latest statistics; `None` without a group or statistics.
     pub group: Option<GroupStatistics>,
+    /// Time since the poller last returned from librdkafka's poll; `None` before the first.
+    pub poll_age: Option<Duration>,
 }
 
 /// The batch a worker is handling.
@@ -503,6 +505,8 @@ struct Shared {
     consumer: Mutex<Option<Arc<Handle>>>,
     /// The group's state from the latest statistics.
     group_statistics: Mutex<Option<GroupStatistics>>,
+    /// When the poller last returned from librdkafka's poll.
+    polled_at: Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -937,6 +941,7 @@ impl ConcurrentConsumer {
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
             group_statistics: Mutex::new(None),
+            polled_at: Mutex::new(None),
         });
         let handler = RebalanceHandler {
             shared: Arc::clone(&shared),
@@ -1176,6 +1181,7 @@ impl ConcurrentConsumer {
             commit_errors: totals.commit_errors,
             partitions: Vec::new(),
             group: lock(&self.shared.group_statistics).clone(),
+            poll_age: lock(&self.shared.polled_at).map(|at| at.elapsed()),
         };
         drop(totals);
         for slot in self.shared.all_slots() {
@@ -1295,6 +1301,7 @@ fn run_poller(shared: &Arc<Shared>, consumer: Arc<Handle>) {
             }
             wait = Duration::ZERO;
         }
+        *lock(&shared.polled_at) = Some(Instant::now());
         let mut records = chunk.drain(..).peekable();
         while let Some(first) = records.next() {
             let (topic, partition) = (first.topic.clone(), first.partition);

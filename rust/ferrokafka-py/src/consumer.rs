@@ -315,6 +315,7 @@ impl PyRawConsumer {
             None => None,
         };
         stats.set_item("group", group)?;
+        stats.set_item("poll_age", s.poll_age.map(|age| age.as_secs_f64()))?;
         Ok(stats)
     }
 }
