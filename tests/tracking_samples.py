@@ -4,6 +4,8 @@ reporter does (zlib JSON from the Rust codecs, header ``zlib`` = "true", key = p
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -120,3 +122,28 @@ def send_state_report(
         partition=partition,
         headers=ZLIB_HEADER,
     )
+
+
+def status_json(bootstrap: str, reports_topic: str, errors_topic: str) -> dict[str, Any]:
+    """What ``ferrokafka status --json`` shows of a reports and an errors topic."""
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ferrokafka",
+            "status",
+            "--json",
+            "--bootstrap-servers",
+            bootstrap,
+            "--reports-topic",
+            reports_topic,
+            "--errors-topic",
+            errors_topic,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30.0,
+    )
+    document: dict[str, Any] = json.loads(shown.stdout)
+    return document

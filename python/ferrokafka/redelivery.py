@@ -281,6 +281,7 @@ class RedeliveryTracker:
         )
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter
+        self._poll_interval = int(config.get("max.poll.interval.ms", 300_000))
 
     def start(self) -> RedeliveryTracker:
         """Start the daemon thread (once); returns self. Bad settings raise here."""
@@ -348,6 +349,7 @@ class RedeliveryTracker:
             retries=sum(row["redelivered"] for row in rows),
             dead=sum(row["dead_lettered"] + row["dropped"] for row in rows),
             workers=max(1, len(rows)),
+            poll_interval=self._poll_interval,
         )
 
     def __enter__(self) -> RedeliveryTracker:

@@ -8,8 +8,6 @@ and its error reports."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import zlib
 from typing import Any
@@ -19,7 +17,7 @@ import pytest
 from ferrokafka import AsyncProducer, Consumer, Message, codecs
 from ferrokafka.tracking import Reporter
 from tests.conftest import TopicFactory, wait_until
-from tests.tracking_samples import karafka_fixture
+from tests.tracking_samples import karafka_fixture, status_json
 
 pytestmark = pytest.mark.kafka
 
@@ -150,26 +148,7 @@ def test_status_shows_karafka_processes_and_errors(
             headers=[("zlib", b"true")],
         )
     assert producer.flush(10) == 0
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ferrokafka",
-            "status",
-            "--json",
-            "--bootstrap-servers",
-            kafka_bootstrap,
-            "--reports-topic",
-            reports_topic,
-            "--errors-topic",
-            errors_topic,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=WAIT,
-    )
-    status = json.loads(shown.stdout)
+    status = status_json(kafka_bootstrap, reports_topic, errors_topic)
     processes = {p["id"]: p for p in status["processes"]}
     assert sorted(processes) == [f"ruby-{n}:10{n}:abcdef012345" for n in range(4)]
     for process in processes.values():

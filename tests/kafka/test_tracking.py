@@ -5,7 +5,6 @@ and the daemons reporting themselves."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from ferrokafka.redelivery import RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 from tests.conftest import TopicFactory
+from tests.tracking_samples import status_json
 
 pytestmark = pytest.mark.kafka
 
@@ -92,31 +92,6 @@ def reporter(kafka_bootstrap: str, report_topics: tuple[str, str]) -> Iterator[R
     reporter.close()
 
 
-def status_json(bootstrap: str, report_topics: tuple[str, str]) -> dict[str, Any]:
-    """What ``ferrokafka status --json`` shows of the reports and errors topics."""
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ferrokafka",
-            "status",
-            "--json",
-            "--bootstrap-servers",
-            bootstrap,
-            "--reports-topic",
-            report_topics[0],
-            "--errors-topic",
-            report_topics[1],
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=WAIT,
-    )
-    document: dict[str, Any] = json.loads(shown.stdout)
-    return document
-
-
 def topics_of(report: dict[str, Any], group: str) -> dict[str, Any]:
     """The topics of every subscription group of ``group`` in a consumer report."""
     subscriptions = report["consumer_groups"].get(group, {}).get("subscription_groups", {})
@@ -173,7 +148,7 @@ def test_consumer_reports_lag_while_stalled_then_zero_and_a_final_stopped_report
             assert codecs.consumer_report_violations_of(stalled) == []
             partition = topics_of(stalled, group)[topic]["partitions"]["0"]
             assert partition["hi_offset"] == 1000
-            shown = status_json(kafka_bootstrap, report_topics)
+            shown = status_json(kafka_bootstrap, *report_topics)
             [process] = [p for p in shown["processes"] if p["id"] == reporter.process_id]
             assert process["health"] == "alive"
             assert [(p["topic"], p["lag"]) for p in process["partitions"]] == [(topic, 1000)]

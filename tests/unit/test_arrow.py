@@ -11,6 +11,7 @@ import pytest
 
 from ferrokafka import CodecError, ScheduleError, arrow, codecs
 from tests.reports import flat_partitions, process_report
+from tests.tracking_samples import karafka_fixture
 
 
 def packed_rows() -> list[bytes | None]:
@@ -138,3 +139,24 @@ def test_schedule_headers_equal_the_single_proxy_builder() -> None:
         arrow.schedule_headers(pa.array(["t", "t"]), pa.array([epoch, 5]))
     failed = arrow.schedule_headers(pa.array([None, "t"]), pa.array([epoch, None]), errors="null")
     assert failed.to_pylist() == [None, None]
+
+
+def test_report_decoder_reads_karafka_reports_of_every_schema() -> None:
+    """``ferrokafka.spark.read_reports`` shows Karafka processes: the same decoder over
+    Karafka Web's consumer reports 1.2.1 to 1.7.0."""
+    versions = ["1.2.1", "1.4.1", "1.6.0", "1.7.0"]
+    blobs = [
+        zlib.compress(json.dumps(karafka_fixture(f"consumer_report_{v}")).encode())
+        for v in versions
+    ]
+    rows = arrow.decode_report(pa.array(blobs)).to_pylist()
+    assert [row["schema_version"] for row in rows] == versions
+    for row in rows:
+        assert (row["error"], row["process"]["id"]) == (None, "ruby-host:4242:a1b2c3d4e5f6")
+        assert row["stats"]["lag"] == 12  # Karafka Web's lag: stored where known (3+0+2), else 7
+        assert [(p["consumer_group"], p["topic"], p["partition"]) for p in row["partitions"]] == [
+            ("audit_app", "audit", 0),
+            ("orders_app", "orders", 0),
+            ("orders_app", "orders", 2),
+            ("orders_app", "payments", 1),
+        ]

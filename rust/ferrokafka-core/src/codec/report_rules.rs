@@ -42,10 +42,10 @@ pub const JOB_STATUSES: [&str; 2] = ["running", "pending"];
 
 type Rule = (&'static str, &'static str, fn(&Value) -> bool);
 
+/// The value of an `Integer` (one beyond `i64` is still an Integer: it counts as `i64::MAX`).
 fn integer(value: &Value) -> Option<i64> {
     match value {
-        Value::Number(n) if n.is_i64() => n.as_i64(),
-        Value::Number(n) if n.is_u64() => Some(i64::MAX),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.as_i64().unwrap_or(i64::MAX)),
         _ => None,
     }
 }
