@@ -9,9 +9,9 @@ partition 0 of the reports topic (``karafka_consumers_reports``), keyed by proce
 ``zlib: true``: the first at once, then at most every ``interval`` seconds, and at once whenever
 the status changes. Each error reported with :meth:`Reporter.report_error` goes to the errors
 topic (``karafka_errors``, error schema 1.2.0) with the next report. A Karafka Web UI pointed at
-the same cluster lists the process; the README's "Karafka Web" section maps each field to where
-ferrokafka fills it from. An invalid report raises :class:`ferrokafka.CodecError` naming the
-broken rule, and nothing reaches the topic.
+the same cluster lists the process; the README's table (under "Tracking reporter") maps each
+field to where ferrokafka fills it from. An invalid report raises
+:class:`ferrokafka.CodecError` naming the broken rule, and nothing reaches the topic.
 
 :class:`ferrokafka.Consumer`, :class:`ferrokafka.AsyncConsumer`,
 :class:`ferrokafka.scheduling.Scheduler` and :class:`ferrokafka.redelivery.RedeliveryTracker`
