@@ -131,31 +131,28 @@ def _non_negative(name: str, value: int) -> int:
 
 
 def _partition_sample(stats: dict[str, Any], read_committed: bool) -> PartitionSample:
-    """A partition for a process report: librdkafka's statistics of it (with their changes,
-    kept by the engine) and whether load control paused it. Before the first statistics
-    arrived, every figure stays librdkafka's "unknown".
+    """A partition for a process report: librdkafka's statistics of it as the engine keeps them
+    (with their changes between statistics) and whether load control paused it.
 
     librdkafka knows no lag before the group's first commit; then, like Karafka Web's enricher
     that fills it from the consumer's own position, the lag counts from where this consumer
     began reading the partition (its first record, or the fetch position)."""
+    broker: dict[str, Any] | None = stats.get("broker")
     sample = PartitionSample(
-        topic=stats["topic"],
-        partition=stats["partition"],
-        poll_state="paused" if stats.get("paused") else "active",
+        stats["topic"], stats["partition"], paused=bool(stats.get("paused")), statistics=broker
     )
-    broker: dict[str, Any] = stats.get("broker") or {}
-    for name, value in broker.items():
-        if hasattr(sample, name):
-            setattr(sample, name, value)
-    end = sample.ls_offset if read_committed and sample.ls_offset >= 0 else sample.hi_offset
+    if broker is None:
+        return sample
+    last_stable, high = broker["ls_offset"], broker["hi_offset"]
+    end = last_stable if read_committed and last_stable >= 0 else high
     started = stats.get("first_received")
-    if started is None and broker.get("next_offset", -1) >= 0:
+    if started is None and broker["next_offset"] >= 0:
         started = broker["next_offset"]
-    if sample.lag < 0 and end >= 0 and started is not None:
+    if broker["lag"] < 0 and end >= 0 and started is not None:
         sample.lag = max(0, end - started)
     stored = stats.get("position")
     stored = started if stored is None else stored
-    if sample.lag_stored < 0 and end >= 0 and stored is not None:
+    if broker["lag_stored"] < 0 and end >= 0 and stored is not None:
         sample.lag_stored = max(0, end - stored)
     return sample
 
@@ -311,21 +308,17 @@ class _Core:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.start", {**payload, "system_time": time.time()})
         if self.reporter is not None:
-            now = time.time()
             kind, stamp = batch[-1].timestamp()
             self._jobs_started += 1
             self._running_jobs[(topic, partition)] = JobSample(
-                consumer=self.handler_name,
-                consumer_group=self.report_group,
+                handler=self.handler_name,
                 topic=topic,
                 partition=partition,
                 first_offset=batch[0].offset(),
                 last_offset=batch[-1].offset(),
-                # Karafka's meaning: the offset before the batch (seek offset - 1).
-                committed_offset=batch[0].offset() - 1,
                 messages=len(batch),
-                updated_at=now,
-                consumption_lag=max(0, int(now * 1000) - stamp) if kind else -1,
+                started_at=time.time(),
+                last_timestamp_ms=stamp if kind else None,
             )
         return time.monotonic()
 

@@ -339,7 +339,7 @@ class RedeliveryTracker:
                     row["partition"],
                     lag=row["open"],
                     lag_stored=row["open"],
-                    committed_offset=-1001 if row["committed"] is None else row["committed"],
+                    committed_offset=row["committed"],
                     fetch_state="caught_up" if row["caught_up"] else "replaying",
                 )
                 for row in rows

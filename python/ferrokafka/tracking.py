@@ -92,60 +92,36 @@ ProcessStatus: TypeAlias = Literal[
 ]
 ConfigValue: TypeAlias = str | int | float | bool
 
-# librdkafka's "not known": offsets -1001, lags -1.
-_UNKNOWN_OFFSET = -1001
-_UNKNOWN_LAG = -1
-
-
 @dataclass
 class PartitionSample:
-    """One partition as a tracked component sees it, in librdkafka's statistics terms (see
-    librdkafka's STATISTICS.md; ``_d``: change since the previous statistics, ``_fd``: ms
-    unchanged). What a component does not know stays librdkafka's "unknown"."""
+    """One partition as a tracked component sees it: librdkafka's ``statistics`` of it where the
+    component has them (as the consumer engine keeps them), and what the component knows
+    better (a daemon's pending work as ``lag``, its own ``fetch_state``; ``None``: take the
+    statistics'). What nobody knows stays librdkafka's "unknown" in the report."""
 
     topic: str
     partition: int
-    partitions_cnt: int | None = None
-    lag: int = _UNKNOWN_LAG
-    lag_d: int = 0
-    lag_stored: int = _UNKNOWN_LAG
-    lag_stored_d: int = 0
-    committed_offset: int = _UNKNOWN_OFFSET
-    committed_offset_fd: int = 0
-    stored_offset: int = _UNKNOWN_OFFSET
-    stored_offset_fd: int = 0
-    hi_offset: int = _UNKNOWN_OFFSET
-    hi_offset_fd: int = 0
-    lo_offset: int = _UNKNOWN_OFFSET
-    eof_offset: int = _UNKNOWN_OFFSET
-    ls_offset: int = _UNKNOWN_OFFSET
-    ls_offset_d: int = 0
-    ls_offset_fd: int = 0
-    fetch_state: str = "unknown"
-    poll_state: str = "active"
-    poll_state_ch: int = 0
-    transactional: bool = False
+    lag: int | None = None
+    lag_stored: int | None = None
+    committed_offset: int | None = None
+    fetch_state: str | None = None
+    paused: bool = False
+    statistics: dict[str, Any] | None = None
 
 
 @dataclass
 class JobSample:
-    """A batch being handled now. ``consumption_lag``: ms from the last record's timestamp to
-    the handler's start; ``processing_lag``: ms the batch waited for a worker (-1: unknown)."""
+    """A batch a component's handler is running now (Unix seconds; the last record's timestamp
+    in Unix ms when it has one)."""
 
-    consumer: str
-    consumer_group: str
+    handler: str
     topic: str
     partition: int
     first_offset: int
     last_offset: int
-    committed_offset: int
     messages: int
-    updated_at: float
-    consumption_lag: int = _UNKNOWN_LAG
-    processing_lag: int = _UNKNOWN_LAG
-    kind: str = "consume"
-    status: str = "running"
-    tags: list[str] = field(default_factory=list)
+    started_at: float
+    last_timestamp_ms: int | None = None
 
 
 @dataclass

@@ -54,8 +54,13 @@ def test_sample_merges_sources_into_a_valid_report() -> None:
             SourceSample(
                 group="billing",
                 partitions=[
-                    PartitionSample("orders", 0, lag=5, lag_stored=3, committed_offset=10),
-                    PartitionSample("orders", 1, lag=-1),
+                    PartitionSample(
+                        "orders",
+                        0,
+                        lag_stored=3,
+                        statistics={"lag": 5, "committed_offset": 10, "partitions_cnt": 2},
+                    ),
+                    PartitionSample("orders", 1, paused=True),
                 ],
                 batches=2,
                 messages=20,
@@ -74,8 +79,11 @@ def test_sample_merges_sources_into_a_valid_report() -> None:
     subscriptions = decoded["consumer_groups"]["billing"]["subscription_groups"]
     assert sorted(subscriptions) == ["billing_0", "billing_1"]
     orders = subscriptions["billing_0"]["topics"]["orders"]
-    assert orders["partitions"]["0"]["committed_offset"] == 10
-    assert orders["partitions"]["1"]["committed_offset"] == -1001  # librdkafka's unknown
+    first, second = orders["partitions"]["0"], orders["partitions"]["1"]
+    assert (first["lag"], first["lag_stored"], first["committed_offset"]) == (5, 3, 10)
+    # Nothing known of the second: librdkafka's unknowns, as the source reported it paused.
+    assert (second["lag"], second["committed_offset"], second["fetch_state"]) == (-1, -1001, "none")
+    assert second["poll_state"] == "paused"
     assert orders["partitions_cnt"] == 2
     assert subscriptions["billing_1"]["topics"]["refunds"]["partitions"]["0"]["lag"] == 7
     assert decoded["stats"]["total"]["messages"] == 20

@@ -530,16 +530,7 @@ def _copied(view: type[_View], source: object, **given: Any) -> _View:
 
 
 def _error_view(error_id: str, report: ErrorReportView) -> ErrorView:
-    return ErrorView(
-        id=error_id,
-        type=report.kind,
-        error_class=report.error_class,
-        error_message=report.error_message,
-        backtrace=report.backtrace,
-        details=dict(report.details),
-        occurred_at=report.occurred_at,
-        process_id=report.process_id,
-    )
+    return _copied(ErrorView, report, id=error_id, type=report.kind, details=dict(report.details))
 
 
 def _scheduler_view(

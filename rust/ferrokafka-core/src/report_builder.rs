@@ -69,16 +69,118 @@ pub struct GroupSample {
     pub rebalance_reason: String,
 }
 
-/// One partition of a source: its topic and Karafka Web's partition figures.
+/// librdkafka's statistics of a partition as the consumer engine keeps them: Karafka Web's
+/// partition figures under their own names, and the topic's partition count.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct PartitionStatistics {
+    /// Partitions the topic has.
+    #[serde(default)]
+    pub partitions_cnt: Option<u64>,
+    /// The figures (unknown keys, such as the engine's own, are ignored).
+    #[serde(flatten)]
+    pub figures: PartitionReport,
+}
+
+/// One partition of a source: librdkafka's statistics where the source has them, and what the
+/// source knows better (a daemon's pending work as `lag`, its own fetch state).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct PartitionSample {
     /// Topic.
     pub topic: String,
-    /// Partitions the topic has, when known.
-    pub partitions_cnt: Option<u64>,
-    /// The figures (its `id` is the partition).
-    #[serde(flatten)]
-    pub figures: PartitionReport,
+    /// Partition.
+    pub partition: u32,
+    /// Lag to the committed offset, overriding the statistics'.
+    #[serde(default)]
+    pub lag: Option<i64>,
+    /// Lag to the stored offset, overriding the statistics'.
+    #[serde(default)]
+    pub lag_stored: Option<i64>,
+    /// Committed offset, overriding the statistics'.
+    #[serde(default)]
+    pub committed_offset: Option<i64>,
+    /// Fetch state, overriding the statistics'.
+    #[serde(default)]
+    pub fetch_state: Option<String>,
+    /// Whether the source holds the partition paused.
+    #[serde(default)]
+    pub paused: bool,
+    /// librdkafka's statistics of the partition, when the source has them.
+    #[serde(default)]
+    pub statistics: Option<PartitionStatistics>,
+}
+
+impl PartitionSample {
+    /// The topic's partition count (when known) and Karafka Web's figures of the partition:
+    /// the statistics, then what the source set; unknown stays librdkafka's unknown.
+    pub fn into_report(self) -> (Option<u64>, PartitionReport) {
+        let PartitionStatistics {
+            partitions_cnt,
+            mut figures,
+        } = self.statistics.unwrap_or_default();
+        figures.id = self.partition;
+        figures.lag = self.lag.unwrap_or(figures.lag);
+        figures.lag_stored = self.lag_stored.unwrap_or(figures.lag_stored);
+        figures.committed_offset = self.committed_offset.unwrap_or(figures.committed_offset);
+        if let Some(state) = self.fetch_state {
+            figures.fetch_state = state;
+        }
+        if figures.fetch_state.is_empty() {
+            // librdkafka's state of a partition it does not fetch.
+            figures.fetch_state = "none".into();
+        }
+        figures.poll_state = if self.paused { "paused" } else { "active" }.into();
+        figures.transactional = Some(figures.transactional.unwrap_or(false));
+        (partitions_cnt, figures)
+    }
+}
+
+/// A batch a source's handler is running now.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct JobSample {
+    /// The handler's name (Karafka Web shows its consumer class there).
+    pub handler: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// First offset of the batch.
+    pub first_offset: i64,
+    /// Last offset of the batch.
+    pub last_offset: i64,
+    /// Records in the batch.
+    pub messages: u64,
+    /// When the handler started, Unix seconds.
+    pub started_at: f64,
+    /// The last record's timestamp, Unix ms, when it has one.
+    #[serde(default)]
+    pub last_timestamp_ms: Option<i64>,
+}
+
+impl JobSample {
+    /// Karafka Web's job: running, `committed_offset` the offset before the batch (Karafka's
+    /// seek offset - 1), `consumption_lag` from the last record's timestamp to the start,
+    /// `processing_lag` unknown (-1: ferrokafka does not time the wait for a worker).
+    fn into_report(self, consumer_group: &str) -> JobReport {
+        let started_ms = (self.started_at * 1000.0) as i64;
+        JobReport {
+            consumer: self.handler,
+            consumer_group: consumer_group.to_owned(),
+            updated_at: self.started_at,
+            topic: self.topic,
+            partition: self.partition,
+            first_offset: self.first_offset,
+            last_offset: self.last_offset,
+            committed_offset: self.first_offset - 1,
+            messages: self.messages,
+            kind: "consume".into(),
+            tags: Vec::new(),
+            consumption_lag: self
+                .last_timestamp_ms
+                .map_or(-1, |stamp| (started_ms - stamp).max(0)),
+            processing_lag: -1,
+            status: "running".into(),
+        }
+    }
 }
 
 /// Cumulative counts of a source since it started.
@@ -136,7 +238,8 @@ pub struct SourceSample {
     /// Assigned partitions.
     pub partitions: Vec<PartitionSample>,
     /// Jobs running now.
-    pub jobs: Vec<JobReport>,
+    #[serde(default)]
+    pub jobs: Vec<JobSample>,
 }
 
 /// What an error report is made of.
@@ -224,7 +327,8 @@ impl ReportBuilder {
             workers += source.workers;
             busy += source.busy;
             enqueued += source.enqueued;
-            jobs.extend(source.jobs);
+            let group_id = &source.consumer_group;
+            jobs.extend(source.jobs.into_iter().map(|job| job.into_report(group_id)));
             seen.push((subscription_id.clone(), (now_totals, now)));
             let group = groups
                 .entry(source.consumer_group.clone())
@@ -241,10 +345,10 @@ impl ReportBuilder {
                         partitions_cnt: Some(0),
                         partitions: BTreeMap::new(),
                     });
-                let known = sample.partitions_cnt.unwrap_or(0);
+                let (known, figures) = sample.into_report();
                 let counted = topic.partitions_cnt.unwrap_or(0);
-                topic.partitions_cnt = Some(counted.max(known));
-                topic.partitions.insert(sample.figures.id, sample.figures);
+                topic.partitions_cnt = Some(counted.max(known.unwrap_or(0)));
+                topic.partitions.insert(figures.id, figures);
             }
             for topic in topics.values_mut() {
                 // At least the partitions assigned here, when metadata did not say more.

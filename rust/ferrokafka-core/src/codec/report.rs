@@ -209,8 +209,7 @@ pub struct ProcessStats {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PartitionReport {
-    /// Partition number (equals its map key; a sample may call it `partition`).
-    #[serde(alias = "partition")]
+    /// Partition number (equals its map key).
     pub id: u32,
     /// librdkafka `consumer_lag`: lag to the committed offset (-1: unknown).
     pub lag: i64,
@@ -403,8 +402,8 @@ pub struct JobReport {
     /// Messages in the batch.
     #[serde(default)]
     pub messages: u64,
-    /// Job kind: `consume`, `revoked`, `shutdown`, `tick` or `eofed` (a sample's `kind`).
-    #[serde(rename = "type", alias = "kind", default)]
+    /// Job kind: `consume`, `revoked`, `shutdown`, `tick` or `eofed`.
+    #[serde(rename = "type", default)]
     pub kind: String,
     /// Free-form tags.
     #[serde(default)]

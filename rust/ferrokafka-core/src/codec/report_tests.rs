@@ -8,8 +8,8 @@ use crate::codec::json::{decode_document, encode_document};
 use crate::codec::report_rules::{consumer_report_violations, error_report_violations};
 use crate::codec::zlib;
 use crate::report_builder::{
-    ErrorSample, GroupSample, PartitionSample, ProcessSample, ReportBuilder, SourceSample,
-    SourceTotals, error_report,
+    ErrorSample, GroupSample, JobSample, PartitionSample, PartitionStatistics, ProcessSample,
+    ReportBuilder, SourceSample, SourceTotals, error_report,
 };
 
 const CONSUMER_FIXTURES: [(&str, &str); 4] = [
@@ -262,22 +262,27 @@ fn newer_schemas_are_read_and_flagged_older_ones_refused() {
 fn partition_sample(id: u32, lag: i64) -> PartitionSample {
     PartitionSample {
         topic: "orders".into(),
-        partitions_cnt: Some(2),
-        figures: PartitionReport {
-            id,
-            lag,
-            lag_stored: lag,
-            committed_offset: 10,
-            stored_offset: 10,
-            hi_offset: 10 + lag,
-            lo_offset: 0,
-            ls_offset: 10 + lag,
-            eof_offset: 10 + lag,
-            fetch_state: "active".into(),
-            poll_state: "active".into(),
-            transactional: Some(false),
-            ..PartitionReport::default()
-        },
+        partition: id,
+        lag: None,
+        lag_stored: None,
+        committed_offset: None,
+        fetch_state: None,
+        paused: false,
+        statistics: Some(PartitionStatistics {
+            partitions_cnt: Some(2),
+            figures: PartitionReport {
+                lag,
+                lag_stored: lag,
+                committed_offset: 10,
+                stored_offset: 10,
+                hi_offset: 10 + lag,
+                lo_offset: 0,
+                ls_offset: 10 + lag,
+                eof_offset: 10 + lag,
+                fetch_state: "active".into(),
+                ..PartitionReport::default()
+            },
+        }),
     }
 }
 
@@ -308,21 +313,15 @@ fn source(messages: u64, busy_seconds: f64) -> SourceSample {
             ..SourceTotals::default()
         },
         partitions: vec![partition_sample(0, 3), partition_sample(1, 0)],
-        jobs: vec![JobReport {
-            consumer: "handle".into(),
-            consumer_group: "billing".into(),
-            updated_at: 1_700_000_001.0,
+        jobs: vec![JobSample {
+            handler: "handle".into(),
             topic: "orders".into(),
             partition: 0,
             first_offset: 7,
             last_offset: 9,
-            committed_offset: 6,
             messages: 3,
-            kind: "consume".into(),
-            tags: vec![],
-            consumption_lag: 12,
-            processing_lag: 1,
-            status: "running".into(),
+            started_at: 1_700_000_001.0,
+            last_timestamp_ms: Some(1_700_000_000_950),
         }],
     }
 }
@@ -368,6 +367,7 @@ fn built_reports_pass_every_rule_and_carry_counts_since_the_last_one() {
     assert_eq!(first.stats.utilization, 20.0);
     let topic = &first.consumer_groups["billing"].subscription_groups["billing_0"].topics["orders"];
     assert_eq!((topic.partitions_cnt, topic.partitions.len()), (Some(2), 2));
+    assert_eq!(topic.partitions[&1].transactional, Some(false));
     assert_eq!(
         value["process"]["listeners"],
         json!({"active": 1, "standby": 0})
@@ -386,6 +386,31 @@ fn built_reports_pass_every_rule_and_carry_counts_since_the_last_one() {
     wrong.process.status = "asleep".into();
     let refused = encode_document(&wrong, 6).unwrap_err();
     assert!(refused.to_string().contains("process.status"), "{refused}");
+}
+
+#[test]
+fn a_sample_without_statistics_keeps_librdkafkas_unknowns() {
+    let (count, figures) = PartitionSample {
+        topic: "schedules".into(),
+        partition: 3,
+        lag: Some(7),
+        lag_stored: Some(7),
+        committed_offset: None,
+        fetch_state: Some("loaded".into()),
+        paused: true,
+        statistics: None,
+    }
+    .into_report();
+    assert_eq!(count, None);
+    assert_eq!(
+        (figures.id, figures.lag, figures.fetch_state.as_str()),
+        (3, 7, "loaded")
+    );
+    assert_eq!(
+        (figures.committed_offset, figures.hi_offset),
+        (UNKNOWN_OFFSET, UNKNOWN_OFFSET)
+    );
+    assert_eq!(figures.poll_state, "paused");
 }
 
 #[test]
