@@ -66,6 +66,7 @@ __all__ = [
     "REPORT_TTL",
     "JobSample",
     "PartitionSample",
+    "ProcessFacts",
     "ProcessStatus",
     "Reporter",
     "SourceSample",
@@ -91,6 +92,7 @@ ProcessStatus: TypeAlias = Literal[
     "initializing", "initialized", "running", "quieting", "quiet", "stopping", "stopped"
 ]
 ConfigValue: TypeAlias = str | int | float | bool
+
 
 @dataclass
 class PartitionSample:
@@ -191,45 +193,51 @@ def _memory_size(machine_total: int) -> int:
     return machine_total if limit == "max" else int(limit) // 1024
 
 
+@dataclass
+class ProcessFacts:
+    """The process's own facts for a report (memory in KiB; ``load_average`` ``None`` where
+    the platform has none). The Rust report builder maps them to Karafka Web's fields (see
+    the README's table)."""
+
+    id: str
+    status: str
+    started_at: float
+    rss_kib: int
+    host_used_kib: int
+    memory_limit_kib: int
+    cpus: int
+    threads: int
+    load_average: tuple[float, float, float] | None
+    tags: list[str]
+    runtime: str = f"{platform.python_implementation()} {platform.python_version()}"
+    ferrokafka: str = __version__
+    librdkafka: str = librdkafka_version
+
+
 def _process_facts(
     process_id: str, status: ProcessStatus, started_at: float, tags: list[str]
-) -> dict[str, Any]:
-    """The process's own facts for the Rust report builder (see the README's mapping)."""
+) -> ProcessFacts:
     own = _read_proc_kib("/proc/self/status", ("VmRSS", "Threads"))
     machine = _read_proc_kib("/proc/meminfo", ("MemTotal", "MemAvailable"))
     total = machine.get("MemTotal", 0)
     try:
-        load = [round(x, 2) for x in os.getloadavg()]
+        one, five, fifteen = (round(x, 2) for x in os.getloadavg())
+        load: tuple[float, float, float] | None = (one, five, fifteen)
     except OSError:
-        load = [-1.0, -1.0, -1.0]  # Karafka Web's "not known"
-    return {
-        "id": process_id,
-        "status": status,
-        "started_at": started_at,
-        "execution_mode": "embedded",
-        "memory_usage": own.get("VmRSS", 0),
-        "memory_total_usage": max(0, total - machine.get("MemAvailable", total)),
-        "memory_size": _memory_size(total),
-        "cpus": os.cpu_count() or 1,
+        load = None
+    return ProcessFacts(
+        id=process_id,
+        status=status,
+        started_at=started_at,
+        rss_kib=own.get("VmRSS", 0),
+        host_used_kib=max(0, total - machine.get("MemAvailable", total)),
+        memory_limit_kib=_memory_size(total),
+        cpus=os.cpu_count() or 1,
         # OS threads, so the Rust engine threads count too.
-        "threads": own.get("Threads", threading.active_count()),
-        "cpu_usage": load,
-        "tags": tags,
-        "versions": _VERSIONS,
-    }
-
-
-_FERROKAFKA = f"ferrokafka {__version__}"
-# Karafka Web's version names -> the nearest ferrokafka part (README: "Karafka Web").
-_VERSIONS = {
-    "ruby": f"{platform.python_implementation()} {platform.python_version()}",
-    "karafka": _FERROKAFKA,
-    "karafka_core": _FERROKAFKA,
-    "karafka_web": _FERROKAFKA,
-    "waterdrop": _FERROKAFKA,
-    "rdkafka": _FERROKAFKA,
-    "librdkafka": librdkafka_version,
-}
+        threads=own.get("Threads", threading.active_count()),
+        load_average=load,
+        tags=tags,
+    )
 
 
 def _new_process_id() -> str:
@@ -451,7 +459,8 @@ class Reporter:
                 samples.append(dataclasses.asdict(source.report_sample()))
             except Exception:
                 log.exception("sampling %r for the process report failed", source)
-        return _process_facts(process_id, status, self._started_at, self.tags), samples
+        facts = _process_facts(process_id, status, self._started_at, self.tags)
+        return dataclasses.asdict(facts), samples
 
     def sample(self) -> dict[str, Any]:
         """The consumer report as it would be sent now, counting since each source started

@@ -23,7 +23,7 @@ use crate::codec::report::{
     ProcessStats, SubscriptionGroupReport, TopicReport, Totals, Versions, cut_error_message,
 };
 
-/// The process's own facts.
+/// The process's own facts, as a Python process knows them.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ProcessSample {
     /// `"host:pid:random"`.
@@ -32,24 +32,43 @@ pub struct ProcessSample {
     pub status: String,
     /// Start time, Unix seconds.
     pub started_at: f64,
-    /// `embedded` (consumers run inside the application's process) or `standalone`.
-    pub execution_mode: String,
-    /// Resident memory, KiB.
-    pub memory_usage: u64,
-    /// Memory of every process on the host, KiB.
-    pub memory_total_usage: u64,
-    /// Host or container memory, KiB.
-    pub memory_size: u64,
+    /// Resident memory of the process, KiB.
+    pub rss_kib: u64,
+    /// Memory in use on the host, KiB.
+    pub host_used_kib: u64,
+    /// Host memory, or the container's limit, KiB.
+    pub memory_limit_kib: u64,
     /// CPUs.
     pub cpus: u64,
     /// OS threads of the process.
     pub threads: u64,
-    /// 1/5/15-minute load (`-1` each where unknown).
-    pub cpu_usage: [f64; 3],
+    /// 1/5/15-minute load average; `None` where the platform has none.
+    pub load_average: Option<[f64; 3]>,
     /// Free-form tags.
     pub tags: Vec<String>,
-    /// Software versions, under Karafka Web's names.
-    pub versions: Versions,
+    /// The language runtime, e.g. `CPython 3.12.1`.
+    pub runtime: String,
+    /// ferrokafka's version.
+    pub ferrokafka: String,
+    /// librdkafka's version.
+    pub librdkafka: String,
+}
+
+impl ProcessSample {
+    /// Karafka Web's `versions`: the runtime as `ruby`; the framework, its core, the reporter,
+    /// the producer and the librdkafka binding are all ferrokafka.
+    fn versions(&self) -> Versions {
+        let ferrokafka = format!("ferrokafka {}", self.ferrokafka);
+        Versions {
+            ruby: self.runtime.clone(),
+            karafka: ferrokafka.clone(),
+            karafka_core: ferrokafka.clone(),
+            karafka_web: ferrokafka.clone(),
+            waterdrop: ferrokafka.clone(),
+            rdkafka: ferrokafka,
+            librdkafka: self.librdkafka.clone(),
+        }
+    }
 }
 
 /// A subscription group's librdkafka `cgrp` statistics.
@@ -393,6 +412,7 @@ impl ReportBuilder {
             );
         }
         self.previous = seen.into_iter().collect();
+        let versions = process.versions();
         let utilization = if worker_seconds > 0.0 {
             (100.0 * busy_seconds / worker_seconds).clamp(0.0, 100.0)
         } else {
@@ -406,23 +426,25 @@ impl ReportBuilder {
                 id: process.id,
                 started_at: process.started_at,
                 status: process.status,
-                execution_mode: Some(process.execution_mode),
+                // Consumers run inside the application's own process.
+                execution_mode: Some("embedded".into()),
                 listeners: Listeners {
                     active: listeners,
                     standby: 0,
                 },
                 workers,
-                memory_usage: process.memory_usage,
-                memory_total_usage: process.memory_total_usage,
-                memory_size: process.memory_size,
+                memory_usage: process.rss_kib,
+                memory_total_usage: process.host_used_kib,
+                memory_size: process.memory_limit_kib,
                 cpus: process.cpus,
                 threads: process.threads,
-                cpu_usage: process.cpu_usage,
+                // Karafka Web's "not known".
+                cpu_usage: process.load_average.unwrap_or([-1.0; 3]),
                 tags: process.tags,
                 bytes_received: None,
                 bytes_sent: None,
             },
-            versions: process.versions,
+            versions,
             stats: ProcessStats {
                 busy,
                 enqueued,
