@@ -270,6 +270,8 @@ class _Core:
             partitions=partitions,
             group_state=stats.get("group"),
             poll_age=stats.get("poll_age") or 0.0,
+            bytes_received=stats.get("bytes_received"),
+            bytes_sent=stats.get("bytes_sent"),
             instance_id=None if instance_id is None else str(instance_id),
             poll_interval=int(self.config.get("max.poll.interval.ms", 300_000)),
             jobs_total=self._jobs_started,

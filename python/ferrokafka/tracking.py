@@ -154,6 +154,8 @@ class SourceSample:
     subscription_group: str | None = None
     instance_id: str | None = None
     group_state: dict[str, Any] | None = None
+    bytes_received: int | None = None
+    bytes_sent: int | None = None
     poll_age: float = 0.0
     poll_interval: int = 300_000
 

@@ -91,9 +91,11 @@ def test_a_reporting_consumer_writes_what_karafka_web_reads(
         wait_until(lambda: len(handled) >= 40, WAIT, "every record handled")
 
         def both_partitions(records: list[Any]) -> bool:
+            """A report with both partitions and the measured transfer rates."""
             return any(
-                len(_topics(decoded(m), group).get(topic, {}).get("partitions", {})) == 2
-                for m in records
+                len(_topics(document, group).get(topic, {}).get("partitions", {})) == 2
+                and "bytes_received" in document["process"]
+                for document in map(decoded, records)
             )
 
         reports = read_all(kafka_bootstrap, reports_topic, 2, both_partitions)
@@ -108,6 +110,7 @@ def test_a_reporting_consumer_writes_what_karafka_web_reads(
     subscription = next(iter(full["consumer_groups"][group]["subscription_groups"].values()))
     assert subscription["state"]["state"] == "up"  # librdkafka's group state
     assert subscription["topics"][topic]["partitions_cnt"] == 2
+    assert full["process"]["bytes_received"] >= 0  # measured between two statistics
     errors = read_all(kafka_bootstrap, errors_topic, 2, lambda rs: len(rs) >= 1)
     error = decoded(errors[0])
     assert errors[0].key() == reporter.process_id.encode()

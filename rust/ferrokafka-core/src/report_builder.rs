@@ -254,6 +254,12 @@ pub struct SourceSample {
     /// Counts since the source started.
     #[serde(flatten)]
     pub totals: SourceTotals,
+    /// Bytes per second received from the brokers, when the source measures it.
+    #[serde(default)]
+    pub bytes_received: Option<u64>,
+    /// Bytes per second sent to the brokers, when the source measures it.
+    #[serde(default)]
+    pub bytes_sent: Option<u64>,
     /// Assigned partitions.
     pub partitions: Vec<PartitionSample>,
     /// Jobs running now.
@@ -313,6 +319,7 @@ impl ReportBuilder {
         let mut jobs = Vec::new();
         let mut seen = Vec::new();
         let mut per_group: BTreeMap<String, usize> = BTreeMap::new();
+        let (mut bytes_received, mut bytes_sent) = (None::<u64>, None::<u64>);
         for mut source in sources {
             let index = per_group.entry(source.consumer_group.clone()).or_default();
             let subscription_id = source
@@ -342,6 +349,12 @@ impl ReportBuilder {
                 now_totals.busy_seconds
             };
             worker_seconds += (now - since).max(0.0) * source.workers as f64;
+            if let Some(rate) = source.bytes_received {
+                bytes_received = Some(bytes_received.unwrap_or(0) + rate);
+            }
+            if let Some(rate) = source.bytes_sent {
+                bytes_sent = Some(bytes_sent.unwrap_or(0) + rate);
+            }
             listeners += source.listeners;
             workers += source.workers;
             busy += source.busy;
@@ -441,8 +454,8 @@ impl ReportBuilder {
                 // Karafka Web's "not known".
                 cpu_usage: process.load_average.unwrap_or([-1.0; 3]),
                 tags: process.tags,
-                bytes_received: None,
-                bytes_sent: None,
+                bytes_received,
+                bytes_sent,
             },
             versions,
             stats: ProcessStats {

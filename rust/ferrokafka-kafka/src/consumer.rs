@@ -402,6 +402,9 @@ pub struct ConsumerStats {
     pub group: Option<GroupStatistics>,
     /// Time since the poller last returned from librdkafka's poll; `None` before the first.
     pub poll_age: Option<Duration>,
+    /// Bytes per second received from and sent to the brokers between the latest two
+    /// statistics; `None` before the second.
+    pub transfer_rates: Option<(u64, u64)>,
 }
 
 /// The batch a worker is handling.
@@ -507,6 +510,17 @@ struct Shared {
     group_statistics: Mutex<Option<GroupStatistics>>,
     /// When the poller last returned from librdkafka's poll.
     polled_at: Mutex<Option<Instant>>,
+    /// Bytes received and sent over all broker connections, at the latest statistics.
+    transfers: Mutex<Transfers>,
+}
+
+/// Byte counters of the latest two statistics, for the transfer rates.
+#[derive(Debug, Default)]
+struct Transfers {
+    /// `(ts µs, received, sent)` of the latest statistics.
+    latest: Option<(i64, u64, u64)>,
+    /// Bytes per second received and sent between the latest two.
+    rates: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -766,6 +780,7 @@ impl Shared {
             rebalance_reason: group.rebalance_reason.clone(),
         });
         let ts = statistics.ts;
+        self.record_transfers(statistics);
         let slots = lock(&self.slots);
         for (topic_name, topic) in &statistics.topics {
             let partitions_cnt = topic.partitions.keys().filter(|id| **id >= 0).count() as u64;
@@ -799,6 +814,22 @@ impl Shared {
                 state.broker = Some(next);
             }
         }
+    }
+
+    /// Keeps the transfer rates between two statistics (Karafka Web's `bytes_received` and
+    /// `bytes_sent`: per second, over every broker connection).
+    fn record_transfers(&self, statistics: &Statistics) {
+        let received = statistics.brokers.values().map(|b| b.rxbytes).sum::<u64>();
+        let sent = statistics.brokers.values().map(|b| b.txbytes).sum::<u64>();
+        let mut transfers = lock(&self.transfers);
+        if let Some((before, received_before, sent_before)) = transfers.latest {
+            let seconds = (statistics.ts - before) as f64 / 1e6;
+            if seconds > 0.0 {
+                let rate = |now: u64, then: u64| (now.saturating_sub(then) as f64 / seconds) as u64;
+                transfers.rates = Some((rate(received, received_before), rate(sent, sent_before)));
+            }
+        }
+        transfers.latest = Some((statistics.ts, received, sent));
     }
 
     fn all_slots(&self) -> Vec<Arc<Slot>> {
@@ -942,6 +973,7 @@ impl ConcurrentConsumer {
             consumer: Mutex::new(None),
             group_statistics: Mutex::new(None),
             polled_at: Mutex::new(None),
+            transfers: Mutex::new(Transfers::default()),
         });
         let handler = RebalanceHandler {
             shared: Arc::clone(&shared),
@@ -1182,6 +1214,7 @@ impl ConcurrentConsumer {
             partitions: Vec::new(),
             group: lock(&self.shared.group_statistics).clone(),
             poll_age: lock(&self.shared.polled_at).map(|at| at.elapsed()),
+            transfer_rates: lock(&self.shared.transfers).rates,
         };
         drop(totals);
         for slot in self.shared.all_slots() {

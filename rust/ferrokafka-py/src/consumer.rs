@@ -316,6 +316,9 @@ impl PyRawConsumer {
         };
         stats.set_item("group", group)?;
         stats.set_item("poll_age", s.poll_age.map(|age| age.as_secs_f64()))?;
+        let (received, sent) = s.transfer_rates.unzip();
+        stats.set_item("bytes_received", received)?;
+        stats.set_item("bytes_sent", sent)?;
         Ok(stats)
     }
 }

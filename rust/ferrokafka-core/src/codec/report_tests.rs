@@ -303,6 +303,8 @@ fn source(messages: u64, busy_seconds: f64) -> SourceSample {
         poll_interval: 300_000,
         listeners: 1,
         workers: 2,
+        bytes_received: Some(2048),
+        bytes_sent: None,
         busy: 1,
         enqueued: 3,
         totals: SourceTotals {
