@@ -405,23 +405,10 @@ def decode_state_report(data: bytes, max_inflated: int = 67108864) -> dict[str, 
     """
 
 def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
-    """Validate a process report (Karafka Web's consumer report fields) and encode it as
-    zlib-compressed JSON; an invalid report raises :class:`ferrokafka.CodecError`.
-
-    Schema 1.0.0 (``ferrokafka.tracking.Reporter`` writes it; unknown fields are ignored when
-    reading, so newer minor versions stay readable):
-    ``schema_version`` "1.0.0"; ``type`` "consumer"; ``dispatched_at`` (Unix seconds);
-    ``process`` {``id`` "host:pid:random", ``status`` (initializing, initialized, running,
-    quieting, quiet, stopping, stopped), ``started_at``, ``memory_usage`` (own RSS, KiB),
-    ``memory_total_usage`` / ``memory_size`` (machine, KiB), ``cpus``, ``threads``,
-    ``cpu_usage`` (1/5/15-minute load), ``tags``}; ``stats`` {``busy``, ``enqueued``,
-    ``utilization`` (0-100), ``total`` {``batches``, ``messages``, ``errors``, ``retries``,
-    ``dead``}, ``lag``, ``lag_stored``}; ``consumer_groups`` {group id: {``id``, ``topics``
-    {name: {``name``, ``partitions`` {id: {``id``, ``lag``, ``lag_stored``,
-    ``committed_offset``, ``stored_offset``, ``hi_offset``, ``lo_offset``, ``fetch_state``,
-    ``poll_state``}}}}}} (-1 = unknown); ``jobs`` [{``consumer_group``, ``topic``,
-    ``partition``, ``first_offset``, ``last_offset``, ``committed_offset``, ``messages``,
-    ``type``, ``updated_at``}]; ``versions`` {component: version}.
+    """Validate a Karafka Web consumer report (schema 1.7.0, every rule of Karafka Web's
+    contracts) and encode it as zlib-compressed JSON; a broken rule raises
+    :class:`ferrokafka.CodecError` naming the field and the rule. The schema is the Rust core's
+    (``ferrokafka_core::codec::report``); the Reporter builds reports with :class:`ReportBuilder`.
 
     Example:
         >>> blob = encode_process_report(report)  # doctest: +SKIP
@@ -430,7 +417,8 @@ def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
     """
 
 def decode_process_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
-    """Inflate (at most ``max_inflated`` bytes), parse and validate a process report.
+    """Inflate (at most ``max_inflated`` bytes) and parse a consumer report of any schema read
+    (1.2.x to 1.7.0 and newer ones); returns it in the current schema's shape.
 
     Example: see :func:`encode_process_report`.
     """
@@ -438,7 +426,8 @@ def decode_process_report(data: bytes, max_inflated: int = 67108864) -> dict[str
 def encode_error_report(report: Mapping[str, Any], level: int = 6) -> bytes:
     """Validate an error report and encode it as zlib-compressed JSON.
 
-    The error message must be at most 10,000 characters. Example:
+    Error schema 1.2.0 (with ``id``); the error message must be at most 10,000 characters.
+    Example:
         >>> blob = encode_error_report(error)  # doctest: +SKIP
         >>> decode_error_report(blob)["error_class"]  # doctest: +SKIP
         'ValueError'
@@ -813,3 +802,103 @@ class _RawRedeliveryTracker:
         """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
     def status(self) -> list[dict[str, Any]]:
         """Per-partition figures."""
+
+@final
+class ReportBuilder:
+    """Builds the Reporter's Karafka Web reports from its samples (dicts of the sample
+    dataclasses of :mod:`ferrokafka.tracking`); keeps the counts of the last report, since a
+    report carries the counts since the previous one."""
+
+    def __init__(self) -> None: ...
+    def consumer_report(
+        self, process: Mapping[str, Any], sources: list[Any], now: float, level: int = 6
+    ) -> bytes:
+        """The consumer report at ``now``, checked against Karafka Web's contracts and
+        zlib-compressed; a broken rule raises :class:`ferrokafka.CodecError`."""
+    @staticmethod
+    def error_report(sample: Mapping[str, Any], level: int = 6) -> bytes:
+        """The error report (schema 1.2.0) of ``sample``, checked and zlib-compressed."""
+
+@final
+class ReportPartition:
+    """One assigned partition of a consumer report (librdkafka's figures; ``lag_hybrid`` is
+    ``lag_stored`` unless unknown, else ``lag``)."""
+
+    consumer_group: str
+    subscription_group: str
+    topic: str
+    partition: int
+    lag: int
+    lag_stored: int
+    lag_hybrid: int
+    committed_offset: int
+    stored_offset: int
+    hi_offset: int
+    lo_offset: int
+    ls_offset: int
+    fetch_state: str
+    poll_state: str
+
+@final
+class ConsumerReportView:
+    """A consumer report of any schema read, as ``ferrokafka status`` shows it; ``totals``
+    count since the process's previous report; ``newer_schema`` flags a report of a schema
+    newer than this build reads in full."""
+
+    schema_version: str
+    newer_schema: bool
+    dispatched_at: float
+    id: str
+    status: str
+    execution_mode: str | None
+    started_at: float
+    memory_usage: int
+    memory_total_usage: int
+    memory_size: int
+    cpus: int
+    threads: int
+    workers: int
+    listeners_active: int
+    listeners_standby: int
+    cpu_usage: list[float]
+    tags: list[str]
+    versions: dict[str, str]
+    busy: int
+    enqueued: int
+    waiting: int
+    utilization: float
+    lag: int
+    lag_committed: int
+    totals: dict[str, int]
+    jobs: int
+    partitions: list[ReportPartition]
+
+@final
+class ErrorReportView:
+    """An error report of any schema read (``id`` is ``None`` before schema 1.2.0)."""
+
+    schema_version: str
+    id: str | None
+    kind: str
+    error_class: str
+    error_message: str
+    backtrace: str
+    details: dict[str, Any]
+    occurred_at: float
+    process_id: str
+    tags: list[str]
+
+def view_consumer_report(data: bytes, max_inflated: int = 67108864) -> ConsumerReportView:
+    """Decode a zlib JSON consumer report (schemas 1.2.x to 1.7.0, newer ones flagged)."""
+
+def view_error_report(data: bytes, max_inflated: int = 67108864) -> ErrorReportView:
+    """Decode a zlib JSON error report (schemas 1.0.0 to 1.2.0)."""
+
+def consumer_report_violations_of(report: Any) -> list[tuple[str, str]]:
+    """``(field, rule)`` for every rule of Karafka Web's consumer report contracts (Report,
+    ConsumerGroup, SubscriptionGroup, Topic, Partition, Job) that ``report`` (decoded JSON)
+    breaks; empty when it is valid."""
+
+def error_report_violations_of(report: Any) -> list[tuple[str, str]]:
+    """``(field, rule)`` for every rule of Karafka Web's error report contract ``report``
+    breaks; empty when it is valid."""

@@ -408,6 +408,7 @@ class RedeliveryTracker:
         )
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter
+        self._poll_interval = int(config.get("max.poll.interval.ms", 300_000))
 
     def start(self) -> RedeliveryTracker:
         """Start the daemon thread (once); returns self. Bad settings raise here."""
@@ -465,7 +466,7 @@ class RedeliveryTracker:
                     row["partition"],
                     lag=row["open"],
                     lag_stored=row["open"],
-                    committed_offset=-1 if row["committed"] is None else row["committed"],
+                    committed_offset=row["committed"],
                     fetch_state="caught_up" if row["caught_up"] else "replaying",
                 )
                 for row in rows
@@ -475,6 +476,7 @@ class RedeliveryTracker:
             retries=sum(row["redelivered"] for row in rows),
             dead=sum(row["dead_lettered"] + row["dropped"] for row in rows),
             workers=max(1, len(rows)),
+            poll_interval=self._poll_interval,
         )
 
     def __enter__(self) -> RedeliveryTracker:

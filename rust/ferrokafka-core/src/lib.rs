@@ -13,6 +13,7 @@ pub mod codec;
 pub mod deadline_queue;
 pub mod error;
 pub mod markers;
+pub mod report_builder;
 pub mod schedule;
 
 pub use batch::{

@@ -15,6 +15,7 @@ mod producer;
 mod producer_events;
 mod redelivery;
 mod scheduler;
+mod tracking;
 
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -51,6 +52,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::decode_process_report, m)?)?;
     m.add_function(wrap_pyfunction!(codec::encode_error_report, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decode_error_report, m)?)?;
+    m.add_class::<tracking::PyReportBuilder>()?;
+    m.add_class::<tracking::PyConsumerReportView>()?;
+    m.add_class::<tracking::PyReportPartition>()?;
+    m.add_class::<tracking::PyErrorReportView>()?;
+    m.add_function(wrap_pyfunction!(tracking::view_consumer_report, m)?)?;
+    m.add_function(wrap_pyfunction!(tracking::view_error_report, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        tracking::consumer_report_violations_of,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(tracking::error_report_violations_of, m)?)?;
     m.add_function(wrap_pyfunction!(codec::encode_marker, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decode_marker, m)?)?;
     m.add_function(wrap_pyfunction!(codec::schedule_proxy, m)?)?;

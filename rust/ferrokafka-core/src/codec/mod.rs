@@ -9,6 +9,7 @@ pub mod envelope;
 pub mod json;
 pub mod marker_codec;
 pub mod report;
+pub mod report_rules;
 pub mod rows;
 pub mod state;
 pub mod zlib;
