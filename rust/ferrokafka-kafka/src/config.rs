@@ -99,6 +99,13 @@ const PRODUCER_ONLY: &[&str] = &[
     "partitioner",
 ];
 
+/// The settings that say which CA certificates to trust.
+const TRUSTED_CA_KEYS: &[&str] = &[
+    "ssl.ca.location",
+    "ssl.ca.pem",
+    "ssl.ca.certificate.stores",
+];
+
 /// An ordered list of librdkafka properties. Its `Debug` form hides sensitive values.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClientSettings {
@@ -197,6 +204,12 @@ impl ClientSettings {
         for (key, value) in &self.entries {
             config.set(key, value);
         }
+        if TRUSTED_CA_KEYS.iter().all(|key| self.get(key).is_none()) {
+            // The bundled OpenSSL looks for CA certificates in its build-time directory, which
+            // is not where the system keeps them: "probe" makes librdkafka search the usual
+            // system locations, so a cluster with a public CA works without ssl.ca.location.
+            config.set("ssl.ca.location", "probe");
+        }
         config
     }
 }
@@ -249,6 +262,23 @@ mod tests {
         for key in ["bootstrap.servers", "sasl.username", "enable.idempotence"] {
             assert!(!is_sensitive_key(key), "{key}");
         }
+    }
+
+    #[test]
+    fn system_ca_certificates_are_probed_unless_a_ca_is_given() {
+        let mut settings =
+            ClientSettings::new([("security.protocol".to_owned(), "SSL".to_owned())]).unwrap();
+        let config = settings.to_client_config();
+        assert_eq!(config.get("ssl.ca.location"), Some("probe"));
+        assert!(config.create::<rdkafka::producer::BaseProducer>().is_ok());
+        settings.set("ssl.ca.pem", "-----BEGIN CERTIFICATE-----");
+        assert_eq!(settings.to_client_config().get("ssl.ca.location"), None);
+        settings.remove("ssl.ca.pem");
+        settings.set("ssl.ca.location", "/etc/my-ca.pem");
+        assert_eq!(
+            settings.to_client_config().get("ssl.ca.location"),
+            Some("/etc/my-ca.pem")
+        );
     }
 
     #[test]
