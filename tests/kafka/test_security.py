@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 
 from ferrokafka import AsyncProducer, Client, Consumer, KafkaError, Message, NewTopic
+from ferrokafka.cli import main
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 from ferrokafka.tracking import Reporter
 from tests.conftest import SecureBroker, wait_until
@@ -195,3 +196,18 @@ def test_reporter_and_status_over_sasl_ssl_show_no_password(secure_broker: Secur
     document, output = status_json(secure_broker, reports, errors)
     assert [p["id"] for p in document["processes"]] == [reporter.process_id]
     assert secure_broker.password not in output
+
+
+def test_cli_topics_commands_take_the_client_settings(
+    secure_broker: SecureBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = secure_broker.scram_config()
+    settings = [f"{key}={value}" for key, value in config.items() if key != "bootstrap.servers"]
+    name = f"secure-cli-{uuid.uuid4().hex[:8]}"
+    where = ["--bootstrap-servers", secure_broker.sasl_ssl, "--timeout", "20"]
+    created = ["topics", "create", name, "--partitions", "2", "--config", "retention.ms=60000"]
+    assert main(created + where + [f"--client-config={s}" for s in settings]) == 0
+    assert main(["topics", "list", *where] + [f"--config={s}" for s in settings]) == 0
+    shown = capsys.readouterr()
+    assert f"{name}\t2 partitions" in shown.out
+    assert secure_broker.password not in shown.out + shown.err
