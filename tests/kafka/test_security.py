@@ -54,7 +54,7 @@ def values_on(bootstrap: str, topic: str, expected: int) -> list[bytes]:
         while len(values) < expected and time.monotonic() < deadline:
             message = observer.poll(0.5)
             if message is not None and message.error() is None:
-                values.append(message.value())
+                values.append(message.value() or b"")
     finally:
         observer.close()
     return values
@@ -155,7 +155,7 @@ def test_scheduler_dispatches_over_sasl_ssl(secure_broker: SecureBroker) -> None
         int(time.time()) - 1,
         {"topic": schedules, "key": "proxy-1"},
     )
-    daemon = {**config, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    daemon = {**config, "session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
     with Scheduler(daemon, [schedules], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2):
         wait_until(lambda: len(client.read_topic(target)) >= 1, WAIT, "the dispatch")
     assert [m.value() for m in client.read_topic(target)] == [b"due"]
