@@ -7,6 +7,8 @@ PLAINTEXT listener lets an independent confluent-kafka consumer count what arriv
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import logging
 import subprocess
@@ -14,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
@@ -211,3 +213,64 @@ def test_cli_topics_commands_take_the_client_settings(
     shown = capsys.readouterr()
     assert f"{name}\t2 partitions" in shown.out
     assert secure_broker.password not in shown.out + shown.err
+
+
+class _TokenEndpoint(http.server.BaseHTTPRequestHandler):
+    """An OAuth 2 token endpoint that hands out unsigned JWTs (``"alg": "none"``), which the
+    test broker's unsecured validator accepts: the identity provider of the OIDC test."""
+
+    requests: ClassVar[list[tuple[str, str]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+        type(self).requests.append((self.headers.get("Authorization", ""), body))
+        now = int(time.time())
+
+        def part(claims: dict[str, Any]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+        claims = {"sub": "ferrokafka-oidc", "iat": now, "exp": now + 3600, "scope": "kafka"}
+        token = f"{part({'alg': 'none'})}.{part(claims)}."
+        answer = json.dumps({"access_token": token, "token_type": "bearer", "expires_in": 3600})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(answer.encode())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: pytest shows failures, not every request."""
+
+
+def test_oauthbearer_oidc_client_credentials_over_sasl_ssl(
+    secure_broker: SecureBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = f"client-secret-{uuid.uuid4().hex}"
+    config = {
+        "bootstrap.servers": secure_broker.sasl_ssl,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": secure_broker.ca,
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.token.endpoint.url": f"http://127.0.0.1:{server.server_port}/token",
+        "sasl.oauthbearer.client.id": "ferrokafka-app",
+        "sasl.oauthbearer.client.secret": secret,
+        "sasl.oauthbearer.scope": "kafka",
+    }
+    caplog.set_level(logging.DEBUG)
+    try:
+        topic = new_topic(config, partitions=1)
+        producer = AsyncProducer(config)
+        producer.produce(b"via oidc", topic)
+        assert producer.shutdown(timeout=WAIT) == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert values_on(secure_broker.bootstrap, topic, 1) == [b"via oidc"]
+    # librdkafka fetched its tokens from this endpoint with the client's credentials.
+    expected = base64.b64encode(f"ferrokafka-app:{secret}".encode()).decode()
+    assert _TokenEndpoint.requests
+    assert all(auth == f"Basic {expected}" for auth, _ in _TokenEndpoint.requests)
+    assert "grant_type=client_credentials" in _TokenEndpoint.requests[0][1]
+    assert secret not in caplog.text

@@ -99,11 +99,14 @@ const PRODUCER_ONLY: &[&str] = &[
     "partitioner",
 ];
 
-/// The settings that say which CA certificates to trust.
-const TRUSTED_CA_KEYS: &[&str] = &[
-    "ssl.ca.location",
-    "ssl.ca.pem",
-    "ssl.ca.certificate.stores",
+/// The CA location settings of the brokers' TLS and of HTTPS (the OIDC token endpoint), each
+/// with the settings that say which CA certificates to trust instead.
+const TRUSTED_CA_KEYS: &[(&str, &[&str])] = &[
+    (
+        "ssl.ca.location",
+        &["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"],
+    ),
+    ("https.ca.location", &["https.ca.location", "https.ca.pem"]),
 ];
 
 /// An ordered list of librdkafka properties. Its `Debug` form hides sensitive values.
@@ -204,11 +207,13 @@ impl ClientSettings {
         for (key, value) in &self.entries {
             config.set(key, value);
         }
-        if TRUSTED_CA_KEYS.iter().all(|key| self.get(key).is_none()) {
-            // The bundled OpenSSL looks for CA certificates in its build-time directory, which
-            // is not where the system keeps them: "probe" makes librdkafka search the usual
-            // system locations, so a cluster with a public CA works without ssl.ca.location.
-            config.set("ssl.ca.location", "probe");
+        // The bundled OpenSSL looks for CA certificates in its build-time directory, which is
+        // not where the system keeps them: "probe" makes librdkafka search the usual system
+        // locations, so a cluster (or an OIDC token endpoint) with a public CA just works.
+        for (location, overrides) in TRUSTED_CA_KEYS {
+            if overrides.iter().all(|key| self.get(key).is_none()) {
+                config.set(*location, "probe");
+            }
         }
         config
     }
@@ -270,7 +275,10 @@ mod tests {
             ClientSettings::new([("security.protocol".to_owned(), "SSL".to_owned())]).unwrap();
         let config = settings.to_client_config();
         assert_eq!(config.get("ssl.ca.location"), Some("probe"));
+        assert_eq!(config.get("https.ca.location"), Some("probe"));
         assert!(config.create::<rdkafka::producer::BaseProducer>().is_ok());
+        settings.set("https.ca.pem", "-----BEGIN CERTIFICATE-----");
+        assert_eq!(settings.to_client_config().get("https.ca.location"), None);
         settings.set("ssl.ca.pem", "-----BEGIN CERTIFICATE-----");
         assert_eq!(settings.to_client_config().get("ssl.ca.location"), None);
         settings.remove("ssl.ca.pem");

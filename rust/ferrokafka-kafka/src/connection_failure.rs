@@ -39,7 +39,9 @@ pub(crate) fn latest_connection_failure<C: rdkafka::ClientContext>(
                     let text = if text.is_null() {
                         String::new()
                     } else {
-                        std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned()
+                        std::ffi::CStr::from_ptr(text)
+                            .to_string_lossy()
+                            .into_owned()
                     };
                     latest = Some((code.into(), text));
                 }
