@@ -19,13 +19,13 @@ import uuid
 from typing import Any, ClassVar
 
 import pytest
-from confluent_kafka import Consumer as ConfluentConsumer
 
 from ferrokafka import AsyncProducer, Client, Consumer, KafkaError, Message, NewTopic
 from ferrokafka.cli import main
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 from ferrokafka.tracking import Reporter
 from tests.conftest import SecureBroker, wait_until
+from tests.kafka.test_scheduler import confluent_messages
 
 pytestmark = pytest.mark.kafka
 
@@ -41,25 +41,7 @@ def new_topic(config: dict[str, str], partitions: int = 2) -> str:
 
 def values_on(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     """The values on ``topic``, read over PLAINTEXT by confluent-kafka as an outside observer."""
-    observer = ConfluentConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"observer-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    observer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + WAIT
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            message = observer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-    finally:
-        observer.close()
-    return values
+    return [m.value() or b"" for m in confluent_messages(bootstrap, topic, expected, WAIT)]
 
 
 def produce_and_consume(broker: SecureBroker, config: dict[str, str], count: int = 20) -> None:

@@ -534,6 +534,8 @@ mod tests {
         for (key, value) in [("sasl.passwrd", "hunter2"), ("ssl.key.pem", "hunter2")] {
             let settings = ClientSettings::new([
                 ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
+                // With TLS in use librdkafka parses the key and refuses one that is not PEM.
+                ("security.protocol".to_owned(), "SSL".to_owned()),
                 (key.to_owned(), value.to_owned()),
             ])
             .unwrap();
