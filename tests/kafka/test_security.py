@@ -22,6 +22,7 @@ import pytest
 
 from ferrokafka import AsyncProducer, Client, Consumer, KafkaError, Message, NewTopic
 from ferrokafka.cli import main
+from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 from ferrokafka.tracking import Reporter
 from tests.conftest import SecureBroker, wait_until
@@ -256,3 +257,29 @@ def test_oauthbearer_oidc_client_credentials_over_sasl_ssl(
     assert all(auth == f"Basic {expected}" for auth, _ in _TokenEndpoint.requests)
     assert "grant_type=client_credentials" in _TokenEndpoint.requests[0][1]
     assert secret not in caplog.text
+
+
+def take(queue: QueueConsumer, count: int) -> list[Message]:
+    """The next ``count`` messages of ``queue``, waiting up to WAIT seconds."""
+    taken: list[Message] = []
+    deadline = time.monotonic() + WAIT
+    while len(taken) < count:
+        assert time.monotonic() < deadline, f"only {len(taken)} of {count} messages came"
+        taken.extend(queue.consume(count - len(taken), timeout=0.5))
+    return taken
+
+
+def test_redelivery_tracker_and_queue_consumer_over_sasl_ssl(secure_broker: SecureBroker) -> None:
+    config = secure_broker.scram_config()
+    queue_topic, markers = new_topic(config), new_topic(config)
+    Client(config).produce(queue_topic, b"unacked", key="u", partition=0)
+    Client(config).produce(queue_topic, b"acked", key="a", partition=1)
+    group = f"g-{uuid.uuid4().hex}"
+    with (
+        RedeliveryTracker(config, queue_topic, markers, group_id=f"t-{group}", commit_interval=0.2),
+        QueueConsumer(config, queue_topic, markers, 2.0, group_id=group) as queue,
+    ):
+        first = take(queue, 2)
+        queue.ack(next(m for m in first if m.value() == b"acked"))
+        again = take(queue, 1)
+    assert [(m.value(), redelivery_count(m)) for m in again] == [(b"unacked", 1)]
