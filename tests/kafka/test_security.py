@@ -7,6 +7,7 @@ PLAINTEXT listener lets an independent confluent-kafka consumer count what arriv
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.server
 import json
@@ -20,7 +21,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ferrokafka import AsyncProducer, Client, Consumer, KafkaError, Message, NewTopic
+from ferrokafka import (
+    AsyncConsumer,
+    AsyncProducer,
+    Client,
+    Consumer,
+    KafkaError,
+    Message,
+    NewTopic,
+)
 from ferrokafka.cli import main
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
@@ -283,3 +292,23 @@ def test_redelivery_tracker_and_queue_consumer_over_sasl_ssl(secure_broker: Secu
         queue.ack(next(m for m in first if m.value() == b"acked"))
         again = take(queue, 1)
     assert [(m.value(), redelivery_count(m)) for m in again] == [(b"unacked", 1)]
+
+
+def test_async_consumer_over_ssl(secure_broker: SecureBroker) -> None:
+    config = secure_broker.ssl_config()
+    topic = new_topic(config, partitions=1)
+    Client(config).produce(topic, b"async", key="k")
+    received: list[bytes] = []
+    arrived = asyncio.Event()
+
+    async def handle(batch: list[Message]) -> None:
+        received.extend(m.value() or b"" for m in batch)
+        arrived.set()
+
+    async def consume() -> None:
+        group = {**config, "group.id": f"g-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}
+        async with AsyncConsumer(group, [topic], handle, drain=1.0):
+            await asyncio.wait_for(arrived.wait(), WAIT)
+
+    asyncio.run(consume())
+    assert received == [b"async"]
