@@ -15,6 +15,8 @@ PORT=${KAFKA_PORT:-9092}
 CPORT=${KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
 PID_FILE=$STATE_DIR/$PORT.pid
 STATE_FILE=$STATE_DIR/$PORT.state
+SECURE_USER=ferrokafka
+SECURE_PASSWORD=ferrokafka-test-secret # a throwaway test broker's, printed on purpose
 JAVA_OPTS=(-Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.xml" -Djava.awt.headless=true)
 
 log() { printf 'kafka.sh: %s\n' "$*" >&2; }
@@ -30,6 +32,12 @@ usage: $(basename "$0") {start|stop|status|fetch|pause|resume}
   pause   stop the broker but keep its data (an outage); resume starts it again
 env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (port+1) KAFKA_HEAP_OPTS (-Xms512m -Xmx512m)
      FERROKAFKA_CACHE (~/.cache/ferrokafka) FERROKAFKA_STATE (\$cache/run)
+     KAFKA_SECURITY=1 (start only): also listen with TLS, for tests of secured clusters:
+       SSL on port+2 and SASL_SSL on port+3 (mechanisms SCRAM-SHA-512, PLAIN, OAUTHBEARER with
+       Kafka's unsecured-token validator; user $SECURE_USER, password $SECURE_PASSWORD). A throwaway CA
+       and a broker certificate for 127.0.0.1 are made with openssl in the data dir; start prints
+       ssl=, sasl_ssl=, ca= (the CA to verify with), untrusted_ca= (one that signed nothing),
+       user= and password= lines before the bootstrap line.
 EOF
 }
 
@@ -150,6 +158,49 @@ cleanup_state() {
   rm -f "$PID_FILE" "$STATE_FILE"
 }
 
+# KAFKA_SECURITY=1: a throwaway CA, a broker certificate for 127.0.0.1 signed by it and a second CA
+# that signed nothing, in $1/tls; prints the server.properties lines of the SSL and SASL_SSL
+# listeners. The PLAINTEXT listener stays the inter-broker one, so nothing else changes.
+security_properties() {
+  local tls=$1/tls ssl_port=$((PORT + 2)) sasl_port=$((PORT + 3))
+  command -v openssl >/dev/null || die "openssl not found (needed for KAFKA_SECURITY=1)"
+  mkdir -p "$tls"
+  (
+    cd "$tls"
+    for ca in ca untrusted-ca; do
+      openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=ferrokafka test $ca" \
+        -keyout "$ca.key" -out "$ca.pem" 2>/dev/null
+    done
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout broker.key -out broker.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext
+    openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile broker.ext -out broker.crt 2>/dev/null
+    # Kafka's PEM key store: an unencrypted PKCS#8 key followed by the certificate chain.
+    cat broker.key broker.crt ca.pem >broker-keystore.pem
+  ) || die "could not make the test certificates in $tls"
+  printf 'ssl=127.0.0.1:%s\nsasl_ssl=127.0.0.1:%s\nca=%s\nuntrusted_ca=%s\nuser=%s\npassword=%s\n' \
+    "$ssl_port" "$sasl_port" "$tls/ca.pem" "$tls/untrusted-ca.pem" "$SECURE_USER" "$SECURE_PASSWORD" >"$1/security.env"
+  cat <<EOF
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT,SSL://127.0.0.1:$ssl_port,SASL_SSL://127.0.0.1:$sasl_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT,SSL://127.0.0.1:$ssl_port,SASL_SSL://127.0.0.1:$sasl_port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
+ssl.keystore.type=PEM
+ssl.keystore.location=$tls/broker-keystore.pem
+sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN,OAUTHBEARER
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SECURE_USER="$SECURE_PASSWORD";
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler
+EOF
+}
+
+# The client settings of a KAFKA_SECURITY=1 broker, printed before its bootstrap line.
+print_security() {
+  local data
+  data=$(state_get data_dir)
+  if [[ -n $data && -f $data/security.env ]]; then cat "$data/security.env"; fi
+}
+
 # Starts the JVM on an already formatted data dir and waits until it answers.
 launch() {
   local data=$1 pid rc=0
@@ -170,18 +221,22 @@ launch() {
     die "Kafka broker failed to start on 127.0.0.1:$PORT"
   fi
   log "broker ready"
+  print_security
   echo "127.0.0.1:$PORT"
 }
 
 start() {
-  local pid data busy cluster_id
+  local pid data busy cluster_id scram=()
   fetch
   mkdir -p "$STATE_DIR"
-  if pid=$(running_pid); then log "broker already running (pid $pid)"; echo "127.0.0.1:$PORT"; return 0; fi
+  if pid=$(running_pid); then log "broker already running (pid $pid)"; print_security; echo "127.0.0.1:$PORT"; return 0; fi
   cleanup_state # leftovers of a broker that died without stop
-  busy=$(busy_port "$PORT" "$CPORT")
+  local ports=("$PORT" "$CPORT")
+  [[ ${KAFKA_SECURITY:-} != 1 ]] || ports+=($((PORT + 2)) $((PORT + 3)))
+  busy=$(busy_port "${ports[@]}")
   [[ $busy != "$PORT" ]] || die "port $PORT on 127.0.0.1 is already in use by another process (set KAFKA_PORT)"
-  [[ -z $busy ]] || die "controller port $CPORT on 127.0.0.1 is already in use (set KAFKA_CONTROLLER_PORT)"
+  [[ $busy != "$CPORT" ]] || die "controller port $CPORT on 127.0.0.1 is already in use (set KAFKA_CONTROLLER_PORT)"
+  [[ -z $busy ]] || die "port $busy on 127.0.0.1 (a KAFKA_SECURITY listener) is already in use"
   data=$(mktemp -d "${TMPDIR:-/tmp}/ferrokafka-$PORT.XXXXXX")
   printf 'port=%s\ncontroller_port=%s\ndata_dir=%s\n' "$PORT" "$CPORT" "$data" >"$STATE_FILE"
   # controller.quorum.bootstrap.servers (dynamic quorum) is what `format --standalone` expects;
@@ -215,6 +270,12 @@ EOF
   # the group.share.* lines above only shorten times for tests: 1 s record locks allowed, a 0.5 s
   # share heartbeat (first records without a 5 s wait) and a 6 s session like the consumer
   # tests' (a killed member's partitions move on within seconds, not 45).
+  if [[ ${KAFKA_SECURITY:-} == 1 ]]; then
+    # Later keys win in a properties file, so these listeners replace the ones above.
+    security_properties "$data" >>"$data/server.properties"
+    # KRaft keeps SCRAM credentials in the metadata log: they are written at format time.
+    scram=(--add-scram "SCRAM-SHA-512=[name=$SECURE_USER,password=$SECURE_PASSWORD]")
+  fi
   # Kafka cluster ids are 16 random bytes, base64url without padding; a leading '-'
   # would be parsed as a CLI flag, so retry (Kafka's own Uuid.randomUuid does the same).
   cluster_id=-
@@ -223,7 +284,7 @@ EOF
   done
   log "formatting storage in $data (cluster id $cluster_id)"
   if ! java -Xmx256m -XX:TieredStopAtLevel=1 "${JAVA_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool \
-    format --standalone -t "$cluster_id" -c "$data/server.properties" >"$data/kafka.log" 2>&1; then
+    format --standalone -t "$cluster_id" -c "$data/server.properties" "${scram[@]}" >"$data/kafka.log" 2>&1; then
     tail -n 30 "$data/kafka.log" >&2
     cleanup_state
     die "storage format failed"
@@ -263,7 +324,7 @@ pause() {
 
 resume() {
   local pid data
-  if pid=$(running_pid); then log "broker already running (pid $pid)"; echo "127.0.0.1:$PORT"; return 0; fi
+  if pid=$(running_pid); then log "broker already running (pid $pid)"; print_security; echo "127.0.0.1:$PORT"; return 0; fi
   data=$(state_get data_dir)
   [[ -n $data && -f $data/server.properties ]] || die "no paused broker on port $PORT"
   launch "$data"

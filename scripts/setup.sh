@@ -17,6 +17,11 @@ need java openjdk-17-jre-headless
 need mvn maven
 need cmake cmake
 need cargo cargo
+# The bundled OpenSSL (rdkafka's ssl-vendored) is built by its Configure script: perl with IPC::Cmd
+# (not in perl-base) and make. openssl makes the secured test broker's certificates.
+need make make
+perl -MIPC::Cmd -e 1 2>/dev/null || { step "installing perl (needed to build OpenSSL)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq perl >/dev/null; }
+need openssl openssl
 need chromium chromium                # headless browser for the dashboard test (Playwright)
 need chromedriver chromium-driver
 

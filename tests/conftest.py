@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,3 +134,57 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class SecureBroker:
+    """A broker started with ``KAFKA_SECURITY=1``: its listeners, CA files and SCRAM user."""
+
+    bootstrap: str
+    ssl: str
+    sasl_ssl: str
+    ca: str
+    untrusted_ca: str
+    user: str
+    password: str
+
+    def ssl_config(self) -> dict[str, str]:
+        """Settings for the SSL listener, verifying the broker against the throwaway CA."""
+        return {
+            "bootstrap.servers": self.ssl,
+            "security.protocol": "SSL",
+            "ssl.ca.location": self.ca,
+        }
+
+    def scram_config(self, password: str | None = None) -> dict[str, str]:
+        """Settings for the SASL_SSL listener as the SCRAM-SHA-512 user."""
+        return {
+            "bootstrap.servers": self.sasl_ssl,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": self.ca,
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": self.user,
+            "sasl.password": self.password if password is None else password,
+        }
+
+
+@pytest.fixture(scope="session")
+def secure_broker() -> Iterator[SecureBroker]:
+    """A broker of its own with SSL and SASL_SSL listeners (``kafka.sh`` with KAFKA_SECURITY=1),
+    on FERROKAFKA_SECURITY_KAFKA_PORT (default: the test port + 20; it also takes the 3 after)."""
+    port = os.environ.get(
+        "FERROKAFKA_SECURITY_KAFKA_PORT",
+        str(int(os.environ.get("FERROKAFKA_TEST_KAFKA_PORT", "19092")) + 20),
+    )
+    env = {**os.environ, "KAFKA_PORT": port, "KAFKA_SECURITY": "1"}
+    started = subprocess.run(
+        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=False
+    )
+    if started.returncode != 0:
+        pytest.fail(f"could not start the secured Kafka broker:\n{started.stderr}", pytrace=False)
+    *settings, bootstrap = started.stdout.strip().splitlines()
+    fields = dict(line.split("=", 1) for line in settings)
+    try:
+        yield SecureBroker(bootstrap=bootstrap, **fields)
+    finally:
+        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)

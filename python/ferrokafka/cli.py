@@ -34,7 +34,7 @@ log = logging.getLogger("ferrokafka.cli")
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client({"bootstrap.servers": args.bootstrap_servers})
+    return Client({"bootstrap.servers": args.bootstrap_servers, **dict(args.client_config)})
 
 
 def _topics_list(args: argparse.Namespace) -> int:
@@ -265,7 +265,8 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
         type=_key_value,
         default=[],
         metavar="KEY=VALUE",
-        help="extra librdkafka setting, e.g. security.protocol=SSL (repeatable)",
+        help="extra librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable; see "
+        "'ferrokafka --help')",
     )
 
 
@@ -324,11 +325,23 @@ _port = _int_from(1, most=65535)
 _broker_default_or_positive = _int_from(1, also=-1)
 
 
+SECURED_CLUSTER_HELP = """\
+secured clusters: give librdkafka's settings with --config KEY=VALUE (repeatable), e.g.
+  ferrokafka status --bootstrap-servers broker:9093 --config security.protocol=SASL_SSL \\
+    --config sasl.mechanism=SCRAM-SHA-512 --config sasl.username=app \\
+    --config sasl.password=... --config ssl.ca.location=/etc/kafka/ca.pem
+(`topics create` takes them as --client-config: its --config sets the topic's own settings).
+Values are never echoed; a command line is visible to other local users (ps), so on a shared
+host run the daemons from Python with the password read from a file."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``ferrokafka`` command."""
     parser = argparse.ArgumentParser(
         prog="ferrokafka",
         description="Kafka patterns for Python and Spark, on a Rust core.",
+        epilog=SECURED_CLUSTER_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ferrokafka {__version__}")
     parser.add_argument(
@@ -401,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_key_value,
         default=[],
         metavar="KEY=VALUE",
-        help="extra librdkafka setting, e.g. transactional.id=scheduler-1 (repeatable)",
+        help="extra librdkafka setting, e.g. transactional.id=scheduler-1 or "
+        "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')",
     )
     _add_reporter_options(scheduler)
     scheduler.set_defaults(run=_scheduler)
@@ -440,7 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_key_value,
         default=[],
         metavar="KEY=VALUE",
-        help="extra librdkafka setting, e.g. session.timeout.ms=6000 (repeatable)",
+        help="extra librdkafka setting, e.g. session.timeout.ms=6000 or "
+        "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')",
     )
     _add_reporter_options(redelivery)
     redelivery.set_defaults(run=_redelivery)
@@ -511,13 +526,35 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true", help="include internal topics")
     listing.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")
     listing.add_argument("--timeout", type=_positive_seconds, default=30.0)
+    listing.add_argument(
+        "--config",
+        dest="client_config",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting, e.g. security.protocol=SSL (repeatable)",
+    )
     listing.set_defaults(run=_topics_list)
     create = topic_commands.add_parser("create", help="Create a topic.")
     create.add_argument("name")
     create.add_argument("--partitions", type=_broker_default_or_positive, default=-1)
     create.add_argument("--replication-factor", type=_broker_default_or_positive, default=-1)
     create.add_argument(
-        "--config", action="append", type=_key_value, default=[], metavar="KEY=VALUE"
+        "--config",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="topic setting, e.g. cleanup.policy=compact (repeatable)",
+    )
+    create.add_argument(
+        "--client-config",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting of the client, e.g. security.protocol=SSL (repeatable)",
     )
     create.add_argument("--exist-ok", action="store_true")
     create.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")

@@ -50,6 +50,7 @@ __all__ = [
     "decode_state",
     "deflate",
     "inflate",
+    "kafka_options",
     "read_reports",
     "read_states",
     "schedule_dataframe",
@@ -232,10 +233,71 @@ def schedule_headers(
 # ---- Kafka helpers (Spark's Kafka connector) -----------------------------------------------
 
 
+ClientConfig = Mapping[str, str | int | float | bool]
+
+# The Java client's login module for each SASL mechanism that takes a username and password.
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def _jaas_quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def kafka_options(config: ClientConfig) -> dict[str, str]:
+    """Spark's Kafka source and sink options (``kafka.``-prefixed Java client settings) for the
+    librdkafka settings ``config`` that every other ferrokafka component takes.
+
+    Each key is passed as ``kafka.<key>``, except where the Java client names it differently:
+    ``sasl.username``/``sasl.password`` become ``kafka.sasl.jaas.config`` (PLAIN and SCRAM),
+    ``ssl.ca.location`` (a PEM file) becomes a PEM trust store, and
+    ``ssl.endpoint.identification.algorithm=none`` the Java client's empty value. OAUTHBEARER's
+    Java login settings (``kafka.sasl.jaas.config``, ``kafka.sasl.login.callback.handler.class``)
+    have no librdkafka counterpart: give them in the helpers' own options.
+
+    Example:
+        >>> options = kafka_options({"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"})
+        >>> options == {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "PEM",
+        ...             "kafka.ssl.truststore.location": "/ca.pem"}
+        True
+    """
+    settings = {key: str(value) for key, value in config.items()}
+    options: dict[str, str] = {}
+    username, password = settings.pop("sasl.username", None), settings.pop("sasl.password", None)
+    if username is not None or password is not None:
+        mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms", "GSSAPI"))
+        module = _LOGIN_MODULES.get(mechanism.upper())
+        if module is None:
+            raise ValueError(
+                f"sasl.username/sasl.password with sasl.mechanism={mechanism}: Spark's Kafka "
+                "client takes them only for PLAIN and SCRAM; pass kafka.sasl.jaas.config instead"
+            )
+        options["kafka.sasl.jaas.config"] = (
+            f"{module} required username={_jaas_quoted(username or '')} "
+            f"password={_jaas_quoted(password or '')};"
+        )
+    for key, value in settings.items():
+        if key == "sasl.mechanisms":
+            options["kafka.sasl.mechanism"] = value
+        elif key == "ssl.ca.location":
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = value
+        elif key == "ssl.endpoint.identification.algorithm" and value.lower() == "none":
+            options[f"kafka.{key}"] = ""
+        else:
+            options[f"kafka.{key}"] = value
+    return options
+
+
 def _kafka_options(
-    bootstrap_servers: str | None, kafka_options: Mapping[str, str] | None
+    bootstrap_servers: str | None,
+    kafka_options_: Mapping[str, str] | None,
+    config: ClientConfig | None = None,
 ) -> dict[str, str]:
-    options = dict(kafka_options or {})
+    options = {**kafka_options(config or {}), **(kafka_options_ or {})}
     if bootstrap_servers is not None:
         options["kafka.bootstrap.servers"] = bootstrap_servers
     if "kafka.bootstrap.servers" not in options:
@@ -243,11 +305,13 @@ def _kafka_options(
     return options
 
 
-def _partition_count(options: Mapping[str, str], topic: str, timeout: float = 30.0) -> int:
+def _partition_count(
+    options: Mapping[str, str], topic: str, config: ClientConfig | None, timeout: float = 30.0
+) -> int:
     # A Kafka client on the driver, made when called (never at import, never on executors).
     from ferrokafka import Client
 
-    client = Client({"bootstrap.servers": options["kafka.bootstrap.servers"]})
+    client = Client({**(config or {}), "bootstrap.servers": options["kafka.bootstrap.servers"]})
     metadata = client.list_topics(timeout=timeout).topics.get(topic)
     if metadata is None or not metadata.partitions:
         raise ValueError(f"topic {topic!r} does not exist; create it first")
@@ -287,6 +351,7 @@ def schedule_dataframe(
     bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, str] | None = None,
     partitions: int | None = None,
+    config: ClientConfig | None = None,
 ) -> None:
     """Schedule every row of ``df``: one Karafka proxy message per row, written to
     ``schedules_topic`` through Spark's Kafka sink, for a scheduler daemon to dispatch at the
@@ -302,7 +367,9 @@ def schedule_dataframe(
     with a default key, as Karafka's proxy does, by CRC32 of the target's partition, else its
     partition key, else its key (so the schedules of one target key share a partition);
     ``partitions`` is the schedules topic's partition count (looked up when not given).
-    ``kafka_options`` are Spark Kafka sink options (``kafka.*`` settings passed through).
+    ``kafka_options`` are Spark Kafka sink options (``kafka.*`` settings passed through);
+    ``config`` takes librdkafka settings instead (security, as every ferrokafka component takes
+    them), for the driver's client and, through :func:`kafka_options`, for the sink.
 
     A row with a null epoch or target, or an epoch more than 10 s in the past when the task
     runs, fails the job with :class:`ferrokafka.ScheduleError` (nothing half-valid is written).
@@ -315,7 +382,7 @@ def schedule_dataframe(
     """
     if (target_topic is None) == (target_topic_col is None):
         raise ValueError("pass exactly one of target_topic and target_topic_col")
-    options = _kafka_options(bootstrap_servers, kafka_options)
+    options = _kafka_options(bootstrap_servers, kafka_options, config)
     topic = F.lit(target_topic) if target_topic is not None else _col(target_topic_col or "")
     headers = schedule_headers(
         topic,
@@ -344,7 +411,7 @@ def schedule_dataframe(
         headers.alias("headers"),
         partition_by.alias("partition_by"),
     )
-    count = partitions or _partition_count(options, schedules_topic)
+    count = partitions or _partition_count(options, schedules_topic, config)
     _write_proxies(proxies, schedules_topic, options, count)
 
 
@@ -356,6 +423,7 @@ def cancel_dataframe(
     bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, str] | None = None,
     partitions: int | None = None,
+    config: ClientConfig | None = None,
 ) -> None:
     """Cancel the schedule of every proxy key in ``key_col``: one Karafka cancel message per
     row, through Spark's Kafka sink (partitioned like :func:`schedule_dataframe`).
@@ -364,7 +432,7 @@ def cancel_dataframe(
         >>> cancel_dataframe(cancelled, "schedules", "order_id",
         ...                  bootstrap_servers="127.0.0.1:9092")  # doctest: +SKIP
     """
-    options = _kafka_options(bootstrap_servers, kafka_options)
+    options = _kafka_options(bootstrap_servers, kafka_options, config)
     # The cancel headers do not depend on the key: build them once, in Rust, as literals.
     template = cancel_proxy("template", {"topic": schedules_topic})
     headers = F.array(
@@ -378,7 +446,7 @@ def cancel_dataframe(
         F.lit(None).cast("binary").alias("value"),
         headers.alias("headers"),
     )
-    count = partitions or _partition_count(options, schedules_topic)
+    count = partitions or _partition_count(options, schedules_topic, config)
     _write_proxies(proxies, schedules_topic, options, count)
 
 
@@ -389,9 +457,11 @@ def _read(
     starting_offsets: str,
     ending_offsets: str,
     options: Mapping[str, str] | None,
+    config: ClientConfig | None,
 ) -> DataFrame:
     return (
         spark.read.format("kafka")
+        .options(**kafka_options(config or {}))
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("subscribe", topic)
         .option("startingOffsets", starting_offsets)
@@ -438,6 +508,7 @@ def read_reports(
     ending_offsets: str = "latest",
     max_inflated: int = DEFAULT_MAX_INFLATED,
     options: Mapping[str, str] | None = None,
+    config: ClientConfig | None = None,
 ) -> DataFrame:
     """A batch DataFrame of the process reports on ``topic``, decoded: Kafka ``key``,
     ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``, then ``process_id``, ``status``,
@@ -449,7 +520,7 @@ def read_reports(
         >>> read_reports(spark, "127.0.0.1:9092", "karafka_consumers_reports").select(
         ...     "process_id", F.explode("partitions").alias("p")).show()  # doctest: +SKIP
     """
-    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options)
+    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options, config)
     return _reports(raw, max_inflated)
 
 
@@ -462,6 +533,7 @@ def read_states(
     ending_offsets: str = "latest",
     max_inflated: int = DEFAULT_MAX_INFLATED,
     options: Mapping[str, str] | None = None,
+    config: ClientConfig | None = None,
 ) -> DataFrame:
     """A batch DataFrame of the scheduler state reports on ``topic`` (a schedules topic's
     ``<schedules>_states`` topic), decoded: ``key`` (``"<state>_state"``), ``kafka_partition``
@@ -473,7 +545,7 @@ def read_states(
         >>> read_states(spark, "127.0.0.1:9092", "schedules_states").groupBy(
         ...     "kafka_partition").agg(F.max_by("state", "dispatched_at"))  # doctest: +SKIP
     """
-    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options)
+    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options, config)
     state = decode_state("value", max_inflated=max_inflated).alias("state_report")
     return raw.select(*_kafka_columns(), state).select(
         "key", "kafka_partition", "kafka_offset", "kafka_timestamp", "state_report.*"
@@ -520,6 +592,7 @@ def stream_lag(
     max_inflated: int = DEFAULT_MAX_INFLATED,
     options: Mapping[str, str] | None = None,
     checkpoint_location: str | None = None,
+    config: ClientConfig | None = None,
 ) -> StreamingQuery:
     """Start a structured-streaming query that keeps the latest lag per process, consumer
     group, topic and partition from the reports ``topic`` (:func:`lag_table`), in complete
@@ -534,6 +607,7 @@ def stream_lag(
     """
     raw = (
         spark.readStream.format("kafka")
+        .options(**kafka_options(config or {}))
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("subscribe", topic)
         .option("startingOffsets", starting_offsets)

@@ -55,6 +55,15 @@ def test_config_value_of_wrong_type_is_named() -> None:
         Client({"bootstrap.servers": "127.0.0.1:9092", "error_cb": print})  # type: ignore[dict-item]
 
 
+def test_an_oauth_callback_is_refused_pointing_to_the_oidc_settings() -> None:
+    def oauth_cb(config: str) -> tuple[str, float]:
+        return "token", 0.0
+
+    for make in (Client, ferrokafka.AsyncProducer):
+        with pytest.raises(ConfigError, match=r"oauth_cb.*sasl\.oauthbearer\.method=oidc"):
+            make({"bootstrap.servers": "127.0.0.1:9092", "oauth_cb": oauth_cb})  # type: ignore[dict-item]
+
+
 def test_missing_bootstrap_servers_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
         Client({"client.id": "x"})

@@ -38,10 +38,11 @@ MAKERS: dict[str, Callable[[Any], object]] = {
 }
 
 # (config, the key the error must name): a misspelt secret key librdkafka does not know, a
-# sensitive key this build refuses, a sensitive key with a value of the wrong type.
+# sensitive value librdkafka refuses (a private key that is not PEM), a sensitive key with a
+# value of the wrong type.
 BAD_CONFIGS = [
     ({**BOOTSTRAP, "sasl.passwrd": SECRET}, "sasl.passwrd"),
-    ({**BOOTSTRAP, "ssl.key.password": SECRET}, "ssl.key.password"),
+    ({**BOOTSTRAP, "security.protocol": "SSL", "ssl.key.pem": SECRET}, "ssl.key.pem"),
     ({**BOOTSTRAP, "ssl.key.password": [SECRET]}, "ssl.key.password"),
 ]
 

@@ -18,6 +18,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{ClientRole, ClientSettings};
+use crate::connection_failure::latest_connection_failure;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
@@ -167,7 +168,26 @@ impl Client {
     }
 
     fn error(&self, operation: &str, err: KafkaError, timeout: Duration) -> KafkaIoError {
-        KafkaIoError::from_rdkafka(operation, err, timeout, self.bootstrap())
+        self.explain(KafkaIoError::from_rdkafka(
+            operation,
+            err,
+            timeout,
+            self.bootstrap(),
+        ))
+    }
+
+    /// A timeout becomes the refused TLS handshake or SASL authentication behind it, if any: a
+    /// wrong CA or password is not something waiting longer would fix.
+    fn explain(&self, error: KafkaIoError) -> KafkaIoError {
+        match error {
+            KafkaIoError::Timeout { ref operation, .. } => {
+                match latest_connection_failure(self.admin.inner()) {
+                    Some((code, reason)) => KafkaIoError::from_code(operation, code, Some(reason)),
+                    None => error,
+                }
+            }
+            other => other,
+        }
     }
 
     /// Asks for metadata until a broker answers or `timeout` passes. librdkafka fails at once
@@ -192,11 +212,11 @@ impl Client {
                     KafkaIoError::Broker {
                         retriable: true, ..
                     } => {
-                        return Err(KafkaIoError::Timeout {
+                        return Err(self.explain(KafkaIoError::Timeout {
                             operation: "list_topics".to_owned(),
                             timeout,
                             bootstrap: self.bootstrap().map(str::to_owned),
-                        });
+                        }));
                     }
                     other => return Err(other),
                 },
@@ -514,6 +534,8 @@ mod tests {
         for (key, value) in [("sasl.passwrd", "hunter2"), ("ssl.key.pem", "hunter2")] {
             let settings = ClientSettings::new([
                 ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
+                // With TLS in use librdkafka parses the key and refuses one that is not PEM.
+                ("security.protocol".to_owned(), "SSL".to_owned()),
                 (key.to_owned(), value.to_owned()),
             ])
             .unwrap();

@@ -99,6 +99,16 @@ const PRODUCER_ONLY: &[&str] = &[
     "partitioner",
 ];
 
+/// The CA location settings of the brokers' TLS and of HTTPS (the OIDC token endpoint), each
+/// with the settings that say which CA certificates to trust instead.
+const TRUSTED_CA_KEYS: &[(&str, &[&str])] = &[
+    (
+        "ssl.ca.location",
+        &["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"],
+    ),
+    ("https.ca.location", &["https.ca.location", "https.ca.pem"]),
+];
+
 /// An ordered list of librdkafka properties. Its `Debug` form hides sensitive values.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClientSettings {
@@ -197,6 +207,14 @@ impl ClientSettings {
         for (key, value) in &self.entries {
             config.set(key, value);
         }
+        // The bundled OpenSSL looks for CA certificates in its build-time directory, which is
+        // not where the system keeps them: "probe" makes librdkafka search the usual system
+        // locations, so a cluster (or an OIDC token endpoint) with a public CA just works.
+        for (location, overrides) in TRUSTED_CA_KEYS {
+            if overrides.iter().all(|key| self.get(key).is_none()) {
+                config.set(*location, "probe");
+            }
+        }
         config
     }
 }
@@ -249,6 +267,26 @@ mod tests {
         for key in ["bootstrap.servers", "sasl.username", "enable.idempotence"] {
             assert!(!is_sensitive_key(key), "{key}");
         }
+    }
+
+    #[test]
+    fn system_ca_certificates_are_probed_unless_a_ca_is_given() {
+        let mut settings =
+            ClientSettings::new([("security.protocol".to_owned(), "SSL".to_owned())]).unwrap();
+        let config = settings.to_client_config();
+        assert_eq!(config.get("ssl.ca.location"), Some("probe"));
+        assert_eq!(config.get("https.ca.location"), Some("probe"));
+        assert!(config.create::<rdkafka::producer::BaseProducer>().is_ok());
+        settings.set("https.ca.pem", "-----BEGIN CERTIFICATE-----");
+        assert_eq!(settings.to_client_config().get("https.ca.location"), None);
+        settings.set("ssl.ca.pem", "-----BEGIN CERTIFICATE-----");
+        assert_eq!(settings.to_client_config().get("ssl.ca.location"), None);
+        settings.remove("ssl.ca.pem");
+        settings.set("ssl.ca.location", "/etc/my-ca.pem");
+        assert_eq!(
+            settings.to_client_config().get("ssl.ca.location"),
+            Some("/etc/my-ca.pem")
+        );
     }
 
     #[test]

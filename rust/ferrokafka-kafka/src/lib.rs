@@ -7,6 +7,7 @@
 pub mod async_producer;
 pub mod client;
 pub mod config;
+mod connection_failure;
 pub mod consumer;
 mod daemon;
 pub mod error;

@@ -23,6 +23,13 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
             || value.is_instance_of::<PyFloat>()
         {
             value.str()?.to_string()
+        } else if key == "oauth_cb" {
+            return Err(ConfigError::new_err(
+                "oauth_cb (a Python OAUTHBEARER token callback) is not supported: use \
+                 librdkafka's OIDC settings (sasl.oauthbearer.method=oidc, \
+                 sasl.oauthbearer.token.endpoint.url, sasl.oauthbearer.client.id, ...)",
+            )
+            .into());
         } else {
             return Err(ConfigError::new_err(format!(
                 "config value for {key:?} must be str, int, float or bool, got {}",

@@ -1,0 +1,314 @@
+"""Secured clusters: every client over TLS (verifying the broker against a CA) and over SASL_SSL
+with SCRAM-SHA-512 and OAUTHBEARER, refusals that say why, and no secret in any message.
+
+The broker is the session's ``secure_broker`` (``scripts/kafka.sh`` with KAFKA_SECURITY=1), whose
+PLAINTEXT listener lets an independent confluent-kafka consumer count what arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.server
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any, ClassVar
+
+import pytest
+
+from ferrokafka import (
+    AsyncConsumer,
+    AsyncProducer,
+    Client,
+    Consumer,
+    KafkaError,
+    Message,
+    NewTopic,
+)
+from ferrokafka.cli import main
+from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
+from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.tracking import Reporter
+from tests.conftest import SecureBroker, wait_until
+from tests.kafka.test_scheduler import confluent_messages
+
+pytestmark = pytest.mark.kafka
+
+WAIT = 30.0
+
+
+def new_topic(config: dict[str, str], partitions: int = 2) -> str:
+    """A fresh topic, created over the secured listener ``config`` names."""
+    name = f"secure-{uuid.uuid4().hex[:10]}"
+    Client(config).create_topics([NewTopic(name, num_partitions=partitions)], timeout=WAIT)
+    return name
+
+
+def values_on(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    """The values on ``topic``, read over PLAINTEXT by confluent-kafka as an outside observer."""
+    return [m.value() or b"" for m in confluent_messages(bootstrap, topic, expected, WAIT)]
+
+
+def produce_and_consume(broker: SecureBroker, config: dict[str, str], count: int = 20) -> None:
+    """AsyncProducer then Consumer over ``config``; the observer counts the topic."""
+    topic = new_topic(config)
+    sent = [f"m{n}".encode() for n in range(count)]
+    producer = AsyncProducer(config)
+    for value in sent:
+        producer.produce(value, topic, key=value)
+    assert producer.shutdown(timeout=WAIT) == []
+    assert sorted(values_on(broker.bootstrap, topic, count)) == sorted(sent)
+
+    received: list[bytes] = []
+    lock = threading.Lock()
+
+    def handle(batch: list[Message]) -> None:
+        with lock:
+            received.extend(m.value() or b"" for m in batch)
+
+    group = {**config, "group.id": f"g-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}
+    with Consumer(group, [topic], handle, drain=1.0):
+        wait_until(lambda: len(received) >= count, WAIT, f"{count} records consumed")
+    assert sorted(received) == sorted(sent)
+
+
+def test_produce_and_consume_over_ssl_verifying_the_broker_against_the_ca(
+    secure_broker: SecureBroker,
+) -> None:
+    produce_and_consume(secure_broker, secure_broker.ssl_config())
+
+
+def test_a_broker_certificate_from_another_ca_is_refused_with_the_reason(
+    secure_broker: SecureBroker,
+) -> None:
+    config = {**secure_broker.ssl_config(), "ssl.ca.location": secure_broker.untrusted_ca}
+    with pytest.raises(KafkaError, match="certificate verify failed") as refused:
+        Client(config).list_topics(timeout=3.0)
+    assert "SSL handshake failed" in str(refused.value)
+
+
+def test_produce_and_consume_over_sasl_ssl_with_scram_sha_512(
+    secure_broker: SecureBroker,
+) -> None:
+    produce_and_consume(secure_broker, secure_broker.scram_config(), count=10)
+
+
+def test_a_wrong_password_fails_with_the_reason_and_without_the_password(
+    secure_broker: SecureBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = f"not-the-password-{uuid.uuid4().hex}"
+    config = secure_broker.scram_config(password=wrong)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(KafkaError, match="Authentication failed") as refused:
+        Client(config).list_topics(timeout=3.0)
+    shown = f"{refused.value} {refused.value!r}"
+    assert "SCRAM-SHA-512" in shown
+    assert wrong not in shown
+    # The producer keeps retrying in the background and logs why; the log shows no password.
+    producer = AsyncProducer({**config, "message.timeout.ms": 2000})
+    producer.produce(b"never", new_topic(secure_broker.scram_config()))
+    wait_until(lambda: "Authentication failed" in caplog.text, WAIT, "the refusal logged")
+    assert len(producer.shutdown(timeout=5.0)) == 1
+    assert wrong not in caplog.text
+
+
+def test_sasl_plain_and_oauthbearer_over_sasl_ssl(secure_broker: SecureBroker) -> None:
+    scram = secure_broker.scram_config()
+    plain = {**scram, "sasl.mechanism": "PLAIN"}
+    # librdkafka's own unsigned token, which the broker's unsecured validator accepts: this shows
+    # the OAUTHBEARER mechanism end to end without an identity provider.
+    oauth = {
+        "bootstrap.servers": secure_broker.sasl_ssl,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": secure_broker.ca,
+        "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": "true",
+        "sasl.oauthbearer.config": "principal=ferrokafka-test",
+    }
+    for config in (plain, oauth):
+        topic = new_topic(config, partitions=1)
+        client = Client(config)
+        client.produce(topic, b"hello", key=config["sasl.mechanism"])
+        assert [m.value() for m in client.read_topic(topic, timeout=WAIT)] == [b"hello"]
+
+
+def test_scheduler_dispatches_over_sasl_ssl(secure_broker: SecureBroker) -> None:
+    config = secure_broker.scram_config()
+    client = Client(config)
+    schedules = f"secure-schedules-{uuid.uuid4().hex[:8]}"
+    create_topics(client, schedules, num_partitions=1)
+    target = new_topic(config, partitions=1)
+    schedule_message(
+        client,
+        {"topic": target, "payload": b"due", "key": "k"},
+        int(time.time()) - 1,
+        {"topic": schedules, "key": "proxy-1"},
+    )
+    daemon = {**config, "session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+    with Scheduler(daemon, [schedules], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2):
+        wait_until(lambda: len(client.read_topic(target)) >= 1, WAIT, "the dispatch")
+    assert [m.value() for m in client.read_topic(target)] == [b"due"]
+
+
+def status_json(broker: SecureBroker, reports: str, errors: str) -> tuple[dict[str, Any], str]:
+    """``ferrokafka status --json`` over SASL_SSL, with the settings given as --config."""
+    config = broker.scram_config()
+    settings = [
+        arg
+        for key, value in config.items()
+        if key != "bootstrap.servers"
+        for arg in ("--config", f"{key}={value}")
+    ]
+    command = [sys.executable, "-m", "ferrokafka", "status", "--json", "--timeout", "20"]
+    command += ["--reports-topic", reports, "--errors-topic", errors]
+    command += ["--states-topic", f"{reports}_states", "--bootstrap-servers", broker.sasl_ssl]
+    shown = subprocess.run(
+        command + settings,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=WAIT * 2,
+    )
+    return json.loads(shown.stdout), shown.stdout + shown.stderr
+
+
+def test_reporter_and_status_over_sasl_ssl_show_no_password(secure_broker: SecureBroker) -> None:
+    config = secure_broker.scram_config()
+    reports, errors = new_topic(config, 1), new_topic(config, 1)
+    reporter = Reporter(config, reports_topic=reports, errors_topic=errors, tags=["secure"])
+    try:
+        assert reporter.report(force=True)
+        reporter.report_error(RuntimeError("boom"), details={"where": "test"})
+        assert reporter.report(force=True)
+    finally:
+        reporter.close()
+    document, output = status_json(secure_broker, reports, errors)
+    assert [p["id"] for p in document["processes"]] == [reporter.process_id]
+    assert secure_broker.password not in output
+
+
+def test_cli_topics_commands_take_the_client_settings(
+    secure_broker: SecureBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = secure_broker.scram_config()
+    settings = [f"{key}={value}" for key, value in config.items() if key != "bootstrap.servers"]
+    name = f"secure-cli-{uuid.uuid4().hex[:8]}"
+    where = ["--bootstrap-servers", secure_broker.sasl_ssl, "--timeout", "20"]
+    created = ["topics", "create", name, "--partitions", "2", "--config", "retention.ms=60000"]
+    assert main(created + where + [f"--client-config={s}" for s in settings]) == 0
+    assert main(["topics", "list", *where] + [f"--config={s}" for s in settings]) == 0
+    shown = capsys.readouterr()
+    assert f"{name}\t2 partitions" in shown.out
+    assert secure_broker.password not in shown.out + shown.err
+
+
+class _TokenEndpoint(http.server.BaseHTTPRequestHandler):
+    """An OAuth 2 token endpoint that hands out unsigned JWTs (``"alg": "none"``), which the
+    test broker's unsecured validator accepts: the identity provider of the OIDC test."""
+
+    requests: ClassVar[list[tuple[str, str]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+        type(self).requests.append((self.headers.get("Authorization", ""), body))
+        now = int(time.time())
+
+        def part(claims: dict[str, Any]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+        claims = {"sub": "ferrokafka-oidc", "iat": now, "exp": now + 3600, "scope": "kafka"}
+        token = f"{part({'alg': 'none'})}.{part(claims)}."
+        answer = json.dumps({"access_token": token, "token_type": "bearer", "expires_in": 3600})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(answer.encode())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: pytest shows failures, not every request."""
+
+
+def test_oauthbearer_oidc_client_credentials_over_sasl_ssl(
+    secure_broker: SecureBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = f"client-secret-{uuid.uuid4().hex}"
+    config = {
+        "bootstrap.servers": secure_broker.sasl_ssl,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": secure_broker.ca,
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.token.endpoint.url": f"http://127.0.0.1:{server.server_port}/token",
+        "sasl.oauthbearer.client.id": "ferrokafka-app",
+        "sasl.oauthbearer.client.secret": secret,
+        "sasl.oauthbearer.scope": "kafka",
+    }
+    caplog.set_level(logging.DEBUG)
+    try:
+        topic = new_topic(config, partitions=1)
+        producer = AsyncProducer(config)
+        producer.produce(b"via oidc", topic)
+        assert producer.shutdown(timeout=WAIT) == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert values_on(secure_broker.bootstrap, topic, 1) == [b"via oidc"]
+    # librdkafka fetched its tokens from this endpoint with the client's credentials.
+    expected = base64.b64encode(f"ferrokafka-app:{secret}".encode()).decode()
+    assert _TokenEndpoint.requests
+    assert all(auth == f"Basic {expected}" for auth, _ in _TokenEndpoint.requests)
+    assert "grant_type=client_credentials" in _TokenEndpoint.requests[0][1]
+    assert secret not in caplog.text
+
+
+def take(queue: QueueConsumer, count: int) -> list[Message]:
+    """The next ``count`` messages of ``queue``, waiting up to WAIT seconds."""
+    taken: list[Message] = []
+    deadline = time.monotonic() + WAIT
+    while len(taken) < count:
+        assert time.monotonic() < deadline, f"only {len(taken)} of {count} messages came"
+        taken.extend(queue.consume(count - len(taken), timeout=0.5))
+    return taken
+
+
+def test_redelivery_tracker_and_queue_consumer_over_sasl_ssl(secure_broker: SecureBroker) -> None:
+    config = secure_broker.scram_config()
+    queue_topic, markers = new_topic(config), new_topic(config)
+    Client(config).produce(queue_topic, b"unacked", key="u", partition=0)
+    Client(config).produce(queue_topic, b"acked", key="a", partition=1)
+    group = f"g-{uuid.uuid4().hex}"
+    with (
+        RedeliveryTracker(config, queue_topic, markers, group_id=f"t-{group}", commit_interval=0.2),
+        QueueConsumer(config, queue_topic, markers, 2.0, group_id=group) as queue,
+    ):
+        first = take(queue, 2)
+        queue.ack(next(m for m in first if m.value() == b"acked"))
+        again = take(queue, 1)
+    assert [(m.value(), redelivery_count(m)) for m in again] == [(b"unacked", 1)]
+
+
+def test_async_consumer_over_ssl(secure_broker: SecureBroker) -> None:
+    config = secure_broker.ssl_config()
+    topic = new_topic(config, partitions=1)
+    Client(config).produce(topic, b"async", key="k")
+    received: list[bytes] = []
+    arrived = asyncio.Event()
+
+    async def handle(batch: list[Message]) -> None:
+        received.extend(m.value() or b"" for m in batch)
+        arrived.set()
+
+    async def consume() -> None:
+        group = {**config, "group.id": f"g-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}
+        async with AsyncConsumer(group, [topic], handle, drain=1.0):
+            await asyncio.wait_for(arrived.wait(), WAIT)
+
+    asyncio.run(consume())
+    assert received == [b"async"]
