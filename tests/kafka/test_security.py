@@ -31,7 +31,7 @@ from ferrokafka import (
     NewTopic,
 )
 from ferrokafka.cli import main
-from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
+from ferrokafka.redelivery import QueueConsumer, QueueMessage, RedeliveryTracker, redelivery_count
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 from ferrokafka.tracking import Reporter
 from tests.conftest import SecureBroker, wait_until
@@ -268,9 +268,9 @@ def test_oauthbearer_oidc_client_credentials_over_sasl_ssl(
     assert secret not in caplog.text
 
 
-def take(queue: QueueConsumer, count: int) -> list[Message]:
+def take(queue: QueueConsumer, count: int) -> list[QueueMessage]:
     """The next ``count`` messages of ``queue``, waiting up to WAIT seconds."""
-    taken: list[Message] = []
+    taken: list[QueueMessage] = []
     deadline = time.monotonic() + WAIT
     while len(taken) < count:
         assert time.monotonic() < deadline, f"only {len(taken)} of {count} messages came"
