@@ -21,7 +21,7 @@ from ferrokafka._native import (
     TopicMetadata,
     __version__,
 )
-from ferrokafka.consumer import AsyncConsumer, Consumer, TopicPartition
+from ferrokafka.consumer import AsyncConsumer, Consumer, ConsumerOptions, TopicPartition
 from ferrokafka.exceptions import (
     BufferOverflow,
     ClosedError,
@@ -48,6 +48,7 @@ __all__ = [
     "ConfigError",
     "ConsumeError",
     "Consumer",
+    "ConsumerOptions",
     "DeadlineQueue",
     "FerrokafkaError",
     "KafkaError",

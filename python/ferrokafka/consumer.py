@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -41,6 +42,7 @@ from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 __all__ = [
     "AsyncConsumer",
     "Consumer",
+    "ConsumerOptions",
     "ErrorPolicy",
     "InstrumentationCallback",
     "Subscription",
@@ -89,7 +91,8 @@ class TopicPartition:
 
 
 Subscription: TypeAlias = str | TopicPartition | tuple[str, int] | tuple[str, int, int]
-"""A topic name (partitions assigned by the group), a :class:`TopicPartition`, or a
+"""A topic name (its partitions assigned by the group, or all of them to a consumer without
+``group.id``), a :class:`TopicPartition`, or a
 ``(topic, partition)`` / ``(topic, partition, offset)`` tuple."""
 
 _NativeSubscription: TypeAlias = str | tuple[str, int, str, int]
@@ -163,6 +166,92 @@ def _partition_sample(stats: dict[str, Any], read_committed: bool) -> PartitionS
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConsumerOptions:
+    """The settings of :class:`Consumer` and :class:`AsyncConsumer` beyond librdkafka's own,
+    checked when created. Pass one as ``options=``, or give its fields as keyword arguments
+    (they override ``options``); an unknown name raises ``TypeError`` naming it.
+
+    Attributes:
+        max_batch_size: most records per batch; ``None`` = everything queued [None].
+        drain: seconds running handlers get to finish on ``stop`` or when partitions are
+            revoked; queued records are dropped (and redelivered later) [5].
+        commit_interval: seconds between offset commits of finished batches [5].
+        on_error: what a handler exception does: ``"commit"`` logs it, publishes
+            ``handler.exception`` and acknowledges the batch [default]; ``"retry"`` calls the
+            handler again with the same batch after ``retry_backoff`` seconds, doubling up to
+            ``max_retry_backoff``, while the partition waits; ``"dead_letter"`` writes the batch to
+            ``dead_letter_topic`` with the headers in ``DEAD_LETTER_HEADERS`` and acknowledges it.
+        retry_backoff, max_retry_backoff: seconds before the first retry, and the cap of the
+            doubling [1, 30].
+        dead_letter_topic: where ``"dead_letter"`` writes failed batches [None].
+        max_queue_records, max_queue_bytes: a partition is paused when its queue holds this many
+            records or bytes, and resumed at half [1000, 1 MiB].
+        on_assigned, on_unassigned: called with ``[(topic, partition), ...]``; ``on_unassigned``
+            runs after those partitions' workers drained (or were abandoned).
+        on_caught_up: ``(topic, partition, offset)`` once per partition, for a consumer without a
+            group, when its handler finished the records up to the high watermark seen at start.
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports the consumer (lag and
+            offsets per partition, counts, running batches, handler errors) [None].
+
+    Example:
+        >>> ConsumerOptions(max_batch_size=500, commit_interval=1.0).max_batch_size
+        500
+        >>> ConsumerOptions(on_error="dead_letter")
+        Traceback (most recent call last):
+        ...
+        ValueError: on_error='dead_letter' needs dead_letter_topic='<topic>'
+    """
+
+    max_batch_size: int | None = None
+    drain: float = 5.0
+    commit_interval: float = 5.0
+    on_error: ErrorPolicy = "commit"
+    retry_backoff: float = 1.0
+    max_retry_backoff: float = 30.0
+    dead_letter_topic: str | None = None
+    max_queue_records: int = 1000
+    max_queue_bytes: int = 1024 * 1024
+    on_assigned: Callable[[Partitions], object] | None = None
+    on_unassigned: Callable[[Partitions], object] | None = None
+    on_caught_up: Callable[[str, int, int], object] | None = None
+    reporter: Reporter | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size is not None:
+            positive_count("max_batch_size", self.max_batch_size)
+        for name in ("drain", "retry_backoff", "max_retry_backoff"):
+            # Normalised to float in place: the dataclass is frozen against users, not here.
+            object.__setattr__(
+                self, name, checked_seconds(name, getattr(self, name), positive=False)
+            )
+        commit_interval = checked_seconds("commit_interval", self.commit_interval, positive=True)
+        object.__setattr__(self, "commit_interval", commit_interval)
+        if self.on_error not in ("commit", "retry", "dead_letter"):
+            raise ValueError(
+                f"on_error must be 'commit', 'retry' or 'dead_letter', got {self.on_error!r}"
+            )
+        if self.dead_letter_topic is not None and not isinstance(self.dead_letter_topic, str):
+            raise TypeError(f"dead_letter_topic must be a str, got {self.dead_letter_topic!r}")
+        if self.on_error == "dead_letter" and not self.dead_letter_topic:
+            raise ValueError("on_error='dead_letter' needs dead_letter_topic='<topic>'")
+        positive_count("max_queue_records", self.max_queue_records)
+        positive_count("max_queue_bytes", self.max_queue_bytes)
+        if self.max_queue_records < 2 or self.max_queue_bytes < 2:
+            raise ValueError("max_queue_records and max_queue_bytes must be at least 2")
+        if self.reporter is not None and not isinstance(self.reporter, Reporter):
+            raise TypeError(
+                f"reporter must be a ferrokafka.tracking.Reporter, got {self.reporter!r}"
+            )
+
+
+def _options(options: ConsumerOptions | None, overrides: dict[str, Any]) -> ConsumerOptions:
+    """``options`` (or the defaults) with ``overrides`` applied and checked."""
+    if options is not None and not isinstance(options, ConsumerOptions):
+        raise TypeError(f"options must be a ferrokafka.ConsumerOptions, got {options!r}")
+    return dataclasses.replace(options or ConsumerOptions(), **overrides)
+
+
 class _Core:
     """What the thread and asyncio consumers share: checked options, the native engine,
     telemetry, notifications and the error policy. It never blocks on its own."""
@@ -171,20 +260,7 @@ class _Core:
         self,
         config: Mapping[str, ConfigValue],
         subscriptions: Iterable[Subscription],
-        *,
-        max_batch_size: int | None,
-        drain: float,
-        commit_interval: float,
-        on_error: ErrorPolicy,
-        retry_backoff: float,
-        max_retry_backoff: float,
-        dead_letter_topic: str | None,
-        max_queue_records: int,
-        max_queue_bytes: int,
-        on_assigned: Callable[[Partitions], object] | None,
-        on_unassigned: Callable[[Partitions], object] | None,
-        on_caught_up: Callable[[str, int, int], object] | None,
-        reporter: Reporter | None,
+        options: ConsumerOptions,
     ) -> None:
         check_config_mapping(config)
         if isinstance(subscriptions, str | bytes):
@@ -192,39 +268,12 @@ class _Core:
         self.subscriptions = [_native_subscription(s) for s in subscriptions]
         if not self.subscriptions:
             raise ValueError("subscriptions must name at least one topic or partition")
-        if on_error not in ("commit", "retry", "dead_letter"):
-            raise ValueError(
-                f"on_error must be 'commit', 'retry' or 'dead_letter', got {on_error!r}"
-            )
-        if on_error == "dead_letter" and not dead_letter_topic:
-            raise ValueError("on_error='dead_letter' needs dead_letter_topic='<topic>'")
-        if dead_letter_topic is not None and not isinstance(dead_letter_topic, str):
-            raise TypeError(f"dead_letter_topic must be a str, got {dead_letter_topic!r}")
         self.config = dict(config)
-        self.max_batch_size = (
-            None if max_batch_size is None else positive_count("max_batch_size", max_batch_size)
-        )
-        self.drain = checked_seconds("drain", drain, positive=False)
-        self.commit_interval = checked_seconds("commit_interval", commit_interval, positive=True)
-        self.on_error = on_error
-        self.retry_backoff = checked_seconds("retry_backoff", retry_backoff, positive=False)
-        self.max_retry_backoff = checked_seconds(
-            "max_retry_backoff", max_retry_backoff, positive=False
-        )
-        self.dead_letter_topic = dead_letter_topic
-        self.max_queue_records = positive_count("max_queue_records", max_queue_records)
-        self.max_queue_bytes = positive_count("max_queue_bytes", max_queue_bytes)
-        if self.max_queue_records < 2 or self.max_queue_bytes < 2:
-            raise ValueError("max_queue_records and max_queue_bytes must be at least 2")
-        self.on_assigned = on_assigned
-        self.on_unassigned = on_unassigned
-        self.on_caught_up = on_caught_up
+        self.options = options
         self.subscribers: list[InstrumentationCallback] = []
         self.raw: _RawConsumer | None = None
         self._dead_letters: Client | None = None
-        if reporter is not None and not isinstance(reporter, Reporter):
-            raise TypeError(f"reporter must be a ferrokafka.tracking.Reporter, got {reporter!r}")
-        self.reporter = reporter
+        self.reporter = options.reporter
         # The consumer group reports name; a group-less consumer reports under this one.
         self.report_group = str(self.config.get("group.id") or "ferrokafka-without-group")
         self._handler_errors = 0
@@ -241,11 +290,11 @@ class _Core:
         self.raw = _RawConsumer(
             config,
             self.subscriptions,
-            self.max_batch_size,
-            self.commit_interval,
-            self.max_queue_records,
-            self.max_queue_bytes,
-            self.drain,
+            self.options.max_batch_size,
+            self.options.commit_interval,
+            self.options.max_queue_records,
+            self.options.max_queue_bytes,
+            self.options.drain,
         )
         if self.reporter is not None:
             self.reporter.track(self)
@@ -333,7 +382,7 @@ class _Core:
 
     def backoff(self, attempt: int) -> float:
         """Seconds before retry number ``attempt + 1``: ``retry_backoff`` doubling, capped."""
-        return float(min(self.retry_backoff * 2**attempt, self.max_retry_backoff))
+        return float(min(self.options.retry_backoff * 2**attempt, self.options.max_retry_backoff))
 
     def handler_failed(
         self,
@@ -354,17 +403,17 @@ class _Core:
             batch[0].offset(),
             batch[-1].offset(),
             attempt + 1,
-            self.on_error,
+            self.options.on_error,
             error,
             exc_info=error,
         )
         if self.reporter is not None:
             details = self.batch_payload(topic, partition, batch)
-            details.update(attempt=attempt + 1, policy=self.on_error)
+            details.update(attempt=attempt + 1, policy=self.options.on_error)
             self.reporter.report_error(error, details=details)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
-            retry_in = self.backoff(attempt) if self.on_error == "retry" else None
+            retry_in = self.backoff(attempt) if self.options.on_error == "retry" else None
             self.publish(
                 "handler.exception",
                 {
@@ -372,20 +421,20 @@ class _Core:
                     "duration": time.monotonic() - started,
                     "error": error,
                     "attempt": attempt + 1,
-                    "policy": self.on_error,
+                    "policy": self.options.on_error,
                     "retry_in": retry_in,
                 },
             )
 
     def outcome(self) -> str:
         """The acknowledgement of a failed batch that is not retried."""
-        return "dead_lettered" if self.on_error == "dead_letter" else "failed"
+        return "dead_lettered" if self.options.on_error == "dead_letter" else "failed"
 
     def dead_letter(self, batch: list[Message], error: BaseException) -> bool:
         """Writes the batch to the dead-letter topic, each record with its error headers, and
         waits for the broker; false (logged) when that failed. Blocks: asyncio callers run it in
         an executor."""
-        topic = self.dead_letter_topic
+        topic = self.options.dead_letter_topic
         assert topic is not None  # checked in __init__
         try:
             if self._dead_letters is None:
@@ -422,23 +471,23 @@ class _Core:
                 for topic, partition, worker in event[1]:
                     start_worker(worker, topic, partition)
                 self.publish("assigned", {"partitions": partitions})
-                if self.on_assigned is not None:
-                    calls.append((self.on_assigned, (partitions,)))
+                if self.options.on_assigned is not None:
+                    calls.append((self.options.on_assigned, (partitions,)))
             elif kind == "draining":
                 partitions = [(topic, partition) for topic, partition, _ in event[1]]
                 self.publish("draining", {"partitions": partitions, "dropped": event[2]})
             elif kind == "unassigned":
                 partitions = [(topic, partition) for topic, partition, _ in event[1]]
                 self.publish("unassigned", {"partitions": partitions, "lost": event[2]})
-                if self.on_unassigned is not None:
-                    calls.append((self.on_unassigned, (partitions,)))
+                if self.options.on_unassigned is not None:
+                    calls.append((self.options.on_unassigned, (partitions,)))
             elif kind == "caught_up":
                 _, topic, partition, offset = event
                 self.publish(
                     "caught_up", {"topic": topic, "partition": partition, "offset": offset}
                 )
-                if self.on_caught_up is not None:
-                    calls.append((self.on_caught_up, (topic, partition, offset)))
+                if self.options.on_caught_up is not None:
+                    calls.append((self.options.on_caught_up, (topic, partition, offset)))
             elif kind in ("paused", "resumed"):
                 _, topic, partition, queued, queued_bytes = event
                 payload = {"topic": topic, "partition": partition}
@@ -469,30 +518,17 @@ class Consumer:
     partitions concurrently, each on its own Python thread.
 
     Args:
-        config: librdkafka configuration, as confluent-kafka takes it. ``group.id`` is needed to
-            subscribe to topics by name; without it, list explicit partitions. Do not set
+        config: librdkafka configuration, as confluent-kafka takes it. With ``group.id``, topic
+            names are subscribed and the group assigns their partitions; without it, a topic
+            name assigns this consumer every partition of the topic. ``auto.offset.reset``
+            defaults to ``earliest`` (a new group reads the backlog). Do not set
             ``enable.auto.commit``: offsets are committed by the consumer. Unknown keys raise
             :class:`~ferrokafka.ConfigError` naming the key.
-        subscriptions: topic names (the group assigns partitions), or explicit partitions as
-            :class:`TopicPartition` or ``(topic, partition[, offset])`` tuples; not both.
+        subscriptions: topic names, or explicit partitions as :class:`TopicPartition` or
+            ``(topic, partition[, offset])`` tuples; a group consumer takes one kind, not both.
         handler: called with each batch (``list[Message]``, offsets increasing, one partition).
-        max_batch_size: most records per batch; ``None`` = everything queued [None].
-        drain: seconds running handlers get to finish on :meth:`stop` or when partitions are
-            revoked; queued records are dropped (and redelivered later) [5].
-        commit_interval: seconds between offset commits of finished batches [5].
-        on_error: what a handler exception does: ``"commit"`` logs it, publishes
-            ``handler.exception`` and acknowledges the batch [default]; ``"retry"`` calls the
-            handler again with the same batch after ``retry_backoff`` seconds, doubling up to
-            ``max_retry_backoff``, while the partition waits; ``"dead_letter"`` writes the batch to
-            ``dead_letter_topic`` with the headers in ``DEAD_LETTER_HEADERS`` and acknowledges it.
-        max_queue_records, max_queue_bytes: a partition is paused when its queue holds this many
-            records or bytes, and resumed at half [1000, 1 MiB].
-        on_assigned, on_unassigned: called with ``[(topic, partition), ...]``; ``on_unassigned``
-            runs after those partitions' workers drained (or were abandoned).
-        on_caught_up: ``(topic, partition, offset)`` once per partition, for a consumer without a
-            group, when its handler finished the records up to the high watermark seen at start.
-        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this consumer (lag and
-            offsets per partition, counts, running batches, handler errors) [None].
+        options: a :class:`ConsumerOptions`; its fields may also be given as keyword arguments
+            (``max_batch_size=500``), which override ``options``.
 
     Handlers of different partitions run at the same time: I/O-bound handlers (network calls,
     ``time.sleep``) overlap because they release the GIL. Notification callbacks and telemetry
@@ -516,43 +552,15 @@ class Consumer:
         config: Mapping[str, ConfigValue],
         subscriptions: Sequence[Subscription],
         handler: Callable[[list[Message]], object],
-        *,
-        max_batch_size: int | None = None,
-        drain: float = 5.0,
-        commit_interval: float = 5.0,
-        on_error: ErrorPolicy = "commit",
-        retry_backoff: float = 1.0,
-        max_retry_backoff: float = 30.0,
-        dead_letter_topic: str | None = None,
-        max_queue_records: int = 1000,
-        max_queue_bytes: int = 1024 * 1024,
-        on_assigned: Callable[[Partitions], object] | None = None,
-        on_unassigned: Callable[[Partitions], object] | None = None,
-        on_caught_up: Callable[[str, int, int], object] | None = None,
-        reporter: Reporter | None = None,
+        options: ConsumerOptions | None = None,
+        **settings: Any,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
         if inspect.iscoroutinefunction(handler):
             raise TypeError("handler is a coroutine function: use ferrokafka.AsyncConsumer")
         self._handler = handler
-        self._core = _Core(
-            config,
-            subscriptions,
-            max_batch_size=max_batch_size,
-            drain=drain,
-            commit_interval=commit_interval,
-            on_error=on_error,
-            retry_backoff=retry_backoff,
-            max_retry_backoff=max_retry_backoff,
-            dead_letter_topic=dead_letter_topic,
-            max_queue_records=max_queue_records,
-            max_queue_bytes=max_queue_bytes,
-            on_assigned=on_assigned,
-            on_unassigned=on_unassigned,
-            on_caught_up=on_caught_up,
-            reporter=reporter,
-        )
+        self._core = _Core(config, subscriptions, _options(options, settings))
         self._workers: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -592,7 +600,7 @@ class Consumer:
                 return
             self._stopping.set()
             self._core.stopping()
-            raw.stop(self._core.drain)
+            raw.stop(self._core.options.drain)
             self._engine_stopped.set()
             if self._dispatcher is not None:
                 self._dispatcher.join()
@@ -690,7 +698,7 @@ class Consumer:
                 core.handler_stopped(topic, partition, batch, started)
                 raw.ack(worker, "handled")
                 return
-            if core.on_error != "retry":
+            if core.options.on_error != "retry":
                 break
             # The partition waits: its next batch is fetched only after this one is settled.
             if not raw.record_retry(worker) or stopping.wait(core.backoff(attempt)):
@@ -698,7 +706,7 @@ class Consumer:
                 return
             attempt += 1
         attempt = 0
-        while core.on_error == "dead_letter" and not core.dead_letter(batch, failure):
+        while core.options.on_error == "dead_letter" and not core.dead_letter(batch, failure):
             if stopping.wait(core.backoff(attempt)):
                 raw.ack(worker, "abandoned")
                 return
@@ -731,20 +739,8 @@ class AsyncConsumer:
         config: Mapping[str, ConfigValue],
         subscriptions: Sequence[Subscription],
         handler: Callable[[list[Message]], Awaitable[object]],
-        *,
-        max_batch_size: int | None = None,
-        drain: float = 5.0,
-        commit_interval: float = 5.0,
-        on_error: ErrorPolicy = "commit",
-        retry_backoff: float = 1.0,
-        max_retry_backoff: float = 30.0,
-        dead_letter_topic: str | None = None,
-        max_queue_records: int = 1000,
-        max_queue_bytes: int = 1024 * 1024,
-        on_assigned: Callable[[Partitions], object] | None = None,
-        on_unassigned: Callable[[Partitions], object] | None = None,
-        on_caught_up: Callable[[str, int, int], object] | None = None,
-        reporter: Reporter | None = None,
+        options: ConsumerOptions | None = None,
+        **settings: Any,
     ) -> None:
         if not inspect.iscoroutinefunction(handler):
             raise TypeError(
@@ -752,23 +748,7 @@ class AsyncConsumer:
                 "use ferrokafka.Consumer for a plain function"
             )
         self._handler = handler
-        self._core = _Core(
-            config,
-            subscriptions,
-            max_batch_size=max_batch_size,
-            drain=drain,
-            commit_interval=commit_interval,
-            on_error=on_error,
-            retry_backoff=retry_backoff,
-            max_retry_backoff=max_retry_backoff,
-            dead_letter_topic=dead_letter_topic,
-            max_queue_records=max_queue_records,
-            max_queue_bytes=max_queue_bytes,
-            on_assigned=on_assigned,
-            on_unassigned=on_unassigned,
-            on_caught_up=on_caught_up,
-            reporter=reporter,
-        )
+        self._core = _Core(config, subscriptions, _options(options, settings))
         self._executor: ThreadPoolExecutor | None = None
         self._dispatcher: asyncio.Task[None] | None = None
         self._workers: set[asyncio.Task[None]] = set()
@@ -798,7 +778,7 @@ class AsyncConsumer:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(executor, self._core.stopping)
         # The loop stays free meanwhile, so running handlers can finish and acknowledge.
-        await loop.run_in_executor(executor, raw.stop, self._core.drain)
+        await loop.run_in_executor(executor, raw.stop, self._core.options.drain)
         self._engine_stopped = True
         for task in self._workers:
             task.cancel()
@@ -888,7 +868,7 @@ class AsyncConsumer:
                     core.handler_stopped(topic, partition, batch, started)
                     raw.ack(worker, "handled")
                     return
-                if core.on_error != "retry":
+                if core.options.on_error != "retry":
                     break
                 if not raw.record_retry(worker) or await _stopped_within(
                     stopping, core.backoff(attempt)
@@ -897,7 +877,7 @@ class AsyncConsumer:
                     return
                 attempt += 1
             attempt, loop = 0, asyncio.get_running_loop()
-            while core.on_error == "dead_letter" and not await loop.run_in_executor(
+            while core.options.on_error == "dead_letter" and not await loop.run_in_executor(
                 self._executor, core.dead_letter, batch, failure
             ):
                 if await _stopped_within(stopping, core.backoff(attempt)):

@@ -564,6 +564,44 @@ def test_explicit_partitions_start_at_offset_or_timestamp_and_report_caught_up(
     assert handled.by_partition() == {0: list(range(4, 10)), 1: [7, 8, 9]}
 
 
+def test_consumer_without_group_reads_every_partition_of_a_topic_from_the_earliest(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    topic = topic_factory(partitions=3)
+    stored = produce(topic, [{"value": f"v{n}", "partition": n % 3} for n in range(30)])
+    handled = Handled()
+    assigned: list[list[tuple[str, int]]] = []
+    caught_up: list[tuple[str, int, int]] = []
+    consumer: Consumer | None = None
+
+    def on_caught_up(topic_name: str, partition: int, offset: int) -> None:
+        caught_up.append((topic_name, partition, offset))
+        if len(caught_up) == 3 and consumer is not None:
+            consumer.stop()
+
+    # No group.id and no auto.offset.reset: the topic name assigns all three partitions, and the
+    # backlog is read from the earliest offset.
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap},
+        [topic],
+        handled.add,
+        on_assigned=assigned.append,
+        on_caught_up=on_caught_up,
+    )
+    consumer.run()
+    assert sorted(assigned[0]) == [(topic, 0), (topic, 1), (topic, 2)]
+    assert sorted(caught_up) == [(topic, p, 10) for p in range(3)]
+    assert set(handled.records) == stored
+    assert handled.by_partition() == {p: list(range(10)) for p in range(3)}
+
+
+def test_consumer_without_group_names_a_missing_topic(kafka_bootstrap: str) -> None:
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap}, [missing], lambda batch: None)
+    with pytest.raises(ValueError, match=f"{missing}.*does not exist"):
+        consumer.start()
+
+
 def test_async_consumer_handles_partitions_concurrently_in_order(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:

@@ -72,7 +72,8 @@ pub enum StartAt {
 /// What to consume.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Subscription {
-    /// Every partition of a topic, assigned by the group (needs `group.id`).
+    /// Every partition of a topic: assigned by the group, or, without `group.id`, all of them
+    /// assigned to this consumer (starting at `auto.offset.reset`).
     Topic(String),
     /// One partition, assigned by this consumer alone.
     Partition {
@@ -123,18 +124,13 @@ impl ConsumerOptions {
             .iter()
             .filter(|s| matches!(s, Subscription::Topic(_)))
             .count();
-        if by_topic > 0 && by_topic < self.subscriptions.len() {
+        // Without a group a topic name stands for all its partitions, which mix freely with
+        // explicit ones; a group assigns topics itself and cannot also take explicit partitions.
+        if group && by_topic > 0 && by_topic < self.subscriptions.len() {
             return invalid(
                 "subscriptions cannot mix topic names (group-assigned) with explicit partitions"
                     .to_owned(),
             );
-        }
-        if by_topic > 0 && !group {
-            return Err(KafkaIoError::Config(
-                "subscribing to topics by name needs 'group.id' in the config; without a group, \
-                 subscribe to explicit (topic, partition) pairs"
-                    .to_owned(),
-            ));
         }
         for subscription in &self.subscriptions {
             match subscription {
@@ -831,7 +827,10 @@ impl ConcurrentConsumer {
         options: ConsumerOptions,
         drain: Duration,
     ) -> KafkaResult<Arc<Self>> {
+        let mut settings = settings;
         settings.bootstrap()?;
+        // Elixir's KafkaClient reads a new group's backlog: earliest unless configured.
+        settings.set_default("auto.offset.reset", "earliest");
         let group = settings
             .get("group.id")
             .is_some_and(|g| !g.trim().is_empty());
@@ -881,9 +880,10 @@ impl ConcurrentConsumer {
             KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap.as_deref())
         };
         let subscriptions = &shared.options.subscriptions;
-        if subscriptions
-            .iter()
-            .all(|s| matches!(s, Subscription::Topic(_)))
+        if group
+            && subscriptions
+                .iter()
+                .all(|s| matches!(s, Subscription::Topic(_)))
         {
             let topics: Vec<&str> = subscriptions
                 .iter()
@@ -896,8 +896,9 @@ impl ConcurrentConsumer {
                 .subscribe(&topics)
                 .map_err(|e| error("subscribe", e))?;
         } else {
+            let subscriptions = whole_topics(&consumer, subscriptions, &error)?;
             let partitions =
-                resolve_partitions(&consumer, subscriptions, group, reset_to_beginning)
+                resolve_partitions(&consumer, &subscriptions, group, reset_to_beginning)
                     .map_err(|e| error("assign", e))?;
             let mut tpl = TopicPartitionList::new();
             for (topic, partition, offset, _) in &partitions {
@@ -1147,6 +1148,42 @@ enum CatchUp {
     Already(i64),
     /// A group consumer: caught-up is not reported.
     Untracked,
+}
+
+/// Replaces each topic name (of a consumer without a group) by all partitions of the topic,
+/// starting at the stored offset, which for this never-committing consumer means
+/// `auto.offset.reset`.
+fn whole_topics(
+    consumer: &Handle,
+    subscriptions: &[Subscription],
+    error: &dyn Fn(&str, KafkaError) -> KafkaIoError,
+) -> KafkaResult<Vec<Subscription>> {
+    let mut expanded = Vec::with_capacity(subscriptions.len());
+    for subscription in subscriptions {
+        let Subscription::Topic(topic) = subscription else {
+            expanded.push(subscription.clone());
+            continue;
+        };
+        let metadata = consumer
+            .fetch_metadata(Some(topic), LOOKUP_TIMEOUT)
+            .map_err(|e| error("assign", e))?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic);
+        let partitions = match found {
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions(),
+            _ => {
+                return Err(KafkaIoError::InvalidArgument(format!(
+                    "topic {topic:?} does not exist (a consumer without group.id assigns itself \
+                     all partitions of a topic, so the topic must exist)"
+                )));
+            }
+        };
+        expanded.extend(partitions.iter().map(|p| Subscription::Partition {
+            topic: topic.clone(),
+            partition: p.id(),
+            start: StartAt::Stored,
+        }));
+    }
+    Ok(expanded)
 }
 
 /// Resolves explicit partition subscriptions to start offsets (timestamps via the broker) and,
