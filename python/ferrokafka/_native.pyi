@@ -678,6 +678,11 @@ class _RawConsumer:
         max_queue_records: int,
         max_queue_bytes: int,
         drain: float,
+        on_error: str,
+        max_retries: int,
+        retry_backoff: float,
+        max_retry_backoff: float,
+        dead_letter_topic: str | None,
     ) -> _RawConsumer:
         """Subscribe (topic names) or assign (``(topic, partition, kind, value)``, kind one of
         stored, beginning, end, offset, timestamp) and start the poller thread."""
@@ -685,10 +690,12 @@ class _RawConsumer:
         """The next batch of the worker's partition (``[]`` when none came within ``timeout``),
         or ``None`` once the partition is no longer the worker's."""
     def ack(self, worker: int, outcome_name: str) -> bool:
-        """Settle the worker's batch: handled, failed, dead_lettered (committable) or abandoned
-        (redelivered). False when the batch no longer counts."""
-    def record_retry(self, worker: int) -> bool:
-        """Count a retry; False when the worker should give up its batch."""
+        """Settle the worker's batch: handled (committable) or abandoned (redelivered). False
+        when the batch no longer counts."""
+    def fail(self, worker: int, error_class: str, error_message: str) -> float | None:
+        """Apply the error policy to the worker's batch, whose handler raised: seconds to wait
+        before handling it again, or None when it is settled (committed, dead-lettered in the
+        background, or abandoned)."""
     def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:
         """Wait up to ``timeout`` seconds for assignment, load-control and commit events."""
     def stop(self, drain: float) -> None:

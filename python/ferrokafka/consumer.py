@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from ferrokafka._native import Client, Message, _RawConsumer
+from ferrokafka._native import Message, _RawConsumer
 from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
@@ -177,14 +177,20 @@ class ConsumerOptions:
         drain: seconds running handlers get to finish on ``stop`` or when partitions are
             revoked; queued records are dropped (and redelivered later) [5].
         commit_interval: seconds between offset commits of finished batches [5].
-        on_error: what a handler exception does: ``"commit"`` logs it, publishes
-            ``handler.exception`` and acknowledges the batch [default]; ``"retry"`` calls the
-            handler again with the same batch after ``retry_backoff`` seconds, doubling up to
-            ``max_retry_backoff``, while the partition waits; ``"dead_letter"`` writes the batch to
-            ``dead_letter_topic`` with the headers in ``DEAD_LETTER_HEADERS`` and acknowledges it.
+        on_error: what a handler exception does (every exception is logged and published as
+            ``handler.exception``): ``"commit"`` acknowledges the batch [default];
+            ``"retry"`` calls the handler again with the same batch after ``retry_backoff``
+            seconds, doubling up to ``max_retry_backoff``, while the partition waits, at most
+            ``max_retries`` times, then dead-letters the batch if ``dead_letter_topic`` is set
+            and commits it otherwise; ``"dead_letter"`` writes the batch to
+            ``dead_letter_topic``. Dead-letter writes run in the background, batched, each record
+            with its own headers followed by those in ``DEAD_LETTER_HEADERS``; the partition
+            moves on at once, and the batch's offsets are committed once the broker
+            acknowledged the write.
+        max_retries: handler retries of one batch under ``"retry"`` [3].
         retry_backoff, max_retry_backoff: seconds before the first retry, and the cap of the
             doubling [1, 30].
-        dead_letter_topic: where ``"dead_letter"`` writes failed batches [None].
+        dead_letter_topic: where failed batches are written [None].
         max_queue_records, max_queue_bytes: a partition is paused when its queue holds this many
             records or bytes, and resumed at half [1000, 1 MiB].
         on_assigned, on_unassigned: called with ``[(topic, partition), ...]``; ``on_unassigned``
@@ -207,6 +213,7 @@ class ConsumerOptions:
     drain: float = 5.0
     commit_interval: float = 5.0
     on_error: ErrorPolicy = "commit"
+    max_retries: int = 3
     retry_backoff: float = 1.0
     max_retry_backoff: float = 30.0
     dead_letter_topic: str | None = None
@@ -231,6 +238,9 @@ class ConsumerOptions:
             raise ValueError(
                 f"on_error must be 'commit', 'retry' or 'dead_letter', got {self.on_error!r}"
             )
+        max_retries = self.max_retries
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
         if self.dead_letter_topic is not None and not isinstance(self.dead_letter_topic, str):
             raise TypeError(f"dead_letter_topic must be a str, got {self.dead_letter_topic!r}")
         if self.on_error == "dead_letter" and not self.dead_letter_topic:
@@ -272,7 +282,6 @@ class _Core:
         self.options = options
         self.subscribers: list[InstrumentationCallback] = []
         self.raw: _RawConsumer | None = None
-        self._dead_letters: Client | None = None
         self.reporter = options.reporter
         # The consumer group reports name; a group-less consumer reports under this one.
         self.report_group = str(self.config.get("group.id") or "ferrokafka-without-group")
@@ -295,6 +304,11 @@ class _Core:
             self.options.max_queue_records,
             self.options.max_queue_bytes,
             self.options.drain,
+            self.options.on_error,
+            self.options.max_retries,
+            self.options.retry_backoff,
+            self.options.max_retry_backoff,
+            self.options.dead_letter_topic,
         )
         if self.reporter is not None:
             self.reporter.track(self)
@@ -380,10 +394,6 @@ class _Core:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.stop", {**payload, "duration": time.monotonic() - started})
 
-    def backoff(self, attempt: int) -> float:
-        """Seconds before retry number ``attempt + 1``: ``retry_backoff`` doubling, capped."""
-        return float(min(self.options.retry_backoff * 2**attempt, self.options.max_retry_backoff))
-
     def handler_failed(
         self,
         topic: str,
@@ -392,6 +402,7 @@ class _Core:
         started: float,
         error: BaseException,
         attempt: int,
+        retry_in: float | None,
     ) -> None:
         """Logs a handler exception, publishes ``handler.exception`` and reports the error."""
         self._job_finished(topic, partition, started)
@@ -413,7 +424,6 @@ class _Core:
             self.reporter.report_error(error, details=details)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
-            retry_in = self.backoff(attempt) if self.options.on_error == "retry" else None
             self.publish(
                 "handler.exception",
                 {
@@ -426,35 +436,22 @@ class _Core:
                 },
             )
 
-    def outcome(self) -> str:
-        """The acknowledgement of a failed batch that is not retried."""
-        return "dead_lettered" if self.options.on_error == "dead_letter" else "failed"
-
-    def dead_letter(self, batch: list[Message], error: BaseException) -> bool:
-        """Writes the batch to the dead-letter topic, each record with its error headers, and
-        waits for the broker; false (logged) when that failed. Blocks: asyncio callers run it in
-        an executor."""
-        topic = self.options.dead_letter_topic
-        assert topic is not None  # checked in __init__
-        try:
-            if self._dead_letters is None:
-                self._dead_letters = Client(self.config)
-            for message in batch:
-                headers: list[tuple[str, bytes | str | None]] = list(message.headers() or [])
-                headers += [
-                    ("ferrokafka_error_class", type(error).__qualname__),
-                    ("ferrokafka_error_message", str(error)),
-                    ("ferrokafka_original_topic", message.topic()),
-                    ("ferrokafka_original_partition", str(message.partition())),
-                    ("ferrokafka_original_offset", str(message.offset())),
-                ]
-                self._dead_letters.produce(
-                    topic, message.value(), key=message.key(), headers=headers
-                )
-        except Exception:
-            log.exception("cannot write to the dead-letter topic %s; will retry", topic)
-            return False
-        return True
+    def failed(
+        self,
+        raw: _RawConsumer,
+        worker: int,
+        batch: list[Message],
+        started: float,
+        error: BaseException,
+        attempt: int,
+    ) -> float | None:
+        """Hands a handler exception to the engine's error policy and reports it. Returns the
+        seconds to wait before handling the batch again, or ``None`` once it is settled
+        (committed, dead-lettered in the background, or abandoned)."""
+        retry_in = raw.fail(worker, type(error).__qualname__, str(error))
+        topic, partition = batch[0].topic(), batch[0].partition()
+        self.handler_failed(topic, partition, batch, started, error, attempt, retry_in)
+        return retry_in
 
     # -- notifications ---------------------------------------------------------------------
 
@@ -685,33 +682,24 @@ class Consumer:
     def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
     ) -> None:
-        core, stopping = self._core, self._stopping
-        attempt = 0
+        core, attempt = self._core, 0
         while True:
             started = core.handler_started(topic, partition, batch)
             try:
                 self._handler(batch)
             except Exception as error:
-                core.handler_failed(topic, partition, batch, started, error, attempt)
-                failure = error
+                retry_in = core.failed(raw, worker, batch, started, error, attempt)
             else:
                 core.handler_stopped(topic, partition, batch, started)
                 raw.ack(worker, "handled")
                 return
-            if core.options.on_error != "retry":
-                break
+            if retry_in is None:
+                return
             # The partition waits: its next batch is fetched only after this one is settled.
-            if not raw.record_retry(worker) or stopping.wait(core.backoff(attempt)):
+            if self._stopping.wait(retry_in):
                 raw.ack(worker, "abandoned")
                 return
             attempt += 1
-        attempt = 0
-        while core.options.on_error == "dead_letter" and not core.dead_letter(batch, failure):
-            if stopping.wait(core.backoff(attempt)):
-                raw.ack(worker, "abandoned")
-                return
-            attempt += 1
-        raw.ack(worker, core.outcome())
 
 
 class AsyncConsumer:
@@ -852,39 +840,25 @@ class AsyncConsumer:
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
     ) -> None:
-        core, stopping = self._core, self._stopping
+        core, stopping, attempt = self._core, self._stopping, 0
         assert stopping is not None
-        assert self._executor is not None
-        attempt = 0
         try:
             while True:
                 started = core.handler_started(topic, partition, batch)
                 try:
                     await self._handler(batch)
                 except Exception as error:
-                    core.handler_failed(topic, partition, batch, started, error, attempt)
-                    failure = error
+                    retry_in = core.failed(raw, worker, batch, started, error, attempt)
                 else:
                     core.handler_stopped(topic, partition, batch, started)
                     raw.ack(worker, "handled")
                     return
-                if core.options.on_error != "retry":
-                    break
-                if not raw.record_retry(worker) or await _stopped_within(
-                    stopping, core.backoff(attempt)
-                ):
+                if retry_in is None:
+                    return
+                if await _stopped_within(stopping, retry_in):
                     raw.ack(worker, "abandoned")
                     return
                 attempt += 1
-            attempt, loop = 0, asyncio.get_running_loop()
-            while core.options.on_error == "dead_letter" and not await loop.run_in_executor(
-                self._executor, core.dead_letter, batch, failure
-            ):
-                if await _stopped_within(stopping, core.backoff(attempt)):
-                    raw.ack(worker, "abandoned")
-                    return
-                attempt += 1
-            raw.ack(worker, core.outcome())
         except asyncio.CancelledError:
             # Cancelled by stop() after the drain time: nothing of this batch is committed.
             raw.ack(worker, "abandoned")

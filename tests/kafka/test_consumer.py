@@ -25,6 +25,7 @@ from ferrokafka import (
     AsyncProducer,
     Client,
     Consumer,
+    ConsumerOptions,
     Message,
     TopicPartition,
 )
@@ -489,6 +490,99 @@ def test_dead_letter_policy_writes_the_record_with_error_headers(
         "ferrokafka_original_partition": b"0",
         "ferrokafka_original_offset": b"2",
     }
+
+
+def read_with_confluent(bootstrap: str, topic: str, count: int) -> list[Any]:
+    """Every record of ``topic`` (expecting ``count``), read by confluent-kafka as an outside
+    observer; waits a moment longer for records beyond ``count`` so extras are caught."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+
+    observer = ConfluentConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"observer-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        observer.subscribe([topic])
+        records: list[Any] = []
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            wait = 1.0 if len(records) >= count else 0.5
+            batch = observer.consume(100, wait)
+            records.extend(m for m in batch if m.error() is None)
+            if len(records) >= count and not batch:
+                return records
+        return records
+    finally:
+        observer.close()
+
+
+@pytest.mark.parametrize("kind", ["thread", "asyncio"])
+def test_retry_then_dead_letter_does_not_block_the_records_behind(
+    base_config: dict[str, Any],
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    kind: str,
+) -> None:
+    topic, dead_letters = topic_factory(partitions=1), topic_factory(partitions=1)
+    records: list[dict[str, Any]] = [{"value": f"v{n}", "key": f"k{n}"} for n in range(10)]
+    records[3] = {"value": "poison", "key": "k3", "headers": {"trace": "t3"}}
+    produce(topic, records)
+    attempts: collections.Counter[int] = collections.Counter()
+    handled = Handled()
+
+    def handle(batch: list[Message]) -> None:
+        attempts[batch[0].offset()] += 1
+        if batch[0].value() == b"poison":
+            raise ValueError("cannot parse 'poison'")
+        handled.add(batch)
+
+    async def handle_async(batch: list[Message]) -> None:
+        handle(batch)
+
+    options = ConsumerOptions(
+        max_batch_size=1,
+        commit_interval=0.1,
+        on_error="retry",
+        max_retries=2,
+        retry_backoff=0.01,
+        dead_letter_topic=dead_letters,
+    )
+    if kind == "thread":
+        with Consumer(base_config, [topic], handle, options) as consumer:
+            handled.wait_count(9)
+            eventually(lambda: consumer.stats()["dead_lettered"] == 1, "the dead letter")
+            stats = consumer.stats()
+    else:
+
+        async def main() -> dict[str, Any]:
+            async with AsyncConsumer(base_config, [topic], handle_async, options) as consumer:
+                await asyncio.get_running_loop().run_in_executor(None, handled.wait_count, 9)
+                return consumer.stats()
+
+        stats = asyncio.run(main())
+    # Tried once and retried max_retries times, then dead-lettered; the rest once each.
+    assert attempts[3] == 3
+    assert all(attempts[n] == 1 for n in range(10) if n != 3)
+    assert handled.by_partition() == {0: [0, 1, 2, 4, 5, 6, 7, 8, 9]}
+    assert (stats["retries"], stats["dead_lettered"], stats["handled"]) == (2, 1, 9)
+    (dead,) = read_with_confluent(kafka_bootstrap, dead_letters, 1)
+    assert (dead.key(), dead.value()) == (b"k3", b"poison")
+    assert dead.headers() == [
+        ("trace", b"t3"),
+        ("ferrokafka_error_class", b"ValueError"),
+        ("ferrokafka_error_message", b"cannot parse 'poison'"),
+        ("ferrokafka_original_topic", topic.encode()),
+        ("ferrokafka_original_partition", b"0"),
+        ("ferrokafka_original_offset", b"3"),
+    ]
+    # Everything was committed, the dead-lettered record included (stop commits the rest).
+    group = base_config["group.id"]
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 10}
 
 
 def test_slow_handler_pauses_and_resumes_with_bounded_queue(

@@ -38,7 +38,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use ferrokafka_core::PartitionProgress;
+
 use crate::config::{ClientRole, ClientSettings};
+use crate::dead_letter::{DeadLetterWriter, Failure};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::ReceivedRecord;
 
@@ -99,6 +102,65 @@ pub struct ConsumerOptions {
     pub max_queue_records: usize,
     /// A partition is paused when this many bytes are queued, and resumed at half [1 MiB].
     pub max_queue_bytes: usize,
+    /// What a handler exception does to its batch [commit].
+    pub errors: ErrorPolicy,
+}
+
+/// What a handler exception does to its batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Acknowledge the batch anyway (logged and reported by the bindings).
+    Commit,
+    /// Hand the batch to the handler again after a backoff, at most `max_retries` times, while
+    /// the partition waits; then dead-letter it (with a dead-letter topic) or commit it.
+    Retry,
+    /// Write the batch to the dead-letter topic, then acknowledge it.
+    DeadLetter,
+}
+
+/// The error policy of a [`ConcurrentConsumer`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorPolicy {
+    /// What a handler exception does.
+    pub on_error: OnError,
+    /// Retries of one batch before it is dead-lettered or committed [3].
+    pub max_retries: u32,
+    /// Wait before the first retry; doubles with each retry [1 s].
+    pub retry_backoff: Duration,
+    /// Cap of the doubling wait [30 s].
+    pub max_retry_backoff: Duration,
+    /// Where failed batches are written (`DeadLetter`, and `Retry` once retries ran out).
+    pub dead_letter_topic: Option<String>,
+}
+
+impl Default for ErrorPolicy {
+    fn default() -> Self {
+        ErrorPolicy {
+            on_error: OnError::Commit,
+            max_retries: 3,
+            retry_backoff: Duration::from_secs(1),
+            max_retry_backoff: Duration::from_secs(30),
+            dead_letter_topic: None,
+        }
+    }
+}
+
+impl ErrorPolicy {
+    /// The wait before retry number `retry + 1` (counting from 0).
+    fn backoff(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry);
+        self.retry_backoff
+            .saturating_mul(factor)
+            .min(self.max_retry_backoff)
+    }
+
+    fn dead_letters(&self) -> bool {
+        match self.on_error {
+            OnError::Commit => false,
+            OnError::DeadLetter => true,
+            OnError::Retry => self.dead_letter_topic.is_some(),
+        }
+    }
 }
 
 impl Default for ConsumerOptions {
@@ -109,6 +171,7 @@ impl Default for ConsumerOptions {
             commit_interval: Duration::from_secs(5),
             max_queue_records: 1000,
             max_queue_bytes: 1024 * 1024,
+            errors: ErrorPolicy::default(),
         }
     }
 }
@@ -156,6 +219,15 @@ impl ConsumerOptions {
         }
         if self.commit_interval.is_zero() {
             return invalid("commit_interval must be positive".to_owned());
+        }
+        if self.errors.on_error == OnError::DeadLetter
+            && self
+                .errors
+                .dead_letter_topic
+                .as_deref()
+                .is_none_or(str::is_empty)
+        {
+            return invalid("on_error='dead_letter' needs dead_letter_topic='<topic>'".to_owned());
         }
         if self.max_queue_records < 2 || self.max_queue_bytes < 2 {
             return invalid(
@@ -235,25 +307,31 @@ pub enum ConsumerEvent {
 #[derive(Debug)]
 pub enum Fetched {
     /// The next records of the partition, in offset order; acknowledge them before fetching again.
-    Batch(Vec<ReceivedRecord>),
+    Batch(Arc<Vec<ReceivedRecord>>),
     /// Nothing arrived within the wait.
     Empty,
     /// The partition is no longer this worker's (revoked, abandoned or shutting down): exit.
     Gone,
 }
 
-/// How a worker finished a batch; every outcome but `Abandoned` makes its offsets committable.
+/// How a worker finished a batch (a handler exception goes to [`ConcurrentConsumer::fail`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// The handler returned.
+    /// The handler returned: the batch's offsets become committable.
     Handled,
-    /// The handler raised and the batch was acknowledged anyway (the `commit` error policy).
-    Failed,
-    /// The handler raised and the batch was written to the dead-letter topic.
-    DeadLettered,
     /// The worker gave up on the batch (stopping while retrying): nothing becomes committable,
     /// so its records are redelivered; the partition no longer waits for it.
     Abandoned,
+}
+
+/// What the worker does after [`ConcurrentConsumer::fail`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Call the handler again with the same batch after this wait (or abandon the batch if the
+    /// consumer stops meanwhile).
+    Retry(Duration),
+    /// The batch is settled (committed, being dead-lettered, or abandoned): fetch the next.
+    Settled,
 }
 
 /// Counters of one partition (or totals of the consumer).
@@ -265,7 +343,7 @@ pub struct PartitionCounters {
     pub handled: u64,
     /// Records in batches the handler raised on and that were acknowledged anyway.
     pub failed: u64,
-    /// Records written to the dead-letter topic.
+    /// Records handed to the dead-letter topic.
     pub dead_lettered: u64,
     /// Handler retries (the `retry` error policy).
     pub retries: u64,
@@ -360,10 +438,12 @@ pub struct ConsumerStats {
 }
 
 /// The batch a worker is handling.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct InFlight {
-    last_offset: i64,
-    records: usize,
+    first_offset: i64,
+    records: Arc<Vec<ReceivedRecord>>,
+    /// Retries so far (the `retry` error policy).
+    retries: u32,
 }
 
 #[derive(Debug, Default)]
@@ -371,8 +451,10 @@ struct SlotState {
     queue: VecDeque<ReceivedRecord>,
     queued_bytes: usize,
     in_flight: Option<InFlight>,
-    /// One past the last offset of the last acknowledged batch.
-    finished: Option<i64>,
+    /// Batches handed out and not finished yet, and the offset to commit.
+    progress: PartitionProgress,
+    /// Batches waiting for their dead-letter write to be acknowledged.
+    dead_letters_pending: usize,
     /// The offset of the latest commit request, confirmed or not.
     commit_requested: Option<i64>,
     /// The latest offset the broker confirmed.
@@ -521,6 +603,22 @@ impl Shared {
         assigned
     }
 
+    /// Marks the batch starting at `first` finished, and reports a consumer without a group
+    /// caught up once its committable offset reached the high watermark seen at start.
+    fn finish(&self, slot: &Slot, state: &mut SlotState, first: i64) {
+        state.progress.finish(first);
+        if let (Some(high), Some(next)) = (state.catch_up_to, state.progress.committable())
+            && next >= high
+        {
+            state.catch_up_to = None;
+            self.emit(ConsumerEvent::CaughtUp {
+                topic: slot.topic.clone(),
+                partition: slot.partition,
+                offset: high,
+            });
+        }
+    }
+
     /// Routes one run of records of the same partition into its slot, pausing it when the queue
     /// passes its bounds.
     fn route(&self, consumer: &Handle, run: Vec<ReceivedRecord>) {
@@ -598,10 +696,11 @@ impl Shared {
         });
         for slot in slots {
             let mut state = slot.lock();
-            while state.in_flight.is_some() {
+            while state.in_flight.is_some() || state.dead_letters_pending > 0 {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     state.in_flight = None;
+                    state.progress.abandon_all();
                     state.counters.abandoned += 1;
                     log::warn!(
                         "handler for {}[{}] did not finish within the drain time; its batch is \
@@ -645,7 +744,7 @@ impl Shared {
         let mut offsets = Vec::new();
         for slot in slots {
             let mut state = slot.lock();
-            if let Some(finished) = state.finished
+            if let Some(finished) = state.progress.committable()
                 && state.commit_requested.is_none_or(|c| c < finished)
             {
                 // Cannot fail: the offset is a plain non-negative offset.
@@ -814,6 +913,9 @@ impl ConsumerContext for RebalanceHandler {
 #[derive(Debug)]
 pub struct ConcurrentConsumer {
     shared: Arc<Shared>,
+    /// Writes failed batches when the error policy dead-letters; also used by the poller
+    /// (resends). Kept out of `Shared`: the writer's delivery callbacks hold `Shared` weakly.
+    dead_letters: Option<Arc<DeadLetterWriter>>,
     events: Mutex<Option<Receiver<ConsumerEvent>>>,
     poller: Mutex<Option<JoinHandle<()>>>,
 }
@@ -856,6 +958,12 @@ impl ConcurrentConsumer {
         }
         config.set("enable.auto.commit", "false");
         config.set("enable.auto.offset.store", "false");
+        let dead_letters = match &options.errors.dead_letter_topic {
+            Some(topic) if options.errors.dead_letters() => {
+                Some(Arc::new(DeadLetterWriter::new(&settings, topic.clone())?))
+            }
+            _ => None,
+        };
         let (events, receiver) = channel();
         let shared = Arc::new(Shared {
             options,
@@ -937,12 +1045,14 @@ impl ConcurrentConsumer {
         let consumer = Arc::new(consumer);
         *lock(&shared.consumer) = Some(Arc::clone(&consumer));
         let poller_shared = Arc::clone(&shared);
+        let poller_dead_letters = dead_letters.clone();
         let poller = std::thread::Builder::new()
             .name("ferrokafka-consumer".to_owned())
-            .spawn(move || run_poller(&poller_shared, consumer))
+            .spawn(move || run_poller(&poller_shared, consumer, poller_dead_letters.as_deref()))
             .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start poller: {e}")))?;
         Ok(Arc::new(ConcurrentConsumer {
             shared,
+            dead_letters,
             events: Mutex::new(Some(receiver)),
             poller: Mutex::new(Some(poller)),
         }))
@@ -986,17 +1096,20 @@ impl ConcurrentConsumer {
         }
     }
 
-    fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Vec<ReceivedRecord> {
+    fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Arc<Vec<ReceivedRecord>> {
         let options = &self.shared.options;
         let count = options
             .max_batch_size
             .map_or(state.queue.len(), |max| max.min(state.queue.len()));
         let batch: Vec<ReceivedRecord> = state.queue.drain(..count).collect();
         state.queued_bytes -= batch.iter().map(record_size).sum::<usize>();
-        if let Some(last) = batch.last() {
+        let batch = Arc::new(batch);
+        if let (Some(first), Some(last)) = (batch.first(), batch.last()) {
+            state.progress.hand_out(first.offset, last.offset);
             state.in_flight = Some(InFlight {
-                last_offset: last.offset,
-                records: batch.len(),
+                first_offset: first.offset,
+                records: Arc::clone(&batch),
+                retries: 0,
             });
             state.counters.batches += 1;
         }
@@ -1019,8 +1132,9 @@ impl ConcurrentConsumer {
         batch
     }
 
-    /// Marks `worker`'s batch finished so its offsets are committed in the next round. Returns
-    /// false when the batch no longer counts (abandoned, or the partition was revoked).
+    /// Marks `worker`'s batch finished (its offsets are committed in the next round) or
+    /// abandoned. Returns false when the batch no longer counts (abandoned, or the partition was
+    /// revoked).
     pub fn ack(&self, worker: WorkerId, outcome: Outcome) -> bool {
         let Some(slot) = self.shared.slot(worker) else {
             return false;
@@ -1029,47 +1143,76 @@ impl ConcurrentConsumer {
         let Some(done) = state.in_flight.take() else {
             return false;
         };
-        let records = done.records as u64;
         match outcome {
-            Outcome::Handled => state.counters.handled += records,
-            Outcome::Failed => state.counters.failed += records,
-            Outcome::DeadLettered => state.counters.dead_lettered += records,
+            Outcome::Handled => {
+                state.counters.handled += done.records.len() as u64;
+                self.shared.finish(&slot, &mut state, done.first_offset);
+            }
             Outcome::Abandoned => {
                 state.counters.abandoned += 1;
-                drop(state);
-                slot.changed.notify_all();
-                return true;
+                state.progress.abandon(done.first_offset);
             }
-        }
-        let next = done.last_offset + 1;
-        state.finished = Some(next);
-        if let Some(high) = state.catch_up_to
-            && next >= high
-        {
-            state.catch_up_to = None;
-            self.shared.emit(ConsumerEvent::CaughtUp {
-                topic: slot.topic.clone(),
-                partition: slot.partition,
-                offset: high,
-            });
         }
         drop(state);
         slot.changed.notify_all();
         true
     }
 
-    /// Counts a retry of `worker`'s batch (the `retry` error policy). Returns false when the
-    /// partition is being revoked or the consumer stops: the worker should give up the batch.
-    pub fn record_retry(&self, worker: WorkerId) -> bool {
+    /// Applies the error policy to `worker`'s batch, whose handler raised `failure`: another
+    /// try after a backoff, or the batch is settled: committed, or handed to the dead-letter
+    /// writer (its offsets become committable once the broker acknowledged the write, and the
+    /// partition moves on meanwhile). A batch of a partition being revoked, or of a stopping
+    /// consumer, is abandoned instead of retried.
+    pub fn fail(&self, worker: WorkerId, failure: Failure) -> Verdict {
         let Some(slot) = self.shared.slot(worker) else {
-            return false;
+            return Verdict::Settled;
         };
+        let policy = &self.shared.options.errors;
         let mut state = slot.lock();
-        if state.closed {
-            return false;
+        let closed = state.closed;
+        let Some(in_flight) = state.in_flight.as_mut() else {
+            return Verdict::Settled;
+        };
+        let retry = policy.on_error == OnError::Retry && in_flight.retries < policy.max_retries;
+        if retry && !closed {
+            let wait = policy.backoff(in_flight.retries);
+            in_flight.retries += 1;
+            state.counters.retries += 1;
+            return Verdict::Retry(wait);
         }
-        state.counters.retries += 1;
-        true
+        let Some(done) = state.in_flight.take() else {
+            return Verdict::Settled;
+        };
+        let records = done.records.len() as u64;
+        if retry {
+            state.counters.abandoned += 1;
+            state.progress.abandon(done.first_offset);
+        } else if let (true, Some(writer)) = (policy.dead_letters(), &self.dead_letters) {
+            state.counters.dead_lettered += records;
+            state.dead_letters_pending += 1;
+            let shared = Arc::downgrade(&self.shared);
+            let first = done.first_offset;
+            let written = move || {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let Some(slot) = shared.slot(worker) else {
+                    return;
+                };
+                let mut state = slot.lock();
+                state.dead_letters_pending = state.dead_letters_pending.saturating_sub(1);
+                shared.finish(&slot, &mut state, first);
+                drop(state);
+                slot.changed.notify_all();
+            };
+            writer.write(done.records, failure, Box::new(written));
+        } else {
+            state.counters.failed += records;
+            self.shared.finish(&slot, &mut state, done.first_offset);
+        }
+        drop(state);
+        slot.changed.notify_all();
+        Verdict::Settled
     }
 
     /// Starts shutting down: no more records are routed or handed out, queued records are
@@ -1120,8 +1263,8 @@ impl ConcurrentConsumer {
                 queued: state.queue.len(),
                 queued_bytes: state.queued_bytes,
                 paused: state.paused,
-                in_flight: state.in_flight.map_or(0, |f| f.records),
-                position: state.finished,
+                in_flight: state.in_flight.as_ref().map_or(0, |f| f.records.len()),
+                position: state.progress.committable(),
                 committed: state.committed,
                 counters: state.counters,
                 broker: state.broker.clone(),
@@ -1243,7 +1386,11 @@ fn resolve_partitions(
 }
 
 /// The poller thread: route records, commit on schedule, and on shutdown drain, commit and close.
-fn run_poller(shared: &Arc<Shared>, consumer: Arc<Handle>) {
+fn run_poller(
+    shared: &Arc<Shared>,
+    consumer: Arc<Handle>,
+    dead_letters: Option<&DeadLetterWriter>,
+) {
     let interval = shared.options.commit_interval;
     let mut next_commit = Instant::now() + interval;
     let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
@@ -1274,6 +1421,9 @@ fn run_poller(shared: &Arc<Shared>, consumer: Arc<Handle>) {
             shared.route(&consumer, run);
         }
         drop(records);
+        if let Some(writer) = dead_letters {
+            writer.resend_due(Instant::now());
+        }
         if Instant::now() >= next_commit {
             shared.commit(&consumer, &shared.all_slots());
             next_commit = Instant::now() + interval;

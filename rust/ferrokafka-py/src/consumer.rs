@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use ferrokafka_kafka::{
-    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, Fetched, Outcome,
-    PartitionCounters, StartAt, Subscription, WorkerId,
+    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched,
+    OnError, Outcome, PartitionCounters, StartAt, Subscription, Verdict, WorkerId,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -66,11 +66,20 @@ fn subscription(item: &Bound<'_, PyAny>) -> PyResult<Subscription> {
 fn outcome(name: &str) -> PyResult<Outcome> {
     match name {
         "handled" => Ok(Outcome::Handled),
-        "failed" => Ok(Outcome::Failed),
-        "dead_lettered" => Ok(Outcome::DeadLettered),
         "abandoned" => Ok(Outcome::Abandoned),
         other => Err(PyValueError::new_err(format!(
-            "outcome must be 'handled', 'failed', 'dead_lettered' or 'abandoned', got {other:?}"
+            "outcome must be 'handled' or 'abandoned', got {other:?}"
+        ))),
+    }
+}
+
+fn on_error(name: &str) -> PyResult<OnError> {
+    match name {
+        "commit" => Ok(OnError::Commit),
+        "retry" => Ok(OnError::Retry),
+        "dead_letter" => Ok(OnError::DeadLetter),
+        other => Err(PyValueError::new_err(format!(
+            "on_error must be 'commit', 'retry' or 'dead_letter', got {other:?}"
         ))),
     }
 }
@@ -147,7 +156,7 @@ fn event_tuple(py: Python<'_>, event: ConsumerEvent) -> PyResult<Py<PyTuple>> {
 #[pymethods]
 impl PyRawConsumer {
     #[new]
-    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain))]
+    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain, on_error, max_retries, retry_backoff, max_retry_backoff, dead_letter_topic))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -158,6 +167,11 @@ impl PyRawConsumer {
         max_queue_records: usize,
         max_queue_bytes: usize,
         drain: f64,
+        on_error: &str,
+        max_retries: u32,
+        retry_backoff: f64,
+        max_retry_backoff: f64,
+        dead_letter_topic: Option<String>,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let subscriptions = subscriptions
@@ -170,6 +184,13 @@ impl PyRawConsumer {
             commit_interval: timeout_arg("commit_interval", commit_interval)?,
             max_queue_records,
             max_queue_bytes,
+            errors: ErrorPolicy {
+                on_error: self::on_error(on_error)?,
+                max_retries,
+                retry_backoff: seconds_or_off("retry_backoff", retry_backoff)?,
+                max_retry_backoff: seconds_or_off("max_retry_backoff", max_retry_backoff)?,
+                dead_letter_topic,
+            },
         };
         let drain = seconds_or_off("drain", drain)?;
         // Assigning explicit partitions may ask the broker for offsets and watermarks.
@@ -202,9 +223,8 @@ impl PyRawConsumer {
             Fetched::Gone => Ok(None),
             Fetched::Empty => Ok(Some(PyList::empty(py))),
             Fetched::Batch(records) => {
-                let messages = records
-                    .into_iter()
-                    .map(|r| Py::new(py, PyMessage::from(r)))
+                let messages = (0..records.len())
+                    .map(|i| Py::new(py, PyMessage::in_batch(&records, i)))
                     .collect::<PyResult<Vec<_>>>()?;
                 Ok(Some(PyList::new(py, messages)?))
             }
@@ -216,9 +236,18 @@ impl PyRawConsumer {
         Ok(self.engine.ack(worker, outcome(outcome_name)?))
     }
 
-    /// Counts a retry; false when the worker should give up its batch (revoked or stopping).
-    fn record_retry(&self, worker: WorkerId) -> bool {
-        self.engine.record_retry(worker)
+    /// Applies the error policy to `worker`'s batch, whose handler raised: seconds to wait
+    /// before calling the handler again with it, or `None` when the batch is settled
+    /// (committed, dead-lettered or abandoned).
+    fn fail(&self, worker: WorkerId, error_class: String, error_message: String) -> Option<f64> {
+        let failure = Failure {
+            class: error_class,
+            message: error_message,
+        };
+        match self.engine.fail(worker, failure) {
+            Verdict::Retry(wait) => Some(wait.as_secs_f64()),
+            Verdict::Settled => None,
+        }
     }
 
     /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.
