@@ -191,8 +191,9 @@ class ConsumerOptions:
         retry_backoff, max_retry_backoff: seconds before the first retry, and the cap of the
             doubling [1, 30].
         dead_letter_topic: where failed batches are written [None].
-        max_queue_records, max_queue_bytes: a partition is paused when its queue holds this many
-            records or bytes, and resumed at half [1000, 1 MiB].
+        max_queue_records, max_queue_bytes: when a partition's queue holds this many records or
+            bytes, the poller stops taking from the partition's librdkafka queue (published as
+            ``paused``), and takes again at half (``resumed``) [1000, 1 MiB].
         on_assigned, on_unassigned: called with ``[(topic, partition), ...]``; ``on_unassigned``
             runs after those partitions' workers drained (or were abandoned).
         on_caught_up: ``(topic, partition, offset)`` once per partition, for a consumer without a

@@ -2,19 +2,23 @@
 //! at-least-once commits, modelled on Elixir's `KafkaClient.Consumer`.
 //!
 //! Threads and locks:
-//! - One poller thread owns the polling of the rdkafka `BaseConsumer`. It routes records into
-//!   one [`Slot`] per assigned partition, pauses a partition whose queue passes the count/bytes
-//!   bounds, commits finished offsets every `commit_interval`, and, on shutdown, drains, commits
-//!   and closes the consumer. librdkafka runs the rebalance callbacks of
-//!   [`RebalanceHandler`] on this thread too (inside `poll`); they stay in Rust and push
-//!   [`ConsumerEvent`]s into a channel that the bindings drain on a Python thread.
+//! - One poller thread owns the polling of the rdkafka `BaseConsumer`. Each assigned partition
+//!   has its own librdkafka queue (`split_partition_queue`) and one [`Slot`] whose
+//!   [`PartitionBuffer`] (the pure core) holds the records handed from that queue to the worker.
+//!   The poller takes from a partition's queue only as many records as its buffer has room for:
+//!   a full partition is simply not polled (librdkafka then stops fetching it once its prefetch
+//!   fills), so nothing is paused, resumed or discarded. The poller also serves the main queue
+//!   (rebalances, statistics, errors, and records fetched before a partition's queue was split),
+//!   commits finished offsets every `commit_interval`, and, on shutdown, drains, commits and
+//!   closes the consumer. It sleeps on [`Wake`] when nothing arrived: librdkafka's
+//!   non-empty-queue callbacks and workers that free room in a full buffer wake it. librdkafka runs
+//!   the rebalance callbacks of [`RebalanceHandler`] on this thread too (inside `poll`); they stay
+//!   in Rust and push [`ConsumerEvent`]s into a channel that the bindings drain on a Python thread.
 //! - Workers (one per assigned partition, owned by the bindings) call [`ConcurrentConsumer::fetch`]
-//!   and [`ConcurrentConsumer::ack`]. A fetch that takes a queue below half its bounds resumes the
-//!   partition itself, so a paused partition restarts without waiting for the poller's next turn.
-//! - Lock order: the `slots` map, then one slot's state, then the consumer handle. Pause and
-//!   resume are issued under the slot's lock so librdkafka sees them in the order the state did.
-//!   No lock is held while waiting on the network, except a slot lock around librdkafka's
-//!   non-blocking pause/resume calls.
+//!   and [`ConcurrentConsumer::ack`] / [`ConcurrentConsumer::fail`]; records cross from the poller
+//!   in runs (one lock per run) and leave as one shared batch.
+//! - Lock order: the `slots` map, then one slot's state, then its source queue, then the
+//!   consumer handle. No lock is held while waiting on the network.
 //!
 //! Invariants:
 //! - A partition has at most one batch in flight; batches of a partition leave in offset order,
@@ -26,19 +30,21 @@
 //! - Queued (not yet handed out) records of a revoked partition, or of a stopping consumer, are
 //!   dropped and counted; they were never committed, so they are redelivered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, base_consumer::PartitionQueue,
+};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use ferrokafka_core::PartitionProgress;
+use ferrokafka_core::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimits};
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::dead_letter::{DeadLetterWriter, Failure};
@@ -51,8 +57,8 @@ pub type WorkerId = u64;
 
 /// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
 const POLL_WAIT: Duration = Duration::from_millis(50);
-/// Records taken from librdkafka before routing them; bounds how far a queue can overshoot its
-/// limits (the rest of one chunk), while keeping one slot lock per run of records.
+/// Most records taken from one librdkafka queue before routing them: one slot lock per run of
+/// records, and a turn for every other partition in between.
 const ROUTE_CHUNK: usize = 256;
 /// How long network lookups at start-up (watermarks, offsets for timestamps) may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -98,9 +104,9 @@ pub struct ConsumerOptions {
     pub max_batch_size: Option<usize>,
     /// How often finished offsets are committed [5 s].
     pub commit_interval: Duration,
-    /// A partition is paused when this many records are queued, and resumed at half [1000].
+    /// A partition is not polled while this many records are queued, and again at half [1000].
     pub max_queue_records: usize,
-    /// A partition is paused when this many bytes are queued, and resumed at half [1 MiB].
+    /// A partition is not polled while this many bytes are queued, and again at half [1 MiB].
     pub max_queue_bytes: usize,
     /// What a handler exception does to its batch [commit].
     pub errors: ErrorPolicy,
@@ -279,7 +285,7 @@ pub enum ConsumerEvent {
         /// The offset reached (the high watermark).
         offset: i64,
     },
-    /// A partition was paused (`paused == true`) or resumed by load control.
+    /// Load control stopped polling a full partition (`paused == true`), or polls it again.
     LoadControl {
         /// Topic name.
         topic: String,
@@ -349,9 +355,9 @@ pub struct PartitionCounters {
     pub retries: u64,
     /// Batches handed to the worker.
     pub batches: u64,
-    /// Times load control paused the partition.
+    /// Times load control stopped polling the partition (its buffer was full).
     pub pauses: u64,
-    /// Times load control resumed it.
+    /// Times load control polled it again (its buffer went down to half).
     pub resumes: u64,
     /// Queued records dropped on revoke or shutdown (redelivered later: never committed).
     pub dropped: u64,
@@ -387,7 +393,7 @@ pub struct PartitionStats {
     pub queued: usize,
     /// Bytes queued now.
     pub queued_bytes: usize,
-    /// Whether load control holds the partition paused.
+    /// Whether load control holds the partition (its buffer is full: not polled).
     pub paused: bool,
     /// Records in the batch being handled now.
     pub in_flight: usize,
@@ -446,20 +452,17 @@ struct InFlight {
     retries: u32,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct SlotState {
-    queue: VecDeque<ReceivedRecord>,
-    queued_bytes: usize,
+    /// Queued records, bounds, and the batches handed out with the offset to commit.
+    buffer: PartitionBuffer<ReceivedRecord>,
     in_flight: Option<InFlight>,
-    /// Batches handed out and not finished yet, and the offset to commit.
-    progress: PartitionProgress,
     /// Batches waiting for their dead-letter write to be acknowledged.
     dead_letters_pending: usize,
     /// The offset of the latest commit request, confirmed or not.
     commit_requested: Option<i64>,
     /// The latest offset the broker confirmed.
     committed: Option<i64>,
-    paused: bool,
     /// No more batches: revoked, abandoned or shutting down.
     closed: bool,
     /// For a consumer without a group: the high watermark whose reaching is reported once.
@@ -471,6 +474,32 @@ struct SlotState {
     first_received: Option<i64>,
 }
 
+impl BufferedRecord for ReceivedRecord {
+    fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    /// Bytes a queued record holds: key, value and headers.
+    fn size(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len)
+            + self.value.as_ref().map_or(0, Vec::len)
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum::<usize>()
+    }
+}
+
+/// A partition's own librdkafka queue, polled by the poller only.
+struct Source(PartitionQueue<RebalanceHandler>);
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Source")
+    }
+}
+
 /// One assigned partition: its queue and its worker's progress.
 #[derive(Debug)]
 struct Slot {
@@ -480,6 +509,34 @@ struct Slot {
     state: Mutex<SlotState>,
     /// Workers wait here for records; drainers wait here for the batch in flight to finish.
     changed: Condvar,
+    /// The partition's split queue; `None` until split, and after the slot was released (its
+    /// records then arrive on the main queue, if any).
+    source: Mutex<Option<Source>>,
+}
+
+/// Wakes the sleeping poller: set by librdkafka's non-empty-queue callbacks and by workers.
+#[derive(Debug, Default)]
+struct Wake {
+    pending: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Wake {
+    fn notify(&self) {
+        *lock(&self.pending) = true;
+        self.changed.notify_one();
+    }
+
+    /// Waits up to `wait` unless woken since the last call.
+    fn wait(&self, wait: Duration) {
+        let pending = lock(&self.pending);
+        let mut pending = self
+            .changed
+            .wait_timeout_while(pending, wait, |p| !*p)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+        *pending = false;
+    }
 }
 
 impl Slot {
@@ -494,12 +551,6 @@ impl Slot {
             topic: self.topic.clone(),
             partition: self.partition,
         }
-    }
-
-    fn tpl(&self) -> TopicPartitionList {
-        let mut tpl = TopicPartitionList::with_capacity(1);
-        tpl.add_partition(&self.topic, self.partition);
-        tpl
     }
 }
 
@@ -537,9 +588,11 @@ struct Shared {
     shutdown: Mutex<Shutdown>,
     /// The caller of `stop` waits here for the poller to finish.
     stopped: Condvar,
-    /// The consumer, for workers that resume a partition; the poller takes it out when it
-    /// closes the consumer, so the last reference is dropped on the poller thread.
+    /// The consumer, for splitting partition queues; the poller takes it out when it closes
+    /// the consumer, so the last reference is dropped on the poller thread.
     consumer: Mutex<Option<Arc<Handle>>>,
+    /// Wakes the poller.
+    wake: Arc<Wake>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -555,17 +608,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Bytes a queued record holds: key, value and headers.
-fn record_size(record: &ReceivedRecord) -> usize {
-    record.key.as_ref().map_or(0, Vec::len)
-        + record.value.as_ref().map_or(0, Vec::len)
-        + record
-            .headers
-            .iter()
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-            .sum::<usize>()
-}
-
 impl Shared {
     fn emit(&self, event: ConsumerEvent) {
         // After the bindings dropped the receiver nobody listens any more; that is fine.
@@ -576,9 +618,18 @@ impl Shared {
         lock(&self.slots).by_worker.get(&worker).cloned()
     }
 
-    /// Creates slots for newly assigned partitions; `catch_up` gives, per partition, the high
-    /// watermark a consumer without a group reports reaching (or `None`).
+    /// Creates slots for newly assigned partitions, each with its own split queue; `catch_up`
+    /// gives, per partition, the high watermark a consumer without a group reports reaching (or
+    /// `None`). A partition that already has a slot keeps it and its queue.
     fn add_slots(&self, partitions: Vec<(String, i32, Option<i64>)>) -> Vec<Assignment> {
+        let consumer = lock(&self.consumer).clone();
+        let consumer = consumer.as_ref();
+        let options = &self.options;
+        let limits = PartitionLimits {
+            max_records: options.max_queue_records,
+            max_bytes: options.max_queue_bytes,
+            max_batch: options.max_batch_size,
+        };
         let mut slots = lock(&self.slots);
         let mut assigned = Vec::with_capacity(partitions.len());
         for (topic, partition, catch_up_to) in partitions {
@@ -586,15 +637,30 @@ impl Shared {
             if slots.by_partition.contains_key(&key) {
                 continue;
             }
+            let source = consumer.and_then(|c| c.split_partition_queue(&topic, partition));
+            let source = source.map(|mut queue| {
+                let wake = Arc::clone(&self.wake);
+                queue.set_nonempty_callback(move || wake.notify());
+                Source(queue)
+            });
             let slot = Arc::new(Slot {
                 worker: self.next_worker.fetch_add(1, Ordering::Relaxed),
                 topic,
                 partition,
                 state: Mutex::new(SlotState {
+                    buffer: PartitionBuffer::new(limits),
+                    in_flight: None,
+                    dead_letters_pending: 0,
+                    commit_requested: None,
+                    committed: None,
+                    closed: false,
                     catch_up_to,
-                    ..SlotState::default()
+                    counters: PartitionCounters::default(),
+                    broker: None,
+                    first_received: None,
                 }),
                 changed: Condvar::new(),
+                source: Mutex::new(source),
             });
             assigned.push(slot.assignment());
             slots.by_worker.insert(slot.worker, Arc::clone(&slot));
@@ -606,8 +672,9 @@ impl Shared {
     /// Marks the batch starting at `first` finished, and reports a consumer without a group
     /// caught up once its committable offset reached the high watermark seen at start.
     fn finish(&self, slot: &Slot, state: &mut SlotState, first: i64) {
-        state.progress.finish(first);
-        if let (Some(high), Some(next)) = (state.catch_up_to, state.progress.committable())
+        state.buffer.progress_mut().finish(first);
+        let committable = state.buffer.progress().committable();
+        if let (Some(high), Some(next)) = (state.catch_up_to, committable)
             && next >= high
         {
             state.catch_up_to = None;
@@ -619,22 +686,77 @@ impl Shared {
         }
     }
 
-    /// Routes one run of records of the same partition into its slot, pausing it when the queue
-    /// passes its bounds.
-    fn route(&self, consumer: &Handle, run: Vec<ReceivedRecord>) {
-        let Some(first) = run.first() else {
-            return;
+    /// Routes a chunk taken from the main queue: runs of records of the same partition go to
+    /// their slot.
+    fn route_chunk(&self, chunk: &mut Vec<ReceivedRecord>) {
+        let mut records = chunk.drain(..).peekable();
+        while let Some(first) = records.next() {
+            let (topic, partition) = (first.topic.clone(), first.partition);
+            let mut run = vec![first];
+            while let Some(next) = records.next_if(|r| r.partition == partition && r.topic == topic)
+            {
+                run.push(next);
+            }
+            let slot = lock(&self.slots)
+                .by_partition
+                .get(&(topic, partition))
+                .cloned();
+            match slot {
+                Some(slot) => self.route(&slot, run),
+                // A record fetched just before its partition was revoked: never handed out,
+                // never committed, so the partition's next owner reads it again.
+                None => lock(&self.totals).counters.dropped += run.len() as u64,
+            }
+        }
+    }
+
+    /// Takes from `slot`'s own queue as many records as its buffer has room for (at most
+    /// `ROUTE_CHUNK`) and routes them; returns how many.
+    fn poll_partition(&self, slot: &Slot) -> usize {
+        let room = {
+            let state = slot.lock();
+            if state.closed {
+                return 0;
+            }
+            state.buffer.room().min(ROUTE_CHUNK)
         };
-        let slot = lock(&self.slots)
-            .by_partition
-            .get(&(first.topic.clone(), first.partition))
-            .cloned();
-        let Some(slot) = slot else {
-            // A record fetched just before its partition was revoked: never handed out, never
-            // committed, so the partition's next owner reads it again.
-            lock(&self.totals).counters.dropped += run.len() as u64;
-            return;
-        };
+        if room == 0 {
+            return 0;
+        }
+        let mut run = Vec::new();
+        {
+            let source = lock(&slot.source);
+            let Some(Source(queue)) = source.as_ref() else {
+                return 0;
+            };
+            while run.len() < room {
+                match queue.poll(Duration::ZERO) {
+                    None => break,
+                    Some(Ok(message)) => run.push(ReceivedRecord::from_message(&message)),
+                    Some(Err(KafkaError::PartitionEOF(_))) => {}
+                    Some(Err(err)) => {
+                        self.consume_error(err);
+                        break;
+                    }
+                }
+            }
+        }
+        let count = run.len();
+        if count > 0 {
+            self.route(slot, run);
+        }
+        count
+    }
+
+    fn consume_error(&self, err: KafkaError) {
+        let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
+        log::warn!("consumer error: {err}");
+        self.emit(ConsumerEvent::Error(err));
+    }
+
+    /// Queues one run of records of `slot`'s partition; a buffer that becomes full is no longer
+    /// polled.
+    fn route(&self, slot: &Slot, run: Vec<ReceivedRecord>) {
         let mut state = slot.lock();
         if state.closed {
             state.counters.dropped += run.len() as u64;
@@ -644,27 +766,9 @@ impl Shared {
         if state.first_received.is_none() {
             state.first_received = run.first().map(|record| record.offset);
         }
-        for record in run {
-            state.queued_bytes += record_size(&record);
-            state.queue.push_back(record);
-        }
-        let options = &self.options;
-        if !state.paused
-            && (state.queue.len() >= options.max_queue_records
-                || state.queued_bytes >= options.max_queue_bytes)
-        {
-            match consumer.pause(&slot.tpl()) {
-                Ok(()) => {
-                    state.paused = true;
-                    state.counters.pauses += 1;
-                    self.emit(load_event(&slot, &state, true));
-                }
-                Err(e) => log::warn!(
-                    "cannot pause {}[{}]: {e}; its queue may grow past its bounds",
-                    slot.topic,
-                    slot.partition
-                ),
-            }
+        if state.buffer.push(run) == Some(LoadChange::Full) {
+            state.counters.pauses += 1;
+            self.emit(load_event(slot, &state, true));
         }
         drop(state);
         slot.changed.notify_all();
@@ -673,20 +777,14 @@ impl Shared {
     /// Stops handing out batches of `slots`, drops their queued records, and waits until their
     /// batches in flight are acknowledged or `deadline` passes; a batch still running then is
     /// abandoned.
-    fn drain(&self, slots: &[Arc<Slot>], consumer: &Handle, deadline: Instant) {
+    fn drain(&self, slots: &[Arc<Slot>], deadline: Instant) {
         let mut dropped = 0;
         for slot in slots {
             let mut state = slot.lock();
             state.closed = true;
-            dropped += state.queue.len();
-            state.counters.dropped += state.queue.len() as u64;
-            state.queue.clear();
-            state.queued_bytes = 0;
-            if state.paused {
-                // A partition handed back paused could stay paused for its next owner here.
-                let _ = consumer.resume(&slot.tpl());
-                state.paused = false;
-            }
+            let cleared = state.buffer.clear();
+            dropped += cleared;
+            state.counters.dropped += cleared as u64;
             drop(state);
             slot.changed.notify_all();
         }
@@ -700,7 +798,7 @@ impl Shared {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     state.in_flight = None;
-                    state.progress.abandon_all();
+                    state.buffer.progress_mut().abandon_all();
                     state.counters.abandoned += 1;
                     log::warn!(
                         "handler for {}[{}] did not finish within the drain time; its batch is \
@@ -729,6 +827,8 @@ impl Shared {
             map.by_partition
                 .remove(&(slot.topic.clone(), slot.partition));
             totals.counters.add(&slot.lock().counters);
+            // The queue keeps the consumer alive; a revoked partition's queue is not needed.
+            lock(&slot.source).take();
         }
     }
 
@@ -744,7 +844,7 @@ impl Shared {
         let mut offsets = Vec::new();
         for slot in slots {
             let mut state = slot.lock();
-            if let Some(finished) = state.progress.committable()
+            if let Some(finished) = state.buffer.progress().committable()
                 && state.commit_requested.is_none_or(|c| c < finished)
             {
                 // Cannot fail: the offset is a plain non-negative offset.
@@ -795,7 +895,7 @@ impl Shared {
         if slots.is_empty() {
             return;
         }
-        self.drain(&slots, consumer, Instant::now() + drain);
+        self.drain(&slots, Instant::now() + drain);
         if !lost {
             self.commit(consumer, &slots);
         }
@@ -837,8 +937,8 @@ fn load_event(slot: &Slot, state: &SlotState, paused: bool) -> ConsumerEvent {
         topic: slot.topic.clone(),
         partition: slot.partition,
         paused,
-        queued: state.queue.len(),
-        queued_bytes: state.queued_bytes,
+        queued: state.buffer.queued(),
+        queued_bytes: state.buffer.queued_bytes(),
     }
 }
 
@@ -976,74 +1076,26 @@ impl ConcurrentConsumer {
             shutdown: Mutex::new(Shutdown::default()),
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
+            wake: Arc::new(Wake::default()),
         });
         let handler = RebalanceHandler {
             shared: Arc::clone(&shared),
             drain,
         };
-        let consumer: Handle = config
+        let mut consumer: Handle = config
             .create_with_context(handler)
             .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
-        let error = |operation: &str, e: KafkaError| {
-            KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap.as_deref())
-        };
-        let subscriptions = &shared.options.subscriptions;
-        if group
-            && subscriptions
-                .iter()
-                .all(|s| matches!(s, Subscription::Topic(_)))
-        {
-            let topics: Vec<&str> = subscriptions
-                .iter()
-                .filter_map(|s| match s {
-                    Subscription::Topic(t) => Some(t.as_str()),
-                    Subscription::Partition { .. } => None,
-                })
-                .collect();
-            consumer
-                .subscribe(&topics)
-                .map_err(|e| error("subscribe", e))?;
-        } else {
-            let subscriptions = whole_topics(&consumer, subscriptions, &error)?;
-            let partitions =
-                resolve_partitions(&consumer, &subscriptions, group, reset_to_beginning)
-                    .map_err(|e| error("assign", e))?;
-            let mut tpl = TopicPartitionList::new();
-            for (topic, partition, offset, _) in &partitions {
-                tpl.add_partition_offset(topic, *partition, *offset)
-                    .map_err(|e| error("assign", e))?;
-            }
-            consumer.assign(&tpl).map_err(|e| error("assign", e))?;
-            let caught_up: Vec<(String, i32, i64)> = partitions
-                .iter()
-                .filter_map(|(t, p, _, target)| match target {
-                    CatchUp::Already(high) => Some((t.clone(), *p, *high)),
-                    _ => None,
-                })
-                .collect();
-            let assigned = shared.add_slots(
-                partitions
-                    .into_iter()
-                    .map(|(t, p, _, target)| {
-                        let to = match target {
-                            CatchUp::At(high) => Some(high),
-                            CatchUp::Already(_) | CatchUp::Untracked => None,
-                        };
-                        (t, p, to)
-                    })
-                    .collect(),
-            );
-            shared.emit(ConsumerEvent::Assigned(assigned));
-            for (topic, partition, offset) in caught_up {
-                shared.emit(ConsumerEvent::CaughtUp {
-                    topic,
-                    partition,
-                    offset,
-                });
-            }
-        }
+        let wake = Arc::clone(&shared.wake);
+        consumer.set_nonempty_callback(move || wake.notify());
         let consumer = Arc::new(consumer);
         *lock(&shared.consumer) = Some(Arc::clone(&consumer));
+        let started = start_consuming(&shared, &consumer, reset_to_beginning, bootstrap.as_deref());
+        if let Err(error) = started {
+            // Split queues and the stored handle refer back to the consumer: let it go.
+            shared.remove_slots(&shared.all_slots());
+            *lock(&shared.consumer) = None;
+            return Err(error);
+        }
         let poller_shared = Arc::clone(&shared);
         let poller_dead_letters = dead_letters.clone();
         let poller = std::thread::Builder::new()
@@ -1081,7 +1133,7 @@ impl ConcurrentConsumer {
             if state.closed {
                 return Ok(Fetched::Gone);
             }
-            if !state.queue.is_empty() {
+            if state.buffer.queued() > 0 {
                 return Ok(Fetched::Batch(self.take_batch(&slot, &mut state)));
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -1097,15 +1149,9 @@ impl ConcurrentConsumer {
     }
 
     fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Arc<Vec<ReceivedRecord>> {
-        let options = &self.shared.options;
-        let count = options
-            .max_batch_size
-            .map_or(state.queue.len(), |max| max.min(state.queue.len()));
-        let batch: Vec<ReceivedRecord> = state.queue.drain(..count).collect();
-        state.queued_bytes -= batch.iter().map(record_size).sum::<usize>();
+        let (batch, change) = state.buffer.take_batch();
         let batch = Arc::new(batch);
-        if let (Some(first), Some(last)) = (batch.first(), batch.last()) {
-            state.progress.hand_out(first.offset, last.offset);
+        if let Some(first) = batch.first() {
             state.in_flight = Some(InFlight {
                 first_offset: first.offset,
                 records: Arc::clone(&batch),
@@ -1113,21 +1159,10 @@ impl ConcurrentConsumer {
             });
             state.counters.batches += 1;
         }
-        if state.paused
-            && state.queue.len() <= options.max_queue_records / 2
-            && state.queued_bytes <= options.max_queue_bytes / 2
-        {
-            let consumer = lock(&self.shared.consumer).clone();
-            if let Some(consumer) = consumer {
-                match consumer.resume(&slot.tpl()) {
-                    Ok(()) => {
-                        state.paused = false;
-                        state.counters.resumes += 1;
-                        self.shared.emit(load_event(slot, state, false));
-                    }
-                    Err(e) => log::warn!("cannot resume {}[{}]: {e}", slot.topic, slot.partition),
-                }
-            }
+        if change == Some(LoadChange::Open) {
+            state.counters.resumes += 1;
+            self.shared.emit(load_event(slot, state, false));
+            self.shared.wake.notify();
         }
         batch
     }
@@ -1150,7 +1185,7 @@ impl ConcurrentConsumer {
             }
             Outcome::Abandoned => {
                 state.counters.abandoned += 1;
-                state.progress.abandon(done.first_offset);
+                state.buffer.progress_mut().abandon(done.first_offset);
             }
         }
         drop(state);
@@ -1186,7 +1221,7 @@ impl ConcurrentConsumer {
         let records = done.records.len() as u64;
         if retry {
             state.counters.abandoned += 1;
-            state.progress.abandon(done.first_offset);
+            state.buffer.progress_mut().abandon(done.first_offset);
         } else if let (true, Some(writer)) = (policy.dead_letters(), &self.dead_letters) {
             state.counters.dead_lettered += records;
             state.dead_letters_pending += 1;
@@ -1260,11 +1295,11 @@ impl ConcurrentConsumer {
                 topic: slot.topic.clone(),
                 partition: slot.partition,
                 worker: slot.worker,
-                queued: state.queue.len(),
-                queued_bytes: state.queued_bytes,
-                paused: state.paused,
+                queued: state.buffer.queued(),
+                queued_bytes: state.buffer.queued_bytes(),
+                paused: state.buffer.is_full(),
                 in_flight: state.in_flight.as_ref().map_or(0, |f| f.records.len()),
-                position: state.progress.committable(),
+                position: state.buffer.progress().committable(),
                 committed: state.committed,
                 counters: state.counters,
                 broker: state.broker.clone(),
@@ -1281,6 +1316,75 @@ impl Drop for ConcurrentConsumer {
         // own thread so dropping never waits on the network.
         self.begin_stop(Duration::ZERO);
     }
+}
+
+/// Subscribes (a group consumer) or assigns the explicit partitions, each with its own split
+/// queue, resolving timestamps and, without a group, whole topics and high watermarks.
+fn start_consuming(
+    shared: &Shared,
+    consumer: &Arc<Handle>,
+    reset_to_beginning: bool,
+    bootstrap: Option<&str>,
+) -> KafkaResult<()> {
+    let error = |operation: &str, e: KafkaError| {
+        KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap)
+    };
+    let subscriptions = &shared.options.subscriptions;
+    if shared.group
+        && subscriptions
+            .iter()
+            .all(|s| matches!(s, Subscription::Topic(_)))
+    {
+        let topics: Vec<&str> = subscriptions
+            .iter()
+            .filter_map(|s| match s {
+                Subscription::Topic(t) => Some(t.as_str()),
+                Subscription::Partition { .. } => None,
+            })
+            .collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| error("subscribe", e))?;
+    } else {
+        let subscriptions = whole_topics(consumer, subscriptions, &error)?;
+        let partitions =
+            resolve_partitions(consumer, &subscriptions, shared.group, reset_to_beginning)
+                .map_err(|e| error("assign", e))?;
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition, offset, _) in &partitions {
+            tpl.add_partition_offset(topic, *partition, *offset)
+                .map_err(|e| error("assign", e))?;
+        }
+        consumer.assign(&tpl).map_err(|e| error("assign", e))?;
+        let caught_up: Vec<(String, i32, i64)> = partitions
+            .iter()
+            .filter_map(|(t, p, _, target)| match target {
+                CatchUp::Already(high) => Some((t.clone(), *p, *high)),
+                _ => None,
+            })
+            .collect();
+        let assigned = shared.add_slots(
+            partitions
+                .into_iter()
+                .map(|(t, p, _, target)| {
+                    let to = match target {
+                        CatchUp::At(high) => Some(high),
+                        CatchUp::Already(_) | CatchUp::Untracked => None,
+                    };
+                    (t, p, to)
+                })
+                .collect(),
+        );
+        shared.emit(ConsumerEvent::Assigned(assigned));
+        for (topic, partition, offset) in caught_up {
+            shared.emit(ConsumerEvent::CaughtUp {
+                topic,
+                partition,
+                offset,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What a consumer without a group reports as caught up.
@@ -1395,32 +1499,27 @@ fn run_poller(
     let mut next_commit = Instant::now() + interval;
     let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
     while !shared.closing.load(Ordering::Acquire) {
-        let mut wait = POLL_WAIT;
+        // The main queue first: rebalances and statistics are served here, and records fetched
+        // before their partition's queue was split come before those in that queue.
         while chunk.len() < ROUTE_CHUNK {
-            match consumer.poll(wait) {
+            match consumer.poll(Duration::ZERO) {
                 None => break,
                 Some(Ok(message)) => chunk.push(ReceivedRecord::from_message(&message)),
                 Some(Err(KafkaError::PartitionEOF(_))) => {}
                 Some(Err(err)) => {
-                    let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
-                    log::warn!("consumer error: {err}");
-                    shared.emit(ConsumerEvent::Error(err));
+                    shared.consume_error(err);
                     break;
                 }
             }
-            wait = Duration::ZERO;
         }
-        let mut records = chunk.drain(..).peekable();
-        while let Some(first) = records.next() {
-            let (topic, partition) = (first.topic.clone(), first.partition);
-            let mut run = vec![first];
-            while let Some(next) = records.next_if(|r| r.partition == partition && r.topic == topic)
-            {
-                run.push(next);
-            }
-            shared.route(&consumer, run);
+        let mut routed = chunk.len();
+        shared.route_chunk(&mut chunk);
+        for slot in shared.all_slots() {
+            routed += shared.poll_partition(&slot);
         }
-        drop(records);
+        if routed == 0 {
+            shared.wake.wait(POLL_WAIT);
+        }
         if let Some(writer) = dead_letters {
             writer.resend_due(Instant::now());
         }
