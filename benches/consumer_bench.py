@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer as ConfluentConsumer
 
-from ferrokafka import AsyncProducer, Client, Consumer, Message, NewTopic
+from ferrokafka import AsyncProducer, Batch, Client, Consumer, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = ROOT / "scripts" / "kafka.sh"
@@ -60,13 +60,13 @@ def ferrokafka_rate(
     bootstrap: str,
     topic: str,
     count: int,
-    work: Callable[[list[Message]], None],
+    work: Callable[[Batch], None],
     **options: Any,
 ) -> float:
     done, lock = threading.Event(), threading.Lock()
     seen, first = 0, 0.0
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         nonlocal seen, first
         work(batch)
         with lock:
@@ -132,10 +132,10 @@ def main() -> int:
         n = args.messages
         topic = fill(client, bootstrap, 6, n, args.size)
 
-        def noop(batch: list[Message]) -> None:
+        def noop(batch: Batch) -> None:
             del batch
 
-        def io(batch: list[Message]) -> None:
+        def io(batch: Batch) -> None:
             del batch
             time.sleep(0.001)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ferrokafka import codecs
 from ferrokafka._native import (
+    Batch,
     BrokerMetadata,
     Client,
     ClusterMetadata,
@@ -39,6 +40,7 @@ from ferrokafka.producer import AsyncProducer
 __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
+    "Batch",
     "BrokerMetadata",
     "BufferOverflow",
     "Client",

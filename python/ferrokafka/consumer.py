@@ -14,7 +14,7 @@ process dies are handled again by the next owner of their partition.
 
 Example:
     >>> import ferrokafka
-    >>> def handle(batch: list[ferrokafka.Message]) -> None:
+    >>> def handle(batch: ferrokafka.Batch) -> None:
     ...     for message in batch:
     ...         print(message.partition(), message.offset(), message.value())
     >>> config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from ferrokafka._native import Message, _RawConsumer
+from ferrokafka._native import Batch, _RawConsumer
 from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
@@ -355,7 +355,7 @@ class _Core:
             except Exception:
                 log.exception("instrumentation subscriber failed on %s", name)
 
-    def batch_payload(self, topic: str, partition: int, batch: list[Message]) -> dict[str, Any]:
+    def batch_payload(self, topic: str, partition: int, batch: Batch) -> dict[str, Any]:
         return {
             "topic": topic,
             "partition": partition,
@@ -364,7 +364,7 @@ class _Core:
             "record_count": len(batch),
         }
 
-    def handler_started(self, topic: str, partition: int, batch: list[Message]) -> float:
+    def handler_started(self, topic: str, partition: int, batch: Batch) -> float:
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.start", {**payload, "system_time": time.time()})
@@ -387,9 +387,7 @@ class _Core:
             self._running_jobs.pop((topic, partition), None)
             self._busy_seconds += time.monotonic() - started
 
-    def handler_stopped(
-        self, topic: str, partition: int, batch: list[Message], started: float
-    ) -> None:
+    def handler_stopped(self, topic: str, partition: int, batch: Batch, started: float) -> None:
         self._job_finished(topic, partition, started)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
@@ -399,7 +397,7 @@ class _Core:
         self,
         topic: str,
         partition: int,
-        batch: list[Message],
+        batch: Batch,
         started: float,
         error: BaseException,
         attempt: int,
@@ -441,7 +439,7 @@ class _Core:
         self,
         raw: _RawConsumer,
         worker: int,
-        batch: list[Message],
+        batch: Batch,
         started: float,
         error: BaseException,
         attempt: int,
@@ -524,7 +522,10 @@ class Consumer:
             :class:`~ferrokafka.ConfigError` naming the key.
         subscriptions: topic names, or explicit partitions as :class:`TopicPartition` or
             ``(topic, partition[, offset])`` tuples; a group consumer takes one kind, not both.
-        handler: called with each batch (``list[Message]``, offsets increasing, one partition).
+        handler: called with each batch: a :class:`~ferrokafka.Batch` of one partition, offsets
+            increasing; a sequence of :class:`~ferrokafka.Message` (made only when accessed)
+            with columnar ``values()``, ``keys()``, ``offsets()``, ``timestamps()`` and
+            ``to_arrow()``.
         options: a :class:`ConsumerOptions`; its fields may also be given as keyword arguments
             (``max_batch_size=500``), which override ``options``.
 
@@ -549,7 +550,7 @@ class Consumer:
         self,
         config: Mapping[str, ConfigValue],
         subscriptions: Sequence[Subscription],
-        handler: Callable[[list[Message]], object],
+        handler: Callable[[Batch], object],
         options: ConsumerOptions | None = None,
         **settings: Any,
     ) -> None:
@@ -681,7 +682,7 @@ class Consumer:
                 self._handle(raw, worker, topic, partition, batch)
 
     def _handle(
-        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
+        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
     ) -> None:
         core, attempt = self._core, 0
         while True:
@@ -714,7 +715,7 @@ class AsyncConsumer:
 
     Example:
         >>> import asyncio, ferrokafka
-        >>> async def handle(batch: list[ferrokafka.Message]) -> None:
+        >>> async def handle(batch: ferrokafka.Batch) -> None:
         ...     await asyncio.sleep(0)
         >>> async def main() -> None:
         ...     config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
@@ -727,7 +728,7 @@ class AsyncConsumer:
         self,
         config: Mapping[str, ConfigValue],
         subscriptions: Sequence[Subscription],
-        handler: Callable[[list[Message]], Awaitable[object]],
+        handler: Callable[[Batch], Awaitable[object]],
         options: ConsumerOptions | None = None,
         **settings: Any,
     ) -> None:
@@ -829,7 +830,7 @@ class AsyncConsumer:
         while True:
             # Records already queued are taken without a thread hop.
             batch = raw.fetch(worker, 0.0)
-            if batch == []:
+            if batch is not None and not batch:
                 batch = await loop.run_in_executor(
                     self._executor, raw.fetch, worker, _FETCH_SECONDS
                 )
@@ -839,7 +840,7 @@ class AsyncConsumer:
                 await self._handle(raw, worker, topic, partition, batch)
 
     async def _handle(
-        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
+        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
     ) -> None:
         core, stopping, attempt = self._core, self._stopping, 0
         assert stopping is not None

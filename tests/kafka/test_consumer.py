@@ -23,10 +23,10 @@ import pytest
 from ferrokafka import (
     AsyncConsumer,
     AsyncProducer,
+    Batch,
     Client,
     Consumer,
     ConsumerOptions,
-    Message,
     TopicPartition,
 )
 from tests.conftest import TopicFactory, committed_offsets
@@ -64,7 +64,7 @@ class Handled:
         self.records: list[tuple[int, int]] = []
         self.changed = threading.Condition()
 
-    def add(self, batch: list[Message]) -> None:
+    def add(self, batch: Batch) -> None:
         with self.changed:
             self.records.extend((m.partition(), m.offset()) for m in batch)
             self.changed.notify_all()
@@ -141,7 +141,7 @@ def test_six_partitions_ordered_within_and_concurrent_across(
     lock = threading.Lock()
     per_key: dict[bytes, list[int]] = collections.defaultdict(list)
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         partition = batch[0].partition()
         with lock:
             overlaps.extend((partition, other) for other in active)
@@ -257,7 +257,7 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
     handled = Handled()
     order: list[str] = []
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         running.set()
         assert release.wait(WAIT)
         handled.add(batch)
@@ -304,7 +304,7 @@ def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
     produce(topic, [{"value": f"v{n}"} for n in range(20)])
     release, running = threading.Event(), threading.Event()
 
-    def stuck(batch: list[Message]) -> None:
+    def stuck(batch: Batch) -> None:
         running.set()
         release.wait(WAIT)
 
@@ -335,7 +335,7 @@ def test_rebalance_moves_partitions_without_skipping_records(
     violations: list[str] = []
     unassigned: list[list[tuple[str, int]]] = []
 
-    def slow_first(batch: list[Message]) -> None:
+    def slow_first(batch: Batch) -> None:
         partition = batch[0].partition()
         with lock:
             active.add(partition)
@@ -351,7 +351,7 @@ def test_rebalance_moves_partitions_without_skipping_records(
                 violations.append(f"unassigned while handlers of {running} ran")
             unassigned.append(partitions)
 
-    def slow_second(batch: list[Message]) -> None:
+    def slow_second(batch: Batch) -> None:
         time.sleep(0.005)
         second.add(batch)
 
@@ -388,7 +388,7 @@ def test_commit_policy_logs_publishes_and_moves_on(
     produce(topic, [{"value": f"v{n}"} for n in range(10)])
     handled = Handled()
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         if batch[0].offset() == 3:
             raise RuntimeError("boom at 3")
         handled.add(batch)
@@ -425,7 +425,7 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
     handled = Handled()
     failures = iter([True, True])
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         offset = batch[0].offset()
         calls.append(offset)
         if offset == 3 and next(failures, False):
@@ -464,7 +464,7 @@ def test_dead_letter_policy_writes_the_record_with_error_headers(
     produce(topic, records)
     handled = Handled()
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         if batch[0].value() == b"poison":
             raise ValueError("cannot parse 'poison'")
         handled.add(batch)
@@ -535,13 +535,13 @@ def test_retry_then_dead_letter_does_not_block_the_records_behind(
     attempts: collections.Counter[int] = collections.Counter()
     handled = Handled()
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         attempts[batch[0].offset()] += 1
         if batch[0].value() == b"poison":
             raise ValueError("cannot parse 'poison'")
         handled.add(batch)
 
-    async def handle_async(batch: list[Message]) -> None:
+    async def handle_async(batch: Batch) -> None:
         handle(batch)
 
     options = ConsumerOptions(
@@ -594,7 +594,7 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     snapshots: list[dict[str, Any]] = []
     consumer: Consumer | None = None
 
-    def slow(batch: list[Message]) -> None:
+    def slow(batch: Batch) -> None:
         time.sleep(0.002)
         assert consumer is not None
         snapshots.append(consumer.stats()["partitions"][0])
@@ -696,6 +696,67 @@ def test_consumer_without_group_names_a_missing_topic(kafka_bootstrap: str) -> N
         consumer.start()
 
 
+def test_batch_columns_and_arrow_equal_its_messages(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    topic = topic_factory(partitions=1)
+    base = 1_700_000_000_000
+    records: list[dict[str, Any]] = [
+        {"value": f"v{n}", "key": f"k{n}", "timestamp": base + n, "headers": {"h": f"{n}"}}
+        for n in range(5)
+    ]
+    records[1] = {"value": None, "key": "gone", "timestamp": base + 1}
+    records[2] = {"value": b"", "timestamp": base + 2, "headers": [("a", None), ("a", b"x")]}
+    produce(topic, records)
+    seen: list[tuple[Any, ...]] = []
+    consumer: Consumer | None = None
+
+    def handle(batch: Batch) -> None:
+        messages = list(batch)
+        arrow = batch.to_arrow()
+        seen.append((messages, arrow, batch.values(), batch.keys(), batch.offsets()))
+        seen.append((batch.timestamps(), batch[-1].offset(), batch[1:3], len(batch)))
+        with pytest.raises(IndexError):
+            batch[len(batch)]
+        if consumer is not None:
+            consumer.stop()
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap}, [topic], handle)
+    consumer.run()
+    (messages, arrow, values, keys, offsets), (timestamps, last, middle, length) = seen
+    assert length == len(messages) == 5
+    assert last == 4
+    assert [m.offset() for m in middle] == [1, 2]
+    assert values == [m.value() for m in messages] == [b"v0", None, b"", b"v3", b"v4"]
+    assert keys == [m.key() for m in messages]
+    assert offsets == [m.offset() for m in messages] == list(range(5))
+    assert timestamps == [m.timestamp()[1] for m in messages] == [base + n for n in range(5)]
+    assert isinstance(arrow, pa.RecordBatch)
+    assert arrow.schema.names == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "headers",
+    ]
+    assert arrow.schema.field("partition").type == pa.int32()
+    assert arrow.schema.field("timestamp").type == pa.timestamp("ms")
+    columns = arrow.to_pydict()
+    assert columns["key"] == keys
+    assert columns["value"] == values
+    assert columns["topic"] == [topic] * 5
+    assert columns["partition"] == [0] * 5
+    assert columns["offset"] == offsets
+    assert arrow.column("timestamp").cast(pa.int64()).to_pylist() == timestamps
+    assert columns["headers"] == [
+        [{"key": k, "value": v} for k, v in (m.headers() or [])] for m in messages
+    ]
+    assert columns["headers"][2] == [{"key": "a", "value": None}, {"key": "a", "value": b"x"}]
+
+
 def test_async_consumer_handles_partitions_concurrently_in_order(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
@@ -705,7 +766,7 @@ def test_async_consumer_handles_partitions_concurrently_in_order(
     active: set[int] = set()
     overlapped = False
 
-    async def handle(batch: list[Message]) -> None:
+    async def handle(batch: Batch) -> None:
         nonlocal overlapped
         partition = batch[0].partition()
         overlapped = overlapped or bool(active)

@@ -9,10 +9,10 @@ import pytest
 
 from ferrokafka import (
     AsyncConsumer,
+    Batch,
     ConfigError,
     Consumer,
     ConsumerOptions,
-    Message,
     TopicPartition,
 )
 
@@ -22,11 +22,11 @@ NOWHERE: dict[str, str | int | float | bool] = {
 }
 
 
-def noop(batch: list[Message]) -> None:
+def noop(batch: Batch) -> None:
     del batch
 
 
-async def async_noop(batch: list[Message]) -> None:
+async def async_noop(batch: Batch) -> None:
     del batch
 
 

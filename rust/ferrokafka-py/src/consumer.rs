@@ -2,9 +2,9 @@
 //!
 //! GIL: creating the engine (which may ask the broker for watermarks and offsets) and every wait
 //! (`fetch` with a timeout, `poll_events`, `stop`) run detached, in slices of at most `SLICE` with
-//! signal checks between them. `ack`, `record_retry`, `stats` and a zero-timeout `fetch` are O(1)
-//! or O(batch) in memory and stay attached. Records become `Message` objects only after
-//! re-attaching. Python handlers never run here: the wrapper's worker threads (or asyncio tasks)
+//! signal checks between them. `ack`, `fail`, `stats` and a zero-timeout `fetch` are O(1) or
+//! O(batch) in memory and stay attached. A fetched batch stays in Rust memory (`Batch`); its
+//! records become `Message` objects only when the handler reaches them. Python handlers never run here: the wrapper's worker threads (or asyncio tasks)
 //! call `fetch`/`ack`, and its dispatcher thread calls `poll_events`.
 
 use std::sync::Arc;
@@ -17,10 +17,10 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use crate::batch::PyBatch;
 use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off, timeout_arg};
 use crate::convert::settings_from_dict;
 use crate::errors::{NativeError, NativeResult};
-use crate::message::PyMessage;
 
 /// The native concurrent consumer engine; use `ferrokafka.Consumer` or `ferrokafka.AsyncConsumer`.
 #[pyclass(name = "_RawConsumer", module = "ferrokafka._native", frozen)]
@@ -203,14 +203,14 @@ impl PyRawConsumer {
         })
     }
 
-    /// The next batch of `worker`'s partition: a list (empty when nothing came within
-    /// `timeout`), or `None` once the partition is no longer the worker's.
-    fn fetch<'py>(
+    /// The next batch of `worker`'s partition (empty when nothing came within `timeout`), or
+    /// `None` once the partition is no longer the worker's.
+    fn fetch(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         worker: WorkerId,
         timeout: f64,
-    ) -> NativeResult<Option<Bound<'py, PyList>>> {
+    ) -> NativeResult<Option<PyBatch>> {
         self.guard.check()?;
         let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let fetched = if wait.is_zero() {
@@ -219,16 +219,11 @@ impl PyRawConsumer {
             let engine = Arc::clone(&*self.engine);
             py.detach(move || engine.fetch(worker, wait))?
         };
-        match fetched {
-            Fetched::Gone => Ok(None),
-            Fetched::Empty => Ok(Some(PyList::empty(py))),
-            Fetched::Batch(records) => {
-                let messages = (0..records.len())
-                    .map(|i| Py::new(py, PyMessage::in_batch(&records, i)))
-                    .collect::<PyResult<Vec<_>>>()?;
-                Ok(Some(PyList::new(py, messages)?))
-            }
-        }
+        Ok(match fetched {
+            Fetched::Gone => None,
+            Fetched::Empty => Some(PyBatch::new(Arc::default())),
+            Fetched::Batch(records) => Some(PyBatch::new(records)),
+        })
     }
 
     /// Marks `worker`'s batch finished; false when it no longer counts (abandoned or revoked).
