@@ -42,7 +42,7 @@ use rdkafka::consumer::{
 };
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
 use ferrokafka_core::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimits};
 
@@ -479,15 +479,8 @@ impl BufferedRecord for ReceivedRecord {
         self.offset
     }
 
-    /// Bytes a queued record holds: key, value and headers.
     fn size(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len)
-            + self.value.as_ref().map_or(0, Vec::len)
-            + self
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                .sum::<usize>()
+        self.size()
     }
 }
 
@@ -729,17 +722,7 @@ impl Shared {
             let Some(Source(queue)) = source.as_ref() else {
                 return 0;
             };
-            while run.len() < room {
-                match queue.poll(Duration::ZERO) {
-                    None => break,
-                    Some(Ok(message)) => run.push(ReceivedRecord::from_message(&message)),
-                    Some(Err(KafkaError::PartitionEOF(_))) => {}
-                    Some(Err(err)) => {
-                        self.consume_error(err);
-                        break;
-                    }
-                }
-            }
+            self.take_ready(&mut run, room, |wait| queue.poll(wait));
         }
         let count = run.len();
         if count > 0 {
@@ -748,10 +731,27 @@ impl Shared {
         count
     }
 
-    fn consume_error(&self, err: KafkaError) {
-        let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
-        log::warn!("consumer error: {err}");
-        self.emit(ConsumerEvent::Error(err));
+    /// Copies the records `poll` has ready (it never waits) into `out`, up to `max` in all; an
+    /// error is reported and ends the turn.
+    fn take_ready<M: Message>(
+        &self,
+        out: &mut Vec<ReceivedRecord>,
+        max: usize,
+        poll: impl Fn(Duration) -> Option<Result<M, KafkaError>>,
+    ) {
+        while out.len() < max {
+            match poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(message)) => out.push(ReceivedRecord::from_message(&message)),
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(err)) => {
+                    let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
+                    log::warn!("consumer error: {err}");
+                    self.emit(ConsumerEvent::Error(err));
+                    break;
+                }
+            }
+        }
     }
 
     /// Queues one run of records of `slot`'s partition; a buffer that becomes full is no longer
@@ -1501,17 +1501,7 @@ fn run_poller(
     while !shared.closing.load(Ordering::Acquire) {
         // The main queue first: rebalances and statistics are served here, and records fetched
         // before their partition's queue was split come before those in that queue.
-        while chunk.len() < ROUTE_CHUNK {
-            match consumer.poll(Duration::ZERO) {
-                None => break,
-                Some(Ok(message)) => chunk.push(ReceivedRecord::from_message(&message)),
-                Some(Err(KafkaError::PartitionEOF(_))) => {}
-                Some(Err(err)) => {
-                    shared.consume_error(err);
-                    break;
-                }
-            }
-        }
+        shared.take_ready(&mut chunk, ROUTE_CHUNK, |wait| consumer.poll(wait));
         let mut routed = chunk.len();
         shared.route_chunk(&mut chunk);
         for slot in shared.all_slots() {
