@@ -17,7 +17,9 @@ because the figures mean little on a busy machine. Every handler touches every v
 - confluent-kafka, ``consume(num_messages=1000)`` and ``sum(len(m.value()))``;
 - Java ``ConsumerPerformance`` (its fetch-only rate, from the jars scripts/kafka.sh fetched).
 
-Then ``--io`` records with a handler that sleeps 1 ms per batch of 10: six partitions against one.
+Then ``--io`` records with a handler that sleeps 1 ms per batch of 10: six partitions against
+one, and on one partition with 1,000 keys ``ordering="key"`` (``max_concurrency=8``) against
+``ordering="partition"``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ LIMIT = 300.0
 ROOMY: dict[str, Any] = {"max_queue_records": 200_000, "max_queue_bytes": 256 * 1024 * 1024}
 
 
-def fill(client: Client, bootstrap: str, partitions: int, count: int, size: int) -> str:
+def fill(
+    client: Client, bootstrap: str, partitions: int, count: int, size: int, keys: int = 0
+) -> str:
+    """A new topic holding ``count`` records; keys cycle through ``keys`` values (0: unique)."""
     topic = f"bench-consumer-{uuid.uuid4().hex[:8]}"
     client.create_topics([NewTopic(topic, num_partitions=partitions)])
     payload = b"x" * size
@@ -55,7 +60,8 @@ def fill(client: Client, bootstrap: str, partitions: int, count: int, size: int)
         {"bootstrap.servers": bootstrap, "linger.ms": 20}, max_queue_size=100_000
     ) as producer:
         for start in range(0, count, 50_000):
-            batch = [(payload, f"k{n}") for n in range(start, min(count, start + 50_000))]
+            numbers = range(start, min(count, start + 50_000))
+            batch = [(payload, f"k{n % keys if keys else n}") for n in numbers]
             producer.produce_many(batch, topic=topic)
             producer.flush(60.0)
     stored = count_on_topic(bootstrap, topic, partitions)
@@ -212,6 +218,7 @@ def main() -> int:
         topic = fill(client, bootstrap, 6, n, args.size)
         io_six = fill(client, bootstrap, 6, m, args.size)
         io_one = fill(client, bootstrap, 1, m, args.size)
+        io_keys = fill(client, bootstrap, 1, m, args.size, keys=1000)
         load_before = os.getloadavg()
         cases: dict[str, Callable[[], float]] = {
             "ferrokafka values(), default bounds": lambda: ferrokafka_rate(
@@ -242,6 +249,9 @@ def main() -> int:
                 ),
                 "1 partition, one worker": lambda: ferrokafka_rate(
                     bootstrap, io_one, m, io, max_batch_size=10
+                ),
+                '1 partition, 1,000 keys, ordering="key", max_concurrency=8': lambda: (
+                    ferrokafka_rate(bootstrap, io_keys, m, io, max_batch_size=10, ordering="key")
                 ),
             },
             args.samples,

@@ -723,16 +723,18 @@ class _RawConsumer:
         retry_backoff: float,
         max_retry_backoff: float,
         dead_letter_topic: str | None,
+        ordering: str,
+        max_concurrency: int,
     ) -> _RawConsumer:
         """Subscribe (topic names) or assign (``(topic, partition, kind, value)``, kind one of
         stored, beginning, end, offset, timestamp) and start the poller thread."""
     def fetch(self, worker: int, timeout: float) -> Batch | None:
         """The next batch of the worker's partition (``[]`` when none came within ``timeout``),
         or ``None`` once the partition is no longer the worker's."""
-    def ack(self, worker: int, outcome_name: str) -> bool:
+    def ack(self, worker: int, batch: Batch, outcome_name: str) -> bool:
         """Settle the worker's batch: handled (committable) or abandoned (redelivered). False
         when the batch no longer counts."""
-    def fail(self, worker: int, error_class: str, error_message: str) -> float | None:
+    def fail(self, worker: int, batch: Batch, error_class: str, error_message: str) -> float | None:
         """Apply the error policy to the worker's batch, whose handler raised: seconds to wait
         before handling it again, or None when it is settled (committed, dead-lettered in the
         background, or abandoned)."""

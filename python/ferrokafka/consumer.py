@@ -45,6 +45,7 @@ __all__ = [
     "ConsumerOptions",
     "ErrorPolicy",
     "InstrumentationCallback",
+    "Ordering",
     "Subscription",
     "TopicPartition",
 ]
@@ -52,7 +53,9 @@ __all__ = [
 log = logging.getLogger("ferrokafka.consumer")
 
 ErrorPolicy: TypeAlias = Literal["commit", "retry", "dead_letter"]
-"""What a handler exception does to its batch: see :class:`Consumer`."""
+"""What a handler exception does to its batch: see :class:`ConsumerOptions`."""
+Ordering: TypeAlias = Literal["partition", "key"]
+"""What stays in order: a partition's records, or each key's: see :class:`ConsumerOptions`."""
 InstrumentationCallback: TypeAlias = Callable[[str, dict[str, Any]], object]
 """``callback(event_name, payload)`` for the consumer's telemetry events."""
 Partitions: TypeAlias = list[tuple[str, int]]
@@ -200,6 +203,12 @@ class ConsumerOptions:
             group, when its handler finished the records up to the high watermark seen at start.
         reporter: a :class:`ferrokafka.tracking.Reporter` that reports the consumer (lag and
             offsets per partition, counts, running batches, handler errors) [None].
+        ordering: ``"partition"`` handles a partition's batches one at a time, in offset order
+            [default]; ``"key"`` handles up to ``max_concurrency`` batches of one partition at
+            once (each on its own worker), never two holding the same key, each key's records
+            in offset order. Either way a partition's offsets are committed only up to the first
+            record not handled yet (at least once, also across rebalances).
+        max_concurrency: batches of one partition handled at once with ``ordering="key"`` [8].
 
     Example:
         >>> ConsumerOptions(max_batch_size=500, commit_interval=1.0).max_batch_size
@@ -224,6 +233,8 @@ class ConsumerOptions:
     on_unassigned: Callable[[Partitions], object] | None = None
     on_caught_up: Callable[[str, int, int], object] | None = None
     reporter: Reporter | None = None
+    ordering: Ordering = "partition"
+    max_concurrency: int = 8
 
     def __post_init__(self) -> None:
         if self.max_batch_size is not None:
@@ -246,6 +257,9 @@ class ConsumerOptions:
             raise TypeError(f"dead_letter_topic must be a str, got {self.dead_letter_topic!r}")
         if self.on_error == "dead_letter" and not self.dead_letter_topic:
             raise ValueError("on_error='dead_letter' needs dead_letter_topic='<topic>'")
+        if self.ordering not in ("partition", "key"):
+            raise ValueError(f"ordering must be 'partition' or 'key', got {self.ordering!r}")
+        positive_count("max_concurrency", self.max_concurrency)
         positive_count("max_queue_records", self.max_queue_records)
         positive_count("max_queue_bytes", self.max_queue_bytes)
         if self.max_queue_records < 2 or self.max_queue_bytes < 2:
@@ -288,7 +302,7 @@ class _Core:
         self.report_group = str(self.config.get("group.id") or "ferrokafka-without-group")
         self._handler_errors = 0
         self._busy_seconds = 0.0
-        self._running_jobs: dict[tuple[str, int], dict[str, Any]] = {}
+        self._running_jobs: dict[tuple[str, int, int], dict[str, Any]] = {}
 
     def open(self) -> _RawConsumer:
         """Creates the engine: subscribes, or assigns (asking the broker for offsets)."""
@@ -310,6 +324,8 @@ class _Core:
             self.options.retry_backoff,
             self.options.max_retry_backoff,
             self.options.dead_letter_topic,
+            self.options.ordering,
+            self.options.max_concurrency,
         )
         if self.reporter is not None:
             self.reporter.track(self)
@@ -369,7 +385,7 @@ class _Core:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.start", {**payload, "system_time": time.time()})
         if self.reporter is not None:
-            self._running_jobs[(topic, partition)] = {
+            self._running_jobs[(topic, partition, batch[0].offset())] = {
                 "consumer_group": self.report_group,
                 "topic": topic,
                 "partition": partition,
@@ -382,13 +398,13 @@ class _Core:
             }
         return time.monotonic()
 
-    def _job_finished(self, topic: str, partition: int, started: float) -> None:
+    def _job_finished(self, topic: str, partition: int, batch: Batch, started: float) -> None:
         if self.reporter is not None:
-            self._running_jobs.pop((topic, partition), None)
+            self._running_jobs.pop((topic, partition, batch[0].offset()), None)
             self._busy_seconds += time.monotonic() - started
 
     def handler_stopped(self, topic: str, partition: int, batch: Batch, started: float) -> None:
-        self._job_finished(topic, partition, started)
+        self._job_finished(topic, partition, batch, started)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.stop", {**payload, "duration": time.monotonic() - started})
@@ -404,7 +420,7 @@ class _Core:
         retry_in: float | None,
     ) -> None:
         """Logs a handler exception, publishes ``handler.exception`` and reports the error."""
-        self._job_finished(topic, partition, started)
+        self._job_finished(topic, partition, batch, started)
         self._handler_errors += 1
         log.error(
             "handler failed on %s[%d] offsets %d-%d (attempt %d, on_error=%s): %r",
@@ -447,7 +463,7 @@ class _Core:
         """Hands a handler exception to the engine's error policy and reports it. Returns the
         seconds to wait before handling the batch again, or ``None`` once it is settled
         (committed, dead-lettered in the background, or abandoned)."""
-        retry_in = raw.fail(worker, type(error).__qualname__, str(error))
+        retry_in = raw.fail(worker, batch, type(error).__qualname__, str(error))
         topic, partition = batch[0].topic(), batch[0].partition()
         self.handler_failed(topic, partition, batch, started, error, attempt, retry_in)
         return retry_in
@@ -464,8 +480,11 @@ class _Core:
             kind = event[0]
             if kind == "assigned":
                 partitions = [(topic, partition) for topic, partition, _ in event[1]]
+                # With ordering by key, each partition has max_concurrency workers.
+                workers = self.options.max_concurrency if self.options.ordering == "key" else 1
                 for topic, partition, worker in event[1]:
-                    start_worker(worker, topic, partition)
+                    for _ in range(workers):
+                        start_worker(worker, topic, partition)
                 self.publish("assigned", {"partitions": partitions})
                 if self.options.on_assigned is not None:
                     calls.append((self.options.on_assigned, (partitions,)))
@@ -693,13 +712,13 @@ class Consumer:
                 retry_in = core.failed(raw, worker, batch, started, error, attempt)
             else:
                 core.handler_stopped(topic, partition, batch, started)
-                raw.ack(worker, "handled")
+                raw.ack(worker, batch, "handled")
                 return
             if retry_in is None:
                 return
             # The partition waits: its next batch is fetched only after this one is settled.
             if self._stopping.wait(retry_in):
-                raw.ack(worker, "abandoned")
+                raw.ack(worker, batch, "abandoned")
                 return
             attempt += 1
 
@@ -853,17 +872,17 @@ class AsyncConsumer:
                     retry_in = core.failed(raw, worker, batch, started, error, attempt)
                 else:
                     core.handler_stopped(topic, partition, batch, started)
-                    raw.ack(worker, "handled")
+                    raw.ack(worker, batch, "handled")
                     return
                 if retry_in is None:
                     return
                 if await _stopped_within(stopping, retry_in):
-                    raw.ack(worker, "abandoned")
+                    raw.ack(worker, batch, "abandoned")
                     return
                 attempt += 1
         except asyncio.CancelledError:
             # Cancelled by stop() after the drain time: nothing of this batch is committed.
-            raw.ack(worker, "abandoned")
+            raw.ack(worker, batch, "abandoned")
             raise
 
 

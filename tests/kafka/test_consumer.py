@@ -173,7 +173,7 @@ CHILD = textwrap.dedent(
     import sys, time
     import ferrokafka
 
-    bootstrap, group, topic, out = sys.argv[1:5]
+    bootstrap, group, topic, out, ordering = sys.argv[1:6]
     sink = open(out, "a")
 
     def handle(batch):
@@ -193,19 +193,23 @@ CHILD = textwrap.dedent(
         # The killed member holds its partitions until the broker times its session out.
         "session.timeout.ms": 6000,
     }
-    consumer = ferrokafka.Consumer(config, [topic], handle, max_batch_size=20, commit_interval=0.2)
+    consumer = ferrokafka.Consumer(
+        config, [topic], handle, max_batch_size=20, commit_interval=0.2, ordering=ordering
+    )
     consumer.subscribe(on_event)
     consumer.run()
     """
 )
 
 
+@pytest.mark.parametrize("ordering", ["partition", "key"])
 def test_kill_9_then_a_new_consumer_handles_every_record(
     base_config: dict[str, Any],
     kafka_bootstrap: str,
     topic_factory: TopicFactory,
     produce: Produce,
     tmp_path: Path,
+    ordering: str,
 ) -> None:
     topic, total = topic_factory(partitions=3), 6000
     produced = produce(topic, [{"value": f"v{n}", "key": f"k{n}"} for n in range(total)])
@@ -214,7 +218,7 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
     script.write_text(CHILD)
     out.touch()
     child = subprocess.Popen(
-        [sys.executable, str(script), kafka_bootstrap, group, topic, str(out)],
+        [sys.executable, str(script), kafka_bootstrap, group, topic, str(out), ordering],
     )
     try:
         deadline = time.monotonic() + WAIT
@@ -246,6 +250,55 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
     duplicates = len(set(first_run) & set(handled.records))
     uncommitted = sum(1 for p, o in set(first_run) if o >= commits.get(p, 0))
     assert duplicates == uncommitted
+
+
+def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_prefix(
+    base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    topic, keys, total = topic_factory(partitions=1), 60, 600
+    produced = produce(
+        topic, [{"key": f"k{n % keys}", "value": str(n // keys)} for n in range(total)]
+    )
+    handled = Handled()
+    lock = threading.Lock()
+    running: collections.Counter[bytes] = collections.Counter()
+    overlapping_keys: list[bytes] = []
+    most_at_once = 0
+    per_key: dict[bytes, list[int]] = collections.defaultdict(list)
+    batches_at_once = 0
+
+    def handle(batch: Batch) -> None:
+        nonlocal most_at_once, batches_at_once
+        batch_keys = {key or b"" for key in batch.keys()}
+        with lock:
+            overlapping_keys.extend(k for k in batch_keys if running[k])
+            for key in batch_keys:
+                running[key] += 1
+            batches_at_once += 1
+            most_at_once = max(most_at_once, batches_at_once)
+            for message in batch:
+                per_key[message.key() or b""].append(int(message.value() or b"-1"))
+        time.sleep(random.uniform(0.001, 0.004))
+        with lock:
+            for key in batch_keys:
+                running[key] -= 1
+            batches_at_once -= 1
+        handled.add(batch)
+
+    options = ConsumerOptions(
+        ordering="key", max_concurrency=6, max_batch_size=5, commit_interval=0.1
+    )
+    with Consumer(base_config, [topic], handle, options) as consumer:
+        handled.wait_count(total)
+        stats = consumer.stats()
+    assert not overlapping_keys, "two batches held the same key at once"
+    assert most_at_once > 1, "batches of the partition never ran at the same time"
+    assert all(seq == list(range(total // keys)) for seq in per_key.values())
+    assert len(per_key) == keys
+    assert sorted(handled.records) == sorted(produced), "a record was lost or handled twice"
+    assert stats["handled"] == total
+    group = base_config["group.id"]
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: total}
 
 
 def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(

@@ -61,6 +61,8 @@ def test_topics_and_partitions_cannot_be_mixed() -> None:
         ({"max_queue_bytes": 0}, ValueError, "max_queue_bytes"),
         ({"retry_backoff": "1s"}, TypeError, "retry_backoff"),
         ({"max_retries": -1}, ValueError, "max_retries must be an int >= 0"),
+        ({"ordering": "offset"}, ValueError, "ordering must be"),
+        ({"max_concurrency": 0}, ValueError, "max_concurrency"),
     ],
 )
 def test_bad_options_are_named(

@@ -26,7 +26,7 @@ pub use error::CoreError;
 pub use markers::{
     Marker, MarkerOutcome, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
 };
-pub use partition_buffer::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimits};
+pub use partition_buffer::{BufferedRecord, LoadChange, OrderBy, PartitionBuffer, PartitionLimits};
 pub use partition_progress::PartitionProgress;
 pub use schedule::{
     ApplyOutcome, Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig,

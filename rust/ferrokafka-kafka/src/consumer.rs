@@ -21,8 +21,10 @@
 //!   consumer handle. No lock is held while waiting on the network.
 //!
 //! Invariants:
-//! - A partition has at most one batch in flight; batches of a partition leave in offset order,
-//!   so its handler sees strictly increasing offsets.
+//! - Ordered by partition, a partition has at most one batch in flight and batches leave in
+//!   offset order, so its handler sees strictly increasing offsets. Ordered by key, up to
+//!   `max_concurrency` batches of a partition run at once, never two holding the same key, and
+//!   each key's records are handed out in offset order.
 //! - An offset is committed only after the batch that contains it was acknowledged, and never
 //!   for a partition whose assignment was lost. A batch still running when its drain time ends
 //!   is abandoned: its acknowledgement is ignored and its records are read again by whoever
@@ -44,6 +46,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
+pub use ferrokafka_core::OrderBy;
 use ferrokafka_core::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimits};
 
 use crate::config::{ClientRole, ClientSettings};
@@ -110,6 +113,10 @@ pub struct ConsumerOptions {
     pub max_queue_bytes: usize,
     /// What a handler exception does to its batch [commit].
     pub errors: ErrorPolicy,
+    /// What stays in order: a partition (one batch at a time) or each key [partition].
+    pub ordering: OrderBy,
+    /// With ordering by key, most batches of one partition handled at once [8].
+    pub max_concurrency: usize,
 }
 
 /// What a handler exception does to its batch.
@@ -178,11 +185,21 @@ impl Default for ConsumerOptions {
             max_queue_records: 1000,
             max_queue_bytes: 1024 * 1024,
             errors: ErrorPolicy::default(),
+            ordering: OrderBy::Partition,
+            max_concurrency: 8,
         }
     }
 }
 
 impl ConsumerOptions {
+    /// Batches of one partition that may be handed out at once.
+    fn concurrency(&self) -> usize {
+        match self.ordering {
+            OrderBy::Partition => 1,
+            OrderBy::Key => self.max_concurrency,
+        }
+    }
+
     fn validate(&self, group: bool) -> KafkaResult<()> {
         let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
         if self.subscriptions.is_empty() {
@@ -235,6 +252,9 @@ impl ConsumerOptions {
         {
             return invalid("on_error='dead_letter' needs dead_letter_topic='<topic>'".to_owned());
         }
+        if self.max_concurrency == 0 {
+            return invalid("max_concurrency must be at least 1".to_owned());
+        }
         if self.max_queue_records < 2 || self.max_queue_bytes < 2 {
             return invalid(
                 "max_queue_records and max_queue_bytes must be at least 2 (resume happens at half)"
@@ -245,7 +265,7 @@ impl ConsumerOptions {
     }
 }
 
-/// One partition handed to a worker.
+/// One partition handed to its workers (several with ordering by key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
     /// The worker id to fetch and acknowledge with.
@@ -312,7 +332,8 @@ pub enum ConsumerEvent {
 /// What [`ConcurrentConsumer::fetch`] found.
 #[derive(Debug)]
 pub enum Fetched {
-    /// The next records of the partition, in offset order; acknowledge them before fetching again.
+    /// The next records of the partition, in offset order; acknowledge or fail them by their
+    /// first offset.
     Batch(Arc<Vec<ReceivedRecord>>),
     /// Nothing arrived within the wait.
     Empty,
@@ -456,7 +477,8 @@ struct InFlight {
 struct SlotState {
     /// Queued records, bounds, and the batches handed out with the offset to commit.
     buffer: PartitionBuffer<ReceivedRecord>,
-    in_flight: Option<InFlight>,
+    /// Batches being handled, by first offset (at most one with ordering by partition).
+    in_flight: HashMap<i64, InFlight>,
     /// Batches waiting for their dead-letter write to be acknowledged.
     dead_letters_pending: usize,
     /// The offset of the latest commit request, confirmed or not.
@@ -481,6 +503,10 @@ impl BufferedRecord for ReceivedRecord {
 
     fn size(&self) -> usize {
         self.size()
+    }
+
+    fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
     }
 }
 
@@ -622,6 +648,7 @@ impl Shared {
             max_records: options.max_queue_records,
             max_bytes: options.max_queue_bytes,
             max_batch: options.max_batch_size,
+            ordering: options.ordering,
         };
         let mut slots = lock(&self.slots);
         let mut assigned = Vec::with_capacity(partitions.len());
@@ -642,7 +669,7 @@ impl Shared {
                 partition,
                 state: Mutex::new(SlotState {
                     buffer: PartitionBuffer::new(limits),
-                    in_flight: None,
+                    in_flight: HashMap::new(),
                     dead_letters_pending: 0,
                     commit_requested: None,
                     committed: None,
@@ -666,7 +693,7 @@ impl Shared {
     /// caught up once its committable offset reached the high watermark seen at start.
     fn finish(&self, slot: &Slot, state: &mut SlotState, first: i64) {
         state.buffer.progress_mut().finish(first);
-        let committable = state.buffer.progress().committable();
+        let committable = state.buffer.committable();
         if let (Some(high), Some(next)) = (state.catch_up_to, committable)
             && next >= high
         {
@@ -794,10 +821,14 @@ impl Shared {
         });
         for slot in slots {
             let mut state = slot.lock();
-            while state.in_flight.is_some() || state.dead_letters_pending > 0 {
+            while !state.in_flight.is_empty() || state.dead_letters_pending > 0 {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    state.in_flight = None;
+                    let running: Vec<i64> =
+                        state.in_flight.drain().map(|(first, _)| first).collect();
+                    for first in running {
+                        state.buffer.release(first);
+                    }
                     state.buffer.progress_mut().abandon_all();
                     state.counters.abandoned += 1;
                     log::warn!(
@@ -844,7 +875,7 @@ impl Shared {
         let mut offsets = Vec::new();
         for slot in slots {
             let mut state = slot.lock();
-            if let Some(finished) = state.buffer.progress().committable()
+            if let Some(finished) = state.buffer.committable()
                 && state.commit_requested.is_none_or(|c| c < finished)
             {
                 // Cannot fail: the offset is a plain non-negative offset.
@@ -1116,25 +1147,25 @@ impl ConcurrentConsumer {
         lock(&self.events).take()
     }
 
-    /// Waits up to `wait` for the next batch of `worker`'s partition. The previous batch must
-    /// have been acknowledged.
+    /// Waits up to `wait` for the next batch of `worker`'s partition: one that may run now
+    /// (while fewer than the allowed batches of the partition run, and, ordered by key, of keys
+    /// no running batch holds).
     pub fn fetch(&self, worker: WorkerId, wait: Duration) -> KafkaResult<Fetched> {
         let Some(slot) = self.shared.slot(worker) else {
             return Ok(Fetched::Gone);
         };
         let deadline = Instant::now() + wait;
+        let concurrency = self.shared.options.concurrency();
         let mut state = slot.lock();
-        if state.in_flight.is_some() {
-            return Err(KafkaIoError::InvalidArgument(format!(
-                "worker {worker} fetched again before acknowledging its batch"
-            )));
-        }
         loop {
             if state.closed {
                 return Ok(Fetched::Gone);
             }
-            if state.buffer.queued() > 0 {
-                return Ok(Fetched::Batch(self.take_batch(&slot, &mut state)));
+            if state.in_flight.len() < concurrency && state.buffer.queued() > 0 {
+                let batch = self.take_batch(&slot, &mut state);
+                if !batch.is_empty() {
+                    return Ok(Fetched::Batch(batch));
+                }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -1152,11 +1183,12 @@ impl ConcurrentConsumer {
         let (batch, change) = state.buffer.take_batch();
         let batch = Arc::new(batch);
         if let Some(first) = batch.first() {
-            state.in_flight = Some(InFlight {
+            let running = InFlight {
                 first_offset: first.offset,
                 records: Arc::clone(&batch),
                 retries: 0,
-            });
+            };
+            state.in_flight.insert(first.offset, running);
             state.counters.batches += 1;
         }
         if change == Some(LoadChange::Open) {
@@ -1167,15 +1199,22 @@ impl ConcurrentConsumer {
         batch
     }
 
-    /// Marks `worker`'s batch finished (its offsets are committed in the next round) or
-    /// abandoned. Returns false when the batch no longer counts (abandoned, or the partition was
-    /// revoked).
-    pub fn ack(&self, worker: WorkerId, outcome: Outcome) -> bool {
+    /// Takes the batch starting at `first` off its handler: its keys go free for other batches.
+    fn settle(state: &mut SlotState, first: i64) -> Option<InFlight> {
+        let done = state.in_flight.remove(&first)?;
+        state.buffer.release(first);
+        Some(done)
+    }
+
+    /// Marks `worker`'s batch starting at offset `first` finished (its offsets are committed
+    /// once every batch before them finished) or abandoned. Returns false when the batch no
+    /// longer counts (abandoned, or the partition was revoked).
+    pub fn ack(&self, worker: WorkerId, first: i64, outcome: Outcome) -> bool {
         let Some(slot) = self.shared.slot(worker) else {
             return false;
         };
         let mut state = slot.lock();
-        let Some(done) = state.in_flight.take() else {
+        let Some(done) = Self::settle(&mut state, first) else {
             return false;
         };
         match outcome {
@@ -1193,19 +1232,19 @@ impl ConcurrentConsumer {
         true
     }
 
-    /// Applies the error policy to `worker`'s batch, whose handler raised `failure`: another
-    /// try after a backoff, or the batch is settled: committed, or handed to the dead-letter
-    /// writer (its offsets become committable once the broker acknowledged the write, and the
-    /// partition moves on meanwhile). A batch of a partition being revoked, or of a stopping
-    /// consumer, is abandoned instead of retried.
-    pub fn fail(&self, worker: WorkerId, failure: Failure) -> Verdict {
+    /// Applies the error policy to `worker`'s batch starting at `first`, whose handler raised
+    /// `failure`: another try after a backoff, or the batch is settled: committed, or handed to
+    /// the dead-letter writer (its offsets become committable once the broker acknowledged the
+    /// write, and the partition moves on meanwhile). A batch of a partition being revoked, or of
+    /// a stopping consumer, is abandoned instead of retried.
+    pub fn fail(&self, worker: WorkerId, first: i64, failure: Failure) -> Verdict {
         let Some(slot) = self.shared.slot(worker) else {
             return Verdict::Settled;
         };
         let policy = &self.shared.options.errors;
         let mut state = slot.lock();
         let closed = state.closed;
-        let Some(in_flight) = state.in_flight.as_mut() else {
+        let Some(in_flight) = state.in_flight.get_mut(&first) else {
             return Verdict::Settled;
         };
         let retry = policy.on_error == OnError::Retry && in_flight.retries < policy.max_retries;
@@ -1215,7 +1254,7 @@ impl ConcurrentConsumer {
             state.counters.retries += 1;
             return Verdict::Retry(wait);
         }
-        let Some(done) = state.in_flight.take() else {
+        let Some(done) = Self::settle(&mut state, first) else {
             return Verdict::Settled;
         };
         let records = done.records.len() as u64;
@@ -1298,8 +1337,8 @@ impl ConcurrentConsumer {
                 queued: state.buffer.queued(),
                 queued_bytes: state.buffer.queued_bytes(),
                 paused: state.buffer.is_full(),
-                in_flight: state.in_flight.as_ref().map_or(0, |f| f.records.len()),
-                position: state.buffer.progress().committable(),
+                in_flight: state.in_flight.values().map(|f| f.records.len()).sum(),
+                position: state.buffer.committable(),
                 committed: state.committed,
                 counters: state.counters,
                 broker: state.broker.clone(),

@@ -23,8 +23,8 @@ pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, T
 pub use config::{ClientRole, ClientSettings};
 pub use consumer::{
     Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ConsumerStats, ErrorPolicy,
-    Fetched, OnError, Outcome, PartitionCounters, PartitionStats, StartAt, Subscription, Verdict,
-    WorkerId,
+    Fetched, OnError, OrderBy, Outcome, PartitionCounters, PartitionStats, StartAt, Subscription,
+    Verdict, WorkerId,
 };
 pub use daemon::Daemon;
 pub use dead_letter::{DeadLetterWriter, Failure};

@@ -32,6 +32,11 @@ impl PyBatch {
         PyBatch { records }
     }
 
+    /// The offset that identifies the batch to the engine (its first record's).
+    pub fn first_offset(&self) -> Option<i64> {
+        self.records.first().map(|r| r.offset)
+    }
+
     fn message(&self, py: Python<'_>, index: usize) -> PyResult<Py<PyMessage>> {
         Py::new(py, PyMessage::in_batch(&self.records, index))
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ferrokafka_kafka::{
     Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched,
-    OnError, Outcome, PartitionCounters, StartAt, Subscription, Verdict, WorkerId,
+    OnError, OrderBy, Outcome, PartitionCounters, StartAt, Subscription, Verdict, WorkerId,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -71,6 +71,23 @@ fn outcome(name: &str) -> PyResult<Outcome> {
             "outcome must be 'handled' or 'abandoned', got {other:?}"
         ))),
     }
+}
+
+fn ordering(name: &str) -> PyResult<OrderBy> {
+    match name {
+        "partition" => Ok(OrderBy::Partition),
+        "key" => Ok(OrderBy::Key),
+        other => Err(PyValueError::new_err(format!(
+            "ordering must be 'partition' or 'key', got {other:?}"
+        ))),
+    }
+}
+
+/// The engine's id of a fetched batch: its first offset.
+fn batch_id(batch: &PyBatch) -> PyResult<i64> {
+    batch
+        .first_offset()
+        .ok_or_else(|| PyValueError::new_err("an empty batch has nothing to acknowledge"))
 }
 
 fn on_error(name: &str) -> PyResult<OnError> {
@@ -156,7 +173,7 @@ fn event_tuple(py: Python<'_>, event: ConsumerEvent) -> PyResult<Py<PyTuple>> {
 #[pymethods]
 impl PyRawConsumer {
     #[new]
-    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain, on_error, max_retries, retry_backoff, max_retry_backoff, dead_letter_topic))]
+    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain, on_error, max_retries, retry_backoff, max_retry_backoff, dead_letter_topic, ordering, max_concurrency))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -172,6 +189,8 @@ impl PyRawConsumer {
         retry_backoff: f64,
         max_retry_backoff: f64,
         dead_letter_topic: Option<String>,
+        ordering: &str,
+        max_concurrency: usize,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let subscriptions = subscriptions
@@ -191,6 +210,8 @@ impl PyRawConsumer {
                 max_retry_backoff: seconds_or_off("max_retry_backoff", max_retry_backoff)?,
                 dead_letter_topic,
             },
+            ordering: self::ordering(ordering)?,
+            max_concurrency,
         };
         let drain = seconds_or_off("drain", drain)?;
         // Assigning explicit partitions may ask the broker for offsets and watermarks.
@@ -226,23 +247,35 @@ impl PyRawConsumer {
         })
     }
 
-    /// Marks `worker`'s batch finished; false when it no longer counts (abandoned or revoked).
-    fn ack(&self, worker: WorkerId, outcome_name: &str) -> PyResult<bool> {
-        Ok(self.engine.ack(worker, outcome(outcome_name)?))
+    /// Marks `worker`'s `batch` finished; false when it no longer counts (abandoned or revoked).
+    fn ack(
+        &self,
+        worker: WorkerId,
+        batch: PyRef<'_, PyBatch>,
+        outcome_name: &str,
+    ) -> PyResult<bool> {
+        let first = batch_id(&batch)?;
+        Ok(self.engine.ack(worker, first, outcome(outcome_name)?))
     }
 
-    /// Applies the error policy to `worker`'s batch, whose handler raised: seconds to wait
+    /// Applies the error policy to `worker`'s `batch`, whose handler raised: seconds to wait
     /// before calling the handler again with it, or `None` when the batch is settled
     /// (committed, dead-lettered or abandoned).
-    fn fail(&self, worker: WorkerId, error_class: String, error_message: String) -> Option<f64> {
+    fn fail(
+        &self,
+        worker: WorkerId,
+        batch: PyRef<'_, PyBatch>,
+        error_class: String,
+        error_message: String,
+    ) -> PyResult<Option<f64>> {
         let failure = Failure {
             class: error_class,
             message: error_message,
         };
-        match self.engine.fail(worker, failure) {
+        Ok(match self.engine.fail(worker, batch_id(&batch)?, failure) {
             Verdict::Retry(wait) => Some(wait.as_secs_f64()),
             Verdict::Settled => None,
-        }
+        })
     }
 
     /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.
