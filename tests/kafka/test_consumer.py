@@ -252,8 +252,13 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
     assert duplicates == uncommitted
 
 
+@pytest.mark.parametrize("kind", ["thread", "asyncio"])
 def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_prefix(
-    base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+    base_config: dict[str, Any],
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    kind: str,
 ) -> None:
     topic, keys, total = topic_factory(partitions=1), 60, 600
     produced = produce(
@@ -267,9 +272,10 @@ def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_pr
     per_key: dict[bytes, list[int]] = collections.defaultdict(list)
     batches_at_once = 0
 
-    def handle(batch: Batch) -> None:
+    def started(batch: Batch) -> set[bytes]:
         nonlocal most_at_once, batches_at_once
-        batch_keys = {key or b"" for key in batch.keys()}
+        keys_in_order = batch.keys()  # the batch's column of keys, not a dict's
+        batch_keys = {key or b"" for key in keys_in_order}
         with lock:
             overlapping_keys.extend(k for k in batch_keys if running[k])
             for key in batch_keys:
@@ -278,19 +284,41 @@ def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_pr
             most_at_once = max(most_at_once, batches_at_once)
             for message in batch:
                 per_key[message.key() or b""].append(int(message.value() or b"-1"))
-        time.sleep(random.uniform(0.001, 0.004))
+        return batch_keys
+
+    def finished(batch: Batch, batch_keys: set[bytes]) -> None:
+        nonlocal batches_at_once
         with lock:
             for key in batch_keys:
                 running[key] -= 1
             batches_at_once -= 1
         handled.add(batch)
 
+    def handle(batch: Batch) -> None:
+        batch_keys = started(batch)
+        time.sleep(random.uniform(0.001, 0.004))
+        finished(batch, batch_keys)
+
+    async def handle_async(batch: Batch) -> None:
+        batch_keys = started(batch)
+        await asyncio.sleep(random.uniform(0.001, 0.004))
+        finished(batch, batch_keys)
+
     options = ConsumerOptions(
         ordering="key", max_concurrency=6, max_batch_size=5, commit_interval=0.1
     )
-    with Consumer(base_config, [topic], handle, options) as consumer:
-        handled.wait_count(total)
-        stats = consumer.stats()
+    if kind == "thread":
+        with Consumer(base_config, [topic], handle, options) as consumer:
+            handled.wait_count(total)
+            stats = consumer.stats()
+    else:
+
+        async def main() -> dict[str, Any]:
+            async with AsyncConsumer(base_config, [topic], handle_async, options) as consumer:
+                await asyncio.get_running_loop().run_in_executor(None, handled.wait_count, total)
+                return consumer.stats()
+
+        stats = asyncio.run(main())
     assert not overlapping_keys, "two batches held the same key at once"
     assert most_at_once > 1, "batches of the partition never ran at the same time"
     assert all(seq == list(range(total // keys)) for seq in per_key.values())
