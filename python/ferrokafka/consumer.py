@@ -4,8 +4,11 @@ The semantics are Elixir ``KafkaClient.Consumer``'s. A Rust poller thread reads 
 librdkafka and routes records into one queue per assigned partition. One worker per partition (a
 Python thread for :class:`Consumer`, an asyncio task for :class:`AsyncConsumer`) takes batches
 from its queue and calls your handler with them, so records of a partition are handled in
-order, one batch at a time, while partitions run concurrently. Workers wait for records with the
-GIL released, and handlers never run on a librdkafka thread.
+order, one batch at a time, while partitions run concurrently (with ``ordering="key"``, several
+workers per partition, each key in order). Workers wait for records with the GIL released, and
+handlers never run on a librdkafka thread. Handlers get a :class:`~ferrokafka.Batch` over the
+engine's memory; a handler exception goes to the engine's error policy (retry, commit or
+dead-letter, see :class:`ConsumerOptions`).
 
 Guarantees: at least once. A batch's offsets are committed only after the handler finished it
 (every ``commit_interval`` seconds, when a partition is revoked, and on :meth:`Consumer.stop`),

@@ -1559,8 +1559,8 @@ fn run_poller(
     }
     let drain = lock(&shared.shutdown).drain;
     shared.release(&consumer, shared.all_slots(), drain, false);
-    // Later resumes by workers must not reach a closing consumer; dropping the last reference
-    // here closes it (leaving the group) on this thread, not on a Python one.
+    // `release` dropped the split queues; with the stored handle gone too, dropping the last
+    // reference here closes the consumer (leaving the group) on this thread, not a Python one.
     *lock(&shared.consumer) = None;
     drop(consumer);
     lock(&shared.shutdown).finished = true;
