@@ -706,6 +706,28 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     assert stats["resumes"] == len(resumed)
 
 
+def run_until_caught_up(
+    config: dict[str, Any],
+    subscriptions: list[Any],
+    handler: Callable[[Batch], object],
+    partitions: int,
+    **options: Any,
+) -> list[tuple[str, int, int]]:
+    """Runs a consumer without a group until ``partitions`` partitions reported caught up;
+    returns those reports."""
+    caught_up: list[tuple[str, int, int]] = []
+    consumer: Consumer | None = None
+
+    def on_caught_up(topic: str, partition: int, offset: int) -> None:
+        caught_up.append((topic, partition, offset))
+        if len(caught_up) == partitions and consumer is not None:
+            consumer.stop()
+
+    consumer = Consumer(config, subscriptions, handler, on_caught_up=on_caught_up, **options)
+    consumer.run()
+    return caught_up
+
+
 def test_explicit_partitions_start_at_offset_or_timestamp_and_report_caught_up(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
@@ -720,21 +742,12 @@ def test_explicit_partitions_start_at_offset_or_timestamp_and_report_caught_up(
         ],
     )
     handled = Handled()
-    caught_up: list[tuple[str, int, int]] = []
-    consumer: Consumer | None = None
-
-    def on_caught_up(topic_name: str, partition: int, offset: int) -> None:
-        caught_up.append((topic_name, partition, offset))
-        if len(caught_up) == 2 and consumer is not None:
-            consumer.stop()
-
-    consumer = Consumer(
+    caught_up = run_until_caught_up(
         {"bootstrap.servers": kafka_bootstrap},
         [(topic, 0, 4), TopicPartition(topic, 1, timestamp=base + 7000)],
         handled.add,
-        on_caught_up=on_caught_up,
+        partitions=2,
     )
-    consumer.run()
     assert sorted(caught_up) == [(topic, 0, 10), (topic, 1, 10)]
     assert handled.by_partition() == {0: list(range(4, 10)), 1: [7, 8, 9]}
 
@@ -746,24 +759,15 @@ def test_consumer_without_group_reads_every_partition_of_a_topic_from_the_earlie
     stored = produce(topic, [{"value": f"v{n}", "partition": n % 3} for n in range(30)])
     handled = Handled()
     assigned: list[list[tuple[str, int]]] = []
-    caught_up: list[tuple[str, int, int]] = []
-    consumer: Consumer | None = None
-
-    def on_caught_up(topic_name: str, partition: int, offset: int) -> None:
-        caught_up.append((topic_name, partition, offset))
-        if len(caught_up) == 3 and consumer is not None:
-            consumer.stop()
-
     # No group.id and no auto.offset.reset: the topic name assigns all three partitions, and the
     # backlog is read from the earliest offset.
-    consumer = Consumer(
+    caught_up = run_until_caught_up(
         {"bootstrap.servers": kafka_bootstrap},
         [topic],
         handled.add,
+        partitions=3,
         on_assigned=assigned.append,
-        on_caught_up=on_caught_up,
     )
-    consumer.run()
     assert sorted(assigned[0]) == [(topic, 0), (topic, 1), (topic, 2)]
     assert sorted(caught_up) == [(topic, p, 10) for p in range(3)]
     assert set(handled.records) == stored
