@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,31 @@ class Handled:
             for partition, offset in self.records:
                 result[partition].append(offset)
             return result
+
+
+def consume_until(
+    kind: str,
+    config: dict[str, Any],
+    topic: str,
+    handlers: tuple[Callable[[Batch], None], Callable[[Batch], Awaitable[None]]],
+    options: ConsumerOptions,
+    handled: Handled,
+    count: int,
+) -> dict[str, Any]:
+    """Consumes ``topic`` with a :class:`Consumer` (``kind`` "thread", the first handler) or an
+    :class:`AsyncConsumer` (the second) until ``handled`` holds ``count`` records; returns the
+    consumer's stats."""
+    if kind == "thread":
+        with Consumer(config, [topic], handlers[0], options) as consumer:
+            handled.wait_count(count)
+            return consumer.stats()
+
+    async def main() -> dict[str, Any]:
+        async with AsyncConsumer(config, [topic], handlers[1], options) as consumer:
+            await asyncio.get_running_loop().run_in_executor(None, handled.wait_count, count)
+            return consumer.stats()
+
+    return asyncio.run(main())
 
 
 def eventually(predicate: Callable[[], bool], what: str) -> None:
@@ -307,18 +332,7 @@ def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_pr
     options = ConsumerOptions(
         ordering="key", max_concurrency=6, max_batch_size=5, commit_interval=0.1
     )
-    if kind == "thread":
-        with Consumer(base_config, [topic], handle, options) as consumer:
-            handled.wait_count(total)
-            stats = consumer.stats()
-    else:
-
-        async def main() -> dict[str, Any]:
-            async with AsyncConsumer(base_config, [topic], handle_async, options) as consumer:
-                await asyncio.get_running_loop().run_in_executor(None, handled.wait_count, total)
-                return consumer.stats()
-
-        stats = asyncio.run(main())
+    stats = consume_until(kind, base_config, topic, (handle, handle_async), options, handled, total)
     assert not overlapping_keys, "two batches held the same key at once"
     assert most_at_once > 1, "batches of the partition never ran at the same time"
     assert all(seq == list(range(total // keys)) for seq in per_key.values())
@@ -633,19 +647,8 @@ def test_retry_then_dead_letter_does_not_block_the_records_behind(
         retry_backoff=0.01,
         dead_letter_topic=dead_letters,
     )
-    if kind == "thread":
-        with Consumer(base_config, [topic], handle, options) as consumer:
-            handled.wait_count(9)
-            eventually(lambda: consumer.stats()["dead_lettered"] == 1, "the dead letter")
-            stats = consumer.stats()
-    else:
-
-        async def main() -> dict[str, Any]:
-            async with AsyncConsumer(base_config, [topic], handle_async, options) as consumer:
-                await asyncio.get_running_loop().run_in_executor(None, handled.wait_count, 9)
-                return consumer.stats()
-
-        stats = asyncio.run(main())
+    # The dead letter is handed to the writer before the record behind it is fetched.
+    stats = consume_until(kind, base_config, topic, (handle, handle_async), options, handled, 9)
     # Tried once and retried max_retries times, then dead-lettered; the rest once each.
     assert attempts[3] == 3
     assert all(attempts[n] == 1 for n in range(10) if n != 3)
