@@ -210,7 +210,9 @@ class ConsumerOptions:
             [default]; ``"key"`` handles up to ``max_concurrency`` batches of one partition at
             once (each on its own worker), never two holding the same key, each key's records
             in offset order. Either way a partition's offsets are committed only up to the first
-            record not handled yet (at least once, also across rebalances).
+            record not handled yet (at least once, also across rebalances); with ``"key"``,
+            records handled past that point when a partition is revoked are handled again by
+            its next owner (Kafka offsets cannot commit gaps).
         max_concurrency: batches of one partition handled at once with ``ordering="key"`` [8].
 
     Example:

@@ -343,6 +343,58 @@ def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_pr
     assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: total}
 
 
+def test_key_ordering_holds_across_a_rebalance(
+    base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # Slow enough (4 partitions x 2 batches of 5 at once, 50 ms each: ~3 s) that records remain
+    # when the second consumer has joined.
+    topic, keys, total = topic_factory(partitions=4), 40, 2400
+    produced = produce(
+        topic, [{"key": f"k{n % keys}", "value": str(n // keys)} for n in range(total)]
+    )
+    first, second = Handled(), Handled()
+    lock = threading.Lock()
+    running: collections.Counter[bytes] = collections.Counter()
+    overlapping: list[bytes] = []
+    handled_in_order: dict[bytes, list[int]] = collections.defaultdict(list)
+
+    def handler(log: Handled) -> Callable[[Batch], None]:
+        def handle(batch: Batch) -> None:
+            messages = list(batch)
+            batch_keys = {m.key() or b"" for m in messages}
+            with lock:
+                # Across both consumers: a key's partition changes owner only after its
+                # running batches finished.
+                overlapping.extend(k for k in batch_keys if running[k])
+                running.update(batch_keys)
+                for m in messages:
+                    handled_in_order[m.key() or b""].append(int(m.value() or b"-1"))
+            time.sleep(0.05)
+            with lock:
+                running.subtract(batch_keys)
+            log.add(batch)
+
+        return handle
+
+    options = ConsumerOptions(
+        ordering="key", max_concurrency=2, max_batch_size=5, commit_interval=0.2, drain=10.0
+    )
+    with Consumer(base_config, [topic], handler(first), options):
+        first.wait_count(200)
+        with Consumer(base_config, [topic], handler(second), options):
+            second.wait_count(1)
+            first.wait_for(
+                lambda _: set(first.records) | set(second.records) >= produced, "every record"
+            )
+    assert not overlapping, "two batches held the same key at once"
+    assert set(first.records) | set(second.records) == produced
+    for key, values in handled_in_order.items():
+        # A new owner may repeat what was handled past the committed prefix, never go ahead
+        # of the key: the first time each record is handled, the key's records come in order.
+        firsts = list(dict.fromkeys(values))
+        assert firsts == sorted(firsts), key
+
+
 def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
     base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
