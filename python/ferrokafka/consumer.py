@@ -213,7 +213,8 @@ class ConsumerOptions:
             record not handled yet (at least once, also across rebalances); with ``"key"``,
             records handled past that point when a partition is revoked are handled again by
             its next owner (Kafka offsets cannot commit gaps).
-        max_concurrency: batches of one partition handled at once with ``ordering="key"`` [8].
+        max_concurrency: batches of one partition handled at once with ``ordering="key"`` [8];
+            set ``max_batch_size`` too, or the first batch takes every queued key.
 
     Example:
         >>> ConsumerOptions(max_batch_size=500, commit_interval=1.0).max_batch_size
