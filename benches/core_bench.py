@@ -173,17 +173,38 @@ def bench_queue(pending: int, repeats: int) -> list[tuple[str, float, float]]:
 
 
 def process_report(target_bytes: int, seed: int = 7) -> dict[str, Any]:
-    """A Karafka-Web-like process report with enough partitions to reach ``target_bytes``."""
+    """A Karafka Web consumer report (schema 1.7.0) with enough partitions to reach
+    ``target_bytes``."""
     rng = random.Random(seed)
     partitions: dict[str, Any] = {}
+    topic = {"name": "orders", "partitions_cnt": 0, "partitions": partitions}
+    group_state = {
+        "state": "up",
+        "join_state": "steady",
+        "stateage": 120_000,
+        "rebalance_age": 119_000,
+        "rebalance_cnt": 1,
+        "rebalance_reason": "initial assignment",
+        "poll_age": 0.01,
+        "poll_interval": 300_000,
+    }
+    subscription = {
+        "id": "billing_0",
+        "instance_id": False,
+        "state": group_state,
+        "topics": {"orders": topic},
+    }
     report: dict[str, Any] = {
-        "schema_version": "1.0.0",
+        "schema_version": "1.7.0",
         "type": "consumer",
         "dispatched_at": 1_700_000_000.123,
         "process": {
             "id": f"worker-{rng.randrange(50)}.prod.internal:{rng.randrange(1000, 61000)}:"
             f"{rng.getrandbits(64):x}",
             "status": "running",
+            "execution_mode": "embedded",
+            "listeners": {"active": 1, "standby": 0},
+            "workers": 8,
             "started_at": 1_699_990_000.5,
             "memory_usage": 182_344,
             "memory_total_usage": 7_734_112,
@@ -193,20 +214,31 @@ def process_report(target_bytes: int, seed: int = 7) -> dict[str, Any]:
             "cpu_usage": [0.42, 0.37, 0.31],
             "tags": ["billing", "eu-west-1"],
         },
-        "versions": {"python": "3.12.7", "ferrokafka": "0.1.0", "librdkafka": "2.12.1"},
+        "versions": {
+            "ruby": "CPython 3.12.7",
+            "karafka": "ferrokafka 0.1.0",
+            "karafka_core": "ferrokafka 0.1.0",
+            "karafka_web": "ferrokafka 0.1.0",
+            "waterdrop": "ferrokafka 0.1.0",
+            "rdkafka": "ferrokafka 0.1.0",
+            "librdkafka": "2.12.1",
+        },
         "stats": {
             "busy": 2,
             "enqueued": 0,
+            "waiting": 0,
             "utilization": 37.5,
-            "total": {"batches": 12_345, "messages": 987_654, "errors": 3, "retries": 7, "dead": 1},
-            "lag": 1234,
-            "lag_stored": 12,
+            "total": {
+                "jobs": 12_345,
+                "batches": 12_345,
+                "messages": 987_654,
+                "errors": 3,
+                "retries": 7,
+                "dead": 1,
+            },
         },
         "consumer_groups": {
-            "billing": {
-                "id": "billing",
-                "topics": {"orders": {"name": "orders", "partitions": partitions}},
-            }
+            "billing": {"id": "billing", "subscription_groups": {"billing_0": subscription}}
         },
         "jobs": [],
     }
@@ -214,17 +246,30 @@ def process_report(target_bytes: int, seed: int = 7) -> dict[str, Any]:
         hi = 1_000_000 + rng.randrange(9_000_000)
         committed = hi - rng.randrange(5_000)
         pid = len(partitions)
+        stored = committed + rng.randrange(50)
         partitions[str(pid)] = {
             "id": pid,
             "lag": hi - committed,
-            "lag_stored": rng.randrange(100),
+            "lag_d": -rng.randrange(100),
+            "lag_stored": hi - stored,
+            "lag_stored_d": -rng.randrange(100),
             "committed_offset": committed,
-            "stored_offset": committed + rng.randrange(50),
-            "hi_offset": hi,
-            "lo_offset": rng.randrange(1000),
+            "committed_offset_fd": rng.randrange(5000),
+            "stored_offset": stored,
+            "stored_offset_fd": rng.randrange(5000),
             "fetch_state": "active",
             "poll_state": "paused" if rng.randrange(10) == 0 else "active",
+            "poll_state_ch": 0,
+            "hi_offset": hi,
+            "hi_offset_fd": 0,
+            "lo_offset": rng.randrange(1000),
+            "eof_offset": hi,
+            "ls_offset": hi,
+            "ls_offset_d": rng.randrange(100),
+            "ls_offset_fd": 0,
+            "transactional": False,
         }
+        topic["partitions_cnt"] = len(partitions)
     return report
 
 

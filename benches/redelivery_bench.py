@@ -2,16 +2,28 @@
 
 Usage:
     KAFKA_BOOTSTRAP=127.0.0.1:19792 .venv/bin/python benches/redelivery_bench.py \\
-        [--messages 100000] [--size 100] [--batch 500] [--late 300] [--timeout 2.0]
+        [--messages 20000] [--size 100] [--batch 500] [--samples 3] [--late 300] [--timeout 2.0]
 
-Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). Two runs, same data, same run:
-1. throughput: N messages of S bytes on a 3-partition queue topic. The peer is confluent-kafka's
-   ``consume(batch)`` + synchronous ``commit()`` per batch; ferrokafka is ``QueueConsumer``
-   (START markers written and acknowledged, then a synchronous commit, per batch) plus one
-   ``ack`` (END marker) per message and a final ``flush``. Both read from the start in a new group.
-2. lateness: L messages fetched and never acked with ``redelivery_timeout`` T while a tracker runs;
-   lateness = the redelivered record's create time minus the START marker's deadline (decoded
-   from the markers topic), p50 / p99 / max.
+Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). In one run, on the same data:
+1. throughput: N messages of S bytes on a 3-partition queue topic, read from the start by a new
+   group per sample (a new share group, reset to earliest, for the share cases). The peer is
+   confluent-kafka's ``consume(batch)`` + synchronous ``commit()``
+   per batch; ferrokafka is ``QueueConsumer`` (START markers written and acknowledged, then a
+   synchronous commit, per batch; the next batch prepared while this one is acked) plus
+   ``ack_many`` (END markers) per batch and a final ``flush``. Beside them, on a KIP-932 share
+   group: confluent-kafka's ``ShareConsumer`` (explicit mode, ``acknowledge`` per record, one
+   ``commit_sync`` at the end) and ``QueueConsumer(backend="share")`` (``consume`` +
+   ``ack_many``, ``flush`` at the end). The cases run interleaved,
+   forwards then backwards (A-B-B-A ...), ``--samples`` each; the table shows each case's
+   median. Afterwards the markers on the markers topic are counted (a START and an END per
+   message and sample). The load average is printed before and after.
+2. lateness: L messages fetched and never acked (automatic keepalive off) with
+   ``redelivery_timeout`` T while a tracker runs; lateness = the redelivered record's create time
+   minus the START marker's deadline (decoded from the markers topic), p50 / p99 / max. Share
+   group: on a 1-partition topic one member acquires up to L records and never acknowledges
+   them; a second member polls; lateness = when it receives each of them (delivery count 2)
+   minus (when the holder's poll returned + T). The holder's poll returns after the broker
+   acquired the records, so this errs on the low side by at most that poll's return trip.
 Prints a markdown table.
 """
 
@@ -24,11 +36,12 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 
 from ferrokafka import Client, NewTopic
 from ferrokafka.codecs import decode_marker
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
+from ferrokafka.share_queue import configure_share_group
 
 
 def wait_until(condition: Callable[[], bool], timeout: float) -> None:
@@ -83,14 +96,18 @@ def plain_loop(bootstrap: str, topic: str, count: int, batch: int) -> float:
     return count / elapsed
 
 
-def marker_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int) -> float:
+def queue_loop(
+    bootstrap: str, topic: str, markers: str, count: int, batch: int, backend: str
+) -> float:
+    """ferrokafka's QueueConsumer on one backend: consume + ack_many, flush at the end."""
     queue = QueueConsumer(
         {"bootstrap.servers": bootstrap},
         topic,
         markers,
         60.0,
-        group_id=f"bench-kmq-{uuid.uuid4().hex}",
+        group_id=f"bench-{backend}-{uuid.uuid4().hex}",
         max_batch_size=batch,
+        backend="share" if backend == "share" else "markers",
     )
     seen = 0
     started = None
@@ -99,13 +116,54 @@ def marker_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int
         if not messages:
             continue
         started = started or time.perf_counter()
-        for message in messages:
-            queue.ack(message)
+        queue.ack_many(messages)
         seen += len(messages)
     queue.flush(60)
     elapsed = time.perf_counter() - (started or time.perf_counter())
     queue.close()
     return count / elapsed
+
+
+def share_peer_loop(bootstrap: str, topic: str, count: int) -> float:
+    """confluent-kafka's own ShareConsumer (explicit mode): acknowledge every record, commit
+    at the end."""
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+    group = f"bench-share-peer-{uuid.uuid4().hex}"
+    configure_share_group(config, group, 60.0, 3)
+    consumer = ShareConsumer(
+        {**config, "group.id": group, "share.acknowledgement.mode": "explicit"}
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    started = None
+    while seen < count:
+        messages = consumer.poll(1.0)
+        if not messages:
+            continue
+        started = started or time.perf_counter()
+        for message in messages:
+            if message.error() is None:
+                consumer.acknowledge(message)
+                seen += 1
+    consumer.commit_sync(60)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    consumer.close()
+    return count / elapsed
+
+
+def records_on(bootstrap: str, topic: str, partitions: int = 3) -> int:
+    counter = Consumer({"bootstrap.servers": bootstrap, "group.id": "redelivery-bench-counter"})
+    try:
+        return sum(
+            counter.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        )
+    finally:
+        counter.close()
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list[float]:
@@ -123,7 +181,12 @@ def lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list
 
     with RedeliveryTracker(config, queue_topic, markers, group_id=f"bench-{uuid.uuid4().hex}"):
         queue = QueueConsumer(
-            config, queue_topic, markers, timeout, group_id=f"bench-{uuid.uuid4().hex}"
+            config,
+            queue_topic,
+            markers,
+            timeout,
+            group_id=f"bench-{uuid.uuid4().hex}",
+            auto_keepalive=False,
         )
         taken = 0
         while taken < count:
@@ -140,6 +203,45 @@ def lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list
     return [float(at - deadlines[value]) for value, at in created.items()]
 
 
+def share_lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list[float]:
+    """Share group: a holder acquires records and never acknowledges them; a second member
+    (one partition, so both share it) receives them once their lock of ``timeout`` expires."""
+    topic = f"bench-share-late-{uuid.uuid4().hex[:8]}"
+    client.create_topics([NewTopic(topic, 1)])
+    fill(bootstrap, topic, count, 100)
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+    group = f"bench-share-late-{uuid.uuid4().hex}"
+    configure_share_group(config, group, timeout, 3)
+    settings = {**config, "group.id": group, "share.acknowledgement.mode": "explicit"}
+    holder = ShareConsumer(settings)
+    holder.subscribe([topic])
+    acquired: dict[bytes, float] = {}  # value -> wall ms when the poll that acquired it returned
+    while not acquired:
+        batch = holder.poll(1.0)
+        at = time.time() * 1000
+        acquired = {m.value() or b"": at for m in batch if m.error() is None}
+    taker = ShareConsumer(settings)
+    taker.subscribe([topic])
+    late: list[float] = []
+    deadline = time.monotonic() + 60 + timeout
+    while len(late) < len(acquired) and time.monotonic() < deadline:
+        for message in taker.poll(0.1):
+            if message.error() is not None:
+                continue
+            at = time.time() * 1000
+            value = message.value() or b""
+            if value in acquired and message.delivery_count() == 2:
+                late.append(at - (acquired[value] + timeout * 1000))
+            taker.acknowledge(message)
+    taker.commit_sync(30)
+    taker.close()
+    holder.close()
+    client.delete_topics([topic])
+    if len(late) < len(acquired):
+        raise TimeoutError(f"{len(late)} of {len(acquired)} held records came back")
+    return late
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -147,9 +249,10 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--samples", type=int, default=3, help="samples per case (median)")
     parser.add_argument("--late", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=2.0)
     parser.add_argument(
@@ -159,27 +262,61 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.smoke:
-        args.messages, args.late, args.timeout = 1_000, 20, 1.0
+        args.messages, args.samples, args.late, args.timeout = 1_000, 1, 20, 1.0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     client = Client({"bootstrap.servers": bootstrap})
+    print(f"load average before: {load()}")
 
     queue_topic, markers = fresh_topics(client, "throughput")
     fill(bootstrap, queue_topic, args.messages, args.size)
-    plain = plain_loop(bootstrap, queue_topic, args.messages, args.batch)
-    marked = marker_loop(bootstrap, queue_topic, markers, args.messages, args.batch)
+    cases: dict[str, Callable[[], float]] = {
+        "confluent-kafka consume + sync commit": lambda: plain_loop(
+            bootstrap, queue_topic, args.messages, args.batch
+        ),
+        "ferrokafka QueueConsumer (START + commit + ack_many)": lambda: queue_loop(
+            bootstrap, queue_topic, markers, args.messages, args.batch, "markers"
+        ),
+        "confluent-kafka ShareConsumer (acknowledge each, commit at end)": lambda: share_peer_loop(
+            bootstrap, queue_topic, args.messages
+        ),
+        'ferrokafka QueueConsumer(backend="share") (consume + ack_many)': lambda: queue_loop(
+            bootstrap, queue_topic, markers, args.messages, args.batch, "share"
+        ),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    for sample in range(args.samples):
+        order = list(cases) if sample % 2 == 0 else list(reversed(cases))
+        for name in order:
+            rates[name].append(cases[name]())
+    marked = records_on(bootstrap, markers)
+    expected = 2 * args.messages * args.samples
+    assert marked == expected, f"{marked} markers on the topic, expected {expected}"
     client.delete_topics([queue_topic, markers])
     late = lateness(bootstrap, client, args.late, args.timeout)
+    share_late = share_lateness(bootstrap, client, args.late, args.timeout)
 
-    print(f"| measure ({args.messages} msgs of {args.size} B, batch {args.batch}) | value |")
-    print("|---|---|")
-    print(f"| confluent-kafka consume + sync commit | {plain:,.0f} msgs/s |")
-    print(f"| ferrokafka QueueConsumer (START + commit + ack) | {marked:,.0f} msgs/s |")
-    print(f"| ratio ferrokafka / confluent-kafka | {marked / plain:.2f}x |")
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    plain, ours, share_peer, share_ours = medians.values()
     print(
-        f"| redelivery lateness past deadline ({args.late} msgs, timeout {args.timeout} s) "
-        f"p50 / p99 / max | {statistics.median(late):.0f} / {percentile(late, 0.99):.0f} / "
-        f"{max(late):.0f} ms |"
+        f"| measure ({args.messages} msgs of {args.size} B, batch {args.batch}, "
+        f"median of {args.samples}) | value |"
     )
+    print("|---|---|")
+    for name, rate in medians.items():
+        samples = ", ".join(f"{r:,.0f}" for r in rates[name])
+        print(f"| {name} | {rate:,.0f} msgs/s (samples {samples}) |")
+    print(f"| ratio markers QueueConsumer / confluent consume + commit | {ours / plain:.2f}x |")
+    print(
+        f"| ratio share QueueConsumer / confluent ShareConsumer | {share_ours / share_peer:.2f}x |"
+    )
+    print(f"| ratio share QueueConsumer / markers QueueConsumer | {share_ours / ours:.2f}x |")
+    for name, values in (("markers", late), ("share group", share_late)):
+        print(
+            f"| redelivery lateness past deadline, {name} ({len(values)} msgs, timeout "
+            f"{args.timeout} s) p50 / p99 / max | {statistics.median(values):.0f} / "
+            f"{percentile(values, 0.99):.0f} / {max(values):.0f} ms |"
+        )
+    print(f"load average after: {load()}")
     return 0
 
 

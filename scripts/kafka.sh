@@ -205,7 +205,16 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 min.insync.replicas=1
 group.initial.rebalance.delay.ms=0
+group.share.min.record.lock.duration.ms=1000
+group.share.heartbeat.interval.ms=500
+group.share.min.heartbeat.interval.ms=500
+group.share.session.timeout.ms=6000
+group.share.min.session.timeout.ms=1000
 EOF
+  # Share groups (KIP-932) are on by default since Kafka 4.2 (share.version=1 at format time);
+  # the group.share.* lines above only shorten times for tests: 1 s record locks allowed, a 0.5 s
+  # share heartbeat (first records without a 5 s wait) and a 6 s session like the consumer
+  # tests' (a killed member's partitions move on within seconds, not 45).
   # Kafka cluster ids are 16 random bytes, base64url without padding; a leading '-'
   # would be parsed as a CLI flag, so retry (Kafka's own Uuid.randomUuid does the same).
   cluster_id=-

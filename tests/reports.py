@@ -1,8 +1,20 @@
-"""Process reports for tests: valid documents in the reporter's schema (schema 1.0.0)."""
+"""Consumer reports for tests: valid documents of Karafka Web's consumer report schema 1.7.0
+(the schema the Rust core writes), one subscription group per consumer group."""
 
 from __future__ import annotations
 
 from typing import Any
+
+_ROW_FIELDS = (
+    "lag",
+    "lag_stored",
+    "committed_offset",
+    "stored_offset",
+    "hi_offset",
+    "lo_offset",
+    "fetch_state",
+    "poll_state",
+)
 
 
 def process_report(
@@ -13,30 +25,65 @@ def process_report(
     status: str = "running",
     tags: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A process report whose partitions (group, topic, partition) have the given lags."""
+    """A consumer report whose partitions (group, topic, partition) have the given lags (to the
+    committed and to the stored offset alike)."""
     groups: dict[str, Any] = {}
     for (group, topic, partition), lag in sorted(lags.items()):
-        topics = groups.setdefault(group, {"id": group, "topics": {}})["topics"]
-        partitions = topics.setdefault(topic, {"name": topic, "partitions": {}})["partitions"]
-        partitions[str(partition)] = {
+        subscriptions = groups.setdefault(group, {"id": group, "subscription_groups": {}})
+        subscription = subscriptions["subscription_groups"].setdefault(
+            f"{group}_0",
+            {
+                "id": f"{group}_0",
+                "instance_id": False,
+                "state": {
+                    "state": "up",
+                    "join_state": "steady",
+                    "stateage": 5000,
+                    "rebalance_age": 4000,
+                    "rebalance_cnt": 1,
+                    "rebalance_reason": "initial",
+                    "poll_age": 0.5,
+                    "poll_interval": 300_000,
+                },
+                "topics": {},
+            },
+        )
+        topics = subscription["topics"]
+        entry = topics.setdefault(topic, {"name": topic, "partitions_cnt": 0, "partitions": {}})
+        entry["partitions_cnt"] = max(entry["partitions_cnt"], partition + 1)
+        entry["partitions"][str(partition)] = {
             "id": partition,
             "lag": lag,
-            "lag_stored": max(lag - 1, 0),
+            "lag_d": 0,
+            "lag_stored": lag,
+            "lag_stored_d": 0,
             "committed_offset": 100,
-            "stored_offset": 101,
-            "hi_offset": 100 + lag,
-            "lo_offset": 0,
+            "committed_offset_fd": 0,
+            "stored_offset": 100,
+            "stored_offset_fd": 0,
             "fetch_state": "active",
             "poll_state": "active",
+            "poll_state_ch": 0,
+            "hi_offset": 100 + lag,
+            "hi_offset_fd": 0,
+            "lo_offset": 0,
+            "eof_offset": 100 + lag,
+            "ls_offset": 100 + lag,
+            "ls_offset_d": 0,
+            "ls_offset_fd": 0,
+            "transactional": False,
         }
     return {
-        "schema_version": "1.0.0",
+        "schema_version": "1.7.0",
         "type": "consumer",
         "dispatched_at": dispatched_at,
         "process": {
             "id": process_id,
             "status": status,
             "started_at": 1_700_000_000.0,
+            "execution_mode": "embedded",
+            "listeners": {"active": 1, "standby": 0},
+            "workers": 1,
             "memory_usage": 1000,
             "memory_total_usage": 5000,
             "memory_size": 9000,
@@ -45,13 +92,31 @@ def process_report(
             "cpu_usage": [0.5, 0.25, 0.125],
             "tags": tags if tags is not None else ["spark"],
         },
+        "versions": {
+            name: "1.0.0"
+            for name in (
+                "ruby",
+                "karafka",
+                "karafka_core",
+                "karafka_web",
+                "waterdrop",
+                "rdkafka",
+                "librdkafka",
+            )
+        },
         "stats": {
             "busy": 1,
             "enqueued": 0,
+            "waiting": 0,
             "utilization": 12.5,
-            "total": {"batches": 3, "messages": 30, "errors": 1, "retries": 0, "dead": 0},
-            "lag": sum(lags.values()),
-            "lag_stored": sum(max(lag - 1, 0) for lag in lags.values()),
+            "total": {
+                "jobs": 3,
+                "batches": 3,
+                "messages": 30,
+                "errors": 1,
+                "retries": 0,
+                "dead": 0,
+            },
         },
         "consumer_groups": groups,
         "jobs": [],
@@ -59,17 +124,18 @@ def process_report(
 
 
 def flat_partitions(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The reference flattening of a report's consumer_groups/topics/partitions maps."""
+    """The reference flattening of a report's groups/subscription groups/topics/partitions."""
     rows = []
     for group_id, group in sorted(report["consumer_groups"].items()):
-        for topic_name, topic in sorted(group["topics"].items()):
-            for partition in sorted(topic["partitions"].values(), key=lambda p: p["id"]):
-                rows.append(
-                    {
-                        "consumer_group": group_id,
-                        "topic": topic_name,
-                        "partition": partition["id"],
-                        **{k: v for k, v in partition.items() if k != "id"},
-                    }
-                )
+        for _, subscription in sorted(group["subscription_groups"].items()):
+            for topic_name, topic in sorted(subscription["topics"].items()):
+                for partition in sorted(topic["partitions"].values(), key=lambda p: p["id"]):
+                    rows.append(
+                        {
+                            "consumer_group": group_id,
+                            "topic": topic_name,
+                            "partition": partition["id"],
+                            **{k: partition[k] for k in _ROW_FIELDS},
+                        }
+                    )
     return rows

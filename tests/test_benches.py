@@ -16,6 +16,7 @@ BENCHES = Path(__file__).resolve().parent.parent / "benches"
 NEEDS = {
     "core_bench.py": None,
     "producer_bench.py": "kafka",
+    "producer_instructions.py": "kafka",
     "consumer_bench.py": "kafka",
     "redelivery_bench.py": "kafka",
     "scheduler_bench.py": "kafka",

@@ -3,12 +3,26 @@ reporter does (zlib JSON from the Rust codecs, header ``zlib`` = "true", key = p
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ferrokafka import Client, codecs
+from tests import reports
 
 ZLIB_HEADER = [("zlib", b"true")]
+
+FIXTURES = Path(__file__).parent / "fixtures" / "karafka_web"
+
+
+def karafka_fixture(name: str) -> dict[str, Any]:
+    """A Karafka Web document of tests/fixtures/karafka_web (written from Karafka Web's
+    contracts and sampler; the Rust core's tests read the same files)."""
+    document: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return document
 
 
 def process_report(
@@ -21,51 +35,26 @@ def process_report(
     topic: str = "orders",
     messages: int = 50,
 ) -> dict[str, Any]:
-    """A Karafka-Web-shaped process report; ``lags`` maps partition -> lag (default {0: 3})."""
+    """A Karafka Web consumer report (schema 1.7.0); ``lags`` maps partition -> lag (default
+    {0: 3})."""
     lags = {0: 3} if lags is None else lags
-    partitions = {
-        str(partition): {
-            "id": partition,
-            "lag": lag,
-            "lag_stored": lag,
-            "committed_offset": 100,
-            "stored_offset": 100,
-            "hi_offset": 100 + lag,
-            "lo_offset": 0,
-            "fetch_state": "active",
-            "poll_state": "active",
-        }
-        for partition, lag in lags.items()
-    }
-    return {
-        "schema_version": "1.0.0",
-        "type": "consumer",
-        "dispatched_at": dispatched_at,
-        "process": {
-            "id": process_id,
-            "status": status,
-            "started_at": dispatched_at - 60,
-            "memory_usage": 120_000,
-            "memory_total_usage": 8_000_000,
-            "memory_size": 16_000_000,
-            "cpus": 2,
-            "threads": 9,
-            "cpu_usage": [0.5, 0.4, 0.3],
-            "tags": ["test"],
-        },
-        "stats": {
-            "busy": 1,
-            "enqueued": 0,
-            "utilization": 12.5,
-            "total": {"batches": 5, "messages": messages, "errors": 1, "retries": 0, "dead": 0},
-            "lag": sum(lags.values()),
-            "lag_stored": sum(lags.values()),
-        },
-        "consumer_groups": {
-            group: {"id": group, "topics": {topic: {"name": topic, "partitions": partitions}}}
-        },
-        "jobs": [],
-    }
+    report = reports.process_report(
+        process_id,
+        {(group, topic, partition): lag for partition, lag in lags.items()},
+        dispatched_at,
+        status=status,
+        tags=["test"],
+    )
+    report["process"].update(
+        started_at=dispatched_at - 60,
+        memory_usage=120_000,
+        memory_total_usage=8_000_000,
+        memory_size=16_000_000,
+        threads=9,
+        cpu_usage=[0.5, 0.4, 0.3],
+    )
+    report["stats"]["total"]["messages"] = messages
+    return report
 
 
 def error_report(
@@ -73,14 +62,14 @@ def error_report(
 ) -> dict[str, Any]:
     """An error report as a reporter sends it to the errors topic."""
     return {
-        "schema_version": "1.0.0",
+        "schema_version": "1.2.0",
         "id": error_id,
         "type": "consumer.consume.error",
         "error_class": "ValueError",
         "error_message": message,
         "backtrace": "Traceback (most recent call last): ...",
         "details": {"topic": "orders", "partition": 0},
-        "occurred_at": occurred_at,
+        "occurred_at": float(occurred_at),
         "process": {"id": process_id, "tags": []},
     }
 
@@ -133,3 +122,28 @@ def send_state_report(
         partition=partition,
         headers=ZLIB_HEADER,
     )
+
+
+def status_json(bootstrap: str, reports_topic: str, errors_topic: str) -> dict[str, Any]:
+    """What ``ferrokafka status --json`` shows of a reports and an errors topic."""
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ferrokafka",
+            "status",
+            "--json",
+            "--bootstrap-servers",
+            bootstrap,
+            "--reports-topic",
+            reports_topic,
+            "--errors-topic",
+            errors_topic,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30.0,
+    )
+    document: dict[str, Any] = json.loads(shown.stdout)
+    return document

@@ -253,11 +253,74 @@ class _RawAsyncProducer:
         """Queue a batch; returns how many records were queued and the queue size after."""
     def deliver_messages(self) -> None: ...
     def flush(self, timeout: float) -> None: ...
-    def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:
+    def poll_events(
+        self, timeout: float, max_events: int = 10_000
+    ) -> list[
+        ProducerDelivered
+        | ProducerFailed
+        | ProducerDropped
+        | ProducerDelivering
+        | ProducerRetrying
+        | ProducerShutDown
+    ]:
         """Wait up to ``timeout`` seconds for delivery and instrumentation events."""
     def shutdown(self, timeout: float) -> list[tuple[int, Message]]:
         """Stop; returns ``(ticket, message)`` for every record never handed to Kafka."""
     def stats(self) -> dict[str, int]: ...
+
+@final
+class ProducerDelivered:
+    """A tracked record the broker acknowledged."""
+
+    @property
+    def ticket(self) -> int: ...
+    @property
+    def message(self) -> Message: ...
+
+@final
+class ProducerFailed:
+    """A record that finally failed (retries exhausted, refused for good, or purged at
+    shutdown); ``message.error()`` says why. ``ticket`` is 0 when nobody waits for it."""
+
+    @property
+    def ticket(self) -> int: ...
+    @property
+    def message(self) -> Message: ...
+    @property
+    def attempts(self) -> int: ...
+
+@final
+class ProducerDropped:
+    """Records the ``drop_oldest`` policy dropped, oldest first, with their tickets."""
+
+    @property
+    def tickets(self) -> list[int]: ...
+    @property
+    def messages(self) -> list[Message]: ...
+
+@final
+class ProducerDelivering:
+    """A delivery round handed ``message_count`` records to librdkafka."""
+
+    @property
+    def message_count(self) -> int: ...
+    @property
+    def queue_size(self) -> int: ...
+
+@final
+class ProducerRetrying:
+    """librdkafka reported a failed send that will be retried."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def error(self) -> Exception: ...
+    @property
+    def attempt(self) -> int: ...
+
+@final
+class ProducerShutDown:
+    """The producer's last event: its shutdown finished."""
 
 _Id: TypeAlias = int | str
 
@@ -382,23 +445,10 @@ def decode_state_report(data: bytes, max_inflated: int = 67108864) -> dict[str, 
     """
 
 def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
-    """Validate a process report (Karafka Web's consumer report fields) and encode it as
-    zlib-compressed JSON; an invalid report raises :class:`ferrokafka.CodecError`.
-
-    Schema 1.0.0 (``ferrokafka.tracking.Reporter`` writes it; unknown fields are ignored when
-    reading, so newer minor versions stay readable):
-    ``schema_version`` "1.0.0"; ``type`` "consumer"; ``dispatched_at`` (Unix seconds);
-    ``process`` {``id`` "host:pid:random", ``status`` (initializing, initialized, running,
-    quieting, quiet, stopping, stopped), ``started_at``, ``memory_usage`` (own RSS, KiB),
-    ``memory_total_usage`` / ``memory_size`` (machine, KiB), ``cpus``, ``threads``,
-    ``cpu_usage`` (1/5/15-minute load), ``tags``}; ``stats`` {``busy``, ``enqueued``,
-    ``utilization`` (0-100), ``total`` {``batches``, ``messages``, ``errors``, ``retries``,
-    ``dead``}, ``lag``, ``lag_stored``}; ``consumer_groups`` {group id: {``id``, ``topics``
-    {name: {``name``, ``partitions`` {id: {``id``, ``lag``, ``lag_stored``,
-    ``committed_offset``, ``stored_offset``, ``hi_offset``, ``lo_offset``, ``fetch_state``,
-    ``poll_state``}}}}}} (-1 = unknown); ``jobs`` [{``consumer_group``, ``topic``,
-    ``partition``, ``first_offset``, ``last_offset``, ``committed_offset``, ``messages``,
-    ``type``, ``updated_at``}]; ``versions`` {component: version}.
+    """Validate a Karafka Web consumer report (schema 1.7.0, every rule of Karafka Web's
+    contracts) and encode it as zlib-compressed JSON; a broken rule raises
+    :class:`ferrokafka.CodecError` naming the field and the rule. The schema is the Rust core's
+    (``ferrokafka_core::codec::report``); the Reporter builds reports with :class:`ReportBuilder`.
 
     Example:
         >>> blob = encode_process_report(report)  # doctest: +SKIP
@@ -407,7 +457,8 @@ def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
     """
 
 def decode_process_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
-    """Inflate (at most ``max_inflated`` bytes), parse and validate a process report.
+    """Inflate (at most ``max_inflated`` bytes) and parse a consumer report of any schema read
+    (1.2.x to 1.7.0 and newer ones); returns it in the current schema's shape.
 
     Example: see :func:`encode_process_report`.
     """
@@ -415,7 +466,8 @@ def decode_process_report(data: bytes, max_inflated: int = 67108864) -> dict[str
 def encode_error_report(report: Mapping[str, Any], level: int = 6) -> bytes:
     """Validate an error report and encode it as zlib-compressed JSON.
 
-    The error message must be at most 10,000 characters. Example:
+    Error schema 1.2.0 (with ``id``); the error message must be at most 10,000 characters.
+    Example:
         >>> blob = encode_error_report(error)  # doctest: +SKIP
         >>> decode_error_report(blob)["error_class"]  # doctest: +SKIP
         'ValueError'
@@ -756,14 +808,18 @@ class _RawQueueConsumer:
         group_id: str,
         redelivery_timeout: float,
         marker_timeout: float,
+        max_batch_size: int,
+        auto_keepalive: bool,
     ) -> _RawQueueConsumer: ...
     def fetch(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages whose START markers are written and offsets
         committed; ``[]`` when none came within ``timeout`` seconds (None: wait for one)."""
     def ack(self, partition: int, offset: int) -> None:
         """Write the END marker of the message at ``partition``/``offset``."""
-    def nack(self, partition: int, offset: int) -> None:
-        """Make the message due for redelivery now."""
+    def ack_many(self, messages: list[tuple[int, int]]) -> None:
+        """Write the END markers of the messages at these ``(partition, offset)`` pairs."""
+    def nack(self, partition: int, offset: int, now: bool) -> None:
+        """Stop keeping the message alive; ``now``: make it due for redelivery at once."""
     def keepalive(self, partition: int, offset: int) -> None:
         """Move the message's deadline to now + the redelivery timeout."""
     def flush(self, timeout: float) -> None:
@@ -795,3 +851,103 @@ class _RawRedeliveryTracker:
         """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
     def status(self) -> list[dict[str, Any]]:
         """Per-partition figures."""
+
+@final
+class ReportBuilder:
+    """Builds the Reporter's Karafka Web reports from its samples (dicts of the sample
+    dataclasses of :mod:`ferrokafka.tracking`); keeps the counts of the last report, since a
+    report carries the counts since the previous one."""
+
+    def __init__(self) -> None: ...
+    def consumer_report(
+        self, process: Mapping[str, Any], sources: list[Any], now: float, level: int = 6
+    ) -> bytes:
+        """The consumer report at ``now``, checked against Karafka Web's contracts and
+        zlib-compressed; a broken rule raises :class:`ferrokafka.CodecError`."""
+    @staticmethod
+    def error_report(sample: Mapping[str, Any], level: int = 6) -> bytes:
+        """The error report (schema 1.2.0) of ``sample``, checked and zlib-compressed."""
+
+@final
+class ReportPartition:
+    """One assigned partition of a consumer report (librdkafka's figures; ``lag_hybrid`` is
+    ``lag_stored`` unless unknown, else ``lag``)."""
+
+    consumer_group: str
+    subscription_group: str
+    topic: str
+    partition: int
+    lag: int
+    lag_stored: int
+    lag_hybrid: int
+    committed_offset: int
+    stored_offset: int
+    hi_offset: int
+    lo_offset: int
+    ls_offset: int
+    fetch_state: str
+    poll_state: str
+
+@final
+class ConsumerReportView:
+    """A consumer report of any schema read, as ``ferrokafka status`` shows it; ``totals``
+    count since the process's previous report; ``newer_schema`` flags a report of a schema
+    newer than this build reads in full."""
+
+    schema_version: str
+    newer_schema: bool
+    dispatched_at: float
+    id: str
+    status: str
+    execution_mode: str | None
+    started_at: float
+    memory_usage: int
+    memory_total_usage: int
+    memory_size: int
+    cpus: int
+    threads: int
+    workers: int
+    listeners_active: int
+    listeners_standby: int
+    cpu_usage: list[float]
+    tags: list[str]
+    versions: dict[str, str]
+    busy: int
+    enqueued: int
+    waiting: int
+    utilization: float
+    lag: int
+    lag_committed: int
+    totals: dict[str, int]
+    jobs: int
+    partitions: list[ReportPartition]
+
+@final
+class ErrorReportView:
+    """An error report of any schema read (``id`` is ``None`` before schema 1.2.0)."""
+
+    schema_version: str
+    id: str | None
+    kind: str
+    error_class: str
+    error_message: str
+    backtrace: str
+    details: dict[str, Any]
+    occurred_at: float
+    process_id: str
+    tags: list[str]
+
+def view_consumer_report(data: bytes, max_inflated: int = 67108864) -> ConsumerReportView:
+    """Decode a zlib JSON consumer report (schemas 1.2.x to 1.7.0, newer ones flagged)."""
+
+def view_error_report(data: bytes, max_inflated: int = 67108864) -> ErrorReportView:
+    """Decode a zlib JSON error report (schemas 1.0.0 to 1.2.0)."""
+
+def consumer_report_violations_of(report: Any) -> list[tuple[str, str]]:
+    """``(field, rule)`` for every rule of Karafka Web's consumer report contracts (Report,
+    ConsumerGroup, SubscriptionGroup, Topic, Partition, Job) that ``report`` (decoded JSON)
+    breaks; empty when it is valid."""
+
+def error_report_violations_of(report: Any) -> list[tuple[str, str]]:
+    """``(field, rule)`` for every rule of Karafka Web's error report contract ``report``
+    breaks; empty when it is valid."""

@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--flush-batch-size",
         type=_positive_int,
         default=1000,
-        help="messages per synchronous flush",
+        help="messages (targets plus tombstones) per dispatched chunk",
     )
     scheduler.add_argument(
         "--interval-ms",

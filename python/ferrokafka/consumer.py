@@ -40,7 +40,7 @@ from typing import Any, Literal, TypeAlias
 
 from ferrokafka._native import Batch, _RawConsumer
 from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
-from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
+from ferrokafka.tracking import JobSample, PartitionSample, Reporter, SourceSample
 
 __all__ = [
     "AsyncConsumer",
@@ -140,36 +140,30 @@ def _non_negative(name: str, value: int) -> int:
 
 
 def _partition_sample(stats: dict[str, Any], read_committed: bool) -> PartitionSample:
-    """A partition's lag and offsets for a process report, from the consumer's own progress
-    and librdkafka's statistics. Lag counts from the last committed offset, or, before the
-    first commit, from where this consumer began reading the partition."""
-    broker: dict[str, Any] = stats.get("broker") or {}
-    hi, lo = broker.get("hi_offset", -1), broker.get("lo_offset", -1)
-    last_stable = broker.get("ls_offset", -1)
-    end = last_stable if read_committed and last_stable >= 0 else hi
-    committed = stats.get("committed")
-    if committed is None and broker.get("committed_offset", -1) >= 0:
-        committed = broker["committed_offset"]
-    base = committed
-    if base is None:
-        base = stats.get("first_received")
-    if base is None and broker.get("next_offset", -1) >= 0:
-        base = broker["next_offset"]
-    stored = stats.get("position")
-    if stored is None:
-        stored = base
-    return PartitionSample(
-        topic=stats["topic"],
-        partition=stats["partition"],
-        lag=max(0, end - base) if end >= 0 and base is not None else -1,
-        lag_stored=max(0, end - stored) if end >= 0 and stored is not None else -1,
-        committed_offset=-1 if committed is None else committed,
-        stored_offset=-1 if stored is None else stored,
-        hi_offset=hi,
-        lo_offset=lo,
-        fetch_state=broker.get("fetch_state", "unknown"),
-        poll_state="paused" if stats.get("paused") else "active",
+    """A partition for a process report: librdkafka's statistics of it as the engine keeps them
+    (with their changes between statistics) and whether load control paused it.
+
+    librdkafka knows no lag before the group's first commit; then, like Karafka Web's enricher
+    that fills it from the consumer's own position, the lag counts from where this consumer
+    began reading the partition (its first record, or the fetch position)."""
+    broker: dict[str, Any] | None = stats.get("broker")
+    sample = PartitionSample(
+        stats["topic"], stats["partition"], paused=bool(stats.get("paused")), statistics=broker
     )
+    if broker is None:
+        return sample
+    last_stable, high = broker["ls_offset"], broker["hi_offset"]
+    end = last_stable if read_committed and last_stable >= 0 else high
+    started = stats.get("first_received")
+    if started is None and broker["next_offset"] >= 0:
+        started = broker["next_offset"]
+    if broker["lag"] < 0 and end >= 0 and started is not None:
+        sample.lag = max(0, end - started)
+    stored = stats.get("position")
+    stored = started if stored is None else stored
+    if broker["lag_stored"] < 0 and end >= 0 and stored is not None:
+        sample.lag_stored = max(0, end - stored)
+    return sample
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,7 +302,10 @@ class _Core:
         self.report_group = str(self.config.get("group.id") or "ferrokafka-without-group")
         self._handler_errors = 0
         self._busy_seconds = 0.0
-        self._running_jobs: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self._running_jobs: dict[tuple[str, int, int], JobSample] = {}
+        self._jobs_started = 0
+        # Reports name the handler where Karafka names the consumer class.
+        self.handler_name = "handler"
 
     def open(self) -> _RawConsumer:
         """Creates the engine: subscribes, or assigns (asking the broker for offsets)."""
@@ -353,9 +350,17 @@ class _Core:
         read_committed = self.config.get("isolation.level", "read_committed") == "read_committed"
         partitions = [_partition_sample(p, read_committed) for p in stats["partitions"]]
         jobs = list(self._running_jobs.values())
+        instance_id = self.config.get("group.instance.id")
         return SourceSample(
             group=self.report_group,
             partitions=partitions,
+            group_state=stats.get("group"),
+            poll_age=stats.get("poll_age") or 0.0,
+            bytes_received=stats.get("bytes_received"),
+            bytes_sent=stats.get("bytes_sent"),
+            instance_id=None if instance_id is None else str(instance_id),
+            poll_interval=int(self.config.get("max.poll.interval.ms", 300_000)),
+            jobs_total=self._jobs_started,
             batches=stats.get("batches", 0),
             messages=stats.get("handled", 0),
             errors=self._handler_errors,
@@ -391,17 +396,18 @@ class _Core:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.start", {**payload, "system_time": time.time()})
         if self.reporter is not None:
-            self._running_jobs[(topic, partition, batch[0].offset())] = {
-                "consumer_group": self.report_group,
-                "topic": topic,
-                "partition": partition,
-                "first_offset": batch[0].offset(),
-                "last_offset": batch[-1].offset(),
-                "committed_offset": -1,
-                "messages": len(batch),
-                "type": "consume",
-                "updated_at": time.time(),
-            }
+            kind, stamp = batch[-1].timestamp()
+            self._jobs_started += 1
+            self._running_jobs[(topic, partition, batch[0].offset())] = JobSample(
+                handler=self.handler_name,
+                topic=topic,
+                partition=partition,
+                first_offset=batch[0].offset(),
+                last_offset=batch[-1].offset(),
+                messages=len(batch),
+                started_at=time.time(),
+                last_timestamp_ms=stamp if kind else None,
+            )
         return time.monotonic()
 
     def _job_finished(self, topic: str, partition: int, batch: Batch, started: float) -> None:
@@ -584,7 +590,8 @@ class Consumer:
         if inspect.iscoroutinefunction(handler):
             raise TypeError("handler is a coroutine function: use ferrokafka.AsyncConsumer")
         self._handler = handler
-        self._core = _Core(config, subscriptions, _options(options, settings))
+        self._core = core = _Core(config, subscriptions, _options(options, settings))
+        core.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
         self._workers: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -763,7 +770,8 @@ class AsyncConsumer:
                 "use ferrokafka.Consumer for a plain function"
             )
         self._handler = handler
-        self._core = _Core(config, subscriptions, _options(options, settings))
+        self._core = core = _Core(config, subscriptions, _options(options, settings))
+        core.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
         self._executor: ThreadPoolExecutor | None = None
         self._dispatcher: asyncio.Task[None] | None = None
         self._workers: set[asyncio.Task[None]] = set()

@@ -23,10 +23,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal, TypeAlias
 
-from ferrokafka._native import Message, _RawAsyncProducer
+from ferrokafka._native import (
+    Message,
+    ProducerDelivered,
+    ProducerDelivering,
+    ProducerDropped,
+    ProducerFailed,
+    ProducerRetrying,
+    ProducerShutDown,
+    _RawAsyncProducer,
+)
 from ferrokafka.exceptions import BufferOverflow, ClosedError
 
 __all__ = ["AsyncProducer", "DeliveryCallback", "InstrumentationCallback"]
+
+# What the native producer's event poll returns, one class per kind.
+ProducerEvent: TypeAlias = (
+    ProducerDelivered
+    | ProducerFailed
+    | ProducerDropped
+    | ProducerDelivering
+    | ProducerRetrying
+    | ProducerShutDown
+)
 
 log = logging.getLogger("ferrokafka.producer")
 
@@ -317,54 +336,55 @@ class AsyncProducer:
             while events := self._raw.poll_events(0.0):
                 self._dispatch(events)
 
-    def _dispatch(self, events: list[tuple[Any, ...]]) -> bool:
+    def _dispatch(self, events: list[ProducerEvent]) -> bool:
         """Runs the callbacks of ``events``; True once the producer's last event came."""
         failures: dict[str, list[Any]] = {}  # topic -> [count, last error]: one log line each
         shut_down = False
         for event in events:
-            kind = event[0]
-            if kind == "shut_down":
-                shut_down = True
-            elif kind == "delivered":
-                _, ticket, message = event
-                self._settle(ticket, None, message)
-            elif kind == "failed":
-                _, ticket, message, attempts = event
+            if isinstance(event, ProducerDelivered):
+                self._settle(event.ticket, None, event.message)
+            elif isinstance(event, ProducerFailed):
+                message = event.message
                 error = message.error()
                 failures.setdefault(message.topic(), [0, error])[0] += 1
                 failures[message.topic()][1] = error
                 with self._waiters_lock:
                     self._failed.append(message)
-                self._settle(ticket, error, message)
+                self._settle(event.ticket, error, message)
                 self._publish(
                     "delivery_error",
                     {
                         "topic": message.topic(),
                         "error": error,
-                        "attempt": attempts,
+                        "attempt": event.attempts,
                         "final": True,
                         "message": message,
                     },
                 )
-            elif kind == "delivery_error":
-                _, topic, error, attempt = event
+            elif isinstance(event, ProducerRetrying):
                 self._publish(
                     "delivery_error",
-                    {"topic": topic, "error": error, "attempt": attempt, "final": False},
+                    {
+                        "topic": event.topic,
+                        "error": event.error,
+                        "attempt": event.attempt,
+                        "final": False,
+                    },
                 )
-            elif kind == "drop_messages":
-                _, dropped = event
-                for ticket, message in dropped:
+            elif isinstance(event, ProducerDropped):
+                messages = event.messages
+                for ticket, message in zip(event.tickets, messages, strict=True):
                     self._settle(ticket, BufferOverflow("dropped by drop_oldest"), message)
-                messages = [message for _, message in dropped]
                 self._publish(
                     "drop_messages", {"message_count": len(messages), "messages": messages}
                 )
-            elif kind == "deliver_messages":
-                _, count, queue_size = event
+            elif isinstance(event, ProducerDelivering):
                 self._publish(
-                    "deliver_messages", {"message_count": count, "queue_size": queue_size}
+                    "deliver_messages",
+                    {"message_count": event.message_count, "queue_size": event.queue_size},
                 )
+            elif isinstance(event, ProducerShutDown):
+                shut_down = True
         for topic, (count, error) in failures.items():
             log.warning("%d message(s) to %s failed and were handed back: %s", count, topic, error)
         return shut_down

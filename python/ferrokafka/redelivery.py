@@ -2,13 +2,18 @@
 
 A :class:`QueueConsumer` reads a *queue* topic. Before it hands a message out, it writes a START
 marker to a *markers* topic (the message id, its redelivery deadline and the message itself) and
-commits the queue offset. :meth:`QueueConsumer.ack` writes an END marker;
-:meth:`QueueConsumer.keepalive` pushes the deadline out by ``redelivery_timeout``;
-:meth:`QueueConsumer.nack` makes the message due at once. A :class:`RedeliveryTracker` daemon
+commits the queue offset. While the handler works, the consumer's keepalive thread pushes the
+deadline out every half ``redelivery_timeout`` (kafka-mq-go's keep-alive timer).
+:meth:`QueueConsumer.ack` writes an END marker; :meth:`QueueConsumer.nack` gives the message up,
+to be redelivered at once or once its deadline passes. A :class:`RedeliveryTracker` daemon
 (``ferrokafka redelivery``) reads the markers and re-produces every message whose deadline
 passed to its queue partition, with the ``ferrokafka_redelivery_count`` header incremented; after
 ``max_redeliveries`` it goes to the dead-letter topic instead. Delivery is at-least-once: a
 handler must tolerate seeing a message again.
+
+On a broker with KIP-932 share groups, ``QueueConsumer(..., backend="share")`` (or ``"auto"``)
+gives the same API with the broker tracking every message instead of markers and a tracker
+(:mod:`ferrokafka.share_queue`).
 
 Markers are the compact, versioned binary format of :func:`ferrokafka.codecs.encode_marker`;
 every marker of a message goes to markers partition ``queue partition % markers partitions``,
@@ -26,12 +31,16 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
+
+from confluent_kafka import KafkaException
 
 from ferrokafka._native import Message, _RawQueueConsumer, _RawRedeliveryTracker
-from ferrokafka.exceptions import ClosedError
+from ferrokafka.exceptions import ClosedError, ConfigError
+from ferrokafka.share_queue import ShareMessage, ShareQueue, configure_share_group
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 __all__ = [
@@ -40,6 +49,7 @@ __all__ = [
     "ORIGINAL_TOPIC_HEADER",
     "REDELIVERY_COUNT_HEADER",
     "QueueConsumer",
+    "QueueMessage",
     "RedeliveryTracker",
     "redelivery_count",
 ]
@@ -55,8 +65,15 @@ ORIGINAL_OFFSET_HEADER = "ferrokafka_original_offset"
 
 _Config = Mapping[str, str | int | float | bool]
 
+QueueMessage = Message | ShareMessage
+"""A message handed out by :class:`QueueConsumer`: ferrokafka's (markers backend) or
+confluent-kafka's (share backend); both have ``topic()``, ``partition()``, ``offset()``,
+``key()``, ``value()``, ``headers()`` and ``timestamp()``."""
 
-def redelivery_count(message: Message) -> int:
+log = logging.getLogger("ferrokafka.redelivery")
+
+
+def redelivery_count(message: QueueMessage) -> int:
     """How many times ``message`` was redelivered: 0 for a first delivery.
 
     Example:
@@ -74,26 +91,58 @@ class QueueConsumer:
     """Consumes a queue topic with acknowledgements; unacknowledged messages come back.
 
     Each message is handed out only after its START marker was acknowledged by the markers
-    topic and its queue offset committed. Then, within ``redelivery_timeout`` seconds, call
-    :meth:`ack` (done), :meth:`keepalive` (still working: the deadline moves to now +
-    ``redelivery_timeout``) or :meth:`nack` (failed: redeliver at once; it counts as a
-    redelivery, so it is dead-lettered after ``max_redeliveries``). A message that gets none of
-    these in time, e.g. because the process died, is redelivered by the
+    topic and its queue offset committed. From then until :meth:`ack` or :meth:`nack` the
+    message is *in flight*: with ``auto_keepalive`` (the default) a Rust thread of the consumer
+    writes a KEEPALIVE for it every ``redelivery_timeout / 2``, so a slow handler keeps its
+    message as long as its process lives (kafka-mq-go's semantics; a handler stuck forever keeps
+    it forever). Finish every message with one of:
+
+    - :meth:`ack`: done; it is never redelivered.
+    - :meth:`nack` (``redeliver="now"``): failed; the tracker redelivers it at once.
+    - :meth:`nack` (``redeliver="after_timeout"``, kafka-mq-go's Interrupt): only its keepalive
+      stops; it is redelivered when its current deadline passes, at most ``redelivery_timeout``
+      from now.
+
+    A redelivery either way counts (the ``ferrokafka_redelivery_count`` header); past the
+    tracker's ``max_redeliveries`` it goes to the dead-letter topic. Without ``auto_keepalive``,
+    call :meth:`keepalive` yourself within each ``redelivery_timeout``. A message that gets
+    nothing in time, e.g. because the process died, is redelivered by the
     :class:`RedeliveryTracker`.
 
-    Messages are fetched in batches of at most ``max_batch_size`` and their deadlines start
-    when the batch is fetched: keep the batch small enough to handle within the timeout.
-    ``ack``/``nack``/``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until
-    their markers are written. Waits release the GIL and can be interrupted with Ctrl-C.
+    Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, a
+    Rust thread prepares the next batch (START markers and offset commit) while this one is
+    handled, so up to two batches are in flight ahead of the handler; their deadlines start
+    then (and are kept alive). Messages prepared but not handed out when the consumer closes
+    come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
+    ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers
+    are written. Waits release the GIL and can be interrupted with Ctrl-C.
+
+    Backends: ``backend="markers"`` (the default; any broker; needs a
+    :class:`RedeliveryTracker`) is described above. ``backend="share"`` uses a KIP-932 share
+    group (Kafka 4.2+) through ``confluent_kafka.ShareConsumer``: the broker tracks every
+    message, no markers topic and no tracker are needed; ``ack`` accepts, ``nack`` releases,
+    and past ``max_redeliveries`` the message is copied to ``dead_letter_topic`` and rejected.
+    Its lock cannot be extended (``keepalive`` and ``nack(redeliver="after_timeout")`` raise
+    ``NotImplementedError``), and every message handed out must be acked or nacked before
+    more are consumed. ``backend="auto"`` takes share groups when the broker accepts the
+    group's share settings, markers otherwise; :attr:`backend` tells which. See
+    :mod:`ferrokafka.share_queue`.
 
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``session.timeout.ms``, ...).
         queue_topic: the topic to consume.
-        markers_topic: the markers topic (must exist) read by the tracker.
+        markers_topic: the markers topic (must exist) read by the tracker (markers backend).
         redelivery_timeout: seconds a handler has before its message is redelivered [60].
         group_id: consumer group [``ferrokafka-queue-<queue_topic>``].
         max_batch_size: most messages fetched (and marked) at once [500].
-        marker_timeout: seconds to wait for a batch's START markers and metadata [30].
+        marker_timeout: seconds to wait for a batch's START markers and metadata (share
+            backend: for the group's settings) [30].
+        auto_keepalive: keep in-flight messages alive every ``redelivery_timeout / 2`` [True]
+            (markers backend).
+        backend: ``"markers"``, ``"share"`` or ``"auto"`` [``"markers"``].
+        max_redeliveries: share backend: redeliveries before dead-lettering [3] (the markers
+            backend takes it on the :class:`RedeliveryTracker`).
+        dead_letter_topic: share backend: where messages go after that [None: log and drop].
 
     Example:
         >>> queue = QueueConsumer(
@@ -114,21 +163,48 @@ class QueueConsumer:
         group_id: str | None = None,
         max_batch_size: int = 500,
         marker_timeout: float = 30.0,
+        auto_keepalive: bool = True,
+        backend: Literal["markers", "share", "auto"] = "markers",
+        max_redeliveries: int = 3,
+        dead_letter_topic: str | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        self._raw = _RawQueueConsumer(
-            dict(config),
-            queue_topic,
-            markers_topic,
-            group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
-            redelivery_timeout,
-            marker_timeout,
-        )
+        if backend not in ("markers", "share", "auto"):
+            raise ValueError(f"backend must be 'markers', 'share' or 'auto', got {backend!r}")
+        if max_redeliveries < 0:
+            raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
+        group = group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}"
+        self._share: ShareQueue | None = None
+        self._raw: _RawQueueConsumer | None = None
+        if backend != "markers":
+            try:
+                configure_share_group(
+                    config, group, redelivery_timeout, max_redeliveries, marker_timeout
+                )
+            except KafkaException as e:
+                if backend == "share":
+                    raise ConfigError(f"share group {group!r} cannot be set up: {e}") from e
+                log.info("no share groups on this broker (%s): using markers", e)
+            else:
+                self._share = ShareQueue(
+                    config, queue_topic, group, max_redeliveries, dead_letter_topic
+                )
+        if self._share is None:
+            self._raw = _RawQueueConsumer(
+                dict(config),
+                queue_topic,
+                markers_topic,
+                group,
+                redelivery_timeout,
+                marker_timeout,
+                max_batch_size,
+                auto_keepalive,
+            )
         self._max_batch_size = max_batch_size
-        self._buffer: deque[Message] = deque()
+        self._buffer: deque[QueueMessage] = deque()
 
-    def consume(self, num_messages: int = 500, timeout: float | None = None) -> list[Message]:
+    def consume(self, num_messages: int = 500, timeout: float | None = None) -> list[QueueMessage]:
         """Up to ``num_messages`` messages (buffered ones first), waiting up to ``timeout``
         seconds (None: until one comes) for the first; ``[]`` when none came.
 
@@ -139,23 +215,37 @@ class QueueConsumer:
         if num_messages < 1:
             raise ValueError(f"num_messages must be >= 1, got {num_messages}")
         if not self._buffer:
-            wait = None if timeout is None else max(timeout, 0.001)
-            return self._raw.fetch(min(num_messages, self._max_batch_size), wait)
+            return self._fetch(min(num_messages, self._max_batch_size), timeout)
         taken = min(num_messages, len(self._buffer))
         return [self._buffer.popleft() for _ in range(taken)]
 
-    def poll(self, timeout: float | None = None) -> Message | None:
+    @property
+    def backend(self) -> Literal["markers", "share"]:
+        """The backend in use (``"auto"`` resolved)."""
+        return "share" if self._share is not None else "markers"
+
+    def _markers(self) -> _RawQueueConsumer:
+        if self._raw is None:
+            raise NotImplementedError("not available on the share backend")
+        return self._raw
+
+    def _fetch(self, count: int, timeout: float | None) -> list[QueueMessage]:
+        if self._share is not None:
+            return list(self._share.consume(count, timeout))
+        wait = None if timeout is None else max(timeout, 0.001)
+        return list(self._markers().fetch(count, wait))
+
+    def poll(self, timeout: float | None = None) -> QueueMessage | None:
         """The next message, or ``None`` when none came within ``timeout`` seconds.
 
         Example:
             >>> message = queue.poll(timeout=1.0)  # doctest: +SKIP
         """
         if not self._buffer:
-            wait = None if timeout is None else max(timeout, 0.001)
-            self._buffer.extend(self._raw.fetch(self._max_batch_size, wait))
+            self._buffer.extend(self._fetch(self._max_batch_size, timeout))
         return self._buffer.popleft() if self._buffer else None
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[QueueMessage]:
         """Yields messages, waiting for new ones in between, until the consumer is closed
         (for example by :meth:`close` from another thread)."""
         while True:
@@ -166,33 +256,70 @@ class QueueConsumer:
             if message is not None:
                 yield message
 
-    def ack(self, message: Message) -> None:
+    def ack(self, message: QueueMessage) -> None:
         """Processing of ``message`` succeeded: it will not be redelivered."""
-        self._raw.ack(message.partition(), message.offset())
+        self.ack_many([message])
 
-    def nack(self, message: Message) -> None:
-        """Processing of ``message`` failed: the tracker redelivers it at once (with its
-        redelivery count incremented, or to the dead-letter topic past ``max_redeliveries``)."""
-        self._raw.nack(message.partition(), message.offset())
+    def ack_many(self, messages: list[QueueMessage]) -> None:
+        """:meth:`ack` for a whole batch in one native call.
 
-    def keepalive(self, message: Message) -> None:
-        """Still working on ``message``: its deadline moves to now + ``redelivery_timeout``."""
-        self._raw.keepalive(message.partition(), message.offset())
+        Example:
+            >>> batch = queue.consume(100, timeout=1.0)  # doctest: +SKIP
+            >>> queue.ack_many(batch)  # doctest: +SKIP
+        """
+        offsets = [(m.partition() or 0, m.offset() or 0) for m in messages]
+        if self._share is not None:
+            self._share.ack_many(offsets)
+        else:
+            self._markers().ack_many(offsets)
+
+    def nack(
+        self, message: QueueMessage, *, redeliver: Literal["now", "after_timeout"] = "now"
+    ) -> None:
+        """Processing of ``message`` failed; it is redelivered with its redelivery count
+        incremented (or dead-lettered past ``max_redeliveries``): ``"now"`` at once,
+        ``"after_timeout"`` once its current deadline passes (its keepalive stops; at most
+        ``redelivery_timeout`` from now).
+
+        Example:
+            >>> queue.nack(message, redeliver="after_timeout")  # doctest: +SKIP
+        """
+        if redeliver not in ("now", "after_timeout"):
+            raise ValueError(f"redeliver must be 'now' or 'after_timeout', got {redeliver!r}")
+        now = redeliver == "now"
+        if self._share is not None:
+            self._share.nack(message, now)
+        else:
+            self._markers().nack(message.partition() or 0, message.offset() or 0, now)
+
+    def keepalive(self, message: QueueMessage) -> None:
+        """Still working on ``message``: its deadline moves to now + ``redelivery_timeout``
+        (done automatically with ``auto_keepalive``)."""
+        if self._share is not None:
+            self._share.keepalive()
+        self._markers().keepalive(message.partition() or 0, message.offset() or 0)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every ack/nack/keepalive marker so far is written (TimeoutError after
-        ``timeout`` seconds)."""
-        self._raw.flush(timeout)
+        ``timeout`` seconds); on the share backend, commit the acknowledgements."""
+        if self._share is not None:
+            self._share.flush(timeout)
+        else:
+            self._markers().flush(timeout)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: received, acked, nacked, keepalives, failed_markers."""
-        return self._raw.stats()
+        """Counters: received, acked, nacked, keepalives, failed_markers (on the share backend:
+        partitions whose acknowledgements the broker refused; and dead_lettered)."""
+        return self._share.stats() if self._share is not None else self._markers().stats()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Write the pending markers, then leave the group. Buffered messages not yet handed
+        """Write the pending markers, then leave the group. Prepared messages not yet handed
         out are redelivered after their deadline."""
         self._buffer.clear()
-        self._raw.close(timeout)
+        if self._share is not None:
+            self._share.close(timeout)
+        else:
+            self._markers().close(timeout)
 
     def __enter__(self) -> QueueConsumer:
         return self
@@ -281,6 +408,7 @@ class RedeliveryTracker:
         )
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter
+        self._poll_interval = int(config.get("max.poll.interval.ms", 300_000))
 
     def start(self) -> RedeliveryTracker:
         """Start the daemon thread (once); returns self. Bad settings raise here."""
@@ -338,7 +466,7 @@ class RedeliveryTracker:
                     row["partition"],
                     lag=row["open"],
                     lag_stored=row["open"],
-                    committed_offset=-1 if row["committed"] is None else row["committed"],
+                    committed_offset=row["committed"],
                     fetch_state="caught_up" if row["caught_up"] else "replaying",
                 )
                 for row in rows
@@ -348,6 +476,7 @@ class RedeliveryTracker:
             retries=sum(row["redelivered"] for row in rows),
             dead=sum(row["dead_lettered"] + row["dropped"] for row in rows),
             workers=max(1, len(rows)),
+            poll_interval=self._poll_interval,
         )
 
     def __enter__(self) -> RedeliveryTracker:

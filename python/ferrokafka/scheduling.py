@@ -182,7 +182,7 @@ class Scheduler:
         schedules_topics: the schedules topics to serve.
         group_id: consumer group of the daemons sharing these topics; Karafka's by default,
             so ferrokafka and Karafka daemons split the partitions [DEFAULT_GROUP_ID].
-        flush_batch_size: most messages produced per synchronous flush [1000].
+        flush_batch_size: most messages (targets plus tombstones) per dispatched chunk [1000].
         state_interval: least seconds between periodic state reports of a partition [5, Karafka's
             tick].
         states_postfix: states topic name suffix ["_states"].
@@ -228,6 +228,8 @@ class Scheduler:
             config["group.instance.id"] = instance_id
         self._group_id = group_id
         self._reporter = reporter
+        self._instance_id = instance_id
+        self._poll_interval = int(config.get("max.poll.interval.ms", 300_000))
         self._raw = _RawScheduler(
             config,
             list(schedules_topics),
@@ -289,6 +291,8 @@ class Scheduler:
             messages=sum(row["dispatched"] for row in rows),
             errors=sum(row["skipped"] for row in rows),
             workers=max(1, len(rows)),
+            instance_id=self._instance_id,
+            poll_interval=self._poll_interval,
         )
 
     def __enter__(self) -> Scheduler:

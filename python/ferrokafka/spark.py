@@ -446,7 +446,7 @@ def read_reports(
     per partition, ``jobs``, ``error``). Undecodable records are rows with ``error`` set.
 
     Example:
-        >>> read_reports(spark, "127.0.0.1:9092", "ferrokafka_consumers_reports").select(
+        >>> read_reports(spark, "127.0.0.1:9092", "karafka_consumers_reports").select(
         ...     "process_id", F.explode("partitions").alias("p")).show()  # doctest: +SKIP
     """
     raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options)
@@ -527,7 +527,7 @@ def stream_lag(
     sink that supports complete mode). Returns the running query.
 
     Example:
-        >>> reports = "ferrokafka_consumers_reports"
+        >>> reports = "karafka_consumers_reports"
         >>> query = stream_lag(spark, "127.0.0.1:9092", reports)  # doctest: +SKIP
         >>> query.processAllAvailable()  # doctest: +SKIP
         >>> spark.table("ferrokafka_lag").show()  # doctest: +SKIP

@@ -1,14 +1,17 @@
 """Process and error reports for dashboards: the tracking reporter (Karafka Web's pattern).
 
 A :class:`Reporter` samples the process (id ``"host:pid:random"``, memory, CPU, threads,
-status, versions) and the components tracked by it (per-partition lag and offsets, processed /
-errored / retried counts, running jobs) and sends one zlib-compressed JSON report, keyed by
-process id with header ``zlib: true``, to the reports topic: the first at once, then at most
-every ``interval`` seconds, and at once whenever the status changes. Each error reported with
-:meth:`Reporter.report_error` goes to the errors topic with the next report. The schema is
-Karafka Web's consumer report (version ``1.0.0``, documented in ``ferrokafka/_native.pyi`` under
-``encode_process_report``); the Rust codec validates every report before it is sent, so an
-invalid report raises :class:`ferrokafka.CodecError` and nothing reaches the topic.
+status, versions) and the components tracked by it (per-partition librdkafka statistics,
+processed / errored / retried counts, running jobs) and hands the samples to the Rust core,
+which builds Karafka Web's consumer report (schema 1.7.0), checks it against Karafka Web's
+contracts and compresses it. The report goes, as Karafka Web's own reporter sends it, to
+partition 0 of the reports topic (``karafka_consumers_reports``), keyed by process id with header
+``zlib: true``: the first at once, then at most every ``interval`` seconds, and at once whenever
+the status changes. Each error reported with :meth:`Reporter.report_error` goes to the errors
+topic (``karafka_errors``, error schema 1.2.0) with the next report. A Karafka Web UI pointed at
+the same cluster lists the process; the README's table (under "Tracking reporter") maps each
+field to where ferrokafka fills it from. An invalid report raises
+:class:`ferrokafka.CodecError` naming the broken rule, and nothing reaches the topic.
 
 :class:`ferrokafka.Consumer`, :class:`ferrokafka.AsyncConsumer`,
 :class:`ferrokafka.scheduling.Scheduler` and :class:`ferrokafka.redelivery.RedeliveryTracker`
@@ -33,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -49,9 +53,9 @@ from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 from ferrokafka._native import (
     Client,
+    ReportBuilder,
     __version__,
-    encode_error_report,
-    encode_process_report,
+    decode_process_report,
     librdkafka_version,
 )
 from ferrokafka._validation import check_config_mapping, checked_seconds
@@ -59,10 +63,10 @@ from ferrokafka._validation import check_config_mapping, checked_seconds
 __all__ = [
     "DEFAULT_ERRORS_TOPIC",
     "DEFAULT_REPORTS_TOPIC",
-    "MAX_ERROR_MESSAGE_CHARS",
-    "REPORT_SCHEMA_VERSION",
     "REPORT_TTL",
+    "JobSample",
     "PartitionSample",
+    "ProcessFacts",
     "ProcessStatus",
     "Reporter",
     "SourceSample",
@@ -71,20 +75,14 @@ __all__ = [
 
 log = logging.getLogger("ferrokafka.tracking")
 
-DEFAULT_REPORTS_TOPIC = "ferrokafka_consumers_reports"
-"""Where reporters send process reports unless told otherwise."""
+DEFAULT_REPORTS_TOPIC = "karafka_consumers_reports"
+"""Where reporters send process reports unless told otherwise (Karafka Web's topic)."""
 
-DEFAULT_ERRORS_TOPIC = "ferrokafka_errors"
-"""Where reporters send error reports unless told otherwise."""
+DEFAULT_ERRORS_TOPIC = "karafka_errors"
+"""Where reporters send error reports unless told otherwise (Karafka Web's topic)."""
 
 REPORT_TTL = 30.0
 """Seconds after its last report that a process counts as stale (Karafka Web uses 30 s)."""
-
-REPORT_SCHEMA_VERSION = "1.0.0"
-"""The process and error report schema version this build writes."""
-
-MAX_ERROR_MESSAGE_CHARS = 10_000
-"""Error messages are cut to this many characters before they are sent."""
 
 MAX_PENDING_ERRORS = 1000
 """Errors kept for sending while the errors topic cannot be reached; older ones are dropped
@@ -95,35 +93,53 @@ ProcessStatus: TypeAlias = Literal[
 ]
 ConfigValue: TypeAlias = str | int | float | bool
 
-_UNKNOWN_OFFSET = -1
-
 
 @dataclass
 class PartitionSample:
-    """One partition as a tracked component sees it; offsets are ``-1`` when unknown."""
+    """One partition as a tracked component sees it: librdkafka's ``statistics`` of it where the
+    component has them (as the consumer engine keeps them), and what the component knows
+    better (a daemon's pending work as ``lag``, its own ``fetch_state``; ``None``: take the
+    statistics'). What nobody knows stays librdkafka's "unknown" in the report."""
 
     topic: str
     partition: int
-    lag: int = _UNKNOWN_OFFSET
-    lag_stored: int = _UNKNOWN_OFFSET
-    committed_offset: int = _UNKNOWN_OFFSET
-    stored_offset: int = _UNKNOWN_OFFSET
-    hi_offset: int = _UNKNOWN_OFFSET
-    lo_offset: int = _UNKNOWN_OFFSET
-    fetch_state: str = "unknown"
-    poll_state: str = "active"
+    lag: int | None = None
+    lag_stored: int | None = None
+    committed_offset: int | None = None
+    fetch_state: str | None = None
+    paused: bool = False
+    statistics: dict[str, Any] | None = None
+
+
+@dataclass
+class JobSample:
+    """A batch a component's handler is running now (Unix seconds; the last record's timestamp
+    in Unix ms when it has one)."""
+
+    handler: str
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    messages: int
+    started_at: float
+    last_timestamp_ms: int | None = None
 
 
 @dataclass
 class SourceSample:
-    """What one tracked component contributes to a report.
+    """What one tracked component contributes to a report: one subscription group of consumer
+    group ``group``.
 
-    ``busy`` counts handlers running now, ``enqueued`` records waiting for a handler,
-    ``busy_seconds`` the handler time spent since the component started (for utilization).
+    Counts are cumulative since the component started (the report carries the change since
+    the previous report, as Karafka Web expects). ``busy`` counts handlers running now,
+    ``enqueued`` records waiting for a handler, ``busy_seconds`` the handler time spent (for
+    utilization). ``group_state`` is librdkafka's ``cgrp`` statistics (``None``: no group).
     """
 
     group: str
     partitions: list[PartitionSample] = field(default_factory=list)
+    jobs_total: int | None = None
     batches: int = 0
     messages: int = 0
     errors: int = 0
@@ -132,8 +148,16 @@ class SourceSample:
     busy: int = 0
     enqueued: int = 0
     workers: int = 1
+    listeners: int = 1
     busy_seconds: float = 0.0
-    jobs: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[JobSample] = field(default_factory=list)
+    subscription_group: str | None = None
+    instance_id: str | None = None
+    group_state: dict[str, Any] | None = None
+    bytes_received: int | None = None
+    bytes_sent: int | None = None
+    poll_age: float = 0.0
+    poll_interval: int = 300_000
 
 
 class TrackedSource(Protocol):
@@ -160,36 +184,62 @@ def _read_proc_kib(path: str, keys: Iterable[str]) -> dict[str, int]:
     return found
 
 
-def _process_info(
+def _memory_size(machine_total: int) -> int:
+    """Host memory in KiB, or the cgroup v2 memory limit when the process runs under one (as
+    Karafka Web's container metrics do)."""
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as limit_file:
+            limit = limit_file.read().strip()
+    except OSError:
+        return machine_total
+    return machine_total if limit == "max" else int(limit) // 1024
+
+
+@dataclass
+class ProcessFacts:
+    """The process's own facts for a report (memory in KiB; ``load_average`` ``None`` where
+    the platform has none). The Rust report builder maps them to Karafka Web's fields (see
+    the README's table)."""
+
+    id: str
+    status: str
+    started_at: float
+    rss_kib: int
+    host_used_kib: int
+    memory_limit_kib: int
+    cpus: int
+    threads: int
+    load_average: tuple[float, float, float] | None
+    tags: list[str]
+    runtime: str = f"{platform.python_implementation()} {platform.python_version()}"
+    ferrokafka: str = __version__
+    librdkafka: str = librdkafka_version
+
+
+def _process_facts(
     process_id: str, status: ProcessStatus, started_at: float, tags: list[str]
-) -> dict[str, Any]:
+) -> ProcessFacts:
     own = _read_proc_kib("/proc/self/status", ("VmRSS", "Threads"))
     machine = _read_proc_kib("/proc/meminfo", ("MemTotal", "MemAvailable"))
     total = machine.get("MemTotal", 0)
     try:
-        load = list(os.getloadavg())
+        one, five, fifteen = (round(x, 2) for x in os.getloadavg())
+        load: tuple[float, float, float] | None = (one, five, fifteen)
     except OSError:
-        load = [0.0, 0.0, 0.0]
-    return {
-        "id": process_id,
-        "status": status,
-        "started_at": started_at,
-        "memory_usage": own.get("VmRSS", 0),
-        "memory_total_usage": max(0, total - machine.get("MemAvailable", total)),
-        "memory_size": total,
-        "cpus": os.cpu_count() or 1,
+        load = None
+    return ProcessFacts(
+        id=process_id,
+        status=status,
+        started_at=started_at,
+        rss_kib=own.get("VmRSS", 0),
+        host_used_kib=max(0, total - machine.get("MemAvailable", total)),
+        memory_limit_kib=_memory_size(total),
+        cpus=os.cpu_count() or 1,
         # OS threads, so the Rust engine threads count too.
-        "threads": own.get("Threads", threading.active_count()),
-        "cpu_usage": [round(x, 2) for x in load],
-        "tags": tags,
-    }
-
-
-_VERSIONS = {
-    "python": platform.python_version(),
-    "ferrokafka": __version__,
-    "librdkafka": librdkafka_version,
-}
+        threads=own.get("Threads", threading.active_count()),
+        load_average=load,
+        tags=tags,
+    )
 
 
 def _new_process_id() -> str:
@@ -253,7 +303,8 @@ class Reporter:
         self._started_at = time.time()
         self._status: ProcessStatus = "initialized"
         self._sources: list[TrackedSource] = []
-        self._errors: list[dict[str, Any]] = []
+        self._errors: list[bytes] = []
+        self._builder = ReportBuilder()
         self._counters = {"reports": 0, "errors": 0, "send_failures": 0, "errors_dropped": 0}
         # Never report twice within `interval`, except when forced; the first report goes at once.
         self._reported_at = -math.inf
@@ -362,25 +413,26 @@ class Reporter:
         details: Mapping[str, Any] | None = None,
     ) -> None:
         """Queue an error report (uuid, class, message cut to 10,000 characters, backtrace,
-        details, time); it is sent with the next report, within ``interval``.
+        details, time); it is sent with the next report, within ``interval``. Raises
+        :class:`~ferrokafka.CodecError` when ``details`` is not JSON.
 
         Example:
             >>> reporter = Reporter({"bootstrap.servers": "127.0.0.1:9092"})
             >>> reporter.report_error(ValueError("bad order"), details={"offset": 7})
         """
-        message = str(error)[:MAX_ERROR_MESSAGE_CHARS]
-        backtrace = "".join(traceback.format_exception(error))
-        report = {
-            "schema_version": REPORT_SCHEMA_VERSION,
-            "id": str(uuid.uuid4()),
-            "type": kind,
-            "error_class": type(error).__qualname__,
-            "error_message": message,
-            "backtrace": backtrace,
-            "details": dict(details or {}),
-            "occurred_at": time.time(),
-            "process": {"id": self.process_id, "tags": self.tags},
-        }
+        report = ReportBuilder.error_report(
+            {
+                "id": str(uuid.uuid4()),
+                "kind": kind,
+                "error_class": type(error).__qualname__,
+                "error_message": str(error),
+                "backtrace": "".join(traceback.format_exception(error)),
+                "details": dict(details or {}),
+                "occurred_at": time.time(),
+                "process_id": self.process_id,
+                "tags": self.tags,
+            }
+        )
         with self._state:
             self._errors.append(report)
             overflow = len(self._errors) - MAX_PENDING_ERRORS
@@ -398,23 +450,26 @@ class Reporter:
         with self._state:
             return dict(self._counters)
 
-    def sample(self) -> dict[str, Any]:
-        """The process report as it would be sent now (not validated, not sent)."""
+    def _samples(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         with self._state:
             self._refresh_after_fork()
             sources = list(self._sources)
             process_id, status = self._process_id, self._status
-        samples: list[SourceSample] = []
+        samples: list[dict[str, Any]] = []
         for source in sources:
             try:
-                samples.append(source.report_sample())
+                samples.append(dataclasses.asdict(source.report_sample()))
             except Exception:
                 log.exception("sampling %r for the process report failed", source)
-        return _process_report(
-            _process_info(process_id, status, self._started_at, self.tags),
-            samples,
-            time.time() - self._started_at,
-        )
+        facts = _process_facts(process_id, status, self._started_at, self.tags)
+        return dataclasses.asdict(facts), samples
+
+    def sample(self) -> dict[str, Any]:
+        """The consumer report as it would be sent now, counting since each source started
+        (decoded; not sent). Raises :class:`~ferrokafka.CodecError` when it is invalid."""
+        process, sources = self._samples()
+        blob = ReportBuilder().consumer_report(process, sources, time.time())
+        return decode_process_report(blob)
 
     def report(self, force: bool = False) -> bool:
         """Send a report now if ``interval`` passed since the last one (or ``force``), with the
@@ -422,34 +477,33 @@ class Reporter:
         :class:`~ferrokafka.CodecError` when the report is invalid (nothing is sent)."""
         if not force and not self._due():
             return False
-        report = self.sample()
+        process, sources = self._samples()
         with self._send:
             if not force and not self._due():
                 return False
             self._reported_at = time.monotonic()
-            blob = encode_process_report(report)
+            blob = self._builder.consumer_report(process, sources, time.time())
             with self._state:
                 errors, self._errors = self._errors, []
-            error_blobs = [encode_error_report(error) for error in errors]
-            return self._deliver(report["process"]["id"], blob, errors, error_blobs)
+            return self._deliver(process["id"], blob, errors)
 
     def _due(self) -> bool:
         return time.monotonic() - self._reported_at >= self.interval
 
-    def _deliver(
-        self,
-        process_id: str,
-        blob: bytes,
-        errors: list[dict[str, Any]],
-        error_blobs: list[bytes],
-    ) -> bool:
+    def _deliver(self, process_id: str, blob: bytes, error_blobs: list[bytes]) -> bool:
         headers = [("zlib", b"true")]
         sent_errors = 0
         try:
             if self._client is None:
                 self._client = Client(self._config)
+            # Partition 0: the only one Karafka Web's processing reads.
             self._client.produce(
-                self.reports_topic, blob, key=process_id, headers=headers, timeout=self.send_timeout
+                self.reports_topic,
+                blob,
+                key=process_id,
+                partition=0,
+                headers=headers,
+                timeout=self.send_timeout,
             )
             for error_blob in error_blobs:
                 self._client.produce(
@@ -465,7 +519,7 @@ class Reporter:
             with self._state:
                 self._counters["send_failures"] += 1
                 # Unsent errors go back in front of newer ones, for the next report.
-                self._errors[:0] = errors[sent_errors:]
+                self._errors[:0] = error_blobs[sent_errors:]
                 self._counters["errors"] += sent_errors
             return False
         with self._state:
@@ -521,62 +575,3 @@ _CONSUMER_ONLY_KEYS = frozenset(
         "statistics.interval.ms",
     )
 )
-
-
-def _process_report(
-    process: dict[str, Any], samples: list[SourceSample], lifetime: float
-) -> dict[str, Any]:
-    groups: dict[str, dict[str, Any]] = {}
-    totals = {"batches": 0, "messages": 0, "errors": 0, "retries": 0, "dead": 0}
-    busy = enqueued = workers = 0
-    busy_seconds = 0.0
-    lag = lag_stored = 0
-    jobs: list[dict[str, Any]] = []
-    for sample in samples:
-        totals["batches"] += sample.batches
-        totals["messages"] += sample.messages
-        totals["errors"] += sample.errors
-        totals["retries"] += sample.retries
-        totals["dead"] += sample.dead
-        busy += sample.busy
-        enqueued += sample.enqueued
-        workers += max(1, sample.workers)
-        busy_seconds += sample.busy_seconds
-        jobs.extend(sample.jobs)
-        group = groups.setdefault(sample.group, {"id": sample.group, "topics": {}})
-        for p in sample.partitions:
-            topic = group["topics"].setdefault(p.topic, {"name": p.topic, "partitions": {}})
-            topic["partitions"][p.partition] = {
-                "id": p.partition,
-                "lag": p.lag,
-                "lag_stored": p.lag_stored,
-                "committed_offset": p.committed_offset,
-                "stored_offset": p.stored_offset,
-                "hi_offset": p.hi_offset,
-                "lo_offset": p.lo_offset,
-                "fetch_state": p.fetch_state,
-                "poll_state": p.poll_state,
-            }
-            lag += max(0, p.lag)
-            lag_stored += max(0, p.lag_stored)
-    # Share of the worker time since start spent in handlers, as Karafka reports it (percent).
-    utilization = 0.0
-    if workers and lifetime > 0:
-        utilization = min(100.0, 100.0 * busy_seconds / (lifetime * workers))
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "type": "consumer",
-        "dispatched_at": time.time(),
-        "process": process,
-        "stats": {
-            "busy": busy,
-            "enqueued": enqueued,
-            "utilization": round(utilization, 2),
-            "total": totals,
-            "lag": lag,
-            "lag_stored": lag_stored,
-        },
-        "consumer_groups": groups,
-        "jobs": jobs,
-        "versions": dict(_VERSIONS),
-    }

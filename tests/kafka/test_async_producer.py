@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ferrokafka import AsyncProducer, BufferOverflow, Client, ClosedError, KafkaError, Message
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -64,6 +64,18 @@ def test_threshold_delivers_only_when_reached(
     enqueued = recorder.named("enqueue_message")
     assert [e["queue_size"] for e in enqueued] == list(range(1, 11))
     assert {e["max_queue_size"] for e in enqueued} == {1000}
+
+
+def test_reaching_the_threshold_delivers_the_whole_buffer(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    """As ruby-kafka: the trigger delivers everything buffered, not one hand-off chunk."""
+    topic = topic_factory(partitions=1)
+    with AsyncProducer(config, max_queue_size=5000, delivery_threshold=2500) as producer:
+        producer.produce_many([f"m{n}".encode() for n in range(2500)], topic=topic)
+        wait_until(lambda: producer.stats()["delivered"] == 2500, 20, "the whole buffer delivered")
+        assert producer.stats()["queue_size"] == 0
+    assert len(values(kafka_client, topic)) == 2500
 
 
 def test_interval_delivers_without_being_asked(

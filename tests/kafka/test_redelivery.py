@@ -3,6 +3,7 @@ kill -9, hanging handlers and keepalives, dead letters, and a tracker killed and
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -12,15 +13,16 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import pytest
 
-from ferrokafka import Client, Message
+from ferrokafka import Client, KafkaError
 from ferrokafka.redelivery import (
     ORIGINAL_TOPIC_HEADER,
     REDELIVERY_COUNT_HEADER,
     QueueConsumer,
+    QueueMessage,
     RedeliveryTracker,
     redelivery_count,
 )
@@ -76,8 +78,8 @@ def settled(tracker: RedeliveryTracker, partitions: int = 2) -> bool:
     return len(status) == partitions and all(s["caught_up"] and s["open"] == 0 for s in status)
 
 
-def take(queue: QueueConsumer, count: int) -> list[Message]:
-    taken: list[Message] = []
+def take(queue: QueueConsumer, count: int) -> list[QueueMessage]:
+    taken: list[QueueMessage] = []
     deadline = time.monotonic() + 30
     while len(taken) < count:
         assert time.monotonic() < deadline, f"only {len(taken)} of {count} messages came"
@@ -85,22 +87,82 @@ def take(queue: QueueConsumer, count: int) -> list[Message]:
     return taken
 
 
+@pytest.fixture
+def dead_letters(topic_factory: TopicFactory) -> str:
+    return topic_factory(partitions=1)
+
+
+@pytest.fixture(params=["markers", "share"])
+def backend(
+    request: pytest.FixtureRequest,
+    config: dict[str, Any],
+    topics: tuple[str, str],
+    dead_letters: str,
+) -> Iterator[Backend]:
+    """Each backend with what it needs to redeliver: a tracker for the markers, the broker
+    for share groups; both dead-letter after two redeliveries."""
+    if request.param == "share":
+        yield Backend("share", None)
+        return
+    queue, markers = topics
+    with RedeliveryTracker(
+        config,
+        queue,
+        markers,
+        max_redeliveries=2,
+        dead_letter_topic=dead_letters,
+        group_id=f"t-{uuid.uuid4().hex}",
+        commit_interval=0.2,
+    ) as daemon:
+        yield Backend("markers", daemon)
+
+
+class Backend(NamedTuple):
+    name: Literal["markers", "share"]
+    tracker: RedeliveryTracker | None
+
+    def open(
+        self,
+        config: dict[str, Any],
+        topics: tuple[str, str],
+        dead_letters: str,
+        timeout: float,
+        group: str,
+    ) -> QueueConsumer:
+        queue_topic, markers = topics
+        return QueueConsumer(
+            config,
+            queue_topic,
+            markers,
+            timeout,
+            group_id=group,
+            backend=self.name,
+            max_redeliveries=2,
+            dead_letter_topic=dead_letters,
+        )
+
+
 CONSUMER_SCRIPT = textwrap.dedent(
     """
-    import sys, time
+    import json, sys, time
     from ferrokafka.redelivery import QueueConsumer
 
-    bootstrap, queue_topic, markers_topic, group, count = sys.argv[1:6]
+    bootstrap, queue_topic, markers_topic, group, backend = sys.argv[1:6]
     config = {"bootstrap.servers": bootstrap, "session.timeout.ms": 6000}
-    queue = QueueConsumer(config, queue_topic, markers_topic, 2.0, group_id=group)
+    queue = QueueConsumer(
+        config, queue_topic, markers_topic, 2.0, group_id=group, backend=backend
+    )
+    # One batch (a share consumer may not poll again while any of it is open).
     taken = []
-    while len(taken) < int(count):
-        taken.extend(queue.consume(int(count) - len(taken), timeout=1.0))
-    for message in taken:
-        if int(message.value()) % 2 == 0:
-            queue.ack(message)
+    while not taken:
+        taken = queue.consume(20, timeout=1.0)
+    # Both partitions hold both kinds: 0, 1, 4, 5, ... are acked, 2, 3, 6, 7, ... held.
+    done = [m for m in taken if int(m.value()) % 4 < 2]
+    queue.ack_many(done)
     queue.flush()
-    print("acked the even ones", flush=True)
+    acked = [m.value().decode() for m in done]
+    held = [m.value().decode() for m in taken if int(m.value()) % 4 >= 2]
+    print(json.dumps({"acked": acked, "held": held}), flush=True)
     time.sleep(600)
     """
 )
@@ -108,108 +170,122 @@ CONSUMER_SCRIPT = textwrap.dedent(
 
 def test_killed_consumer_unacked_come_back_acked_never(
     kafka_bootstrap: str,
+    config: dict[str, Any],
     kafka_client: Client,
     topics: tuple[str, str],
-    tracker: RedeliveryTracker,
+    dead_letters: str,
+    backend: Backend,
 ) -> None:
-    queue, markers = topics
+    queue_topic, markers = topics
     values = [str(n) for n in range(20)]
-    produce(kafka_client, queue, values)
+    produce(kafka_client, queue_topic, values)
+    group = f"g-{uuid.uuid4().hex}"
+    args = [kafka_bootstrap, queue_topic, markers, group, backend.name]
     child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            CONSUMER_SCRIPT,
-            kafka_bootstrap,
-            queue,
-            markers,
-            f"g-{uuid.uuid4().hex}",
-            "20",
-        ],
+        [sys.executable, "-c", CONSUMER_SCRIPT, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "acked the even ones", child.stderr
+        line = child.stdout.readline()
+        assert line, child.stderr.read() if child.stderr else "no output"
+        report = json.loads(line)
     finally:
         child.kill()
         child.communicate(timeout=10)
-    unacked = {v for v in values if int(v) % 2 == 1}
-    wait_until(lambda: set(redelivered(kafka_client, queue)) == unacked, 30, "the unacked")
-    wait_until(lambda: settled(tracker), 30, "every marker closed")
-    again = redelivered(kafka_client, queue)
-    assert set(again) == unacked, "an acked message was redelivered"
-    assert max(again.values()) == 1
-    assert sum(s["redelivered"] for s in tracker.status()) == len(unacked)
-    for message in kafka_client.read_topic(queue):
-        if redelivery_count(message):
-            assert message.key() == message.value()
-            assert dict(message.headers() or [])["origin"] == b"test"
+    acked, held = set(report["acked"]), set(report["held"])
+    assert acked
+    assert held
+    # Everything not acked comes back once: the held ones as a redelivery, the rest (never
+    # handed out) as a first delivery or, if the child had marked them already, a redelivery.
+    came: dict[str, int] = {}
+    with backend.open(config, topics, dead_letters, TIMEOUT, group) as queue:
+        deadline = time.monotonic() + 45
+        while set(came) != set(values) - acked:
+            assert time.monotonic() < deadline, f"came back: {sorted(came)}"
+            batch = queue.consume(20, timeout=1.0)
+            for message in batch:
+                value = (message.value() or b"").decode()
+                assert value not in came, f"{value} came back twice"
+                came[value] = redelivery_count(message)
+            queue.ack_many(batch)
+        queue.flush()
+        if backend.tracker is not None:
+            tracker = backend.tracker
+            wait_until(lambda: settled(tracker), 30, "every marker closed")
+        assert queue.consume(20, timeout=1.0) == [], "a message came back again"
+    assert not acked & set(came), "an acked message came back"
+    assert {v: came[v] for v in held} == dict.fromkeys(held, 1)
+    assert set(came.values()) <= {0, 1}
 
 
-def test_hanging_handler_is_redelivered_keepalive_prevents_it(
+def test_automatic_keepalive_holds_a_slow_handler_nack_after_timeout_lets_go(
     config: dict[str, Any],
     kafka_client: Client,
     topics: tuple[str, str],
     tracker: RedeliveryTracker,
 ) -> None:
     queue_topic, markers = topics
-    produce(kafka_client, queue_topic, ["hangs", "kept-alive"])
+    produce(kafka_client, queue_topic, ["slow", "interrupted"])
     with QueueConsumer(
         config, queue_topic, markers, TIMEOUT, group_id=f"g-{uuid.uuid4().hex}"
     ) as queue:
         by_value = {(m.value() or b"").decode(): m for m in take(queue, 2)}
-        # Both handlers hang; only one of them says it is still working.
-        deadline = time.monotonic() + 30
-        while "hangs" not in redelivered(kafka_client, queue_topic):
-            assert time.monotonic() < deadline, "the hanging message was not redelivered"
-            queue.keepalive(by_value["kept-alive"])
-            time.sleep(0.3)
-        queue.ack(by_value["kept-alive"])
+        # kafka-mq-go's Interrupt: no marker, its keepalive stops, its deadline runs out.
+        queue.nack(by_value["interrupted"], redeliver="after_timeout")
+        wait_until(
+            lambda: "interrupted" in redelivered(kafka_client, queue_topic), 30, "interrupted"
+        )
+        # "slow" got no call at all; the engine kept it alive past its first deadline (both
+        # STARTs were written together) and for at least two more half-timeouts.
+        kept = queue.stats()["keepalives"]
+        wait_until(lambda: queue.stats()["keepalives"] >= kept + 2, 30, "two more keepalives")
+        queue.ack(by_value["slow"])
+        [again] = take(queue, 1)
+        assert (again.value(), redelivery_count(again)) == (b"interrupted", 1)
+        queue.ack(again)
         queue.flush()
         wait_until(lambda: settled(tracker), 30, "every marker closed")
-    assert redelivered(kafka_client, queue_topic) == Counter({"hangs": 1})
+        assert queue.stats()["nacked"] == 1
+    assert redelivered(kafka_client, queue_topic) == Counter({"interrupted": 1})
 
 
-def test_dead_letter_after_max_redeliveries(
+def test_nack_now_redelivers_at_once_dead_letter_after_max_redeliveries(
     config: dict[str, Any],
     kafka_client: Client,
     topics: tuple[str, str],
-    topic_factory: TopicFactory,
+    dead_letters: str,
+    backend: Backend,
 ) -> None:
-    queue_topic, markers = topics
-    dead_letters = topic_factory(partitions=1)
-    produce(kafka_client, queue_topic, ["poison"])
+    produce(kafka_client, topics[0], ["poison"])
     counts: list[int] = []
-    with (
-        RedeliveryTracker(
-            config, queue_topic, markers, max_redeliveries=2, dead_letter_topic=dead_letters
-        ) as daemon,
-        QueueConsumer(
-            config, queue_topic, markers, 30.0, group_id=f"g-{uuid.uuid4().hex}"
-        ) as queue,
-    ):
-        # Every attempt fails: nack makes it due at once, so no waiting for the timeout.
+    with backend.open(config, topics, dead_letters, 30.0, f"g-{uuid.uuid4().hex}") as queue:
+        # Every attempt fails: nack makes it due at once, long before the 30 s timeout.
         while len(counts) < 3:
-            message = queue.poll(timeout=30.0)
+            message = queue.poll(timeout=20.0)
             assert message is not None, f"attempt {len(counts) + 1} never came"
             counts.append(redelivery_count(message))
             queue.nack(message)
         wait_until(lambda: kafka_client.read_topic(dead_letters) != [], 30, "the dead letter")
-        wait_until(lambda: settled(daemon), 30, "every marker closed")
-        assert queue.poll(timeout=0.5) is None, "redelivered past max_redeliveries"
-        status = daemon.status()
+        if backend.tracker is not None:
+            tracker = backend.tracker
+            wait_until(lambda: settled(tracker), 30, "every marker closed")
+            status = tracker.status()
+            dead = sum(s["dead_lettered"] for s in status)
+            assert sum(s["redelivered"] for s in status) == 2
+        else:
+            dead = queue.stats()["dead_lettered"]
+        assert queue.poll(timeout=1.0) is None, "redelivered past max_redeliveries"
     assert counts == [0, 1, 2]
-    [dead] = kafka_client.read_topic(dead_letters)
-    headers = dict(dead.headers() or [])
-    assert (dead.key(), dead.value()) == (b"poison", b"poison")
+    assert dead == 1
+    [letter] = kafka_client.read_topic(dead_letters)
+    headers = dict(letter.headers() or [])
+    assert (letter.key(), letter.value()) == (b"poison", b"poison")
     assert headers["origin"] == b"test"
     assert headers[REDELIVERY_COUNT_HEADER] == b"2"
-    assert headers[ORIGINAL_TOPIC_HEADER] == queue_topic.encode()
-    assert sum(s["dead_lettered"] for s in status) == 1
-    assert sum(s["redelivered"] for s in status) == 2
+    assert headers[ORIGINAL_TOPIC_HEADER] == topics[0].encode()
 
 
 def committed_markers(bootstrap: str, group: str, markers: str) -> int:
@@ -290,10 +366,9 @@ def test_tracker_killed_and_restarted_forgets_nothing_and_bursts_nothing(
 
 
 def test_close_from_another_thread_ends_iteration(
-    config: dict[str, Any], topics: tuple[str, str]
+    config: dict[str, Any], topics: tuple[str, str], dead_letters: str, backend: Backend
 ) -> None:
-    queue_topic, markers = topics
-    queue = QueueConsumer(config, queue_topic, markers, TIMEOUT, group_id=f"g-{uuid.uuid4().hex}")
+    queue = backend.open(config, topics, dead_letters, TIMEOUT, f"g-{uuid.uuid4().hex}")
     closer = threading.Timer(0.5, queue.close)
     closer.start()
     assert list(queue) == []
@@ -313,3 +388,46 @@ def test_one_config_serves_every_client_without_confwarn(
         QueueConsumer(mixed, queue_topic, markers, TIMEOUT).close()
         tracker.stop()
     assert not [r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
+
+
+def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(
+    config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, ["job"])
+    with QueueConsumer(
+        config, queue_topic, markers, TIMEOUT, group_id=f"g-{uuid.uuid4().hex}", backend="auto"
+    ) as queue:
+        assert queue.backend == "share"
+        [message] = take(queue, 1)
+        with pytest.raises(NotImplementedError, match="RENEW"):
+            queue.keepalive(message)
+        with pytest.raises(NotImplementedError, match="after_timeout"):
+            queue.nack(message, redeliver="after_timeout")
+        with pytest.raises(RuntimeError, match="ack or nack every message"):
+            queue.consume(1, timeout=0.1)
+        queue.ack(message)
+
+
+def test_share_lock_runs_out_the_late_ack_is_refused_and_another_member_has_it(
+    config: dict[str, Any], topic_factory: TopicFactory, kafka_client: Client
+) -> None:
+    # One partition: both members of the share group get records from it.
+    queue_topic = topic_factory(partitions=1)
+    kafka_client.produce(queue_topic, "slow")
+    group = f"g-{uuid.uuid4().hex}"
+    with (
+        QueueConsumer(config, queue_topic, "unused", 1.0, group_id=group, backend="share") as a,
+        QueueConsumer(config, queue_topic, "unused", 1.0, group_id=group, backend="share") as b,
+    ):
+        [held] = take(a, 1)
+        [again] = take(b, 1)  # comes once a's lock of 1 s ran out
+        assert (again.value(), redelivery_count(again)) == (b"slow", 1)
+        a.ack(held)
+        with pytest.raises(KafkaError, match="record state is invalid"):
+            a.flush()
+        assert a.stats()["failed_markers"] == 1
+        b.ack(again)
+        b.flush()
+        with pytest.raises(ValueError, match="not an open message"):
+            b.ack(again)

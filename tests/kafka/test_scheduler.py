@@ -361,6 +361,32 @@ def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
     assert max(seen.values()) == 1, "a schedule was dispatched twice"
 
 
+def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twice(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, str | int | float | bool],
+) -> None:
+    """At-least-once: stopped while many chunks are on their way, the daemon still writes the
+    tombstone of every target the broker acknowledged, so the next daemon skips them."""
+    target = topic_factory(partitions=2)
+    group = f"g-{uuid.uuid4().hex}"
+    count = 30_000
+    burst(kafka_bootstrap, schedules_topic, target, count, spread=0)
+    with start_scheduler(daemon_config, schedules_topic, group) as daemon:
+        wait_until(
+            lambda: sum(s["dispatched"] for s in daemon.status()) > 0, 60, "the first dispatch"
+        )
+        stopped_at = sum(s["dispatched"] for s in daemon.status())
+    assert stopped_at < count, "the burst ended before the stop; the test needs a larger one"
+    with start_scheduler(daemon_config, schedules_topic, group):
+        wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
+    seen = count_values(kafka_client, target)
+    assert set(seen) == {str(n).encode() for n in range(count)}
+    assert max(seen.values()) == 1, "a schedule was dispatched twice"
+
+
 def test_two_daemons_split_partitions_and_survive_a_kill(
     kafka_bootstrap: str,
     kafka_client: Client,
@@ -489,8 +515,10 @@ def test_far_future_read_back_is_retried_through_a_broker_outage(
                 )
             finally:
                 broker_control("resume")
-            dispatched = confluent_messages(kafka_bootstrap, target, count, 45)
-            wait_until(lambda: scheduler.status()[0]["dispatched"] == count, 10, "status")
+            # Generous bounds: a resumed broker and the read-back backoff (up to 10 s) take
+            # long on a loaded machine; a passing run does not wait for them.
+            dispatched = confluent_messages(kafka_bootstrap, target, count, 90)
+            wait_until(lambda: scheduler.status()[0]["dispatched"] == count, 30, "status")
             assert scheduler.status()[0]["pending"] == 0
     finally:
         kafka_client.delete_topics([topic, f"{topic}_states"])

@@ -11,6 +11,7 @@ import pytest
 
 from ferrokafka import CodecError, ScheduleError, arrow, codecs
 from tests.reports import flat_partitions, process_report
+from tests.tracking_samples import karafka_fixture
 
 
 def packed_rows() -> list[bytes | None]:
@@ -76,7 +77,7 @@ def test_deflate_round_trips_text_and_binary() -> None:
 
 def test_decoders_match_json_reference() -> None:
     reports = [
-        process_report(f"host:{n}:abc", {("g", "t", p): n + p for p in range(n % 3)}, 1.5 * n)
+        process_report(f"host:{n}:abc", {("g", "t", p): n + p for p in range(n % 3)}, 1.5 * n + 1)
         for n in range(50)
     ]
     blobs: list[bytes | None] = [codecs.encode_process_report(r) for r in reports]
@@ -87,11 +88,14 @@ def test_decoders_match_json_reference() -> None:
         assert row["error"] is None
         assert row["process"]["id"] == reference["process"]["id"]
         assert row["process"]["cpu_usage"] == reference["process"]["cpu_usage"]
-        assert row["stats"]["lag"] == reference["stats"]["lag"]
-        assert row["stats"]["total"] == reference["stats"]["total"]
-        assert row["partitions"] == flat_partitions(reference)
+        partitions = flat_partitions(reference)
+        assert row["stats"]["lag"] == sum(p["lag_stored"] for p in partitions)
+        assert row["stats"]["total"] == {
+            k: v for k, v in reference["stats"]["total"].items() if k != "jobs"
+        }
+        assert row["partitions"] == partitions
     assert decoded[50] is None
-    assert "process report JSON" in decoded[51]["error"]
+    assert "consumer report JSON" in decoded[51]["error"]
     assert decoded[51]["process"] is None
     assert "zlib" in decoded[52]["error"]
     with pytest.raises(CodecError, match=r"^row 51: "):
@@ -135,3 +139,24 @@ def test_schedule_headers_equal_the_single_proxy_builder() -> None:
         arrow.schedule_headers(pa.array(["t", "t"]), pa.array([epoch, 5]))
     failed = arrow.schedule_headers(pa.array([None, "t"]), pa.array([epoch, None]), errors="null")
     assert failed.to_pylist() == [None, None]
+
+
+def test_report_decoder_reads_karafka_reports_of_every_schema() -> None:
+    """``ferrokafka.spark.read_reports`` shows Karafka processes: the same decoder over
+    Karafka Web's consumer reports 1.2.1 to 1.7.0."""
+    versions = ["1.2.1", "1.4.1", "1.6.0", "1.7.0"]
+    blobs = [
+        zlib.compress(json.dumps(karafka_fixture(f"consumer_report_{v}")).encode())
+        for v in versions
+    ]
+    rows = arrow.decode_report(pa.array(blobs)).to_pylist()
+    assert [row["schema_version"] for row in rows] == versions
+    for row in rows:
+        assert (row["error"], row["process"]["id"]) == (None, "ruby-host:4242:a1b2c3d4e5f6")
+        assert row["stats"]["lag"] == 12  # Karafka Web's lag: stored where known (3+0+2), else 7
+        assert [(p["consumer_group"], p["topic"], p["partition"]) for p in row["partitions"]] == [
+            ("audit_app", "audit", 0),
+            ("orders_app", "orders", 0),
+            ("orders_app", "orders", 2),
+            ("orders_app", "payments", 1),
+        ]

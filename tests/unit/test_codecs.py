@@ -13,6 +13,7 @@ import pytest
 
 from ferrokafka import CodecError, ScheduleError, codecs
 from ferrokafka.codecs import Marker
+from tests import reports
 
 SIZES = [0, 1, 1000, 70_000, 300_000]  # 70 KB and up also take the detached path
 
@@ -259,8 +260,12 @@ def test_invalid_state_reports_are_refused() -> None:
         codecs.encode_state_report(state_report(daily={"2023-02-30": 1}))
     with pytest.raises(CodecError, match=r"unsupported state report schema version 2\.0\.0"):
         codecs.encode_state_report(state_report(schema_version="2.0.0"))
-    with pytest.raises(CodecError, match="missing field `offsets`"):
-        codecs.encode_state_report({k: v for k, v in state_report().items() if k != "offsets"})
+    with pytest.raises(CodecError, match="missing field `daily`"):
+        codecs.encode_state_report({k: v for k, v in state_report().items() if k != "daily"})
+    # Karafka's older trackers sent no offsets (nor reloads): none seen.
+    old = {k: v for k, v in state_report().items() if k not in ("offsets", "reloads")}
+    decoded = codecs.decode_state_report(zlib.compress(json.dumps(old).encode()))
+    assert (decoded["offsets"], decoded["reloads"]) == ({"low": -1, "high": -1}, 0)
     newer = zlib.compress(json.dumps(state_report(schema_version="1.1.0")).encode())
     with pytest.raises(CodecError, match="unsupported"):
         codecs.decode_state_report(newer)
@@ -281,57 +286,9 @@ def test_non_json_values_are_named_by_their_path() -> None:
 
 
 def process_report(partitions: int = 2) -> dict[str, Any]:
-    return {
-        "schema_version": "1.0.0",
-        "type": "consumer",
-        "dispatched_at": 1_700_000_000.5,
-        "process": {
-            "id": "host-1:4242:ab12cd",
-            "status": "running",
-            "started_at": 1_699_000_000.0,
-            "memory_usage": 120_000,
-            "memory_total_usage": 8_000_000,
-            "memory_size": 16_000_000,
-            "cpus": 2,
-            "threads": 9,
-            "cpu_usage": [0.5, 0.4, 0.3],
-            "tags": ["web"],
-        },
-        "stats": {
-            "busy": 1,
-            "enqueued": 0,
-            "utilization": 12.5,
-            "total": {"batches": 5, "messages": 50, "errors": 1, "retries": 1, "dead": 0},
-            "lag": 3,
-            "lag_stored": 2,
-        },
-        "consumer_groups": {
-            "billing": {
-                "id": "billing",
-                "topics": {
-                    "orders": {
-                        "name": "orders",
-                        "partitions": {
-                            str(p): {
-                                "id": p,
-                                "lag": 3,
-                                "lag_stored": 2,
-                                "committed_offset": 10,
-                                "stored_offset": 11,
-                                "hi_offset": 13,
-                                "lo_offset": 0,
-                                "fetch_state": "active",
-                                "poll_state": "active",
-                            }
-                            for p in range(partitions)
-                        },
-                    }
-                },
-            }
-        },
-        "jobs": [],
-        "versions": {"ferrokafka": "0.1.0"},
-    }
+    return reports.process_report(
+        "host-1:4242:ab12cd", {("billing", "orders", p): 3 for p in range(partitions)}, 1.7e9
+    )
 
 
 def test_process_report_round_trips_with_int_partition_keys() -> None:
@@ -339,7 +296,8 @@ def test_process_report_round_trips_with_int_partition_keys() -> None:
     decoded = codecs.decode_process_report(codecs.encode_process_report(report))
     assert decoded == report
     by_int = process_report()
-    topic = by_int["consumer_groups"]["billing"]["topics"]["orders"]
+    subscription = by_int["consumer_groups"]["billing"]["subscription_groups"]["billing_0"]
+    topic = subscription["topics"]["orders"]
     topic["partitions"] = {int(k): v for k, v in topic["partitions"].items()}
     assert codecs.decode_process_report(codecs.encode_process_report(by_int)) == process_report()
 
@@ -347,10 +305,10 @@ def test_process_report_round_trips_with_int_partition_keys() -> None:
 def test_invalid_process_and_error_reports_never_encode() -> None:
     report = process_report()
     report["process"]["id"] = "no-pid"
-    with pytest.raises(CodecError, match=r"process\.id"):
+    with pytest.raises(CodecError, match=r"process\.id: required String with at least two ':'"):
         codecs.encode_process_report(report)
     error = {
-        "schema_version": "1.0.0",
+        "schema_version": "1.2.0",
         "id": "0f6c1d2e-4b3a-4c5d-8e9f-001122334455",
         "type": "consumer.consume.error",
         "error_class": "ValueError",
@@ -363,3 +321,5 @@ def test_invalid_process_and_error_reports_never_encode() -> None:
     assert codecs.decode_error_report(codecs.encode_error_report(error)) == error
     with pytest.raises(CodecError, match="error_message: longer than 10000 characters"):
         codecs.encode_error_report({**error, "error_message": "x" * 10_001})
+    with pytest.raises(CodecError, match="id: required non-empty String"):
+        codecs.encode_error_report({**error, "id": ""})

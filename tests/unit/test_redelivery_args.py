@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -21,6 +22,10 @@ NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
         (("q", "m"), {"redelivery_timeout": 0.0}, ValueError, "redelivery_timeout"),
         (("q", "m"), {"marker_timeout": -1.0}, ValueError, "marker_timeout"),
         (("q", "m"), {"max_batch_size": 0}, ValueError, "max_batch_size"),
+        (("q", "m"), {"backend": "kafka"}, ValueError, "backend must be"),
+        (("q", "m"), {"backend": "share", "max_redeliveries": -1}, ValueError, "max_redel"),
+        (("q", "m"), {"backend": "share", "redelivery_timeout": 0.0}, ValueError, "> 0"),
+        (("q", "m"), {"backend": "auto", "redelivery_timeout": math.nan}, ValueError, "> 0"),
     ],
 )
 def test_queue_consumer_refuses_bad_arguments(
@@ -35,6 +40,11 @@ def test_queue_consumer_names_unknown_keys_and_times_out_without_a_broker() -> N
         QueueConsumer({**NOWHERE, "not.a.key": 1}, "q", "m")
     with pytest.raises(KafkaTimeoutError):
         QueueConsumer(NOWHERE, "q", "m", marker_timeout=0.3)
+    # No broker answers the share group's settings: "share" says so, "auto" falls back.
+    with pytest.raises(ConfigError, match="share group"):
+        QueueConsumer(NOWHERE, "q", "m", backend="share", marker_timeout=0.3)
+    with pytest.raises(KafkaTimeoutError):
+        QueueConsumer(NOWHERE, "q", "m", backend="auto", marker_timeout=0.3)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from ferrokafka import codecs
 from ferrokafka.cli import build_parser
 from ferrokafka.status import StatusView, render_prometheus, render_text
-from tests.tracking_samples import error_report, process_report, state_report
+from tests.tracking_samples import error_report, karafka_fixture, process_report, state_report
 
 REPORTS, ERRORS, STATES = "reports", "errors", "schedules_states"
 NOW = 1_800_000_000.0
@@ -61,6 +61,56 @@ def test_health_by_ttl_and_stopped_status(view: StatusView) -> None:
         "stale",
         "stopped",
     ]
+
+
+def test_counts_add_up_over_the_reports_of_a_process(view: StatusView) -> None:
+    # Karafka Web's rule: each report counts since the process's previous one.
+    add_report(view, 0, process_id="h:1:a", dispatched_at=NOW - 10, messages=20)
+    add_report(view, 1, process_id="h:1:a", dispatched_at=NOW - 5, messages=30)
+    (process,) = view.snapshot(now=NOW).processes
+    assert (process.totals["messages"], process.totals["batches"]) == (50, 6)
+
+
+def test_karafka_reports_of_every_schema_read_are_shown(view: StatusView) -> None:
+    """Karafka Web's consumer reports 1.2.1 through 1.7.0 (several consumer and subscription
+    groups, several partitions) and a newer schema, flagged; error schemas 1.0.0 to 1.2.0."""
+    versions = ["1.2.1", "1.4.1", "1.6.0", "1.7.0"]
+    for offset, version in enumerate(versions):
+        document = karafka_fixture(f"consumer_report_{version}")
+        document["process"]["id" if version >= "1.3" else "name"] = f"ruby:{offset}:x"
+        document["dispatched_at"] = NOW - offset
+        assert view.add_record(REPORTS, 0, offset, zlib.compress(json.dumps(document).encode()))
+    newer = karafka_fixture("consumer_report_1.7.0")
+    newer.update(schema_version="1.9.0", brand_new={"field": 1}, dispatched_at=NOW)
+    newer["process"]["id"] = "ruby:9:x"
+    assert view.add_record(REPORTS, 0, 9, zlib.compress(json.dumps(newer).encode()))
+    processes = {p.id: p for p in view.snapshot(now=NOW).processes}
+    assert sorted(processes) == ["ruby:0:x", "ruby:1:x", "ruby:2:x", "ruby:3:x", "ruby:9:x"]
+    for process in processes.values():
+        # Hybrid lag: the stored lag where known (3, 0, 2), else the committed one (7).
+        assert process.lag == 12
+        assert [
+            (p.group, p.subscription_group, p.topic, p.partition) for p in process.partitions
+        ] == [
+            ("audit_app", "eccbc87e4b5c_0", "audit", 0),
+            ("orders_app", "c4ca4238a0b9_0", "orders", 0),
+            ("orders_app", "c4ca4238a0b9_0", "orders", 2),
+            ("orders_app", "c4ca4238a0b9_1", "payments", 1),
+        ]
+        assert process.totals["messages"] == 400
+    assert [p.newer_schema for p in processes.values()] == [False] * 4 + [True]
+    assert processes["ruby:0:x"].execution_mode is None  # before 1.4.0
+    assert "1.9.0 (newer: partly read)" in render_text(view.snapshot(now=NOW))
+    assert processes["ruby:3:x"].execution_mode == "standalone"
+    for offset, version in enumerate(["1.0.0", "1.1.0", "1.2.0"]):
+        error = zlib.compress(json.dumps(karafka_fixture(f"error_report_{version}")).encode())
+        assert view.add_record(ERRORS, 0, offset, error)
+    errors = view.snapshot(now=NOW).errors
+    # 1.0.0 and 1.1.0 carry no id: the same error twice counts once; 1.2.0 has its own id.
+    assert [(e.process_id, e.error_class) for e in errors] == [
+        ("ruby-host:4242:a1b2c3d4e5f6", "ArgumentError")
+    ] * 2
+    assert errors[1].details["consumer"] == "OrdersConsumer"
 
 
 def test_forgotten_processes_leave_the_snapshot() -> None:
@@ -180,6 +230,9 @@ def test_cli_status_and_dashboard_options() -> None:
         ["status", "--ttl", "5", "--watch", "--json", "--states-topic", "a_states"]
     )
     assert (args.ttl, args.watch, args.json, args.states_topic) == (5.0, 2.0, True, ["a_states"])
-    assert args.reports_topic == "ferrokafka_consumers_reports"
+    assert (args.reports_topic, args.errors_topic) == (
+        "karafka_consumers_reports",
+        "karafka_errors",
+    )
     args = build_parser().parse_args(["dashboard", "--port", "9999"])
     assert (args.port, args.host, args.states_topic, args.refresh) == (9999, "127.0.0.1", None, 2.0)

@@ -54,8 +54,13 @@ def test_sample_merges_sources_into_a_valid_report() -> None:
             SourceSample(
                 group="billing",
                 partitions=[
-                    PartitionSample("orders", 0, lag=5, lag_stored=3, committed_offset=10),
-                    PartitionSample("orders", 1, lag=-1),
+                    PartitionSample(
+                        "orders",
+                        0,
+                        lag_stored=3,
+                        statistics={"lag": 5, "committed_offset": 10, "partitions_cnt": 2},
+                    ),
+                    PartitionSample("orders", 1, paused=True),
                 ],
                 batches=2,
                 messages=20,
@@ -69,18 +74,26 @@ def test_sample_merges_sources_into_a_valid_report() -> None:
         ),
     ]
     report = reporter.sample()
+    assert codecs.consumer_report_violations_of(report) == []
     decoded = codecs.decode_process_report(codecs.encode_process_report(report))
-    topics = decoded["consumer_groups"]["billing"]["topics"]
-    assert sorted(topics) == ["orders", "refunds"]
-    assert topics["orders"]["partitions"]["0"]["committed_offset"] == 10
-    assert decoded["stats"]["lag"] == 12  # unknown (-1) lag is not summed
-    assert decoded["stats"]["lag_stored"] == 3  # unknown ones are not summed either
+    subscriptions = decoded["consumer_groups"]["billing"]["subscription_groups"]
+    assert sorted(subscriptions) == ["billing_0", "billing_1"]
+    orders = subscriptions["billing_0"]["topics"]["orders"]
+    first, second = orders["partitions"]["0"], orders["partitions"]["1"]
+    assert (first["lag"], first["lag_stored"], first["committed_offset"]) == (5, 3, 10)
+    # Nothing known of the second: librdkafka's unknowns, as the source reported it paused.
+    assert (second["lag"], second["committed_offset"], second["fetch_state"]) == (-1, -1001, "none")
+    assert second["poll_state"] == "paused"
+    assert orders["partitions_cnt"] == 2
+    assert subscriptions["billing_1"]["topics"]["refunds"]["partitions"]["0"]["lag"] == 7
     assert decoded["stats"]["total"]["messages"] == 20
+    assert decoded["stats"]["total"]["jobs"] == 2  # one per batch
     assert decoded["stats"]["busy"] == 1
     assert decoded["stats"]["enqueued"] == 4
     assert decoded["process"]["status"] == "initialized"
     assert decoded["process"]["tags"] == ["web"]
-    assert decoded["versions"]["ferrokafka"]
+    assert decoded["versions"]["karafka"].startswith("ferrokafka ")
+    assert decoded["process"]["execution_mode"] == "embedded"
 
 
 def test_a_failing_source_is_logged_and_left_out(caplog: pytest.LogCaptureFixture) -> None:
@@ -117,4 +130,7 @@ def test_unreachable_broker_counts_a_failure_and_keeps_the_errors(
     assert reporter.stats()["send_failures"] == 1
     assert reporter.stats()["errors"] == 0
     assert "cannot send the process report" in caplog.text
-    assert [e["error_message"] for e in reporter._errors] == ["kept for later"]
+    kept = [codecs.decode_error_report(e) for e in reporter._errors]
+    assert [(e["error_message"], e["schema_version"]) for e in kept] == [
+        ("kept for later", "1.2.0")
+    ]

@@ -5,7 +5,7 @@ use ferrokafka_core::codec::envelope::{
     self, Envelope, ScheduleLimits, TargetAddress, TargetMessage, parse_proxy_headers,
 };
 use ferrokafka_core::codec::marker_codec::{decode_marker, encode_marker};
-use ferrokafka_core::codec::report::{ErrorReport, ProcessReport};
+use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport};
 use ferrokafka_core::codec::state::StateReport;
 use ferrokafka_core::codec::zlib::{deflate, inflate};
 use ferrokafka_core::{
@@ -127,7 +127,7 @@ proptest! {
     #[test]
     fn report_decode_is_total(text in "\\PC{0,300}", data in prop::collection::vec(any::<u8>(), 0..256)) {
         for packed in [deflate(text.as_bytes(), 6).unwrap_or_default(), data] {
-            let _ = decode_document::<ProcessReport>(&packed, LIMIT);
+            let _ = decode_document::<ConsumerReport>(&packed, LIMIT);
             let _ = decode_document::<ErrorReport>(&packed, LIMIT);
         }
     }

@@ -26,6 +26,10 @@
 //! - Idempotence: librdkafka retries without reordering until `message.timeout.ms`; a record that
 //!   still fails is handed back, never re-sent behind newer records of its partition.
 
+// A record is boxed once when accepted and then moves as a pointer through the buffer, the
+// worker and librdkafka (the box is its delivery opaque): `Vec<Box<Pending>>` is deliberate.
+#![allow(clippy::vec_box)]
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -152,14 +156,14 @@ pub enum ProducerEvent {
     /// A record finally failed; it is handed back with the error.
     Failed {
         /// The record.
-        pending: Pending,
+        pending: Box<Pending>,
         /// Why it failed.
         error: KafkaIoError,
     },
     /// Records dropped by the `drop_oldest` policy, handed back.
     Dropped {
         /// The dropped records, oldest first.
-        pending: Vec<Pending>,
+        pending: Vec<Box<Pending>>,
     },
     /// A delivery round handed records to librdkafka (`deliver_messages`).
     DeliverMessages {
@@ -210,7 +214,7 @@ pub struct ProducerStats {
 #[derive(Debug)]
 pub enum Refusal {
     /// The queue is full; the policy refused the record (given back).
-    Overflow(Box<Overflow<Pending>>),
+    Overflow(Box<Overflow<Box<Pending>>>),
     /// The producer is shutting down or shut down.
     Closed(Box<Pending>),
     /// The producer hit a fatal error and cannot send any more (the record is given back).
@@ -218,10 +222,10 @@ pub enum Refusal {
 }
 
 struct State {
-    buffer: BatchBuffer<Pending>,
+    buffer: BatchBuffer<Box<Pending>>,
     /// Records waiting to be sent again, oldest first; at shutdown also the records the worker
     /// took but could not hand over.
-    retries: VecDeque<(Instant, Pending)>,
+    retries: VecDeque<(Instant, Box<Pending>)>,
     deliver_requested: bool,
     closing: bool,
     /// The worker is waiting on `work`; producers only notify then, which keeps a futex wake
@@ -245,7 +249,7 @@ enum DeliveryMode {
 
 /// A record's report within the open transaction.
 struct RoundReport {
-    pending: Pending,
+    pending: Box<Pending>,
     /// Where it was written (copied only for a record whose result the caller wants), or why
     /// it failed and whether sending it again may succeed.
     outcome: Result<Option<ReceivedRecord>, (KafkaIoError, bool)>,
@@ -315,7 +319,7 @@ impl Shared {
     }
 
     /// Hands records back after their final failure.
-    fn fail(&self, records: impl IntoIterator<Item = (Pending, KafkaIoError)>) {
+    fn fail(&self, records: impl IntoIterator<Item = (Box<Pending>, KafkaIoError)>) {
         let mut count = 0;
         for (pending, error) in records {
             count += 1;
@@ -332,7 +336,7 @@ impl Shared {
     }
 
     /// Queues a failed record to be sent again after the backoff; `Failed` later if it never is.
-    fn schedule_retry(&self, pending: Pending, error: KafkaIoError) {
+    fn schedule_retry(&self, pending: Box<Pending>, error: KafkaIoError) {
         let topic = pending.record.topic.clone();
         let attempt = pending.failures;
         let mut state = self.lock();
@@ -379,10 +383,7 @@ impl ProducerContext for DeliveryTracker {
                     is_transient(err),
                 )),
             };
-            shared.lock_round().push(RoundReport {
-                pending: *pending,
-                outcome,
-            });
+            shared.lock_round().push(RoundReport { pending, outcome });
             shared.round_reported.notify_all();
             return;
         }
@@ -407,9 +408,9 @@ impl ProducerContext for DeliveryTracker {
                     && is_transient(err)
                     && shared.may_retry(pending.failures)
                 {
-                    shared.schedule_retry(*pending, error);
+                    shared.schedule_retry(pending, error);
                 } else {
-                    shared.fail([(*pending, error)]);
+                    shared.fail([(pending, error)]);
                 }
             }
         }
@@ -470,11 +471,11 @@ enum Handoff {
     /// librdkafka refused it for good; it was handed back with the error.
     Refused,
     /// A shutdown ended the wait for room in librdkafka's queue; the record is given back.
-    Unsent(Pending),
+    Unsent(Box<Pending>),
 }
 
 /// The records of an ended transaction, then those never handed over, to hand back in order.
-fn round_records(reports: Vec<RoundReport>, unsent: Vec<Pending>) -> Vec<Pending> {
+fn round_records(reports: Vec<RoundReport>, unsent: Vec<Box<Pending>>) -> Vec<Box<Pending>> {
     reports
         .into_iter()
         .map(|r| r.pending)
@@ -489,9 +490,9 @@ enum RoundEnd {
     /// Aborted: its records are to be sent again (or handed back).
     Aborted(Vec<RoundReport>, KafkaIoError),
     /// The producer failed fatally: its records are handed back.
-    Fatal(Vec<Pending>, KafkaIoError),
+    Fatal(Vec<Box<Pending>>, KafkaIoError),
     /// Shutdown's grace period ended first: its records are handed back.
-    Stopped(Vec<Pending>),
+    Stopped(Vec<Box<Pending>>),
 }
 
 /// The background batching producer; see the module docs.
@@ -621,18 +622,19 @@ impl AsyncProducer {
     /// record is handed back (a `block` caller puts it back in front and waits for room; a
     /// caller that gives up reports it with [`AsyncProducer::count_overflow`]).
     /// `drop_oldest` reports what it dropped in a `Dropped` event.
-    pub fn try_produce(&self, items: &mut VecDeque<Pending>) -> (usize, usize, Option<Refusal>) {
+    pub fn try_produce(
+        &self,
+        items: &mut VecDeque<Box<Pending>>,
+    ) -> (usize, usize, Option<Refusal>) {
         let shared = &self.shared;
         let mut state = shared.lock();
         if let Some(error) = &state.fatal {
             let error = error.clone();
-            let refusal = items
-                .pop_front()
-                .map(|p| Refusal::Fatal(Box::new(p), error));
+            let refusal = items.pop_front().map(|p| Refusal::Fatal(p, error));
             return (0, state.buffer.len(), refusal);
         }
         if state.closing {
-            let refusal = items.pop_front().map(|p| Refusal::Closed(Box::new(p)));
+            let refusal = items.pop_front().map(Refusal::Closed);
             return (0, state.buffer.len(), refusal);
         }
         let mut accepted = 0;
@@ -729,7 +731,7 @@ impl AsyncProducer {
     /// librdkafka still holds and waits for those records' reports (they arrive as `Failed`
     /// events), then returns the records that were never handed to librdkafka. When it returns
     /// every accepted record is delivered, failed, dropped or in the returned list.
-    pub fn finish_shutdown(&self) -> Vec<Pending> {
+    pub fn finish_shutdown(&self) -> Vec<Box<Pending>> {
         self.begin_shutdown();
         self.shared.stopping.store(true, Ordering::Release);
         let handle = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -763,7 +765,7 @@ impl AsyncProducer {
             }
         }
         let mut state = self.shared.lock();
-        let mut undelivered: Vec<Pending> = state.retries.drain(..).map(|(_, p)| p).collect();
+        let mut undelivered: Vec<Box<Pending>> = state.retries.drain(..).map(|(_, p)| p).collect();
         undelivered.extend(state.buffer.drain_chunk(usize::MAX));
         state.stats.failed += undelivered.len() as u64;
         state.stats.queue_size = 0;
@@ -813,7 +815,7 @@ impl AsyncProducer {
     }
 
     /// Waits for a reason to deliver and takes the next chunk; `None` when the worker should stop.
-    fn next_batch(&self) -> Option<Vec<Pending>> {
+    fn next_batch(&self) -> Option<Vec<Box<Pending>>> {
         let shared = &self.shared;
         let mut state = shared.lock();
         loop {
@@ -821,14 +823,18 @@ impl AsyncProducer {
                 return None;
             }
             let now = Instant::now();
-            let mut batch: Vec<Pending> = Vec::new();
+            let mut batch: Vec<Box<Pending>> = Vec::new();
             while state.retries.front().is_some_and(|(due, _)| *due <= now) {
                 if let Some((_, pending)) = state.retries.pop_front() {
                     batch.push(pending);
                 }
             }
             let now_ms = shared.now_ms();
-            if state.deliver_requested || state.buffer.should_deliver(now_ms) {
+            if state.buffer.should_deliver(now_ms) {
+                // As ruby-kafka, a trigger delivers everything buffered, in hand-off chunks.
+                state.deliver_requested = true;
+            }
+            if state.deliver_requested {
                 batch.extend(
                     state
                         .buffer
@@ -866,11 +872,11 @@ impl AsyncProducer {
 
     /// Sends a batch to librdkafka; records it could not hand over before a shutdown are put
     /// back in front of the retries, in order, for `finish_shutdown` to return.
-    fn hand_off(&self, batch: Vec<Pending>) {
+    fn hand_off(&self, batch: Vec<Box<Pending>>) {
         let mut records = batch.into_iter();
         while let Some(pending) = records.next() {
             if let Handoff::Unsent(unsent) = self.send(self.with_partition(pending)) {
-                let unsent: Vec<Pending> = std::iter::once(unsent).chain(records).collect();
+                let unsent: Vec<Box<Pending>> = std::iter::once(unsent).chain(records).collect();
                 self.put_back(unsent);
                 return;
             }
@@ -878,7 +884,7 @@ impl AsyncProducer {
     }
 
     /// Returns in-flight records to the front of the retries, in order, settling them.
-    fn put_back(&self, records: Vec<Pending>) {
+    fn put_back(&self, records: Vec<Box<Pending>>) {
         let count = records.len();
         let now = Instant::now();
         let mut state = self.shared.lock();
@@ -890,7 +896,7 @@ impl AsyncProducer {
     }
 
     /// Chooses the partition of a record that has a `partition_key` (CRC32, as ruby-kafka).
-    fn with_partition(&self, mut pending: Pending) -> Pending {
+    fn with_partition(&self, mut pending: Box<Pending>) -> Box<Pending> {
         if pending.record.partition.is_none()
             && let Some(key) = pending.partition_key.as_deref()
         {
@@ -904,7 +910,7 @@ impl AsyncProducer {
     /// Sends a batch in transactions of its own, again and again until each record is
     /// committed or handed back: an aborted transaction's records go again, in order, before
     /// anything newer.
-    fn hand_off_transactions(&self, mut batch: Vec<Pending>) {
+    fn hand_off_transactions(&self, mut batch: Vec<Box<Pending>>) {
         while !batch.is_empty() {
             batch = match self.run_transaction(batch) {
                 RoundEnd::Committed(reports) => {
@@ -935,7 +941,7 @@ impl AsyncProducer {
     }
 
     /// Sends `batch` in one transaction and commits it.
-    fn run_transaction(&self, batch: Vec<Pending>) -> RoundEnd {
+    fn run_transaction(&self, batch: Vec<Box<Pending>>) -> RoundEnd {
         let fatal = |e: KafkaError, operation: &str| {
             KafkaIoError::from_rdkafka(operation, e, TRANSACTION_STEP, None)
         };
@@ -1075,7 +1081,7 @@ impl AsyncProducer {
 
     /// Sorts an aborted transaction's records: those that cannot succeed or have used up their
     /// retries are handed back; the others are returned, in order, to be sent again.
-    fn settle_aborted(&self, reports: Vec<RoundReport>, error: &KafkaIoError) -> Vec<Pending> {
+    fn settle_aborted(&self, reports: Vec<RoundReport>, error: &KafkaIoError) -> Vec<Box<Pending>> {
         let mut again = Vec::with_capacity(reports.len());
         let mut failed = Vec::new();
         let mut retried = 0;
@@ -1110,11 +1116,11 @@ impl AsyncProducer {
 
     /// Hands back `records` (in flight) and everything buffered with a fatal error, which every
     /// later call raises.
-    fn fail_fatally(&self, records: Vec<Pending>, error: KafkaIoError) {
+    fn fail_fatally(&self, records: Vec<Box<Pending>>, error: KafkaIoError) {
         log::error!("the producer failed fatally and stops: {error}");
         let mut state = self.shared.lock();
         state.fatal = Some(error.clone());
-        let mut buffered: Vec<Pending> = state.retries.drain(..).map(|(_, p)| p).collect();
+        let mut buffered: Vec<Box<Pending>> = state.retries.drain(..).map(|(_, p)| p).collect();
         buffered.extend(state.buffer.drain_chunk(usize::MAX));
         self.shared
             .in_flight
@@ -1132,14 +1138,14 @@ impl AsyncProducer {
     /// Hands one record to librdkafka, waiting while librdkafka's own queue is full. The key,
     /// value and topic move into librdkafka's copy; a refused record is handed back with the
     /// error. Gives the record back when a shutdown ends the wait for room.
-    fn send(&self, mut pending: Pending) -> Handoff {
+    fn send(&self, mut pending: Box<Pending>) -> Handoff {
         let key = pending.record.key.take();
         let value = pending.record.value.take();
         let topic = std::mem::take(&mut pending.record.topic);
         let headers = pending.record.owned_headers();
         let partition = pending.record.partition;
         let timestamp = pending.record.timestamp_ms;
-        let mut record = BaseRecord::with_opaque_to(&topic, Box::new(pending));
+        let mut record = BaseRecord::with_opaque_to(&topic, pending);
         if let Some(key) = &key {
             record = record.key(key.as_slice());
         }
@@ -1156,7 +1162,7 @@ impl AsyncProducer {
             record = record.headers(headers);
         }
         let restore = |back: BaseRecord<'_, [u8], [u8], Box<Pending>>| {
-            let mut pending = *back.delivery_opaque;
+            let mut pending = back.delivery_opaque;
             pending.record.key = key.clone();
             pending.record.value = value.clone();
             pending.record.topic = topic.clone();
@@ -1186,8 +1192,8 @@ impl AsyncProducer {
 mod tests {
     use super::*;
 
-    fn pending(n: usize) -> Pending {
-        Pending {
+    fn pending(n: usize) -> Box<Pending> {
+        Box::new(Pending {
             record: OutgoingRecord {
                 topic: "nowhere".to_owned(),
                 value: Some(format!("v{n}").into_bytes()),
@@ -1196,7 +1202,7 @@ mod tests {
             partition_key: None,
             ticket: 0,
             failures: 0,
-        }
+        })
     }
 
     /// No broker answers and librdkafka's own queue holds 10 records, so at shutdown records
@@ -1216,7 +1222,7 @@ mod tests {
         };
         let producer = AsyncProducer::new(settings, options).unwrap();
         let events = producer.take_events().unwrap();
-        let mut items: VecDeque<Pending> = (0..100).map(pending).collect();
+        let mut items: VecDeque<Box<Pending>> = (0..100).map(pending).collect();
         let (accepted, _, refusal) = producer.try_produce(&mut items);
         assert_eq!((accepted, refusal.is_none()), (100, true));
 

@@ -39,6 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ferrokafka_core::report_builder::{Tracked, decorate};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, base_consumer::PartitionQueue,
 };
@@ -449,6 +450,42 @@ pub struct BrokerOffsets {
     pub next_offset: i64,
     /// librdkafka's fetch state (`active`, `offset-query`, `stopped`, ...).
     pub fetch_state: String,
+    /// Offset of the last partition EOF.
+    pub eof_offset: i64,
+    /// Partitions the topic has (librdkafka's topic statistics, without the internal -1).
+    pub partitions_cnt: u64,
+    /// Karafka Web's figures: each with its change since the previous statistics and how long
+    /// it has not changed (Karafka's statistics decorator).
+    pub lag: Tracked,
+    /// `consumer_lag_stored`, tracked.
+    pub lag_stored: Tracked,
+    /// `committed_offset`, tracked.
+    pub committed: Tracked,
+    /// `stored_offset`, tracked.
+    pub stored: Tracked,
+    /// `hi_offset`, tracked.
+    pub hi: Tracked,
+    /// `ls_offset`, tracked.
+    pub ls: Tracked,
+    /// librdkafka's statistics time (`ts`, microseconds, monotonic).
+    pub ts: i64,
+}
+
+/// The consumer group's state from librdkafka's `cgrp` statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupStatistics {
+    /// Group state (`up`, `wait-coord`, ...).
+    pub state: String,
+    /// Join state (`steady`, ...).
+    pub join_state: String,
+    /// Milliseconds in `state`.
+    pub stateage: i64,
+    /// Milliseconds since the last rebalance.
+    pub rebalance_age: i64,
+    /// Rebalances so far.
+    pub rebalance_cnt: i64,
+    /// Why the last rebalance happened.
+    pub rebalance_reason: String,
 }
 
 /// A snapshot of the whole consumer.
@@ -462,6 +499,13 @@ pub struct ConsumerStats {
     pub commit_errors: u64,
     /// Assigned partitions, ordered by topic and partition.
     pub partitions: Vec<PartitionStats>,
+    /// The group's state from the latest statistics; `None` without a group or statistics.
+    pub group: Option<GroupStatistics>,
+    /// Time since the poller last returned from librdkafka's poll; `None` before the first.
+    pub poll_age: Option<Duration>,
+    /// Bytes per second received from and sent to the brokers between the latest two
+    /// statistics; `None` before the second.
+    pub transfer_rates: Option<(u64, u64)>,
 }
 
 /// The batch a worker is handling.
@@ -612,6 +656,21 @@ struct Shared {
     consumer: Mutex<Option<Arc<Handle>>>,
     /// Wakes the poller.
     wake: Arc<Wake>,
+    /// The group's state from the latest statistics.
+    group_statistics: Mutex<Option<GroupStatistics>>,
+    /// When the poller last returned from librdkafka's poll.
+    polled_at: Mutex<Option<Instant>>,
+    /// Bytes received and sent over all broker connections, at the latest statistics.
+    transfers: Mutex<Transfers>,
+}
+
+/// Byte counters of the latest two statistics, for the transfer rates.
+#[derive(Debug, Default)]
+struct Transfers {
+    /// `(ts µs, received, sent)` of the latest statistics.
+    latest: Option<(i64, u64, u64)>,
+    /// Bytes per second received and sent between the latest two.
+    rates: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -935,15 +994,32 @@ impl Shared {
         self.emit(ConsumerEvent::Unassigned { partitions, lost });
     }
 
-    /// Keeps each assigned partition's offsets from librdkafka's statistics for `stats`.
+    /// Keeps each assigned partition's offsets from librdkafka's statistics for `stats`, with
+    /// the changes since the previous statistics, and the group's state.
     fn record_statistics(&self, statistics: &Statistics) {
+        *lock(&self.group_statistics) = statistics.cgrp.as_ref().map(|group| GroupStatistics {
+            state: group.state.clone(),
+            join_state: group.join_state.clone(),
+            stateage: group.stateage,
+            rebalance_age: group.rebalance_age,
+            rebalance_cnt: group.rebalance_cnt,
+            rebalance_reason: group.rebalance_reason.clone(),
+        });
+        let ts = statistics.ts;
+        self.record_transfers(statistics);
         let slots = lock(&self.slots);
         for (topic_name, topic) in &statistics.topics {
+            let partitions_cnt = topic.partitions.keys().filter(|id| **id >= 0).count() as u64;
             for (id, partition) in &topic.partitions {
                 let Some(slot) = slots.by_partition.get(&(topic_name.clone(), *id)) else {
                     continue;
                 };
-                slot.lock().broker = Some(BrokerOffsets {
+                let mut state = slot.lock();
+                let before = state.broker.as_ref();
+                let track = |old: Option<Tracked>, value: i64| {
+                    decorate(old.zip(before.map(|b| b.ts)), value, ts)
+                };
+                let next = BrokerOffsets {
                     lo_offset: partition.lo_offset,
                     hi_offset: partition.hi_offset,
                     ls_offset: partition.ls_offset,
@@ -951,9 +1027,35 @@ impl Shared {
                     stored_offset: partition.stored_offset,
                     next_offset: partition.next_offset,
                     fetch_state: partition.fetch_state.clone(),
-                });
+                    eof_offset: partition.eof_offset,
+                    partitions_cnt,
+                    lag: track(before.map(|b| b.lag), partition.consumer_lag),
+                    lag_stored: track(before.map(|b| b.lag_stored), partition.consumer_lag_stored),
+                    committed: track(before.map(|b| b.committed), partition.committed_offset),
+                    stored: track(before.map(|b| b.stored), partition.stored_offset),
+                    hi: track(before.map(|b| b.hi), partition.hi_offset),
+                    ls: track(before.map(|b| b.ls), partition.ls_offset),
+                    ts,
+                };
+                state.broker = Some(next);
             }
         }
+    }
+
+    /// Keeps the transfer rates between two statistics (Karafka Web's `bytes_received` and
+    /// `bytes_sent`: per second, over every broker connection).
+    fn record_transfers(&self, statistics: &Statistics) {
+        let received = statistics.brokers.values().map(|b| b.rxbytes).sum::<u64>();
+        let sent = statistics.brokers.values().map(|b| b.txbytes).sum::<u64>();
+        let mut transfers = lock(&self.transfers);
+        if let Some((before, received_before, sent_before)) = transfers.latest {
+            let seconds = (statistics.ts - before) as f64 / 1e6;
+            if seconds > 0.0 {
+                let rate = |now: u64, then: u64| (now.saturating_sub(then) as f64 / seconds) as u64;
+                transfers.rates = Some((rate(received, received_before), rate(sent, sent_before)));
+            }
+        }
+        transfers.latest = Some((statistics.ts, received, sent));
     }
 
     fn all_slots(&self) -> Vec<Arc<Slot>> {
@@ -1108,6 +1210,9 @@ impl ConcurrentConsumer {
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
             wake: Arc::new(Wake::default()),
+            group_statistics: Mutex::new(None),
+            polled_at: Mutex::new(None),
+            transfers: Mutex::new(Transfers::default()),
         });
         let handler = RebalanceHandler {
             shared: Arc::clone(&shared),
@@ -1325,6 +1430,9 @@ impl ConcurrentConsumer {
             commits: totals.commits,
             commit_errors: totals.commit_errors,
             partitions: Vec::new(),
+            group: lock(&self.shared.group_statistics).clone(),
+            poll_age: lock(&self.shared.polled_at).map(|at| at.elapsed()),
+            transfer_rates: lock(&self.shared.transfers).rates,
         };
         drop(totals);
         for slot in self.shared.all_slots() {
@@ -1541,6 +1649,7 @@ fn run_poller(
         // The main queue first: rebalances and statistics are served here, and records fetched
         // before their partition's queue was split come before those in that queue.
         shared.take_ready(&mut chunk, ROUTE_CHUNK, |wait| consumer.poll(wait));
+        *lock(&shared.polled_at) = Some(Instant::now());
         let mut routed = chunk.len();
         shared.route_chunk(&mut chunk);
         for slot in shared.all_slots() {

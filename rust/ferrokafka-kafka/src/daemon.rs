@@ -317,6 +317,17 @@ pub(crate) fn send_all(
     records: &[OutgoingRecord],
     timeout: Duration,
 ) -> KafkaResult<()> {
+    dispatch_all(producer, records, timeout)?;
+    settle_all(producer, timeout)
+}
+
+/// The first half of [`send_all`]: hands `records` to librdkafka and counts them in flight,
+/// forgetting the failures of earlier rounds.
+pub(crate) fn dispatch_all(
+    producer: &ThreadedProducer<FlushTracker>,
+    records: &[OutgoingRecord],
+    timeout: Duration,
+) -> KafkaResult<()> {
     let tracker = producer.context();
     tracker.state().failures.clear();
     for record in records {
@@ -328,6 +339,16 @@ pub(crate) fn send_all(
             return Err(KafkaIoError::from_rdkafka("dispatch", e, timeout, None));
         }
     }
+    Ok(())
+}
+
+/// The second half of [`send_all`]: waits up to `timeout` until nothing is in flight and
+/// returns the first failure since the last [`dispatch_all`].
+pub(crate) fn settle_all(
+    producer: &ThreadedProducer<FlushTracker>,
+    timeout: Duration,
+) -> KafkaResult<()> {
+    let tracker = producer.context();
     let deadline = Instant::now() + timeout;
     let mut state = tracker.state();
     while state.in_flight > 0 {

@@ -11,10 +11,13 @@ pub mod consumer;
 mod daemon;
 pub mod dead_letter;
 pub mod error;
+mod marker_writer;
 pub mod partitioner;
 pub mod record;
 pub mod redelivery;
+mod rounds;
 pub mod scheduler;
+mod start_prefetch;
 
 pub use async_producer::{
     AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ProducerStats, Refusal, Ticket,

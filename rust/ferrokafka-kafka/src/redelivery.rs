@@ -27,32 +27,35 @@
 //!   back, so it is the largest such sum over the markers read), or the wall clock when no marker
 //!   was read for `use_now_if_no_marker_seen`.
 //!
-//! Threading: [`QueueConsumer`] methods are called from any thread; `fetch` serialises itself
-//! with a mutex. The tracker runs on one daemon thread (`daemon::Daemon`);
+//! Threading: [`QueueConsumer`] methods are called from any thread. The consumer owns two
+//! threads: the START prefetch (`start_prefetch.rs`: reads, marks and commits the next batch
+//! while the caller handles this one) and the keepalive (`marker_writer.rs`). The tracker runs
+//! on one daemon thread (`daemon::Daemon`);
 //! librdkafka callbacks only record events. No Python runs here.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::marker_codec::{decode_marker, encode_marker};
-use ferrokafka_core::markers::{
-    Marker, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
-};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, DefaultConsumerContext};
+use ferrokafka_core::markers::{Marker, MarkersQueue, MarkersQueueConfig, MessageId, Redelivery};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::Client;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, enqueue,
-    group_consumer_settings, now_ms, publish, send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, group_consumer_settings,
+    now_ms, publish, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
+pub use crate::marker_writer::markers_partition;
+use crate::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id, millis};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
+use crate::start_prefetch::{PrefetchSetup, StartPrefetch};
 
 /// Header carrying how many times a message was redelivered (decimal ASCII).
 pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
@@ -68,11 +71,6 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// First pause after a failed redelivery write; doubled per failure up to `max_backoff`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The markers partition of every marker of a message from `queue_partition`.
-pub fn markers_partition(queue_partition: i32, markers_partitions: i32) -> i32 {
-    queue_partition.rem_euclid(markers_partitions.max(1))
-}
-
 /// The redelivery count a message carries (0 when the header is missing or unreadable).
 pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {
     headers
@@ -83,10 +81,6 @@ pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {
         .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The partition count of `topic`, waiting up to `timeout` for a broker that is still starting.
@@ -120,36 +114,23 @@ pub struct QueueConsumerOptions {
     pub redelivery_timeout: Duration,
     /// Deadline for writing a batch's START markers and for metadata requests [30 s].
     pub marker_timeout: Duration,
-}
-
-/// Counts failed END/KEEPALIVE writes: those messages are redelivered after their deadline.
-struct UpdateTracker {
-    failed: AtomicU64,
-}
-
-impl ClientContext for UpdateTracker {}
-
-impl ProducerContext for UpdateTracker {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((err, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            log::warn!("marker not written, the message will be redelivered: {err}");
-        }
-    }
+    /// Most messages read, marked and committed at once [500].
+    pub max_batch_size: usize,
+    /// Write a KEEPALIVE every half timeout for each message handed out and not yet acked or
+    /// nacked, on the engine's keepalive thread [true].
+    pub auto_keepalive: bool,
 }
 
 /// Counters of a [`QueueConsumer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueConsumerStats {
-    /// Messages handed out (their START written and offsets committed).
+    /// Messages marked (START written, offsets committed): handed out or prefetched.
     pub received: u64,
     /// END markers sent by `ack`.
     pub acked: u64,
-    /// Immediate-redelivery markers sent by `nack`.
+    /// Messages given up by `nack` (redelivered at once or after their deadline).
     pub nacked: u64,
-    /// KEEPALIVE markers sent by `keepalive`.
+    /// KEEPALIVE markers sent by `keepalive` and by the automatic keepalive.
     pub keepalives: u64,
     /// END or KEEPALIVE markers that librdkafka could not deliver.
     pub failed_markers: u64,
@@ -157,15 +138,14 @@ pub struct QueueConsumerStats {
 
 /// The consuming side of the KMQ pattern; see the module docs.
 pub struct QueueConsumer {
-    consumer: Mutex<BaseConsumer<DefaultConsumerContext>>,
-    starts: ThreadedProducer<FlushTracker>,
-    updates: ThreadedProducer<UpdateTracker>,
-    markers_partitions: i32,
+    /// Declared first: dropped (stopped and joined) before the writer it shares.
+    prefetch: StartPrefetch,
+    writer: Arc<MarkerWriter>,
+    /// Dropped (stopped and joined) with the consumer; `None` without automatic keepalive.
+    _keepalive: Option<KeepaliveThread>,
     options: QueueConsumerOptions,
-    received: AtomicU64,
     acked: AtomicU64,
     nacked: AtomicU64,
-    keepalives: AtomicU64,
 }
 
 impl std::fmt::Debug for QueueConsumer {
@@ -208,196 +188,110 @@ impl QueueConsumer {
         producer_settings.remove("transactional.id");
         // Markers of one message must stay in order: retries may not reorder them.
         producer_settings.set_default("enable.idempotence", "true");
+        let mut start_settings = producer_settings.clone();
         // START markers are written synchronously per batch: linger only adds latency.
-        producer_settings.set_default("linger.ms", "1");
-        let starts = producer_settings
+        start_settings.set_default("linger.ms", "1");
+        let starts = start_settings
             .to_client_config()
             .create_with_context(FlushTracker::new())
             .map_err(creation_error("create markers producer"))?;
+        // END and KEEPALIVE markers are not waited for: a longer linger packs more of them into
+        // one produce request.
+        producer_settings.set_default("linger.ms", "5");
         let updates = producer_settings
             .to_client_config()
-            .create_with_context(UpdateTracker {
-                failed: AtomicU64::new(0),
-            })
+            .create_with_context(UpdateTracker::new())
             .map_err(creation_error("create markers producer"))?;
-        Ok(QueueConsumer {
-            consumer: Mutex::new(consumer),
-            starts,
+        let writer = Arc::new(MarkerWriter::new(
             updates,
+            options.markers_topic.clone(),
             markers_partitions,
+            options.redelivery_timeout,
+            options.marker_timeout,
+            options.auto_keepalive,
+        ));
+        let keepalive = if options.auto_keepalive {
+            Some(KeepaliveThread::spawn(Arc::clone(&writer))?)
+        } else {
+            None
+        };
+        let prefetch = StartPrefetch::spawn(PrefetchSetup {
+            consumer,
+            starts,
+            writer: Arc::clone(&writer),
+            queue_topic: options.queue_topic.clone(),
+            max_batch_size: options.max_batch_size,
+            marker_timeout: options.marker_timeout,
+        })?;
+        Ok(QueueConsumer {
+            prefetch,
+            writer,
+            _keepalive: keepalive,
             options,
-            received: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             nacked: AtomicU64::new(0),
-            keepalives: AtomicU64::new(0),
         })
     }
 
     /// Waits up to `wait` for messages and returns at most `max` of them (none when nothing
-    /// came), after their START markers are acknowledged and their offsets committed.
+    /// came), after their START markers are acknowledged and their offsets committed. The first
+    /// call starts the prefetch: the next batch is marked while the caller handles this one.
     pub fn fetch(&self, max: usize, wait: Duration) -> KafkaResult<Vec<ReceivedRecord>> {
-        let consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
-        let deadline = Instant::now() + wait;
-        let mut records = Vec::new();
-        while records.len() < max.max(1) {
-            // Wait for the first record only; then take what has already arrived.
-            let left = if records.is_empty() {
-                deadline.saturating_duration_since(Instant::now())
-            } else {
-                Duration::ZERO
-            };
-            match consumer.poll(left) {
-                None => break,
-                Some(Ok(message)) => records.push(ReceivedRecord::from_message(&message)),
-                Some(Err(e)) => log::warn!("queue consumer: {e}"),
-            }
-        }
-        if records.is_empty() {
-            return Ok(records);
-        }
-        let deadline_ms = now_ms().saturating_add(millis(self.options.redelivery_timeout));
-        let markers: Vec<OutgoingRecord> = records
-            .iter()
-            .map(|record| self.start_marker(record, deadline_ms))
-            .collect();
-        if let Err(e) = send_all(&self.starts, &markers, self.options.marker_timeout) {
-            self.rewind(&consumer, &records);
-            return Err(e);
-        }
-        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-        for record in &records {
-            let slot = next.entry(record.partition).or_insert(0);
-            *slot = (*slot).max(record.offset + 1);
-        }
-        let mut commit = TopicPartitionList::new();
-        for (partition, offset) in next {
-            let _ = commit.add_partition_offset(
-                &self.options.queue_topic,
-                partition,
-                Offset::Offset(offset),
-            );
-        }
-        // The START markers are durable: should the commit fail, a restart reads these messages
-        // again and their new START supersedes the old one (at-least-once, nothing lost).
-        if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
-            log::warn!("queue offsets not committed: {e}");
-        }
-        self.received
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
-        Ok(records)
-    }
-
-    /// Seeks back to the first record of each partition of a batch whose markers failed.
-    fn rewind(&self, consumer: &BaseConsumer, records: &[ReceivedRecord]) {
-        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
-        for record in records {
-            let slot = first.entry(record.partition).or_insert(record.offset);
-            *slot = (*slot).min(record.offset);
-        }
-        for (partition, offset) in first {
-            if let Err(e) = consumer.seek(
-                &self.options.queue_topic,
-                partition,
-                Offset::Offset(offset),
-                self.options.marker_timeout,
-            ) {
-                log::error!(
-                    "cannot rewind {}-{partition} to {offset}: {e}",
-                    self.options.queue_topic
-                );
-            }
-        }
-    }
-
-    fn marker_record(&self, queue_partition: i32, marker: &Marker) -> OutgoingRecord {
-        OutgoingRecord {
-            topic: self.options.markers_topic.clone(),
-            partition: Some(markers_partition(queue_partition, self.markers_partitions)),
-            key: None,
-            value: Some(encode_marker(marker)),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        }
-    }
-
-    fn start_marker(&self, record: &ReceivedRecord, deadline: u64) -> OutgoingRecord {
-        let marker = Marker::Start {
-            message_id: message_id(record.partition, record.offset),
-            deadline,
-            payload: MessagePayload {
-                key: record.key.clone(),
-                value: record.value.clone(),
-                headers: record.headers.clone(),
-            },
-        };
-        self.marker_record(record.partition, &marker)
-    }
-
-    fn send_update(&self, partition: i32, marker: &Marker) -> KafkaResult<()> {
-        enqueue(&self.updates, &self.marker_record(partition, marker)).map_err(|e| {
-            KafkaIoError::from_rdkafka("write marker", e, self.options.marker_timeout, None)
-        })
+        self.prefetch.take(max, wait)
     }
 
     /// Processing of the message at `partition`/`offset` finished: writes its END marker.
     pub fn ack(&self, partition: i32, offset: i64) -> KafkaResult<()> {
-        let message_id = message_id(partition, offset);
-        self.send_update(partition, &Marker::End { message_id })?;
-        self.acked.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.ack_many(&[(partition, offset)])
+    }
+
+    /// Processing of the messages at `partition`/`offset` finished: writes their END markers.
+    pub fn ack_many(&self, messages: &[(i32, i64)]) -> KafkaResult<()> {
+        let ids: Vec<MessageId> = messages.iter().map(|&(p, o)| message_id(p, o)).collect();
+        let outcome = self
+            .writer
+            .finish(&ids, |message_id| Some(Marker::End { message_id }));
+        if outcome.is_ok() {
+            self.acked.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        }
+        outcome
     }
 
     /// Processing continues: moves the redelivery deadline to now + the redelivery timeout.
     pub fn keepalive(&self, partition: i32, offset: i64) -> KafkaResult<()> {
-        let deadline = now_ms().saturating_add(millis(self.options.redelivery_timeout));
-        self.send_update(
-            partition,
-            &Marker::KeepAlive {
-                message_id: message_id(partition, offset),
-                deadline,
-            },
-        )?;
-        self.keepalives.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.writer.keepalive(message_id(partition, offset))
     }
 
-    /// Processing failed: moves the deadline to now, so the tracker redelivers the message at
-    /// once (counted like any redelivery, dead-lettered after `max_redeliveries`).
-    pub fn nack(&self, partition: i32, offset: i64) -> KafkaResult<()> {
-        self.send_update(
-            partition,
-            &Marker::KeepAlive {
-                message_id: message_id(partition, offset),
+    /// Processing failed. `now`: the deadline moves to now, so the tracker redelivers the
+    /// message at once. Otherwise (kafka-mq-go's Interrupt) only its keepalive stops, so it is
+    /// redelivered when its current deadline passes, at most one redelivery timeout from now.
+    /// Either way it counts as a redelivery (dead-lettered after `max_redeliveries`).
+    pub fn nack(&self, partition: i32, offset: i64, now: bool) -> KafkaResult<()> {
+        let id = message_id(partition, offset);
+        self.writer.finish(&[id], |message_id| {
+            now.then(|| Marker::KeepAlive {
+                message_id,
                 deadline: now_ms(),
-            },
-        )?;
+            })
+        })?;
         self.nacked.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     /// Waits up to `timeout` until every END/KEEPALIVE marker written so far is acknowledged.
     pub fn flush(&self, timeout: Duration) -> KafkaResult<()> {
-        self.updates
-            .flush(timeout)
-            .map_err(|e| KafkaIoError::from_rdkafka("flush markers", e, timeout, None))
+        self.writer.flush(timeout)
     }
 
     /// The counters.
     pub fn stats(&self) -> QueueConsumerStats {
         QueueConsumerStats {
-            received: self.received.load(Ordering::Relaxed),
+            received: self.prefetch.received(),
             acked: self.acked.load(Ordering::Relaxed),
             nacked: self.nacked.load(Ordering::Relaxed),
-            keepalives: self.keepalives.load(Ordering::Relaxed),
-            failed_markers: self.updates.context().failed.load(Ordering::Relaxed),
+            keepalives: self.writer.keepalives(),
+            failed_markers: self.writer.failed(),
         }
-    }
-}
-
-fn message_id(partition: i32, offset: i64) -> MessageId {
-    MessageId {
-        partition: u32::try_from(partition).unwrap_or(0),
-        offset: u64::try_from(offset).unwrap_or(0),
     }
 }
 
@@ -945,13 +839,6 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn markers_of_a_queue_partition_share_one_markers_partition() {
-        assert_eq!(markers_partition(5, 3), 2);
-        assert_eq!(markers_partition(2, 3), 2);
-        assert_eq!(markers_partition(7, 0), 0);
-    }
 
     #[test]
     fn redelivery_count_reads_the_last_header_and_defaults_to_zero() {

@@ -7,9 +7,12 @@
 //! more than Karafka's 15 s grace after the load started) marks it `loaded`. A record with a
 //! newer schema version pauses its partition (status `blocked`) until an upgraded daemon replays it.
 //! From then on it dispatches every due schedule: the target message and a tombstone for the proxy
-//! (same key and partition), produced synchronously in chunks of `flush_batch_size` messages,
-//! inside one transaction per chunk when transactional. A tombstone is written only after its
-//! target was acknowledged (in the same transaction when transactional). A target the broker
+//! (same key and partition), in chunks of `flush_batch_size` messages. Without transactions the
+//! chunks are pipelined: up to [`PIPELINE_SCHEDULES`] schedules are on their way at once, a chunk's
+//! tombstones are sent only once every target of that chunk was acknowledged, and a partition's
+//! schedules are marked dispatched in the order they were sent. With transactions each chunk is
+//! one transaction holding its targets and their tombstones, committed before the next chunk
+//! starts (one producer has one open transaction). A target the broker
 //! refuses for good (too large, illegal or unauthorised topic) is counted as `failed`, logged
 //! with its key and, when `dead_letter_topic` is set, copied there before its tombstone is
 //! written; it never holds up the schedules behind it. Transient failures are restored and
@@ -32,7 +35,7 @@
 //! Threading: rdkafka callbacks (rebalance, delivery) only record events in mutex-protected
 //! lists that the daemon thread drains after each poll; no Python ever runs here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -48,19 +51,20 @@ use ferrokafka_core::schedule::{
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::EndIsExpected;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error,
-    enqueue_with, group_consumer_settings, now_ms, publish,
+    group_consumer_settings, now_ms, publish,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
+use crate::rounds::{RoundId, Rounds, send_round};
 
 /// Longest the daemon waits in one poll, so stop requests and due schedules are noticed quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -72,6 +76,15 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
 const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the offsets read and acted upon are committed while running.
 const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
+/// Schedules of the at-least-once dispatcher on their way at once (targets or tombstones sent,
+/// not yet acknowledged; at least one chunk): enough that a second's worth of due schedules is
+/// handed to the producer at once, well within librdkafka's default queue of 100,000 messages.
+const PIPELINE_SCHEDULES: usize = 25_000;
+/// Sends of a tombstone (its target acknowledged) before its failure is only logged: a restart
+/// may then dispatch that schedule again.
+const TOMBSTONE_ATTEMPTS: u32 = 3;
+/// Time a round waits beyond librdkafka's `message.timeout.ms` for the reports of its records.
+const ROUND_GRACE: Duration = Duration::from_secs(5);
 /// Records applied between two loading-progress log lines.
 const PROGRESS_EVERY: u64 = 100_000;
 
@@ -82,7 +95,7 @@ pub struct SchedulerOptions {
     pub schedules_topics: Vec<String>,
     /// Consumer group of the daemons serving these topics.
     pub group_id: String,
-    /// Most messages (targets plus tombstones) produced per synchronous flush [1000].
+    /// Most messages (targets plus tombstones) per dispatched chunk [1000].
     pub flush_batch_size: usize,
     /// Least time between two periodic state reports of a partition.
     pub state_interval: Duration,
@@ -90,7 +103,7 @@ pub struct SchedulerOptions {
     pub states_postfix: String,
     /// How far ahead schedules keep their payload in memory (see `ScheduleTracker`).
     pub horizon: Duration,
-    /// Deadline of one synchronous flush (or transaction commit).
+    /// Deadline of one round of sends (or of a transaction commit).
     pub dispatch_timeout: Duration,
     /// Where schedules whose target is refused for good are copied (none: only counted and
     /// logged; their proxy then stays on the schedules topic).
@@ -193,6 +206,32 @@ enum DispatchResult {
     Retry { transient: Option<String> },
 }
 
+/// An at-least-once chunk of one partition's schedules on its way. Its targets are sent
+/// without waiting for the chunks before it; its tombstones only once every target of the chunk
+/// was acknowledged (a chunk with a failed target is settled synchronously, see
+/// `settle_failed_targets`).
+struct ChunkInFlight {
+    partition: (String, i32),
+    due: Vec<Dispatch<ProxyPayload>>,
+    /// Kept until the targets round is answered, to confirm a refusal by sending one alone.
+    targets: Vec<OutgoingRecord>,
+    stage: ChunkStage,
+}
+
+enum ChunkStage {
+    /// Targets sent; acknowledgements awaited.
+    Targets(RoundId),
+    /// Every target acknowledged; tombstones (of `due[of[i]]`) sent for the `attempt`th time.
+    Tombstones {
+        round: RoundId,
+        records: Vec<OutgoingRecord>,
+        of: Vec<usize>,
+        attempt: u32,
+    },
+    /// The fate of every schedule is known; marked once the earlier chunks of its partition are.
+    Settled(Vec<DispatchResult>),
+}
+
 /// The running daemon; see the module docs.
 pub type Scheduler = Daemon<Vec<PartitionStatus>>;
 
@@ -226,8 +265,10 @@ impl Scheduler {
 
 struct SchedulerLoop {
     consumer: BaseConsumer<GroupContext>,
-    dispatcher: ThreadedProducer<RoundTracker>,
+    dispatcher: ThreadedProducer<Rounds>,
     reporter: ThreadedProducer<FlushTracker>,
+    /// At-least-once chunks on their way, oldest first (transactional chunks are synchronous).
+    in_flight: VecDeque<ChunkInFlight>,
     fetch_settings: ClientSettings,
     transactional: bool,
     options: SchedulerOptions,
@@ -257,11 +298,22 @@ impl SchedulerLoop {
             .subscribe(&topics)
             .map_err(creation_error("subscribe to schedules topics"))?;
         let mut dispatch_settings = settings.for_role(ClientRole::Producer);
-        // Every chunk is flushed synchronously, so lingering only adds to each chunk's latency.
+        // Chunks are sent as soon as they are due and the pipeline keeps batches full, so
+        // lingering would only add to every dispatch's lateness.
         dispatch_settings.set_default("linger.ms", "0");
-        let dispatcher: ThreadedProducer<RoundTracker> = dispatch_settings
+        if !transactional {
+            // librdkafka gives up on a record before its round does (see `round_timeout`), so
+            // a record whose round timed out and that is sent again is not also delivered late.
+            // (In a transaction an abort settles that, and librdkafka bounds the timeout by
+            // transaction.timeout.ms itself.)
+            dispatch_settings.set_default(
+                "message.timeout.ms",
+                &options.dispatch_timeout.as_millis().to_string(),
+            );
+        }
+        let dispatcher: ThreadedProducer<Rounds> = dispatch_settings
             .to_client_config()
-            .create_with_context(RoundTracker::default())
+            .create_with_context(Rounds::default())
             .map_err(creation_error("create dispatch producer"))?;
         if transactional {
             dispatcher
@@ -285,6 +337,7 @@ impl SchedulerLoop {
             consumer,
             dispatcher,
             reporter,
+            in_flight: VecDeque::new(),
             fetch_settings: consumer_settings,
             transactional,
             options,
@@ -307,8 +360,21 @@ impl SchedulerLoop {
         );
         while !stop.load(Ordering::Acquire) {
             let sleep = self.sleep_budget();
-            self.poll_records(sleep);
+            if self.in_flight.is_empty() {
+                self.poll_records(sleep);
+            } else {
+                // Woken by the acknowledgements the pipeline waits for, not only by records;
+                // a full pipeline has nothing to do before one arrives.
+                let sleep = if self.pipeline_full() {
+                    MAX_SLEEP
+                } else {
+                    sleep
+                };
+                self.dispatcher.context().wait_for_progress(sleep);
+                self.poll_records(Duration::ZERO);
+            }
             self.handle_assignments();
+            self.settle_chunks();
             self.dispatch_due();
             self.advance_horizons();
             self.report_states(false);
@@ -473,61 +539,246 @@ impl SchedulerLoop {
     }
 
     fn dispatch_due(&mut self) {
+        if self.transactional {
+            self.dispatch_due_transactional();
+        } else {
+            self.start_due_chunks();
+        }
+    }
+
+    /// Sends due chunks, one per partition in turn, while the pipeline has room (see
+    /// [`ChunkInFlight`]); [`Self::settle_chunks`] moves them on as the broker answers.
+    fn start_due_chunks(&mut self) {
+        let per_chunk = self.options.flush_batch_size / 2;
+        let keys: Vec<(String, i32)> = self.runs.keys().cloned().collect();
+        let mut started = true;
+        while started {
+            started = false;
+            for key in &keys {
+                if self.pipeline_full() {
+                    return;
+                }
+                let Some(due) = self.take_due(key, per_chunk) else {
+                    continue;
+                };
+                let targets = self.targets_of(&key.0, key.1, &due);
+                let round = Rounds::start(&self.dispatcher, &targets, self.round_timeout());
+                self.in_flight.push_back(ChunkInFlight {
+                    partition: key.clone(),
+                    due,
+                    targets,
+                    stage: ChunkStage::Targets(round),
+                });
+                started = true;
+            }
+        }
+    }
+
+    /// How long a round waits for its delivery reports: librdkafka's own `message.timeout.ms`
+    /// (the dispatch timeout by default) plus [`ROUND_GRACE`] for its report to arrive.
+    fn round_timeout(&self) -> Duration {
+        self.options.dispatch_timeout + ROUND_GRACE
+    }
+
+    fn pipeline_full(&self) -> bool {
+        let on_the_way: usize = self.in_flight.iter().map(|chunk| chunk.due.len()).sum();
+        on_the_way >= PIPELINE_SCHEDULES
+    }
+
+    /// One transaction per chunk, each committed before the next is sent.
+    fn dispatch_due_transactional(&mut self) {
         let per_chunk = self.options.flush_batch_size / 2;
         let keys: Vec<(String, i32)> = self.runs.keys().cloned().collect();
         for key in keys {
-            loop {
-                let now = now_ms();
-                let Some(run) = self.runs.get_mut(&key) else {
+            while let Some(due) = self.take_due(&key, per_chunk) {
+                let started = Instant::now();
+                let results = self.flush_chunk_transactional(&key, &due);
+                log::debug!(
+                    "{}-{}: {} schedules handled in {:?}",
+                    key.0,
+                    key.1,
+                    due.len(),
+                    started.elapsed()
+                );
+                if !self.settle(&key, due, results) {
                     break;
+                }
+            }
+        }
+    }
+
+    /// Up to `max` schedules of `key`'s partition due now, unless the partition is blocked or
+    /// waits out a backoff.
+    fn take_due(&mut self, key: &(String, i32), max: usize) -> Option<Vec<Dispatch<ProxyPayload>>> {
+        let run = self.runs.get_mut(key)?;
+        if run.dispatch_backoff.waiting() || run.blocked.is_some() {
+            return None;
+        }
+        let due = run.tracker.due(now_ms(), max);
+        (!due.is_empty()).then_some(due)
+    }
+
+    fn targets_of(
+        &self,
+        topic: &str,
+        partition: i32,
+        due: &[Dispatch<ProxyPayload>],
+    ) -> Vec<OutgoingRecord> {
+        due.iter()
+            .map(|dispatch| self.target_record(topic, partition, dispatch))
+            .collect()
+    }
+
+    /// Moves on every chunk whose round the broker answered: acknowledged targets get their
+    /// tombstones, failed tombstones are sent again, failed targets are settled at once. A
+    /// chunk's schedules are marked once it and every earlier chunk of its partition settled,
+    /// so a partition's marks follow dispatch order.
+    fn settle_chunks(&mut self) {
+        if self.in_flight.is_empty() {
+            return;
+        }
+        let mut chunks = std::mem::take(&mut self.in_flight);
+        for chunk in &mut chunks {
+            self.advance_chunk(chunk);
+        }
+        let mut unsettled: HashSet<(String, i32)> = HashSet::new();
+        for chunk in chunks {
+            match chunk.stage {
+                ChunkStage::Settled(results) if !unsettled.contains(&chunk.partition) => {
+                    self.settle(&chunk.partition, chunk.due, results);
+                }
+                _ => {
+                    unsettled.insert(chunk.partition.clone());
+                    self.in_flight.push_back(chunk);
+                }
+            }
+        }
+    }
+
+    fn advance_chunk(&self, chunk: &mut ChunkInFlight) {
+        let rounds = self.dispatcher.context();
+        let timeout = self.round_timeout();
+        let (topic, partition) = (&chunk.partition.0, chunk.partition.1);
+        match &chunk.stage {
+            ChunkStage::Targets(round) => {
+                let Some(sent) = rounds.take_finished(*round) else {
+                    return;
                 };
-                if run.dispatch_backoff.waiting() || run.blocked.is_some() {
-                    break;
+                let targets = std::mem::take(&mut chunk.targets);
+                if sent.iter().all(Result::is_ok) {
+                    let records: Vec<OutgoingRecord> = chunk
+                        .due
+                        .iter()
+                        .map(|dispatch| tombstone_record(topic, partition, dispatch))
+                        .collect();
+                    chunk.stage = ChunkStage::Tombstones {
+                        round: Rounds::start(&self.dispatcher, &records, timeout),
+                        of: (0..records.len()).collect(),
+                        records,
+                        attempt: 1,
+                    };
+                } else {
+                    chunk.stage = ChunkStage::Settled(
+                        self.settle_failed_targets(topic, partition, &chunk.due, &targets, sent),
+                    );
                 }
-                let due = run.tracker.due(now, per_chunk);
-                if due.is_empty() {
-                    break;
-                }
-                let results = self.flush_chunk(&key, &due);
-                let Some(run) = self.runs.get_mut(&key) else {
-                    break;
+            }
+            ChunkStage::Tombstones {
+                round,
+                records,
+                of,
+                attempt,
+            } => {
+                let Some(results) = rounds.take_finished(*round) else {
+                    return;
                 };
-                let mut transient = None;
-                let mut retried = 0;
-                for (dispatch, result) in due.into_iter().zip(results) {
-                    match result {
-                        DispatchResult::Dispatched => {
-                            run.tracker.mark_dispatched(&dispatch.key, dispatch.offset);
-                        }
-                        DispatchResult::Failed(reason) => {
-                            log::error!(
-                                "{}-{}@{}: schedule {:?} failed for good: {reason}",
-                                key.0,
-                                key.1,
-                                dispatch.offset,
-                                dispatch.key
-                            );
-                            run.tracker.mark_failed(&dispatch.key, dispatch.offset);
-                        }
-                        DispatchResult::Retry { transient: error } => {
-                            transient = transient.or(error);
-                            retried += 1;
-                            let _ = run.tracker.restore(dispatch);
-                        }
-                    }
-                }
-                match transient {
-                    Some(error) => {
-                        let pause = run.dispatch_backoff.failed();
-                        log::error!(
-                            "dispatch of {retried} schedules from {}-{} failed, retrying in {pause:?}: {error}",
-                            key.0,
-                            key.1,
+                let (mut again, mut again_of) = (Vec::new(), Vec::new());
+                for ((tombstone, &n), result) in records.iter().zip(of).zip(results) {
+                    let Err(e) = result else { continue };
+                    let dispatch = &chunk.due[n];
+                    if *attempt < TOMBSTONE_ATTEMPTS && !refused_for_good(&e) {
+                        again.push(tombstone.clone());
+                        again_of.push(n);
+                    } else {
+                        log::warn!(
+                            "{topic}-{partition}@{}: target of {:?} dispatched but its tombstone was not written ({e}); a restart may dispatch it again",
+                            dispatch.offset,
+                            dispatch.key
                         );
-                        break;
                     }
-                    None => run.dispatch_backoff.succeeded(),
                 }
+                chunk.stage = if again.is_empty() {
+                    ChunkStage::Settled(
+                        chunk
+                            .due
+                            .iter()
+                            .map(|_| DispatchResult::Dispatched)
+                            .collect(),
+                    )
+                } else {
+                    ChunkStage::Tombstones {
+                        round: Rounds::start(&self.dispatcher, &again, timeout),
+                        records: again,
+                        of: again_of,
+                        attempt: attempt + 1,
+                    }
+                };
+            }
+            ChunkStage::Settled(_) => {}
+        }
+    }
+
+    /// Applies what became of a chunk's schedules to its partition's tracker (nothing when the
+    /// partition was revoked meanwhile). Returns false when a transient failure put some back:
+    /// the partition then waits out a backoff, counted once per failure, not once per chunk.
+    fn settle(
+        &mut self,
+        key: &(String, i32),
+        due: Vec<Dispatch<ProxyPayload>>,
+        results: Vec<DispatchResult>,
+    ) -> bool {
+        let Some(run) = self.runs.get_mut(key) else {
+            return false;
+        };
+        let mut transient = None;
+        let mut retried = 0;
+        for (dispatch, result) in due.into_iter().zip(results) {
+            match result {
+                DispatchResult::Dispatched => {
+                    run.tracker.mark_dispatched(&dispatch.key, dispatch.offset);
+                }
+                DispatchResult::Failed(reason) => {
+                    log::error!(
+                        "{}-{}@{}: schedule {:?} failed for good: {reason}",
+                        key.0,
+                        key.1,
+                        dispatch.offset,
+                        dispatch.key
+                    );
+                    run.tracker.mark_failed(&dispatch.key, dispatch.offset);
+                }
+                DispatchResult::Retry { transient: error } => {
+                    transient = transient.or(error);
+                    retried += 1;
+                    let _ = run.tracker.restore(dispatch);
+                }
+            }
+        }
+        match transient {
+            Some(error) => {
+                if !run.dispatch_backoff.waiting() {
+                    let pause = run.dispatch_backoff.failed();
+                    log::error!(
+                        "dispatch of {retried} schedules from {}-{} failed, retrying in {pause:?}: {error}",
+                        key.0,
+                        key.1,
+                    );
+                }
+                false
+            }
+            None => {
+                run.dispatch_backoff.succeeded();
+                true
             }
         }
     }
@@ -592,39 +843,18 @@ impl SchedulerLoop {
         }
     }
 
-    /// Dispatches `due` (see the module docs) and says what became of each schedule.
-    fn flush_chunk(
-        &self,
-        (topic, partition): &(String, i32),
-        due: &[Dispatch<ProxyPayload>],
-    ) -> Vec<DispatchResult> {
-        let started = Instant::now();
-        let targets: Vec<OutgoingRecord> = due
-            .iter()
-            .map(|dispatch| self.target_record(topic, *partition, dispatch))
-            .collect();
-        let results = if self.transactional {
-            self.flush_chunk_transactional(topic, *partition, due, &targets)
-        } else {
-            self.flush_chunk_at_least_once(topic, *partition, due, &targets)
-        };
-        log::debug!(
-            "{topic}-{partition}: {} schedules handled in {:?}",
-            due.len(),
-            started.elapsed()
-        );
-        results
-    }
-
-    fn flush_chunk_at_least_once(
+    /// What became of each schedule of a chunk whose targets round (`sent`) had failures: a
+    /// refusal is confirmed by sending the target alone; tombstones follow acknowledged targets,
+    /// dead-letter copies (then tombstones) follow refused ones. Synchronous: failures are rare.
+    fn settle_failed_targets(
         &self,
         topic: &str,
         partition: i32,
         due: &[Dispatch<ProxyPayload>],
         targets: &[OutgoingRecord],
+        mut sent: Vec<Result<(), KafkaError>>,
     ) -> Vec<DispatchResult> {
-        let timeout = self.options.dispatch_timeout;
-        let mut sent = send_round(&self.dispatcher, targets, timeout);
+        let timeout = self.round_timeout();
         // The broker refuses a whole batch when it is too large, so a refusal counts only once
         // the target, sent alone, is refused again.
         for (target, result) in targets.iter().zip(sent.iter_mut()) {
@@ -707,13 +937,14 @@ impl SchedulerLoop {
             .collect()
     }
 
+    /// Dispatches `due` in one transaction: targets and tombstones are sent together (the
+    /// transaction commits a tombstone only with its target), then committed.
     fn flush_chunk_transactional(
         &self,
-        topic: &str,
-        partition: i32,
+        (topic, partition): &(String, i32),
         due: &[Dispatch<ProxyPayload>],
-        targets: &[OutgoingRecord],
     ) -> Vec<DispatchResult> {
+        let (topic, partition) = (topic.as_str(), *partition);
         let retry_all = |error: String| {
             due.iter()
                 .map(|_| DispatchResult::Retry {
@@ -721,20 +952,25 @@ impl SchedulerLoop {
                 })
                 .collect()
         };
-        let sent = match self.in_transaction(targets) {
+        let mut records = self.targets_of(topic, partition, due);
+        records.extend(
+            due.iter()
+                .map(|dispatch| tombstone_record(topic, partition, dispatch)),
+        );
+        let mut sent = match self.in_transaction(&records) {
             Ok(sent) => sent,
             Err(error) => return retry_all(error),
         };
         if sent.iter().all(Result::is_ok) {
-            let tombstones: Vec<OutgoingRecord> = due
-                .iter()
-                .map(|dispatch| tombstone_record(topic, partition, dispatch))
-                .collect();
-            return match self.finish_transaction(&tombstones) {
+            return match self.finish_transaction(&[]) {
                 Ok(()) => due.iter().map(|_| DispatchResult::Dispatched).collect(),
                 Err(error) => retry_all(error),
             };
         }
+        // What became of the tombstones does not matter: the transaction is aborted below.
+        sent.truncate(due.len());
+        records.truncate(due.len());
+        let targets = &records;
         // A failed record makes the whole transaction abortable.
         let _ = self
             .dispatcher
@@ -834,17 +1070,13 @@ impl SchedulerLoop {
         self.dispatcher
             .begin_transaction()
             .map_err(|e| format!("begin_transaction: {e}"))?;
-        Ok(send_round(
-            &self.dispatcher,
-            records,
-            self.options.dispatch_timeout,
-        ))
+        Ok(send_round(&self.dispatcher, records, self.round_timeout()))
     }
 
     /// Sends `records` in the open transaction and commits it (aborts it on any failure).
     fn finish_transaction(&self, records: &[OutgoingRecord]) -> Result<(), String> {
         let timeout = self.options.dispatch_timeout;
-        let sent = send_round(&self.dispatcher, records, timeout);
+        let sent = send_round(&self.dispatcher, records, self.round_timeout());
         let committed = match sent.into_iter().find_map(Result::err) {
             Some(e) => Err(format!("dispatch: {e}")),
             None => self
@@ -1029,6 +1261,7 @@ impl SchedulerLoop {
     }
 
     fn shutdown(&mut self) {
+        self.drain_pipeline();
         for run in self.runs.values_mut() {
             run.tracker.stop();
         }
@@ -1043,6 +1276,22 @@ impl SchedulerLoop {
         }
         let _ = self.dispatcher.flush(Duration::from_secs(10));
         log::info!("scheduler stopped");
+    }
+
+    /// Lets the chunks on their way settle (for at most one round's timeout), so acknowledged
+    /// targets get their tombstones before the daemon stops.
+    fn drain_pipeline(&mut self) {
+        let deadline = Instant::now() + self.round_timeout();
+        while !self.in_flight.is_empty() && Instant::now() < deadline {
+            self.dispatcher.context().wait_for_progress(MAX_SLEEP);
+            self.settle_chunks();
+        }
+        if !self.in_flight.is_empty() {
+            let schedules: usize = self.in_flight.iter().map(|chunk| chunk.due.len()).sum();
+            log::warn!(
+                "stopping with {schedules} schedules not confirmed dispatched; a restart may dispatch them again"
+            );
+        }
     }
 
     fn status(&self) -> Vec<PartitionStatus> {
@@ -1192,101 +1441,6 @@ fn refused_for_good(error: &KafkaError) -> bool {
                 | Code::UnknownTopic
         )
     )
-}
-
-/// Producer context of the dispatcher: records the delivery result of every message of the
-/// current round by its index, so one refused target does not fail its neighbours. Opaques
-/// count up across rounds; reports of an earlier, timed-out round are ignored.
-#[derive(Default)]
-struct RoundTracker {
-    state: Mutex<RoundState>,
-    settled: std::sync::Condvar,
-}
-
-#[derive(Default)]
-struct RoundState {
-    /// Opaque of the current round's first message.
-    first: usize,
-    results: Vec<Option<Result<(), KafkaError>>>,
-    in_flight: usize,
-}
-
-impl RoundTracker {
-    fn state(&self) -> std::sync::MutexGuard<'_, RoundState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl ClientContext for RoundTracker {}
-
-impl ProducerContext for RoundTracker {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
-        let mut state = self.state();
-        let Some(index) = opaque.checked_sub(state.first) else {
-            return;
-        };
-        let Some(slot) = state.results.get_mut(index) else {
-            return;
-        };
-        if slot.is_none() {
-            *slot = Some(result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
-            state.in_flight -= 1;
-            if state.in_flight == 0 {
-                self.settled.notify_all();
-            }
-        }
-    }
-}
-
-/// Produces `records` and waits (up to `timeout`) for each one's delivery result; a record not
-/// confirmed in time counts as timed out. Only one round runs per producer at a time.
-fn send_round(
-    producer: &ThreadedProducer<RoundTracker>,
-    records: &[OutgoingRecord],
-    timeout: Duration,
-) -> Vec<Result<(), KafkaError>> {
-    if records.is_empty() {
-        return Vec::new();
-    }
-    let tracker = producer.context();
-    let first = {
-        let mut state = tracker.state();
-        state.first += state.results.len();
-        state.results = vec![None; records.len()];
-        state.in_flight = records.len();
-        state.first
-    };
-    for (n, record) in records.iter().enumerate() {
-        if let Err(e) = enqueue_with(producer, record, first + n) {
-            let mut state = tracker.state();
-            state.results[n] = Some(Err(e));
-            state.in_flight -= 1;
-        }
-    }
-    let deadline = Instant::now() + timeout;
-    let mut state = tracker.state();
-    while state.in_flight > 0 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        state = tracker
-            .settled
-            .wait_timeout(state, left)
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
-    }
-    state
-        .results
-        .iter()
-        .map(|result| {
-            result.clone().unwrap_or(Err(KafkaError::MessageProduction(
-                RDKafkaErrorCode::MessageTimedOut,
-            )))
-        })
-        .collect()
 }
 
 /// What a read-back found: the records wanted, and the highest offset known to be read past

@@ -13,7 +13,7 @@ use ferrokafka_core::codec::envelope::{
 };
 use ferrokafka_core::codec::json::{Document, decode_document, encode_document};
 use ferrokafka_core::codec::marker_codec;
-use ferrokafka_core::codec::report::{ErrorReport, ProcessReport};
+use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport};
 use ferrokafka_core::codec::state::StateReport;
 use ferrokafka_core::codec::zlib;
 use ferrokafka_core::{CoreError, Marker, MessageId, MessagePayload};
@@ -28,7 +28,11 @@ use crate::errors::{NativeError, NativeResult, ScheduleError};
 /// Inputs larger than this are processed detached (about 50 µs of zlib work or more).
 const DETACH_ABOVE: usize = 64 << 10;
 
-fn maybe_detached<T: Send>(py: Python<'_>, large: bool, work: impl FnOnce() -> T + Send) -> T {
+pub(crate) fn maybe_detached<T: Send>(
+    py: Python<'_>,
+    large: bool,
+    work: impl FnOnce() -> T + Send,
+) -> T {
     if large { py.detach(work) } else { work() }
 }
 
@@ -57,7 +61,7 @@ pub fn inflate<'py>(
 // ---- JSON documents -------------------------------------------------------------------------
 
 /// A conversion error with the path to the offending value, built on the way back up.
-struct Located {
+pub(crate) struct Located {
     path: Vec<String>,
     message: String,
     bad_type: bool,
@@ -77,7 +81,7 @@ impl Located {
         self
     }
 
-    fn into_err(self, root: &str) -> PyErr {
+    pub(crate) fn into_err(self, root: &str) -> PyErr {
         let path: String = self.path.into_iter().rev().collect();
         let message = format!("{root}{path}: {}", self.message);
         if self.bad_type {
@@ -90,7 +94,7 @@ impl Located {
 
 /// Python `dict`/`list`/`tuple`/`str`/`int`/`float`/`bool`/`None` as JSON, counting the nodes
 /// (a cheap estimate of the encoding work).
-fn json_of(value: &Bound<'_, PyAny>, nodes: &mut usize) -> Result<Value, Located> {
+pub(crate) fn json_of(value: &Bound<'_, PyAny>, nodes: &mut usize) -> Result<Value, Located> {
     *nodes += 1;
     if let Ok(dict) = value.cast::<PyDict>() {
         let mut map = Map::new();
@@ -151,7 +155,7 @@ fn json_of(value: &Bound<'_, PyAny>, nodes: &mut usize) -> Result<Value, Located
     }
 }
 
-fn python_of<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn python_of<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         Value::Null => py.None().into_bound(py),
         Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any(),
@@ -238,7 +242,7 @@ macro_rules! document_functions {
 }
 
 document_functions!(StateReport, encode_state_report, decode_state_report);
-document_functions!(ProcessReport, encode_process_report, decode_process_report);
+document_functions!(ConsumerReport, encode_process_report, decode_process_report);
 document_functions!(ErrorReport, encode_error_report, decode_error_report);
 
 // ---- redelivery markers ---------------------------------------------------------------------

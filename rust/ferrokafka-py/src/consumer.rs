@@ -338,6 +338,17 @@ impl PyRawConsumer {
                     offsets.set_item("stored_offset", b.stored_offset)?;
                     offsets.set_item("next_offset", b.next_offset)?;
                     offsets.set_item("fetch_state", b.fetch_state)?;
+                    offsets.set_item("eof_offset", b.eof_offset)?;
+                    offsets.set_item("partitions_cnt", b.partitions_cnt)?;
+                    offsets.set_item("lag", b.lag.value)?;
+                    offsets.set_item("lag_d", b.lag.delta)?;
+                    offsets.set_item("lag_stored", b.lag_stored.value)?;
+                    offsets.set_item("lag_stored_d", b.lag_stored.delta)?;
+                    offsets.set_item("committed_offset_fd", b.committed.frozen_ms)?;
+                    offsets.set_item("stored_offset_fd", b.stored.frozen_ms)?;
+                    offsets.set_item("hi_offset_fd", b.hi.frozen_ms)?;
+                    offsets.set_item("ls_offset_d", b.ls.delta)?;
+                    offsets.set_item("ls_offset_fd", b.ls.frozen_ms)?;
                     Some(offsets)
                 }
                 None => None,
@@ -347,6 +358,24 @@ impl PyRawConsumer {
             partitions.append(entry)?;
         }
         stats.set_item("partitions", partitions)?;
+        let group = match s.group {
+            Some(g) => {
+                let group = PyDict::new(py);
+                group.set_item("state", g.state)?;
+                group.set_item("join_state", g.join_state)?;
+                group.set_item("stateage", g.stateage)?;
+                group.set_item("rebalance_age", g.rebalance_age)?;
+                group.set_item("rebalance_cnt", g.rebalance_cnt)?;
+                group.set_item("rebalance_reason", g.rebalance_reason)?;
+                Some(group)
+            }
+            None => None,
+        };
+        stats.set_item("group", group)?;
+        stats.set_item("poll_age", s.poll_age.map(|age| age.as_secs_f64()))?;
+        let (received, sent) = s.transfer_rates.unzip();
+        stats.set_item("bytes_received", received)?;
+        stats.set_item("bytes_sent", sent)?;
         Ok(stats)
     }
 }

@@ -13,8 +13,10 @@ mod deadline_queue;
 mod errors;
 mod message;
 mod producer;
+mod producer_events;
 mod redelivery;
 mod scheduler;
+mod tracking;
 
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -29,6 +31,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::PyBrokerMetadata>()?;
     m.add_class::<message::PyMessage>()?;
     m.add_class::<producer::PyRawAsyncProducer>()?;
+    m.add_class::<producer_events::PyProducerDelivered>()?;
+    m.add_class::<producer_events::PyProducerFailed>()?;
+    m.add_class::<producer_events::PyProducerDropped>()?;
+    m.add_class::<producer_events::PyProducerDelivering>()?;
+    m.add_class::<producer_events::PyProducerRetrying>()?;
+    m.add_class::<producer_events::PyProducerShutDown>()?;
     m.add_class::<consumer::PyRawConsumer>()?;
     m.add_class::<batch::PyBatch>()?;
     m.add_class::<batch::PyBatchIterator>()?;
@@ -47,6 +55,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::decode_process_report, m)?)?;
     m.add_function(wrap_pyfunction!(codec::encode_error_report, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decode_error_report, m)?)?;
+    m.add_class::<tracking::PyReportBuilder>()?;
+    m.add_class::<tracking::PyConsumerReportView>()?;
+    m.add_class::<tracking::PyReportPartition>()?;
+    m.add_class::<tracking::PyErrorReportView>()?;
+    m.add_function(wrap_pyfunction!(tracking::view_consumer_report, m)?)?;
+    m.add_function(wrap_pyfunction!(tracking::view_error_report, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        tracking::consumer_report_violations_of,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(tracking::error_report_violations_of, m)?)?;
     m.add_function(wrap_pyfunction!(codec::encode_marker, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decode_marker, m)?)?;
     m.add_function(wrap_pyfunction!(codec::schedule_proxy, m)?)?;

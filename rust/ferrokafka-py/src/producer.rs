@@ -13,8 +13,7 @@ use std::time::Instant;
 
 use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
 use ferrokafka_kafka::{
-    AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, ReceivedRecord,
-    Refusal,
+    AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, Refusal,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -26,6 +25,7 @@ use crate::blocking::{
 use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeError, NativeResult};
 use crate::message::PyMessage;
+use crate::producer_events::{event_object, message_of};
 
 /// The native background producer; use `ferrokafka.AsyncProducer`.
 #[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
@@ -47,14 +47,6 @@ fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
     }
 }
 
-fn message_of(pending: Pending, error: Option<ferrokafka_kafka::KafkaIoError>) -> PyMessage {
-    let record = ReceivedRecord::undelivered(pending.record);
-    match error {
-        Some(error) => PyMessage::failed(record, error),
-        None => PyMessage::from(record),
-    }
-}
-
 impl PyRawAsyncProducer {
     /// Queues records in order, applying the overflow policy; returns how many were queued. A
     /// `BufferOverflow` carries in `accepted` how many were queued before it. Also returns the
@@ -62,7 +54,7 @@ impl PyRawAsyncProducer {
     fn enqueue(
         &self,
         py: Python<'_>,
-        mut items: VecDeque<Pending>,
+        mut items: VecDeque<Box<Pending>>,
     ) -> NativeResult<(usize, usize)> {
         let options = self.engine.options();
         let deadline = Instant::now() + options.block_timeout;
@@ -131,7 +123,7 @@ impl Drop for PyRawAsyncProducer {
 /// Converts one `produce_many` item: bytes/str (a value for `topic`), a `(value, key)` tuple, or
 /// a dict with `value`, `key`, `topic`, `partition`, `partition_key`, `headers`, `timestamp`.
 /// `topic` was checked once for the batch.
-fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Pending> {
+fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pending>> {
     let batch_topic = || {
         topic
             .map(str::to_owned)
@@ -177,12 +169,13 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Pending>
                 "each record must be bytes, str, a (value, key) tuple or a dict",
             ));
         };
-    Ok(Pending {
+    // Boxed once here: the engine moves the pointer, and the box becomes librdkafka's opaque.
+    Ok(Box::new(Pending {
         record,
         partition_key,
         ticket: 0,
         failures: 0,
-    })
+    }))
 }
 
 #[pymethods]
@@ -241,12 +234,12 @@ impl PyRawAsyncProducer {
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = optional_bytes("partition_key", partition_key)?;
         let ticket = if track { self.engine.ticket() } else { 0 };
-        let pending = Pending {
+        let pending = Box::new(Pending {
             record,
             partition_key,
             ticket,
             failures: 0,
-        };
+        });
         let (_, queue_size) = self.enqueue(py, VecDeque::from([pending]))?;
         Ok((ticket, queue_size))
     }
@@ -263,7 +256,7 @@ impl PyRawAsyncProducer {
             .map(|t| outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic))
             .transpose()?;
         let topic = topic.as_deref();
-        let batch: VecDeque<Pending> = if let Ok(list) = records.cast::<PyList>() {
+        let batch: VecDeque<Box<Pending>> = if let Ok(list) = records.cast::<PyList>() {
             list.iter()
                 .map(|item| pending_of(&item, topic))
                 .collect::<PyResult<_>>()?
@@ -323,12 +316,12 @@ impl PyRawAsyncProducer {
         py: Python<'_>,
         timeout: f64,
         max_events: usize,
-    ) -> NativeResult<Vec<Py<PyTuple>>> {
+    ) -> NativeResult<Vec<Py<PyAny>>> {
         let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let events = self.events.drain(py, wait, max_events);
         events
             .into_iter()
-            .map(|event| event_tuple(py, event))
+            .map(|event| event_object(py, event))
             .collect::<PyResult<_>>()
             .map_err(NativeError::from)
     }
@@ -355,7 +348,7 @@ impl PyRawAsyncProducer {
             ferrokafka_kafka::KafkaIoError::Closed("the producer (shut down before delivery)");
         Ok(undelivered
             .into_iter()
-            .map(|p| (p.ticket, message_of(p, Some(reason.clone()))))
+            .map(|p| (p.ticket, message_of(*p, Some(reason.clone()))))
             .collect())
     }
 
@@ -378,51 +371,4 @@ impl PyRawAsyncProducer {
         }
         Ok(stats)
     }
-}
-
-/// An event as a tuple `(name, ...)`, in the shape the Python dispatcher expects.
-fn event_tuple(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<PyTuple>> {
-    let tuple = match event {
-        ProducerEvent::Delivered { ticket, record } => (
-            "delivered",
-            ticket,
-            Py::new(py, PyMessage::from(record))?.into_any(),
-        )
-            .into_pyobject(py)?,
-        ProducerEvent::Failed { pending, error } => {
-            let ticket = pending.ticket;
-            let attempts = pending.failures;
-            (
-                "failed",
-                ticket,
-                Py::new(py, message_of(pending, Some(error)))?.into_any(),
-                attempts,
-            )
-                .into_pyobject(py)?
-        }
-        ProducerEvent::Dropped { pending } => {
-            let messages = pending
-                .into_iter()
-                .map(|p| {
-                    let ticket = p.ticket;
-                    Ok((ticket, Py::new(py, message_of(p, None))?))
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            ("drop_messages", messages).into_pyobject(py)?
-        }
-        ProducerEvent::DeliverMessages {
-            message_count,
-            queue_size,
-        } => ("deliver_messages", message_count, queue_size).into_pyobject(py)?,
-        ProducerEvent::ShutDown => ("shut_down",).into_pyobject(py)?,
-        ProducerEvent::DeliveryError {
-            topic,
-            error,
-            attempt,
-        } => {
-            let exception = PyErr::from(NativeError::Kafka(error)).into_value(py);
-            ("delivery_error", topic, exception, attempt).into_pyobject(py)?
-        }
-    };
-    Ok(tuple.unbind())
 }

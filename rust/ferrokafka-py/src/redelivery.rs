@@ -2,7 +2,7 @@
 //! `ferrokafka.redelivery.QueueConsumer` and `RedeliveryTracker`.
 //!
 //! GIL: `fetch`, `flush`, `close` and `wait` wait detached in slices of at most [`SLICE`] and
-//! check for signals between slices. `ack`, `nack` and `keepalive` only hand a marker to
+//! check for signals between slices. `ack`, `ack_many`, `nack` and `keepalive` only hand markers to
 //! librdkafka's queue and stay attached (detaching would cost more than they do). Engines sit
 //! behind an `Arc` so that a detached call never borrows from the pyclass, and are dropped
 //! without the GIL ([`ReleaseOnDrop`]): dropping joins threads that may be logging through
@@ -51,7 +51,8 @@ impl PyRawQueueConsumer {
 #[pymethods]
 impl PyRawQueueConsumer {
     #[new]
-    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout))]
+    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout, max_batch_size, auto_keepalive))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         config: &Bound<'_, PyDict>,
@@ -60,6 +61,8 @@ impl PyRawQueueConsumer {
         group_id: String,
         redelivery_timeout: f64,
         marker_timeout: f64,
+        max_batch_size: usize,
+        auto_keepalive: bool,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let options = QueueConsumerOptions {
@@ -68,6 +71,8 @@ impl PyRawQueueConsumer {
             group_id,
             redelivery_timeout: timeout_arg("redelivery_timeout", redelivery_timeout)?,
             marker_timeout: timeout_arg("marker_timeout", marker_timeout)?,
+            max_batch_size,
+            auto_keepalive,
         };
         // Reading the markers topic's partition count waits for the broker.
         let engine = py.detach(move || QueueConsumer::new(settings, options))?;
@@ -107,8 +112,13 @@ impl PyRawQueueConsumer {
         Ok(self.engine()?.ack(partition, offset)?)
     }
 
-    fn nack(&self, partition: i32, offset: i64) -> NativeResult<()> {
-        Ok(self.engine()?.nack(partition, offset)?)
+    /// One call (one lock, no GIL release) for a whole batch of END markers.
+    fn ack_many(&self, messages: Vec<(i32, i64)>) -> NativeResult<()> {
+        Ok(self.engine()?.ack_many(&messages)?)
+    }
+
+    fn nack(&self, partition: i32, offset: i64, now: bool) -> NativeResult<()> {
+        Ok(self.engine()?.nack(partition, offset, now)?)
     }
 
     fn keepalive(&self, partition: i32, offset: i64) -> NativeResult<()> {

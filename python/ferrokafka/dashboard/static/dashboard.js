@@ -41,6 +41,7 @@ function renderProcesses(snapshot) {
       cell(p.id), health, cell(p.status), cell(ago(p.age)), cell((p.memory_usage / 1024).toFixed(1)),
       cell(p.threads), cell(p.cpu_usage.length ? p.cpu_usage[0].toFixed(2) : "-"), cell(p.busy),
       cell(p.lag), cell(p.totals.messages ?? 0), cell(p.totals.errors ?? 0),
+      cell(p.newer_schema ? `${p.schema_version} (newer: partly read)` : p.schema_version),
     );
     return tr;
   });

@@ -18,13 +18,20 @@ pub trait Document: Serialize + DeserializeOwned {
     /// Name used in error messages, e.g. `"state report"`.
     const NAME: &'static str;
 
-    /// Checks the document against its schema (required fields, versions, limits).
+    /// Checks the document against its schema (required fields, versions, limits): what any
+    /// document read must pass.
     fn validate(&self) -> Result<(), CoreError>;
+
+    /// The further checks of a document this build writes (none by default).
+    fn validate_for_write(&self) -> Result<(), CoreError> {
+        Ok(())
+    }
 }
 
-/// Validates `document`, serialises it as JSON and compresses it with zlib at `level`.
+/// Validates `document` (as read and as written), serialises it as JSON and compresses it with zlib at `level`.
 pub fn encode_document<T: Document>(document: &T, level: u32) -> Result<Vec<u8>, CoreError> {
     document.validate()?;
+    document.validate_for_write()?;
     let json = serde_json::to_vec(document).map_err(|err| {
         CoreError::InvalidArgument(format!("{} is not serialisable as JSON: {err}", T::NAME))
     })?;

@@ -10,6 +10,7 @@ pub mod json;
 pub mod marker_codec;
 pub mod records;
 pub mod report;
+pub mod report_rules;
 pub mod rows;
 pub mod state;
 pub mod zlib;

@@ -1,200 +1,428 @@
-//! Process reports and error reports of the tracking reporter: zlib-compressed JSON documents,
-//! field names following Karafka Web's consumer report schema where they mean the same thing.
+//! Karafka Web's consumer reports and error reports, both ways: the documents a Karafka Web UI
+//! reads from `karafka_consumers_reports` and `karafka_errors` (zlib-compressed JSON, key =
+//! process id, header `zlib: true`), field for field as Karafka Web's sampler writes them.
 //!
-//! Schema (version [`REPORT_SCHEMA_VERSION`]):
-//! - [`ProcessReport`]: `schema_version`, `type` (`"consumer"`), `dispatched_at`, `process`
-//!   {`id` "host:pid:random", `status`, `started_at`, `memory_usage`/`memory_total_usage`/
-//!   `memory_size` (KiB), `cpus`, `threads`, `cpu_usage` (1/5/15-minute load), `tags`},
-//!   `stats` {`busy`, `enqueued`, `utilization`, `total` {`batches`, `messages`, `errors`,
-//!   `retries`, `dead`}, `lag`, `lag_stored`}, `consumer_groups` {id -> {`id`, `topics` {name ->
-//!   {`name`, `partitions` {id -> {`id`, `lag`, `lag_stored`, `committed_offset`,
-//!   `stored_offset`, `hi_offset`, `lo_offset`, `fetch_state`, `poll_state`}}}}}}, `jobs` [...],
-//!   `versions` {component -> version}.
-//!   Karafka nests topics under subscription groups; ferrokafka has one subscription per consumer
-//!   group, so topics sit directly under the group.
+//! Schema (consumer report [`CONSUMER_SCHEMA_VERSION`], error report [`ERROR_SCHEMA_VERSION`]):
+//! - [`ConsumerReport`]: `schema_version`, `type` (`"consumer"`), `dispatched_at`, `process`
+//!   {`id` "host:pid:random", `started_at`, `status`, `execution_mode`, `listeners` {`active`,
+//!   `standby`}, `workers`, `memory_usage`/`memory_total_usage`/`memory_size` (KiB), `cpus`,
+//!   `threads`, `cpu_usage` (1/5/15-minute load), `tags`, `bytes_received`, `bytes_sent`},
+//!   `versions` {`ruby`, `karafka`, `karafka_core`, `karafka_web`, `waterdrop`, `rdkafka`,
+//!   `librdkafka`}, `stats` {`busy`, `enqueued`, `waiting`, `utilization`, `total` {`jobs`,
+//!   `batches`, `messages`, `errors`, `retries`, `dead`}}, `consumer_groups` {id -> {`id`,
+//!   `subscription_groups` {id -> {`id`, `instance_id` (false or text), `state` {`state`,
+//!   `join_state`, `stateage`, `rebalance_age`, `rebalance_cnt`, `rebalance_reason`, `poll_age`,
+//!   `poll_interval`}, `topics` {name -> {`name`, `partitions_cnt`, `partitions` {id ->
+//!   [`PartitionReport`]}}}}}}}, `jobs` [[`JobReport`]].
 //! - [`ErrorReport`]: `schema_version`, `id` (UUID), `type`, `error_class`, `error_message` (at
 //!   most [`MAX_ERROR_MESSAGE_CHARS`] characters: cut it with [`cut_error_message`]),
 //!   `backtrace`, `details`, `occurred_at`, `process` {`id`, `tags`}.
 //!
-//! Invariants: `validate` accepts exactly the documents a dashboard can rely on: known schema
-//! version, well-formed process id, map keys equal to the ids/names inside, finite non-negative
-//! times. Unknown fields are ignored on decode (newer minor versions stay readable).
+//! Reading follows Karafka Web's processing: consumer schemas from [`OLDEST_CONSUMER_SCHEMA`]
+//! (1.2.x named the process id `name` and counted `listeners` as one number) up to the current
+//! one, error schemas from [`OLDEST_ERROR_SCHEMA`] (1.0.0 named the process id `name`, 1.2.0
+//! added `id`); fields a schema did not have yet decode as `None` (or Karafka Web's migration
+//! default, e.g. `poll_interval` 300 000 ms), unknown fields are ignored, and a report of a newer
+//! schema decodes with what can be read ([`ConsumerReport::newer_schema`] tells). Writing is
+//! stricter: [`crate::codec::report_rules`] checks every rule of Karafka Web's contracts first.
+//!
+//! Invariants: a decoded report has a parseable schema version not older than the oldest read,
+//! `type` `"consumer"`, a non-empty process id and a finite `dispatched_at`; an encoded one
+//! breaks no Karafka Web contract rule.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::CoreError;
-use crate::codec::json::{Document, check_schema_version};
+use crate::codec::json::{Document, compare_versions};
+use crate::codec::report_rules;
 
-/// The report schema version this build writes and the newest it reads.
-pub const REPORT_SCHEMA_VERSION: &str = "1.0.0";
+/// The consumer report schema this build writes (Karafka Web's current sampler).
+pub const CONSUMER_SCHEMA_VERSION: &str = "1.7.0";
 
-/// Longest error message an error report may carry, in characters.
+/// The oldest consumer report schema read (the oldest Karafka Web's processing still migrates).
+pub const OLDEST_CONSUMER_SCHEMA: &str = "1.2.0";
+
+/// The error report schema this build writes.
+pub const ERROR_SCHEMA_VERSION: &str = "1.2.0";
+
+/// The oldest error report schema read.
+pub const OLDEST_ERROR_SCHEMA: &str = "1.0.0";
+
+/// Longest error message an error report may carry, in characters (Karafka Web cuts there too).
 pub const MAX_ERROR_MESSAGE_CHARS: usize = 10_000;
 
-/// Lifecycle status of a reporting process (Karafka's process states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProcessStatus {
-    /// Starting up.
-    Initializing,
-    /// Configured, not yet consuming.
-    Initialized,
-    /// Consuming.
-    Running,
-    /// Finishing work, taking no new work.
-    Quieting,
-    /// Quiet: idle, still connected.
-    Quiet,
-    /// Shutting down.
-    Stopping,
-    /// Shut down.
-    Stopped,
+/// `max.poll.interval.ms` Karafka Web assumes for reports older than 1.7.0.
+pub const DEFAULT_POLL_INTERVAL_MS: u64 = 300_000;
+
+/// Active and standby listeners (polling threads) of a process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Listeners {
+    /// Listeners polling now.
+    pub active: u64,
+    /// Listeners waiting (multiplexing standby).
+    pub standby: u64,
 }
 
-impl ProcessStatus {
-    /// The name used in reports, e.g. `"running"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Initializing => "initializing",
-            Self::Initialized => "initialized",
-            Self::Running => "running",
-            Self::Quieting => "quieting",
-            Self::Quiet => "quiet",
-            Self::Stopping => "stopping",
-            Self::Stopped => "stopped",
+impl<'de> Deserialize<'de> for Listeners {
+    /// Schema 1.2.1 wrote one count (all active); later ones `{active, standby}`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Count(u64),
+            Split {
+                #[serde(default)]
+                active: u64,
+                #[serde(default)]
+                standby: u64,
+            },
         }
+        Ok(match Either::deserialize(deserializer)? {
+            Either::Count(active) => Self { active, standby: 0 },
+            Either::Split { active, standby } => Self { active, standby },
+        })
     }
 }
 
 /// The reporting process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessInfo {
-    /// `"host:pid:random"`.
+    /// `"host:pid:random"` (schema 1.2.x: `name`).
+    #[serde(alias = "name")]
     pub id: String,
-    /// Lifecycle status.
-    pub status: ProcessStatus,
     /// Start time, Unix seconds.
+    #[serde(default)]
     pub started_at: f64,
+    /// Lifecycle status, one of Karafka's process states (`running`, `stopped`, ...).
+    #[serde(default)]
+    pub status: String,
+    /// How the process runs consumers (`standalone`, `embedded`, `swarm`, ...; since 1.4.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_mode: Option<String>,
+    /// Listener threads.
+    #[serde(default)]
+    pub listeners: Listeners,
+    /// Worker threads that run handlers.
+    #[serde(default)]
+    pub workers: u64,
     /// Resident memory of this process, KiB.
+    #[serde(default)]
     pub memory_usage: u64,
     /// Memory used by all processes on the host, KiB.
+    #[serde(default)]
     pub memory_total_usage: u64,
-    /// Total host memory, KiB.
+    /// Total host (or container) memory, KiB.
+    #[serde(default)]
     pub memory_size: u64,
     /// CPU count.
-    pub cpus: u32,
+    #[serde(default)]
+    pub cpus: u64,
     /// Thread count of the process.
-    pub threads: u32,
-    /// Load averages over 1, 5 and 15 minutes.
+    #[serde(default)]
+    pub threads: u64,
+    /// Load averages over 1, 5 and 15 minutes (`-1` each when unknown).
+    #[serde(default = "unknown_load")]
     pub cpu_usage: [f64; 3],
     /// Free-form tags.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Bytes per second received from the brokers over the last minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_received: Option<u64>,
+    /// Bytes per second sent to the brokers over the last minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_sent: Option<u64>,
 }
 
-/// Processed/errored/retried counters since start.
+fn unknown_load() -> [f64; 3] {
+    [-1.0; 3]
+}
+
+/// Versions of the software the process runs, under Karafka Web's names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Versions {
+    /// The language runtime.
+    pub ruby: String,
+    /// The consuming framework.
+    pub karafka: String,
+    /// The framework's core library.
+    pub karafka_core: String,
+    /// The reporter.
+    pub karafka_web: String,
+    /// The producer library.
+    pub waterdrop: String,
+    /// The librdkafka binding.
+    pub rdkafka: String,
+    /// librdkafka.
+    pub librdkafka: String,
+}
+
+/// Counters since the last report (Karafka Web sums them over reports).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
+    /// Jobs run (since 1.4.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u64>,
     /// Batches handled.
+    #[serde(default)]
     pub batches: u64,
     /// Messages processed.
+    #[serde(default)]
     pub messages: u64,
     /// Handler errors.
+    #[serde(default)]
     pub errors: u64,
     /// Retries.
+    #[serde(default)]
     pub retries: u64,
     /// Messages dead-lettered.
+    #[serde(default)]
     pub dead: u64,
 }
 
 /// Process-wide processing statistics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessStats {
-    /// Workers busy now.
-    pub busy: u32,
+    /// Jobs running now.
+    #[serde(default)]
+    pub busy: u64,
     /// Jobs waiting for a worker.
-    pub enqueued: u32,
-    /// Share of time spent processing over the last interval, 0..=100.
+    #[serde(default)]
+    pub enqueued: u64,
+    /// Jobs waiting for something other than a worker.
+    #[serde(default)]
+    pub waiting: u64,
+    /// Share of worker time spent in handlers over the last minute, percent.
+    #[serde(default)]
     pub utilization: f64,
-    /// Counters since start.
+    /// Counters since the last report.
+    #[serde(default)]
     pub total: Totals,
-    /// Total lag over all partitions.
-    pub lag: i64,
-    /// Total lag to the stored offsets.
-    pub lag_stored: i64,
 }
 
-/// One assigned partition, from librdkafka statistics.
+/// One assigned partition, from librdkafka statistics (`_d`: change since the previous
+/// statistics, `_fd`: milliseconds the value has not changed; offsets `-1001` when unknown).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PartitionReport {
     /// Partition number (equals its map key).
     pub id: u32,
-    /// Lag to the committed offset.
+    /// librdkafka `consumer_lag`: lag to the committed offset (-1: unknown).
     pub lag: i64,
-    /// Lag to the stored offset.
+    /// Change of `lag`.
+    pub lag_d: i64,
+    /// librdkafka `consumer_lag_stored`: lag to the stored offset (-1: unknown).
     pub lag_stored: i64,
-    /// Last committed offset (-1: none).
+    /// Change of `lag_stored`.
+    pub lag_stored_d: i64,
+    /// Last committed offset.
     pub committed_offset: i64,
-    /// Last stored offset (-1: none).
+    /// Freeze duration of `committed_offset`, ms.
+    pub committed_offset_fd: u64,
+    /// Last stored offset.
     pub stored_offset: i64,
-    /// High watermark.
-    pub hi_offset: i64,
-    /// Low watermark.
-    pub lo_offset: i64,
+    /// Freeze duration of `stored_offset`, ms.
+    pub stored_offset_fd: u64,
     /// librdkafka fetch state, e.g. `"active"`.
     pub fetch_state: String,
     /// `"active"` or `"paused"`.
     pub poll_state: String,
+    /// Seconds until a paused partition resumes (0 when active).
+    pub poll_state_ch: u64,
+    /// High watermark.
+    pub hi_offset: i64,
+    /// Freeze duration of `hi_offset`, ms.
+    pub hi_offset_fd: u64,
+    /// Low watermark.
+    pub lo_offset: i64,
+    /// Offset of the last partition EOF seen.
+    pub eof_offset: i64,
+    /// Last stable offset.
+    pub ls_offset: i64,
+    /// Change of `ls_offset`.
+    pub ls_offset_d: i64,
+    /// Freeze duration of `ls_offset`, ms.
+    pub ls_offset_fd: u64,
+    /// Whether the partition is consumed transactionally (since 1.4.1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactional: Option<bool>,
 }
+
+impl Default for PartitionReport {
+    fn default() -> Self {
+        Self {
+            id: 0,
+            lag: -1,
+            lag_d: 0,
+            lag_stored: -1,
+            lag_stored_d: 0,
+            committed_offset: UNKNOWN_OFFSET,
+            committed_offset_fd: 0,
+            stored_offset: UNKNOWN_OFFSET,
+            stored_offset_fd: 0,
+            fetch_state: String::new(),
+            poll_state: String::new(),
+            poll_state_ch: 0,
+            hi_offset: UNKNOWN_OFFSET,
+            hi_offset_fd: 0,
+            lo_offset: UNKNOWN_OFFSET,
+            eof_offset: UNKNOWN_OFFSET,
+            ls_offset: UNKNOWN_OFFSET,
+            ls_offset_d: 0,
+            ls_offset_fd: 0,
+            transactional: None,
+        }
+    }
+}
+
+/// librdkafka's "offset not known".
+pub const UNKNOWN_OFFSET: i64 = -1001;
 
 /// One subscribed topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicReport {
     /// Topic name (equals its map key).
     pub name: String,
+    /// Partitions the topic has (since 1.5.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions_cnt: Option<u64>,
     /// Assigned partitions by id.
+    #[serde(default)]
     pub partitions: BTreeMap<u32, PartitionReport>,
 }
 
-/// One consumer group of the process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConsumerGroupReport {
-    /// Group id (equals its map key).
+/// A subscription group's consumer state, from librdkafka's `cgrp` statistics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupState {
+    /// librdkafka group state (`up`, `wait-coord`, ...).
+    #[serde(default)]
+    pub state: String,
+    /// librdkafka join state (`steady`, ...).
+    #[serde(default)]
+    pub join_state: String,
+    /// Milliseconds in `state`.
+    #[serde(default)]
+    pub stateage: u64,
+    /// Milliseconds since the last rebalance.
+    #[serde(default)]
+    pub rebalance_age: u64,
+    /// Rebalances so far.
+    #[serde(default)]
+    pub rebalance_cnt: u64,
+    /// Why the last rebalance happened.
+    #[serde(default)]
+    pub rebalance_reason: String,
+    /// Seconds since the group's last poll.
+    #[serde(default)]
+    pub poll_age: f64,
+    /// `max.poll.interval.ms` (since 1.7.0; Karafka Web assumes 300 000 before).
+    #[serde(default = "default_poll_interval")]
+    pub poll_interval: u64,
+}
+
+fn default_poll_interval() -> u64 {
+    DEFAULT_POLL_INTERVAL_MS
+}
+
+/// One subscription group (one consumer instance) of a consumer group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubscriptionGroupReport {
+    /// Subscription group id (equals its map key).
     pub id: String,
+    /// `group.instance.id` of a static member; `None` written as `false` (since 1.6.0).
+    #[serde(
+        default,
+        serialize_with = "write_instance_id",
+        deserialize_with = "read_instance_id"
+    )]
+    pub instance_id: Option<String>,
+    /// Group membership state.
+    pub state: GroupState,
     /// Subscribed topics by name.
+    #[serde(default)]
     pub topics: BTreeMap<String, TopicReport>,
 }
 
-/// A batch being processed now.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobReport {
-    /// Consumer group.
-    pub consumer_group: String,
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: u32,
-    /// First offset of the batch.
-    pub first_offset: i64,
-    /// Last offset of the batch.
-    pub last_offset: i64,
-    /// Committed offset when the job started.
-    pub committed_offset: i64,
-    /// Messages in the batch.
-    pub messages: u64,
-    /// Job kind, e.g. `"consume"`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Last update, Unix seconds.
-    pub updated_at: f64,
+fn write_instance_id<S: Serializer>(id: &Option<String>, out: S) -> Result<S::Ok, S::Error> {
+    match id {
+        Some(id) => out.serialize_str(id),
+        None => out.serialize_bool(false),
+    }
 }
 
-/// A periodic process report.
+fn read_instance_id<'de, D: Deserializer<'de>>(input: D) -> Result<Option<String>, D::Error> {
+    // Karafka Web writes `false` for a dynamic member; anything but text means none.
+    Ok(match serde_json::Value::deserialize(input)? {
+        serde_json::Value::String(id) => Some(id),
+        _ => None,
+    })
+}
+
+/// One consumer group of the process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcessReport {
-    /// Schema version, `"1.0.0"`.
+pub struct ConsumerGroupReport {
+    /// Group id (equals its map key).
+    pub id: String,
+    /// Subscription groups by id.
+    #[serde(default)]
+    pub subscription_groups: BTreeMap<String, SubscriptionGroupReport>,
+}
+
+/// A job running or waiting now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobReport {
+    /// Handler (consumer class) name.
+    #[serde(default)]
+    pub consumer: String,
+    /// Consumer group.
+    #[serde(default)]
+    pub consumer_group: String,
+    /// Last update, Unix seconds.
+    #[serde(default)]
+    pub updated_at: f64,
+    /// Topic.
+    #[serde(default)]
+    pub topic: String,
+    /// Partition.
+    #[serde(default)]
+    pub partition: u32,
+    /// First offset of the batch (`-1001`: none).
+    #[serde(default)]
+    pub first_offset: i64,
+    /// Last offset of the batch (`-1001`: none).
+    #[serde(default)]
+    pub last_offset: i64,
+    /// Committed offset when the job started.
+    #[serde(default)]
+    pub committed_offset: i64,
+    /// Messages in the batch.
+    #[serde(default)]
+    pub messages: u64,
+    /// Job kind: `consume`, `revoked`, `shutdown`, `tick` or `eofed`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// Free-form tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Milliseconds from the last message's timestamp to its processing (-1: unknown).
+    #[serde(default)]
+    pub consumption_lag: i64,
+    /// Milliseconds from receiving the batch to processing it (-1: unknown).
+    #[serde(default)]
+    pub processing_lag: i64,
+    /// `running` or `pending`.
+    #[serde(default)]
+    pub status: String,
+}
+
+/// A periodic consumer process report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerReport {
+    /// Schema version.
     pub schema_version: String,
     /// Report kind, `"consumer"`.
     #[serde(rename = "type")]
@@ -203,22 +431,102 @@ pub struct ProcessReport {
     pub dispatched_at: f64,
     /// The process.
     pub process: ProcessInfo,
+    /// Software versions.
+    #[serde(default)]
+    pub versions: Versions,
     /// Processing statistics.
+    #[serde(default = "empty_stats")]
     pub stats: ProcessStats,
     /// Consumer groups by id.
+    #[serde(default)]
     pub consumer_groups: BTreeMap<String, ConsumerGroupReport>,
-    /// Running jobs.
+    /// Running and pending jobs.
     #[serde(default)]
     pub jobs: Vec<JobReport>,
-    /// Software versions by component (`python`, `ferrokafka`, `librdkafka`, ...).
-    #[serde(default)]
-    pub versions: BTreeMap<String, String>,
+}
+
+fn empty_stats() -> ProcessStats {
+    ProcessStats {
+        busy: 0,
+        enqueued: 0,
+        waiting: 0,
+        utilization: 0.0,
+        total: Totals::default(),
+    }
+}
+
+/// One assigned partition with where it sits in the report.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionPlace<'a> {
+    /// Consumer group id.
+    pub consumer_group: &'a str,
+    /// Subscription group id.
+    pub subscription_group: &'a str,
+    /// Topic name.
+    pub topic: &'a str,
+    /// The partition's figures.
+    pub partition: &'a PartitionReport,
+}
+
+impl ConsumerReport {
+    /// True when the report's schema is newer than [`CONSUMER_SCHEMA_VERSION`]: it was read
+    /// with what this build knows, fields it added are not shown.
+    pub fn newer_schema(&self) -> bool {
+        compare_versions(&self.schema_version, CONSUMER_SCHEMA_VERSION) == Some(Ordering::Greater)
+    }
+
+    /// Every assigned partition, ordered by consumer group, subscription group, topic and id.
+    pub fn partitions(&self) -> impl Iterator<Item = PartitionPlace<'_>> {
+        self.consumer_groups.values().flat_map(|group| {
+            group
+                .subscription_groups
+                .values()
+                .flat_map(move |subscription| {
+                    subscription.topics.values().flat_map(move |topic| {
+                        topic
+                            .partitions
+                            .values()
+                            .map(move |partition| PartitionPlace {
+                                consumer_group: &group.id,
+                                subscription_group: &subscription.id,
+                                topic: &topic.name,
+                                partition,
+                            })
+                    })
+                })
+        })
+    }
+
+    /// Summed lag of the process as Karafka Web counts it ("hybrid": the stored lag where
+    /// known, else the committed lag; unknown lags count 0).
+    pub fn lag(&self) -> i64 {
+        self.partitions()
+            .map(|place| hybrid_lag(place.partition).max(0))
+            .sum()
+    }
+
+    /// Summed lag to the committed offsets (unknown lags count 0).
+    pub fn lag_committed(&self) -> i64 {
+        self.partitions()
+            .map(|place| place.partition.lag.max(0))
+            .sum()
+    }
+}
+
+/// A partition's lag as Karafka Web shows it: `lag_stored` unless unknown, else `lag`.
+pub fn hybrid_lag(partition: &PartitionReport) -> i64 {
+    if partition.lag_stored < 0 {
+        partition.lag
+    } else {
+        partition.lag_stored
+    }
 }
 
 /// The process an error happened in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorProcess {
-    /// `"host:pid:random"`.
+    /// `"host:pid:random"` (schema 1.0.0: `name`).
+    #[serde(alias = "name")]
     pub id: String,
     /// Free-form tags.
     #[serde(default)]
@@ -228,18 +536,21 @@ pub struct ErrorProcess {
 /// One error, reported once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorReport {
-    /// Schema version, `"1.0.0"`.
+    /// Schema version.
     pub schema_version: String,
-    /// Unique id (UUID).
-    pub id: String,
+    /// Unique id, a UUID (since 1.2.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// Where it happened, e.g. `"consumer.consume.error"`.
     #[serde(rename = "type")]
     pub kind: String,
     /// Exception class.
     pub error_class: String,
     /// Message, at most [`MAX_ERROR_MESSAGE_CHARS`] characters.
+    #[serde(default)]
     pub error_message: String,
     /// Backtrace text.
+    #[serde(default)]
     pub backtrace: String,
     /// Context (topic, partition, offsets, ...).
     #[serde(default)]
@@ -255,6 +566,26 @@ pub fn cut_error_message(message: &str) -> String {
     match message.char_indices().nth(MAX_ERROR_MESSAGE_CHARS) {
         Some((end, _)) => message[..end].to_owned(),
         None => message.to_owned(),
+    }
+}
+
+/// Checks that `version` is `major.minor.patch` and not older than `oldest`.
+fn check_readable_version(
+    what: &'static str,
+    version: &str,
+    oldest: &'static str,
+) -> Result<(), CoreError> {
+    match compare_versions(version, oldest) {
+        None => Err(CoreError::invalid_field(
+            "schema_version",
+            format!("not a major.minor.patch version: {version:?}"),
+        )),
+        Some(Ordering::Less) => Err(CoreError::UnsupportedVersion {
+            what,
+            found: version.to_owned(),
+            supported: oldest,
+        }),
+        Some(_) => Ok(()),
     }
 }
 
@@ -275,88 +606,43 @@ fn require_time(field: &str, seconds: f64) -> Result<(), CoreError> {
     Ok(())
 }
 
-fn require_key_matches(field: String, key: &str, inner: &str) -> Result<(), CoreError> {
-    if key != inner {
-        return Err(CoreError::invalid_field(
-            field,
-            format!("map key {key:?} differs from the value's own {inner:?}"),
-        ));
+/// Runs Karafka Web's contract rules over the document as it will be written.
+fn check_rules<T: Serialize>(
+    document: &T,
+    rules: fn(&serde_json::Value) -> Vec<report_rules::Violation>,
+) -> Result<(), CoreError> {
+    let value = serde_json::to_value(document)
+        .map_err(|err| CoreError::InvalidArgument(format!("not serialisable as JSON: {err}")))?;
+    match rules(&value).into_iter().next() {
+        None => Ok(()),
+        Some(violation) => Err(CoreError::invalid_field(violation.path, violation.rule)),
     }
-    Ok(())
 }
 
-/// Checks `"host:pid:random"`: non-empty host and random part, decimal pid.
-fn validate_process_id(field: &str, id: &str) -> Result<(), CoreError> {
-    let mut parts = id.split(':');
-    let well_formed = matches!(
-        (parts.next(), parts.next(), parts.next(), parts.next()),
-        (Some(host), Some(pid), Some(random), None)
-            if !host.is_empty()
-                && !random.is_empty()
-                && !pid.is_empty()
-                && pid.bytes().all(|b| b.is_ascii_digit())
-    );
-    if !well_formed {
-        return Err(CoreError::invalid_field(
-            field,
-            format!("expected \"host:pid:random\", got {id:?}"),
-        ));
-    }
-    Ok(())
-}
-
-impl Document for ProcessReport {
-    const NAME: &'static str = "process report";
+impl Document for ConsumerReport {
+    const NAME: &'static str = "consumer report";
 
     fn validate(&self) -> Result<(), CoreError> {
-        check_schema_version(
-            "process report schema",
-            "schema_version",
+        check_readable_version(
+            "consumer report schema",
             &self.schema_version,
-            REPORT_SCHEMA_VERSION,
+            OLDEST_CONSUMER_SCHEMA,
         )?;
         if self.kind != "consumer" {
             return Err(CoreError::invalid_field("type", "must be \"consumer\""));
         }
         require_time("dispatched_at", self.dispatched_at)?;
-        validate_process_id("process.id", &self.process.id)?;
-        require_time("process.started_at", self.process.started_at)?;
-        if !self.process.cpu_usage.iter().all(|load| load.is_finite()) {
+        require_text("process.id", &self.process.id)
+    }
+
+    fn validate_for_write(&self) -> Result<(), CoreError> {
+        if self.schema_version != CONSUMER_SCHEMA_VERSION {
             return Err(CoreError::invalid_field(
-                "process.cpu_usage",
-                "must be finite",
+                "schema_version",
+                format!("this build writes {CONSUMER_SCHEMA_VERSION}"),
             ));
         }
-        if !(0.0..=100.0).contains(&self.stats.utilization) {
-            return Err(CoreError::invalid_field(
-                "stats.utilization",
-                "must be within 0..=100",
-            ));
-        }
-        for (group_id, group) in &self.consumer_groups {
-            let group_path = format!("consumer_groups.{group_id}");
-            require_text(&group_path, group_id)?;
-            require_key_matches(format!("{group_path}.id"), group_id, &group.id)?;
-            for (topic_name, topic) in &group.topics {
-                let topic_path = format!("{group_path}.topics.{topic_name}");
-                require_text(&topic_path, topic_name)?;
-                require_key_matches(format!("{topic_path}.name"), topic_name, &topic.name)?;
-                for (partition_id, partition) in &topic.partitions {
-                    if *partition_id != partition.id {
-                        return Err(CoreError::invalid_field(
-                            format!("{topic_path}.partitions.{partition_id}.id"),
-                            format!("differs from its map key ({})", partition.id),
-                        ));
-                    }
-                }
-            }
-        }
-        for (i, job) in self.jobs.iter().enumerate() {
-            require_text(&format!("jobs[{i}].topic"), &job.topic)?;
-            require_text(&format!("jobs[{i}].consumer_group"), &job.consumer_group)?;
-            require_time(&format!("jobs[{i}].updated_at"), job.updated_at)?;
-        }
-        Ok(())
+        check_rules(self, report_rules::consumer_report_violations)
     }
 }
 
@@ -364,129 +650,33 @@ impl Document for ErrorReport {
     const NAME: &'static str = "error report";
 
     fn validate(&self) -> Result<(), CoreError> {
-        check_schema_version(
+        check_readable_version(
             "error report schema",
-            "schema_version",
             &self.schema_version,
-            REPORT_SCHEMA_VERSION,
+            OLDEST_ERROR_SCHEMA,
         )?;
-        require_text("id", &self.id)?;
         require_text("type", &self.kind)?;
-        require_text("error_class", &self.error_class)?;
+        require_time("occurred_at", self.occurred_at)?;
+        require_text("process.id", &self.process.id)
+    }
+
+    fn validate_for_write(&self) -> Result<(), CoreError> {
+        if self.schema_version != ERROR_SCHEMA_VERSION {
+            return Err(CoreError::invalid_field(
+                "schema_version",
+                format!("this build writes {ERROR_SCHEMA_VERSION}"),
+            ));
+        }
         if self.error_message.chars().count() > MAX_ERROR_MESSAGE_CHARS {
             return Err(CoreError::invalid_field(
                 "error_message",
                 format!("longer than {MAX_ERROR_MESSAGE_CHARS} characters (cut it first)"),
             ));
         }
-        require_time("occurred_at", self.occurred_at)?;
-        validate_process_id("process.id", &self.process.id)
+        check_rules(self, report_rules::error_report_violations)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::codec::json::{decode_document, encode_document};
-
-    /// A small, valid process report (also used by the fuzz tests' seed corpus).
-    fn process_report() -> ProcessReport {
-        let partition = PartitionReport {
-            id: 0,
-            lag: 3,
-            lag_stored: 2,
-            committed_offset: 10,
-            stored_offset: 11,
-            hi_offset: 13,
-            lo_offset: 0,
-            fetch_state: "active".into(),
-            poll_state: "active".into(),
-        };
-        let topic = TopicReport {
-            name: "orders".into(),
-            partitions: BTreeMap::from([(0, partition)]),
-        };
-        ProcessReport {
-            schema_version: REPORT_SCHEMA_VERSION.into(),
-            kind: "consumer".into(),
-            dispatched_at: 1_700_000_000.5,
-            process: ProcessInfo {
-                id: "host-1:4242:ab12cd".into(),
-                status: ProcessStatus::Running,
-                started_at: 1_699_000_000.0,
-                memory_usage: 120_000,
-                memory_total_usage: 8_000_000,
-                memory_size: 16_000_000,
-                cpus: 2,
-                threads: 9,
-                cpu_usage: [0.5, 0.4, 0.3],
-                tags: vec!["web".into()],
-            },
-            stats: ProcessStats {
-                busy: 1,
-                enqueued: 0,
-                utilization: 12.5,
-                total: Totals {
-                    batches: 5,
-                    messages: 50,
-                    errors: 1,
-                    retries: 1,
-                    dead: 0,
-                },
-                lag: 3,
-                lag_stored: 2,
-            },
-            consumer_groups: BTreeMap::from([(
-                "billing".into(),
-                ConsumerGroupReport {
-                    id: "billing".into(),
-                    topics: BTreeMap::from([("orders".into(), topic)]),
-                },
-            )]),
-            jobs: vec![],
-            versions: BTreeMap::from([("ferrokafka".into(), "0.1.0".into())]),
-        }
-    }
-
-    fn error_report(message: &str) -> ErrorReport {
-        ErrorReport {
-            schema_version: REPORT_SCHEMA_VERSION.into(),
-            id: "0f6c1d2e-4b3a-4c5d-8e9f-001122334455".into(),
-            kind: "consumer.consume.error".into(),
-            error_class: "ValueError".into(),
-            error_message: message.into(),
-            backtrace: "line 1".into(),
-            details: BTreeMap::from([("partition".into(), serde_json::json!(0))]),
-            occurred_at: 1_700_000_000.0,
-            process: ErrorProcess {
-                id: "host-1:4242:ab12cd".into(),
-                tags: vec![],
-            },
-        }
-    }
-
-    #[test]
-    fn reports_round_trip() {
-        let encoded = encode_document(&process_report(), 6).unwrap();
-        assert_eq!(decode_document(&encoded, 1 << 20), Ok(process_report()));
-        let encoded = encode_document(&error_report("boom"), 6).unwrap();
-        assert_eq!(decode_document(&encoded, 1 << 20), Ok(error_report("boom")));
-    }
-
-    #[test]
-    fn invalid_reports_never_encode() {
-        let mut report = process_report();
-        report.process.id = "host-1:pid:x".into();
-        assert!(encode_document(&report, 6).is_err());
-        let mut report = process_report();
-        if let Some(group) = report.consumer_groups.get_mut("billing") {
-            group.id = "other".into();
-        }
-        assert!(report.validate().is_err());
-        let long = "é".repeat(MAX_ERROR_MESSAGE_CHARS + 1);
-        assert!(error_report(&long).validate().is_err());
-        let cut = cut_error_message(&long);
-        assert_eq!(cut.chars().count(), MAX_ERROR_MESSAGE_CHARS);
-        assert_eq!(error_report(&cut).validate(), Ok(()));
-    }
-}
+#[path = "report_tests.rs"]
+mod tests;

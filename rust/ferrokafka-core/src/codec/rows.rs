@@ -9,12 +9,15 @@
 //! Row shapes (Spark types in brackets; every integer is `bigint`):
 //! - state: `schema_version`, `dispatched_at` [double], `state`, `offsets {low, high}`, `daily`
 //!   [array<struct<day, count>>], `started_at`, `reloads`, `skipped_records`, `dispatched`, `failed`.
-//! - process report: `schema_version`, `dispatched_at`, `process {id, status, started_at,
-//!   memory_usage, memory_total_usage, memory_size, cpus, threads, cpu_usage [array<double>],
-//!   tags [array<string>]}`, `stats {busy, enqueued, utilization, total {batches, messages, errors,
-//!   retries, dead}, lag, lag_stored}`, `partitions` [array<struct<consumer_group, topic,
-//!   partition, lag, lag_stored, committed_offset, stored_offset, hi_offset, lo_offset,
-//!   fetch_state, poll_state>>] (the report's consumer_groups/topics/partitions maps, flattened),
+//! - consumer report (Karafka Web's, any schema read): `schema_version`, `dispatched_at`,
+//!   `process {id, status, started_at, memory_usage, memory_total_usage, memory_size, cpus,
+//!   threads, cpu_usage [array<double>], tags [array<string>]}`, `stats {busy, enqueued,
+//!   utilization, total {batches, messages, errors, retries, dead}, lag, lag_stored}` (`total`:
+//!   counts since the process's previous report; `lag`: Karafka Web's hybrid lag summed,
+//!   `lag_stored`: the lag to committed offsets summed), `partitions` [array<struct<consumer_group,
+//!   topic, partition, lag, lag_stored, committed_offset, stored_offset, hi_offset, lo_offset,
+//!   fetch_state, poll_state>>] (the report's consumer_groups/subscription_groups/topics/
+//!   partitions maps, flattened),
 //!   `jobs` [array<struct<consumer_group, topic, partition, first_offset, last_offset,
 //!   committed_offset, messages, kind, updated_at>>].
 //! - marker: `kind` (start/keepalive/end), `partition`, `offset`, `deadline`, `key` [binary],
@@ -30,7 +33,7 @@ use crate::codec::columnar::{
 use crate::codec::envelope::{self, ScheduleLimits, TargetAddress};
 use crate::codec::json::decode_document;
 use crate::codec::marker_codec;
-use crate::codec::report::ProcessReport;
+use crate::codec::report::ConsumerReport;
 use crate::codec::state::StateReport;
 use crate::codec::zlib;
 use crate::markers::Marker;
@@ -268,20 +271,20 @@ struct_builder! {
 }
 
 impl ReportRows {
-    fn push(&mut self, report: ProcessReport) {
+    fn push(&mut self, report: ConsumerReport) {
         self.schema_version.push_str(Some(&report.schema_version));
         self.dispatched_at.push(Some(report.dispatched_at));
         let (process, info) = (&mut self.process, &report.process);
         process.id.push_str(Some(&info.id));
-        process.status.push_str(Some(info.status.as_str()));
+        process.status.push_str(Some(&info.status));
         process.started_at.push(Some(info.started_at));
         process.memory_usage.push_u64(Some(info.memory_usage));
         process
             .memory_total_usage
             .push_u64(Some(info.memory_total_usage));
         process.memory_size.push_u64(Some(info.memory_size));
-        process.cpus.push(Some(i64::from(info.cpus)));
-        process.threads.push(Some(i64::from(info.threads)));
+        process.cpus.push_u64(Some(info.cpus));
+        process.threads.push_u64(Some(info.threads));
         for load in info.cpu_usage {
             process.cpu_usage.items.push(Some(load));
         }
@@ -292,8 +295,8 @@ impl ReportRows {
         process.tags.close_row();
         process.close_row();
         let (stats, figures) = (&mut self.stats, &report.stats);
-        stats.busy.push(Some(i64::from(figures.busy)));
-        stats.enqueued.push(Some(i64::from(figures.enqueued)));
+        stats.busy.push_u64(Some(figures.busy));
+        stats.enqueued.push_u64(Some(figures.enqueued));
         stats.utilization.push(Some(figures.utilization));
         stats.total.batches.push_u64(Some(figures.total.batches));
         stats.total.messages.push_u64(Some(figures.total.messages));
@@ -301,27 +304,24 @@ impl ReportRows {
         stats.total.retries.push_u64(Some(figures.total.retries));
         stats.total.dead.push_u64(Some(figures.total.dead));
         stats.total.close_row();
-        stats.lag.push(Some(figures.lag));
-        stats.lag_stored.push(Some(figures.lag_stored));
+        stats.lag.push(Some(report.lag()));
+        stats.lag_stored.push(Some(report.lag_committed()));
         stats.close_row();
         let rows = &mut self.partitions.items;
-        for (group_id, group) in &report.consumer_groups {
-            for (topic_name, topic) in &group.topics {
-                for partition in topic.partitions.values() {
-                    rows.consumer_group.push_str(Some(group_id));
-                    rows.topic.push_str(Some(topic_name));
-                    rows.partition.push(Some(i64::from(partition.id)));
-                    rows.lag.push(Some(partition.lag));
-                    rows.lag_stored.push(Some(partition.lag_stored));
-                    rows.committed_offset.push(Some(partition.committed_offset));
-                    rows.stored_offset.push(Some(partition.stored_offset));
-                    rows.hi_offset.push(Some(partition.hi_offset));
-                    rows.lo_offset.push(Some(partition.lo_offset));
-                    rows.fetch_state.push_str(Some(&partition.fetch_state));
-                    rows.poll_state.push_str(Some(&partition.poll_state));
-                    rows.close_row();
-                }
-            }
+        for place in report.partitions() {
+            let partition = place.partition;
+            rows.consumer_group.push_str(Some(place.consumer_group));
+            rows.topic.push_str(Some(place.topic));
+            rows.partition.push(Some(i64::from(partition.id)));
+            rows.lag.push(Some(partition.lag));
+            rows.lag_stored.push(Some(partition.lag_stored));
+            rows.committed_offset.push(Some(partition.committed_offset));
+            rows.stored_offset.push(Some(partition.stored_offset));
+            rows.hi_offset.push(Some(partition.hi_offset));
+            rows.lo_offset.push(Some(partition.lo_offset));
+            rows.fetch_state.push_str(Some(&partition.fetch_state));
+            rows.poll_state.push_str(Some(&partition.poll_state));
+            rows.close_row();
         }
         self.partitions.close_row();
         let jobs = &mut self.jobs.items;
@@ -342,11 +342,11 @@ impl ReportRows {
     }
 }
 
-/// Decodes every row of `input` as a zlib JSON process report.
+/// Decodes every row of `input` as a zlib JSON consumer report.
 pub fn decode_report_batch(input: &BinaryView<'_>, max_inflated: usize) -> BatchResult<ReportRows> {
     decode_rows(
         input,
-        |value| decode_document::<ProcessReport>(value, max_inflated),
+        |value| decode_document::<ConsumerReport>(value, max_inflated),
         ReportRows::push,
     )
 }

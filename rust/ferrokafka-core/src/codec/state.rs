@@ -28,6 +28,13 @@ pub struct OffsetRange {
     pub high: i64,
 }
 
+impl OffsetRange {
+    /// No offset seen.
+    pub fn none_seen() -> Self {
+        Self { low: -1, high: -1 }
+    }
+}
+
 /// One scheduler state report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StateReport {
@@ -37,13 +44,16 @@ pub struct StateReport {
     pub dispatched_at: f64,
     /// Tracker lifecycle state.
     pub state: TrackerState,
-    /// Offsets seen on the schedules partition.
+    /// Offsets seen on the schedules partition (Karafka's older trackers did not report them:
+    /// -1/-1 then).
+    #[serde(default = "OffsetRange::none_seen")]
     pub offsets: OffsetRange,
     /// Pending schedules per UTC day.
     pub daily: BTreeMap<String, u64>,
     /// When the tracker started, Unix seconds.
     pub started_at: i64,
-    /// Full re-reads of the partition since start.
+    /// Full re-reads of the partition since start (0 where an older tracker did not count).
+    #[serde(default)]
     pub reloads: u64,
     /// Records skipped as undecodable (ferrokafka addition).
     #[serde(default)]
@@ -130,6 +140,18 @@ mod tests {
         assert_eq!(
             (decoded.state, decoded.reloads, decoded.dispatched),
             (TrackerState::Loading, 2, 0)
+        );
+        // Karafka's older trackers reported neither offsets nor reloads.
+        let old = br#"{"schema_version":"1.0.0","dispatched_at":1.5,"state":"loaded","daily":{"2023-11-14":4},"started_at":1}"#;
+        let packed = crate::codec::zlib::deflate(old, 6).unwrap();
+        let decoded: StateReport = decode_document(&packed, 1 << 20).unwrap();
+        assert_eq!(
+            (
+                decoded.offsets,
+                decoded.reloads,
+                decoded.daily["2023-11-14"]
+            ),
+            (OffsetRange::none_seen(), 0, 4)
         );
     }
 

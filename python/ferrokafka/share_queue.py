@@ -1,0 +1,339 @@
+"""The share-group backend of :class:`ferrokafka.redelivery.QueueConsumer` (KIP-932).
+
+On a broker with share groups (Kafka 4.2+, ``share.version`` >= 1) the broker itself tracks
+every record: a poll *acquires* records under a lock of ``share.record.lock.duration.ms``, an
+acknowledgement ACCEPTs (done), RELEASEs (deliver again now) or REJECTs (archive) it, a record
+whose lock expires comes back, and the broker counts deliveries. This module maps the
+``QueueConsumer`` API onto ``confluent_kafka.ShareConsumer`` in explicit acknowledgement mode:
+
+- ``ack`` = ACCEPT; ``nack(redeliver="now")`` = RELEASE, or past ``max_redeliveries`` a copy to
+  the dead-letter topic followed by REJECT.
+- The redelivery count is the broker's delivery count minus one, added to each message as the
+  ``ferrokafka_redelivery_count`` header, so ``redelivery_count(message)`` reads both backends.
+- A message that comes back already past ``max_redeliveries`` (its handler died or overran the
+  lock each time) is dead-lettered on arrival and never handed out.
+- The group's settings are written when the consumer starts (``share.auto.offset.reset``
+  earliest, the lock = ``redelivery_timeout``, the broker's delivery limit = ``max_redeliveries``
+  + 2 so the consumer sees the one past the limit and dead-letters it; the broker archives
+  anything beyond as a backstop). Writing them is also how ``backend="auto"`` tells whether the
+  broker has share groups.
+
+Not available on this backend (they raise ``NotImplementedError``): ``keepalive`` (extending a
+lock needs the RENEW acknowledgement of KIP-1222, which confluent-kafka 2.16 does not expose, so
+the lock is the whole time a handler has; ``auto_keepalive`` has no effect) and
+``nack(redeliver="after_timeout")`` (a record left unacknowledged blocks the next poll in explicit
+mode). ``ShareConsumer`` is not thread-safe: every call here holds one lock, and polls wait in
+short slices so ``close`` from another thread gets in.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
+from confluent_kafka import Message as ShareMessage
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+
+from ferrokafka.exceptions import ClosedError, KafkaError, KafkaTimeoutError
+from ferrokafka.tracking import _CONSUMER_ONLY_KEYS  # one list of a producer's foreign keys
+
+__all__ = ["ShareMessage", "ShareQueue", "configure_share_group"]
+
+log = logging.getLogger("ferrokafka.redelivery")
+
+_Config = Mapping[str, str | int | float | bool]
+
+# Names shared with the markers path (ferrokafka.redelivery re-exports the same strings).
+_COUNT = "ferrokafka_redelivery_count"
+_ORIGINAL_TOPIC = "ferrokafka_original_topic"
+_ORIGINAL_PARTITION = "ferrokafka_original_partition"
+_ORIGINAL_OFFSET = "ferrokafka_original_offset"
+
+# The longest one poll holds the consumer's lock, so close() from another thread gets in.
+_POLL_SLICE = 0.2
+# Consumer-group settings that a share consumer refuses: a share group keeps them on the
+# broker (group.share.session.timeout.ms, ...) or has no such thing.
+_SHARE_REFUSED = frozenset(
+    (
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "group.protocol.type",
+        "group.remote.assignor",
+        "partition.assignment.strategy",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "auto.commit.interval.ms",
+        "auto.offset.reset",
+    )
+)
+
+
+def _connection(config: _Config) -> dict[str, Any]:
+    """The settings for the dead-letter producer and the admin client (no consumer keys)."""
+    return {k: v for k, v in config.items() if k not in _CONSUMER_ONLY_KEYS}
+
+
+def _share_consumer_settings(config: _Config, group_id: str) -> dict[str, Any]:
+    dropped = sorted(k for k in config if k in _SHARE_REFUSED)
+    if dropped:
+        log.info("share backend: ignoring consumer-group settings %s", ", ".join(dropped))
+    return {
+        **{k: v for k, v in config.items() if k not in _SHARE_REFUSED},
+        "group.id": group_id,
+        "share.acknowledgement.mode": "explicit",
+        "logger": log,
+    }
+
+
+def _ferrokafka_error(error: Any, what: str) -> KafkaError:
+    """confluent-kafka's ``KafkaError`` as ferrokafka's, keeping code, name and flags."""
+    try:
+        return KafkaError(
+            f"{what}: {error.str()}", error.code(), error.name(), error.retriable(), error.fatal()
+        )
+    except AttributeError:  # not a confluent KafkaError
+        return KafkaError(f"{what}: {error}")
+
+
+def configure_share_group(
+    config: _Config,
+    group_id: str,
+    redelivery_timeout: float,
+    max_redeliveries: int,
+    timeout: float = 30.0,
+) -> None:
+    """Writes the share group's settings, waiting up to ``timeout`` seconds; raises
+    ``KafkaException`` when the broker refuses them (for example because it has no share
+    groups) and ``ValueError`` for a lock that is not a positive number of seconds."""
+    if not (math.isfinite(redelivery_timeout) and redelivery_timeout > 0):
+        raise ValueError(f"redelivery_timeout must be > 0 seconds, got {redelivery_timeout}")
+    settings = {
+        "share.auto.offset.reset": "earliest",
+        "share.record.lock.duration.ms": str(round(redelivery_timeout * 1000)),
+        "share.delivery.count.limit": str(max_redeliveries + 2),
+    }
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group_id,
+        incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in settings.items()
+        ],
+    )
+    admin_settings: dict[str, Any] = {**_connection(config), "logger": log}
+    admin = AdminClient(admin_settings)
+    admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result()
+
+
+class ShareQueue:
+    """The share-group half of ``QueueConsumer``; see the module docs."""
+
+    def __init__(
+        self,
+        config: _Config,
+        queue_topic: str,
+        group_id: str,
+        max_redeliveries: int,
+        dead_letter_topic: str | None,
+    ) -> None:
+        self._queue_topic = queue_topic
+        self._max_redeliveries = max_redeliveries
+        self._dead_letter_topic = dead_letter_topic
+        dead_letter_settings: dict[str, Any] = {
+            **_connection(config),
+            "enable.idempotence": True,
+            "logger": log,
+        }
+        self._dead_letters: Producer | None = (
+            Producer(dead_letter_settings) if dead_letter_topic else None
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+        self._consumer = ShareConsumer(_share_consumer_settings(config, group_id))
+        self._consumer.subscribe([queue_topic])
+        self._buffer: deque[ShareMessage] = deque()
+        # Offsets of the last poll not yet acknowledged: the next poll waits for none.
+        self._unacknowledged: set[tuple[int, int]] = set()
+        self._stats = dict.fromkeys(
+            ("received", "acked", "nacked", "keepalives", "failed_markers", "dead_lettered"), 0
+        )
+
+    def consume(self, num_messages: int, timeout: float | None) -> list[ShareMessage]:
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._check_open()
+                if not self._buffer:
+                    self._poll(min(_POLL_SLICE, max(deadline - time.monotonic(), 0.0)))
+                if self._buffer:
+                    taken = min(num_messages, len(self._buffer))
+                    return [self._buffer.popleft() for _ in range(taken)]
+            if time.monotonic() >= deadline:
+                return []
+
+    def _poll(self, wait: float) -> None:
+        if self._unacknowledged:
+            raise RuntimeError(
+                "share backend: ack or nack every message already handed out before consuming "
+                f"more ({len(self._unacknowledged)} open; KIP-932 explicit acknowledgement)"
+            )
+        try:
+            polled = self._consumer.poll(wait)
+        except KafkaException as e:
+            raise _ferrokafka_error(e.args[0] if e.args else e, "share consumer poll") from e
+        failure: Exception | None = None
+        for message in polled:
+            if message.error() is not None:
+                log.warning("share consumer: %s", message.error())
+                continue
+            count = (message.delivery_count() or 1) - 1
+            self._unacknowledged.add((message.partition() or 0, message.offset() or 0))
+            if count > self._max_redeliveries:
+                # Its lock ran out every time (handler died or overran): dead-letter it unseen.
+                # A failure is raised after the batch: every record of a poll must be settled
+                # or handed out before the next poll.
+                try:
+                    self._dead_letter(message, count)
+                except (KafkaError, ValueError) as e:
+                    failure = failure or e
+                continue
+            if count > 0:
+                message.set_headers([*(message.headers() or []), (_COUNT, str(count).encode())])
+            self._buffer.append(message)
+            self._stats["received"] += 1
+        if failure is not None:
+            raise failure
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("QueueConsumer is closed")
+
+    def _acknowledge(self, partition: int, offset: int, kind: AcknowledgeType) -> None:
+        if (partition, offset) not in self._unacknowledged:
+            raise ValueError(
+                f"{self._queue_topic}-{partition}@{offset} is not an open message of this "
+                "consumer (already acked or nacked, or handed out by another consumer)"
+            )
+        try:
+            self._consumer.acknowledge_offset(self._queue_topic, partition, offset, kind)
+        except KafkaException as e:
+            where = f"{kind.name} of {self._queue_topic}-{partition}@{offset}"
+            raise _ferrokafka_error(e.args[0] if e.args else e, where) from e
+        self._unacknowledged.discard((partition, offset))
+
+    def ack_many(self, messages: list[tuple[int, int]]) -> None:
+        with self._lock:
+            self._check_open()
+            for partition, offset in messages:
+                self._acknowledge(partition, offset, AcknowledgeType.ACCEPT)
+            self._stats["acked"] += len(messages)
+
+    def nack(self, message: Any, now: bool) -> None:
+        if not now:
+            raise NotImplementedError(
+                "share backend: nack(redeliver='after_timeout') is not available (an "
+                "unacknowledged record blocks the next poll); use redeliver='now'"
+            )
+        count = int(dict(message.headers() or []).get(_COUNT, b"0"))
+        with self._lock:
+            self._check_open()
+            if count >= self._max_redeliveries:
+                self._dead_letter(message, count)
+            else:
+                self._acknowledge(message.partition(), message.offset(), AcknowledgeType.RELEASE)
+            self._stats["nacked"] += 1
+
+    def _dead_letter(self, message: Any, count: int) -> None:
+        """Copies ``message`` to the dead-letter topic (or logs it as dropped), then REJECTs it.
+        A copy that fails is RELEASEd instead, so the message comes back."""
+        partition, offset = message.partition(), message.offset()
+        if self._dead_letters is None or self._dead_letter_topic is None:
+            log.error(
+                "%s-%s@%s: redelivered %s times, no dead_letter_topic: dropped (key %r)",
+                self._queue_topic,
+                partition,
+                offset,
+                count,
+                message.key(),
+            )
+        else:
+            headers = [(k, v) for k, v in (message.headers() or []) if k != _COUNT]
+            headers += [
+                (_COUNT, str(count).encode()),
+                (_ORIGINAL_TOPIC, self._queue_topic.encode()),
+                (_ORIGINAL_PARTITION, str(partition).encode()),
+                (_ORIGINAL_OFFSET, str(offset).encode()),
+            ]
+            failures: list[Any] = []
+            self._dead_letters.produce(
+                self._dead_letter_topic,
+                message.value(),
+                message.key(),
+                headers=headers,
+                on_delivery=lambda err, _msg: failures.append(err) if err else None,
+            )
+            unsent = self._dead_letters.flush(30)
+            if unsent > 0 or failures:
+                self._acknowledge(partition, offset, AcknowledgeType.RELEASE)
+                what = f"dead letter of {self._queue_topic}-{partition}@{offset} not written"
+                if failures:
+                    raise _ferrokafka_error(failures[0], f"{what}; released for redelivery")
+                raise KafkaTimeoutError(f"{what} within 30 s; released for redelivery")
+            self._stats["dead_lettered"] += 1
+        self._acknowledge(partition, offset, AcknowledgeType.REJECT)
+
+    def keepalive(self) -> None:
+        raise NotImplementedError(
+            "share backend: a record lock cannot be extended with confluent-kafka 2.16 (no "
+            "RENEW acknowledgement); the lock lasts redelivery_timeout"
+        )
+
+    def flush(self, timeout: float) -> None:
+        """Sends the acknowledgements made so far and waits for the broker's answer."""
+        with self._lock:
+            self._check_open()
+            self._commit(timeout)
+
+    def _commit(self, timeout: float) -> None:
+        results = self._consumer.commit_sync(timeout)
+        failed = {tp: err for tp, err in (results or {}).items() if err is not None}
+        if failed:
+            self._stats["failed_markers"] += len(failed)
+            (tp, error), *_ = failed.items()
+            cause = error.args[0] if error.args else error
+            raise _ferrokafka_error(cause, f"acknowledgements for {tp.topic}-{tp.partition}")
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def close(self, timeout: float) -> None:
+        """Sends pending acknowledgements and leaves the group; buffered messages not handed
+        out are released by the broker when the consumer leaves. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            try:
+                self._consumer.commit_sync(timeout)
+            except KafkaException as e:
+                log.warning("share acknowledgements not committed on close: %s", e)
+            finally:
+                self._consumer.close()
+                if self._dead_letters is not None:
+                    self._dead_letters.flush(timeout)

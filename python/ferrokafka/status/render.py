@@ -1,0 +1,284 @@
+"""Renderings of a status snapshot: the text tables of ``ferrokafka status`` and Prometheus'
+text exposition format."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+
+from ferrokafka.status.view import StatusSnapshot
+
+__all__ = ["render_prometheus", "render_text"]
+
+
+def _when(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S"
+    )
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+
+
+def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
+    """The snapshot as the tables ``ferrokafka status`` prints: processes, their partitions,
+    recent errors (at most ``max_errors``, newest first) and scheduler states.
+
+    Example:
+        >>> print(render_text(StatusView().snapshot(now=0.0)).splitlines()[0])
+        Processes: 0 alive, 0 stale, 0 stopped (TTL 30 s); total lag 0
+    """
+    t = snapshot.totals
+    lines = [
+        f"Processes: {t.alive} alive, {t.stale} stale, {t.stopped} stopped "
+        f"(TTL {snapshot.ttl:g} s); total lag {t.lag}",
+    ]
+    if snapshot.processes:
+        lines += _table(
+            [
+                "PROCESS",
+                "HEALTH",
+                "STATUS",
+                "LAST REPORT",
+                "MEM MiB",
+                "THREADS",
+                "LOAD",
+                "BUSY",
+                "LAG",
+                "MESSAGES",
+                "ERRORS",
+                "SCHEMA",
+            ],
+            [
+                [
+                    p.id,
+                    p.health,
+                    p.status,
+                    f"{p.age:.0f} s ago",
+                    f"{p.memory_usage / 1024:.1f}",
+                    p.threads,
+                    f"{p.cpu_usage[0]:.2f}" if p.cpu_usage else "-",
+                    p.busy,
+                    p.lag,
+                    p.totals.get("messages", 0),
+                    p.totals.get("errors", 0),
+                    f"{p.schema_version} (newer: partly read)"
+                    if p.newer_schema
+                    else p.schema_version,
+                ]
+                for p in snapshot.processes
+            ],
+        )
+    partitions = [(p, lag) for p in snapshot.processes for lag in p.partitions]
+    lines += ["", f"Partitions: {len(partitions)}"]
+    if partitions:
+        lines += _table(
+            [
+                "PROCESS",
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "LAG",
+                "LAG STORED",
+                "COMMITTED",
+                "STORED",
+                "HIGH",
+                "STATE",
+            ],
+            [
+                [
+                    p.id,
+                    lag.group,
+                    lag.topic,
+                    lag.partition,
+                    lag.lag,
+                    lag.lag_stored,
+                    lag.committed_offset,
+                    lag.stored_offset,
+                    lag.hi_offset,
+                    lag.poll_state,
+                ]
+                for p, lag in partitions
+            ],
+        )
+    errors = snapshot.errors[:max_errors]
+    lines += ["", f"Recent errors: {len(snapshot.errors)} (newest first)"]
+    if errors:
+        lines += _table(
+            ["WHEN (UTC)", "PROCESS", "TYPE", "CLASS", "MESSAGE"],
+            [
+                [
+                    _when(e.occurred_at),
+                    e.process_id,
+                    e.type,
+                    e.error_class,
+                    _one_line(e.error_message, 80),
+                ]
+                for e in errors
+            ],
+        )
+    lines += ["", f"Schedulers: {len(snapshot.schedulers)} partitions"]
+    if snapshot.schedulers:
+        lines += _table(
+            [
+                "SCHEDULES TOPIC",
+                "PARTITION",
+                "STATE",
+                "PENDING",
+                "DISPATCHED",
+                "FAILED",
+                "OFFSETS",
+                "LAST REPORT",
+                "DAILY",
+            ],
+            [
+                [
+                    s.topic,
+                    s.partition,
+                    s.state,
+                    s.pending,
+                    s.dispatched,
+                    s.failed,
+                    f"{s.low}..{s.high}",
+                    f"{s.age:.0f} s ago",
+                    " ".join(f"{day}={count}" for day, count in s.daily.items()) or "-",
+                ]
+                for s in snapshot.schedulers
+            ],
+        )
+    skipped = ", ".join(f"{topic}={count}" for topic, count in snapshot.skipped.items())
+    lines += ["", f"Skipped records: {skipped or 'none'}"]
+    if not snapshot.caught_up:
+        lines.append("(still reading: not every partition was read to its end)")
+    return "\n".join(lines)
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _sample_value(value: float) -> str:
+    """A sample value without precision loss: integers in full, other floats by repr."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _labels(**labels: object) -> str:
+    def escape(value: object) -> str:
+        return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def render_prometheus(snapshot: StatusSnapshot) -> str:
+    """The snapshot in Prometheus' text exposition format (version 0.0.4).
+
+    Example:
+        >>> print(render_prometheus(StatusView().snapshot(now=0.0)).splitlines()[0])
+        # HELP ferrokafka_processes Reporting processes by health.
+    """
+    out: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]) -> None:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(f"{name}{labels} {_sample_value(value)}" for labels, value in samples)
+
+    processes = snapshot.processes
+    metric(
+        "ferrokafka_processes",
+        "gauge",
+        "Reporting processes by health.",
+        [
+            (_labels(health=health), float(getattr(snapshot.totals, health)))
+            for health in ("alive", "stale", "stopped")
+        ],
+    )
+    metric(
+        "ferrokafka_process_up",
+        "gauge",
+        "1 while the process reports within the TTL and has not stopped.",
+        [(_labels(process=p.id, status=p.status), float(p.alive)) for p in processes],
+    )
+    metric(
+        "ferrokafka_process_last_report_age_seconds",
+        "gauge",
+        "Seconds since the process's last report.",
+        [(_labels(process=p.id), p.age) for p in processes],
+    )
+    metric(
+        "ferrokafka_process_memory_bytes",
+        "gauge",
+        "Resident memory of the process.",
+        [(_labels(process=p.id), p.memory_usage * 1024.0) for p in processes],
+    )
+    metric(
+        "ferrokafka_process_threads",
+        "gauge",
+        "Threads of the process.",
+        [(_labels(process=p.id), float(p.threads)) for p in processes],
+    )
+    metric(
+        "ferrokafka_process_messages_total",
+        "counter",
+        "Messages processed since the process started.",
+        [(_labels(process=p.id), float(p.totals.get("messages", 0))) for p in processes],
+    )
+    metric(
+        "ferrokafka_process_errors_total",
+        "counter",
+        "Handler errors since the process started.",
+        [(_labels(process=p.id), float(p.totals.get("errors", 0))) for p in processes],
+    )
+    metric(
+        "ferrokafka_partition_lag",
+        "gauge",
+        "Lag to the committed offset, per consumed partition.",
+        [
+            (
+                _labels(process=p.id, group=lag.group, topic=lag.topic, partition=lag.partition),
+                float(lag.lag),
+            )
+            for p in processes
+            for lag in p.partitions
+        ],
+    )
+    metric(
+        "ferrokafka_scheduler_pending",
+        "gauge",
+        "Pending schedules per schedules partition.",
+        [
+            (_labels(topic=s.topic, partition=s.partition, state=s.state), float(s.pending))
+            for s in snapshot.schedulers
+        ],
+    )
+    metric(
+        "ferrokafka_scheduler_dispatched_total",
+        "counter",
+        "Schedules dispatched since the scheduler started.",
+        [
+            (_labels(topic=s.topic, partition=s.partition), float(s.dispatched))
+            for s in snapshot.schedulers
+        ],
+    )
+    metric(
+        "ferrokafka_scheduler_failed_total",
+        "counter",
+        "Schedules whose target the broker refused for good since the scheduler started.",
+        [
+            (_labels(topic=s.topic, partition=s.partition), float(s.failed))
+            for s in snapshot.schedulers
+        ],
+    )
+    metric(
+        "ferrokafka_status_skipped_records_total",
+        "counter",
+        "Tracking records the reader skipped as corrupt or foreign.",
+        [(_labels(topic=topic), float(count)) for topic, count in snapshot.skipped.items()],
+    )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,580 @@
+"""The status view: folds process reports (decoded by the Rust core into typed views), error
+reports and scheduler state reports into the latest picture, with health, totals and lag
+history. Pure: no I/O, no Kafka."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias, TypeVar
+
+from ferrokafka._native import (
+    ConsumerReportView,
+    ErrorReportView,
+    Message,
+    decode_state_report,
+    view_consumer_report,
+    view_error_report,
+)
+from ferrokafka._validation import checked_seconds, positive_count
+from ferrokafka.exceptions import FerrokafkaError
+from ferrokafka.scheduling import STATES_POSTFIX
+from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, REPORT_TTL
+
+__all__ = [
+    "ErrorView",
+    "Health",
+    "LagSeries",
+    "PartitionLag",
+    "ProcessView",
+    "SchedulerView",
+    "StatusSnapshot",
+    "StatusTotals",
+    "StatusView",
+]
+
+log = logging.getLogger("ferrokafka.status")
+
+Health: TypeAlias = Literal["alive", "stale", "stopped"]
+_SeriesKey: TypeAlias = tuple[str, str, str, int]
+
+_WARNINGS_PER_TOPIC = 10
+"""Skipped records logged at WARNING per topic; the rest at DEBUG (the count keeps going)."""
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """One partition a process consumes, as its latest report saw it.
+
+    Example:
+        >>> PartitionLag("billing", "orders", 0, lag=3, lag_stored=2, committed_offset=10,
+        ...     stored_offset=11, hi_offset=13, lo_offset=0, fetch_state="active",
+        ...     poll_state="active").lag
+        3
+    """
+
+    group: str
+    topic: str
+    partition: int
+    lag: int
+    lag_stored: int
+    committed_offset: int
+    stored_offset: int
+    hi_offset: int
+    lo_offset: int
+    fetch_state: str
+    poll_state: str
+    subscription_group: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """A reporting process: its latest report and whether it is alive, stale or stopped.
+
+    ``health`` is ``"stopped"`` once the process sent a report with status ``stopped``,
+    ``"alive"`` while its last report is at most the reader's ``ttl`` seconds old, else
+    ``"stale"``. ``age`` is seconds since ``dispatched_at`` at snapshot time. Memory is in KiB.
+    ``lag`` is Karafka Web's summed lag (each partition's stored lag where known, else its
+    committed lag); ``totals`` sum the counts of every report read from the process.
+
+    Example:
+        >>> snapshot.processes[0].health  # doctest: +SKIP
+        'alive'
+    """
+
+    id: str
+    health: Health
+    status: str
+    dispatched_at: float
+    age: float
+    started_at: float
+    memory_usage: int
+    memory_total_usage: int
+    memory_size: int
+    cpus: int
+    threads: int
+    cpu_usage: list[float]
+    tags: list[str]
+    busy: int
+    enqueued: int
+    utilization: float
+    lag: int
+    lag_stored: int
+    totals: dict[str, int]
+    jobs: int
+    partitions: list[PartitionLag]
+    schema_version: str = ""
+    newer_schema: bool = False
+    """The report's schema is newer than this build reads in full: what it shows is partial."""
+    execution_mode: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        """True while the process reports within the TTL and has not stopped.
+
+        Example:
+            >>> snapshot.processes[0].alive  # doctest: +SKIP
+            True
+        """
+        return self.health == "alive"
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """The latest state report of one scheduled-messages partition.
+
+    ``topic`` is the schedules topic (the states topic without ``_states``); ``daily`` counts
+    pending schedules per UTC day; ``low``/``high`` are the schedules offsets seen (-1: none).
+
+    Example:
+        >>> snapshot.schedulers[0].state  # doctest: +SKIP
+        'loaded'
+    """
+
+    topic: str
+    partition: int
+    state: str
+    dispatched_at: float
+    age: float
+    started_at: int
+    low: int
+    high: int
+    daily: dict[str, int]
+    pending: int
+    dispatched: int
+    reloads: int
+    skipped_records: int
+    failed: int = 0
+    """Schedules whose target the broker refused for good (ferrokafka reports only)."""
+
+
+@dataclass(frozen=True)
+class ErrorView:
+    """One reported error (message already cut to 10,000 characters by the reporter).
+
+    Example:
+        >>> snapshot.errors[0].error_class  # doctest: +SKIP
+        'ValueError'
+    """
+
+    id: str
+    type: str
+    error_class: str
+    error_message: str
+    backtrace: str
+    details: dict[str, Any]
+    occurred_at: float
+    process_id: str
+
+
+@dataclass(frozen=True)
+class LagSeries:
+    """Lag of one partition as one process reported it over time: ``points`` are
+    ``(dispatched_at, lag)`` pairs, oldest first.
+
+    Example:
+        >>> series = snapshot.lag_history[0]  # doctest: +SKIP
+        >>> series.topic, series.partition, series.points[-1]  # doctest: +SKIP
+        ('orders', 0, (1700000000.5, 3))
+    """
+
+    process_id: str
+    group: str
+    topic: str
+    partition: int
+    points: list[tuple[float, int]]
+
+
+@dataclass(frozen=True)
+class StatusTotals:
+    """Sums over the processes in a snapshot; lag and busy count alive processes only.
+
+    Example:
+        >>> snapshot.totals.alive, snapshot.totals.lag  # doctest: +SKIP
+        (2, 130)
+    """
+
+    processes: int
+    alive: int
+    stale: int
+    stopped: int
+    partitions: int
+    lag: int
+    lag_stored: int
+    busy: int
+    enqueued: int
+    threads: int
+    memory_usage: int
+    messages: int
+    errors: int
+    retries: int
+    dead: int
+
+
+@dataclass(frozen=True)
+class StatusSnapshot:
+    """Everything the reader knows at ``generated_at`` (Unix seconds). Plain data:
+    :meth:`to_dict` gives the JSON document of ``ferrokafka status --json`` and the dashboard.
+
+    ``read`` and ``skipped`` count records per topic: read in total, and skipped because they
+    were tombstones, corrupt (zlib, JSON) or foreign (not a valid report of that topic's kind).
+    ``caught_up`` is true once every partition was read to the end it had when it was added.
+
+    Example:
+        >>> snapshot = reader.snapshot()  # doctest: +SKIP
+        >>> [p.id for p in snapshot.processes if p.alive]  # doctest: +SKIP
+        ['host-1:4242:ab12cd']
+    """
+
+    generated_at: float
+    ttl: float
+    caught_up: bool
+    reports_topic: str
+    errors_topic: str
+    states_topics: list[str]
+    processes: list[ProcessView]
+    totals: StatusTotals
+    errors: list[ErrorView]
+    schedulers: list[SchedulerView]
+    lag_history: list[LagSeries]
+    read: dict[str, int]
+    skipped: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot as JSON-ready dicts and lists (``alive`` added to each process).
+
+        Example:
+            >>> import json
+            >>> print(json.dumps(reader.snapshot().to_dict(), indent=2))  # doctest: +SKIP
+        """
+        document = dataclasses.asdict(self)
+        for process in document["processes"]:
+            process["alive"] = process["health"] == "alive"
+        return document
+
+
+@dataclass
+class _ProcessEntry:
+    report: ConsumerReportView
+    dispatched_at: float
+    totals: dict[str, int]
+
+
+@dataclass
+class _StateEntry:
+    report: dict[str, Any]
+    dispatched_at: float
+
+
+class StatusView:
+    """Folds tracking records into the latest state; thread-safe, no I/O.
+
+    Records are routed by topic: ``reports_topic`` holds process reports, ``errors_topic``
+    error reports, and any topic ending in ``_states`` scheduler state reports. A record that
+    is a tombstone, corrupt, of the wrong schema, or from another topic is skipped: counted
+    per topic, logged, never raised. The newest report per process (by ``dispatched_at``) wins,
+    whatever order the records come in.
+
+    Args:
+        reports_topic, errors_topic: the topic names the reporters use.
+        ttl: seconds after its last report that a process counts as stale [30].
+        max_errors: the newest errors kept [100].
+        history_points: lag points kept per (process, group, topic, partition) [360].
+        forget_after: seconds after which a process that stopped reporting (and its lag history)
+            is left out of snapshots; ``None`` keeps every process [3600].
+
+    Example:
+        >>> from ferrokafka.status import StatusView
+        >>> view = StatusView()
+        >>> view.add_record("ferrokafka_consumers_reports", 0, 0, b"not zlib")
+        False
+        >>> view.snapshot().skipped
+        {'ferrokafka_consumers_reports': 1}
+    """
+
+    def __init__(
+        self,
+        *,
+        reports_topic: str = DEFAULT_REPORTS_TOPIC,
+        errors_topic: str = DEFAULT_ERRORS_TOPIC,
+        ttl: float = REPORT_TTL,
+        max_errors: int = 100,
+        history_points: int = 360,
+        forget_after: float | None = 3600.0,
+    ) -> None:
+        if not reports_topic or not errors_topic:
+            raise ValueError("reports_topic and errors_topic must be non-empty topic names")
+        self.reports_topic = reports_topic
+        self.errors_topic = errors_topic
+        self.ttl = checked_seconds("ttl", ttl, positive=True)
+        self.max_errors = positive_count("max_errors", max_errors)
+        self.history_points = positive_count("history_points", history_points)
+        self.forget_after = (
+            None
+            if forget_after is None
+            else checked_seconds("forget_after", forget_after, positive=True)
+        )
+        self._lock = threading.Lock()
+        self._processes: dict[str, _ProcessEntry] = {}
+        self._errors: list[tuple[float, str, ErrorView]] = []
+        self._error_ids: set[str] = set()
+        self._states: dict[tuple[str, int], _StateEntry] = {}
+        self._history: dict[_SeriesKey, list[tuple[float, int]]] = {}
+        self._positions: dict[tuple[str, int], int] = {}
+        self._read: dict[str, int] = {}
+        self._skipped: dict[str, int] = {}
+        self._states_topics: set[str] = set()
+        self._caught_up = False
+
+    # -- input -----------------------------------------------------------------------------
+
+    def add_messages(self, messages: Iterable[Message]) -> int:
+        """Fold a batch of Kafka messages in; returns how many were used (not skipped).
+
+        Example:
+            >>> records = client.read_topic("ferrokafka_consumers_reports")  # doctest: +SKIP
+            >>> view.add_messages(records)  # doctest: +SKIP
+            12
+        """
+        used = 0
+        for message in messages:
+            used += self.add_record(
+                message.topic(), message.partition(), message.offset(), message.value()
+            )
+        return used
+
+    def add_record(self, topic: str, partition: int, offset: int, value: bytes | None) -> bool:
+        """Fold one record in; False when it was skipped (or already seen at that offset).
+
+        Example:
+            >>> from ferrokafka import codecs
+            >>> blob = codecs.encode_error_report(error)  # doctest: +SKIP
+            >>> view.add_record("ferrokafka_errors", 0, 7, blob)  # doctest: +SKIP
+            True
+        """
+        with self._lock:
+            position = self._positions.get((topic, partition))
+            if position is not None and offset < position:
+                return False  # read again after a restart of the tail: already folded in
+            self._positions[(topic, partition)] = offset + 1
+            self._read[topic] = self._read.get(topic, 0) + 1
+            if value is None:
+                return self._skip(topic, partition, offset, "tombstone (no value)")
+            try:
+                if topic == self.reports_topic:
+                    self._add_process_report(view_consumer_report(value))
+                elif topic == self.errors_topic:
+                    self._add_error_report(view_error_report(value))
+                elif topic.endswith(STATES_POSTFIX):
+                    self._states_topics.add(topic)
+                    self._add_state_report(topic, partition, decode_state_report(value))
+                else:
+                    return self._skip(topic, partition, offset, "not a tracking topic")
+            except (FerrokafkaError, ValueError, TypeError, KeyError) as error:
+                return self._skip(topic, partition, offset, str(error))
+            return True
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The next offset to read per ``(topic, partition)`` seen so far.
+
+        Example:
+            >>> view.positions()  # doctest: +SKIP
+            {('ferrokafka_consumers_reports', 0): 12}
+        """
+        with self._lock:
+            return dict(self._positions)
+
+    def set_caught_up(self, caught_up: bool) -> None:
+        """Record whether the feeding reader has read every partition to its end.
+
+        Example:
+            >>> view.set_caught_up(True)
+        """
+        with self._lock:
+            self._caught_up = caught_up
+
+    def _skip(self, topic: str, partition: int, offset: int, reason: str) -> bool:
+        skipped = self._skipped.get(topic, 0) + 1
+        self._skipped[topic] = skipped
+        level = logging.WARNING if skipped <= _WARNINGS_PER_TOPIC else logging.DEBUG
+        log.log(level, "skipped %s[%d]@%d: %s", topic, partition, offset, reason)
+        return False
+
+    def _add_process_report(self, report: ConsumerReportView) -> None:
+        process_id = report.id
+        dispatched_at = report.dispatched_at
+        current = self._processes.get(process_id)
+        # Each report counts since the process's previous one (Karafka Web's rule): sum them.
+        totals = {} if current is None else current.totals
+        for name, count in report.totals.items():
+            totals[name] = totals.get(name, 0) + count
+        if current is None or dispatched_at >= current.dispatched_at:
+            self._processes[process_id] = _ProcessEntry(report, dispatched_at, totals)
+        for p in report.partitions:
+            key = (process_id, p.consumer_group, p.topic, p.partition)
+            series = self._history.setdefault(key, [])
+            point = (dispatched_at, p.lag_hybrid)
+            at = bisect.bisect_right(series, point)
+            if at > 0 and series[at - 1][0] == dispatched_at:
+                series[at - 1] = point  # the same report twice: keep one point
+            else:
+                series.insert(at, point)
+            del series[: max(0, len(series) - self.history_points)]
+
+    def _add_error_report(self, report: ErrorReportView) -> None:
+        # Error schemas before 1.2.0 carry no id: the process and time stand in for it.
+        error_id = report.id or f"{report.process_id}@{report.occurred_at!r}"
+        if error_id in self._error_ids:
+            return
+        entry = (report.occurred_at, error_id, _error_view(error_id, report))
+        bisect.insort(self._errors, entry, key=lambda e: (e[0], e[1]))
+        self._error_ids.add(error_id)
+        while len(self._errors) > self.max_errors:
+            self._error_ids.discard(self._errors.pop(0)[1])
+
+    def _add_state_report(self, topic: str, partition: int, report: dict[str, Any]) -> None:
+        dispatched_at = float(report["dispatched_at"])
+        current = self._states.get((topic, partition))
+        if current is None or dispatched_at >= current.dispatched_at:
+            self._states[(topic, partition)] = _StateEntry(report, dispatched_at)
+
+    # -- output ----------------------------------------------------------------------------
+
+    def snapshot(self, now: float | None = None) -> StatusSnapshot:
+        """The current view, with health and ages computed at ``now`` (default: the clock).
+
+        Example:
+            >>> StatusView().snapshot(now=0.0).totals.processes
+            0
+        """
+        now = time.time() if now is None else now
+        with self._lock:
+            self._forget(now)
+            processes = sorted(
+                (self._process_view(entry, now) for entry in self._processes.values()),
+                key=lambda p: (p.health != "alive", p.health, p.id),
+            )
+            errors = [error for _, _, error in reversed(self._errors)]  # newest first
+            schedulers = [
+                _scheduler_view(topic, partition, entry.report, now)
+                for (topic, partition), entry in sorted(self._states.items())
+            ]
+            history = [
+                LagSeries(process_id, group, topic, partition, list(points))
+                for (process_id, group, topic, partition), points in sorted(self._history.items())
+            ]
+            return StatusSnapshot(
+                generated_at=now,
+                ttl=self.ttl,
+                caught_up=self._caught_up,
+                reports_topic=self.reports_topic,
+                errors_topic=self.errors_topic,
+                states_topics=sorted(self._states_topics),
+                processes=processes,
+                totals=_totals(processes),
+                errors=errors,
+                schedulers=schedulers,
+                lag_history=history,
+                read=dict(sorted(self._read.items())),
+                skipped=dict(sorted(self._skipped.items())),
+            )
+
+    def _forget(self, now: float) -> None:
+        if self.forget_after is None:
+            return
+        horizon = now - self.forget_after
+        gone = [pid for pid, entry in self._processes.items() if entry.dispatched_at < horizon]
+        for process_id in gone:
+            del self._processes[process_id]
+        if gone:
+            forgotten = set(gone)
+            for key in [key for key in self._history if key[0] in forgotten]:
+                del self._history[key]
+
+    def _process_view(self, entry: _ProcessEntry, now: float) -> ProcessView:
+        report = entry.report
+        age = max(0.0, now - report.dispatched_at)
+        health: Health
+        if report.status == "stopped":
+            health = "stopped"
+        elif age <= self.ttl:
+            health = "alive"
+        else:
+            health = "stale"
+        partitions = [_copied(PartitionLag, p, group=p.consumer_group) for p in report.partitions]
+        return _copied(
+            ProcessView,
+            report,
+            health=health,
+            age=age,
+            lag_stored=sum(max(0, p.lag_stored) for p in partitions),
+            totals=dict(entry.totals),
+            partitions=partitions,
+        )
+
+
+_View = TypeVar("_View")
+
+
+def _copied(view: type[_View], source: object, **given: Any) -> _View:
+    """A ``view`` dataclass with ``given`` fields and the rest read from the Rust-decoded
+    ``source`` by the same names (the field names live in the Rust schema and the dataclass,
+    nowhere else)."""
+    names = {field.name for field in dataclasses.fields(view)} - given.keys()  # type: ignore[arg-type]
+    return view(**given, **{name: getattr(source, name) for name in names})
+
+
+def _error_view(error_id: str, report: ErrorReportView) -> ErrorView:
+    return _copied(ErrorView, report, id=error_id, type=report.kind, details=dict(report.details))
+
+
+def _scheduler_view(
+    topic: str, partition: int, report: Mapping[str, Any], now: float
+) -> SchedulerView:
+    daily = {day: int(count) for day, count in sorted(report["daily"].items())}
+    return SchedulerView(
+        topic=topic.removesuffix(STATES_POSTFIX),
+        partition=partition,
+        state=str(report["state"]),
+        dispatched_at=float(report["dispatched_at"]),
+        age=max(0.0, now - float(report["dispatched_at"])),
+        started_at=int(report["started_at"]),
+        low=int(report["offsets"]["low"]),
+        high=int(report["offsets"]["high"]),
+        daily=daily,
+        pending=sum(daily.values()),
+        dispatched=int(report.get("dispatched", 0)),
+        reloads=int(report["reloads"]),
+        skipped_records=int(report.get("skipped_records", 0)),
+        failed=int(report.get("failed", 0)),
+    )
+
+
+def _totals(processes: Sequence[ProcessView]) -> StatusTotals:
+    alive = [p for p in processes if p.alive]
+
+    def total(name: str) -> int:
+        return sum(p.totals.get(name, 0) for p in processes)
+
+    return StatusTotals(
+        processes=len(processes),
+        alive=len(alive),
+        stale=sum(p.health == "stale" for p in processes),
+        stopped=sum(p.health == "stopped" for p in processes),
+        partitions=sum(len(p.partitions) for p in alive),
+        lag=sum(p.lag for p in alive),
+        lag_stored=sum(p.lag_stored for p in alive),
+        busy=sum(p.busy for p in alive),
+        enqueued=sum(p.enqueued for p in alive),
+        threads=sum(p.threads for p in alive),
+        memory_usage=sum(p.memory_usage for p in alive),
+        messages=total("messages"),
+        errors=total("errors"),
+        retries=total("retries"),
+        dead=total("dead"),
+    )

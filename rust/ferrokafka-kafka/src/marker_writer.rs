@@ -1,0 +1,306 @@
+//! [`MarkerWriter`]: the END / KEEPALIVE side of a queue consumer, and the keepalive thread
+//! that holds the messages being handled (kafka-mq-go's keep-alive timer, one thread per
+//! consumer instead of one timer per message).
+//!
+//! Invariants:
+//! - A message is *in flight* from the moment its START is acknowledged until `ack` or `nack`.
+//!   While automatic keepalive is on, the keepalive thread writes a KEEPALIVE (deadline = now +
+//!   redelivery timeout) for every in-flight message whose deadline was last set half a timeout
+//!   ago, so a slow handler is never redelivered while its process lives.
+//! - Markers of one message are handed to librdkafka under the in-flight lock, so a KEEPALIVE
+//!   can never be queued after the same message's END or immediate-redelivery marker (the
+//!   producer is idempotent: markers of one partition reach the topic in the order queued).
+//!
+//! Threading: every method may be called from any thread; the keepalive thread ends when its
+//! [`KeepaliveThread`] is dropped (the drop joins it). No Python runs here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ferrokafka_core::codec::marker_codec::encode_marker;
+use ferrokafka_core::markers::{Marker, MessageId};
+use rdkafka::ClientContext;
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+
+use crate::daemon::{enqueue, now_ms};
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::record::OutgoingRecord;
+
+/// Shortest pause of the keepalive thread, so a failing write cannot make it spin.
+const MIN_KEEPALIVE_WAIT: Duration = Duration::from_millis(10);
+
+/// The markers partition of every marker of a message from `queue_partition`.
+pub fn markers_partition(queue_partition: i32, markers_partitions: i32) -> i32 {
+    queue_partition.rem_euclid(markers_partitions.max(1))
+}
+
+/// The id of the queue message at `partition` / `offset`.
+pub(crate) fn message_id(partition: i32, offset: i64) -> MessageId {
+    MessageId {
+        partition: u32::try_from(partition).unwrap_or(0),
+        offset: u64::try_from(offset).unwrap_or(0),
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline)
+/// and the markers in flight, so that `flush` returns as soon as the last one is confirmed
+/// (rdkafka's `flush` on a `ThreadedProducer` waits in 100 ms polls).
+pub(crate) struct UpdateTracker {
+    failed: AtomicU64,
+    in_flight: Mutex<u64>,
+    settled: Condvar,
+}
+
+impl UpdateTracker {
+    pub(crate) fn new() -> Self {
+        UpdateTracker {
+            failed: AtomicU64::new(0),
+            in_flight: Mutex::new(0),
+            settled: Condvar::new(),
+        }
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, u64> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl ClientContext for UpdateTracker {}
+
+impl ProducerContext for UpdateTracker {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((err, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            log::warn!("marker not written, the message will be redelivered: {err}");
+        }
+        let mut in_flight = self.in_flight();
+        *in_flight = in_flight.saturating_sub(1);
+        if *in_flight == 0 {
+            self.settled.notify_all();
+        }
+    }
+}
+
+/// Writes the markers that follow a START, and remembers the messages in flight.
+pub(crate) struct MarkerWriter {
+    producer: ThreadedProducer<UpdateTracker>,
+    markers_topic: String,
+    markers_partitions: i32,
+    redelivery_timeout: Duration,
+    marker_timeout: Duration,
+    /// In-flight messages and when their deadline was last set; `None` without auto keepalive.
+    in_flight: Option<Mutex<HashMap<MessageId, Instant>>>,
+    keepalives: AtomicU64,
+}
+
+impl MarkerWriter {
+    pub(crate) fn new(
+        producer: ThreadedProducer<UpdateTracker>,
+        markers_topic: String,
+        markers_partitions: i32,
+        redelivery_timeout: Duration,
+        marker_timeout: Duration,
+        auto_keepalive: bool,
+    ) -> Self {
+        MarkerWriter {
+            producer,
+            markers_topic,
+            markers_partitions,
+            redelivery_timeout,
+            marker_timeout,
+            in_flight: auto_keepalive.then(|| Mutex::new(HashMap::new())),
+            keepalives: AtomicU64::new(0),
+        }
+    }
+
+    /// The markers-topic record of `marker`, a marker of a message from `queue_partition`.
+    pub(crate) fn record(&self, queue_partition: i32, marker: &Marker) -> OutgoingRecord {
+        OutgoingRecord {
+            topic: self.markers_topic.clone(),
+            partition: Some(markers_partition(queue_partition, self.markers_partitions)),
+            key: None,
+            value: Some(encode_marker(marker)),
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+
+    /// A deadline one redelivery timeout from now, milliseconds.
+    pub(crate) fn next_deadline(&self) -> u64 {
+        now_ms().saturating_add(millis(self.redelivery_timeout))
+    }
+
+    fn in_flight(&self) -> Option<MutexGuard<'_, HashMap<MessageId, Instant>>> {
+        self.in_flight
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn send(&self, message: MessageId, marker: &Marker) -> KafkaResult<()> {
+        let partition = i32::try_from(message.partition).unwrap_or(0);
+        let tracker = self.producer.context();
+        // Counted before the send: the delivery report may arrive before `enqueue` returns.
+        *tracker.in_flight() += 1;
+        enqueue(&self.producer, &self.record(partition, marker)).map_err(|e| {
+            let mut in_flight = tracker.in_flight();
+            *in_flight = in_flight.saturating_sub(1);
+            KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)
+        })
+    }
+
+    /// The messages of a batch are in flight; their deadline was set at `set_at`.
+    pub(crate) fn begin(&self, messages: impl IntoIterator<Item = MessageId>, set_at: Instant) {
+        if let Some(mut in_flight) = self.in_flight() {
+            in_flight.extend(messages.into_iter().map(|id| (id, set_at)));
+        }
+    }
+
+    /// Handling of `messages` is over: each leaves the in-flight set and gets `marker(id)`
+    /// (none when it returns `None`). Stops at the first failed write.
+    pub(crate) fn finish(
+        &self,
+        messages: &[MessageId],
+        marker: impl Fn(MessageId) -> Option<Marker>,
+    ) -> KafkaResult<()> {
+        let mut in_flight = self.in_flight();
+        for &id in messages {
+            if let Some(in_flight) = in_flight.as_mut() {
+                in_flight.remove(&id);
+            }
+            if let Some(marker) = marker(id) {
+                self.send(id, &marker)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the deadline of `message` to now + the redelivery timeout.
+    pub(crate) fn keepalive(&self, message: MessageId) -> KafkaResult<()> {
+        let mut in_flight = self.in_flight();
+        self.write_keepalive(message)?;
+        if let Some(last) = in_flight.as_mut().and_then(|m| m.get_mut(&message)) {
+            *last = Instant::now();
+        }
+        Ok(())
+    }
+
+    fn write_keepalive(&self, message_id: MessageId) -> KafkaResult<()> {
+        let deadline = self.next_deadline();
+        self.send(
+            message_id,
+            &Marker::KeepAlive {
+                message_id,
+                deadline,
+            },
+        )?;
+        self.keepalives.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes a KEEPALIVE for every in-flight message whose deadline was set half a timeout
+    /// ago; returns how long until the next one is due.
+    fn keep_alive_due(&self) -> Duration {
+        let period = self.redelivery_timeout / 2;
+        let Some(mut in_flight) = self.in_flight() else {
+            return period;
+        };
+        let now = Instant::now();
+        let mut next = period;
+        for (&id, last) in in_flight.iter_mut() {
+            let due = *last + period;
+            if due > now {
+                next = next.min(due - now);
+                continue;
+            }
+            // A failed write is retried one period later; the deadline may pass meanwhile, then
+            // the message is redelivered (at-least-once, nothing lost).
+            if let Err(e) = self.write_keepalive(id) {
+                log::warn!("keepalive of {id:?} not written: {e}");
+            }
+            *last = now;
+        }
+        next.max(MIN_KEEPALIVE_WAIT)
+    }
+
+    /// Keepalive markers written (by `keepalive` and automatically).
+    pub(crate) fn keepalives(&self) -> u64 {
+        self.keepalives.load(Ordering::Relaxed)
+    }
+
+    /// END or KEEPALIVE markers that librdkafka could not deliver.
+    pub(crate) fn failed(&self) -> u64 {
+        self.producer.context().failed.load(Ordering::Relaxed)
+    }
+
+    /// Waits up to `timeout` until every marker written so far is acknowledged.
+    pub(crate) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
+        let tracker = self.producer.context();
+        let (in_flight, waited) = tracker
+            .settled
+            .wait_timeout_while(tracker.in_flight(), timeout, |n| *n > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        if waited.timed_out() && *in_flight > 0 {
+            return Err(KafkaIoError::Timeout {
+                operation: "flush markers".to_owned(),
+                timeout,
+                bootstrap: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The thread that keeps in-flight messages alive; dropping this stops and joins it.
+pub(crate) struct KeepaliveThread {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl KeepaliveThread {
+    pub(crate) fn spawn(writer: Arc<MarkerWriter>) -> KafkaResult<Self> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("ferrokafka-keepalive".to_owned())
+            .spawn(move || {
+                // Any message or a dropped sender ends the loop.
+                while let Err(mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(writer.keep_alive_due())
+                {}
+            })
+            .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start keepalive: {e}")))?;
+        Ok(KeepaliveThread {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for KeepaliveThread {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_of_a_queue_partition_share_one_markers_partition() {
+        assert_eq!(markers_partition(5, 3), 2);
+        assert_eq!(markers_partition(2, 3), 2);
+        assert_eq!(markers_partition(7, 0), 0);
+    }
+}

@@ -1,0 +1,202 @@
+//! Rounds: groups of records produced together whose delivery results are collected per record.
+//!
+//! The scheduler needs to know, for every record it produced, whether the broker acknowledged it
+//! (a tombstone may be written only after its target was acknowledged; a refused target must not
+//! fail its neighbours). A [`Rounds`] producer context gives every record a sequence number as its
+//! delivery opaque and files each delivery report under the round that record belongs to.
+//!
+//! Several rounds can be open at once, so the daemon can send chunk n+1 while chunk n is still
+//! being acknowledged: [`Rounds::start`] enqueues without waiting, [`Rounds::take_finished`] hands
+//! back the results of a round once every report arrived (or its deadline passed), and
+//! [`Rounds::wait_for_progress`] sleeps until some round finishes. [`send_round`] is the blocking
+//! form for the rare paths that settle one record at a time.
+//!
+//! A record not reported by its round's deadline counts as timed out (a transient failure);
+//! reports arriving after their round was taken are ignored.
+
+use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::daemon::enqueue_with;
+use crate::record::OutgoingRecord;
+
+/// Identifies an open round: the sequence number of its first record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct RoundId(usize);
+
+/// Producer context of a producer whose records are sent in rounds; see the module docs.
+#[derive(Default)]
+pub(crate) struct Rounds {
+    state: Mutex<RoundsState>,
+    progress: Condvar,
+}
+
+#[derive(Default)]
+struct RoundsState {
+    /// Sequence number of the next record produced.
+    next: usize,
+    /// Open rounds by their first sequence number.
+    open: BTreeMap<usize, Round>,
+}
+
+struct Round {
+    results: Vec<Option<Result<(), KafkaError>>>,
+    unreported: usize,
+    deadline: Instant,
+}
+
+impl Round {
+    fn is_done(&self, now: Instant) -> bool {
+        self.unreported == 0 || now >= self.deadline
+    }
+}
+
+impl Rounds {
+    fn state(&self) -> MutexGuard<'_, RoundsState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, sequence: usize, result: Result<(), KafkaError>) {
+        let mut state = self.state();
+        let Some((&first, round)) = state.open.range_mut(..=sequence).next_back() else {
+            return;
+        };
+        let Some(slot) = round.results.get_mut(sequence - first) else {
+            return;
+        };
+        if slot.is_none() {
+            *slot = Some(result);
+            round.unreported -= 1;
+            if round.unreported == 0 {
+                self.progress.notify_all();
+            }
+        }
+    }
+
+    /// Produces `records` as one round that ends at the latest after `timeout`; does not wait
+    /// for acknowledgements (only for room in librdkafka's queue).
+    pub(crate) fn start(
+        producer: &ThreadedProducer<Rounds>,
+        records: &[OutgoingRecord],
+        timeout: Duration,
+    ) -> RoundId {
+        let rounds = producer.context();
+        let first = {
+            let mut state = rounds.state();
+            let first = state.next;
+            state.next += records.len().max(1);
+            state.open.insert(
+                first,
+                Round {
+                    results: vec![None; records.len()],
+                    unreported: records.len(),
+                    deadline: Instant::now() + timeout,
+                },
+            );
+            first
+        };
+        for (n, record) in records.iter().enumerate() {
+            if let Err(e) = enqueue_with(producer, record, first + n) {
+                rounds.record(first + n, Err(e));
+            }
+        }
+        RoundId(first)
+    }
+
+    /// The per-record results of round `id` once it is done (every record reported, or its
+    /// deadline passed: the unreported ones then count as timed out); None while in progress.
+    pub(crate) fn take_finished(&self, id: RoundId) -> Option<Vec<Result<(), KafkaError>>> {
+        let mut state = self.state();
+        if !state.open.get(&id.0)?.is_done(Instant::now()) {
+            return None;
+        }
+        let round = state.open.remove(&id.0)?;
+        Some(
+            round
+                .results
+                .into_iter()
+                .map(|result| {
+                    result.unwrap_or(Err(KafkaError::MessageProduction(
+                        RDKafkaErrorCode::MessageTimedOut,
+                    )))
+                })
+                .collect(),
+        )
+    }
+
+    /// Waits up to `timeout` until some open round is done (finished or past its deadline);
+    /// returns at once when one already is.
+    pub(crate) fn wait_for_progress(&self, timeout: Duration) {
+        self.wait_while(timeout, |open, now| {
+            !open.values().any(|round| round.is_done(now))
+        });
+    }
+
+    /// Waits up to `timeout` while `busy` holds for the open rounds, waking at each delivery
+    /// report that finishes a round and at the earliest round deadline.
+    fn wait_while(
+        &self,
+        timeout: Duration,
+        busy: impl Fn(&BTreeMap<usize, Round>, Instant) -> bool,
+    ) {
+        let until = Instant::now() + timeout;
+        let mut state = self.state();
+        loop {
+            let now = Instant::now();
+            if !busy(&state.open, now) {
+                return;
+            }
+            // A round passing its deadline is progress too, so wake for the earliest one.
+            let earliest = state
+                .open
+                .values()
+                .filter(|round| !round.is_done(now))
+                .map(|round| round.deadline)
+                .min();
+            let wake = earliest.map_or(until, |deadline| deadline.min(until));
+            let left = wake.saturating_duration_since(now);
+            if now >= until {
+                return;
+            }
+            state = self
+                .progress
+                .wait_timeout(state, left.max(Duration::from_millis(1)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+impl ClientContext for Rounds {}
+
+impl ProducerContext for Rounds {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, sequence: usize) {
+        self.record(
+            sequence,
+            result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()),
+        );
+    }
+}
+
+/// Produces `records` as one round and waits (up to `timeout`) for each one's delivery result;
+/// a record not confirmed in time counts as timed out.
+pub(crate) fn send_round(
+    producer: &ThreadedProducer<Rounds>,
+    records: &[OutgoingRecord],
+    timeout: Duration,
+) -> Vec<Result<(), KafkaError>> {
+    let id = Rounds::start(producer, records, timeout);
+    let rounds = producer.context();
+    rounds.wait_while(timeout, |open, now| {
+        open.get(&id.0).is_some_and(|round| !round.is_done(now))
+    });
+    rounds.take_finished(id).unwrap_or_default()
+}
