@@ -1,19 +1,33 @@
-"""Consumer throughput: ferrokafka's Consumer against confluent-kafka's consume() and poll()
-loops, and the speed-up from partition concurrency with an I/O-bound handler, in one run.
+"""Consumer throughput: ferrokafka's Consumer against confluent-kafka's consume(1000) loop and
+Kafka's own Java ConsumerPerformance, and the speed-up from partition concurrency, in one run.
 
 Usage:
-    .venv/bin/python benches/consumer_bench.py [--messages 1000000] [--size 100] [--io 50000]
+    .venv/bin/python benches/consumer_bench.py [--messages 1000000] [--size 100] [--io 20000]
+        [--samples 3] [--no-java] [--smoke]
 
 Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. The records
-are produced once to a 6-partition topic; every case reads all of them with its own consumer
-group from the earliest offset. A case is timed from its first record to its last, so group
-joins do not count. Prints a markdown table of records/s and the ratios to the peers.
+are produced once to a 6-partition topic and counted there (watermarks) before any case runs;
+every sample reads all of them with its own consumer group from the earliest offset, timed from
+its first record to its last, so group joins do not count. Cases run interleaved (A-B-...-B-A,
+``--samples`` rounds) and each reports the median of its samples; the load average is printed,
+because the figures mean little on a busy machine. Every handler touches every value:
+
+- ferrokafka, ``sum(len(v) for v in batch.values())``, default bounds and 200k-record bounds;
+- ferrokafka, ``batch.to_arrow()`` and the summed value lengths computed by pyarrow;
+- confluent-kafka, ``consume(num_messages=1000)`` and ``sum(len(m.value()))``;
+- Java ``ConsumerPerformance`` (its fetch-only rate, from the jars scripts/kafka.sh fetched).
+
+Then ``--io`` records with a handler that sleeps 1 ms per batch of 10: six partitions against
+one, and on one partition with 1,000 keys ``ordering="key"`` (``max_concurrency=8``) against
+``ordering="partition"``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import statistics
 import subprocess
 import threading
 import time
@@ -22,19 +36,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import TopicPartition as ConfluentPartition
 
-from ferrokafka import AsyncProducer, Client, Consumer, Message, NewTopic
+from ferrokafka import AsyncProducer, Batch, Client, Consumer, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = ROOT / "scripts" / "kafka.sh"
+KAFKA_HOME = Path(os.environ.get("FERROKAFKA_CACHE", Path.home() / ".cache" / "ferrokafka"))
 LIMIT = 300.0
-# Bounds large enough that load control never pauses a partition in these runs (see
-# RESULTS-consumer.md: a librdkafka resume can wait up to 1 s for an idle broker thread).
 ROOMY: dict[str, Any] = {"max_queue_records": 200_000, "max_queue_bytes": 256 * 1024 * 1024}
 
 
-def fill(client: Client, bootstrap: str, partitions: int, count: int, size: int) -> str:
+def fill(
+    client: Client, bootstrap: str, partitions: int, count: int, size: int, keys: int = 0
+) -> str:
+    """A new topic holding ``count`` records; keys cycle through ``keys`` values (0: unique)."""
     topic = f"bench-consumer-{uuid.uuid4().hex[:8]}"
     client.create_topics([NewTopic(topic, num_partitions=partitions)])
     payload = b"x" * size
@@ -42,31 +60,42 @@ def fill(client: Client, bootstrap: str, partitions: int, count: int, size: int)
         {"bootstrap.servers": bootstrap, "linger.ms": 20}, max_queue_size=100_000
     ) as producer:
         for start in range(0, count, 50_000):
-            batch = [(payload, f"k{n}") for n in range(start, min(count, start + 50_000))]
+            numbers = range(start, min(count, start + 50_000))
+            batch = [(payload, f"k{n % keys if keys else n}") for n in numbers]
             producer.produce_many(batch, topic=topic)
             producer.flush(60.0)
+    stored = count_on_topic(bootstrap, topic, partitions)
+    if stored != count:
+        raise RuntimeError(f"{topic} holds {stored} records, expected {count}")
     return topic
 
 
+def count_on_topic(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records in the topic, from its watermarks (confluent-kafka as an outside observer)."""
+    observer = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-counter"})
+    try:
+        total = 0
+        for partition in range(partitions):
+            low, high = observer.get_watermark_offsets(
+                ConfluentPartition(topic, partition), timeout=10.0
+            )
+            total += high - low
+        return total
+    finally:
+        observer.close()
+
+
 def group_config(bootstrap: str) -> dict[str, str | int | float | bool]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-        "auto.offset.reset": "earliest",
-    }
+    return {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}"}
 
 
 def ferrokafka_rate(
-    bootstrap: str,
-    topic: str,
-    count: int,
-    work: Callable[[list[Message]], None],
-    **options: Any,
+    bootstrap: str, topic: str, count: int, work: Callable[[Batch], object], **options: Any
 ) -> float:
     done, lock = threading.Event(), threading.Lock()
     seen, first = 0, 0.0
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         nonlocal seen, first
         work(batch)
         with lock:
@@ -83,21 +112,19 @@ def ferrokafka_rate(
     return count / elapsed
 
 
-def confluent_rate(bootstrap: str, topic: str, count: int, batch: bool) -> float:
-    consumer = ConfluentConsumer(group_config(bootstrap))
+def confluent_rate(bootstrap: str, topic: str, count: int) -> float:
+    config = {**group_config(bootstrap), "auto.offset.reset": "earliest"}
+    consumer = ConfluentConsumer(config)
     consumer.subscribe([topic])
-    seen, first, deadline = 0, 0.0, time.monotonic() + LIMIT
+    seen, first, touched, deadline = 0, 0.0, 0, time.monotonic() + LIMIT
     try:
         while seen < count and time.monotonic() < deadline:
-            if batch:
-                messages = consumer.consume(num_messages=1000, timeout=1.0)
-            else:
-                message = consumer.poll(1.0)
-                messages = [] if message is None else [message]
-            good = sum(1 for m in messages if m.error() is None)
+            messages = consumer.consume(num_messages=1000, timeout=1.0)
+            good = [m for m in messages if m.error() is None]
+            touched += sum(len(m.value() or b"") for m in good)
             if good and not seen:
                 first = time.perf_counter()
-            seen += good
+            seen += len(good)
         elapsed = time.perf_counter() - first
     finally:
         consumer.close()
@@ -106,19 +133,77 @@ def confluent_rate(bootstrap: str, topic: str, count: int, batch: bool) -> float
     return count / elapsed
 
 
+def java_rate(bootstrap: str, topic: str, count: int) -> float:
+    """Kafka's ConsumerPerformance: its fetch.nMsg.sec (rebalance time excluded)."""
+    libs = next(KAFKA_HOME.glob("kafka-*/libs"))
+    log_config = libs.parent / "log4j2.xml"
+    command = [
+        "java",
+        "-Xmx512m",
+        f"-Dlog4j2.configurationFile={log_config}",
+        "-cp",
+        f"{libs}/*",
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--num-records",
+        str(count),
+        "--group",
+        f"bench-java-{uuid.uuid4().hex[:8]}",
+        "--timeout",
+        str(int(LIMIT * 1000)),
+    ]
+    run = subprocess.run(command, check=False, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"ConsumerPerformance failed: {run.stderr.strip()[-2000:]}")
+    # The broker's log4j configuration also logs the client to stdout: find the result rows.
+    lines = run.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
+    header = lines[at]
+    values = next(line for line in lines[at + 1 :] if line.count(",") == header.count(","))
+    row = dict(zip([h.strip() for h in header.split(",")], values.split(","), strict=True))
+    if int(row["data.consumed.in.nMsg"]) < count:
+        raise TimeoutError(f"ConsumerPerformance saw {row['data.consumed.in.nMsg']} of {count}")
+    return float(row["fetch.nMsg.sec"])
+
+
+def interleaved(cases: dict[str, Callable[[], float]], samples: int) -> dict[str, float]:
+    """Runs the cases forward, then backward, ... (A-B-B-A), and returns each one's median."""
+    results: dict[str, list[float]] = {name: [] for name in cases}
+    names = list(cases)
+    for round_number in range(samples):
+        for name in names if round_number % 2 == 0 else reversed(names):
+            results[name].append(cases[name]())
+    return {name: statistics.median(rates) for name, rates in results.items()}
+
+
+def touch_values(batch: Batch) -> int:
+    return sum(len(v or b"") for v in batch.values())
+
+
+def touch_arrow(batch: Batch) -> int:
+    values = batch.to_arrow().column("value")
+    return int(pc.sum(pc.binary_length(values)).as_py() or 0)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--io", type=int, default=50_000, help="records for the 1 ms handler")
+    parser.add_argument("--io", type=int, default=20_000, help="records for the 1 ms handler")
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--no-java", action="store_true", help="skip ConsumerPerformance")
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="tiny sizes that run in seconds: checks the bench works",
+        help="tiny sizes that run in seconds, no Java: checks the bench works",
     )
     args = parser.parse_args()
     if args.smoke:
-        args.messages, args.io = 2_000, 200
+        args.messages, args.io, args.samples, args.no_java = 2_000, 200, 1, True
+    java = not args.no_java and shutil.which("java") is not None
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     env = {**os.environ, "KAFKA_PORT": "19592"}
@@ -129,48 +214,71 @@ def main() -> int:
         ).stdout.split()[-1]
     try:
         client = Client({"bootstrap.servers": bootstrap})
-        n = args.messages
+        n, m = args.messages, args.io
         topic = fill(client, bootstrap, 6, n, args.size)
-
-        def noop(batch: list[Message]) -> None:
-            del batch
-
-        def io(batch: list[Message]) -> None:
-            del batch
-            time.sleep(0.001)
-
-        ours = ferrokafka_rate(bootstrap, topic, n, noop)
-        roomy = ferrokafka_rate(bootstrap, topic, n, noop, **ROOMY)
-        consume = confluent_rate(bootstrap, topic, n, batch=True)
-        poll = confluent_rate(bootstrap, topic, n, batch=False)
-
-        m = args.io
         io_six = fill(client, bootstrap, 6, m, args.size)
         io_one = fill(client, bootstrap, 1, m, args.size)
-        six = ferrokafka_rate(bootstrap, io_six, m, io, max_batch_size=10, **ROOMY)
-        one = ferrokafka_rate(bootstrap, io_one, m, io, max_batch_size=10, **ROOMY)
-        six_default = ferrokafka_rate(bootstrap, io_six, m, io, max_batch_size=10)
+        io_keys = fill(client, bootstrap, 1, m, args.size, keys=1000)
+        load_before = os.getloadavg()
+        cases: dict[str, Callable[[], float]] = {
+            "ferrokafka values(), default bounds": lambda: ferrokafka_rate(
+                bootstrap, topic, n, touch_values
+            ),
+            "ferrokafka values(), bounds 200k rec / 256 MiB": lambda: ferrokafka_rate(
+                bootstrap, topic, n, touch_values, **ROOMY
+            ),
+            "ferrokafka to_arrow(), default bounds": lambda: ferrokafka_rate(
+                bootstrap, topic, n, touch_arrow
+            ),
+            "confluent-kafka consume(1000), len(m.value())": lambda: confluent_rate(
+                bootstrap, topic, n
+            ),
+        }
+        if java:
+            cases["Java ConsumerPerformance (fetch rate)"] = lambda: java_rate(bootstrap, topic, n)
+        rates = interleaved(cases, args.samples)
+
+        def io(batch: Batch) -> None:
+            touch_values(batch)
+            time.sleep(0.001)
+
+        io_rates = interleaved(
+            {
+                "6 partitions, six workers": lambda: ferrokafka_rate(
+                    bootstrap, io_six, m, io, max_batch_size=10
+                ),
+                "1 partition, one worker": lambda: ferrokafka_rate(
+                    bootstrap, io_one, m, io, max_batch_size=10
+                ),
+                '1 partition, 1,000 keys, ordering="key", max_concurrency=8': lambda: (
+                    ferrokafka_rate(bootstrap, io_keys, m, io, max_batch_size=10, ordering="key")
+                ),
+            },
+            args.samples,
+        )
+        load_after = os.getloadavg()
     finally:
         if started:
             subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=False)
 
-    print(f"{n:,} records of {args.size} B, 6 partitions, one run\n")
-    print("| case | records/s | vs consume(1000) | vs poll() |")
+    def load(values: tuple[float, float, float]) -> str:
+        return " / ".join(f"{v:.2f}" for v in values)
+
+    print(f"load average (1/5/15 min): before {load(load_before)}, after {load(load_after)}\n")
+    print(f"{n:,} records of {args.size} B, 6 partitions, median of {args.samples} interleaved\n")
+    consume = rates["confluent-kafka consume(1000), len(m.value())"]
+    java_figure = rates.get("Java ConsumerPerformance (fetch rate)")
+    print("| case | records/s | vs consume(1000) | vs Java |")
     print("|---|---:|---:|---:|")
-    for name, rate in [
-        ("ferrokafka Consumer, no-op batch handler, default bounds (1000 rec / 1 MiB)", ours),
-        ("ferrokafka Consumer, no-op batch handler, bounds 200k rec / 256 MiB", roomy),
-        ("confluent-kafka consume(num_messages=1000) loop", consume),
-        ("confluent-kafka poll() loop", poll),
-    ]:
-        print(f"| {name} | {rate:,.0f} | {rate / consume:.2f}x | {rate / poll:.2f}x |")
+    for name, rate in rates.items():
+        versus_java = f"{rate / java_figure:.2f}x" if java_figure else "-"
+        print(f"| {name} | {rate:,.0f} | {rate / consume:.2f}x | {versus_java} |")
     print(f"\n{m:,} records, handler sleeps 1 ms per batch, max_batch_size=10\n")
     print("| case | records/s | speed-up |")
     print("|---|---:|---:|")
-    print(f"| 1 partition, one worker, bounds 200k rec | {one:,.0f} | 1.00x |")
-    print(f"| 6 partitions, six workers, bounds 200k rec | {six:,.0f} | {six / one:.2f}x |")
-    speed_up = six_default / one
-    print(f"| 6 partitions, six workers, default bounds | {six_default:,.0f} | {speed_up:.2f}x |")
+    one = io_rates["1 partition, one worker"]
+    for name, rate in io_rates.items():
+        print(f"| {name} | {rate:,.0f} | {rate / one:.2f}x |")
     return 0
 
 

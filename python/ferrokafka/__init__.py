@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ferrokafka import codecs
 from ferrokafka._native import (
+    Batch,
     BrokerMetadata,
     Client,
     ClusterMetadata,
@@ -21,7 +22,7 @@ from ferrokafka._native import (
     TopicMetadata,
     __version__,
 )
-from ferrokafka.consumer import AsyncConsumer, Consumer, TopicPartition
+from ferrokafka.consumer import AsyncConsumer, Consumer, ConsumerOptions, TopicPartition
 from ferrokafka.exceptions import (
     BufferOverflow,
     ClosedError,
@@ -39,6 +40,7 @@ from ferrokafka.producer import AsyncProducer
 __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
+    "Batch",
     "BrokerMetadata",
     "BufferOverflow",
     "Client",
@@ -48,6 +50,7 @@ __all__ = [
     "ConfigError",
     "ConsumeError",
     "Consumer",
+    "ConsumerOptions",
     "DeadlineQueue",
     "FerrokafkaError",
     "KafkaError",

@@ -1,7 +1,7 @@
 """Type stubs and user documentation of the ``ferrokafka._native`` extension module."""
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Required, TypeAlias, TypedDict, final
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, Required, TypeAlias, TypedDict, final, overload
 
 __version__: str
 librdkafka_version: str
@@ -40,6 +40,46 @@ class Message:
         :class:`ferrokafka.FerrokafkaError` that explains why."""
     def __len__(self) -> int:
         """Length of the value in bytes."""
+
+@final
+class Batch(Sequence[Message]):
+    """The records of one partition handed to a consumer handler, in offset order, kept in Rust
+    memory: a sequence of :class:`Message` (each created when accessed), with columnar
+    accessors that make no ``Message`` at all.
+
+    Example:
+        >>> def handle(batch: Batch) -> None:  # doctest: +SKIP
+        ...     total = sum(len(v or b"") for v in batch.values())
+        ...     table = batch.to_arrow()  # pyarrow.RecordBatch
+    """
+
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int, /) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> list[Message]: ...
+    def __iter__(self) -> BatchIterator: ...
+    def __bool__(self) -> bool: ...
+    def values(self) -> list[bytes | None]:
+        """The values, in order (``None`` for a tombstone)."""
+    def keys(self) -> list[bytes | None]:
+        """The keys, in order."""
+    def offsets(self) -> list[int]:
+        """The offsets, in order."""
+    def timestamps(self) -> list[int]:
+        """The timestamps in milliseconds since the epoch (0 when a record has none)."""
+    def to_arrow(self) -> Any:
+        """A ``pyarrow.RecordBatch`` with columns ``key``, ``value`` (binary), ``topic``,
+        ``partition`` (int32), ``offset`` (int64), ``timestamp`` (timestamp[ms], null when a
+        record has none) and ``headers`` (list<struct<key: string, value: binary>>), built in
+        Rust with the GIL released, without a Python object per record. Needs pyarrow."""
+
+@final
+class BatchIterator(Iterator[Message]):
+    """Iterates a :class:`Batch`."""
+
+    def __iter__(self) -> BatchIterator: ...
+    def __next__(self) -> Message: ...
 
 @final
 class BrokerMetadata:
@@ -730,17 +770,26 @@ class _RawConsumer:
         max_queue_records: int,
         max_queue_bytes: int,
         drain: float,
+        on_error: str,
+        max_retries: int,
+        retry_backoff: float,
+        max_retry_backoff: float,
+        dead_letter_topic: str | None,
+        ordering: str,
+        max_concurrency: int,
     ) -> _RawConsumer:
         """Subscribe (topic names) or assign (``(topic, partition, kind, value)``, kind one of
         stored, beginning, end, offset, timestamp) and start the poller thread."""
-    def fetch(self, worker: int, timeout: float) -> list[Message] | None:
+    def fetch(self, worker: int, timeout: float) -> Batch | None:
         """The next batch of the worker's partition (``[]`` when none came within ``timeout``),
         or ``None`` once the partition is no longer the worker's."""
-    def ack(self, worker: int, outcome_name: str) -> bool:
-        """Settle the worker's batch: handled, failed, dead_lettered (committable) or abandoned
-        (redelivered). False when the batch no longer counts."""
-    def record_retry(self, worker: int) -> bool:
-        """Count a retry; False when the worker should give up its batch."""
+    def ack(self, worker: int, batch: Batch, outcome_name: str) -> bool:
+        """Settle the worker's batch: handled (committable) or abandoned (redelivered). False
+        when the batch no longer counts."""
+    def fail(self, worker: int, batch: Batch, error_class: str, error_message: str) -> float | None:
+        """Apply the error policy to the worker's batch, whose handler raised: seconds to wait
+        before handling it again, or None when it is settled (committed, dead-lettered in the
+        background, or abandoned)."""
     def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:
         """Wait up to ``timeout`` seconds for assignment, load-control and commit events."""
     def stop(self, drain: float) -> None:

@@ -108,6 +108,20 @@ def _to_arrow(parts: tuple[Any, ...]) -> pa.Array:
     raise ValueError(f"unknown column kind {kind!r}")  # pragma: no cover - Rust returns the above
 
 
+def _record_batch(parts: tuple[Any, ...]) -> pa.RecordBatch:
+    """A consumer ``Batch`` as a ``pyarrow.RecordBatch``, from the struct column Rust built;
+    partition becomes int32 and timestamp timestamp[ms], as Spark's Kafka source types them."""
+    rows = _to_arrow(parts)
+    columns = rows.flatten()
+    names = [field.name for field in rows.type]
+    types = {"partition": pa.int32(), "timestamp": pa.timestamp("ms")}
+    columns = [
+        column.cast(types[name]) if name in types else column
+        for name, column in zip(names, columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
 def _first_error(errors: pa.Array) -> tuple[int, str] | None:
     if errors.null_count == len(errors):
         return None

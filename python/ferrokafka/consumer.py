@@ -4,8 +4,11 @@ The semantics are Elixir ``KafkaClient.Consumer``'s. A Rust poller thread reads 
 librdkafka and routes records into one queue per assigned partition. One worker per partition (a
 Python thread for :class:`Consumer`, an asyncio task for :class:`AsyncConsumer`) takes batches
 from its queue and calls your handler with them, so records of a partition are handled in
-order, one batch at a time, while partitions run concurrently. Workers wait for records with the
-GIL released, and handlers never run on a librdkafka thread.
+order, one batch at a time, while partitions run concurrently (with ``ordering="key"``, several
+workers per partition, each key in order). Workers wait for records with the GIL released, and
+handlers never run on a librdkafka thread. Handlers get a :class:`~ferrokafka.Batch` over the
+engine's memory; a handler exception goes to the engine's error policy (retry, commit or
+dead-letter, see :class:`ConsumerOptions`).
 
 Guarantees: at least once. A batch's offsets are committed only after the handler finished it
 (every ``commit_interval`` seconds, when a partition is revoked, and on :meth:`Consumer.stop`),
@@ -14,7 +17,7 @@ process dies are handled again by the next owner of their partition.
 
 Example:
     >>> import ferrokafka
-    >>> def handle(batch: list[ferrokafka.Message]) -> None:
+    >>> def handle(batch: ferrokafka.Batch) -> None:
     ...     for message in batch:
     ...         print(message.partition(), message.offset(), message.value())
     >>> config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
@@ -25,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import threading
@@ -34,15 +38,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from ferrokafka._native import Client, Message, _RawConsumer
+from ferrokafka._native import Batch, _RawConsumer
 from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
 from ferrokafka.tracking import JobSample, PartitionSample, Reporter, SourceSample
 
 __all__ = [
     "AsyncConsumer",
     "Consumer",
+    "ConsumerOptions",
     "ErrorPolicy",
     "InstrumentationCallback",
+    "Ordering",
     "Subscription",
     "TopicPartition",
 ]
@@ -50,7 +56,9 @@ __all__ = [
 log = logging.getLogger("ferrokafka.consumer")
 
 ErrorPolicy: TypeAlias = Literal["commit", "retry", "dead_letter"]
-"""What a handler exception does to its batch: see :class:`Consumer`."""
+"""What a handler exception does to its batch: see :class:`ConsumerOptions`."""
+Ordering: TypeAlias = Literal["partition", "key"]
+"""What stays in order: a partition's records, or each key's: see :class:`ConsumerOptions`."""
 InstrumentationCallback: TypeAlias = Callable[[str, dict[str, Any]], object]
 """``callback(event_name, payload)`` for the consumer's telemetry events."""
 Partitions: TypeAlias = list[tuple[str, int]]
@@ -89,7 +97,8 @@ class TopicPartition:
 
 
 Subscription: TypeAlias = str | TopicPartition | tuple[str, int] | tuple[str, int, int]
-"""A topic name (partitions assigned by the group), a :class:`TopicPartition`, or a
+"""A topic name (its partitions assigned by the group, or all of them to a consumer without
+``group.id``), a :class:`TopicPartition`, or a
 ``(topic, partition)`` / ``(topic, partition, offset)`` tuple."""
 
 _NativeSubscription: TypeAlias = str | tuple[str, int, str, int]
@@ -157,6 +166,117 @@ def _partition_sample(stats: dict[str, Any], read_committed: bool) -> PartitionS
     return sample
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConsumerOptions:
+    """The settings of :class:`Consumer` and :class:`AsyncConsumer` beyond librdkafka's own,
+    checked when created. Pass one as ``options=``, or give its fields as keyword arguments
+    (they override ``options``); an unknown name raises ``TypeError`` naming it.
+
+    Attributes:
+        max_batch_size: most records per batch; ``None`` = everything queued [None].
+        drain: seconds running handlers get to finish on ``stop`` or when partitions are
+            revoked; queued records are dropped (and redelivered later) [5].
+        commit_interval: seconds between offset commits of finished batches [5].
+        on_error: what a handler exception does (every exception is logged and published as
+            ``handler.exception``): ``"commit"`` acknowledges the batch [default];
+            ``"retry"`` calls the handler again with the same batch after ``retry_backoff``
+            seconds, doubling up to ``max_retry_backoff``, while the partition waits, at most
+            ``max_retries`` times, then dead-letters the batch if ``dead_letter_topic`` is set
+            and commits it otherwise; ``"dead_letter"`` writes the batch to
+            ``dead_letter_topic``. Dead-letter writes run in the background, batched, each record
+            with its own headers followed by those in ``DEAD_LETTER_HEADERS``; the partition
+            moves on at once, and the batch's offsets are committed once the broker
+            acknowledged the write.
+        max_retries: handler retries of one batch under ``"retry"`` [3].
+        retry_backoff, max_retry_backoff: seconds before the first retry, and the cap of the
+            doubling [1, 30].
+        dead_letter_topic: where failed batches are written [None].
+        max_queue_records, max_queue_bytes: when a partition's queue holds this many records or
+            bytes, the poller stops taking from the partition's librdkafka queue (published as
+            ``paused``), and takes again at half (``resumed``) [1000, 1 MiB].
+        on_assigned, on_unassigned: called with ``[(topic, partition), ...]``; ``on_unassigned``
+            runs after those partitions' workers drained (or were abandoned).
+        on_caught_up: ``(topic, partition, offset)`` once per partition, for a consumer without a
+            group, when its handler finished the records up to the high watermark seen at start.
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports the consumer (lag and
+            offsets per partition, counts, running batches, handler errors) [None].
+        ordering: ``"partition"`` handles a partition's batches one at a time, in offset order
+            [default]; ``"key"`` handles up to ``max_concurrency`` batches of one partition at
+            once (each on its own worker), never two holding the same key, each key's records
+            in offset order. Either way a partition's offsets are committed only up to the first
+            record not handled yet (at least once, also across rebalances); with ``"key"``,
+            records handled past that point when a partition is revoked are handled again by
+            its next owner (Kafka offsets cannot commit gaps).
+        max_concurrency: batches of one partition handled at once with ``ordering="key"`` [8];
+            set ``max_batch_size`` too, or the first batch takes every queued key.
+
+    Example:
+        >>> ConsumerOptions(max_batch_size=500, commit_interval=1.0).max_batch_size
+        500
+        >>> ConsumerOptions(on_error="dead_letter")
+        Traceback (most recent call last):
+        ...
+        ValueError: on_error='dead_letter' needs dead_letter_topic='<topic>'
+    """
+
+    max_batch_size: int | None = None
+    drain: float = 5.0
+    commit_interval: float = 5.0
+    on_error: ErrorPolicy = "commit"
+    max_retries: int = 3
+    retry_backoff: float = 1.0
+    max_retry_backoff: float = 30.0
+    dead_letter_topic: str | None = None
+    max_queue_records: int = 1000
+    max_queue_bytes: int = 1024 * 1024
+    on_assigned: Callable[[Partitions], object] | None = None
+    on_unassigned: Callable[[Partitions], object] | None = None
+    on_caught_up: Callable[[str, int, int], object] | None = None
+    reporter: Reporter | None = None
+    ordering: Ordering = "partition"
+    max_concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size is not None:
+            positive_count("max_batch_size", self.max_batch_size)
+        for name in ("drain", "retry_backoff", "max_retry_backoff"):
+            # Normalised to float in place: the dataclass is frozen against users, not here.
+            object.__setattr__(
+                self, name, checked_seconds(name, getattr(self, name), positive=False)
+            )
+        commit_interval = checked_seconds("commit_interval", self.commit_interval, positive=True)
+        object.__setattr__(self, "commit_interval", commit_interval)
+        if self.on_error not in ("commit", "retry", "dead_letter"):
+            raise ValueError(
+                f"on_error must be 'commit', 'retry' or 'dead_letter', got {self.on_error!r}"
+            )
+        max_retries = self.max_retries
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        if self.dead_letter_topic is not None and not isinstance(self.dead_letter_topic, str):
+            raise TypeError(f"dead_letter_topic must be a str, got {self.dead_letter_topic!r}")
+        if self.on_error == "dead_letter" and not self.dead_letter_topic:
+            raise ValueError("on_error='dead_letter' needs dead_letter_topic='<topic>'")
+        if self.ordering not in ("partition", "key"):
+            raise ValueError(f"ordering must be 'partition' or 'key', got {self.ordering!r}")
+        positive_count("max_concurrency", self.max_concurrency)
+        positive_count("max_queue_records", self.max_queue_records)
+        positive_count("max_queue_bytes", self.max_queue_bytes)
+        if self.max_queue_records < 2 or self.max_queue_bytes < 2:
+            raise ValueError("max_queue_records and max_queue_bytes must be at least 2")
+        if self.reporter is not None and not isinstance(self.reporter, Reporter):
+            raise TypeError(
+                f"reporter must be a ferrokafka.tracking.Reporter, got {self.reporter!r}"
+            )
+
+
+def _options(options: ConsumerOptions | None, overrides: dict[str, Any]) -> ConsumerOptions:
+    """``options`` (or the defaults) with ``overrides`` applied and checked."""
+    if options is not None and not isinstance(options, ConsumerOptions):
+        raise TypeError(f"options must be a ferrokafka.ConsumerOptions, got {options!r}")
+    return dataclasses.replace(options or ConsumerOptions(), **overrides)
+
+
 class _Core:
     """What the thread and asyncio consumers share: checked options, the native engine,
     telemetry, notifications and the error policy. It never blocks on its own."""
@@ -165,20 +285,7 @@ class _Core:
         self,
         config: Mapping[str, ConfigValue],
         subscriptions: Iterable[Subscription],
-        *,
-        max_batch_size: int | None,
-        drain: float,
-        commit_interval: float,
-        on_error: ErrorPolicy,
-        retry_backoff: float,
-        max_retry_backoff: float,
-        dead_letter_topic: str | None,
-        max_queue_records: int,
-        max_queue_bytes: int,
-        on_assigned: Callable[[Partitions], object] | None,
-        on_unassigned: Callable[[Partitions], object] | None,
-        on_caught_up: Callable[[str, int, int], object] | None,
-        reporter: Reporter | None,
+        options: ConsumerOptions,
     ) -> None:
         check_config_mapping(config)
         if isinstance(subscriptions, str | bytes):
@@ -186,44 +293,16 @@ class _Core:
         self.subscriptions = [_native_subscription(s) for s in subscriptions]
         if not self.subscriptions:
             raise ValueError("subscriptions must name at least one topic or partition")
-        if on_error not in ("commit", "retry", "dead_letter"):
-            raise ValueError(
-                f"on_error must be 'commit', 'retry' or 'dead_letter', got {on_error!r}"
-            )
-        if on_error == "dead_letter" and not dead_letter_topic:
-            raise ValueError("on_error='dead_letter' needs dead_letter_topic='<topic>'")
-        if dead_letter_topic is not None and not isinstance(dead_letter_topic, str):
-            raise TypeError(f"dead_letter_topic must be a str, got {dead_letter_topic!r}")
         self.config = dict(config)
-        self.max_batch_size = (
-            None if max_batch_size is None else positive_count("max_batch_size", max_batch_size)
-        )
-        self.drain = checked_seconds("drain", drain, positive=False)
-        self.commit_interval = checked_seconds("commit_interval", commit_interval, positive=True)
-        self.on_error = on_error
-        self.retry_backoff = checked_seconds("retry_backoff", retry_backoff, positive=False)
-        self.max_retry_backoff = checked_seconds(
-            "max_retry_backoff", max_retry_backoff, positive=False
-        )
-        self.dead_letter_topic = dead_letter_topic
-        self.max_queue_records = positive_count("max_queue_records", max_queue_records)
-        self.max_queue_bytes = positive_count("max_queue_bytes", max_queue_bytes)
-        if self.max_queue_records < 2 or self.max_queue_bytes < 2:
-            raise ValueError("max_queue_records and max_queue_bytes must be at least 2")
-        self.on_assigned = on_assigned
-        self.on_unassigned = on_unassigned
-        self.on_caught_up = on_caught_up
+        self.options = options
         self.subscribers: list[InstrumentationCallback] = []
         self.raw: _RawConsumer | None = None
-        self._dead_letters: Client | None = None
-        if reporter is not None and not isinstance(reporter, Reporter):
-            raise TypeError(f"reporter must be a ferrokafka.tracking.Reporter, got {reporter!r}")
-        self.reporter = reporter
+        self.reporter = options.reporter
         # The consumer group reports name; a group-less consumer reports under this one.
         self.report_group = str(self.config.get("group.id") or "ferrokafka-without-group")
         self._handler_errors = 0
         self._busy_seconds = 0.0
-        self._running_jobs: dict[tuple[str, int], JobSample] = {}
+        self._running_jobs: dict[tuple[str, int, int], JobSample] = {}
         self._jobs_started = 0
         # Reports name the handler where Karafka names the consumer class.
         self.handler_name = "handler"
@@ -238,11 +317,18 @@ class _Core:
         self.raw = _RawConsumer(
             config,
             self.subscriptions,
-            self.max_batch_size,
-            self.commit_interval,
-            self.max_queue_records,
-            self.max_queue_bytes,
-            self.drain,
+            self.options.max_batch_size,
+            self.options.commit_interval,
+            self.options.max_queue_records,
+            self.options.max_queue_bytes,
+            self.options.drain,
+            self.options.on_error,
+            self.options.max_retries,
+            self.options.retry_backoff,
+            self.options.max_retry_backoff,
+            self.options.dead_letter_topic,
+            self.options.ordering,
+            self.options.max_concurrency,
         )
         if self.reporter is not None:
             self.reporter.track(self)
@@ -296,7 +382,7 @@ class _Core:
             except Exception:
                 log.exception("instrumentation subscriber failed on %s", name)
 
-    def batch_payload(self, topic: str, partition: int, batch: list[Message]) -> dict[str, Any]:
+    def batch_payload(self, topic: str, partition: int, batch: Batch) -> dict[str, Any]:
         return {
             "topic": topic,
             "partition": partition,
@@ -305,14 +391,14 @@ class _Core:
             "record_count": len(batch),
         }
 
-    def handler_started(self, topic: str, partition: int, batch: list[Message]) -> float:
+    def handler_started(self, topic: str, partition: int, batch: Batch) -> float:
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.start", {**payload, "system_time": time.time()})
         if self.reporter is not None:
             kind, stamp = batch[-1].timestamp()
             self._jobs_started += 1
-            self._running_jobs[(topic, partition)] = JobSample(
+            self._running_jobs[(topic, partition, batch[0].offset())] = JobSample(
                 handler=self.handler_name,
                 topic=topic,
                 partition=partition,
@@ -324,34 +410,29 @@ class _Core:
             )
         return time.monotonic()
 
-    def _job_finished(self, topic: str, partition: int, started: float) -> None:
+    def _job_finished(self, topic: str, partition: int, batch: Batch, started: float) -> None:
         if self.reporter is not None:
-            self._running_jobs.pop((topic, partition), None)
+            self._running_jobs.pop((topic, partition, batch[0].offset()), None)
             self._busy_seconds += time.monotonic() - started
 
-    def handler_stopped(
-        self, topic: str, partition: int, batch: list[Message], started: float
-    ) -> None:
-        self._job_finished(topic, partition, started)
+    def handler_stopped(self, topic: str, partition: int, batch: Batch, started: float) -> None:
+        self._job_finished(topic, partition, batch, started)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
             self.publish("handler.stop", {**payload, "duration": time.monotonic() - started})
-
-    def backoff(self, attempt: int) -> float:
-        """Seconds before retry number ``attempt + 1``: ``retry_backoff`` doubling, capped."""
-        return float(min(self.retry_backoff * 2**attempt, self.max_retry_backoff))
 
     def handler_failed(
         self,
         topic: str,
         partition: int,
-        batch: list[Message],
+        batch: Batch,
         started: float,
         error: BaseException,
         attempt: int,
+        retry_in: float | None,
     ) -> None:
         """Logs a handler exception, publishes ``handler.exception`` and reports the error."""
-        self._job_finished(topic, partition, started)
+        self._job_finished(topic, partition, batch, started)
         self._handler_errors += 1
         log.error(
             "handler failed on %s[%d] offsets %d-%d (attempt %d, on_error=%s): %r",
@@ -360,17 +441,16 @@ class _Core:
             batch[0].offset(),
             batch[-1].offset(),
             attempt + 1,
-            self.on_error,
+            self.options.on_error,
             error,
             exc_info=error,
         )
         if self.reporter is not None:
             details = self.batch_payload(topic, partition, batch)
-            details.update(attempt=attempt + 1, policy=self.on_error)
+            details.update(attempt=attempt + 1, policy=self.options.on_error)
             self.reporter.report_error(error, details=details)
         if self.subscribers:
             payload = self.batch_payload(topic, partition, batch)
-            retry_in = self.backoff(attempt) if self.on_error == "retry" else None
             self.publish(
                 "handler.exception",
                 {
@@ -378,40 +458,27 @@ class _Core:
                     "duration": time.monotonic() - started,
                     "error": error,
                     "attempt": attempt + 1,
-                    "policy": self.on_error,
+                    "policy": self.options.on_error,
                     "retry_in": retry_in,
                 },
             )
 
-    def outcome(self) -> str:
-        """The acknowledgement of a failed batch that is not retried."""
-        return "dead_lettered" if self.on_error == "dead_letter" else "failed"
-
-    def dead_letter(self, batch: list[Message], error: BaseException) -> bool:
-        """Writes the batch to the dead-letter topic, each record with its error headers, and
-        waits for the broker; false (logged) when that failed. Blocks: asyncio callers run it in
-        an executor."""
-        topic = self.dead_letter_topic
-        assert topic is not None  # checked in __init__
-        try:
-            if self._dead_letters is None:
-                self._dead_letters = Client(self.config)
-            for message in batch:
-                headers: list[tuple[str, bytes | str | None]] = list(message.headers() or [])
-                headers += [
-                    ("ferrokafka_error_class", type(error).__qualname__),
-                    ("ferrokafka_error_message", str(error)),
-                    ("ferrokafka_original_topic", message.topic()),
-                    ("ferrokafka_original_partition", str(message.partition())),
-                    ("ferrokafka_original_offset", str(message.offset())),
-                ]
-                self._dead_letters.produce(
-                    topic, message.value(), key=message.key(), headers=headers
-                )
-        except Exception:
-            log.exception("cannot write to the dead-letter topic %s; will retry", topic)
-            return False
-        return True
+    def failed(
+        self,
+        raw: _RawConsumer,
+        worker: int,
+        batch: Batch,
+        started: float,
+        error: BaseException,
+        attempt: int,
+    ) -> float | None:
+        """Hands a handler exception to the engine's error policy and reports it. Returns the
+        seconds to wait before handling the batch again, or ``None`` once it is settled
+        (committed, dead-lettered in the background, or abandoned)."""
+        retry_in = raw.fail(worker, batch, type(error).__qualname__, str(error))
+        topic, partition = batch[0].topic(), batch[0].partition()
+        self.handler_failed(topic, partition, batch, started, error, attempt, retry_in)
+        return retry_in
 
     # -- notifications ---------------------------------------------------------------------
 
@@ -425,26 +492,29 @@ class _Core:
             kind = event[0]
             if kind == "assigned":
                 partitions = [(topic, partition) for topic, partition, _ in event[1]]
+                # With ordering by key, each partition has max_concurrency workers.
+                workers = self.options.max_concurrency if self.options.ordering == "key" else 1
                 for topic, partition, worker in event[1]:
-                    start_worker(worker, topic, partition)
+                    for _ in range(workers):
+                        start_worker(worker, topic, partition)
                 self.publish("assigned", {"partitions": partitions})
-                if self.on_assigned is not None:
-                    calls.append((self.on_assigned, (partitions,)))
+                if self.options.on_assigned is not None:
+                    calls.append((self.options.on_assigned, (partitions,)))
             elif kind == "draining":
                 partitions = [(topic, partition) for topic, partition, _ in event[1]]
                 self.publish("draining", {"partitions": partitions, "dropped": event[2]})
             elif kind == "unassigned":
                 partitions = [(topic, partition) for topic, partition, _ in event[1]]
                 self.publish("unassigned", {"partitions": partitions, "lost": event[2]})
-                if self.on_unassigned is not None:
-                    calls.append((self.on_unassigned, (partitions,)))
+                if self.options.on_unassigned is not None:
+                    calls.append((self.options.on_unassigned, (partitions,)))
             elif kind == "caught_up":
                 _, topic, partition, offset = event
                 self.publish(
                     "caught_up", {"topic": topic, "partition": partition, "offset": offset}
                 )
-                if self.on_caught_up is not None:
-                    calls.append((self.on_caught_up, (topic, partition, offset)))
+                if self.options.on_caught_up is not None:
+                    calls.append((self.options.on_caught_up, (topic, partition, offset)))
             elif kind in ("paused", "resumed"):
                 _, topic, partition, queued, queued_bytes = event
                 payload = {"topic": topic, "partition": partition}
@@ -475,30 +545,20 @@ class Consumer:
     partitions concurrently, each on its own Python thread.
 
     Args:
-        config: librdkafka configuration, as confluent-kafka takes it. ``group.id`` is needed to
-            subscribe to topics by name; without it, list explicit partitions. Do not set
+        config: librdkafka configuration, as confluent-kafka takes it. With ``group.id``, topic
+            names are subscribed and the group assigns their partitions; without it, a topic
+            name assigns this consumer every partition of the topic. ``auto.offset.reset``
+            defaults to ``earliest`` (a new group reads the backlog). Do not set
             ``enable.auto.commit``: offsets are committed by the consumer. Unknown keys raise
             :class:`~ferrokafka.ConfigError` naming the key.
-        subscriptions: topic names (the group assigns partitions), or explicit partitions as
-            :class:`TopicPartition` or ``(topic, partition[, offset])`` tuples; not both.
-        handler: called with each batch (``list[Message]``, offsets increasing, one partition).
-        max_batch_size: most records per batch; ``None`` = everything queued [None].
-        drain: seconds running handlers get to finish on :meth:`stop` or when partitions are
-            revoked; queued records are dropped (and redelivered later) [5].
-        commit_interval: seconds between offset commits of finished batches [5].
-        on_error: what a handler exception does: ``"commit"`` logs it, publishes
-            ``handler.exception`` and acknowledges the batch [default]; ``"retry"`` calls the
-            handler again with the same batch after ``retry_backoff`` seconds, doubling up to
-            ``max_retry_backoff``, while the partition waits; ``"dead_letter"`` writes the batch to
-            ``dead_letter_topic`` with the headers in ``DEAD_LETTER_HEADERS`` and acknowledges it.
-        max_queue_records, max_queue_bytes: a partition is paused when its queue holds this many
-            records or bytes, and resumed at half [1000, 1 MiB].
-        on_assigned, on_unassigned: called with ``[(topic, partition), ...]``; ``on_unassigned``
-            runs after those partitions' workers drained (or were abandoned).
-        on_caught_up: ``(topic, partition, offset)`` once per partition, for a consumer without a
-            group, when its handler finished the records up to the high watermark seen at start.
-        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this consumer (lag and
-            offsets per partition, counts, running batches, handler errors) [None].
+        subscriptions: topic names, or explicit partitions as :class:`TopicPartition` or
+            ``(topic, partition[, offset])`` tuples; a group consumer takes one kind, not both.
+        handler: called with each batch: a :class:`~ferrokafka.Batch` of one partition, offsets
+            increasing; a sequence of :class:`~ferrokafka.Message` (made only when accessed)
+            with columnar ``values()``, ``keys()``, ``offsets()``, ``timestamps()`` and
+            ``to_arrow()``.
+        options: a :class:`ConsumerOptions`; its fields may also be given as keyword arguments
+            (``max_batch_size=500``), which override ``options``.
 
     Handlers of different partitions run at the same time: I/O-bound handlers (network calls,
     ``time.sleep``) overlap because they release the GIL. Notification callbacks and telemetry
@@ -521,44 +581,16 @@ class Consumer:
         self,
         config: Mapping[str, ConfigValue],
         subscriptions: Sequence[Subscription],
-        handler: Callable[[list[Message]], object],
-        *,
-        max_batch_size: int | None = None,
-        drain: float = 5.0,
-        commit_interval: float = 5.0,
-        on_error: ErrorPolicy = "commit",
-        retry_backoff: float = 1.0,
-        max_retry_backoff: float = 30.0,
-        dead_letter_topic: str | None = None,
-        max_queue_records: int = 1000,
-        max_queue_bytes: int = 1024 * 1024,
-        on_assigned: Callable[[Partitions], object] | None = None,
-        on_unassigned: Callable[[Partitions], object] | None = None,
-        on_caught_up: Callable[[str, int, int], object] | None = None,
-        reporter: Reporter | None = None,
+        handler: Callable[[Batch], object],
+        options: ConsumerOptions | None = None,
+        **settings: Any,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
         if inspect.iscoroutinefunction(handler):
             raise TypeError("handler is a coroutine function: use ferrokafka.AsyncConsumer")
         self._handler = handler
-        self._core = core = _Core(
-            config,
-            subscriptions,
-            max_batch_size=max_batch_size,
-            drain=drain,
-            commit_interval=commit_interval,
-            on_error=on_error,
-            retry_backoff=retry_backoff,
-            max_retry_backoff=max_retry_backoff,
-            dead_letter_topic=dead_letter_topic,
-            max_queue_records=max_queue_records,
-            max_queue_bytes=max_queue_bytes,
-            on_assigned=on_assigned,
-            on_unassigned=on_unassigned,
-            on_caught_up=on_caught_up,
-            reporter=reporter,
-        )
+        self._core = core = _Core(config, subscriptions, _options(options, settings))
         core.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
         self._workers: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
@@ -599,7 +631,7 @@ class Consumer:
                 return
             self._stopping.set()
             self._core.stopping()
-            raw.stop(self._core.drain)
+            raw.stop(self._core.options.drain)
             self._engine_stopped.set()
             if self._dispatcher is not None:
                 self._dispatcher.join()
@@ -682,35 +714,26 @@ class Consumer:
                 self._handle(raw, worker, topic, partition, batch)
 
     def _handle(
-        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
+        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
     ) -> None:
-        core, stopping = self._core, self._stopping
-        attempt = 0
+        core, attempt = self._core, 0
         while True:
             started = core.handler_started(topic, partition, batch)
             try:
                 self._handler(batch)
             except Exception as error:
-                core.handler_failed(topic, partition, batch, started, error, attempt)
-                failure = error
+                retry_in = core.failed(raw, worker, batch, started, error, attempt)
             else:
                 core.handler_stopped(topic, partition, batch, started)
-                raw.ack(worker, "handled")
+                raw.ack(worker, batch, "handled")
                 return
-            if core.on_error != "retry":
-                break
+            if retry_in is None:
+                return
             # The partition waits: its next batch is fetched only after this one is settled.
-            if not raw.record_retry(worker) or stopping.wait(core.backoff(attempt)):
-                raw.ack(worker, "abandoned")
+            if self._stopping.wait(retry_in):
+                raw.ack(worker, batch, "abandoned")
                 return
             attempt += 1
-        attempt = 0
-        while core.on_error == "dead_letter" and not core.dead_letter(batch, failure):
-            if stopping.wait(core.backoff(attempt)):
-                raw.ack(worker, "abandoned")
-                return
-            attempt += 1
-        raw.ack(worker, core.outcome())
 
 
 class AsyncConsumer:
@@ -724,7 +747,7 @@ class AsyncConsumer:
 
     Example:
         >>> import asyncio, ferrokafka
-        >>> async def handle(batch: list[ferrokafka.Message]) -> None:
+        >>> async def handle(batch: ferrokafka.Batch) -> None:
         ...     await asyncio.sleep(0)
         >>> async def main() -> None:
         ...     config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
@@ -737,21 +760,9 @@ class AsyncConsumer:
         self,
         config: Mapping[str, ConfigValue],
         subscriptions: Sequence[Subscription],
-        handler: Callable[[list[Message]], Awaitable[object]],
-        *,
-        max_batch_size: int | None = None,
-        drain: float = 5.0,
-        commit_interval: float = 5.0,
-        on_error: ErrorPolicy = "commit",
-        retry_backoff: float = 1.0,
-        max_retry_backoff: float = 30.0,
-        dead_letter_topic: str | None = None,
-        max_queue_records: int = 1000,
-        max_queue_bytes: int = 1024 * 1024,
-        on_assigned: Callable[[Partitions], object] | None = None,
-        on_unassigned: Callable[[Partitions], object] | None = None,
-        on_caught_up: Callable[[str, int, int], object] | None = None,
-        reporter: Reporter | None = None,
+        handler: Callable[[Batch], Awaitable[object]],
+        options: ConsumerOptions | None = None,
+        **settings: Any,
     ) -> None:
         if not inspect.iscoroutinefunction(handler):
             raise TypeError(
@@ -759,23 +770,7 @@ class AsyncConsumer:
                 "use ferrokafka.Consumer for a plain function"
             )
         self._handler = handler
-        self._core = core = _Core(
-            config,
-            subscriptions,
-            max_batch_size=max_batch_size,
-            drain=drain,
-            commit_interval=commit_interval,
-            on_error=on_error,
-            retry_backoff=retry_backoff,
-            max_retry_backoff=max_retry_backoff,
-            dead_letter_topic=dead_letter_topic,
-            max_queue_records=max_queue_records,
-            max_queue_bytes=max_queue_bytes,
-            on_assigned=on_assigned,
-            on_unassigned=on_unassigned,
-            on_caught_up=on_caught_up,
-            reporter=reporter,
-        )
+        self._core = core = _Core(config, subscriptions, _options(options, settings))
         core.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
         self._executor: ThreadPoolExecutor | None = None
         self._dispatcher: asyncio.Task[None] | None = None
@@ -806,7 +801,7 @@ class AsyncConsumer:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(executor, self._core.stopping)
         # The loop stays free meanwhile, so running handlers can finish and acknowledge.
-        await loop.run_in_executor(executor, raw.stop, self._core.drain)
+        await loop.run_in_executor(executor, raw.stop, self._core.options.drain)
         self._engine_stopped = True
         for task in self._workers:
             task.cancel()
@@ -868,7 +863,7 @@ class AsyncConsumer:
         while True:
             # Records already queued are taken without a thread hop.
             batch = raw.fetch(worker, 0.0)
-            if batch == []:
+            if batch is not None and not batch:
                 batch = await loop.run_in_executor(
                     self._executor, raw.fetch, worker, _FETCH_SECONDS
                 )
@@ -878,44 +873,30 @@ class AsyncConsumer:
                 await self._handle(raw, worker, topic, partition, batch)
 
     async def _handle(
-        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: list[Message]
+        self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
     ) -> None:
-        core, stopping = self._core, self._stopping
+        core, stopping, attempt = self._core, self._stopping, 0
         assert stopping is not None
-        assert self._executor is not None
-        attempt = 0
         try:
             while True:
                 started = core.handler_started(topic, partition, batch)
                 try:
                     await self._handler(batch)
                 except Exception as error:
-                    core.handler_failed(topic, partition, batch, started, error, attempt)
-                    failure = error
+                    retry_in = core.failed(raw, worker, batch, started, error, attempt)
                 else:
                     core.handler_stopped(topic, partition, batch, started)
-                    raw.ack(worker, "handled")
+                    raw.ack(worker, batch, "handled")
                     return
-                if core.on_error != "retry":
-                    break
-                if not raw.record_retry(worker) or await _stopped_within(
-                    stopping, core.backoff(attempt)
-                ):
-                    raw.ack(worker, "abandoned")
+                if retry_in is None:
+                    return
+                if await _stopped_within(stopping, retry_in):
+                    raw.ack(worker, batch, "abandoned")
                     return
                 attempt += 1
-            attempt, loop = 0, asyncio.get_running_loop()
-            while core.on_error == "dead_letter" and not await loop.run_in_executor(
-                self._executor, core.dead_letter, batch, failure
-            ):
-                if await _stopped_within(stopping, core.backoff(attempt)):
-                    raw.ack(worker, "abandoned")
-                    return
-                attempt += 1
-            raw.ack(worker, core.outcome())
         except asyncio.CancelledError:
             # Cancelled by stop() after the drain time: nothing of this batch is committed.
-            raw.ack(worker, "abandoned")
+            raw.ack(worker, batch, "abandoned")
             raise
 
 

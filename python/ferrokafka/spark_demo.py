@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any
 
-from ferrokafka._native import Client, Message, NewTopic
+from ferrokafka._native import Batch, Client, NewTopic
 from ferrokafka.consumer import Consumer
 from ferrokafka.scheduling import Scheduler, create_topics
 from ferrokafka.tracking import Reporter
@@ -131,7 +131,7 @@ def _consume_with_reporter(
     handled = 0
     done = threading.Event()
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         nonlocal handled
         handled += len(batch)
         if handled >= rows:

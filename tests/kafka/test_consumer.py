@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,10 @@ import pytest
 from ferrokafka import (
     AsyncConsumer,
     AsyncProducer,
+    Batch,
     Client,
     Consumer,
-    Message,
+    ConsumerOptions,
     TopicPartition,
 )
 from tests.conftest import TopicFactory, committed_offsets
@@ -63,7 +64,7 @@ class Handled:
         self.records: list[tuple[int, int]] = []
         self.changed = threading.Condition()
 
-    def add(self, batch: list[Message]) -> None:
+    def add(self, batch: Batch) -> None:
         with self.changed:
             self.records.extend((m.partition(), m.offset()) for m in batch)
             self.changed.notify_all()
@@ -82,6 +83,31 @@ class Handled:
             for partition, offset in self.records:
                 result[partition].append(offset)
             return result
+
+
+def consume_until(
+    kind: str,
+    config: dict[str, Any],
+    topic: str,
+    handlers: tuple[Callable[[Batch], None], Callable[[Batch], Awaitable[None]]],
+    options: ConsumerOptions,
+    handled: Handled,
+    count: int,
+) -> dict[str, Any]:
+    """Consumes ``topic`` with a :class:`Consumer` (``kind`` "thread", the first handler) or an
+    :class:`AsyncConsumer` (the second) until ``handled`` holds ``count`` records; returns the
+    consumer's stats."""
+    if kind == "thread":
+        with Consumer(config, [topic], handlers[0], options) as consumer:
+            handled.wait_count(count)
+            return consumer.stats()
+
+    async def main() -> dict[str, Any]:
+        async with AsyncConsumer(config, [topic], handlers[1], options) as consumer:
+            await asyncio.get_running_loop().run_in_executor(None, handled.wait_count, count)
+            return consumer.stats()
+
+    return asyncio.run(main())
 
 
 def eventually(predicate: Callable[[], bool], what: str) -> None:
@@ -140,7 +166,7 @@ def test_six_partitions_ordered_within_and_concurrent_across(
     lock = threading.Lock()
     per_key: dict[bytes, list[int]] = collections.defaultdict(list)
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         partition = batch[0].partition()
         with lock:
             overlaps.extend((partition, other) for other in active)
@@ -172,7 +198,7 @@ CHILD = textwrap.dedent(
     import sys, time
     import ferrokafka
 
-    bootstrap, group, topic, out = sys.argv[1:5]
+    bootstrap, group, topic, out, ordering = sys.argv[1:6]
     sink = open(out, "a")
 
     def handle(batch):
@@ -192,19 +218,23 @@ CHILD = textwrap.dedent(
         # The killed member holds its partitions until the broker times its session out.
         "session.timeout.ms": 6000,
     }
-    consumer = ferrokafka.Consumer(config, [topic], handle, max_batch_size=20, commit_interval=0.2)
+    consumer = ferrokafka.Consumer(
+        config, [topic], handle, max_batch_size=20, commit_interval=0.2, ordering=ordering
+    )
     consumer.subscribe(on_event)
     consumer.run()
     """
 )
 
 
+@pytest.mark.parametrize("ordering", ["partition", "key"])
 def test_kill_9_then_a_new_consumer_handles_every_record(
     base_config: dict[str, Any],
     kafka_bootstrap: str,
     topic_factory: TopicFactory,
     produce: Produce,
     tmp_path: Path,
+    ordering: str,
 ) -> None:
     topic, total = topic_factory(partitions=3), 6000
     produced = produce(topic, [{"value": f"v{n}", "key": f"k{n}"} for n in range(total)])
@@ -213,7 +243,7 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
     script.write_text(CHILD)
     out.touch()
     child = subprocess.Popen(
-        [sys.executable, str(script), kafka_bootstrap, group, topic, str(out)],
+        [sys.executable, str(script), kafka_bootstrap, group, topic, str(out), ordering],
     )
     try:
         deadline = time.monotonic() + WAIT
@@ -247,6 +277,124 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
     assert duplicates == uncommitted
 
 
+@pytest.mark.parametrize("kind", ["thread", "asyncio"])
+def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_prefix(
+    base_config: dict[str, Any],
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    kind: str,
+) -> None:
+    topic, keys, total = topic_factory(partitions=1), 60, 600
+    produced = produce(
+        topic, [{"key": f"k{n % keys}", "value": str(n // keys)} for n in range(total)]
+    )
+    handled = Handled()
+    lock = threading.Lock()
+    running: collections.Counter[bytes] = collections.Counter()
+    overlapping_keys: list[bytes] = []
+    most_at_once = 0
+    per_key: dict[bytes, list[int]] = collections.defaultdict(list)
+    batches_at_once = 0
+
+    def started(batch: Batch) -> set[bytes]:
+        nonlocal most_at_once, batches_at_once
+        keys_in_order = batch.keys()  # the batch's column of keys, not a dict's
+        batch_keys = {key or b"" for key in keys_in_order}
+        with lock:
+            overlapping_keys.extend(k for k in batch_keys if running[k])
+            for key in batch_keys:
+                running[key] += 1
+            batches_at_once += 1
+            most_at_once = max(most_at_once, batches_at_once)
+            for message in batch:
+                per_key[message.key() or b""].append(int(message.value() or b"-1"))
+        return batch_keys
+
+    def finished(batch: Batch, batch_keys: set[bytes]) -> None:
+        nonlocal batches_at_once
+        with lock:
+            for key in batch_keys:
+                running[key] -= 1
+            batches_at_once -= 1
+        handled.add(batch)
+
+    def handle(batch: Batch) -> None:
+        batch_keys = started(batch)
+        time.sleep(random.uniform(0.001, 0.004))
+        finished(batch, batch_keys)
+
+    async def handle_async(batch: Batch) -> None:
+        batch_keys = started(batch)
+        await asyncio.sleep(random.uniform(0.001, 0.004))
+        finished(batch, batch_keys)
+
+    options = ConsumerOptions(
+        ordering="key", max_concurrency=6, max_batch_size=5, commit_interval=0.1
+    )
+    stats = consume_until(kind, base_config, topic, (handle, handle_async), options, handled, total)
+    assert not overlapping_keys, "two batches held the same key at once"
+    assert most_at_once > 1, "batches of the partition never ran at the same time"
+    assert all(seq == list(range(total // keys)) for seq in per_key.values())
+    assert len(per_key) == keys
+    assert sorted(handled.records) == sorted(produced), "a record was lost or handled twice"
+    assert stats["handled"] == total
+    group = base_config["group.id"]
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: total}
+
+
+def test_key_ordering_holds_across_a_rebalance(
+    base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # Slow enough (4 partitions x 2 batches of 5 at once, 50 ms each: ~3 s) that records remain
+    # when the second consumer has joined.
+    topic, keys, total = topic_factory(partitions=4), 40, 2400
+    produced = produce(
+        topic, [{"key": f"k{n % keys}", "value": str(n // keys)} for n in range(total)]
+    )
+    first, second = Handled(), Handled()
+    lock = threading.Lock()
+    running: collections.Counter[bytes] = collections.Counter()
+    overlapping: list[bytes] = []
+    handled_in_order: dict[bytes, list[int]] = collections.defaultdict(list)
+
+    def handler(log: Handled) -> Callable[[Batch], None]:
+        def handle(batch: Batch) -> None:
+            messages = list(batch)
+            batch_keys = {m.key() or b"" for m in messages}
+            with lock:
+                # Across both consumers: a key's partition changes owner only after its
+                # running batches finished.
+                overlapping.extend(k for k in batch_keys if running[k])
+                running.update(batch_keys)
+                for m in messages:
+                    handled_in_order[m.key() or b""].append(int(m.value() or b"-1"))
+            time.sleep(0.05)
+            with lock:
+                running.subtract(batch_keys)
+            log.add(batch)
+
+        return handle
+
+    options = ConsumerOptions(
+        ordering="key", max_concurrency=2, max_batch_size=5, commit_interval=0.2, drain=10.0
+    )
+    with Consumer(base_config, [topic], handler(first), options):
+        first.wait_count(200)
+        with Consumer(base_config, [topic], handler(second), options):
+            second.wait_count(1)
+            first.wait_for(
+                lambda _: set(first.records) | set(second.records) >= produced, "every record"
+            )
+    assert not overlapping, "two batches held the same key at once"
+    assert set(first.records) | set(second.records) == produced
+    for key, values in handled_in_order.items():
+        # A new owner may repeat what was handled past the committed prefix, never go ahead
+        # of the key: the first time each record is handled, the key's records come in order.
+        firsts = list(dict.fromkeys(values))
+        assert firsts == sorted(firsts), key
+
+
 def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
     base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
@@ -256,7 +404,7 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
     handled = Handled()
     order: list[str] = []
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         running.set()
         assert release.wait(WAIT)
         handled.add(batch)
@@ -303,7 +451,7 @@ def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
     produce(topic, [{"value": f"v{n}"} for n in range(20)])
     release, running = threading.Event(), threading.Event()
 
-    def stuck(batch: list[Message]) -> None:
+    def stuck(batch: Batch) -> None:
         running.set()
         release.wait(WAIT)
 
@@ -334,7 +482,7 @@ def test_rebalance_moves_partitions_without_skipping_records(
     violations: list[str] = []
     unassigned: list[list[tuple[str, int]]] = []
 
-    def slow_first(batch: list[Message]) -> None:
+    def slow_first(batch: Batch) -> None:
         partition = batch[0].partition()
         with lock:
             active.add(partition)
@@ -350,7 +498,7 @@ def test_rebalance_moves_partitions_without_skipping_records(
                 violations.append(f"unassigned while handlers of {running} ran")
             unassigned.append(partitions)
 
-    def slow_second(batch: list[Message]) -> None:
+    def slow_second(batch: Batch) -> None:
         time.sleep(0.005)
         second.add(batch)
 
@@ -387,7 +535,7 @@ def test_commit_policy_logs_publishes_and_moves_on(
     produce(topic, [{"value": f"v{n}"} for n in range(10)])
     handled = Handled()
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         if batch[0].offset() == 3:
             raise RuntimeError("boom at 3")
         handled.add(batch)
@@ -424,7 +572,7 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
     handled = Handled()
     failures = iter([True, True])
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         offset = batch[0].offset()
         calls.append(offset)
         if offset == 3 and next(failures, False):
@@ -463,7 +611,7 @@ def test_dead_letter_policy_writes_the_record_with_error_headers(
     produce(topic, records)
     handled = Handled()
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         if batch[0].value() == b"poison":
             raise ValueError("cannot parse 'poison'")
         handled.add(batch)
@@ -491,6 +639,88 @@ def test_dead_letter_policy_writes_the_record_with_error_headers(
     }
 
 
+def read_with_confluent(bootstrap: str, topic: str, count: int) -> list[Any]:
+    """Every record of ``topic`` (expecting ``count``), read by confluent-kafka as an outside
+    observer; waits a moment longer for records beyond ``count`` so extras are caught."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+
+    observer = ConfluentConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"observer-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        observer.subscribe([topic])
+        records: list[Any] = []
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            wait = 1.0 if len(records) >= count else 0.5
+            batch = observer.consume(100, wait)
+            records.extend(m for m in batch if m.error() is None)
+            if len(records) >= count and not batch:
+                return records
+        return records
+    finally:
+        observer.close()
+
+
+@pytest.mark.parametrize("kind", ["thread", "asyncio"])
+def test_retry_then_dead_letter_does_not_block_the_records_behind(
+    base_config: dict[str, Any],
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    kind: str,
+) -> None:
+    topic, dead_letters = topic_factory(partitions=1), topic_factory(partitions=1)
+    records: list[dict[str, Any]] = [{"value": f"v{n}", "key": f"k{n}"} for n in range(10)]
+    records[3] = {"value": "poison", "key": "k3", "headers": {"trace": "t3"}}
+    produce(topic, records)
+    attempts: collections.Counter[int] = collections.Counter()
+    handled = Handled()
+
+    def handle(batch: Batch) -> None:
+        attempts[batch[0].offset()] += 1
+        if batch[0].value() == b"poison":
+            raise ValueError("cannot parse 'poison'")
+        handled.add(batch)
+
+    async def handle_async(batch: Batch) -> None:
+        handle(batch)
+
+    options = ConsumerOptions(
+        max_batch_size=1,
+        commit_interval=0.1,
+        on_error="retry",
+        max_retries=2,
+        retry_backoff=0.01,
+        dead_letter_topic=dead_letters,
+    )
+    # The dead letter is handed to the writer before the record behind it is fetched.
+    stats = consume_until(kind, base_config, topic, (handle, handle_async), options, handled, 9)
+    # Tried once and retried max_retries times, then dead-lettered; the rest once each.
+    assert attempts[3] == 3
+    assert all(attempts[n] == 1 for n in range(10) if n != 3)
+    assert handled.by_partition() == {0: [0, 1, 2, 4, 5, 6, 7, 8, 9]}
+    assert (stats["retries"], stats["dead_lettered"], stats["handled"]) == (2, 1, 9)
+    (dead,) = read_with_confluent(kafka_bootstrap, dead_letters, 1)
+    assert (dead.key(), dead.value()) == (b"k3", b"poison")
+    assert dead.headers() == [
+        ("trace", b"t3"),
+        ("ferrokafka_error_class", b"ValueError"),
+        ("ferrokafka_error_message", b"cannot parse 'poison'"),
+        ("ferrokafka_original_topic", topic.encode()),
+        ("ferrokafka_original_partition", b"0"),
+        ("ferrokafka_original_offset", b"3"),
+    ]
+    # Everything was committed, the dead-lettered record included (stop commits the rest).
+    group = base_config["group.id"]
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 10}
+
+
 def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
@@ -500,7 +730,7 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     snapshots: list[dict[str, Any]] = []
     consumer: Consumer | None = None
 
-    def slow(batch: list[Message]) -> None:
+    def slow(batch: Batch) -> None:
         time.sleep(0.002)
         assert consumer is not None
         snapshots.append(consumer.stats()["partitions"][0])
@@ -531,6 +761,28 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     assert stats["resumes"] == len(resumed)
 
 
+def run_until_caught_up(
+    config: dict[str, Any],
+    subscriptions: list[Any],
+    handler: Callable[[Batch], object],
+    partitions: int,
+    **options: Any,
+) -> list[tuple[str, int, int]]:
+    """Runs a consumer without a group until ``partitions`` partitions reported caught up;
+    returns those reports."""
+    caught_up: list[tuple[str, int, int]] = []
+    consumer: Consumer | None = None
+
+    def on_caught_up(topic: str, partition: int, offset: int) -> None:
+        caught_up.append((topic, partition, offset))
+        if len(caught_up) == partitions and consumer is not None:
+            consumer.stop()
+
+    consumer = Consumer(config, subscriptions, handler, on_caught_up=on_caught_up, **options)
+    consumer.run()
+    return caught_up
+
+
 def test_explicit_partitions_start_at_offset_or_timestamp_and_report_caught_up(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
@@ -545,23 +797,104 @@ def test_explicit_partitions_start_at_offset_or_timestamp_and_report_caught_up(
         ],
     )
     handled = Handled()
-    caught_up: list[tuple[str, int, int]] = []
-    consumer: Consumer | None = None
-
-    def on_caught_up(topic_name: str, partition: int, offset: int) -> None:
-        caught_up.append((topic_name, partition, offset))
-        if len(caught_up) == 2 and consumer is not None:
-            consumer.stop()
-
-    consumer = Consumer(
+    caught_up = run_until_caught_up(
         {"bootstrap.servers": kafka_bootstrap},
         [(topic, 0, 4), TopicPartition(topic, 1, timestamp=base + 7000)],
         handled.add,
-        on_caught_up=on_caught_up,
+        partitions=2,
     )
-    consumer.run()
     assert sorted(caught_up) == [(topic, 0, 10), (topic, 1, 10)]
     assert handled.by_partition() == {0: list(range(4, 10)), 1: [7, 8, 9]}
+
+
+def test_consumer_without_group_reads_every_partition_of_a_topic_from_the_earliest(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    topic = topic_factory(partitions=3)
+    stored = produce(topic, [{"value": f"v{n}", "partition": n % 3} for n in range(30)])
+    handled = Handled()
+    assigned: list[list[tuple[str, int]]] = []
+    # No group.id and no auto.offset.reset: the topic name assigns all three partitions, and the
+    # backlog is read from the earliest offset.
+    caught_up = run_until_caught_up(
+        {"bootstrap.servers": kafka_bootstrap},
+        [topic],
+        handled.add,
+        partitions=3,
+        on_assigned=assigned.append,
+    )
+    assert sorted(assigned[0]) == [(topic, 0), (topic, 1), (topic, 2)]
+    assert sorted(caught_up) == [(topic, p, 10) for p in range(3)]
+    assert set(handled.records) == stored
+    assert handled.by_partition() == {p: list(range(10)) for p in range(3)}
+
+
+def test_consumer_without_group_names_a_missing_topic(kafka_bootstrap: str) -> None:
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap}, [missing], lambda batch: None)
+    with pytest.raises(ValueError, match=f"{missing}.*does not exist"):
+        consumer.start()
+
+
+def test_batch_columns_and_arrow_equal_its_messages(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    topic = topic_factory(partitions=1)
+    base = 1_700_000_000_000
+    records: list[dict[str, Any]] = [
+        {"value": f"v{n}", "key": f"k{n}", "timestamp": base + n, "headers": {"h": f"{n}"}}
+        for n in range(5)
+    ]
+    records[1] = {"value": None, "key": "gone", "timestamp": base + 1}
+    records[2] = {"value": b"", "timestamp": base + 2, "headers": [("a", None), ("a", b"x")]}
+    produce(topic, records)
+    seen: list[tuple[Any, ...]] = []
+    consumer: Consumer | None = None
+
+    def handle(batch: Batch) -> None:
+        messages = list(batch)
+        arrow = batch.to_arrow()
+        seen.append((messages, arrow, batch.values(), batch.keys(), batch.offsets()))
+        seen.append((batch.timestamps(), batch[-1].offset(), batch[1:3], len(batch)))
+        with pytest.raises(IndexError):
+            batch[len(batch)]
+        if consumer is not None:
+            consumer.stop()
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap}, [topic], handle)
+    consumer.run()
+    (messages, arrow, values, keys, offsets), (timestamps, last, middle, length) = seen
+    assert length == len(messages) == 5
+    assert last == 4
+    assert [m.offset() for m in middle] == [1, 2]
+    assert values == [m.value() for m in messages] == [b"v0", None, b"", b"v3", b"v4"]
+    assert keys == [m.key() for m in messages]
+    assert offsets == [m.offset() for m in messages] == list(range(5))
+    assert timestamps == [m.timestamp()[1] for m in messages] == [base + n for n in range(5)]
+    assert isinstance(arrow, pa.RecordBatch)
+    assert arrow.schema.names == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "headers",
+    ]
+    assert arrow.schema.field("partition").type == pa.int32()
+    assert arrow.schema.field("timestamp").type == pa.timestamp("ms")
+    columns = arrow.to_pydict()
+    assert columns["key"] == keys
+    assert columns["value"] == values
+    assert columns["topic"] == [topic] * 5
+    assert columns["partition"] == [0] * 5
+    assert columns["offset"] == offsets
+    assert arrow.column("timestamp").cast(pa.int64()).to_pylist() == timestamps
+    assert columns["headers"] == [
+        [{"key": k, "value": v} for k, v in (m.headers() or [])] for m in messages
+    ]
+    assert columns["headers"][2] == [{"key": "a", "value": None}, {"key": "a", "value": b"x"}]
 
 
 def test_async_consumer_handles_partitions_concurrently_in_order(
@@ -573,7 +906,7 @@ def test_async_consumer_handles_partitions_concurrently_in_order(
     active: set[int] = set()
     overlapped = False
 
-    async def handle(batch: list[Message]) -> None:
+    async def handle(batch: Batch) -> None:
         nonlocal overlapped
         partition = batch[0].partition()
         overlapped = overlapped or bool(active)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer, Consumer, Message, codecs
+from ferrokafka import AsyncProducer, Batch, Consumer, codecs
 from ferrokafka.tracking import Reporter
 from tests.conftest import TopicFactory, wait_until
 from tests.tracking_samples import karafka_fixture, status_json
@@ -67,7 +67,7 @@ def test_a_reporting_consumer_writes_what_karafka_web_reads(
         producer.flush()
     handled: list[int] = []
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         handled.extend(m.offset() for m in batch)
         if any(m.value() == b"r7" for m in batch):
             raise ValueError("bad record r7")

@@ -18,6 +18,7 @@ import pytest
 from ferrokafka import (
     AsyncConsumer,
     AsyncProducer,
+    Batch,
     Client,
     CodecError,
     Consumer,
@@ -53,7 +54,7 @@ class TopicTail:
             commit_interval=0.1,
         )
 
-    def _append(self, batch: list[Message]) -> None:
+    def _append(self, batch: Batch) -> None:
         decoded = [(m, self._decode(m.value() or b"")) for m in batch]
         with self.changed:
             self.records.extend(decoded)
@@ -116,7 +117,7 @@ def test_consumer_reports_lag_while_stalled_then_zero_and_a_final_stopped_report
         producer.flush()
     release = threading.Event()
 
-    def stall(batch: list[Message]) -> None:
+    def stall(batch: Batch) -> None:
         assert release.wait(WAIT), "the test never released the handler"
 
     consumer = Consumer(
@@ -205,7 +206,7 @@ def test_handler_error_reaches_the_errors_topic_cut_to_the_limit(
         producer.flush()
     long_message = "é" * (MAX_ERROR_MESSAGE_CHARS + 500)
 
-    def fail(batch: list[Message]) -> None:
+    def fail(batch: Batch) -> None:
         raise ValueError(long_message)
 
     consumer = Consumer(
@@ -351,7 +352,7 @@ def test_async_consumer_reports_running_then_stopped(
 ) -> None:
     topic = topic_factory(partitions=2)
 
-    async def handle(batch: list[Message]) -> None:
+    async def handle(batch: Batch) -> None:
         await asyncio.sleep(0)
 
     async def run_briefly(tail: TopicTail) -> None:

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncConsumer, ConfigError, Consumer, Message, TopicPartition
+from ferrokafka import (
+    AsyncConsumer,
+    Batch,
+    ConfigError,
+    Consumer,
+    ConsumerOptions,
+    TopicPartition,
+)
 
 NOWHERE: dict[str, str | int | float | bool] = {
     "bootstrap.servers": "127.0.0.1:1",
@@ -15,11 +22,11 @@ NOWHERE: dict[str, str | int | float | bool] = {
 }
 
 
-def noop(batch: list[Message]) -> None:
+def noop(batch: Batch) -> None:
     del batch
 
 
-async def async_noop(batch: list[Message]) -> None:
+async def async_noop(batch: Batch) -> None:
     del batch
 
 
@@ -32,12 +39,6 @@ def test_unknown_config_key_is_named_on_start() -> None:
 def test_auto_commit_is_refused_because_the_consumer_commits() -> None:
     consumer = Consumer({**NOWHERE, "enable.auto.commit": True}, ["orders"], noop)
     with pytest.raises(ConfigError, match=r"enable\.auto\.commit"):
-        consumer.start()
-
-
-def test_topic_names_need_a_group() -> None:
-    consumer = Consumer({"bootstrap.servers": "127.0.0.1:1"}, ["orders"], noop)
-    with pytest.raises(ConfigError, match=r"group\.id"):
         consumer.start()
 
 
@@ -59,6 +60,9 @@ def test_topics_and_partitions_cannot_be_mixed() -> None:
         ({"max_queue_records": 1}, ValueError, "at least 2"),
         ({"max_queue_bytes": 0}, ValueError, "max_queue_bytes"),
         ({"retry_backoff": "1s"}, TypeError, "retry_backoff"),
+        ({"max_retries": -1}, ValueError, "max_retries must be an int >= 0"),
+        ({"ordering": "offset"}, ValueError, "ordering must be"),
+        ({"max_concurrency": 0}, ValueError, "max_concurrency"),
     ],
 )
 def test_bad_options_are_named(
@@ -90,6 +94,17 @@ def test_bad_subscriptions_are_named(
 ) -> None:
     with pytest.raises(error, match=message):
         Consumer(NOWHERE, subscriptions, noop)
+
+
+def test_options_are_one_type_and_keywords_override_them() -> None:
+    options = ConsumerOptions(max_batch_size=10, commit_interval=2)
+    consumer = Consumer(NOWHERE, ["orders"], noop, options, max_batch_size=20)
+    assert consumer._core.options == ConsumerOptions(max_batch_size=20, commit_interval=2.0)
+    assert options.max_batch_size == 10
+    with pytest.raises(TypeError, match="max_batch"):
+        Consumer(NOWHERE, ["orders"], noop, max_batch=5)
+    with pytest.raises(TypeError, match="ConsumerOptions"):
+        AsyncConsumer(NOWHERE, ["orders"], async_noop, {"drain": 1.0})  # type: ignore[arg-type]
 
 
 def test_negative_partition_is_refused_on_start() -> None:

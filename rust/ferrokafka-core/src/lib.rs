@@ -13,6 +13,8 @@ pub mod codec;
 pub mod deadline_queue;
 pub mod error;
 pub mod markers;
+pub mod partition_buffer;
+pub mod partition_progress;
 pub mod report_builder;
 pub mod schedule;
 
@@ -25,6 +27,8 @@ pub use error::CoreError;
 pub use markers::{
     Marker, MarkerOutcome, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
 };
+pub use partition_buffer::{BufferedRecord, LoadChange, OrderBy, PartitionBuffer, PartitionLimits};
+pub use partition_progress::PartitionProgress;
 pub use schedule::{
     ApplyOutcome, Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig,
     TrackerState,

@@ -2,23 +2,29 @@
 //! at-least-once commits, modelled on Elixir's `KafkaClient.Consumer`.
 //!
 //! Threads and locks:
-//! - One poller thread owns the polling of the rdkafka `BaseConsumer`. It routes records into
-//!   one [`Slot`] per assigned partition, pauses a partition whose queue passes the count/bytes
-//!   bounds, commits finished offsets every `commit_interval`, and, on shutdown, drains, commits
-//!   and closes the consumer. librdkafka runs the rebalance callbacks of
-//!   [`RebalanceHandler`] on this thread too (inside `poll`); they stay in Rust and push
-//!   [`ConsumerEvent`]s into a channel that the bindings drain on a Python thread.
+//! - One poller thread owns the polling of the rdkafka `BaseConsumer`. Each assigned partition
+//!   has its own librdkafka queue (`split_partition_queue`) and one [`Slot`] whose
+//!   [`PartitionBuffer`] (the pure core) holds the records handed from that queue to the worker.
+//!   The poller takes from a partition's queue only as many records as its buffer has room for:
+//!   a full partition is simply not polled (librdkafka then stops fetching it once its prefetch
+//!   fills), so nothing is paused, resumed or discarded. The poller also serves the main queue
+//!   (rebalances, statistics, errors, and records fetched before a partition's queue was split),
+//!   commits finished offsets every `commit_interval`, and, on shutdown, drains, commits and
+//!   closes the consumer. It sleeps on [`Wake`] when nothing arrived: librdkafka's
+//!   non-empty-queue callbacks and workers that free room in a full buffer wake it. librdkafka runs
+//!   the rebalance callbacks of [`RebalanceHandler`] on this thread too (inside `poll`); they stay
+//!   in Rust and push [`ConsumerEvent`]s into a channel that the bindings drain on a Python thread.
 //! - Workers (one per assigned partition, owned by the bindings) call [`ConcurrentConsumer::fetch`]
-//!   and [`ConcurrentConsumer::ack`]. A fetch that takes a queue below half its bounds resumes the
-//!   partition itself, so a paused partition restarts without waiting for the poller's next turn.
-//! - Lock order: the `slots` map, then one slot's state, then the consumer handle. Pause and
-//!   resume are issued under the slot's lock so librdkafka sees them in the order the state did.
-//!   No lock is held while waiting on the network, except a slot lock around librdkafka's
-//!   non-blocking pause/resume calls.
+//!   and [`ConcurrentConsumer::ack`] / [`ConcurrentConsumer::fail`]; records cross from the poller
+//!   in runs (one lock per run) and leave as one shared batch.
+//! - Lock order: the `slots` map, then one slot's state, then its source queue, then the
+//!   consumer handle. No lock is held while waiting on the network.
 //!
 //! Invariants:
-//! - A partition has at most one batch in flight; batches of a partition leave in offset order,
-//!   so its handler sees strictly increasing offsets.
+//! - Ordered by partition, a partition has at most one batch in flight and batches leave in
+//!   offset order, so its handler sees strictly increasing offsets. Ordered by key, up to
+//!   `max_concurrency` batches of a partition run at once, never two holding the same key, and
+//!   each key's records are handed out in offset order.
 //! - An offset is committed only after the batch that contains it was acknowledged, and never
 //!   for a partition whose assignment was lost. A batch still running when its drain time ends
 //!   is abandoned: its acknowledgement is ignored and its records are read again by whoever
@@ -26,7 +32,7 @@
 //! - Queued (not yet handed out) records of a revoked partition, or of a stopping consumer, are
 //!   dropped and counted; they were never committed, so they are redelivered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -34,12 +40,18 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::report_builder::{Tracked, decorate};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, base_consumer::PartitionQueue,
+};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+
+pub use ferrokafka_core::OrderBy;
+use ferrokafka_core::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimits};
 
 use crate::config::{ClientRole, ClientSettings};
+use crate::dead_letter::{DeadLetterWriter, Failure};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::ReceivedRecord;
 
@@ -49,8 +61,8 @@ pub type WorkerId = u64;
 
 /// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
 const POLL_WAIT: Duration = Duration::from_millis(50);
-/// Records taken from librdkafka before routing them; bounds how far a queue can overshoot its
-/// limits (the rest of one chunk), while keeping one slot lock per run of records.
+/// Most records taken from one librdkafka queue before routing them: one slot lock per run of
+/// records, and a turn for every other partition in between.
 const ROUTE_CHUNK: usize = 256;
 /// How long network lookups at start-up (watermarks, offsets for timestamps) may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,7 +85,8 @@ pub enum StartAt {
 /// What to consume.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Subscription {
-    /// Every partition of a topic, assigned by the group (needs `group.id`).
+    /// Every partition of a topic: assigned by the group, or, without `group.id`, all of them
+    /// assigned to this consumer (starting at `auto.offset.reset`).
     Topic(String),
     /// One partition, assigned by this consumer alone.
     Partition {
@@ -95,10 +108,73 @@ pub struct ConsumerOptions {
     pub max_batch_size: Option<usize>,
     /// How often finished offsets are committed [5 s].
     pub commit_interval: Duration,
-    /// A partition is paused when this many records are queued, and resumed at half [1000].
+    /// A partition is not polled while this many records are queued, and again at half [1000].
     pub max_queue_records: usize,
-    /// A partition is paused when this many bytes are queued, and resumed at half [1 MiB].
+    /// A partition is not polled while this many bytes are queued, and again at half [1 MiB].
     pub max_queue_bytes: usize,
+    /// What a handler exception does to its batch [commit].
+    pub errors: ErrorPolicy,
+    /// What stays in order: a partition (one batch at a time) or each key [partition].
+    pub ordering: OrderBy,
+    /// With ordering by key, most batches of one partition handled at once [8].
+    pub max_concurrency: usize,
+}
+
+/// What a handler exception does to its batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Acknowledge the batch anyway (logged and reported by the bindings).
+    Commit,
+    /// Hand the batch to the handler again after a backoff, at most `max_retries` times, while
+    /// the partition waits; then dead-letter it (with a dead-letter topic) or commit it.
+    Retry,
+    /// Write the batch to the dead-letter topic, then acknowledge it.
+    DeadLetter,
+}
+
+/// The error policy of a [`ConcurrentConsumer`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorPolicy {
+    /// What a handler exception does.
+    pub on_error: OnError,
+    /// Retries of one batch before it is dead-lettered or committed [3].
+    pub max_retries: u32,
+    /// Wait before the first retry; doubles with each retry [1 s].
+    pub retry_backoff: Duration,
+    /// Cap of the doubling wait [30 s].
+    pub max_retry_backoff: Duration,
+    /// Where failed batches are written (`DeadLetter`, and `Retry` once retries ran out).
+    pub dead_letter_topic: Option<String>,
+}
+
+impl Default for ErrorPolicy {
+    fn default() -> Self {
+        ErrorPolicy {
+            on_error: OnError::Commit,
+            max_retries: 3,
+            retry_backoff: Duration::from_secs(1),
+            max_retry_backoff: Duration::from_secs(30),
+            dead_letter_topic: None,
+        }
+    }
+}
+
+impl ErrorPolicy {
+    /// The wait before retry number `retry + 1` (counting from 0).
+    fn backoff(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry);
+        self.retry_backoff
+            .saturating_mul(factor)
+            .min(self.max_retry_backoff)
+    }
+
+    fn dead_letters(&self) -> bool {
+        match self.on_error {
+            OnError::Commit => false,
+            OnError::DeadLetter => true,
+            OnError::Retry => self.dead_letter_topic.is_some(),
+        }
+    }
 }
 
 impl Default for ConsumerOptions {
@@ -109,11 +185,22 @@ impl Default for ConsumerOptions {
             commit_interval: Duration::from_secs(5),
             max_queue_records: 1000,
             max_queue_bytes: 1024 * 1024,
+            errors: ErrorPolicy::default(),
+            ordering: OrderBy::Partition,
+            max_concurrency: 8,
         }
     }
 }
 
 impl ConsumerOptions {
+    /// Batches of one partition that may be handed out at once.
+    fn concurrency(&self) -> usize {
+        match self.ordering {
+            OrderBy::Partition => 1,
+            OrderBy::Key => self.max_concurrency,
+        }
+    }
+
     fn validate(&self, group: bool) -> KafkaResult<()> {
         let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
         if self.subscriptions.is_empty() {
@@ -124,18 +211,13 @@ impl ConsumerOptions {
             .iter()
             .filter(|s| matches!(s, Subscription::Topic(_)))
             .count();
-        if by_topic > 0 && by_topic < self.subscriptions.len() {
+        // Without a group a topic name stands for all its partitions, which mix freely with
+        // explicit ones; a group assigns topics itself and cannot also take explicit partitions.
+        if group && by_topic > 0 && by_topic < self.subscriptions.len() {
             return invalid(
                 "subscriptions cannot mix topic names (group-assigned) with explicit partitions"
                     .to_owned(),
             );
-        }
-        if by_topic > 0 && !group {
-            return Err(KafkaIoError::Config(
-                "subscribing to topics by name needs 'group.id' in the config; without a group, \
-                 subscribe to explicit (topic, partition) pairs"
-                    .to_owned(),
-            ));
         }
         for subscription in &self.subscriptions {
             match subscription {
@@ -162,6 +244,18 @@ impl ConsumerOptions {
         if self.commit_interval.is_zero() {
             return invalid("commit_interval must be positive".to_owned());
         }
+        if self.errors.on_error == OnError::DeadLetter
+            && self
+                .errors
+                .dead_letter_topic
+                .as_deref()
+                .is_none_or(str::is_empty)
+        {
+            return invalid("on_error='dead_letter' needs dead_letter_topic='<topic>'".to_owned());
+        }
+        if self.max_concurrency == 0 {
+            return invalid("max_concurrency must be at least 1".to_owned());
+        }
         if self.max_queue_records < 2 || self.max_queue_bytes < 2 {
             return invalid(
                 "max_queue_records and max_queue_bytes must be at least 2 (resume happens at half)"
@@ -172,7 +266,7 @@ impl ConsumerOptions {
     }
 }
 
-/// One partition handed to a worker.
+/// One partition handed to its workers (several with ordering by key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
     /// The worker id to fetch and acknowledge with.
@@ -212,7 +306,7 @@ pub enum ConsumerEvent {
         /// The offset reached (the high watermark).
         offset: i64,
     },
-    /// A partition was paused (`paused == true`) or resumed by load control.
+    /// Load control stopped polling a full partition (`paused == true`), or polls it again.
     LoadControl {
         /// Topic name.
         topic: String,
@@ -239,26 +333,33 @@ pub enum ConsumerEvent {
 /// What [`ConcurrentConsumer::fetch`] found.
 #[derive(Debug)]
 pub enum Fetched {
-    /// The next records of the partition, in offset order; acknowledge them before fetching again.
-    Batch(Vec<ReceivedRecord>),
+    /// The next records of the partition, in offset order; acknowledge or fail them by their
+    /// first offset.
+    Batch(Arc<Vec<ReceivedRecord>>),
     /// Nothing arrived within the wait.
     Empty,
     /// The partition is no longer this worker's (revoked, abandoned or shutting down): exit.
     Gone,
 }
 
-/// How a worker finished a batch; every outcome but `Abandoned` makes its offsets committable.
+/// How a worker finished a batch (a handler exception goes to [`ConcurrentConsumer::fail`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// The handler returned.
+    /// The handler returned: the batch's offsets become committable.
     Handled,
-    /// The handler raised and the batch was acknowledged anyway (the `commit` error policy).
-    Failed,
-    /// The handler raised and the batch was written to the dead-letter topic.
-    DeadLettered,
     /// The worker gave up on the batch (stopping while retrying): nothing becomes committable,
     /// so its records are redelivered; the partition no longer waits for it.
     Abandoned,
+}
+
+/// What the worker does after [`ConcurrentConsumer::fail`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Call the handler again with the same batch after this wait (or abandon the batch if the
+    /// consumer stops meanwhile).
+    Retry(Duration),
+    /// The batch is settled (committed, being dead-lettered, or abandoned): fetch the next.
+    Settled,
 }
 
 /// Counters of one partition (or totals of the consumer).
@@ -270,15 +371,15 @@ pub struct PartitionCounters {
     pub handled: u64,
     /// Records in batches the handler raised on and that were acknowledged anyway.
     pub failed: u64,
-    /// Records written to the dead-letter topic.
+    /// Records handed to the dead-letter topic.
     pub dead_lettered: u64,
     /// Handler retries (the `retry` error policy).
     pub retries: u64,
     /// Batches handed to the worker.
     pub batches: u64,
-    /// Times load control paused the partition.
+    /// Times load control stopped polling the partition (its buffer was full).
     pub pauses: u64,
-    /// Times load control resumed it.
+    /// Times load control polled it again (its buffer went down to half).
     pub resumes: u64,
     /// Queued records dropped on revoke or shutdown (redelivered later: never committed).
     pub dropped: u64,
@@ -314,7 +415,7 @@ pub struct PartitionStats {
     pub queued: usize,
     /// Bytes queued now.
     pub queued_bytes: usize,
-    /// Whether load control holds the partition paused.
+    /// Whether load control holds the partition (its buffer is full: not polled).
     pub paused: bool,
     /// Records in the batch being handled now.
     pub in_flight: usize,
@@ -408,24 +509,26 @@ pub struct ConsumerStats {
 }
 
 /// The batch a worker is handling.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct InFlight {
-    last_offset: i64,
-    records: usize,
+    first_offset: i64,
+    records: Arc<Vec<ReceivedRecord>>,
+    /// Retries so far (the `retry` error policy).
+    retries: u32,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct SlotState {
-    queue: VecDeque<ReceivedRecord>,
-    queued_bytes: usize,
-    in_flight: Option<InFlight>,
-    /// One past the last offset of the last acknowledged batch.
-    finished: Option<i64>,
+    /// Queued records, bounds, and the batches handed out with the offset to commit.
+    buffer: PartitionBuffer<ReceivedRecord>,
+    /// Batches being handled, by first offset (at most one with ordering by partition).
+    in_flight: HashMap<i64, InFlight>,
+    /// Batches waiting for their dead-letter write to be acknowledged.
+    dead_letters_pending: usize,
     /// The offset of the latest commit request, confirmed or not.
     commit_requested: Option<i64>,
     /// The latest offset the broker confirmed.
     committed: Option<i64>,
-    paused: bool,
     /// No more batches: revoked, abandoned or shutting down.
     closed: bool,
     /// For a consumer without a group: the high watermark whose reaching is reported once.
@@ -437,6 +540,29 @@ struct SlotState {
     first_received: Option<i64>,
 }
 
+impl BufferedRecord for ReceivedRecord {
+    fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    fn size(&self) -> usize {
+        self.size()
+    }
+
+    fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
+    }
+}
+
+/// A partition's own librdkafka queue, polled by the poller only.
+struct Source(PartitionQueue<RebalanceHandler>);
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Source")
+    }
+}
+
 /// One assigned partition: its queue and its worker's progress.
 #[derive(Debug)]
 struct Slot {
@@ -446,6 +572,34 @@ struct Slot {
     state: Mutex<SlotState>,
     /// Workers wait here for records; drainers wait here for the batch in flight to finish.
     changed: Condvar,
+    /// The partition's split queue; `None` until split, and after the slot was released (its
+    /// records then arrive on the main queue, if any).
+    source: Mutex<Option<Source>>,
+}
+
+/// Wakes the sleeping poller: set by librdkafka's non-empty-queue callbacks and by workers.
+#[derive(Debug, Default)]
+struct Wake {
+    pending: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Wake {
+    fn notify(&self) {
+        *lock(&self.pending) = true;
+        self.changed.notify_one();
+    }
+
+    /// Waits up to `wait` unless woken since the last call.
+    fn wait(&self, wait: Duration) {
+        let pending = lock(&self.pending);
+        let mut pending = self
+            .changed
+            .wait_timeout_while(pending, wait, |p| !*p)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+        *pending = false;
+    }
 }
 
 impl Slot {
@@ -460,12 +614,6 @@ impl Slot {
             topic: self.topic.clone(),
             partition: self.partition,
         }
-    }
-
-    fn tpl(&self) -> TopicPartitionList {
-        let mut tpl = TopicPartitionList::with_capacity(1);
-        tpl.add_partition(&self.topic, self.partition);
-        tpl
     }
 }
 
@@ -503,9 +651,11 @@ struct Shared {
     shutdown: Mutex<Shutdown>,
     /// The caller of `stop` waits here for the poller to finish.
     stopped: Condvar,
-    /// The consumer, for workers that resume a partition; the poller takes it out when it
-    /// closes the consumer, so the last reference is dropped on the poller thread.
+    /// The consumer, for splitting partition queues; the poller takes it out when it closes
+    /// the consumer, so the last reference is dropped on the poller thread.
     consumer: Mutex<Option<Arc<Handle>>>,
+    /// Wakes the poller.
+    wake: Arc<Wake>,
     /// The group's state from the latest statistics.
     group_statistics: Mutex<Option<GroupStatistics>>,
     /// When the poller last returned from librdkafka's poll.
@@ -536,17 +686,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Bytes a queued record holds: key, value and headers.
-fn record_size(record: &ReceivedRecord) -> usize {
-    record.key.as_ref().map_or(0, Vec::len)
-        + record.value.as_ref().map_or(0, Vec::len)
-        + record
-            .headers
-            .iter()
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-            .sum::<usize>()
-}
-
 impl Shared {
     fn emit(&self, event: ConsumerEvent) {
         // After the bindings dropped the receiver nobody listens any more; that is fine.
@@ -557,9 +696,19 @@ impl Shared {
         lock(&self.slots).by_worker.get(&worker).cloned()
     }
 
-    /// Creates slots for newly assigned partitions; `catch_up` gives, per partition, the high
-    /// watermark a consumer without a group reports reaching (or `None`).
+    /// Creates slots for newly assigned partitions, each with its own split queue; `catch_up`
+    /// gives, per partition, the high watermark a consumer without a group reports reaching (or
+    /// `None`). A partition that already has a slot keeps it and its queue.
     fn add_slots(&self, partitions: Vec<(String, i32, Option<i64>)>) -> Vec<Assignment> {
+        let consumer = lock(&self.consumer).clone();
+        let consumer = consumer.as_ref();
+        let options = &self.options;
+        let limits = PartitionLimits {
+            max_records: options.max_queue_records,
+            max_bytes: options.max_queue_bytes,
+            max_batch: options.max_batch_size,
+            ordering: options.ordering,
+        };
         let mut slots = lock(&self.slots);
         let mut assigned = Vec::with_capacity(partitions.len());
         for (topic, partition, catch_up_to) in partitions {
@@ -567,15 +716,30 @@ impl Shared {
             if slots.by_partition.contains_key(&key) {
                 continue;
             }
+            let source = consumer.and_then(|c| c.split_partition_queue(&topic, partition));
+            let source = source.map(|mut queue| {
+                let wake = Arc::clone(&self.wake);
+                queue.set_nonempty_callback(move || wake.notify());
+                Source(queue)
+            });
             let slot = Arc::new(Slot {
                 worker: self.next_worker.fetch_add(1, Ordering::Relaxed),
                 topic,
                 partition,
                 state: Mutex::new(SlotState {
+                    buffer: PartitionBuffer::new(limits),
+                    in_flight: HashMap::new(),
+                    dead_letters_pending: 0,
+                    commit_requested: None,
+                    committed: None,
+                    closed: false,
                     catch_up_to,
-                    ..SlotState::default()
+                    counters: PartitionCounters::default(),
+                    broker: None,
+                    first_received: None,
                 }),
                 changed: Condvar::new(),
+                source: Mutex::new(source),
             });
             assigned.push(slot.assignment());
             slots.by_worker.insert(slot.worker, Arc::clone(&slot));
@@ -584,22 +748,101 @@ impl Shared {
         assigned
     }
 
-    /// Routes one run of records of the same partition into its slot, pausing it when the queue
-    /// passes its bounds.
-    fn route(&self, consumer: &Handle, run: Vec<ReceivedRecord>) {
-        let Some(first) = run.first() else {
-            return;
+    /// Marks the batch starting at `first` finished, and reports a consumer without a group
+    /// caught up once its committable offset reached the high watermark seen at start.
+    fn finish(&self, slot: &Slot, state: &mut SlotState, first: i64) {
+        state.buffer.progress_mut().finish(first);
+        let committable = state.buffer.committable();
+        if let (Some(high), Some(next)) = (state.catch_up_to, committable)
+            && next >= high
+        {
+            state.catch_up_to = None;
+            self.emit(ConsumerEvent::CaughtUp {
+                topic: slot.topic.clone(),
+                partition: slot.partition,
+                offset: high,
+            });
+        }
+    }
+
+    /// Routes a chunk taken from the main queue: runs of records of the same partition go to
+    /// their slot.
+    fn route_chunk(&self, chunk: &mut Vec<ReceivedRecord>) {
+        let mut records = chunk.drain(..).peekable();
+        while let Some(first) = records.next() {
+            let (topic, partition) = (first.topic.clone(), first.partition);
+            let mut run = vec![first];
+            while let Some(next) = records.next_if(|r| r.partition == partition && r.topic == topic)
+            {
+                run.push(next);
+            }
+            let slot = lock(&self.slots)
+                .by_partition
+                .get(&(topic, partition))
+                .cloned();
+            match slot {
+                Some(slot) => self.route(&slot, run),
+                // A record fetched just before its partition was revoked: never handed out,
+                // never committed, so the partition's next owner reads it again.
+                None => lock(&self.totals).counters.dropped += run.len() as u64,
+            }
+        }
+    }
+
+    /// Takes from `slot`'s own queue as many records as its buffer has room for (at most
+    /// `ROUTE_CHUNK`) and routes them; returns how many.
+    fn poll_partition(&self, slot: &Slot) -> usize {
+        let room = {
+            let state = slot.lock();
+            if state.closed {
+                return 0;
+            }
+            state.buffer.room().min(ROUTE_CHUNK)
         };
-        let slot = lock(&self.slots)
-            .by_partition
-            .get(&(first.topic.clone(), first.partition))
-            .cloned();
-        let Some(slot) = slot else {
-            // A record fetched just before its partition was revoked: never handed out, never
-            // committed, so the partition's next owner reads it again.
-            lock(&self.totals).counters.dropped += run.len() as u64;
-            return;
-        };
+        if room == 0 {
+            return 0;
+        }
+        let mut run = Vec::new();
+        {
+            let source = lock(&slot.source);
+            let Some(Source(queue)) = source.as_ref() else {
+                return 0;
+            };
+            self.take_ready(&mut run, room, |wait| queue.poll(wait));
+        }
+        let count = run.len();
+        if count > 0 {
+            self.route(slot, run);
+        }
+        count
+    }
+
+    /// Copies the records `poll` has ready (it never waits) into `out`, up to `max` in all; an
+    /// error is reported and ends the turn.
+    fn take_ready<M: Message>(
+        &self,
+        out: &mut Vec<ReceivedRecord>,
+        max: usize,
+        poll: impl Fn(Duration) -> Option<Result<M, KafkaError>>,
+    ) {
+        while out.len() < max {
+            match poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(message)) => out.push(ReceivedRecord::from_message(&message)),
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(err)) => {
+                    let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
+                    log::warn!("consumer error: {err}");
+                    self.emit(ConsumerEvent::Error(err));
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Queues one run of records of `slot`'s partition; a buffer that becomes full is no longer
+    /// polled.
+    fn route(&self, slot: &Slot, run: Vec<ReceivedRecord>) {
         let mut state = slot.lock();
         if state.closed {
             state.counters.dropped += run.len() as u64;
@@ -609,27 +852,9 @@ impl Shared {
         if state.first_received.is_none() {
             state.first_received = run.first().map(|record| record.offset);
         }
-        for record in run {
-            state.queued_bytes += record_size(&record);
-            state.queue.push_back(record);
-        }
-        let options = &self.options;
-        if !state.paused
-            && (state.queue.len() >= options.max_queue_records
-                || state.queued_bytes >= options.max_queue_bytes)
-        {
-            match consumer.pause(&slot.tpl()) {
-                Ok(()) => {
-                    state.paused = true;
-                    state.counters.pauses += 1;
-                    self.emit(load_event(&slot, &state, true));
-                }
-                Err(e) => log::warn!(
-                    "cannot pause {}[{}]: {e}; its queue may grow past its bounds",
-                    slot.topic,
-                    slot.partition
-                ),
-            }
+        if state.buffer.push(run) == Some(LoadChange::Full) {
+            state.counters.pauses += 1;
+            self.emit(load_event(slot, &state, true));
         }
         drop(state);
         slot.changed.notify_all();
@@ -638,20 +863,14 @@ impl Shared {
     /// Stops handing out batches of `slots`, drops their queued records, and waits until their
     /// batches in flight are acknowledged or `deadline` passes; a batch still running then is
     /// abandoned.
-    fn drain(&self, slots: &[Arc<Slot>], consumer: &Handle, deadline: Instant) {
+    fn drain(&self, slots: &[Arc<Slot>], deadline: Instant) {
         let mut dropped = 0;
         for slot in slots {
             let mut state = slot.lock();
             state.closed = true;
-            dropped += state.queue.len();
-            state.counters.dropped += state.queue.len() as u64;
-            state.queue.clear();
-            state.queued_bytes = 0;
-            if state.paused {
-                // A partition handed back paused could stay paused for its next owner here.
-                let _ = consumer.resume(&slot.tpl());
-                state.paused = false;
-            }
+            let cleared = state.buffer.clear();
+            dropped += cleared;
+            state.counters.dropped += cleared as u64;
             drop(state);
             slot.changed.notify_all();
         }
@@ -661,10 +880,15 @@ impl Shared {
         });
         for slot in slots {
             let mut state = slot.lock();
-            while state.in_flight.is_some() {
+            while !state.in_flight.is_empty() || state.dead_letters_pending > 0 {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    state.in_flight = None;
+                    let running: Vec<i64> =
+                        state.in_flight.drain().map(|(first, _)| first).collect();
+                    for first in running {
+                        state.buffer.release(first);
+                    }
+                    state.buffer.progress_mut().abandon_all();
                     state.counters.abandoned += 1;
                     log::warn!(
                         "handler for {}[{}] did not finish within the drain time; its batch is \
@@ -693,6 +917,8 @@ impl Shared {
             map.by_partition
                 .remove(&(slot.topic.clone(), slot.partition));
             totals.counters.add(&slot.lock().counters);
+            // The queue keeps the consumer alive; a revoked partition's queue is not needed.
+            lock(&slot.source).take();
         }
     }
 
@@ -708,7 +934,7 @@ impl Shared {
         let mut offsets = Vec::new();
         for slot in slots {
             let mut state = slot.lock();
-            if let Some(finished) = state.finished
+            if let Some(finished) = state.buffer.committable()
                 && state.commit_requested.is_none_or(|c| c < finished)
             {
                 // Cannot fail: the offset is a plain non-negative offset.
@@ -759,7 +985,7 @@ impl Shared {
         if slots.is_empty() {
             return;
         }
-        self.drain(&slots, consumer, Instant::now() + drain);
+        self.drain(&slots, Instant::now() + drain);
         if !lost {
             self.commit(consumer, &slots);
         }
@@ -844,8 +1070,8 @@ fn load_event(slot: &Slot, state: &SlotState, paused: bool) -> ConsumerEvent {
         topic: slot.topic.clone(),
         partition: slot.partition,
         paused,
-        queued: state.queue.len(),
-        queued_bytes: state.queued_bytes,
+        queued: state.buffer.queued(),
+        queued_bytes: state.buffer.queued_bytes(),
     }
 }
 
@@ -920,6 +1146,9 @@ impl ConsumerContext for RebalanceHandler {
 #[derive(Debug)]
 pub struct ConcurrentConsumer {
     shared: Arc<Shared>,
+    /// Writes failed batches when the error policy dead-letters; also used by the poller
+    /// (resends). Kept out of `Shared`: the writer's delivery callbacks hold `Shared` weakly.
+    dead_letters: Option<Arc<DeadLetterWriter>>,
     events: Mutex<Option<Receiver<ConsumerEvent>>>,
     poller: Mutex<Option<JoinHandle<()>>>,
 }
@@ -933,7 +1162,10 @@ impl ConcurrentConsumer {
         options: ConsumerOptions,
         drain: Duration,
     ) -> KafkaResult<Arc<Self>> {
+        let mut settings = settings;
         settings.bootstrap()?;
+        // Elixir's KafkaClient reads a new group's backlog: earliest unless configured.
+        settings.set_default("auto.offset.reset", "earliest");
         let group = settings
             .get("group.id")
             .is_some_and(|g| !g.trim().is_empty());
@@ -959,6 +1191,12 @@ impl ConcurrentConsumer {
         }
         config.set("enable.auto.commit", "false");
         config.set("enable.auto.offset.store", "false");
+        let dead_letters = match &options.errors.dead_letter_topic {
+            Some(topic) if options.errors.dead_letters() => {
+                Some(Arc::new(DeadLetterWriter::new(&settings, topic.clone())?))
+            }
+            _ => None,
+        };
         let (events, receiver) = channel();
         let shared = Arc::new(Shared {
             options,
@@ -971,6 +1209,7 @@ impl ConcurrentConsumer {
             shutdown: Mutex::new(Shutdown::default()),
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
+            wake: Arc::new(Wake::default()),
             group_statistics: Mutex::new(None),
             polled_at: Mutex::new(None),
             transfers: Mutex::new(Transfers::default()),
@@ -979,74 +1218,29 @@ impl ConcurrentConsumer {
             shared: Arc::clone(&shared),
             drain,
         };
-        let consumer: Handle = config
+        let mut consumer: Handle = config
             .create_with_context(handler)
             .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
-        let error = |operation: &str, e: KafkaError| {
-            KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap.as_deref())
-        };
-        let subscriptions = &shared.options.subscriptions;
-        if subscriptions
-            .iter()
-            .all(|s| matches!(s, Subscription::Topic(_)))
-        {
-            let topics: Vec<&str> = subscriptions
-                .iter()
-                .filter_map(|s| match s {
-                    Subscription::Topic(t) => Some(t.as_str()),
-                    Subscription::Partition { .. } => None,
-                })
-                .collect();
-            consumer
-                .subscribe(&topics)
-                .map_err(|e| error("subscribe", e))?;
-        } else {
-            let partitions =
-                resolve_partitions(&consumer, subscriptions, group, reset_to_beginning)
-                    .map_err(|e| error("assign", e))?;
-            let mut tpl = TopicPartitionList::new();
-            for (topic, partition, offset, _) in &partitions {
-                tpl.add_partition_offset(topic, *partition, *offset)
-                    .map_err(|e| error("assign", e))?;
-            }
-            consumer.assign(&tpl).map_err(|e| error("assign", e))?;
-            let caught_up: Vec<(String, i32, i64)> = partitions
-                .iter()
-                .filter_map(|(t, p, _, target)| match target {
-                    CatchUp::Already(high) => Some((t.clone(), *p, *high)),
-                    _ => None,
-                })
-                .collect();
-            let assigned = shared.add_slots(
-                partitions
-                    .into_iter()
-                    .map(|(t, p, _, target)| {
-                        let to = match target {
-                            CatchUp::At(high) => Some(high),
-                            CatchUp::Already(_) | CatchUp::Untracked => None,
-                        };
-                        (t, p, to)
-                    })
-                    .collect(),
-            );
-            shared.emit(ConsumerEvent::Assigned(assigned));
-            for (topic, partition, offset) in caught_up {
-                shared.emit(ConsumerEvent::CaughtUp {
-                    topic,
-                    partition,
-                    offset,
-                });
-            }
-        }
+        let wake = Arc::clone(&shared.wake);
+        consumer.set_nonempty_callback(move || wake.notify());
         let consumer = Arc::new(consumer);
         *lock(&shared.consumer) = Some(Arc::clone(&consumer));
+        let started = start_consuming(&shared, &consumer, reset_to_beginning, bootstrap.as_deref());
+        if let Err(error) = started {
+            // Split queues and the stored handle refer back to the consumer: let it go.
+            shared.remove_slots(&shared.all_slots());
+            *lock(&shared.consumer) = None;
+            return Err(error);
+        }
         let poller_shared = Arc::clone(&shared);
+        let poller_dead_letters = dead_letters.clone();
         let poller = std::thread::Builder::new()
             .name("ferrokafka-consumer".to_owned())
-            .spawn(move || run_poller(&poller_shared, consumer))
+            .spawn(move || run_poller(&poller_shared, consumer, poller_dead_letters.as_deref()))
             .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start poller: {e}")))?;
         Ok(Arc::new(ConcurrentConsumer {
             shared,
+            dead_letters,
             events: Mutex::new(Some(receiver)),
             poller: Mutex::new(Some(poller)),
         }))
@@ -1058,25 +1252,25 @@ impl ConcurrentConsumer {
         lock(&self.events).take()
     }
 
-    /// Waits up to `wait` for the next batch of `worker`'s partition. The previous batch must
-    /// have been acknowledged.
+    /// Waits up to `wait` for the next batch of `worker`'s partition: one that may run now
+    /// (while fewer than the allowed batches of the partition run, and, ordered by key, of keys
+    /// no running batch holds).
     pub fn fetch(&self, worker: WorkerId, wait: Duration) -> KafkaResult<Fetched> {
         let Some(slot) = self.shared.slot(worker) else {
             return Ok(Fetched::Gone);
         };
         let deadline = Instant::now() + wait;
+        let concurrency = self.shared.options.concurrency();
         let mut state = slot.lock();
-        if state.in_flight.is_some() {
-            return Err(KafkaIoError::InvalidArgument(format!(
-                "worker {worker} fetched again before acknowledging its batch"
-            )));
-        }
         loop {
             if state.closed {
                 return Ok(Fetched::Gone);
             }
-            if !state.queue.is_empty() {
-                return Ok(Fetched::Batch(self.take_batch(&slot, &mut state)));
+            if state.in_flight.len() < concurrency && state.buffer.queued() > 0 {
+                let batch = self.take_batch(&slot, &mut state);
+                if !batch.is_empty() {
+                    return Ok(Fetched::Batch(batch));
+                }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -1090,90 +1284,114 @@ impl ConcurrentConsumer {
         }
     }
 
-    fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Vec<ReceivedRecord> {
-        let options = &self.shared.options;
-        let count = options
-            .max_batch_size
-            .map_or(state.queue.len(), |max| max.min(state.queue.len()));
-        let batch: Vec<ReceivedRecord> = state.queue.drain(..count).collect();
-        state.queued_bytes -= batch.iter().map(record_size).sum::<usize>();
-        if let Some(last) = batch.last() {
-            state.in_flight = Some(InFlight {
-                last_offset: last.offset,
-                records: batch.len(),
-            });
+    fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Arc<Vec<ReceivedRecord>> {
+        let (batch, change) = state.buffer.take_batch();
+        let batch = Arc::new(batch);
+        if let Some(first) = batch.first() {
+            let running = InFlight {
+                first_offset: first.offset,
+                records: Arc::clone(&batch),
+                retries: 0,
+            };
+            state.in_flight.insert(first.offset, running);
             state.counters.batches += 1;
         }
-        if state.paused
-            && state.queue.len() <= options.max_queue_records / 2
-            && state.queued_bytes <= options.max_queue_bytes / 2
-        {
-            let consumer = lock(&self.shared.consumer).clone();
-            if let Some(consumer) = consumer {
-                match consumer.resume(&slot.tpl()) {
-                    Ok(()) => {
-                        state.paused = false;
-                        state.counters.resumes += 1;
-                        self.shared.emit(load_event(slot, state, false));
-                    }
-                    Err(e) => log::warn!("cannot resume {}[{}]: {e}", slot.topic, slot.partition),
-                }
-            }
+        if change == Some(LoadChange::Open) {
+            state.counters.resumes += 1;
+            self.shared.emit(load_event(slot, state, false));
+            self.shared.wake.notify();
         }
         batch
     }
 
-    /// Marks `worker`'s batch finished so its offsets are committed in the next round. Returns
-    /// false when the batch no longer counts (abandoned, or the partition was revoked).
-    pub fn ack(&self, worker: WorkerId, outcome: Outcome) -> bool {
+    /// Takes the batch starting at `first` off its handler: its keys go free for other batches.
+    fn settle(state: &mut SlotState, first: i64) -> Option<InFlight> {
+        let done = state.in_flight.remove(&first)?;
+        state.buffer.release(first);
+        Some(done)
+    }
+
+    /// Marks `worker`'s batch starting at offset `first` finished (its offsets are committed
+    /// once every batch before them finished) or abandoned. Returns false when the batch no
+    /// longer counts (abandoned, or the partition was revoked).
+    pub fn ack(&self, worker: WorkerId, first: i64, outcome: Outcome) -> bool {
         let Some(slot) = self.shared.slot(worker) else {
             return false;
         };
         let mut state = slot.lock();
-        let Some(done) = state.in_flight.take() else {
+        let Some(done) = Self::settle(&mut state, first) else {
             return false;
         };
-        let records = done.records as u64;
         match outcome {
-            Outcome::Handled => state.counters.handled += records,
-            Outcome::Failed => state.counters.failed += records,
-            Outcome::DeadLettered => state.counters.dead_lettered += records,
+            Outcome::Handled => {
+                state.counters.handled += done.records.len() as u64;
+                self.shared.finish(&slot, &mut state, done.first_offset);
+            }
             Outcome::Abandoned => {
                 state.counters.abandoned += 1;
-                drop(state);
-                slot.changed.notify_all();
-                return true;
+                state.buffer.progress_mut().abandon(done.first_offset);
             }
-        }
-        let next = done.last_offset + 1;
-        state.finished = Some(next);
-        if let Some(high) = state.catch_up_to
-            && next >= high
-        {
-            state.catch_up_to = None;
-            self.shared.emit(ConsumerEvent::CaughtUp {
-                topic: slot.topic.clone(),
-                partition: slot.partition,
-                offset: high,
-            });
         }
         drop(state);
         slot.changed.notify_all();
         true
     }
 
-    /// Counts a retry of `worker`'s batch (the `retry` error policy). Returns false when the
-    /// partition is being revoked or the consumer stops: the worker should give up the batch.
-    pub fn record_retry(&self, worker: WorkerId) -> bool {
+    /// Applies the error policy to `worker`'s batch starting at `first`, whose handler raised
+    /// `failure`: another try after a backoff, or the batch is settled: committed, or handed to
+    /// the dead-letter writer (its offsets become committable once the broker acknowledged the
+    /// write, and the partition moves on meanwhile). A batch of a partition being revoked, or of
+    /// a stopping consumer, is abandoned instead of retried.
+    pub fn fail(&self, worker: WorkerId, first: i64, failure: Failure) -> Verdict {
         let Some(slot) = self.shared.slot(worker) else {
-            return false;
+            return Verdict::Settled;
         };
+        let policy = &self.shared.options.errors;
         let mut state = slot.lock();
-        if state.closed {
-            return false;
+        let closed = state.closed;
+        let Some(in_flight) = state.in_flight.get_mut(&first) else {
+            return Verdict::Settled;
+        };
+        let retry = policy.on_error == OnError::Retry && in_flight.retries < policy.max_retries;
+        if retry && !closed {
+            let wait = policy.backoff(in_flight.retries);
+            in_flight.retries += 1;
+            state.counters.retries += 1;
+            return Verdict::Retry(wait);
         }
-        state.counters.retries += 1;
-        true
+        let Some(done) = Self::settle(&mut state, first) else {
+            return Verdict::Settled;
+        };
+        let records = done.records.len() as u64;
+        if retry {
+            state.counters.abandoned += 1;
+            state.buffer.progress_mut().abandon(done.first_offset);
+        } else if let (true, Some(writer)) = (policy.dead_letters(), &self.dead_letters) {
+            state.counters.dead_lettered += records;
+            state.dead_letters_pending += 1;
+            let shared = Arc::downgrade(&self.shared);
+            let first = done.first_offset;
+            let written = move || {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let Some(slot) = shared.slot(worker) else {
+                    return;
+                };
+                let mut state = slot.lock();
+                state.dead_letters_pending = state.dead_letters_pending.saturating_sub(1);
+                shared.finish(&slot, &mut state, first);
+                drop(state);
+                slot.changed.notify_all();
+            };
+            writer.write(done.records, failure, Box::new(written));
+        } else {
+            state.counters.failed += records;
+            self.shared.finish(&slot, &mut state, done.first_offset);
+        }
+        drop(state);
+        slot.changed.notify_all();
+        Verdict::Settled
     }
 
     /// Starts shutting down: no more records are routed or handed out, queued records are
@@ -1224,11 +1442,11 @@ impl ConcurrentConsumer {
                 topic: slot.topic.clone(),
                 partition: slot.partition,
                 worker: slot.worker,
-                queued: state.queue.len(),
-                queued_bytes: state.queued_bytes,
-                paused: state.paused,
-                in_flight: state.in_flight.map_or(0, |f| f.records),
-                position: state.finished,
+                queued: state.buffer.queued(),
+                queued_bytes: state.buffer.queued_bytes(),
+                paused: state.buffer.is_full(),
+                in_flight: state.in_flight.values().map(|f| f.records.len()).sum(),
+                position: state.buffer.committable(),
                 committed: state.committed,
                 counters: state.counters,
                 broker: state.broker.clone(),
@@ -1247,6 +1465,75 @@ impl Drop for ConcurrentConsumer {
     }
 }
 
+/// Subscribes (a group consumer) or assigns the explicit partitions, each with its own split
+/// queue, resolving timestamps and, without a group, whole topics and high watermarks.
+fn start_consuming(
+    shared: &Shared,
+    consumer: &Arc<Handle>,
+    reset_to_beginning: bool,
+    bootstrap: Option<&str>,
+) -> KafkaResult<()> {
+    let error = |operation: &str, e: KafkaError| {
+        KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap)
+    };
+    let subscriptions = &shared.options.subscriptions;
+    if shared.group
+        && subscriptions
+            .iter()
+            .all(|s| matches!(s, Subscription::Topic(_)))
+    {
+        let topics: Vec<&str> = subscriptions
+            .iter()
+            .filter_map(|s| match s {
+                Subscription::Topic(t) => Some(t.as_str()),
+                Subscription::Partition { .. } => None,
+            })
+            .collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| error("subscribe", e))?;
+    } else {
+        let subscriptions = whole_topics(consumer, subscriptions, &error)?;
+        let partitions =
+            resolve_partitions(consumer, &subscriptions, shared.group, reset_to_beginning)
+                .map_err(|e| error("assign", e))?;
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition, offset, _) in &partitions {
+            tpl.add_partition_offset(topic, *partition, *offset)
+                .map_err(|e| error("assign", e))?;
+        }
+        consumer.assign(&tpl).map_err(|e| error("assign", e))?;
+        let caught_up: Vec<(String, i32, i64)> = partitions
+            .iter()
+            .filter_map(|(t, p, _, target)| match target {
+                CatchUp::Already(high) => Some((t.clone(), *p, *high)),
+                _ => None,
+            })
+            .collect();
+        let assigned = shared.add_slots(
+            partitions
+                .into_iter()
+                .map(|(t, p, _, target)| {
+                    let to = match target {
+                        CatchUp::At(high) => Some(high),
+                        CatchUp::Already(_) | CatchUp::Untracked => None,
+                    };
+                    (t, p, to)
+                })
+                .collect(),
+        );
+        shared.emit(ConsumerEvent::Assigned(assigned));
+        for (topic, partition, offset) in caught_up {
+            shared.emit(ConsumerEvent::CaughtUp {
+                topic,
+                partition,
+                offset,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// What a consumer without a group reports as caught up.
 enum CatchUp {
     /// Report reaching this high watermark.
@@ -1255,6 +1542,42 @@ enum CatchUp {
     Already(i64),
     /// A group consumer: caught-up is not reported.
     Untracked,
+}
+
+/// Replaces each topic name (of a consumer without a group) by all partitions of the topic,
+/// starting at the stored offset, which for this never-committing consumer means
+/// `auto.offset.reset`.
+fn whole_topics(
+    consumer: &Handle,
+    subscriptions: &[Subscription],
+    error: &dyn Fn(&str, KafkaError) -> KafkaIoError,
+) -> KafkaResult<Vec<Subscription>> {
+    let mut expanded = Vec::with_capacity(subscriptions.len());
+    for subscription in subscriptions {
+        let Subscription::Topic(topic) = subscription else {
+            expanded.push(subscription.clone());
+            continue;
+        };
+        let metadata = consumer
+            .fetch_metadata(Some(topic), LOOKUP_TIMEOUT)
+            .map_err(|e| error("assign", e))?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic);
+        let partitions = match found {
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions(),
+            _ => {
+                return Err(KafkaIoError::InvalidArgument(format!(
+                    "topic {topic:?} does not exist (a consumer without group.id assigns itself \
+                     all partitions of a topic, so the topic must exist)"
+                )));
+            }
+        };
+        expanded.extend(partitions.iter().map(|p| Subscription::Partition {
+            topic: topic.clone(),
+            partition: p.id(),
+            start: StartAt::Stored,
+        }));
+    }
+    Ok(expanded)
 }
 
 /// Resolves explicit partition subscriptions to start offsets (timestamps via the broker) and,
@@ -1314,38 +1637,30 @@ fn resolve_partitions(
 }
 
 /// The poller thread: route records, commit on schedule, and on shutdown drain, commit and close.
-fn run_poller(shared: &Arc<Shared>, consumer: Arc<Handle>) {
+fn run_poller(
+    shared: &Arc<Shared>,
+    consumer: Arc<Handle>,
+    dead_letters: Option<&DeadLetterWriter>,
+) {
     let interval = shared.options.commit_interval;
     let mut next_commit = Instant::now() + interval;
     let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
     while !shared.closing.load(Ordering::Acquire) {
-        let mut wait = POLL_WAIT;
-        while chunk.len() < ROUTE_CHUNK {
-            match consumer.poll(wait) {
-                None => break,
-                Some(Ok(message)) => chunk.push(ReceivedRecord::from_message(&message)),
-                Some(Err(KafkaError::PartitionEOF(_))) => {}
-                Some(Err(err)) => {
-                    let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
-                    log::warn!("consumer error: {err}");
-                    shared.emit(ConsumerEvent::Error(err));
-                    break;
-                }
-            }
-            wait = Duration::ZERO;
-        }
+        // The main queue first: rebalances and statistics are served here, and records fetched
+        // before their partition's queue was split come before those in that queue.
+        shared.take_ready(&mut chunk, ROUTE_CHUNK, |wait| consumer.poll(wait));
         *lock(&shared.polled_at) = Some(Instant::now());
-        let mut records = chunk.drain(..).peekable();
-        while let Some(first) = records.next() {
-            let (topic, partition) = (first.topic.clone(), first.partition);
-            let mut run = vec![first];
-            while let Some(next) = records.next_if(|r| r.partition == partition && r.topic == topic)
-            {
-                run.push(next);
-            }
-            shared.route(&consumer, run);
+        let mut routed = chunk.len();
+        shared.route_chunk(&mut chunk);
+        for slot in shared.all_slots() {
+            routed += shared.poll_partition(&slot);
         }
-        drop(records);
+        if routed == 0 {
+            shared.wake.wait(POLL_WAIT);
+        }
+        if let Some(writer) = dead_letters {
+            writer.resend_due(Instant::now());
+        }
         if Instant::now() >= next_commit {
             shared.commit(&consumer, &shared.all_slots());
             next_commit = Instant::now() + interval;
@@ -1353,8 +1668,8 @@ fn run_poller(shared: &Arc<Shared>, consumer: Arc<Handle>) {
     }
     let drain = lock(&shared.shutdown).drain;
     shared.release(&consumer, shared.all_slots(), drain, false);
-    // Later resumes by workers must not reach a closing consumer; dropping the last reference
-    // here closes it (leaving the group) on this thread, not on a Python one.
+    // `release` dropped the split queues; with the stored handle gone too, dropping the last
+    // reference here closes the consumer (leaving the group) on this thread, not a Python one.
     *lock(&shared.consumer) = None;
     drop(consumer);
     lock(&shared.shutdown).finished = true;

@@ -10,6 +10,7 @@ pub mod config;
 mod connection_failure;
 pub mod consumer;
 mod daemon;
+pub mod dead_letter;
 pub mod error;
 mod marker_writer;
 pub mod partitioner;
@@ -25,10 +26,12 @@ pub use async_producer::{
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::{ClientRole, ClientSettings};
 pub use consumer::{
-    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ConsumerStats, Fetched,
-    Outcome, PartitionCounters, PartitionStats, StartAt, Subscription, WorkerId,
+    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ConsumerStats, ErrorPolicy,
+    Fetched, OnError, OrderBy, Outcome, PartitionCounters, PartitionStats, StartAt, Subscription,
+    Verdict, WorkerId,
 };
 pub use daemon::Daemon;
+pub use dead_letter::{DeadLetterWriter, Failure};
 pub use error::{KafkaIoError, KafkaResult};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
 pub use redelivery::{

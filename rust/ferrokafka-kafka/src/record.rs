@@ -29,13 +29,7 @@ pub struct OutgoingRecord {
 impl OutgoingRecord {
     /// Bytes this record occupies in buffers: key, value and headers.
     pub fn size(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len)
-            + self.value.as_ref().map_or(0, Vec::len)
-            + self
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                .sum::<usize>()
+        held_bytes(self.key.as_ref(), self.value.as_ref(), &self.headers)
     }
 
     /// The headers in librdkafka's form.
@@ -88,7 +82,22 @@ pub struct ReceivedRecord {
     pub timestamp_ms: i64,
 }
 
+/// Bytes a record's key, value and headers hold.
+fn held_bytes(key: Option<&Vec<u8>>, value: Option<&Vec<u8>>, headers: &HeaderList) -> usize {
+    key.map_or(0, Vec::len)
+        + value.map_or(0, Vec::len)
+        + headers
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
+}
+
 impl ReceivedRecord {
+    /// Bytes this record holds in memory: key, value and headers.
+    pub fn size(&self) -> usize {
+        held_bytes(self.key.as_ref(), self.value.as_ref(), &self.headers)
+    }
+
     /// A record that never reached the broker, shown with partition -1 (or the one asked for)
     /// and offset -1001 (librdkafka's "invalid offset"), as confluent-kafka reports failures.
     pub fn undelivered(record: OutgoingRecord) -> Self {

@@ -2,25 +2,25 @@
 //!
 //! GIL: creating the engine (which may ask the broker for watermarks and offsets) and every wait
 //! (`fetch` with a timeout, `poll_events`, `stop`) run detached, in slices of at most `SLICE` with
-//! signal checks between them. `ack`, `record_retry`, `stats` and a zero-timeout `fetch` are O(1)
-//! or O(batch) in memory and stay attached. Records become `Message` objects only after
-//! re-attaching. Python handlers never run here: the wrapper's worker threads (or asyncio tasks)
+//! signal checks between them. `ack`, `fail`, `stats` and a zero-timeout `fetch` are O(1) or
+//! O(batch) in memory and stay attached. A fetched batch stays in Rust memory (`Batch`); its
+//! records become `Message` objects only when the handler reaches them. Python handlers never run here: the wrapper's worker threads (or asyncio tasks)
 //! call `fetch`/`ack`, and its dispatcher thread calls `poll_events`.
 
 use std::sync::Arc;
 
 use ferrokafka_kafka::{
-    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, Fetched, Outcome,
-    PartitionCounters, StartAt, Subscription, WorkerId,
+    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched,
+    OnError, OrderBy, Outcome, PartitionCounters, StartAt, Subscription, Verdict, WorkerId,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use crate::batch::PyBatch;
 use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off, timeout_arg};
 use crate::convert::settings_from_dict;
 use crate::errors::{NativeError, NativeResult};
-use crate::message::PyMessage;
 
 /// The native concurrent consumer engine; use `ferrokafka.Consumer` or `ferrokafka.AsyncConsumer`.
 #[pyclass(name = "_RawConsumer", module = "ferrokafka._native", frozen)]
@@ -66,11 +66,37 @@ fn subscription(item: &Bound<'_, PyAny>) -> PyResult<Subscription> {
 fn outcome(name: &str) -> PyResult<Outcome> {
     match name {
         "handled" => Ok(Outcome::Handled),
-        "failed" => Ok(Outcome::Failed),
-        "dead_lettered" => Ok(Outcome::DeadLettered),
         "abandoned" => Ok(Outcome::Abandoned),
         other => Err(PyValueError::new_err(format!(
-            "outcome must be 'handled', 'failed', 'dead_lettered' or 'abandoned', got {other:?}"
+            "outcome must be 'handled' or 'abandoned', got {other:?}"
+        ))),
+    }
+}
+
+fn ordering(name: &str) -> PyResult<OrderBy> {
+    match name {
+        "partition" => Ok(OrderBy::Partition),
+        "key" => Ok(OrderBy::Key),
+        other => Err(PyValueError::new_err(format!(
+            "ordering must be 'partition' or 'key', got {other:?}"
+        ))),
+    }
+}
+
+/// The engine's id of a fetched batch: its first offset.
+fn batch_id(batch: &PyBatch) -> PyResult<i64> {
+    batch
+        .first_offset()
+        .ok_or_else(|| PyValueError::new_err("an empty batch has nothing to acknowledge"))
+}
+
+fn on_error(name: &str) -> PyResult<OnError> {
+    match name {
+        "commit" => Ok(OnError::Commit),
+        "retry" => Ok(OnError::Retry),
+        "dead_letter" => Ok(OnError::DeadLetter),
+        other => Err(PyValueError::new_err(format!(
+            "on_error must be 'commit', 'retry' or 'dead_letter', got {other:?}"
         ))),
     }
 }
@@ -147,7 +173,7 @@ fn event_tuple(py: Python<'_>, event: ConsumerEvent) -> PyResult<Py<PyTuple>> {
 #[pymethods]
 impl PyRawConsumer {
     #[new]
-    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain))]
+    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain, on_error, max_retries, retry_backoff, max_retry_backoff, dead_letter_topic, ordering, max_concurrency))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -158,6 +184,13 @@ impl PyRawConsumer {
         max_queue_records: usize,
         max_queue_bytes: usize,
         drain: f64,
+        on_error: &str,
+        max_retries: u32,
+        retry_backoff: f64,
+        max_retry_backoff: f64,
+        dead_letter_topic: Option<String>,
+        ordering: &str,
+        max_concurrency: usize,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let subscriptions = subscriptions
@@ -170,6 +203,15 @@ impl PyRawConsumer {
             commit_interval: timeout_arg("commit_interval", commit_interval)?,
             max_queue_records,
             max_queue_bytes,
+            errors: ErrorPolicy {
+                on_error: self::on_error(on_error)?,
+                max_retries,
+                retry_backoff: seconds_or_off("retry_backoff", retry_backoff)?,
+                max_retry_backoff: seconds_or_off("max_retry_backoff", max_retry_backoff)?,
+                dead_letter_topic,
+            },
+            ordering: self::ordering(ordering)?,
+            max_concurrency,
         };
         let drain = seconds_or_off("drain", drain)?;
         // Assigning explicit partitions may ask the broker for offsets and watermarks.
@@ -182,14 +224,14 @@ impl PyRawConsumer {
         })
     }
 
-    /// The next batch of `worker`'s partition: a list (empty when nothing came within
-    /// `timeout`), or `None` once the partition is no longer the worker's.
-    fn fetch<'py>(
+    /// The next batch of `worker`'s partition (empty when nothing came within `timeout`), or
+    /// `None` once the partition is no longer the worker's.
+    fn fetch(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         worker: WorkerId,
         timeout: f64,
-    ) -> NativeResult<Option<Bound<'py, PyList>>> {
+    ) -> NativeResult<Option<PyBatch>> {
         self.guard.check()?;
         let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let fetched = if wait.is_zero() {
@@ -198,27 +240,42 @@ impl PyRawConsumer {
             let engine = Arc::clone(&*self.engine);
             py.detach(move || engine.fetch(worker, wait))?
         };
-        match fetched {
-            Fetched::Gone => Ok(None),
-            Fetched::Empty => Ok(Some(PyList::empty(py))),
-            Fetched::Batch(records) => {
-                let messages = records
-                    .into_iter()
-                    .map(|r| Py::new(py, PyMessage::from(r)))
-                    .collect::<PyResult<Vec<_>>>()?;
-                Ok(Some(PyList::new(py, messages)?))
-            }
-        }
+        Ok(match fetched {
+            Fetched::Gone => None,
+            Fetched::Empty => Some(PyBatch::new(Arc::default())),
+            Fetched::Batch(records) => Some(PyBatch::new(records)),
+        })
     }
 
-    /// Marks `worker`'s batch finished; false when it no longer counts (abandoned or revoked).
-    fn ack(&self, worker: WorkerId, outcome_name: &str) -> PyResult<bool> {
-        Ok(self.engine.ack(worker, outcome(outcome_name)?))
+    /// Marks `worker`'s `batch` finished; false when it no longer counts (abandoned or revoked).
+    fn ack(
+        &self,
+        worker: WorkerId,
+        batch: PyRef<'_, PyBatch>,
+        outcome_name: &str,
+    ) -> PyResult<bool> {
+        let first = batch_id(&batch)?;
+        Ok(self.engine.ack(worker, first, outcome(outcome_name)?))
     }
 
-    /// Counts a retry; false when the worker should give up its batch (revoked or stopping).
-    fn record_retry(&self, worker: WorkerId) -> bool {
-        self.engine.record_retry(worker)
+    /// Applies the error policy to `worker`'s `batch`, whose handler raised: seconds to wait
+    /// before calling the handler again with it, or `None` when the batch is settled
+    /// (committed, dead-lettered or abandoned).
+    fn fail(
+        &self,
+        worker: WorkerId,
+        batch: PyRef<'_, PyBatch>,
+        error_class: String,
+        error_message: String,
+    ) -> PyResult<Option<f64>> {
+        let failure = Failure {
+            class: error_class,
+            message: error_message,
+        };
+        Ok(match self.engine.fail(worker, batch_id(&batch)?, failure) {
+            Verdict::Retry(wait) => Some(wait.as_secs_f64()),
+            Verdict::Settled => None,
+        })
     }
 
     /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 
 mod arrow;
+mod batch;
 mod blocking;
 mod client;
 mod codec;
@@ -37,6 +38,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer_events::PyProducerRetrying>()?;
     m.add_class::<producer_events::PyProducerShutDown>()?;
     m.add_class::<consumer::PyRawConsumer>()?;
+    m.add_class::<batch::PyBatch>()?;
+    m.add_class::<batch::PyBatchIterator>()?;
     m.add_class::<scheduler::PyRawScheduler>()?;
     m.add_class::<redelivery::PyRawQueueConsumer>()?;
     m.add_class::<redelivery::PyRawRedeliveryTracker>()?;

@@ -1,6 +1,8 @@
 //! `Message`: a record read from or delivered to Kafka, shaped like confluent-kafka's `Message`
 //! (accessor methods, `timestamp()` as a `(type, ms)` pair).
 
+use std::sync::Arc;
+
 use ferrokafka_kafka::{KafkaIoError, ReceivedRecord, TimestampKind};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -11,14 +13,22 @@ use crate::errors::NativeError;
 #[pyclass(name = "Message", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyMessage {
-    record: ReceivedRecord,
+    record: Record,
     error: Option<KafkaIoError>,
+}
+
+/// Where a message's record lives: its own, or one of a consumed batch that Rust keeps (a
+/// consumer batch shares its records with its messages instead of copying them).
+#[derive(Debug)]
+enum Record {
+    Owned(ReceivedRecord),
+    InBatch(Arc<Vec<ReceivedRecord>>, usize),
 }
 
 impl From<ReceivedRecord> for PyMessage {
     fn from(record: ReceivedRecord) -> Self {
         PyMessage {
-            record,
+            record: Record::Owned(record),
             error: None,
         }
     }
@@ -28,8 +38,23 @@ impl PyMessage {
     /// A record that was not delivered, with the reason.
     pub fn failed(record: ReceivedRecord, error: KafkaIoError) -> Self {
         PyMessage {
-            record,
+            record: Record::Owned(record),
             error: Some(error),
+        }
+    }
+
+    /// Record `index` of `batch`, sharing the batch's memory. `index` must be in bounds.
+    pub fn in_batch(batch: &Arc<Vec<ReceivedRecord>>, index: usize) -> Self {
+        PyMessage {
+            record: Record::InBatch(Arc::clone(batch), index),
+            error: None,
+        }
+    }
+
+    fn record(&self) -> &ReceivedRecord {
+        match &self.record {
+            Record::Owned(record) => record,
+            Record::InBatch(batch, index) => &batch[*index],
         }
     }
 }
@@ -41,31 +66,31 @@ fn bytes_or_none<'py>(py: Python<'py>, data: Option<&Vec<u8>>) -> Option<Bound<'
 #[pymethods]
 impl PyMessage {
     fn topic(&self) -> &str {
-        &self.record.topic
+        &self.record().topic
     }
 
     fn partition(&self) -> i32 {
-        self.record.partition
+        self.record().partition
     }
 
     fn offset(&self) -> i64 {
-        self.record.offset
+        self.record().offset
     }
 
     fn key<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
-        bytes_or_none(py, self.record.key.as_ref())
+        bytes_or_none(py, self.record().key.as_ref())
     }
 
     fn value<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
-        bytes_or_none(py, self.record.value.as_ref())
+        bytes_or_none(py, self.record().value.as_ref())
     }
 
     fn headers<'py>(&self, py: Python<'py>) -> Option<Vec<(String, Option<Bound<'py, PyBytes>>)>> {
-        if self.record.headers.is_empty() {
+        if self.record().headers.is_empty() {
             return None;
         }
         Some(
-            self.record
+            self.record()
                 .headers
                 .iter()
                 .map(|(k, v)| (k.clone(), bytes_or_none(py, v.as_ref())))
@@ -74,12 +99,12 @@ impl PyMessage {
     }
 
     fn timestamp(&self) -> (i32, i64) {
-        let kind = match self.record.timestamp_kind {
+        let kind = match self.record().timestamp_kind {
             TimestampKind::NotAvailable => 0,
             TimestampKind::CreateTime => 1,
             TimestampKind::LogAppendTime => 2,
         };
-        (kind, self.record.timestamp_ms)
+        (kind, self.record().timestamp_ms)
     }
 
     fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
@@ -89,16 +114,16 @@ impl PyMessage {
     }
 
     fn __len__(&self) -> usize {
-        self.record.value.as_ref().map_or(0, Vec::len)
+        self.record().value.as_ref().map_or(0, Vec::len)
     }
 
     fn __repr__(&self) -> String {
         format!(
             "Message(topic={:?}, partition={}, offset={}, key={}, value_len={})",
-            self.record.topic,
-            self.record.partition,
-            self.record.offset,
-            self.record.key.as_ref().map_or_else(
+            self.record().topic,
+            self.record().partition,
+            self.record().offset,
+            self.record().key.as_ref().map_or_else(
                 || "None".to_owned(),
                 |k| format!("{:?}", String::from_utf8_lossy(k))
             ),

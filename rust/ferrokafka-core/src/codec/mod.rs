@@ -8,6 +8,7 @@ pub mod columnar;
 pub mod envelope;
 pub mod json;
 pub mod marker_codec;
+pub mod records;
 pub mod report;
 pub mod report_rules;
 pub mod rows;

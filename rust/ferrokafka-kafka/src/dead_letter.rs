@@ -1,0 +1,209 @@
+//! [`DeadLetterWriter`]: writes failed batches of the concurrent consumer to a dead-letter topic,
+//! asynchronously and in bulk.
+//!
+//! Threads: [`DeadLetterWriter::write`] runs on a worker (through the bindings) and only enqueues
+//! the batch's records into librdkafka, which batches them on the wire. librdkafka's polling
+//! thread (owned by the `ThreadedProducer`) runs the delivery callback, which counts a batch down
+//! and, once every record of it is acknowledged, calls the batch's `done` callback (the consumer
+//! then lets its offsets be committed). A record the broker refused is queued for another send
+//! after a backoff; [`DeadLetterWriter::resend_due`], called by the consumer's poller, sends it.
+//! No record is dropped: a batch whose records keep failing never completes, so its offsets are
+//! never committed and it is read again after a restart.
+//!
+//! Each record keeps its key, value and headers, followed by the `ferrokafka_error_*` and
+//! `ferrokafka_original_*` headers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+
+use crate::config::{ClientRole, ClientSettings};
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::record::ReceivedRecord;
+
+/// How long a refused record waits before it is sent again.
+const RESEND_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Why a batch is dead-lettered: the handler's exception.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The exception's class name.
+    pub class: String,
+    /// The exception's message.
+    pub message: String,
+}
+
+/// One batch being written; shared by the deliveries of its records.
+struct Letter {
+    records: Arc<Vec<ReceivedRecord>>,
+    failure: Failure,
+    remaining: AtomicUsize,
+    done: Box<dyn Fn() + Send + Sync>,
+}
+
+/// The delivery opaque: which record of which batch.
+struct Delivery {
+    letter: Arc<Letter>,
+    index: usize,
+}
+
+struct Context {
+    resend: Arc<Mutex<Vec<(Instant, Delivery)>>>,
+}
+
+impl ClientContext for Context {}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = Box<Delivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Self::DeliveryOpaque) {
+        match result {
+            Ok(_) => {
+                if delivery.letter.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    (delivery.letter.done)();
+                }
+            }
+            Err((error, _)) => {
+                let record = &delivery.letter.records[delivery.index];
+                log::warn!(
+                    "dead-letter write of {}[{}]@{} failed: {error}; sending it again",
+                    record.topic,
+                    record.partition,
+                    record.offset
+                );
+                let due = Instant::now() + RESEND_BACKOFF;
+                lock(&self.resend).push((due, *delivery));
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes failed batches to one dead-letter topic; see the module docs.
+pub struct DeadLetterWriter {
+    topic: String,
+    producer: ThreadedProducer<Context>,
+    resend: Arc<Mutex<Vec<(Instant, Delivery)>>>,
+}
+
+impl std::fmt::Debug for DeadLetterWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadLetterWriter")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeadLetterWriter {
+    /// A writer to `topic` with the producer settings derived from the consumer's.
+    pub fn new(settings: &ClientSettings, topic: String) -> KafkaResult<Self> {
+        let resend = Arc::new(Mutex::new(Vec::new()));
+        let producer = settings
+            .for_role(ClientRole::Producer)
+            .to_client_config()
+            .create_with_context(Context {
+                resend: Arc::clone(&resend),
+            })
+            .map_err(|e| {
+                KafkaIoError::from_rdkafka("create dead-letter producer", e, Duration::ZERO, None)
+            })?;
+        Ok(DeadLetterWriter {
+            topic,
+            producer,
+            resend,
+        })
+    }
+
+    /// Enqueues every record of `records` for the dead-letter topic; `done` runs (on librdkafka's
+    /// thread) once the broker acknowledged them all. Returns at once.
+    pub fn write(
+        &self,
+        records: Arc<Vec<ReceivedRecord>>,
+        failure: Failure,
+        done: Box<dyn Fn() + Send + Sync>,
+    ) {
+        if records.is_empty() {
+            done();
+            return;
+        }
+        let letter = Arc::new(Letter {
+            remaining: AtomicUsize::new(records.len()),
+            records,
+            failure,
+            done,
+        });
+        for index in 0..letter.records.len() {
+            self.send(Delivery {
+                letter: Arc::clone(&letter),
+                index,
+            });
+        }
+    }
+
+    /// Sends again the records whose write failed and whose backoff passed by `now`.
+    pub fn resend_due(&self, now: Instant) {
+        let due: Vec<Delivery> = {
+            let mut waiting = lock(&self.resend);
+            if waiting.is_empty() {
+                return;
+            }
+            let (due, later) = waiting.drain(..).partition(|(at, _)| *at <= now);
+            *waiting = later;
+            due.into_iter().map(|(_, delivery)| delivery).collect()
+        };
+        for delivery in due {
+            self.send(delivery);
+        }
+    }
+
+    fn send(&self, delivery: Delivery) {
+        let letter = Arc::clone(&delivery.letter);
+        let record = &letter.records[delivery.index];
+        let failure = &letter.failure;
+        let partition = record.partition.to_string();
+        let offset = record.offset.to_string();
+        let added: [(&str, &[u8]); 5] = [
+            ("ferrokafka_error_class", failure.class.as_bytes()),
+            ("ferrokafka_error_message", failure.message.as_bytes()),
+            ("ferrokafka_original_topic", record.topic.as_bytes()),
+            ("ferrokafka_original_partition", partition.as_bytes()),
+            ("ferrokafka_original_offset", offset.as_bytes()),
+        ];
+        let own = record.headers.iter().map(|(k, v)| Header {
+            key: k.as_str(),
+            value: v.as_deref(),
+        });
+        let extra = added.iter().map(|(k, v)| Header {
+            key: k,
+            value: Some(*v),
+        });
+        let headers = own.chain(extra).fold(
+            OwnedHeaders::new_with_capacity(record.headers.len() + added.len()),
+            OwnedHeaders::insert,
+        );
+        let mut out = BaseRecord::<[u8], [u8], Box<Delivery>>::with_opaque_to(
+            &self.topic,
+            Box::new(delivery),
+        )
+        .headers(headers);
+        if let Some(key) = record.key.as_deref() {
+            out = out.key(key);
+        }
+        if let Some(value) = record.value.as_deref() {
+            out = out.payload(value);
+        }
+        if let Err((error, rejected)) = self.producer.send(out) {
+            // Most often a full local queue: wait for the backoff and try again.
+            log::warn!("cannot enqueue a dead-letter record: {error}; trying again");
+            let due = Instant::now() + RESEND_BACKOFF.min(Duration::from_millis(100));
+            lock(&self.resend).push((due, *rejected.delivery_opaque));
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! `Batch`: the records of one consumer batch, kept in the Rust memory the engine filled.
+//!
+//! A `Message` object is created only when a record is accessed (indexing or iterating), and
+//! shares the batch's memory; the columnar accessors build one Python list per call and
+//! `to_arrow` builds the Arrow buffers with the GIL released (one copy per value, no Python
+//! object per record).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ferrokafka_core::codec::columnar::ColumnBuilder;
+use ferrokafka_core::codec::records::{RecordFields, RecordRows};
+use ferrokafka_kafka::{ReceivedRecord, TimestampKind};
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PySlice};
+
+use crate::arrow::column_parts;
+use crate::errors::NativeResult;
+use crate::message::PyMessage;
+
+/// The records of one partition handed to a handler, in offset order; a sequence of `Message`.
+#[pyclass(name = "Batch", module = "ferrokafka._native", frozen, sequence)]
+#[derive(Debug)]
+pub struct PyBatch {
+    records: Arc<Vec<ReceivedRecord>>,
+}
+
+impl PyBatch {
+    /// A batch over `records`, shared with the engine (no copy).
+    pub fn new(records: Arc<Vec<ReceivedRecord>>) -> Self {
+        PyBatch { records }
+    }
+
+    /// The offset that identifies the batch to the engine (its first record's).
+    pub fn first_offset(&self) -> Option<i64> {
+        self.records.first().map(|r| r.offset)
+    }
+
+    fn message(&self, py: Python<'_>, index: usize) -> PyResult<Py<PyMessage>> {
+        Py::new(py, PyMessage::in_batch(&self.records, index))
+    }
+
+    fn column<'py, T, F>(&self, py: Python<'py>, field: F) -> PyResult<Bound<'py, PyList>>
+    where
+        F: Fn(&ReceivedRecord) -> T,
+        T: IntoPyObject<'py>,
+    {
+        PyList::new(py, self.records.iter().map(field))
+    }
+}
+
+fn bytes<'py>(py: Python<'py>, data: Option<&Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
+    data.map(|d| PyBytes::new(py, d))
+}
+
+#[pymethods]
+impl PyBatch {
+    fn __len__(&self) -> usize {
+        self.records.len()
+    }
+
+    fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if let Ok(slice) = index.cast::<PySlice>() {
+            let range = slice.indices(self.records.len() as isize)?;
+            let messages = (0..range.slicelength)
+                .map(|n| self.message(py, (range.start + n as isize * range.step) as usize))
+                .collect::<PyResult<Vec<_>>>()?;
+            return Ok(PyList::new(py, messages)?.into_any().unbind());
+        }
+        let position: isize = index.extract()?;
+        let len = self.records.len() as isize;
+        let resolved = if position < 0 {
+            position + len
+        } else {
+            position
+        };
+        if !(0..len).contains(&resolved) {
+            return Err(PyIndexError::new_err("batch index out of range"));
+        }
+        Ok(self.message(py, resolved as usize)?.into_any())
+    }
+
+    fn __iter__(&self) -> PyBatchIterator {
+        PyBatchIterator {
+            records: Arc::clone(&self.records),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn __bool__(&self) -> bool {
+        !self.records.is_empty()
+    }
+
+    /// The values, in order (`None` for a tombstone).
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.column(py, |r| bytes(py, r.value.as_ref()))
+    }
+
+    /// The keys, in order.
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.column(py, |r| bytes(py, r.key.as_ref()))
+    }
+
+    /// The offsets, in order.
+    fn offsets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.column(py, |r| r.offset)
+    }
+
+    /// The timestamps in ms since the epoch (0 when a record has none).
+    fn timestamps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.column(py, |r| r.timestamp_ms)
+    }
+
+    /// The batch as one `pyarrow.RecordBatch`.
+    fn to_arrow(&self, py: Python<'_>) -> NativeResult<Py<PyAny>> {
+        let records = Arc::clone(&self.records);
+        // Building the columns scales with the batch: done detached.
+        let column = py.detach(move || {
+            let mut rows = RecordRows::default();
+            for record in records.iter() {
+                let available = record.timestamp_kind != TimestampKind::NotAvailable;
+                rows.push(RecordFields {
+                    key: record.key.as_deref(),
+                    value: record.value.as_deref(),
+                    topic: &record.topic,
+                    partition: record.partition,
+                    offset: record.offset,
+                    timestamp_ms: available.then_some(record.timestamp_ms),
+                    headers: record
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_deref())),
+                });
+            }
+            rows.finish()
+        })?;
+        let parts = column_parts(py, column)?;
+        let arrow = py.import("ferrokafka.arrow")?;
+        Ok(arrow.call_method1("_record_batch", (parts,))?.unbind())
+    }
+
+    fn __repr__(&self) -> String {
+        match (self.records.first(), self.records.last()) {
+            (Some(first), Some(last)) => format!(
+                "Batch(topic={:?}, partition={}, offsets={}..={}, records={})",
+                first.topic,
+                first.partition,
+                first.offset,
+                last.offset,
+                self.records.len()
+            ),
+            _ => "Batch(records=0)".to_owned(),
+        }
+    }
+}
+
+/// Iterates a `Batch`, creating each `Message` when it is reached.
+#[pyclass(name = "BatchIterator", module = "ferrokafka._native", frozen)]
+#[derive(Debug)]
+pub struct PyBatchIterator {
+    records: Arc<Vec<ReceivedRecord>>,
+    next: AtomicUsize,
+}
+
+#[pymethods]
+impl PyBatchIterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyMessage>>> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        if index >= self.records.len() {
+            return Ok(None);
+        }
+        Py::new(py, PyMessage::in_batch(&self.records, index)).map(Some)
+    }
+}
