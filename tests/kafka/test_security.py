@@ -24,10 +24,10 @@ import pytest
 from ferrokafka import (
     AsyncConsumer,
     AsyncProducer,
+    Batch,
     Client,
     Consumer,
     KafkaError,
-    Message,
     NewTopic,
 )
 from ferrokafka.cli import main
@@ -67,7 +67,7 @@ def produce_and_consume(broker: SecureBroker, config: dict[str, str], count: int
     received: list[bytes] = []
     lock = threading.Lock()
 
-    def handle(batch: list[Message]) -> None:
+    def handle(batch: Batch) -> None:
         with lock:
             received.extend(m.value() or b"" for m in batch)
 
@@ -301,7 +301,7 @@ def test_async_consumer_over_ssl(secure_broker: SecureBroker) -> None:
     received: list[bytes] = []
     arrived = asyncio.Event()
 
-    async def handle(batch: list[Message]) -> None:
+    async def handle(batch: Batch) -> None:
         received.extend(m.value() or b"" for m in batch)
         arrived.set()
 
