@@ -286,7 +286,10 @@ def test_redelivery_tracker_and_queue_consumer_over_sasl_ssl(secure_broker: Secu
     group = f"g-{uuid.uuid4().hex}"
     with (
         RedeliveryTracker(config, queue_topic, markers, group_id=f"t-{group}", commit_interval=0.2),
-        QueueConsumer(config, queue_topic, markers, 2.0, group_id=group) as queue,
+        # No automatic keepalive: the unacknowledged message must time out and come back.
+        QueueConsumer(
+            config, queue_topic, markers, 2.0, group_id=group, auto_keepalive=False
+        ) as queue,
     ):
         first = take(queue, 2)
         queue.ack(next(m for m in first if m.value() == b"acked"))
