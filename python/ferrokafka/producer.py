@@ -163,9 +163,15 @@ class AsyncProducer:
         ``block`` after ``block_timeout``), ``TypeError``/``ValueError`` for bad arguments before
         anything is queued, and :class:`~ferrokafka.ClosedError` after :meth:`shutdown`.
         """
-        self._enqueue(
-            value, topic, key, partition, partition_key, headers, timestamp, on_delivery, None
-        )
+        try:  # the binding keeps on_delivery until the record's result comes
+            queue_size = self._raw.produce(
+                topic, value, key, partition, partition_key, headers, timestamp, on_delivery
+            )
+        except BufferOverflow as overflow:
+            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+            raise
+        if self._subscribers:
+            self._publish_enqueued(topic, queue_size)
 
     def produce_future(
         self,
@@ -183,7 +189,15 @@ class AsyncProducer:
         """
         future: Future[Message] = Future()
         future.set_running_or_notify_cancel()
-        self._enqueue(value, topic, key, partition, partition_key, headers, timestamp, None, future)
+        try:
+            queue_size = self._raw.produce(
+                topic, value, key, partition, partition_key, headers, timestamp, None, future
+            )
+        except BufferOverflow as overflow:
+            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+            raise
+        if self._subscribers:
+            self._publish_enqueued(topic, queue_size)
         return future
 
     def produce_many(self, records: Iterable[Record], topic: str | None = None) -> int:
@@ -212,35 +226,11 @@ class AsyncProducer:
             )
         return accepted
 
-    def _enqueue(
-        self,
-        value: Value,
-        topic: str,
-        key: Value,
-        partition: int | None,
-        partition_key: Value,
-        headers: Headers | None,
-        timestamp: int | None,
-        on_delivery: DeliveryCallback | None,
-        future: Future[Message] | None,
-    ) -> None:
-        try:
-            # The binding keeps the callback or future until the record's result comes.
-            queue_size = self._raw.produce(
-                topic, value, key, partition, partition_key, headers, timestamp, on_delivery, future
-            )
-        except BufferOverflow as overflow:
-            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
-            raise
-        if self._subscribers:
-            self._publish(
-                "enqueue_message",
-                {
-                    "topic": topic,
-                    "queue_size": queue_size,
-                    "max_queue_size": self.max_queue_size,
-                },
-            )
+    def _publish_enqueued(self, topic: str, queue_size: int) -> None:
+        self._publish(
+            "enqueue_message",
+            {"topic": topic, "queue_size": queue_size, "max_queue_size": self.max_queue_size},
+        )
 
     # -- delivery control ------------------------------------------------------------------
 
