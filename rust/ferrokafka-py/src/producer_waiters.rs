@@ -4,12 +4,12 @@
 //! behind a Python lock, and so that delivered records are settled while the events are drained,
 //! without a Python event object per record.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use ferrokafka_kafka::Ticket;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use rustc_hash::FxHashMap;
 
 use crate::message::PyMessage;
 
@@ -23,11 +23,12 @@ pub(crate) enum Waiter {
 }
 
 /// The waiter table: registered before the record can be delivered, taken once when settled.
+/// Tickets are the engine's own counter, so a fast non-keyed hash is enough.
 #[derive(Debug, Default)]
-pub(crate) struct DeliveryWaiters(Mutex<HashMap<Ticket, Waiter>>);
+pub(crate) struct DeliveryWaiters(Mutex<FxHashMap<Ticket, Waiter>>);
 
 impl DeliveryWaiters {
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<Ticket, Waiter>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, FxHashMap<Ticket, Waiter>> {
         // A panic while the lock was held cannot leave the map half-updated (one insert or remove).
         self.0
             .lock()
