@@ -10,9 +10,12 @@ Each case runs in a child Python process under `valgrind --tool=callgrind`, once
 messages of 100 bytes to a 3-partition topic of its own (flushed until acknowledged) and once
 producing 10; the difference of the two instruction totals over N - 10 is the cost per message
 of every thread of the client process (Python, the binding, librdkafka), without start-up and
-imports. Cases run interleaved, forwards then backwards (A-B-B-A); the table gives medians and the
-ratio to the plain confluent-kafka loop. Records on each topic are counted afterwards. Starts a
-broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set.
+imports. Cases run interleaved, forwards then backwards (A-B-B-A); the table gives medians, the
+ratio to the plain confluent-kafka loop, and how many times fewer instructions a case needs than
+the confluent loop with a delivery callback each (the peer when every message has a callback or
+future). The callback and future cases wait until every callback ran and every future is done.
+Records on each topic are counted afterwards. Starts a broker with scripts/kafka.sh on port 19592
+unless KAFKA_BOOTSTRAP is set.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ CASES = {
     "confluent_callbacks": "confluent-kafka produce+poll(0), a delivery callback each",
     "produce_many": "ferrokafka AsyncProducer.produce_many (batches of 10k)",
     "produce": "ferrokafka AsyncProducer.produce",
+    "produce_callbacks": "ferrokafka AsyncProducer.produce with an on_delivery callback each",
+    "produce_future": "ferrokafka AsyncProducer.produce_future each",
 }
 
 
@@ -70,10 +75,26 @@ def child(case: str, bootstrap: str, topic: str, n: int) -> None:
             values = [value] * n
             for start in range(0, n, BATCH):
                 ferro.produce_many(values[start : start + BATCH], topic)
+        elif case == "produce_callbacks":
+            acknowledged = [0]
+
+            def on_delivery(error: object, _message: object) -> None:
+                acknowledged[0] += error is None
+
+            for _ in range(n):
+                ferro.produce(value, topic, on_delivery=on_delivery)
+        elif case == "produce_future":
+            futures = [ferro.produce_future(value, topic) for _ in range(n)]
         else:
             for _ in range(n):
                 ferro.produce(value, topic)
-        ferro.flush(timeout=300)
+        ferro.flush(timeout=300)  # returns once every callback ran and every future is done
+        if case == "produce_callbacks" and acknowledged[0] != n:
+            raise SystemExit(f"{acknowledged[0]} of {n} callbacks reported success")
+        if case == "produce_future" and not all(
+            f.done() and f.exception() is None for f in futures
+        ):
+            raise SystemExit("a future is not done or failed")
 
 
 def instructions(case: str, bootstrap: str, n: int) -> tuple[int, str]:
@@ -161,16 +182,20 @@ def main() -> int:
     if not os.environ.get("KAFKA_BOOTSTRAP"):
         subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=True, capture_output=True)
     peer = statistics.median(per_message["confluent"])
+    callback_peer = statistics.median(per_message["confluent_callbacks"])
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"{n:,} messages of 100 bytes, 3 partitions, linger.ms=5; median of {args.samples} "
         f"interleaved sample(s) per case; load average before {load_before}, after "
         f"{load_after} (instruction counts do not depend on it)\n"
     )
-    print("| case | instructions/msg | vs confluent no callbacks |\n|---|---:|---:|")
+    print(
+        "| case | instructions/msg | vs confluent no callbacks | confluent with callbacks / case |"
+        "\n|---|---:|---:|---:|"
+    )
     for case, name in CASES.items():
         median = statistics.median(per_message[case])
-        print(f"| {name} | {median:,.0f} | {median / peer:.2f}x |")
+        print(f"| {name} | {median:,.0f} | {median / peer:.2f}x | {callback_peer / median:.2f}x |")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Type stubs and user documentation of the ``ferrokafka._native`` extension module."""
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any, Literal, Required, TypeAlias, TypedDict, final, overload
 
 __version__: str
@@ -245,10 +246,11 @@ class _RawAsyncProducer:
         partition_key: bytes | str | None = None,
         headers: _Headers | None = None,
         timestamp: int | None = None,
-        track: bool = False,
-    ) -> tuple[int, int]:
-        """Queue one record; returns its ticket (0 when not tracked) and the queue size right
-        after it went in."""
+        on_delivery: Callable[[Exception | None, Message], object] | None = None,
+        future: Future[Message] | None = None,
+    ) -> int:
+        """Queue one record; ``on_delivery`` or the running ``future`` gets its delivery result
+        (settled by ``poll_events``). Returns the queue size right after it went in."""
     def produce_many(self, records: Any, topic: str | None = None) -> tuple[int, int]:
         """Queue a batch; returns how many records were queued and the queue size after."""
     def deliver_messages(self) -> None: ...
@@ -256,34 +258,21 @@ class _RawAsyncProducer:
     def poll_events(
         self, timeout: float, max_events: int = 10_000
     ) -> list[
-        ProducerDelivered
-        | ProducerFailed
-        | ProducerDropped
-        | ProducerDelivering
-        | ProducerRetrying
-        | ProducerShutDown
+        ProducerFailed | ProducerDropped | ProducerDelivering | ProducerRetrying | ProducerShutDown
     ]:
-        """Wait up to ``timeout`` seconds for delivery and instrumentation events."""
+        """Wait up to ``timeout`` seconds for events; settle the delivery results among them
+        (callbacks and futures) and return the others."""
     def shutdown(self, timeout: float) -> list[tuple[int, Message]]:
         """Stop; returns ``(ticket, message)`` for every record never handed to Kafka."""
+    def settle(self, ticket: int, message: Message) -> None:
+        """Hand a record returned by ``shutdown`` to its waiter, with ``message.error()``."""
     def stats(self) -> dict[str, int]: ...
-
-@final
-class ProducerDelivered:
-    """A tracked record the broker acknowledged."""
-
-    @property
-    def ticket(self) -> int: ...
-    @property
-    def message(self) -> Message: ...
 
 @final
 class ProducerFailed:
     """A record that finally failed (retries exhausted, refused for good, or purged at
-    shutdown); ``message.error()`` says why. ``ticket`` is 0 when nobody waits for it."""
+    shutdown); ``message.error()`` says why. Its waiter already got the error."""
 
-    @property
-    def ticket(self) -> int: ...
     @property
     def message(self) -> Message: ...
     @property
@@ -291,10 +280,9 @@ class ProducerFailed:
 
 @final
 class ProducerDropped:
-    """Records the ``drop_oldest`` policy dropped, oldest first, with their tickets."""
+    """Records the ``drop_oldest`` policy dropped, oldest first; their waiters already got a
+    ``BufferOverflow``."""
 
-    @property
-    def tickets(self) -> list[int]: ...
     @property
     def messages(self) -> list[Message]: ...
 

@@ -25,7 +25,6 @@ from typing import Any, Literal, TypeAlias
 
 from ferrokafka._native import (
     Message,
-    ProducerDelivered,
     ProducerDelivering,
     ProducerDropped,
     ProducerFailed,
@@ -33,18 +32,14 @@ from ferrokafka._native import (
     ProducerShutDown,
     _RawAsyncProducer,
 )
-from ferrokafka.exceptions import BufferOverflow, ClosedError
+from ferrokafka.exceptions import BufferOverflow
 
 __all__ = ["AsyncProducer", "DeliveryCallback", "InstrumentationCallback"]
 
-# What the native producer's event poll returns, one class per kind.
+# What the native producer's event poll returns, one class per kind. Delivery results are not
+# among them: the binding calls the callbacks and completes the futures while draining.
 ProducerEvent: TypeAlias = (
-    ProducerDelivered
-    | ProducerFailed
-    | ProducerDropped
-    | ProducerDelivering
-    | ProducerRetrying
-    | ProducerShutDown
+    ProducerFailed | ProducerDropped | ProducerDelivering | ProducerRetrying | ProducerShutDown
 )
 
 log = logging.getLogger("ferrokafka.producer")
@@ -58,7 +53,6 @@ Value: TypeAlias = bytes | str | None
 HeaderValue: TypeAlias = bytes | str | None
 Headers: TypeAlias = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]]
 Record: TypeAlias = bytes | str | tuple[Value, Value] | Mapping[str, Any]
-Waiter: TypeAlias = "DeliveryCallback | Future[Message]"
 
 _POLL_SECONDS = 0.1
 
@@ -136,10 +130,9 @@ class AsyncProducer:
             max_retries,
             retry_backoff,
         )
-        self._waiters: dict[int, Waiter] = {}
-        self._waiters_lock = threading.Lock()
         self._subscribers: list[InstrumentationCallback] = []
         self._failed: list[Message] = []
+        self._failed_lock = threading.Lock()
         self._dispatch_lock = threading.Lock()
         self._closed = threading.Event()
         self._dispatcher = threading.Thread(
@@ -170,15 +163,15 @@ class AsyncProducer:
         ``block`` after ``block_timeout``), ``TypeError``/``ValueError`` for bad arguments before
         anything is queued, and :class:`~ferrokafka.ClosedError` after :meth:`shutdown`.
         """
-        if on_delivery is None and not self._subscribers:
-            # The common case goes straight to Rust: no ticket, nothing to publish.
-            try:
-                self._raw.produce(topic, value, key, partition, partition_key, headers, timestamp)
-            except BufferOverflow as overflow:
-                self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
-                raise
-            return
-        self._enqueue(value, topic, key, partition, partition_key, headers, timestamp, on_delivery)
+        try:  # the binding keeps on_delivery until the record's result comes
+            queue_size = self._raw.produce(
+                topic, value, key, partition, partition_key, headers, timestamp, on_delivery
+            )
+        except BufferOverflow as overflow:
+            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+            raise
+        if self._subscribers:
+            self._publish_enqueued(topic, queue_size)
 
     def produce_future(
         self,
@@ -196,7 +189,15 @@ class AsyncProducer:
         """
         future: Future[Message] = Future()
         future.set_running_or_notify_cancel()
-        self._enqueue(value, topic, key, partition, partition_key, headers, timestamp, future)
+        try:
+            queue_size = self._raw.produce(
+                topic, value, key, partition, partition_key, headers, timestamp, None, future
+            )
+        except BufferOverflow as overflow:
+            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+            raise
+        if self._subscribers:
+            self._publish_enqueued(topic, queue_size)
         return future
 
     def produce_many(self, records: Iterable[Record], topic: str | None = None) -> int:
@@ -225,38 +226,11 @@ class AsyncProducer:
             )
         return accepted
 
-    def _enqueue(
-        self,
-        value: Value,
-        topic: str,
-        key: Value,
-        partition: int | None,
-        partition_key: Value,
-        headers: Headers | None,
-        timestamp: int | None,
-        waiter: Waiter | None,
-    ) -> None:
-        track = waiter is not None
-        try:
-            # The waiter is registered before the worker can deliver, under one lock.
-            with self._waiters_lock:
-                ticket, queue_size = self._raw.produce(
-                    topic, value, key, partition, partition_key, headers, timestamp, track
-                )
-                if waiter is not None:
-                    self._waiters[ticket] = waiter
-        except BufferOverflow as overflow:
-            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
-            raise
-        if self._subscribers:
-            self._publish(
-                "enqueue_message",
-                {
-                    "topic": topic,
-                    "queue_size": queue_size,
-                    "max_queue_size": self.max_queue_size,
-                },
-            )
+    def _publish_enqueued(self, topic: str, queue_size: int) -> None:
+        self._publish(
+            "enqueue_message",
+            {"topic": topic, "queue_size": queue_size, "max_queue_size": self.max_queue_size},
+        )
 
     # -- delivery control ------------------------------------------------------------------
 
@@ -286,7 +260,7 @@ class AsyncProducer:
         self._dispatcher.join()
         self._drain_now()
         for ticket, message in undelivered:
-            self._settle(ticket, message.error() or ClosedError("not delivered"), message)
+            self._raw.settle(ticket, message)
         handed_back = self.take_failed() + [message for _, message in undelivered]
         if handed_back:
             log.error("shutdown: %d message(s) could not be delivered", len(handed_back))
@@ -319,7 +293,7 @@ class AsyncProducer:
 
     def take_failed(self) -> list[Message]:
         """Messages that finally failed since the last call, each with ``error()`` set."""
-        with self._waiters_lock:
+        with self._failed_lock:
             failed, self._failed = self._failed, []
         return failed
 
@@ -337,20 +311,18 @@ class AsyncProducer:
                 self._dispatch(events)
 
     def _dispatch(self, events: list[ProducerEvent]) -> bool:
-        """Runs the callbacks of ``events``; True once the producer's last event came."""
+        """Publishes ``events`` (their waiters were settled in the binding); True once the
+        producer's last event came."""
         failures: dict[str, list[Any]] = {}  # topic -> [count, last error]: one log line each
         shut_down = False
         for event in events:
-            if isinstance(event, ProducerDelivered):
-                self._settle(event.ticket, None, event.message)
-            elif isinstance(event, ProducerFailed):
+            if isinstance(event, ProducerFailed):
                 message = event.message
                 error = message.error()
                 failures.setdefault(message.topic(), [0, error])[0] += 1
                 failures[message.topic()][1] = error
-                with self._waiters_lock:
+                with self._failed_lock:
                     self._failed.append(message)
-                self._settle(event.ticket, error, message)
                 self._publish(
                     "delivery_error",
                     {
@@ -373,8 +345,6 @@ class AsyncProducer:
                 )
             elif isinstance(event, ProducerDropped):
                 messages = event.messages
-                for ticket, message in zip(event.tickets, messages, strict=True):
-                    self._settle(ticket, BufferOverflow("dropped by drop_oldest"), message)
                 self._publish(
                     "drop_messages", {"message_count": len(messages), "messages": messages}
                 )
@@ -388,24 +358,6 @@ class AsyncProducer:
         for topic, (count, error) in failures.items():
             log.warning("%d message(s) to %s failed and were handed back: %s", count, topic, error)
         return shut_down
-
-    def _settle(self, ticket: int, error: Exception | None, message: Message) -> None:
-        if not ticket:
-            return
-        with self._waiters_lock:
-            waiter = self._waiters.pop(ticket, None)
-        if waiter is None:
-            return
-        if isinstance(waiter, Future):
-            if error is None:
-                waiter.set_result(message)
-            else:
-                waiter.set_exception(error)
-            return
-        try:
-            waiter(error, message)
-        except Exception:
-            log.exception("on_delivery callback failed for a message to %s", message.topic())
 
     def _publish(self, name: str, payload: dict[str, Any]) -> None:
         for subscriber in self._subscribers:

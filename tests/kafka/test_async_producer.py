@@ -234,6 +234,72 @@ def test_callbacks_and_futures_get_delivery_results(
     assert [(e, m.value(), m.offset()) for e, m in seen] == [(None, b"a", 0)]
 
 
+def test_each_callback_runs_once_in_partition_order_and_a_raising_one_stops_nothing(
+    config: dict[str, Any], topic_factory: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = topic_factory(partitions=3)
+    calls: list[tuple[int, int, bytes | None]] = []  # (partition, offset, value) per call
+
+    def record(error: Exception | None, message: Message) -> None:
+        assert error is None
+        calls.append((message.partition(), message.offset(), message.value()))
+
+    def record_then_raise(error: Exception | None, message: Message) -> None:
+        record(error, message)
+        raise RuntimeError("callback bug")
+
+    with AsyncProducer(config, max_queue_size=3000, delivery_threshold=500) as producer:
+        futures = []
+        for i in range(3000):
+            callback = record_then_raise if i % 100 == 7 else record
+            value = str(i).encode()
+            if i % 10 == 3:
+                futures.append((value, producer.produce_future(value, topic, partition=i % 3)))
+            else:
+                producer.produce(value, topic, partition=i % 3, on_delivery=callback)
+        producer.flush()
+        assert producer.stats()["in_flight"] == 0
+    assert len(calls) == 2700
+    assert len(set(calls)) == 2700  # once each
+    for partition in range(3):
+        in_partition = [(offset, value) for p, offset, value in calls if p == partition]
+        assert [offset for offset, _ in in_partition] == sorted(o for o, _ in in_partition)
+        sent = [int(value or b"") for _, value in in_partition]
+        assert sent == sorted(sent)  # callbacks run in the order the records were produced
+    for value, future in futures:
+        message = future.result(timeout=0)
+        assert message.value() == value
+        assert message.error() is None
+    failures = [r for r in caplog.records if "on_delivery callback failed" in r.getMessage()]
+    assert len(failures) == 30
+    assert all(r.exc_info and "callback bug" in str(r.exc_info[1]) for r in failures)
+    assert all(topic in r.getMessage() for r in failures)
+
+
+def test_shutdown_settles_the_waiters_of_records_it_hands_back() -> None:
+    # librdkafka holds one record: "a" is in flight (purged at shutdown), "b" and "c" stay in the
+    # buffer and come back from shutdown itself; every waiter gets its record and the error.
+    seen: list[tuple[Exception | None, bytes | None]] = []
+    unreachable: dict[str, str | int] = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "message.timeout.ms": 60_000,
+        "queue.buffering.max.messages": 1,
+    }
+    producer = AsyncProducer(unreachable)  # nothing is delivered until asked
+    for value in [b"a", b"b"]:
+        producer.produce(value, "t", on_delivery=lambda e, m: seen.append((e, m.value())))
+    future = producer.produce_future(b"c", "t")
+    handed_back = producer.shutdown(timeout=0.5)
+    errors = {m.value(): type(m.error()) for m in handed_back}
+    assert errors == {b"a": KafkaError, b"b": ClosedError, b"c": ClosedError}
+    assert sorted((value or b"", type(error)) for error, value in seen) == [
+        (b"a", KafkaError),
+        (b"b", ClosedError),
+    ]
+    with pytest.raises(ClosedError):
+        future.result(timeout=0)
+
+
 def test_records_keep_keys_headers_partitions_and_timestamps(
     config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
 ) -> None:

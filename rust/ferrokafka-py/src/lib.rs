@@ -14,6 +14,7 @@ mod errors;
 mod message;
 mod producer;
 mod producer_events;
+mod producer_waiters;
 mod redelivery;
 mod scheduler;
 mod tracking;
@@ -31,7 +32,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::PyBrokerMetadata>()?;
     m.add_class::<message::PyMessage>()?;
     m.add_class::<producer::PyRawAsyncProducer>()?;
-    m.add_class::<producer_events::PyProducerDelivered>()?;
     m.add_class::<producer_events::PyProducerFailed>()?;
     m.add_class::<producer_events::PyProducerDropped>()?;
     m.add_class::<producer_events::PyProducerDelivering>()?;

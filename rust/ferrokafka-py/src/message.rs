@@ -65,7 +65,7 @@ fn bytes_or_none<'py>(py: Python<'py>, data: Option<&Vec<u8>>) -> Option<Bound<'
 
 #[pymethods]
 impl PyMessage {
-    fn topic(&self) -> &str {
+    pub(crate) fn topic(&self) -> &str {
         &self.record().topic
     }
 

@@ -3,8 +3,9 @@
 //! GIL: `produce` of one record is O(1) and stays attached, except when the `block` policy has
 //! to wait for room, which waits detached in slices with signal checks. `produce_many` converts
 //! the whole batch while attached, then queues it in one pass. Event draining, `flush` and
-//! `shutdown` wait detached. Python callbacks never run here: the Python wrapper's dispatcher
-//! thread calls `poll_events` and runs them.
+//! `shutdown` wait detached. Delivery results are settled here (see `producer_waiters`): the
+//! Python wrapper's dispatcher thread calls `poll_events`, which calls the `on_delivery`
+//! callbacks and completes the futures of the drained records, attached, on that thread.
 
 use std::collections::VecDeque;
 
@@ -23,9 +24,10 @@ use crate::blocking::{
     EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
 };
 use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
-use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeError, NativeResult};
+use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult};
 use crate::message::PyMessage;
 use crate::producer_events::{event_object, message_of};
+use crate::producer_waiters::{DeliveryWaiters, Waiter};
 
 /// The native background producer; use `ferrokafka.AsyncProducer`.
 #[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
@@ -33,6 +35,7 @@ use crate::producer_events::{event_object, message_of};
 pub struct PyRawAsyncProducer {
     engine: ReleaseOnDrop<Arc<AsyncProducer>>,
     events: EventInbox<ProducerEvent>,
+    waiters: DeliveryWaiters,
     guard: ForkGuard,
 }
 
@@ -212,11 +215,14 @@ impl PyRawAsyncProducer {
         Ok(PyRawAsyncProducer {
             engine: ReleaseOnDrop::new(engine),
             events: EventInbox::new(events),
+            waiters: DeliveryWaiters::default(),
             guard: ForkGuard::new("ferrokafka.AsyncProducer"),
         })
     }
 
-    #[pyo3(signature = (topic, value=None, key=None, partition=None, partition_key=None, headers=None, timestamp=None, track=false))]
+    /// Queues one record; `on_delivery` or `future` (a running `concurrent.futures.Future`)
+    /// gets its delivery result. Returns the queue size right after it went in.
+    #[pyo3(signature = (topic, value=None, key=None, partition=None, partition_key=None, headers=None, timestamp=None, on_delivery=None, future=None))]
     #[allow(clippy::too_many_arguments)]
     fn produce(
         &self,
@@ -228,20 +234,42 @@ impl PyRawAsyncProducer {
         partition_key: Option<&Bound<'_, PyAny>>,
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
-        track: bool,
-    ) -> NativeResult<(u64, usize)> {
+        on_delivery: Option<Py<PyAny>>,
+        future: Option<Py<PyAny>>,
+    ) -> NativeResult<usize> {
         self.guard.check()?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = optional_bytes("partition_key", partition_key)?;
-        let ticket = if track { self.engine.ticket() } else { 0 };
+        let waiter = match (on_delivery, future) {
+            (Some(callback), None) => Some(Waiter::Callback(callback)),
+            (None, Some(future)) => Some(Waiter::Future(future)),
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err("pass on_delivery or future, not both").into());
+            }
+        };
+        let ticket = match waiter {
+            Some(waiter) => {
+                // Registered before the worker can deliver the record.
+                let ticket = self.engine.ticket();
+                self.waiters.register(ticket, waiter);
+                ticket
+            }
+            None => 0,
+        };
         let pending = Box::new(Pending {
             record,
             partition_key,
             ticket,
             failures: 0,
         });
-        let (_, queue_size) = self.enqueue(py, VecDeque::from([pending]))?;
-        Ok((ticket, queue_size))
+        match self.enqueue(py, VecDeque::from([pending])) {
+            Ok((_, queue_size)) => Ok(queue_size),
+            Err(refused) => {
+                self.waiters.forget(ticket);
+                Err(refused)
+            }
+        }
     }
 
     #[pyo3(signature = (records, topic=None))]
@@ -309,7 +337,9 @@ impl PyRawAsyncProducer {
         }
     }
 
-    /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.
+    /// Waits up to `timeout` seconds for events, takes at most `max_events` of them, settles the
+    /// delivery results among them (callbacks and futures, in the order the results came), and
+    /// returns the events Python still handles (failures, drops, instrumentation).
     #[pyo3(signature = (timeout, max_events=10_000))]
     fn poll_events(
         &self,
@@ -319,11 +349,18 @@ impl PyRawAsyncProducer {
     ) -> NativeResult<Vec<Py<PyAny>>> {
         let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let events = self.events.drain(py, wait, max_events);
-        events
-            .into_iter()
-            .map(|event| event_object(py, event))
-            .collect::<PyResult<_>>()
-            .map_err(NativeError::from)
+        let mut for_python = Vec::new();
+        for event in events {
+            for_python.extend(event_object(py, event, &self.waiters)?);
+        }
+        Ok(for_python)
+    }
+
+    /// Hands a record returned by `shutdown` to its waiter with the message's error.
+    fn settle(&self, py: Python<'_>, ticket: u64, message: Py<PyMessage>) -> PyResult<()> {
+        let error = message.bind(py).call_method0("error")?;
+        let error = (!error.is_none()).then_some(error);
+        self.waiters.settle(py, ticket, error, || Ok(message))
     }
 
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records

@@ -1,39 +1,29 @@
 //! The AsyncProducer's events as typed objects: what `_RawAsyncProducer.poll_events` hands the
 //! Python dispatcher, one class per kind, so Python reads attributes instead of unpacking tuples
-//! whose shape lives in two languages.
+//! whose shape lives in two languages. Delivery results are settled with their waiters here;
+//! an acknowledged record needs nothing more, so it becomes no event object at all.
 
 use ferrokafka_kafka::{KafkaIoError, Pending, ProducerEvent, ReceivedRecord};
 use pyo3::prelude::*;
 
-use crate::errors::NativeError;
+use crate::errors::{BufferOverflow, NativeError};
 use crate::message::PyMessage;
-
-/// A tracked record the broker acknowledged.
-#[pyclass(name = "ProducerDelivered", module = "ferrokafka._native", frozen)]
-pub struct PyProducerDelivered {
-    #[pyo3(get)]
-    ticket: u64,
-    #[pyo3(get)]
-    message: Py<PyMessage>,
-}
+use crate::producer_waiters::DeliveryWaiters;
 
 /// A record that finally failed (retries exhausted, refused for good, or purged at shutdown);
-/// its message carries the error. `ticket` is 0 when nobody waits for it.
+/// its message carries the error. Its waiter already got the error.
 #[pyclass(name = "ProducerFailed", module = "ferrokafka._native", frozen)]
 pub struct PyProducerFailed {
-    #[pyo3(get)]
-    ticket: u64,
     #[pyo3(get)]
     message: Py<PyMessage>,
     #[pyo3(get)]
     attempts: u32,
 }
 
-/// Records the `drop_oldest` policy dropped, oldest first, with their tickets.
+/// Records the `drop_oldest` policy dropped, oldest first. Their waiters already got a
+/// `BufferOverflow`.
 #[pyclass(name = "ProducerDropped", module = "ferrokafka._native", frozen)]
 pub struct PyProducerDropped {
-    #[pyo3(get)]
-    tickets: Vec<u64>,
     #[pyo3(get)]
     messages: Vec<Py<PyMessage>>,
 }
@@ -71,36 +61,41 @@ pub(crate) fn message_of(pending: Pending, error: Option<KafkaIoError>) -> PyMes
     }
 }
 
-/// The typed Python object of `event`.
-pub(crate) fn event_object(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<PyAny>> {
-    Ok(match event {
-        ProducerEvent::Delivered { ticket, record } => Py::new(
-            py,
-            PyProducerDelivered {
-                ticket,
-                message: Py::new(py, PyMessage::from(record))?,
-            },
-        )?
-        .into_any(),
+/// Settles the delivery result in `event` with its waiter; then the typed Python object of the
+/// event, or None for an acknowledged record (nothing more to tell Python).
+pub(crate) fn event_object(
+    py: Python<'_>,
+    event: ProducerEvent,
+    waiters: &DeliveryWaiters,
+) -> PyResult<Option<Py<PyAny>>> {
+    Ok(Some(match event {
+        ProducerEvent::Delivered { ticket, record } => {
+            waiters.settle(py, ticket, None, || Py::new(py, PyMessage::from(record)))?;
+            return Ok(None);
+        }
         ProducerEvent::Failed { pending, error } => {
             let (ticket, attempts) = (pending.ticket, pending.failures);
-            Py::new(
-                py,
-                PyProducerFailed {
-                    ticket,
-                    message: Py::new(py, message_of(*pending, Some(error)))?,
-                    attempts,
-                },
-            )?
-            .into_any()
+            let reason = PyErr::from(NativeError::Kafka(error.clone())).into_value(py);
+            let message = Py::new(py, message_of(*pending, Some(error)))?;
+            let for_waiter = message.clone_ref(py);
+            waiters.settle(py, ticket, Some(reason.into_bound(py).into_any()), || {
+                Ok(for_waiter)
+            })?;
+            Py::new(py, PyProducerFailed { message, attempts })?.into_any()
         }
         ProducerEvent::Dropped { pending } => {
-            let tickets = pending.iter().map(|p| p.ticket).collect();
-            let messages = pending
-                .into_iter()
-                .map(|p| Py::new(py, message_of(*p, None)))
-                .collect::<PyResult<_>>()?;
-            Py::new(py, PyProducerDropped { tickets, messages })?.into_any()
+            let mut messages = Vec::with_capacity(pending.len());
+            for p in pending {
+                let ticket = p.ticket;
+                let message = Py::new(py, message_of(*p, None))?;
+                let for_waiter = message.clone_ref(py);
+                let reason = BufferOverflow::new_err("dropped by drop_oldest").into_value(py);
+                waiters.settle(py, ticket, Some(reason.into_bound(py).into_any()), || {
+                    Ok(for_waiter)
+                })?;
+                messages.push(message);
+            }
+            Py::new(py, PyProducerDropped { messages })?.into_any()
         }
         ProducerEvent::DeliverMessages {
             message_count,
@@ -129,5 +124,5 @@ pub(crate) fn event_object(py: Python<'_>, event: ProducerEvent) -> PyResult<Py<
         )?
         .into_any(),
         ProducerEvent::ShutDown => Py::new(py, PyProducerShutDown)?.into_any(),
-    })
+    }))
 }
