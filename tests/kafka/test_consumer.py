@@ -137,8 +137,10 @@ def produce(kafka_bootstrap: str, kafka_client: Client) -> Produce:
     """Writes records to a topic; returns the (partition, offset) of everything now in it."""
 
     def run(topic: str, records: list[dict[str, Any]]) -> set[tuple[int, int]]:
+        # Idempotent, so a retried send cannot reorder a partition: the tests check the
+        # consumer's order against the order written.
         with AsyncProducer(
-            {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5},
+            {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True},
             max_queue_size=len(records) + 1,
         ) as producer:
             producer.produce_many(records, topic=topic)
