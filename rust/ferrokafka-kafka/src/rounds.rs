@@ -198,5 +198,16 @@ pub(crate) fn send_round(
     rounds.wait_while(timeout, |open, now| {
         open.get(&id.0).is_some_and(|round| !round.is_done(now))
     });
-    rounds.take_finished(id).unwrap_or_default()
+    // The round is done by now (its deadline is no later than the wait's); should it not be,
+    // every record counts as timed out, so each record still gets a result.
+    rounds.take_finished(id).unwrap_or_else(|| {
+        records
+            .iter()
+            .map(|_| {
+                Err(KafkaError::MessageProduction(
+                    RDKafkaErrorCode::MessageTimedOut,
+                ))
+            })
+            .collect()
+    })
 }
