@@ -19,6 +19,10 @@ mod redelivery;
 mod scheduler;
 mod tracking;
 
+/// Every Rust allocation of the extension (see Cargo.toml for why not the system allocator).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Engine threads log through the `log` crate; this forwards their records to `logging`
