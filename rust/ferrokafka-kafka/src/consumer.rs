@@ -3,7 +3,7 @@
 //!
 //! Threads and locks:
 //! - One poller thread owns the polling of the rdkafka `BaseConsumer`. Each assigned partition
-//!   has its own librdkafka queue (`split_partition_queue`) and one [`Slot`] whose
+//!   has its own librdkafka queue ([`PartitionSource`], drained in runs) and one [`Slot`] whose
 //!   [`PartitionBuffer`] (the pure core) holds the records handed from that queue to the worker.
 //!   The poller takes from a partition's queue only as many records as its buffer has room for:
 //!   a full partition is simply not polled (librdkafka then stops fetching it once its prefetch
@@ -40,9 +40,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::report_builder::{Tracked, decorate};
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, base_consumer::PartitionQueue,
-};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
@@ -53,6 +51,7 @@ use ferrokafka_core::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimi
 use crate::config::{ClientRole, ClientSettings};
 use crate::dead_letter::{DeadLetterWriter, Failure};
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::partition_source::PartitionSource;
 use crate::record::ReceivedRecord;
 
 /// Identifies one assignment of one partition; a re-assigned partition gets a new id, so a late
@@ -555,7 +554,7 @@ impl BufferedRecord for ReceivedRecord {
 }
 
 /// A partition's own librdkafka queue, polled by the poller only.
-struct Source(PartitionQueue<RebalanceHandler>);
+struct Source(PartitionSource<RebalanceHandler>);
 
 impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -716,12 +715,11 @@ impl Shared {
             if slots.by_partition.contains_key(&key) {
                 continue;
             }
-            let source = consumer.and_then(|c| c.split_partition_queue(&topic, partition));
-            let source = source.map(|mut queue| {
+            let source = consumer.and_then(|c| {
                 let wake = Arc::clone(&self.wake);
-                queue.set_nonempty_callback(move || wake.notify());
-                Source(queue)
+                PartitionSource::split(c, &topic, partition, move || wake.notify())
             });
+            let source = source.map(Source);
             let slot = Arc::new(Slot {
                 worker: self.next_worker.fetch_add(1, Ordering::Relaxed),
                 topic,
@@ -808,7 +806,11 @@ impl Shared {
             let Some(Source(queue)) = source.as_ref() else {
                 return 0;
             };
-            self.take_ready(&mut run, room, |wait| queue.poll(wait));
+            run.reserve(room);
+            queue.drain(room, |result| {
+                // Errors were taken off the queue with the records: all are handled.
+                self.take(&mut run, result);
+            });
         }
         let count = run.len();
         if count > 0 {
@@ -828,16 +830,32 @@ impl Shared {
         while out.len() < max {
             match poll(Duration::ZERO) {
                 None => break,
-                Some(Ok(message)) => out.push(ReceivedRecord::from_message(&message)),
-                Some(Err(KafkaError::PartitionEOF(_))) => {}
-                Some(Err(err)) => {
-                    let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
-                    log::warn!("consumer error: {err}");
-                    self.emit(ConsumerEvent::Error(err));
-                    break;
+                Some(result) => {
+                    if !self.take(out, result.as_ref().map_err(Clone::clone)) {
+                        break;
+                    }
                 }
             }
         }
+    }
+
+    /// Copies one polled message into `out`, or reports its error; false after an error.
+    fn take<M: Message>(
+        &self,
+        out: &mut Vec<ReceivedRecord>,
+        result: Result<&M, KafkaError>,
+    ) -> bool {
+        match result {
+            Ok(message) => out.push(ReceivedRecord::from_message(message)),
+            Err(KafkaError::PartitionEOF(_)) => {}
+            Err(err) => {
+                let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
+                log::warn!("consumer error: {err}");
+                self.emit(ConsumerEvent::Error(err));
+                return false;
+            }
+        }
+        true
     }
 
     /// Queues one run of records of `slot`'s partition; a buffer that becomes full is no longer
