@@ -108,17 +108,27 @@ def _to_arrow(parts: tuple[Any, ...]) -> pa.Array:
     raise ValueError(f"unknown column kind {kind!r}")  # pragma: no cover - Rust returns the above
 
 
+_TIMESTAMP_MS = pa.timestamp("ms")
+_PARTITION = pa.int32()
+
+
 def _record_batch(parts: tuple[Any, ...]) -> pa.RecordBatch:
-    """A consumer ``Batch`` as a ``pyarrow.RecordBatch``, from the struct column Rust built;
-    partition becomes int32 and timestamp timestamp[ms], as Spark's Kafka source types them."""
-    rows = _to_arrow(parts)
-    columns = rows.flatten()
-    names = [field.name for field in rows.type]
-    types = {"partition": pa.int32(), "timestamp": pa.timestamp("ms")}
-    columns = [
-        column.cast(types[name]) if name in types else column
-        for name, column in zip(names, columns, strict=True)
-    ]
+    """A consumer ``Batch`` as a ``pyarrow.RecordBatch``, from the struct column Rust built
+    (its rows are never null); partition becomes int32 and timestamp timestamp[ms], as Spark's
+    Kafka source types them.
+
+    Each pyarrow call here is paid once per batch and may hand the GIL to another partition's
+    worker, so the struct's children become the columns directly, and the timestamp is a
+    zero-copy view of its int64 buffer rather than a cast."""
+    names, columns = [], []
+    for name, child in parts[3]:
+        column = _to_arrow(child)
+        if name == "timestamp":
+            column = column.view(_TIMESTAMP_MS)
+        elif name == "partition":
+            column = column.cast(_PARTITION)
+        names.append(name)
+        columns.append(column)
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
