@@ -259,6 +259,38 @@ def test_outage_shorter_than_message_timeout_loses_and_duplicates_nothing(
     assert got == sorted(v.encode() for v in expected)  # each exactly once
 
 
+def test_batches_handed_off_by_the_caller_keep_their_order_when_librdkafka_is_full(
+    outage_broker: Broker,
+) -> None:
+    # produce_many hands due records to librdkafka from the calling thread; during an outage
+    # librdkafka's queue (500 here) fills, and what it refused must go back in front of the
+    # buffer, in order, for the worker: nothing lost, nothing twice, order kept per partition.
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, "caller-hand-off", partitions=1)
+    producer = AsyncProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 500,
+            "linger.ms": 5,
+        },
+        max_queue_size=10_000,
+        delivery_threshold=200,
+    )
+    values = [f"{n:06d}" for n in range(3000)]
+    with outage(env):
+        for start in range(0, len(values), 300):
+            producer.produce_many(values[start : start + 300], topic=topic)
+        stats = producer.stats()
+        assert stats["queue_size"] + stats["in_flight"] == len(values)
+        assert stats["queue_size"] > 0, "librdkafka's full queue should have refused some"
+    producer.flush(timeout=60.0)
+    assert producer.take_failed() == []
+    assert producer.shutdown() == []
+    got = [value for _, value in read_all(bootstrap, topic, partitions=1)]
+    assert got == [v.encode() for v in values]  # each once, in produce order
+
+
 def test_a_refused_message_aborts_its_transaction_and_the_others_go_again(
     kafka_bootstrap: str,
 ) -> None:

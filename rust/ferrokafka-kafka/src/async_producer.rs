@@ -5,7 +5,11 @@
 //! - Callers (`produce`, `produce_many`, `deliver_messages`, `flush`, `shutdown`) only touch the
 //!   shared [`State`] under its mutex; they never wait on the network while holding it.
 //! - One delivery worker thread moves buffered records to librdkafka when the delivery policy
-//!   (threshold, interval, explicit request, shutdown) or a due retry says so.
+//!   (threshold, interval, explicit request, shutdown) or a due retry says so. A `produce_many`
+//!   caller that makes a delivery due moves it itself ([`AsyncProducer::hand_off_due`], without
+//!   the GIL), unless the worker is at it; it never waits for room in librdkafka's queue: what
+//!   librdkafka refuses goes back in front for the worker. The `handoff` lock, held from taking
+//!   a chunk until it is sent, keeps chunks in buffer order.
 //! - librdkafka's polling thread (owned by `ThreadedProducer`) runs [`DeliveryTracker::delivery`],
 //!   which settles in-flight counts, schedules retries and pushes [`ProducerEvent`]s into a channel.
 //!   No Python ever runs on these threads: the bindings drain the channel on a Python thread.
@@ -266,6 +270,10 @@ struct Shared {
     mode: DeliveryMode,
     /// Set when the shutdown's grace period is over: the worker hands nothing more over.
     stopping: AtomicBool,
+    /// Held by whoever moves buffered records to librdkafka (the worker, or a caller of
+    /// [`AsyncProducer::hand_off_due`]) from taking a chunk until it is sent, so chunks reach
+    /// librdkafka in buffer order. Only ever taken with `try_lock`: no thread waits for it.
+    handoff: Mutex<()>,
     /// Reports of the open transaction's records (transactional mode only).
     round: Mutex<Vec<RoundReport>>,
     /// The worker waits here for the open transaction's reports.
@@ -290,6 +298,26 @@ impl Shared {
 
     fn lock_round(&self) -> MutexGuard<'_, Vec<RoundReport>> {
         self.round.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes up to `max` buffered records when a delivery is due; as ruby-kafka, a trigger
+    /// delivers everything buffered (in hand-off chunks), so it stays requested until the
+    /// buffer is empty.
+    fn take_due(&self, state: &mut State, max: usize) -> Vec<Box<Pending>> {
+        let now_ms = self.now_ms();
+        if state.buffer.should_deliver(now_ms) {
+            state.deliver_requested = true;
+        }
+        if !state.deliver_requested {
+            return Vec::new();
+        }
+        let batch = state.buffer.drain_chunk(max);
+        if state.buffer.is_empty() {
+            state.deliver_requested = false;
+            state.buffer.mark_delivered(now_ms);
+            state.stats.deliveries += u64::from(!batch.is_empty());
+        }
+        batch
     }
 
     /// True when nothing is buffered, waiting for a retry, or in flight.
@@ -563,6 +591,7 @@ impl AsyncProducer {
             options,
             mode,
             stopping: AtomicBool::new(false),
+            handoff: Mutex::new(()),
             round: Mutex::new(Vec::new()),
             round_reported: Condvar::new(),
             epoch: Instant::now(),
@@ -621,10 +650,13 @@ impl AsyncProducer {
     /// (for the `enqueue_message` event: the worker may deliver at once), and the refusal, whose
     /// record is handed back (a `block` caller puts it back in front and waits for room; a
     /// caller that gives up reports it with [`AsyncProducer::count_overflow`]).
-    /// `drop_oldest` reports what it dropped in a `Dropped` event.
+    /// `drop_oldest` reports what it dropped in a `Dropped` event. With `hand_off_here` the
+    /// caller calls [`AsyncProducer::hand_off_due`] next, so a due delivery does not wake the
+    /// worker.
     pub fn try_produce(
         &self,
         items: &mut VecDeque<Box<Pending>>,
+        hand_off_here: bool,
     ) -> (usize, usize, Option<Refusal>) {
         let shared = &self.shared;
         let mut state = shared.lock();
@@ -656,7 +688,10 @@ impl AsyncProducer {
         }
         state.stats.enqueued += accepted as u64;
         state.stats.dropped += dropped.len() as u64;
-        let wake = state.worker_idle && state.buffer.should_deliver(shared.now_ms());
+        // A caller that will call `hand_off_due` itself does not wake the worker for it.
+        let wake = state.worker_idle
+            && !(hand_off_here && shared.mode != DeliveryMode::Transactional)
+            && state.buffer.should_deliver(shared.now_ms());
         let queue_size = state.buffer.len();
         drop(state);
         if !dropped.is_empty() {
@@ -797,25 +832,78 @@ impl AsyncProducer {
 
     fn run_worker(&self) {
         loop {
-            let Some(batch) = self.next_batch() else {
+            let Some((handoff, batch)) = self.next_batch() else {
                 return;
             };
             let count = batch.len();
             if self.shared.mode == DeliveryMode::Transactional {
                 self.hand_off_transactions(batch);
             } else {
-                self.hand_off(batch);
+                self.hand_off(batch, true);
             }
-            let queue_size = self.shared.lock().buffer.len();
-            self.shared.emit(ProducerEvent::DeliverMessages {
-                message_count: count,
-                queue_size,
-            });
+            drop(handoff);
+            self.delivered_chunk(count);
         }
     }
 
-    /// Waits for a reason to deliver and takes the next chunk; `None` when the worker should stop.
-    fn next_batch(&self) -> Option<Vec<Box<Pending>>> {
+    /// Reports one chunk handed to librdkafka (ruby-kafka's `deliver_messages` notification).
+    fn delivered_chunk(&self, count: usize) {
+        let queue_size = self.shared.lock().buffer.len();
+        self.shared.emit(ProducerEvent::DeliverMessages {
+            message_count: count,
+            queue_size,
+        });
+    }
+
+    /// Hands what is due to librdkafka from the calling thread, instead of waking the worker
+    /// for it: after `produce_many` made a delivery due, the records go on while they are still
+    /// in this core's cache, and the buffer does not grow while the worker is scheduled. Leaves
+    /// the work to the worker when it is handing off itself, in transactional mode (the worker
+    /// owns the transactions), and when librdkafka's queue is full (what librdkafka could not
+    /// take goes back before everything else and the worker waits for room; a caller never
+    /// blocks here). Call it without the GIL: a due buffer may hold many chunks.
+    pub fn hand_off_due(&self) {
+        let shared = &self.shared;
+        if shared.mode == DeliveryMode::Transactional {
+            return;
+        }
+        let Ok(handoff) = shared.handoff.try_lock() else {
+            return;
+        };
+        loop {
+            let mut state = shared.lock();
+            if self.stopping() || state.fatal.is_some() {
+                break;
+            }
+            let batch = shared.take_due(&mut state, HANDOFF_CHUNK);
+            if batch.is_empty() {
+                break;
+            }
+            shared.in_flight.fetch_add(batch.len(), Ordering::AcqRel);
+            drop(state);
+            shared.progress.notify_all();
+            let count = batch.len();
+            let all_sent = self.hand_off(batch, false);
+            self.delivered_chunk(count);
+            if !all_sent {
+                break;
+            }
+        }
+        drop(handoff);
+        // Whatever became due meanwhile (or was put back) is the worker's.
+        let state = shared.lock();
+        let due = state.deliver_requested
+            || !state.retries.is_empty()
+            || state.buffer.should_deliver(shared.now_ms());
+        drop(state);
+        if due {
+            shared.work.notify_one();
+        }
+    }
+
+    /// Waits for a reason to deliver and takes the next chunk, with the hand-off lock that is
+    /// held until the chunk is sent; `None` when the worker should stop.
+    fn next_batch(&self) -> Option<(MutexGuard<'_, ()>, Vec<Box<Pending>>)> {
         let shared = &self.shared;
         let mut state = shared.lock();
         loop {
@@ -823,34 +911,22 @@ impl AsyncProducer {
                 return None;
             }
             let now = Instant::now();
-            let mut batch: Vec<Box<Pending>> = Vec::new();
-            while state.retries.front().is_some_and(|(due, _)| *due <= now) {
-                if let Some((_, pending)) = state.retries.pop_front() {
-                    batch.push(pending);
+            // A caller handing a due chunk over itself holds the lock: wait for it to finish.
+            if let Ok(handoff) = shared.handoff.try_lock() {
+                let mut batch: Vec<Box<Pending>> = Vec::new();
+                while state.retries.front().is_some_and(|(due, _)| *due <= now) {
+                    if let Some((_, pending)) = state.retries.pop_front() {
+                        batch.push(pending);
+                    }
                 }
-            }
-            let now_ms = shared.now_ms();
-            if state.buffer.should_deliver(now_ms) {
-                // As ruby-kafka, a trigger delivers everything buffered, in hand-off chunks.
-                state.deliver_requested = true;
-            }
-            if state.deliver_requested {
-                batch.extend(
-                    state
-                        .buffer
-                        .drain_chunk(HANDOFF_CHUNK - batch.len().min(HANDOFF_CHUNK)),
-                );
-                if state.buffer.is_empty() {
-                    state.deliver_requested = false;
-                    state.buffer.mark_delivered(now_ms);
+                let room = HANDOFF_CHUNK - batch.len().min(HANDOFF_CHUNK);
+                batch.extend(shared.take_due(&mut state, room));
+                if !batch.is_empty() {
+                    shared.in_flight.fetch_add(batch.len(), Ordering::AcqRel);
+                    drop(state);
+                    shared.progress.notify_all();
+                    return Some((handoff, batch));
                 }
-            }
-            if !batch.is_empty() {
-                shared.in_flight.fetch_add(batch.len(), Ordering::AcqRel);
-                state.stats.deliveries += u64::from(state.buffer.is_empty());
-                drop(state);
-                shared.progress.notify_all();
-                return Some(batch);
             }
             if state.closing && state.buffer.is_empty() && state.retries.is_empty() {
                 return None;
@@ -870,17 +946,20 @@ impl AsyncProducer {
         }
     }
 
-    /// Sends a batch to librdkafka; records it could not hand over before a shutdown are put
-    /// back in front of the retries, in order, for `finish_shutdown` to return.
-    fn hand_off(&self, batch: Vec<Box<Pending>>) {
+    /// Sends a batch to librdkafka, waiting for room in its queue when `wait_for_room`; records
+    /// it could not hand over (full queue without waiting, or a shutdown) are put back in front
+    /// of the retries, in order, for the worker or `finish_shutdown`. False when some were.
+    fn hand_off(&self, batch: Vec<Box<Pending>>, wait_for_room: bool) -> bool {
         let mut records = batch.into_iter();
         while let Some(pending) = records.next() {
-            if let Handoff::Unsent(unsent) = self.send(self.with_partition(pending)) {
+            if let Handoff::Unsent(unsent) = self.send(self.with_partition(pending), wait_for_room)
+            {
                 let unsent: Vec<Box<Pending>> = std::iter::once(unsent).chain(records).collect();
                 self.put_back(unsent);
-                return;
+                return false;
             }
         }
+        true
     }
 
     /// Returns in-flight records to the front of the retries, in order, settling them.
@@ -967,7 +1046,7 @@ impl AsyncProducer {
         let mut handed = 0;
         let mut unsent = Vec::new();
         while let Some(pending) = records.next() {
-            match self.send(self.with_partition(pending)) {
+            match self.send(self.with_partition(pending), true) {
                 Handoff::Sent => handed += 1,
                 Handoff::Refused => {}
                 Handoff::Unsent(pending) => {
@@ -1138,7 +1217,7 @@ impl AsyncProducer {
     /// Hands one record to librdkafka, waiting while librdkafka's own queue is full. The key,
     /// value and topic move into librdkafka's copy; a refused record is handed back with the
     /// error. Gives the record back when a shutdown ends the wait for room.
-    fn send(&self, mut pending: Box<Pending>) -> Handoff {
+    fn send(&self, mut pending: Box<Pending>, wait_for_room: bool) -> Handoff {
         let key = pending.record.key.take();
         let value = pending.record.value.take();
         let topic = std::mem::take(&mut pending.record.topic);
@@ -1172,7 +1251,7 @@ impl AsyncProducer {
             match self.producer.send(record) {
                 Ok(()) => return Handoff::Sent,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    if self.stopping() {
+                    if !wait_for_room || self.stopping() {
                         return Handoff::Unsent(restore(back));
                     }
                     record = back;
@@ -1223,7 +1302,7 @@ mod tests {
         let producer = AsyncProducer::new(settings, options).unwrap();
         let events = producer.take_events().unwrap();
         let mut items: VecDeque<Box<Pending>> = (0..100).map(pending).collect();
-        let (accepted, _, refusal) = producer.try_produce(&mut items);
+        let (accepted, _, refusal) = producer.try_produce(&mut items, false);
         assert_eq!((accepted, refusal.is_none()), (100, true));
 
         let started = Instant::now();

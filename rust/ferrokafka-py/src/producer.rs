@@ -54,17 +54,27 @@ impl PyRawAsyncProducer {
     /// Queues records in order, applying the overflow policy; returns how many were queued. A
     /// `BufferOverflow` carries in `accepted` how many were queued before it. Also returns the
     /// queue size right after the last record went in.
+    /// Queues `items` under the overflow policy. With `hand_off_here` (batches) the calling
+    /// thread, detached, moves what is due to librdkafka itself instead of waking the worker.
     fn enqueue(
         &self,
         py: Python<'_>,
         mut items: VecDeque<Box<Pending>>,
+        hand_off_here: bool,
     ) -> NativeResult<(usize, usize)> {
         let options = self.engine.options();
         let deadline = Instant::now() + options.block_timeout;
         let mut accepted = 0;
+        let hand_off = |py: Python<'_>| {
+            if hand_off_here {
+                let engine = Arc::clone(&*self.engine);
+                py.detach(move || engine.hand_off_due());
+            }
+        };
         loop {
-            let (queued, queue_size, refusal) = self.engine.try_produce(&mut items);
+            let (queued, queue_size, refusal) = self.engine.try_produce(&mut items, hand_off_here);
             accepted += queued;
+            hand_off(py);
             let overflow = match refusal {
                 None => return Ok((accepted, queue_size)),
                 Some(Refusal::Closed(_)) => {
@@ -263,7 +273,7 @@ impl PyRawAsyncProducer {
             ticket,
             failures: 0,
         });
-        match self.enqueue(py, VecDeque::from([pending])) {
+        match self.enqueue(py, VecDeque::from([pending]), false) {
             Ok((_, queue_size)) => Ok(queue_size),
             Err(refused) => {
                 self.waiters.forget(ticket);
@@ -294,7 +304,7 @@ impl PyRawAsyncProducer {
                 .map(|item| pending_of(&item?, topic))
                 .collect::<PyResult<_>>()?
         };
-        self.enqueue(py, batch)
+        self.enqueue(py, batch, true)
     }
 
     fn deliver_messages(&self) -> PyResult<()> {
