@@ -2,12 +2,14 @@
 //!
 //! GIL: creating the engine (which may ask the broker for watermarks and offsets) and every wait
 //! (`fetch` with a timeout, `poll_events`, `stop`) run detached, in slices of at most `SLICE` with
-//! signal checks between them. `ack`, `fail`, `stats` and a zero-timeout `fetch` are O(1) or
-//! O(batch) in memory and stay attached. A fetched batch stays in Rust memory (`Batch`); its
-//! records become `Message` objects only when the handler reaches them. Python handlers never run here: the wrapper's worker threads (or asyncio tasks)
-//! call `fetch`/`ack`, and its dispatcher thread calls `poll_events`.
+//! signal checks between them. `ack`, `fail`, `stats` and a `fetch` that finds a batch ready are
+//! O(1) or O(batch) in memory and stay attached. A fetched batch stays in Rust memory (`Batch`);
+//! its records become `Message` objects only when the handler reaches them. Python handlers never
+//! run here: the wrapper's worker threads (or asyncio tasks) call `fetch`/`ack`, and its
+//! dispatcher thread calls `poll_events`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ferrokafka_kafka::{
     Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched,
@@ -234,11 +236,14 @@ impl PyRawConsumer {
     ) -> NativeResult<Option<PyBatch>> {
         self.guard.check()?;
         let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
-        let fetched = if wait.is_zero() {
-            self.engine.fetch(worker, wait)?
-        } else {
-            let engine = Arc::clone(&*self.engine);
-            py.detach(move || engine.fetch(worker, wait))?
+        // A ready batch is taken attached: releasing the GIL for it would hand the GIL to
+        // another partition's worker and queue this one behind it, once per batch.
+        let fetched = match self.engine.fetch(worker, Duration::ZERO)? {
+            Fetched::Empty if !wait.is_zero() => {
+                let engine = Arc::clone(&*self.engine);
+                py.detach(move || engine.fetch(worker, wait))?
+            }
+            fetched => fetched,
         };
         Ok(match fetched {
             Fetched::Gone => None,
