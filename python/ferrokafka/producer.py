@@ -288,7 +288,9 @@ class AsyncProducer:
 
     def stats(self) -> dict[str, int]:
         """Counters: enqueued, delivered, failed, retried, dropped, overflowed, deliveries,
-        queue_size, queue_bytes, in_flight."""
+        queue_size, queue_bytes, in_flight, retry_queue_size (waiting to be sent again, after a
+        failed send or given back by librdkafka's full queue). Every accepted message is
+        delivered, failed, dropped, or counted in queue_size + retry_queue_size + in_flight."""
         return self._raw.stats()
 
     def take_failed(self) -> list[Message]:

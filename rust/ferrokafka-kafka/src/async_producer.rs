@@ -7,8 +7,8 @@
 //! - One delivery worker thread moves buffered records to librdkafka when the delivery policy
 //!   (threshold, interval, explicit request, shutdown) or a due retry says so. A `produce_many`
 //!   caller that makes a delivery due moves it itself ([`AsyncProducer::hand_off_due`], without
-//!   the GIL), unless the worker is at it; it never waits for room in librdkafka's queue: what
-//!   librdkafka refuses goes back in front for the worker. The `handoff` lock, held from taking
+//!   the GIL), unless the worker is at it or older records wait to be sent again; it never waits
+//!   for room in librdkafka's queue: what librdkafka refuses goes back in front for the worker. The `handoff` lock, held from taking
 //!   a chunk until it is sent, keeps chunks in buffer order.
 //! - librdkafka's polling thread (owned by `ThreadedProducer`) runs [`DeliveryTracker::delivery`],
 //!   which settles in-flight counts, schedules retries and pushes [`ProducerEvent`]s into a channel.
@@ -212,6 +212,10 @@ pub struct ProducerStats {
     pub queue_bytes: u64,
     /// Records handed to librdkafka and not yet settled.
     pub in_flight: u64,
+    /// Records waiting to be handed to librdkafka again: after a failed send, or given back by
+    /// its full queue. Every accepted record is delivered, failed, dropped, or in
+    /// `queue_size + retry_queue_size + in_flight`.
+    pub retry_queue_size: u64,
 }
 
 /// Why a record was not accepted.
@@ -816,6 +820,7 @@ impl AsyncProducer {
             queue_size: state.buffer.len() as u64,
             queue_bytes: state.buffer.bytes() as u64,
             in_flight: self.shared.in_flight.load(Ordering::Acquire) as u64,
+            retry_queue_size: state.retries.len() as u64,
             delivered: self.shared.delivered.load(Ordering::Relaxed),
             ..state.stats
         }
@@ -859,9 +864,10 @@ impl AsyncProducer {
     /// for it: after `produce_many` made a delivery due, the records go on while they are still
     /// in this core's cache, and the buffer does not grow while the worker is scheduled. Leaves
     /// the work to the worker when it is handing off itself, in transactional mode (the worker
-    /// owns the transactions), and when librdkafka's queue is full (what librdkafka could not
-    /// take goes back before everything else and the worker waits for room; a caller never
-    /// blocks here). Call it without the GIL: a due buffer may hold many chunks.
+    /// owns the transactions), while records wait to be sent again (they go first), and when
+    /// librdkafka's queue is full (what librdkafka could not take goes back before everything
+    /// else and the worker waits for room; a caller never blocks here). Call it without the
+    /// GIL: a due buffer may hold many chunks.
     pub fn hand_off_due(&self) {
         let shared = &self.shared;
         if shared.mode == DeliveryMode::Transactional {
@@ -872,7 +878,9 @@ impl AsyncProducer {
         };
         loop {
             let mut state = shared.lock();
-            if self.stopping() || state.fatal.is_some() {
+            // Records waiting to be sent again are older than the buffer's and go first, which
+            // only the worker does (it takes them before the buffer).
+            if self.stopping() || state.fatal.is_some() || !state.retries.is_empty() {
                 break;
             }
             let batch = shared.take_due(&mut state, HANDOFF_CHUNK);
@@ -970,8 +978,11 @@ impl AsyncProducer {
         for pending in records.into_iter().rev() {
             state.retries.push_front((now, pending));
         }
-        drop(state);
-        self.shared.settle(count);
+        // They leave `in_flight` under the lock that `stats` reads `retries` under, so a
+        // snapshot never counts them twice; flushers check and wait under it too.
+        if count > 0 && self.shared.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
+            self.shared.progress.notify_all();
+        }
     }
 
     /// Chooses the partition of a record that has a `partition_key` (CRC32, as ruby-kafka).

@@ -10,6 +10,7 @@ mod codec;
 mod consumer;
 mod convert;
 mod deadline_queue;
+mod engine_log;
 mod errors;
 mod message;
 mod producer;
@@ -26,8 +27,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Engine threads log through the `log` crate; this forwards their records to `logging`
-    // under the Rust module path (e.g. `ferrokafka_kafka.scheduler`).
-    pyo3_log::init();
+    // under the Rust module path (e.g. `ferrokafka_kafka.scheduler`), and to stderr at exit.
+    engine_log::install(m)?;
     m.add_class::<client::PyClient>()?;
     m.add_class::<client::PyNewTopic>()?;
     m.add_class::<client::PyClusterMetadata>()?;

@@ -413,6 +413,7 @@ impl PyRawAsyncProducer {
             ("queue_size", s.queue_size),
             ("queue_bytes", s.queue_bytes),
             ("in_flight", s.in_flight),
+            ("retry_queue_size", s.retry_queue_size),
         ] {
             stats.set_item(name, value)?;
         }
