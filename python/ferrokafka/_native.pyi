@@ -741,8 +741,39 @@ class _RawScheduler:
         """Ask the daemon to stop; returns at once."""
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[SchedulerPartitionStatus]:
         """Per-partition figures."""
+
+@final
+class SchedulerPartitionStatus:
+    """One schedules partition of a scheduler."""
+
+    @property
+    def topic(self) -> str:
+        """Schedules topic."""
+    @property
+    def partition(self) -> int: ...
+    @property
+    def state(self) -> str:
+        """fresh, loading, loaded, stopped; or blocked (a record with a newer schema stopped
+        the partition until the daemon is upgraded)."""
+    @property
+    def pending(self) -> int:
+        """Schedules pending in memory and beyond the horizon."""
+    @property
+    def dispatched(self) -> int:
+        """Schedules dispatched by this daemon."""
+    @property
+    def skipped(self) -> int:
+        """Records skipped as undecodable."""
+    @property
+    def failed(self) -> int:
+        """Schedules whose target was refused for good."""
+    @property
+    def applied(self) -> int:
+        """Records applied."""
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
 
 _ConsumerEvent: TypeAlias = (
     ConsumerAssigned
@@ -1084,7 +1115,30 @@ class _RawQueueConsumer:
         """Wait until every END/KEEPALIVE marker so far is written."""
     def close(self, timeout: float) -> None:
         """Flush the markers, then close the consumer; idempotent."""
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> QueueConsumerStats:
+        """The counters so far."""
+
+@final
+class QueueConsumerStats:
+    """Counters of a queue consumer."""
+
+    @property
+    def received(self) -> int:
+        """Messages marked (START written, offsets committed): handed out or prefetched."""
+    @property
+    def acked(self) -> int:
+        """END markers sent by ``ack``."""
+    @property
+    def nacked(self) -> int:
+        """Messages given up by ``nack``."""
+    @property
+    def keepalives(self) -> int:
+        """KEEPALIVE markers sent, by ``keepalive`` and automatically."""
+    @property
+    def failed_markers(self) -> int:
+        """END or KEEPALIVE markers librdkafka could not deliver."""
+    def as_dict(self) -> dict[str, int]:
+        """The fields as a dict."""
 
 @final
 class _RawRedeliveryTracker:
@@ -1107,8 +1161,42 @@ class _RawRedeliveryTracker:
         """Ask the daemon to stop; returns at once."""
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
-    def status(self) -> list[dict[str, Any]]:
-        """Per-partition figures."""
+    def status(self) -> list[RedeliveryPartitionStatus]:
+        """Per markers partition figures."""
+
+@final
+class RedeliveryPartitionStatus:
+    """One markers partition of a redelivery tracker."""
+
+    @property
+    def partition(self) -> int:
+        """Markers partition."""
+    @property
+    def caught_up(self) -> bool:
+        """Whether the partition was read to its end (redelivery runs only then)."""
+    @property
+    def open(self) -> int:
+        """Messages tracked: open, or being redelivered."""
+    @property
+    def applied(self) -> int:
+        """Markers read."""
+    @property
+    def redelivered(self) -> int:
+        """Messages re-produced to the queue topic."""
+    @property
+    def dead_lettered(self) -> int:
+        """Messages produced to the dead-letter topic."""
+    @property
+    def dropped(self) -> int:
+        """Messages past ``max_redeliveries`` dropped for want of a dead-letter topic."""
+    @property
+    def undecodable(self) -> int:
+        """Markers that could not be decoded (logged and skipped)."""
+    @property
+    def committed(self) -> int | None:
+        """Last committed markers offset."""
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
 
 @final
 class ReportBuilder:

@@ -7,30 +7,7 @@ use ferrokafka_kafka::{ConsumerStats, PartitionCounters, PartitionStats, WorkerI
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// A frozen pyclass of plain fields, each an attribute, whose `as_dict()` gives them under the
-/// same names: the field list is written once.
-macro_rules! flat_record {
-    (
-        $(#[$meta:meta])*
-        $py_name:literal $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* }
-    ) => {
-        $(#[$meta])*
-        #[pyclass(name = $py_name, module = "ferrokafka._native", frozen, get_all)]
-        pub struct $name {
-            $($(#[$field_meta])* $field: $ty,)*
-        }
-
-        #[pymethods]
-        impl $name {
-            /// The fields as a dict.
-            fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-                let dict = PyDict::new(py);
-                $(dict.set_item(stringify!($field), &self.$field)?;)*
-                Ok(dict)
-            }
-        }
-    };
-}
+use crate::flat_record::flat_record;
 
 flat_record! {
     /// Counters of one partition since its assignment, or of the consumer over its life.

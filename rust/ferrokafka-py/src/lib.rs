@@ -13,11 +13,13 @@ mod consumer_stats;
 mod convert;
 mod deadline_queue;
 mod errors;
+mod flat_record;
 mod message;
 mod producer;
 mod producer_events;
 mod producer_waiters;
 mod redelivery;
+mod redelivery_status;
 mod scheduler;
 mod tracking;
 
@@ -60,8 +62,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batch::PyBatch>()?;
     m.add_class::<batch::PyBatchIterator>()?;
     m.add_class::<scheduler::PyRawScheduler>()?;
+    m.add_class::<scheduler::PySchedulerPartitionStatus>()?;
     m.add_class::<redelivery::PyRawQueueConsumer>()?;
     m.add_class::<redelivery::PyRawRedeliveryTracker>()?;
+    m.add_class::<redelivery_status::PyQueueConsumerStats>()?;
+    m.add_class::<redelivery_status::PyRedeliveryPartitionStatus>()?;
     m.add_class::<deadline_queue::PyDeadlineQueue>()?;
     m.add_class::<codec::PyMarker>()?;
     m.add_class::<codec::PyProxyMessage>()?;
