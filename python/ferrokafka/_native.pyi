@@ -741,8 +741,50 @@ class _RawScheduler:
         """Ask the daemon to stop; returns at once."""
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[SchedulerPartitionStatus]:
         """Per-partition figures."""
+
+@final
+class SchedulerPartitionStatus:
+    """One schedules partition of a scheduler."""
+
+    @property
+    def topic(self) -> str:
+        """Schedules topic."""
+    @property
+    def partition(self) -> int: ...
+    @property
+    def state(self) -> str:
+        """fresh, loading, loaded, stopped; or blocked (a record with a newer schema stopped
+        the partition until the daemon is upgraded)."""
+    @property
+    def pending(self) -> int:
+        """Schedules pending in memory and beyond the horizon."""
+    @property
+    def dispatched(self) -> int:
+        """Schedules dispatched by this daemon."""
+    @property
+    def skipped(self) -> int:
+        """Records skipped as undecodable."""
+    @property
+    def failed(self) -> int:
+        """Schedules whose target was refused for good."""
+    @property
+    def applied(self) -> int:
+        """Records applied."""
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
+
+_ConsumerEvent: TypeAlias = (
+    ConsumerAssigned
+    | ConsumerDraining
+    | ConsumerUnassigned
+    | ConsumerCaughtUp
+    | ConsumerLoadControl
+    | ConsumerCommitted
+    | ConsumerError
+)
+"""What ``_RawConsumer.poll_events`` returns, one class per kind."""
 
 @final
 class _RawConsumer:
@@ -778,11 +820,270 @@ class _RawConsumer:
         """Apply the error policy to the worker's batch, whose handler raised: seconds to wait
         before handling it again, or None when it is settled (committed, dead-lettered in the
         background, or abandoned)."""
-    def poll_events(self, timeout: float, max_events: int = 10_000) -> list[tuple[Any, ...]]:
+    def poll_events(self, timeout: float, max_events: int = 10_000) -> list[_ConsumerEvent]:
         """Wait up to ``timeout`` seconds for assignment, load-control and commit events."""
     def stop(self, drain: float) -> None:
         """Drop queued records, give running batches ``drain`` seconds, commit, close."""
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> ConsumerStats:
+        """A snapshot of the counters, the assigned partitions and the group."""
+
+@final
+class Assignment:
+    """One partition handed to a worker: fetch and acknowledge its batches with ``worker``."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def worker(self) -> int: ...
+
+@final
+class ConsumerAssigned:
+    """Partitions were assigned; start their workers."""
+
+    @property
+    def partitions(self) -> list[Assignment]: ...
+
+@final
+class ConsumerDraining:
+    """Partitions stopped handing out batches (revoked, or the consumer is stopping):
+    ``dropped`` queued records were dropped, and running batches get the drain time."""
+
+    @property
+    def partitions(self) -> list[Assignment]: ...
+    @property
+    def dropped(self) -> int: ...
+
+@final
+class ConsumerUnassigned:
+    """Partitions were taken away after their workers drained; ``lost`` when their offsets were
+    not committed."""
+
+    @property
+    def partitions(self) -> list[Assignment]: ...
+    @property
+    def lost(self) -> bool: ...
+
+@final
+class ConsumerCaughtUp:
+    """A consumer without a group handled its partition up to the high watermark seen at
+    start."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+
+@final
+class ConsumerLoadControl:
+    """Load control stopped polling a full partition (``paused``), or polls it again."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def queued_bytes(self) -> int: ...
+
+@final
+class ConsumerCommitted:
+    """The broker answered a commit of ``offsets`` (``(topic, partition, next_offset)``);
+    ``error`` when it failed."""
+
+    @property
+    def offsets(self) -> list[tuple[str, int, int]]: ...
+    @property
+    def error(self) -> Exception | None: ...
+
+@final
+class ConsumerError:
+    """librdkafka reported an error while consuming; the consumer keeps running."""
+
+    @property
+    def error(self) -> Exception: ...
+
+@final
+class ConsumerCounters:
+    """Counters of one partition since its assignment, or of the consumer over its life."""
+
+    @property
+    def received(self) -> int:
+        """Records routed from librdkafka into the partition queues."""
+    @property
+    def handled(self) -> int:
+        """Records in batches the handler finished."""
+    @property
+    def failed(self) -> int:
+        """Records in batches the handler raised on and that were acknowledged anyway."""
+    @property
+    def dead_lettered(self) -> int:
+        """Records handed to the dead-letter topic."""
+    @property
+    def retries(self) -> int:
+        """Handler retries (the ``retry`` error policy)."""
+    @property
+    def batches(self) -> int:
+        """Batches handed to workers."""
+    @property
+    def pauses(self) -> int:
+        """Times load control stopped polling a full partition."""
+    @property
+    def resumes(self) -> int:
+        """Times load control polled it again."""
+    @property
+    def dropped(self) -> int:
+        """Queued records dropped on revoke or stop (redelivered later)."""
+    @property
+    def abandoned(self) -> int:
+        """Batches abandoned because their handler outlasted the drain time."""
+    def as_dict(self) -> dict[str, int]:
+        """The fields as a dict."""
+
+@final
+class BrokerOffsets:
+    """One partition's offsets from librdkafka's latest statistics, negative when unknown, and
+    Karafka Web's tracked figures (``_d``: change since the previous statistics, ``_fd``:
+    milliseconds unchanged)."""
+
+    @property
+    def lo_offset(self) -> int: ...
+    @property
+    def hi_offset(self) -> int: ...
+    @property
+    def ls_offset(self) -> int: ...
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def stored_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def fetch_state(self) -> str: ...
+    @property
+    def eof_offset(self) -> int: ...
+    @property
+    def partitions_cnt(self) -> int: ...
+    @property
+    def lag(self) -> int: ...
+    @property
+    def lag_d(self) -> int: ...
+    @property
+    def lag_stored(self) -> int: ...
+    @property
+    def lag_stored_d(self) -> int: ...
+    @property
+    def committed_offset_fd(self) -> int: ...
+    @property
+    def stored_offset_fd(self) -> int: ...
+    @property
+    def hi_offset_fd(self) -> int: ...
+    @property
+    def ls_offset_d(self) -> int: ...
+    @property
+    def ls_offset_fd(self) -> int: ...
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (a tracking report's partition statistics)."""
+
+@final
+class GroupStatistics:
+    """The consumer group's state from librdkafka's ``cgrp`` statistics."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def join_state(self) -> str: ...
+    @property
+    def stateage(self) -> int: ...
+    @property
+    def rebalance_age(self) -> int: ...
+    @property
+    def rebalance_cnt(self) -> int: ...
+    @property
+    def rebalance_reason(self) -> str: ...
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (a tracking report's group state)."""
+
+@final
+class PartitionStats:
+    """A snapshot of one assigned partition."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def worker(self) -> int:
+        """Its worker id."""
+    @property
+    def queued(self) -> int:
+        """Records queued now."""
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes queued now."""
+    @property
+    def paused(self) -> bool:
+        """Whether load control holds the partition (its queue is full: not polled)."""
+    @property
+    def in_flight(self) -> int:
+        """Records in the batch being handled now."""
+    @property
+    def position(self) -> int | None:
+        """Next offset to commit: one past the last record of the last finished batch."""
+    @property
+    def committed(self) -> int | None:
+        """The last offset the broker confirmed committed."""
+    @property
+    def counters(self) -> ConsumerCounters:
+        """Counters since the partition was assigned."""
+    @property
+    def broker(self) -> BrokerOffsets | None:
+        """librdkafka's latest statistics of the partition; None until the first arrived."""
+    @property
+    def first_received(self) -> int | None:
+        """Offset of the first record received since the assignment."""
+    def as_dict(self) -> dict[str, Any]:
+        """The partition's figures and counters in one flat dict; ``broker`` a dict or None."""
+
+@final
+class ConsumerStats:
+    """A snapshot of the whole concurrent consumer."""
+
+    @property
+    def counters(self) -> ConsumerCounters:
+        """Counters over the consumer's life, including partitions no longer assigned."""
+    @property
+    def commits(self) -> int:
+        """Commit requests answered successfully."""
+    @property
+    def commit_errors(self) -> int:
+        """Commit requests that failed."""
+    @property
+    def partitions(self) -> list[PartitionStats]:
+        """Assigned partitions, ordered by topic and partition."""
+    @property
+    def group(self) -> GroupStatistics | None:
+        """The group's state from the latest statistics; None without a group or statistics."""
+    @property
+    def poll_age(self) -> float | None:
+        """Seconds since the poller last returned from librdkafka's poll; None before the
+        first."""
+    @property
+    def bytes_received(self) -> int | None:
+        """Bytes per second received from the brokers between the latest two statistics."""
+    @property
+    def bytes_sent(self) -> int | None:
+        """Bytes per second sent to the brokers between the latest two statistics."""
+    def as_dict(self) -> dict[str, Any]:
+        """The dict ``Consumer.stats()`` returns: the counters, commits, commit_errors,
+        poll_age, bytes_received, bytes_sent, ``group`` (a dict or None) and ``partitions``
+        (one flat dict each, see :meth:`PartitionStats.as_dict`)."""
 
 @final
 class _RawQueueConsumer:
@@ -814,7 +1115,30 @@ class _RawQueueConsumer:
         """Wait until every END/KEEPALIVE marker so far is written."""
     def close(self, timeout: float) -> None:
         """Flush the markers, then close the consumer; idempotent."""
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> QueueConsumerStats:
+        """The counters so far."""
+
+@final
+class QueueConsumerStats:
+    """Counters of a queue consumer."""
+
+    @property
+    def received(self) -> int:
+        """Messages marked (START written, offsets committed): handed out or prefetched."""
+    @property
+    def acked(self) -> int:
+        """END markers sent by ``ack``."""
+    @property
+    def nacked(self) -> int:
+        """Messages given up by ``nack``."""
+    @property
+    def keepalives(self) -> int:
+        """KEEPALIVE markers sent, by ``keepalive`` and automatically."""
+    @property
+    def failed_markers(self) -> int:
+        """END or KEEPALIVE markers librdkafka could not deliver."""
+    def as_dict(self) -> dict[str, int]:
+        """The fields as a dict."""
 
 @final
 class _RawRedeliveryTracker:
@@ -837,8 +1161,42 @@ class _RawRedeliveryTracker:
         """Ask the daemon to stop; returns at once."""
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
-    def status(self) -> list[dict[str, Any]]:
-        """Per-partition figures."""
+    def status(self) -> list[RedeliveryPartitionStatus]:
+        """Per markers partition figures."""
+
+@final
+class RedeliveryPartitionStatus:
+    """One markers partition of a redelivery tracker."""
+
+    @property
+    def partition(self) -> int:
+        """Markers partition."""
+    @property
+    def caught_up(self) -> bool:
+        """Whether the partition was read to its end (redelivery runs only then)."""
+    @property
+    def open(self) -> int:
+        """Messages tracked: open, or being redelivered."""
+    @property
+    def applied(self) -> int:
+        """Markers read."""
+    @property
+    def redelivered(self) -> int:
+        """Messages re-produced to the queue topic."""
+    @property
+    def dead_lettered(self) -> int:
+        """Messages produced to the dead-letter topic."""
+    @property
+    def dropped(self) -> int:
+        """Messages past ``max_redeliveries`` dropped for want of a dead-letter topic."""
+    @property
+    def undecodable(self) -> int:
+        """Markers that could not be decoded (logged and skipped)."""
+    @property
+    def committed(self) -> int | None:
+        """Last committed markers offset."""
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
 
 @final
 class ReportBuilder:

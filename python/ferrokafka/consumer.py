@@ -36,11 +36,26 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from ferrokafka._native import Batch, _RawConsumer
+from ferrokafka._native import (
+    Assignment,
+    Batch,
+    ConsumerAssigned,
+    ConsumerCaughtUp,
+    ConsumerCommitted,
+    ConsumerDraining,
+    ConsumerError,
+    ConsumerLoadControl,
+    ConsumerUnassigned,
+    PartitionStats,
+    _RawConsumer,
+)
 from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
 from ferrokafka.tracking import JobSample, PartitionSample, Reporter, SourceSample
+
+if TYPE_CHECKING:
+    from ferrokafka._native import _ConsumerEvent
 
 __all__ = [
     "AsyncConsumer",
@@ -139,31 +154,38 @@ def _non_negative(name: str, value: int) -> int:
     return value
 
 
-def _partition_sample(stats: dict[str, Any], read_committed: bool) -> PartitionSample:
+def _partition_sample(stats: PartitionStats, read_committed: bool) -> PartitionSample:
     """A partition for a process report: librdkafka's statistics of it as the engine keeps them
     (with their changes between statistics) and whether load control paused it.
 
     librdkafka knows no lag before the group's first commit; then, like Karafka Web's enricher
     that fills it from the consumer's own position, the lag counts from where this consumer
     began reading the partition (its first record, or the fetch position)."""
-    broker: dict[str, Any] | None = stats.get("broker")
+    broker = stats.broker
     sample = PartitionSample(
-        stats["topic"], stats["partition"], paused=bool(stats.get("paused")), statistics=broker
+        stats.topic,
+        stats.partition,
+        paused=stats.paused,
+        statistics=None if broker is None else broker.as_dict(),
     )
     if broker is None:
         return sample
-    last_stable, high = broker["ls_offset"], broker["hi_offset"]
+    last_stable, high = broker.ls_offset, broker.hi_offset
     end = last_stable if read_committed and last_stable >= 0 else high
-    started = stats.get("first_received")
-    if started is None and broker["next_offset"] >= 0:
-        started = broker["next_offset"]
-    if broker["lag"] < 0 and end >= 0 and started is not None:
+    started = stats.first_received
+    if started is None and broker.next_offset >= 0:
+        started = broker.next_offset
+    if broker.lag < 0 and end >= 0 and started is not None:
         sample.lag = max(0, end - started)
-    stored = stats.get("position")
-    stored = started if stored is None else stored
-    if broker["lag_stored"] < 0 and end >= 0 and stored is not None:
+    stored = started if stats.position is None else stats.position
+    if broker.lag_stored < 0 and end >= 0 and stored is not None:
         sample.lag_stored = max(0, end - stored)
     return sample
+
+
+def _partitions(assignments: list[Assignment]) -> Partitions:
+    """The ``(topic, partition)`` pairs that notifications and callbacks get."""
+    return [(a.topic, a.partition) for a in assignments]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -346,28 +368,28 @@ class _Core:
 
     def report_sample(self) -> SourceSample:
         """This consumer's part of a process report (see :mod:`ferrokafka.tracking`)."""
-        stats = self.stats()
+        stats = self.require_raw().stats()
         read_committed = self.config.get("isolation.level", "read_committed") == "read_committed"
-        partitions = [_partition_sample(p, read_committed) for p in stats["partitions"]]
+        partitions = [_partition_sample(p, read_committed) for p in stats.partitions]
         jobs = list(self._running_jobs.values())
         instance_id = self.config.get("group.instance.id")
         return SourceSample(
             group=self.report_group,
             partitions=partitions,
-            group_state=stats.get("group"),
-            poll_age=stats.get("poll_age") or 0.0,
-            bytes_received=stats.get("bytes_received"),
-            bytes_sent=stats.get("bytes_sent"),
+            group_state=None if stats.group is None else stats.group.as_dict(),
+            poll_age=stats.poll_age or 0.0,
+            bytes_received=stats.bytes_received,
+            bytes_sent=stats.bytes_sent,
             instance_id=None if instance_id is None else str(instance_id),
             poll_interval=int(self.config.get("max.poll.interval.ms", 300_000)),
             jobs_total=self._jobs_started,
-            batches=stats.get("batches", 0),
-            messages=stats.get("handled", 0),
+            batches=stats.counters.batches,
+            messages=stats.counters.handled,
             errors=self._handler_errors,
-            retries=stats.get("retries", 0),
-            dead=stats.get("dead_lettered", 0),
+            retries=stats.counters.retries,
+            dead=stats.counters.dead_lettered,
             busy=len(jobs),
-            enqueued=sum(p["queued"] for p in stats["partitions"]),
+            enqueued=sum(p.queued for p in stats.partitions),
             workers=max(1, len(partitions)),
             busy_seconds=self._busy_seconds,
             jobs=jobs,
@@ -483,50 +505,54 @@ class _Core:
     # -- notifications ---------------------------------------------------------------------
 
     def notifications(
-        self, events: list[tuple[Any, ...]], start_worker: Callable[[int, str, int], None]
+        self, events: list[_ConsumerEvent], start_worker: Callable[[int, str, int], None]
     ) -> list[tuple[Callable[..., object], tuple[Any, ...]]]:
         """Publishes engine events, starts workers for assigned partitions, and returns the
         user callbacks to run with their arguments."""
         calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         for event in events:
-            kind = event[0]
-            if kind == "assigned":
-                partitions = [(topic, partition) for topic, partition, _ in event[1]]
+            if isinstance(event, ConsumerAssigned):
+                partitions = _partitions(event.partitions)
                 # With ordering by key, each partition has max_concurrency workers.
                 workers = self.options.max_concurrency if self.options.ordering == "key" else 1
-                for topic, partition, worker in event[1]:
+                for assignment in event.partitions:
                     for _ in range(workers):
-                        start_worker(worker, topic, partition)
+                        start_worker(assignment.worker, assignment.topic, assignment.partition)
                 self.publish("assigned", {"partitions": partitions})
                 if self.options.on_assigned is not None:
                     calls.append((self.options.on_assigned, (partitions,)))
-            elif kind == "draining":
-                partitions = [(topic, partition) for topic, partition, _ in event[1]]
-                self.publish("draining", {"partitions": partitions, "dropped": event[2]})
-            elif kind == "unassigned":
-                partitions = [(topic, partition) for topic, partition, _ in event[1]]
-                self.publish("unassigned", {"partitions": partitions, "lost": event[2]})
+            elif isinstance(event, ConsumerDraining):
+                partitions = _partitions(event.partitions)
+                self.publish("draining", {"partitions": partitions, "dropped": event.dropped})
+            elif isinstance(event, ConsumerUnassigned):
+                partitions = _partitions(event.partitions)
+                self.publish("unassigned", {"partitions": partitions, "lost": event.lost})
                 if self.options.on_unassigned is not None:
                     calls.append((self.options.on_unassigned, (partitions,)))
-            elif kind == "caught_up":
-                _, topic, partition, offset = event
+            elif isinstance(event, ConsumerCaughtUp):
+                topic, partition, offset = event.topic, event.partition, event.offset
                 self.publish(
                     "caught_up", {"topic": topic, "partition": partition, "offset": offset}
                 )
                 if self.options.on_caught_up is not None:
                     calls.append((self.options.on_caught_up, (topic, partition, offset)))
-            elif kind in ("paused", "resumed"):
-                _, topic, partition, queued, queued_bytes = event
-                payload = {"topic": topic, "partition": partition}
-                self.publish(kind, {**payload, "queued": queued, "queued_bytes": queued_bytes})
-            elif kind == "commit":
-                _, offsets, error = event
-                if error is not None:
-                    log.warning("offset commit failed: %s", error)
-                self.publish("commit", {"offsets": offsets, "error": error})
-            elif kind == "error":
-                log.warning("consumer error: %s", event[1])
-                self.publish("error", {"error": event[1]})
+            elif isinstance(event, ConsumerLoadControl):
+                self.publish(
+                    "paused" if event.paused else "resumed",
+                    {
+                        "topic": event.topic,
+                        "partition": event.partition,
+                        "queued": event.queued,
+                        "queued_bytes": event.queued_bytes,
+                    },
+                )
+            elif isinstance(event, ConsumerCommitted):
+                if event.error is not None:
+                    log.warning("offset commit failed: %s", event.error)
+                self.publish("commit", {"offsets": event.offsets, "error": event.error})
+            elif isinstance(event, ConsumerError):
+                log.warning("consumer error: %s", event.error)
+                self.publish("error", {"error": event.error})
         return calls
 
     def require_raw(self) -> _RawConsumer:
@@ -537,7 +563,7 @@ class _Core:
     def stats(self) -> dict[str, Any]:
         if self.raw is None:
             return {"partitions": []}
-        return self.raw.stats()
+        return self.raw.stats().as_dict()
 
 
 class Consumer:

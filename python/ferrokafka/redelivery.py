@@ -38,7 +38,12 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaException
 
-from ferrokafka._native import Message, _RawQueueConsumer, _RawRedeliveryTracker
+from ferrokafka._native import (
+    Message,
+    RedeliveryPartitionStatus,
+    _RawQueueConsumer,
+    _RawRedeliveryTracker,
+)
 from ferrokafka.exceptions import ClosedError, ConfigError
 from ferrokafka.share_queue import ShareMessage, ShareQueue, configure_share_group
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
@@ -310,7 +315,7 @@ class QueueConsumer:
     def stats(self) -> dict[str, Any]:
         """Counters: received, acked, nacked, keepalives, failed_markers (on the share backend:
         partitions whose acknowledgements the broker refused; and dead_lettered)."""
-        return self._share.stats() if self._share is not None else self._markers().stats()
+        return self._share.stats() if self._share is not None else self._markers().stats().as_dict()
 
     def close(self, timeout: float = 30.0) -> None:
         """Write the pending markers, then leave the group. Prepared messages not yet handed
@@ -453,28 +458,31 @@ class RedeliveryTracker:
     def status(self) -> list[dict[str, Any]]:
         """Per assigned markers partition: partition, caught_up, open, applied, redelivered,
         dead_lettered, dropped, undecodable, committed. Empty before :meth:`start`."""
+        return [row.as_dict() for row in self._status()]
+
+    def _status(self) -> list[RedeliveryPartitionStatus]:
         return [] if self._raw is None else self._raw.status()
 
     def report_sample(self) -> SourceSample:
         """This daemon's part of a process report: unacknowledged messages as ``lag``."""
-        rows = self.status()
+        rows = self._status()
         return SourceSample(
             group=self._group_id,
             partitions=[
                 PartitionSample(
                     self._markers_topic,
-                    row["partition"],
-                    lag=row["open"],
-                    lag_stored=row["open"],
-                    committed_offset=row["committed"],
-                    fetch_state="caught_up" if row["caught_up"] else "replaying",
+                    row.partition,
+                    lag=row.open,
+                    lag_stored=row.open,
+                    committed_offset=row.committed,
+                    fetch_state="caught_up" if row.caught_up else "replaying",
                 )
                 for row in rows
             ],
-            messages=sum(row["applied"] for row in rows),
-            errors=sum(row["undecodable"] for row in rows),
-            retries=sum(row["redelivered"] for row in rows),
-            dead=sum(row["dead_lettered"] + row["dropped"] for row in rows),
+            messages=sum(row.applied for row in rows),
+            errors=sum(row.undecodable for row in rows),
+            retries=sum(row.redelivered for row in rows),
+            dead=sum(row.dead_lettered + row.dropped for row in rows),
             workers=max(1, len(rows)),
             poll_interval=self._poll_interval,
         )

@@ -271,7 +271,7 @@ class Scheduler:
         blocked: a record with a newer schema version stopped the partition until the daemon is
         upgraded), pending, dispatched, skipped, failed (targets refused for good), applied
         (records read)."""
-        return self._raw.status()
+        return [row.as_dict() for row in self._raw.status()]
 
     def report_sample(self) -> SourceSample:
         """This daemon's part of a process report: pending schedules as ``lag``."""
@@ -280,16 +280,16 @@ class Scheduler:
             group=self._group_id,
             partitions=[
                 PartitionSample(
-                    row["topic"],
-                    row["partition"],
-                    lag=row["pending"],
-                    lag_stored=row["pending"],
-                    fetch_state=row["state"],
+                    row.topic,
+                    row.partition,
+                    lag=row.pending,
+                    lag_stored=row.pending,
+                    fetch_state=row.state,
                 )
                 for row in rows
             ],
-            messages=sum(row["dispatched"] for row in rows),
-            errors=sum(row["skipped"] for row in rows),
+            messages=sum(row.dispatched for row in rows),
+            errors=sum(row.skipped for row in rows),
             workers=max(1, len(rows)),
             instance_id=self._instance_id,
             poll_interval=self._poll_interval,

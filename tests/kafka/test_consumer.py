@@ -763,6 +763,108 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     assert stats["resumes"] == len(resumed)
 
 
+COUNTERS = {
+    "received",
+    "handled",
+    "failed",
+    "dead_lettered",
+    "retries",
+    "batches",
+    "pauses",
+    "resumes",
+    "dropped",
+    "abandoned",
+}
+
+
+def test_stats_dict_keeps_its_shape_and_agrees_with_the_typed_snapshot(
+    base_config: dict[str, Any], topic_factory: TopicFactory, produce: Produce
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(topic, [{"value": f"v{n}"} for n in range(5)])
+    handled = Handled()
+    config = {**base_config, "statistics.interval.ms": 100}
+
+    def with_statistics() -> bool:
+        stats = consumer.stats()
+        if not stats["partitions"] or None in (stats["group"], stats["bytes_received"]):
+            return False
+        broker = stats["partitions"][0]["broker"]
+        return broker is not None and broker["hi_offset"] == 5
+
+    with Consumer(config, [topic], handled.add, commit_interval=0.1) as consumer:
+        handled.wait_count(5)
+        eventually(with_statistics, "librdkafka statistics of the partition's end and the group")
+        stats = consumer.stats()
+        typed = consumer._core.require_raw().stats()
+    assert set(stats) == COUNTERS | {
+        "commits",
+        "commit_errors",
+        "partitions",
+        "group",
+        "poll_age",
+        "bytes_received",
+        "bytes_sent",
+    }
+    [partition] = stats["partitions"]
+    assert set(partition) == COUNTERS | {
+        "topic",
+        "partition",
+        "worker",
+        "queued",
+        "queued_bytes",
+        "paused",
+        "in_flight",
+        "position",
+        "committed",
+        "broker",
+        "first_received",
+    }
+    assert set(partition["broker"]) == {
+        "lo_offset",
+        "hi_offset",
+        "ls_offset",
+        "committed_offset",
+        "stored_offset",
+        "next_offset",
+        "fetch_state",
+        "eof_offset",
+        "partitions_cnt",
+        "lag",
+        "lag_d",
+        "lag_stored",
+        "lag_stored_d",
+        "committed_offset_fd",
+        "stored_offset_fd",
+        "hi_offset_fd",
+        "ls_offset_d",
+        "ls_offset_fd",
+    }
+    assert set(stats["group"]) == {
+        "state",
+        "join_state",
+        "stateage",
+        "rebalance_age",
+        "rebalance_cnt",
+        "rebalance_reason",
+    }
+    assert (stats["received"], stats["handled"]) == (5, 5)
+    assert (partition["topic"], partition["partition"], partition["first_received"]) == (
+        topic,
+        0,
+        0,
+    )
+    # The dict is the typed snapshot's as_dict(): the same figures under the same names.
+    [typed_partition] = typed.partitions
+    assert (typed.counters.received, typed.counters.handled) == (5, 5)
+    assert (typed_partition.topic, typed_partition.first_received) == (topic, 0)
+    assert typed_partition.counters.as_dict().items() <= partition.items()
+    assert typed_partition.broker is not None
+    assert typed_partition.broker.hi_offset == 5
+    assert typed.group is not None
+    assert set(typed.group.as_dict()) == set(stats["group"])
+
+
 def run_until_caught_up(
     config: dict[str, Any],
     subscriptions: list[Any],

@@ -12,15 +12,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrokafka_kafka::{
-    Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched,
-    OnError, OrderBy, Outcome, PartitionCounters, StartAt, Subscription, Verdict, WorkerId,
+    ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched, OnError,
+    OrderBy, Outcome, StartAt, Subscription, Verdict, WorkerId,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyString};
 
 use crate::batch::PyBatch;
 use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off, timeout_arg};
+use crate::consumer_events::event_object;
+use crate::consumer_stats::{PyConsumerStats, consumer_stats};
 use crate::convert::settings_from_dict;
 use crate::errors::{NativeError, NativeResult};
 
@@ -101,75 +103,6 @@ fn on_error(name: &str) -> PyResult<OnError> {
             "on_error must be 'commit', 'retry' or 'dead_letter', got {other:?}"
         ))),
     }
-}
-
-fn counters_into(dict: &Bound<'_, PyDict>, c: &PartitionCounters) -> PyResult<()> {
-    for (name, value) in [
-        ("received", c.received),
-        ("handled", c.handled),
-        ("failed", c.failed),
-        ("dead_lettered", c.dead_lettered),
-        ("retries", c.retries),
-        ("batches", c.batches),
-        ("pauses", c.pauses),
-        ("resumes", c.resumes),
-        ("dropped", c.dropped),
-        ("abandoned", c.abandoned),
-    ] {
-        dict.set_item(name, value)?;
-    }
-    Ok(())
-}
-
-fn assignments(partitions: Vec<Assignment>) -> Vec<(String, i32, WorkerId)> {
-    partitions
-        .into_iter()
-        .map(|a| (a.topic, a.partition, a.worker))
-        .collect()
-}
-
-/// An event as a tuple `(name, ...)`, in the shape the Python dispatcher expects.
-fn event_tuple(py: Python<'_>, event: ConsumerEvent) -> PyResult<Py<PyTuple>> {
-    let tuple = match event {
-        ConsumerEvent::Assigned(partitions) => {
-            ("assigned", assignments(partitions)).into_pyobject(py)?
-        }
-        ConsumerEvent::Draining {
-            partitions,
-            dropped,
-        } => ("draining", assignments(partitions), dropped).into_pyobject(py)?,
-        ConsumerEvent::Unassigned { partitions, lost } => {
-            ("unassigned", assignments(partitions), lost).into_pyobject(py)?
-        }
-        ConsumerEvent::CaughtUp {
-            topic,
-            partition,
-            offset,
-        } => ("caught_up", topic, partition, offset).into_pyobject(py)?,
-        ConsumerEvent::LoadControl {
-            topic,
-            partition,
-            paused,
-            queued,
-            queued_bytes,
-        } => (
-            if paused { "paused" } else { "resumed" },
-            topic,
-            partition,
-            queued,
-            queued_bytes,
-        )
-            .into_pyobject(py)?,
-        ConsumerEvent::Committed { offsets, error } => {
-            let error = error.map(|e| PyErr::from(NativeError::Kafka(e)).into_value(py));
-            ("commit", offsets, error).into_pyobject(py)?
-        }
-        ConsumerEvent::Error(error) => {
-            let exception = PyErr::from(NativeError::Kafka(error)).into_value(py);
-            ("error", exception).into_pyobject(py)?
-        }
-    };
-    Ok(tuple.unbind())
 }
 
 #[pymethods]
@@ -290,12 +223,12 @@ impl PyRawConsumer {
         py: Python<'_>,
         timeout: f64,
         max_events: usize,
-    ) -> NativeResult<Vec<Py<PyTuple>>> {
+    ) -> NativeResult<Vec<Py<PyAny>>> {
         let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let events = self.events.drain(py, wait, max_events);
         events
             .into_iter()
-            .map(|event| event_tuple(py, event))
+            .map(|event| event_object(py, event))
             .collect::<PyResult<_>>()
             .map_err(NativeError::from)
     }
@@ -314,73 +247,7 @@ impl PyRawConsumer {
         }
     }
 
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.engine.stats();
-        let stats = PyDict::new(py);
-        counters_into(&stats, &s.totals)?;
-        stats.set_item("commits", s.commits)?;
-        stats.set_item("commit_errors", s.commit_errors)?;
-        let partitions = PyList::empty(py);
-        for p in s.partitions {
-            let entry = PyDict::new(py);
-            entry.set_item("topic", p.topic)?;
-            entry.set_item("partition", p.partition)?;
-            entry.set_item("worker", p.worker)?;
-            entry.set_item("queued", p.queued)?;
-            entry.set_item("queued_bytes", p.queued_bytes)?;
-            entry.set_item("paused", p.paused)?;
-            entry.set_item("in_flight", p.in_flight)?;
-            entry.set_item("position", p.position)?;
-            entry.set_item("committed", p.committed)?;
-            counters_into(&entry, &p.counters)?;
-            let broker = match p.broker {
-                Some(b) => {
-                    let offsets = PyDict::new(py);
-                    offsets.set_item("lo_offset", b.lo_offset)?;
-                    offsets.set_item("hi_offset", b.hi_offset)?;
-                    offsets.set_item("ls_offset", b.ls_offset)?;
-                    offsets.set_item("committed_offset", b.committed_offset)?;
-                    offsets.set_item("stored_offset", b.stored_offset)?;
-                    offsets.set_item("next_offset", b.next_offset)?;
-                    offsets.set_item("fetch_state", b.fetch_state)?;
-                    offsets.set_item("eof_offset", b.eof_offset)?;
-                    offsets.set_item("partitions_cnt", b.partitions_cnt)?;
-                    offsets.set_item("lag", b.lag.value)?;
-                    offsets.set_item("lag_d", b.lag.delta)?;
-                    offsets.set_item("lag_stored", b.lag_stored.value)?;
-                    offsets.set_item("lag_stored_d", b.lag_stored.delta)?;
-                    offsets.set_item("committed_offset_fd", b.committed.frozen_ms)?;
-                    offsets.set_item("stored_offset_fd", b.stored.frozen_ms)?;
-                    offsets.set_item("hi_offset_fd", b.hi.frozen_ms)?;
-                    offsets.set_item("ls_offset_d", b.ls.delta)?;
-                    offsets.set_item("ls_offset_fd", b.ls.frozen_ms)?;
-                    Some(offsets)
-                }
-                None => None,
-            };
-            entry.set_item("broker", broker)?;
-            entry.set_item("first_received", p.first_received)?;
-            partitions.append(entry)?;
-        }
-        stats.set_item("partitions", partitions)?;
-        let group = match s.group {
-            Some(g) => {
-                let group = PyDict::new(py);
-                group.set_item("state", g.state)?;
-                group.set_item("join_state", g.join_state)?;
-                group.set_item("stateage", g.stateage)?;
-                group.set_item("rebalance_age", g.rebalance_age)?;
-                group.set_item("rebalance_cnt", g.rebalance_cnt)?;
-                group.set_item("rebalance_reason", g.rebalance_reason)?;
-                Some(group)
-            }
-            None => None,
-        };
-        stats.set_item("group", group)?;
-        stats.set_item("poll_age", s.poll_age.map(|age| age.as_secs_f64()))?;
-        let (received, sent) = s.transfer_rates.unzip();
-        stats.set_item("bytes_received", received)?;
-        stats.set_item("bytes_sent", sent)?;
-        Ok(stats)
+    fn stats(&self, py: Python<'_>) -> PyResult<PyConsumerStats> {
+        consumer_stats(py, self.engine.stats())
     }
 }

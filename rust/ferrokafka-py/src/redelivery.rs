@@ -21,6 +21,7 @@ use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_
 use crate::convert::settings_from_dict;
 use crate::errors::NativeResult;
 use crate::message::PyMessage;
+use crate::redelivery_status::{PyQueueConsumerStats, PyRedeliveryPartitionStatus};
 
 /// The native queue consumer; use `ferrokafka.redelivery.QueueConsumer`.
 #[pyclass(name = "_RawQueueConsumer", module = "ferrokafka._native", frozen)]
@@ -158,15 +159,8 @@ impl PyRawQueueConsumer {
         Ok(flushed?)
     }
 
-    fn stats<'py>(&self, py: Python<'py>) -> NativeResult<Bound<'py, PyDict>> {
-        let stats = self.engine()?.stats();
-        let row = PyDict::new(py);
-        row.set_item("received", stats.received)?;
-        row.set_item("acked", stats.acked)?;
-        row.set_item("nacked", stats.nacked)?;
-        row.set_item("keepalives", stats.keepalives)?;
-        row.set_item("failed_markers", stats.failed_markers)?;
-        Ok(row)
+    fn stats(&self) -> NativeResult<PyQueueConsumerStats> {
+        Ok(self.engine()?.stats().into())
     }
 }
 
@@ -228,23 +222,7 @@ impl PyRawRedeliveryTracker {
         self.daemon.wait(py, timeout)
     }
 
-    fn status<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        self.daemon
-            .status()
-            .into_iter()
-            .map(|s| {
-                let row = PyDict::new(py);
-                row.set_item("partition", s.partition)?;
-                row.set_item("caught_up", s.caught_up)?;
-                row.set_item("open", s.open)?;
-                row.set_item("applied", s.applied)?;
-                row.set_item("redelivered", s.redelivered)?;
-                row.set_item("dead_lettered", s.dead_lettered)?;
-                row.set_item("dropped", s.dropped)?;
-                row.set_item("undecodable", s.undecodable)?;
-                row.set_item("committed", s.committed)?;
-                Ok(row)
-            })
-            .collect()
+    fn status(&self) -> Vec<PyRedeliveryPartitionStatus> {
+        self.daemon.status().into_iter().map(Into::into).collect()
     }
 }

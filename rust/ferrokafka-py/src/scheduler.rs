@@ -10,6 +10,44 @@ use pyo3::types::PyDict;
 use crate::blocking::{DaemonHandle, timeout_arg};
 use crate::convert::settings_from_dict;
 use crate::errors::NativeResult;
+use crate::flat_record::flat_record;
+
+flat_record! {
+    /// One schedules partition of a scheduler.
+    "SchedulerPartitionStatus" PySchedulerPartitionStatus {
+        /// Schedules topic.
+        topic: String,
+        partition: i32,
+        /// fresh, loading, loaded, stopped; or blocked (a record with a newer schema stopped
+        /// the partition until the daemon is upgraded).
+        state: String,
+        /// Schedules pending in memory and beyond the horizon.
+        pending: usize,
+        /// Schedules dispatched by this daemon.
+        dispatched: u64,
+        /// Records skipped as undecodable.
+        skipped: u64,
+        /// Schedules whose target was refused for good.
+        failed: u64,
+        /// Records applied.
+        applied: u64,
+    }
+}
+
+impl From<PartitionStatus> for PySchedulerPartitionStatus {
+    fn from(s: PartitionStatus) -> Self {
+        Self {
+            topic: s.topic,
+            partition: s.partition,
+            state: s.state.to_owned(),
+            pending: s.pending,
+            dispatched: s.dispatched,
+            skipped: s.skipped,
+            failed: s.failed,
+            applied: s.applied,
+        }
+    }
+}
 
 /// The native scheduler daemon; use `ferrokafka.scheduling.Scheduler`.
 #[pyclass(name = "_RawScheduler", module = "ferrokafka._native", frozen)]
@@ -63,24 +101,8 @@ impl PyRawScheduler {
         self.daemon.wait(py, timeout)
     }
 
-    /// Per-partition figures: topic, partition, state, pending, dispatched, skipped, failed,
-    /// applied.
-    fn status<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        self.daemon
-            .status()
-            .into_iter()
-            .map(|s| {
-                let row = PyDict::new(py);
-                row.set_item("topic", s.topic)?;
-                row.set_item("partition", s.partition)?;
-                row.set_item("state", s.state)?;
-                row.set_item("pending", s.pending)?;
-                row.set_item("dispatched", s.dispatched)?;
-                row.set_item("skipped", s.skipped)?;
-                row.set_item("failed", s.failed)?;
-                row.set_item("applied", s.applied)?;
-                Ok(row)
-            })
-            .collect()
+    /// Per-partition figures.
+    fn status(&self) -> Vec<PySchedulerPartitionStatus> {
+        self.daemon.status().into_iter().map(Into::into).collect()
     }
 }
