@@ -109,10 +109,10 @@ class QueueConsumer:
     nothing in time, e.g. because the process died, is redelivered by the
     :class:`RedeliveryTracker`.
 
-    Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, a
-    Rust thread prepares the next batch (START markers and offset commit) while this one is
-    handled, so up to two batches are in flight ahead of the handler; their deadlines start
-    then (and are kept alive). Messages prepared but not handed out when the consumer closes
+    Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, two
+    Rust threads prepare the next batches (START markers, then the offset commit) while this
+    one is handled, so up to four batches are in flight ahead of the handler; their deadlines
+    start then (and are kept alive). Messages prepared but not handed out when the consumer closes
     come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
     ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers
     are written. Waits release the GIL and can be interrupted with Ctrl-C.

@@ -23,11 +23,10 @@ use std::time::{Duration, Instant};
 use ferrokafka_core::codec::marker_codec::encode_marker;
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::ClientContext;
-use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
-use crate::daemon::{enqueue, now_ms};
+use crate::daemon::{now_ms, send_waiting_for_room};
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::record::OutgoingRecord;
 
 /// Shortest pause of the keepalive thread, so a failing write cannot make it spin.
 const MIN_KEEPALIVE_WAIT: Duration = Duration::from_millis(10);
@@ -122,16 +121,14 @@ impl MarkerWriter {
         }
     }
 
-    /// The markers-topic record of `marker`, a marker of a message from `queue_partition`.
-    pub(crate) fn record(&self, queue_partition: i32, marker: &Marker) -> OutgoingRecord {
-        OutgoingRecord {
-            topic: self.markers_topic.clone(),
-            partition: Some(markers_partition(queue_partition, self.markers_partitions)),
-            key: None,
-            value: Some(encode_marker(marker)),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        }
+    /// The markers topic.
+    pub(crate) fn markers_topic(&self) -> &str {
+        &self.markers_topic
+    }
+
+    /// The markers partition of every marker of a message from `queue_partition`.
+    pub(crate) fn markers_partition_of(&self, queue_partition: i32) -> i32 {
+        markers_partition(queue_partition, self.markers_partitions)
     }
 
     /// A deadline one redelivery timeout from now, milliseconds.
@@ -147,10 +144,14 @@ impl MarkerWriter {
 
     fn send(&self, message: MessageId, marker: &Marker) -> KafkaResult<()> {
         let partition = i32::try_from(message.partition).unwrap_or(0);
+        let encoded = encode_marker(marker);
+        let record = BaseRecord::<[u8], [u8]>::to(&self.markers_topic)
+            .payload(encoded.as_slice())
+            .partition(self.markers_partition_of(partition));
         let tracker = self.producer.context();
-        // Counted before the send: the delivery report may arrive before `enqueue` returns.
+        // Counted before the send: the delivery report may arrive before the send returns.
         *tracker.in_flight() += 1;
-        enqueue(&self.producer, &self.record(partition, marker)).map_err(|e| {
+        send_waiting_for_room(&self.producer, record).map_err(|e| {
             let mut in_flight = tracker.in_flight();
             *in_flight = in_flight.saturating_sub(1);
             KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)

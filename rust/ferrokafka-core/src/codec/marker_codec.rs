@@ -32,37 +32,70 @@ const KIND_START: u8 = 1;
 const KIND_KEEPALIVE: u8 = 2;
 const KIND_END: u8 = 3;
 
+/// The parts of a START marker, borrowed from wherever the message lives, so that a queue
+/// consumer encodes it straight from its received record (no owned [`Marker`] per message).
+#[derive(Debug, Clone, Copy)]
+pub struct StartParts<'a> {
+    /// The message being processed.
+    pub message_id: MessageId,
+    /// Redelivery deadline, milliseconds.
+    pub deadline: u64,
+    /// Record key.
+    pub key: Option<&'a [u8]>,
+    /// Record value.
+    pub value: Option<&'a [u8]>,
+    /// Record headers in order.
+    pub headers: &'a [RecordHeader],
+}
+
+/// Replaces the contents of `out` with the START marker of `start` (format version
+/// [`MARKER_FORMAT_VERSION`]; the same bytes as [`encode_marker`] of the owned marker), so one
+/// buffer serves a whole batch.
+pub fn encode_start_into(out: &mut Vec<u8>, start: &StartParts<'_>) {
+    out.clear();
+    out.push(MARKER_FORMAT_VERSION);
+    out.push(KIND_START);
+    put_message_id(out, &start.message_id);
+    put_varint(out, start.deadline);
+    put_optional_bytes(out, start.key);
+    put_optional_bytes(out, start.value);
+    put_varint(out, start.headers.len() as u64);
+    for (name, value) in start.headers {
+        put_varint(out, name.len() as u64);
+        out.extend_from_slice(name.as_bytes());
+        put_optional_bytes(out, value.as_deref());
+    }
+}
+
 /// Encodes a marker in format version [`MARKER_FORMAT_VERSION`].
 pub fn encode_marker(marker: &Marker) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
-    out.push(MARKER_FORMAT_VERSION);
     match marker {
         Marker::Start {
             message_id,
             deadline,
             payload,
         } => {
-            out.push(KIND_START);
-            put_message_id(&mut out, message_id);
-            put_varint(&mut out, *deadline);
-            put_optional_bytes(&mut out, payload.key.as_deref());
-            put_optional_bytes(&mut out, payload.value.as_deref());
-            put_varint(&mut out, payload.headers.len() as u64);
-            for (name, value) in &payload.headers {
-                put_varint(&mut out, name.len() as u64);
-                out.extend_from_slice(name.as_bytes());
-                put_optional_bytes(&mut out, value.as_deref());
-            }
+            let start = StartParts {
+                message_id: *message_id,
+                deadline: *deadline,
+                key: payload.key.as_deref(),
+                value: payload.value.as_deref(),
+                headers: &payload.headers,
+            };
+            encode_start_into(&mut out, &start);
         }
         Marker::KeepAlive {
             message_id,
             deadline,
         } => {
+            out.push(MARKER_FORMAT_VERSION);
             out.push(KIND_KEEPALIVE);
             put_message_id(&mut out, message_id);
             put_varint(&mut out, *deadline);
         }
         Marker::End { message_id } => {
+            out.push(MARKER_FORMAT_VERSION);
             out.push(KIND_END);
             put_message_id(&mut out, message_id);
         }
@@ -247,6 +280,30 @@ mod tests {
             encode_marker(&Marker::End { message_id: id }),
             vec![1, 3, 0, 5]
         );
+    }
+
+    #[test]
+    fn a_start_from_borrowed_parts_into_a_used_buffer_is_the_owned_markers_bytes() {
+        let marker = start();
+        let Marker::Start {
+            message_id,
+            deadline,
+            payload,
+        } = &marker
+        else {
+            unreachable!("start() is a START");
+        };
+        let mut buffer = vec![9; 300];
+        let parts = StartParts {
+            message_id: *message_id,
+            deadline: *deadline,
+            key: payload.key.as_deref(),
+            value: payload.value.as_deref(),
+            headers: &payload.headers,
+        };
+        encode_start_into(&mut buffer, &parts);
+        assert_eq!(buffer, encode_marker(&marker));
+        assert_eq!(decode_marker(&buffer), Ok(marker));
     }
 
     #[test]
