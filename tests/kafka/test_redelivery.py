@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any, Literal, NamedTuple
 
 import pytest
+from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
 from ferrokafka import Client, KafkaError
 from ferrokafka.redelivery import (
@@ -388,6 +389,41 @@ def test_one_config_serves_every_client_without_confwarn(
         QueueConsumer(mixed, queue_topic, markers, TIMEOUT).close()
         tracker.stop()
     assert not [r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
+
+
+def consume_nothing_for(queue: QueueConsumer, seconds: float) -> None:
+    """Consumes for up to `seconds`, asserting that nothing comes (an error ends it)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert queue.consume(2, timeout=1.0) == []
+
+
+def test_a_batch_whose_starts_fail_is_not_handed_out_nor_are_the_batches_after_it_committed(
+    config: dict[str, Any], topic_factory: TopicFactory, kafka_client: Client
+) -> None:
+    # The markers topic refuses the START of the second message (too large for it), so the
+    # first batch fails while the next batches' STARTs, prepared behind it, go through: none of
+    # them may be handed out, and the queue offset may not be committed past the failed one.
+    queue_topic = topic_factory(partitions=1)
+    markers = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
+    values = ["m0", "x" * 5000] + [f"m{n}" for n in range(2, 8)]
+    for value in values:
+        kafka_client.produce(queue_topic, value, partition=0)
+    group = f"g-{uuid.uuid4().hex}"
+    with QueueConsumer(
+        config, queue_topic, markers, TIMEOUT, group_id=group, max_batch_size=2
+    ) as queue:
+        with pytest.raises(KafkaError):
+            consume_nothing_for(queue, 20.0)
+        # Rewound: the failed batch is read and refused again.
+        with pytest.raises(KafkaError):
+            consume_nothing_for(queue, 20.0)
+    reader = Consumer({"bootstrap.servers": config["bootstrap.servers"], "group.id": group})
+    try:
+        [position] = reader.committed([TopicPartition(queue_topic, 0)], timeout=10)
+    finally:
+        reader.close()
+    assert position.offset == OFFSET_INVALID, position
 
 
 def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(

@@ -242,6 +242,8 @@ impl StartPrefetch {
         }
         loop {
             if let Some(e) = state.error.take() {
+                // The prefetch thread waits until the error is reported, then reads again.
+                self.handoff.changed.notify_all();
                 return Err(e);
             }
             if !state.ready.is_empty() {
