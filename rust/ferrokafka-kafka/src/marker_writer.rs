@@ -44,6 +44,11 @@ pub(crate) fn message_id(partition: i32, offset: i64) -> MessageId {
     }
 }
 
+/// The wall clock as a marker's create time, milliseconds.
+pub(crate) fn created_now() -> i64 {
+    i64::try_from(now_ms()).unwrap_or(i64::MAX)
+}
+
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -142,12 +147,15 @@ impl MarkerWriter {
             .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn send(&self, message: MessageId, marker: &Marker) -> KafkaResult<()> {
+    /// Writes `marker`; `created_ms` is its create time (read once per call of the caller, not
+    /// by librdkafka per marker).
+    fn send(&self, message: MessageId, marker: &Marker, created_ms: i64) -> KafkaResult<()> {
         let partition = i32::try_from(message.partition).unwrap_or(0);
         let encoded = encode_marker(marker);
         let record = BaseRecord::<[u8], [u8]>::to(&self.markers_topic)
             .payload(encoded.as_slice())
-            .partition(self.markers_partition_of(partition));
+            .partition(self.markers_partition_of(partition))
+            .timestamp(created_ms);
         let tracker = self.producer.context();
         // Counted before the send: the delivery report may arrive before the send returns.
         *tracker.in_flight() += 1;
@@ -172,13 +180,14 @@ impl MarkerWriter {
         messages: &[MessageId],
         marker: impl Fn(MessageId) -> Option<Marker>,
     ) -> KafkaResult<()> {
+        let created_ms = created_now();
         let mut in_flight = self.in_flight();
         for &id in messages {
             if let Some(in_flight) = in_flight.as_mut() {
                 in_flight.remove(&id);
             }
             if let Some(marker) = marker(id) {
-                self.send(id, &marker)?;
+                self.send(id, &marker, created_ms)?;
             }
         }
         Ok(())
@@ -202,6 +211,7 @@ impl MarkerWriter {
                 message_id,
                 deadline,
             },
+            created_now(),
         )?;
         self.keepalives.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -43,7 +43,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::daemon::send_waiting_for_room;
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::marker_writer::{MarkerWriter, message_id};
+use crate::marker_writer::{MarkerWriter, created_now, message_id};
 use crate::record::ReceivedRecord;
 
 /// Longest one poll of the queue consumer blocks, so a stop is noticed quickly.
@@ -442,6 +442,8 @@ impl Prefetcher {
     /// into one reused buffer (librdkafka copies each).
     fn dispatch(&self, number: usize, records: &[ReceivedRecord]) -> KafkaResult<()> {
         let deadline = self.writer.next_deadline();
+        // One clock read for the batch instead of one by librdkafka per marker.
+        let created_ms = created_now();
         let topic = self.writer.markers_topic();
         let mut encoded = Vec::with_capacity(256);
         // Counted before the sends: a delivery report may arrive before `send` returns.
@@ -457,7 +459,8 @@ impl Prefetcher {
             encode_start_into(&mut encoded, &start);
             let marker = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, number)
                 .payload(encoded.as_slice())
-                .partition(self.writer.markers_partition_of(record.partition));
+                .partition(self.writer.markers_partition_of(record.partition))
+                .timestamp(created_ms);
             send_waiting_for_room(&self.starts, marker).map_err(|e| {
                 KafkaIoError::from_rdkafka("write START markers", e, self.marker_timeout, None)
             })?;
