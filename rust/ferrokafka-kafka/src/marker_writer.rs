@@ -20,12 +20,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::codec::marker_codec::encode_marker;
+use ferrokafka_core::codec::marker_codec::append_marker;
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::ClientContext;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
-use crate::daemon::{now_ms, send_waiting_for_room};
+use crate::batch_produce::{BatchTopic, Payloads};
+use crate::daemon::now_ms;
 use crate::error::{KafkaIoError, KafkaResult};
 
 /// Shortest pause of the keepalive thread, so a failing write cannot make it spin.
@@ -42,11 +43,6 @@ pub(crate) fn message_id(partition: i32, offset: i64) -> MessageId {
         partition: u32::try_from(partition).unwrap_or(0),
         offset: u64::try_from(offset).unwrap_or(0),
     }
-}
-
-/// The wall clock as a marker's create time, milliseconds.
-pub(crate) fn created_now() -> i64 {
-    i64::try_from(now_ms()).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn millis(duration: Duration) -> u64 {
@@ -96,7 +92,7 @@ impl ProducerContext for UpdateTracker {
 
 /// Writes the markers that follow a START, and remembers the messages in flight.
 pub(crate) struct MarkerWriter {
-    producer: ThreadedProducer<UpdateTracker>,
+    producer: BatchTopic<UpdateTracker>,
     markers_topic: String,
     markers_partitions: i32,
     redelivery_timeout: Duration,
@@ -114,8 +110,11 @@ impl MarkerWriter {
         redelivery_timeout: Duration,
         marker_timeout: Duration,
         auto_keepalive: bool,
-    ) -> Self {
-        MarkerWriter {
+    ) -> KafkaResult<Self> {
+        let producer = BatchTopic::new(producer, &markers_topic).map_err(|e| {
+            KafkaIoError::from_rdkafka("create markers producer", e, marker_timeout, None)
+        })?;
+        Ok(MarkerWriter {
             producer,
             markers_topic,
             markers_partitions,
@@ -123,7 +122,7 @@ impl MarkerWriter {
             marker_timeout,
             in_flight: auto_keepalive.then(|| Mutex::new(HashMap::new())),
             keepalives: AtomicU64::new(0),
-        }
+        })
     }
 
     /// The markers topic.
@@ -147,21 +146,27 @@ impl MarkerWriter {
             .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Writes `marker`; `created_ms` is its create time (read once per call of the caller, not
-    /// by librdkafka per marker).
-    fn send(&self, message: MessageId, marker: &Marker, created_ms: i64) -> KafkaResult<()> {
-        let partition = i32::try_from(message.partition).unwrap_or(0);
-        let encoded = encode_marker(marker);
-        let record = BaseRecord::<[u8], [u8]>::to(&self.markers_topic)
-            .payload(encoded.as_slice())
-            .partition(self.markers_partition_of(partition))
-            .timestamp(created_ms);
-        let tracker = self.producer.context();
-        // Counted before the send: the delivery report may arrive before the send returns.
-        *tracker.in_flight() += 1;
-        send_waiting_for_room(&self.producer, record).map_err(|e| {
-            let mut in_flight = tracker.in_flight();
-            *in_flight = in_flight.saturating_sub(1);
+    fn tracker(&self) -> &UpdateTracker {
+        self.producer.producer().context()
+    }
+
+    /// Writes `markers` (each with the message it is about) in one call to librdkafka.
+    fn write(&self, markers: &[(MessageId, Marker)]) -> KafkaResult<()> {
+        if markers.is_empty() {
+            return Ok(());
+        }
+        let mut payloads = Payloads::with_capacity(markers.len(), 16 * markers.len());
+        for (message, marker) in markers {
+            let partition = i32::try_from(message.partition).unwrap_or(0);
+            payloads.push(self.markers_partition_of(partition), |out| {
+                append_marker(out, marker);
+            });
+        }
+        // Counted before the call: a delivery report may arrive before it returns.
+        *self.tracker().in_flight() += payloads.len() as u64;
+        self.producer.produce(&payloads, ()).map_err(|(e, taken)| {
+            let mut in_flight = self.tracker().in_flight();
+            *in_flight = in_flight.saturating_sub((payloads.len() - taken) as u64);
             KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)
         })
     }
@@ -174,23 +179,24 @@ impl MarkerWriter {
     }
 
     /// Handling of `messages` is over: each leaves the in-flight set and gets `marker(id)`
-    /// (none when it returns `None`). Stops at the first failed write.
+    /// (none when it returns `None`), all in one write. Should librdkafka refuse it, the
+    /// messages whose marker was not written come back after their deadline.
     pub(crate) fn finish(
         &self,
         messages: &[MessageId],
         marker: impl Fn(MessageId) -> Option<Marker>,
     ) -> KafkaResult<()> {
-        let created_ms = created_now();
         let mut in_flight = self.in_flight();
+        let mut markers = Vec::with_capacity(messages.len());
         for &id in messages {
             if let Some(in_flight) = in_flight.as_mut() {
                 in_flight.remove(&id);
             }
             if let Some(marker) = marker(id) {
-                self.send(id, &marker, created_ms)?;
+                markers.push((id, marker));
             }
         }
-        Ok(())
+        self.write(&markers)
     }
 
     /// Moves the deadline of `message` to now + the redelivery timeout.
@@ -205,14 +211,13 @@ impl MarkerWriter {
 
     fn write_keepalive(&self, message_id: MessageId) -> KafkaResult<()> {
         let deadline = self.next_deadline();
-        self.send(
+        self.write(&[(
             message_id,
-            &Marker::KeepAlive {
+            Marker::KeepAlive {
                 message_id,
                 deadline,
             },
-            created_now(),
-        )?;
+        )])?;
         self.keepalives.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -249,12 +254,12 @@ impl MarkerWriter {
 
     /// END or KEEPALIVE markers that librdkafka could not deliver.
     pub(crate) fn failed(&self) -> u64 {
-        self.producer.context().failed.load(Ordering::Relaxed)
+        self.tracker().failed.load(Ordering::Relaxed)
     }
 
     /// Waits up to `timeout` until every marker written so far is acknowledged.
     pub(crate) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
-        let tracker = self.producer.context();
+        let tracker = self.tracker();
         let (in_flight, waited) = tracker
             .settled
             .wait_timeout_while(tracker.in_flight(), timeout, |n| *n > 0)

@@ -210,7 +210,7 @@ impl QueueConsumer {
             options.redelivery_timeout,
             options.marker_timeout,
             options.auto_keepalive,
-        ));
+        )?);
         let keepalive = if options.auto_keepalive {
             Some(KeepaliveThread::spawn(Arc::clone(&writer))?)
         } else {

@@ -34,16 +34,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::codec::marker_codec::{StartParts, encode_start_into};
+use ferrokafka_core::codec::marker_codec::{StartParts, append_start};
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::daemon::send_waiting_for_room;
+use crate::batch_produce::{BatchTopic, Payloads};
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::marker_writer::{MarkerWriter, created_now, message_id};
+use crate::marker_writer::{MarkerWriter, message_id};
 use crate::record::ReceivedRecord;
 
 /// Longest one poll of the queue consumer blocks, so a stop is noticed quickly.
@@ -199,9 +199,12 @@ impl StartPrefetch {
             handoff: Arc::clone(&handoff),
             received: Arc::clone(&received),
         };
+        let starts = BatchTopic::new(setup.starts, setup.writer.markers_topic()).map_err(|e| {
+            KafkaIoError::from_rdkafka("create markers producer", e, setup.marker_timeout, None)
+        })?;
         let prefetcher = Prefetcher {
             consumer,
-            starts: setup.starts,
+            starts,
             writer: setup.writer,
             queue_topic: setup.queue_topic,
             max_batch_size: setup.max_batch_size.max(1),
@@ -302,7 +305,7 @@ enum Room {
 /// The prefetch thread: polls batches and writes their START markers.
 struct Prefetcher {
     consumer: Arc<BaseConsumer>,
-    starts: ThreadedProducer<StartAcks>,
+    starts: BatchTopic<StartAcks>,
     writer: Arc<MarkerWriter>,
     queue_topic: String,
     max_batch_size: usize,
@@ -369,17 +372,13 @@ impl Prefetcher {
     /// Waits for `batch`'s START markers and hands it to the commit thread. On failure the
     /// batch polled after it (`after`) is given up too, and both are read again.
     fn confirm(&self, batch: Dispatched, after: &mut Option<Dispatched>) {
-        match self
-            .starts
-            .context()
-            .wait(batch.number, self.marker_timeout)
-        {
+        match self.acks().wait(batch.number, self.marker_timeout) {
             // The commit thread ends only after this thread: the send cannot fail.
             Ok(()) => drop(self.to_commit.send(batch)),
             Err(e) => {
                 let mut records = batch.records;
                 if let Some(later) = after.take() {
-                    self.starts.context().forget(later.number);
+                    self.acks().forget(later.number);
                     records.extend(later.records);
                 }
                 self.fail(&records, e);
@@ -431,23 +430,24 @@ impl Prefetcher {
                 set_at,
             }),
             Err(e) => {
-                self.starts.context().forget(number);
+                self.acks().forget(number);
                 self.fail(&records, e);
                 None
             }
         }
     }
 
-    /// Hands the START markers of `records` to librdkafka, encoded straight from the records
-    /// into one reused buffer (librdkafka copies each).
+    /// Counts the START markers of each batch.
+    fn acks(&self) -> &StartAcks {
+        self.starts.producer().context()
+    }
+
+    /// Hands the START markers of `records` to librdkafka in one call, encoded straight from
+    /// the records into one buffer (librdkafka copies each).
     fn dispatch(&self, number: usize, records: &[ReceivedRecord]) -> KafkaResult<()> {
         let deadline = self.writer.next_deadline();
-        // One clock read for the batch instead of one by librdkafka per marker.
-        let created_ms = created_now();
-        let topic = self.writer.markers_topic();
-        let mut encoded = Vec::with_capacity(256);
-        // Counted before the sends: a delivery report may arrive before `send` returns.
-        self.starts.context().expect(number, records.len());
+        let mut markers =
+            Payloads::with_capacity(records.len(), records.iter().map(encoded_size).sum());
         for record in records {
             let start = StartParts {
                 message_id: message_id(record.partition, record.offset),
@@ -456,16 +456,14 @@ impl Prefetcher {
                 value: record.value.as_deref(),
                 headers: &record.headers,
             };
-            encode_start_into(&mut encoded, &start);
-            let marker = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, number)
-                .payload(encoded.as_slice())
-                .partition(self.writer.markers_partition_of(record.partition))
-                .timestamp(created_ms);
-            send_waiting_for_room(&self.starts, marker).map_err(|e| {
-                KafkaIoError::from_rdkafka("write START markers", e, self.marker_timeout, None)
-            })?;
+            let partition = self.writer.markers_partition_of(record.partition);
+            markers.push(partition, |out| append_start(out, &start));
         }
-        Ok(())
+        // Counted before the call: a delivery report may arrive before it returns.
+        self.acks().expect(number, records.len());
+        self.starts.produce(&markers, number).map_err(|(e, _)| {
+            KafkaIoError::from_rdkafka("write START markers", e, self.marker_timeout, None)
+        })
     }
 
     /// Seeks back to the first record of each partition of a batch whose markers failed.
@@ -538,4 +536,16 @@ impl Committer {
             log::warn!("queue offsets not committed: {e}");
         }
     }
+}
+
+/// About how many bytes the START marker of `record` takes (a buffer size hint).
+fn encoded_size(record: &ReceivedRecord) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(name, value)| name.len() + value.as_ref().map_or(0, Vec::len) + 4)
+        .sum();
+    32 + record.key.as_ref().map_or(0, Vec::len)
+        + record.value.as_ref().map_or(0, Vec::len)
+        + headers
 }

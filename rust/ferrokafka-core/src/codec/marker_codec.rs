@@ -48,11 +48,10 @@ pub struct StartParts<'a> {
     pub headers: &'a [RecordHeader],
 }
 
-/// Replaces the contents of `out` with the START marker of `start` (format version
-/// [`MARKER_FORMAT_VERSION`]; the same bytes as [`encode_marker`] of the owned marker), so one
-/// buffer serves a whole batch.
-pub fn encode_start_into(out: &mut Vec<u8>, start: &StartParts<'_>) {
-    out.clear();
+/// Appends the START marker of `start` to `out` (format version [`MARKER_FORMAT_VERSION`]; the
+/// same bytes as [`encode_marker`] of the owned marker), so the markers of a whole batch can
+/// share one buffer.
+pub fn append_start(out: &mut Vec<u8>, start: &StartParts<'_>) {
     out.push(MARKER_FORMAT_VERSION);
     out.push(KIND_START);
     put_message_id(out, &start.message_id);
@@ -67,9 +66,8 @@ pub fn encode_start_into(out: &mut Vec<u8>, start: &StartParts<'_>) {
     }
 }
 
-/// Encodes a marker in format version [`MARKER_FORMAT_VERSION`].
-pub fn encode_marker(marker: &Marker) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32);
+/// Appends `marker` to `out` (format version [`MARKER_FORMAT_VERSION`]).
+pub fn append_marker(out: &mut Vec<u8>, marker: &Marker) {
     match marker {
         Marker::Start {
             message_id,
@@ -83,7 +81,7 @@ pub fn encode_marker(marker: &Marker) -> Vec<u8> {
                 value: payload.value.as_deref(),
                 headers: &payload.headers,
             };
-            encode_start_into(&mut out, &start);
+            append_start(out, &start);
         }
         Marker::KeepAlive {
             message_id,
@@ -91,15 +89,21 @@ pub fn encode_marker(marker: &Marker) -> Vec<u8> {
         } => {
             out.push(MARKER_FORMAT_VERSION);
             out.push(KIND_KEEPALIVE);
-            put_message_id(&mut out, message_id);
-            put_varint(&mut out, *deadline);
+            put_message_id(out, message_id);
+            put_varint(out, *deadline);
         }
         Marker::End { message_id } => {
             out.push(MARKER_FORMAT_VERSION);
             out.push(KIND_END);
-            put_message_id(&mut out, message_id);
+            put_message_id(out, message_id);
         }
     }
+}
+
+/// Encodes a marker in format version [`MARKER_FORMAT_VERSION`].
+pub fn encode_marker(marker: &Marker) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
+    append_marker(&mut out, marker);
     out
 }
 
@@ -283,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn a_start_from_borrowed_parts_into_a_used_buffer_is_the_owned_markers_bytes() {
+    fn markers_appended_to_a_buffer_are_each_the_owned_markers_bytes() {
         let marker = start();
         let Marker::Start {
             message_id,
@@ -293,7 +297,6 @@ mod tests {
         else {
             unreachable!("start() is a START");
         };
-        let mut buffer = vec![9; 300];
         let parts = StartParts {
             message_id: *message_id,
             deadline: *deadline,
@@ -301,9 +304,17 @@ mod tests {
             value: payload.value.as_deref(),
             headers: &payload.headers,
         };
-        encode_start_into(&mut buffer, &parts);
-        assert_eq!(buffer, encode_marker(&marker));
-        assert_eq!(decode_marker(&buffer), Ok(marker));
+        let end = Marker::End {
+            message_id: *message_id,
+        };
+        let mut buffer = vec![9];
+        append_start(&mut buffer, &parts);
+        let start_end = buffer.len();
+        append_marker(&mut buffer, &end);
+        assert_eq!(buffer[0], 9);
+        assert_eq!(buffer[1..start_end], encode_marker(&marker));
+        assert_eq!(decode_marker(&buffer[1..start_end]), Ok(marker));
+        assert_eq!(decode_marker(&buffer[start_end..]), Ok(end));
     }
 
     #[test]
