@@ -45,10 +45,6 @@ impl Payloads {
         self.records.push((partition, self.bytes.len()));
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.records.len()
-    }
-
     fn slices(&self) -> Vec<(i32, &[u8])> {
         let mut begin = 0;
         self.records

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -49,26 +49,21 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline)
-/// and the markers in flight, so that `flush` returns as soon as the last one is confirmed
-/// (rdkafka's `flush` on a `ThreadedProducer` waits in 100 ms polls).
+/// How often `flush` looks whether every marker is acknowledged.
+const FLUSH_POLL: Duration = Duration::from_millis(1);
+
+/// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline).
+/// The producer reports only failures (`delivery.report.only.error`): a report per marker
+/// would cost more than the marker itself.
 pub(crate) struct UpdateTracker {
     failed: AtomicU64,
-    in_flight: Mutex<u64>,
-    settled: Condvar,
 }
 
 impl UpdateTracker {
     pub(crate) fn new() -> Self {
         UpdateTracker {
             failed: AtomicU64::new(0),
-            in_flight: Mutex::new(0),
-            settled: Condvar::new(),
         }
-    }
-
-    fn in_flight(&self) -> MutexGuard<'_, u64> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -81,11 +76,6 @@ impl ProducerContext for UpdateTracker {
         if let Err((err, _)) = result {
             self.failed.fetch_add(1, Ordering::Relaxed);
             log::warn!("marker not written, the message will be redelivered: {err}");
-        }
-        let mut in_flight = self.in_flight();
-        *in_flight = in_flight.saturating_sub(1);
-        if *in_flight == 0 {
-            self.settled.notify_all();
         }
     }
 }
@@ -162,11 +152,7 @@ impl MarkerWriter {
                 append_marker(out, marker);
             });
         }
-        // Counted before the call: a delivery report may arrive before it returns.
-        *self.tracker().in_flight() += payloads.len() as u64;
-        self.producer.produce(&payloads, ()).map_err(|(e, taken)| {
-            let mut in_flight = self.tracker().in_flight();
-            *in_flight = in_flight.saturating_sub((payloads.len() - taken) as u64);
+        self.producer.produce(&payloads, ()).map_err(|(e, _)| {
             KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)
         })
     }
@@ -257,19 +243,20 @@ impl MarkerWriter {
         self.tracker().failed.load(Ordering::Relaxed)
     }
 
-    /// Waits up to `timeout` until every marker written so far is acknowledged.
+    /// Waits up to `timeout` until every marker written so far is acknowledged: until
+    /// librdkafka holds none of them any more (neither unsent, unacknowledged nor with a
+    /// failure report not yet counted).
     pub(crate) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
-        let tracker = self.tracker();
-        let (in_flight, waited) = tracker
-            .settled
-            .wait_timeout_while(tracker.in_flight(), timeout, |n| *n > 0)
-            .unwrap_or_else(|p| p.into_inner());
-        if waited.timed_out() && *in_flight > 0 {
-            return Err(KafkaIoError::Timeout {
-                operation: "flush markers".to_owned(),
-                timeout,
-                bootstrap: None,
-            });
+        let deadline = Instant::now() + timeout;
+        while self.producer.producer().in_flight_count() > 0 {
+            if Instant::now() >= deadline {
+                return Err(KafkaIoError::Timeout {
+                    operation: "flush markers".to_owned(),
+                    timeout,
+                    bootstrap: None,
+                });
+            }
+            std::thread::sleep(FLUSH_POLL);
         }
         Ok(())
     }

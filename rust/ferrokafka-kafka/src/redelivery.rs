@@ -199,6 +199,8 @@ impl QueueConsumer {
         // END and KEEPALIVE markers are not waited for: a longer linger packs more of them into
         // one produce request.
         producer_settings.set_default("linger.ms", "5");
+        // Only failures are reported (and counted); `flush` asks librdkafka what is left.
+        producer_settings.set("delivery.report.only.error", "true");
         let updates = producer_settings
             .to_client_config()
             .create_with_context(UpdateTracker::new())
