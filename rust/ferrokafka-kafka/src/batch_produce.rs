@@ -14,6 +14,7 @@
 //! the producer, so the handle is released (in `Drop`) before the producer is.
 
 use std::ffi::CString;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use rdkafka::bindings as rdsys;
@@ -64,16 +65,23 @@ const PARTITION_UNASSIGNED: i32 = -1;
 
 /// A producer with a librdkafka handle of the one topic it writes, for [`BatchTopic::produce`].
 pub(crate) struct BatchTopic<C: ProducerContext + 'static> {
-    topic: *mut rdsys::rd_kafka_topic_t,
+    name: CString,
+    /// Created at the first `produce`: a handle made before the producer has connected only
+    /// learns where its partitions are on a slow periodic refresh, which held the first
+    /// markers back by ~0.4 s.
+    topic: OnceLock<TopicHandle>,
     /// Dropped after `topic` is released.
     producer: ThreadedProducer<C>,
 }
 
+/// A librdkafka topic handle (null if librdkafka refused to make it).
+struct TopicHandle(*mut rdsys::rd_kafka_topic_t);
+
 // SAFETY: librdkafka topic handles may be used from any thread (all access is locked inside
-// librdkafka); the producer is itself Send + Sync.
-unsafe impl<C: ProducerContext + 'static> Send for BatchTopic<C> {}
+// librdkafka).
+unsafe impl Send for TopicHandle {}
 // SAFETY: see `Send`.
-unsafe impl<C: ProducerContext + 'static> Sync for BatchTopic<C> {}
+unsafe impl Sync for TopicHandle {}
 
 impl<C: ProducerContext + 'static> BatchTopic<C> {
     /// `producer`, writing `topic`.
@@ -81,24 +89,31 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
         let name = CString::new(topic).map_err(|_| {
             KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::InvalidTopic)
         })?;
-        // SAFETY: the client pointer is live while `producer` is; a null configuration takes
-        // the producer's default topic settings; the handle is destroyed in `Drop`.
-        let handle = unsafe {
-            rdsys::rd_kafka_topic_new(
-                producer.client().native_ptr(),
-                name.as_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        if handle.is_null() {
+        Ok(BatchTopic {
+            name,
+            topic: OnceLock::new(),
+            producer,
+        })
+    }
+
+    fn topic(&self) -> Result<*mut rdsys::rd_kafka_topic_t, KafkaError> {
+        let handle = self.topic.get_or_init(|| {
+            // SAFETY: the client pointer is live while `self.producer` is; a null configuration
+            // takes the producer's default topic settings; the handle is destroyed in `Drop`.
+            TopicHandle(unsafe {
+                rdsys::rd_kafka_topic_new(
+                    self.producer.client().native_ptr(),
+                    self.name.as_ptr(),
+                    std::ptr::null_mut(),
+                )
+            })
+        });
+        if handle.0.is_null() {
             return Err(KafkaError::MessageProduction(
                 rdkafka::types::RDKafkaErrorCode::InvalidTopic,
             ));
         }
-        Ok(BatchTopic {
-            topic: handle,
-            producer,
-        })
+        Ok(handle.0)
     }
 
     /// The producer (its context counts the deliveries).
@@ -117,6 +132,7 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
     where
         C::DeliveryOpaque: Copy,
     {
+        let topic = self.topic().map_err(|e| (e, 0))?;
         let records = payloads.slices();
         let mut taken = 0;
         let mut rest = records.as_slice();
@@ -139,7 +155,7 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
             // call; librdkafka copies them (F_COPY) and only writes the `err` fields.
             unsafe {
                 rdsys::rd_kafka_produce_batch(
-                    self.topic,
+                    topic,
                     PARTITION_UNASSIGNED,
                     rdsys::RD_KAFKA_MSG_F_COPY | rdsys::RD_KAFKA_MSG_F_PARTITION,
                     messages.as_mut_ptr(),
@@ -172,8 +188,12 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
 
 impl<C: ProducerContext + 'static> Drop for BatchTopic<C> {
     fn drop(&mut self) {
-        // SAFETY: created by rd_kafka_topic_new and not yet destroyed; `self.producer` (dropped
-        // after this) keeps the librdkafka handle alive until then.
-        unsafe { rdsys::rd_kafka_topic_destroy(self.topic) };
+        if let Some(handle) = self.topic.get()
+            && !handle.0.is_null()
+        {
+            // SAFETY: created by rd_kafka_topic_new and not yet destroyed; `self.producer`
+            // (dropped after this) keeps the librdkafka handle alive until then.
+            unsafe { rdsys::rd_kafka_topic_destroy(handle.0) };
+        }
     }
 }
