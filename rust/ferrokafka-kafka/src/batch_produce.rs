@@ -66,9 +66,9 @@ const PARTITION_UNASSIGNED: i32 = -1;
 /// A producer with a librdkafka handle of the one topic it writes, for [`BatchTopic::produce`].
 pub(crate) struct BatchTopic<C: ProducerContext + 'static> {
     name: CString,
-    /// Created at the first `produce`: a handle made before the producer has connected only
-    /// learns where its partitions are on a slow periodic refresh, which held the first
-    /// markers back by ~0.4 s.
+    /// Created at the first `produce`: a handle made when the consumer started, before the
+    /// producer had connected, held the first markers back by ~0.4 s (measured; librdkafka
+    /// seemingly learnt the topic's partitions only at a later metadata refresh).
     topic: OnceLock<TopicHandle>,
     /// Dropped after `topic` is released.
     producer: ThreadedProducer<C>,
