@@ -54,8 +54,7 @@ const POLL_SLICE: Duration = Duration::from_millis(100);
 const LOOKAHEAD_BATCHES: usize = 6;
 /// Batches whose START markers travel while the next one is polled and dispatched: a START
 /// round trip takes about two polls and dispatches of a batch, so more than one must travel
-/// to keep the prefetch thread busy (1: 0.36x, 2: 0.40x, 3: 0.48x, 4: 0.44x of the plain
-/// consumer in one bench run).
+/// to keep the prefetch thread busy (benches/RESULTS.md: 3 was the fastest of 1 to 4).
 const START_DEPTH: usize = 3;
 
 /// Counts the START markers of each batch still unacknowledged (the delivery opaque is the
