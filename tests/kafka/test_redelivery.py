@@ -13,12 +13,13 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
 from ferrokafka import Client, KafkaError
+from ferrokafka.codecs import decode_marker
 from ferrokafka.redelivery import (
     ORIGINAL_TOPIC_HEADER,
     REDELIVERY_COUNT_HEADER,
@@ -389,6 +390,41 @@ def test_one_config_serves_every_client_without_confwarn(
         QueueConsumer(mixed, queue_topic, markers, TIMEOUT).close()
         tracker.stop()
     assert not [r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
+
+
+class Position(NamedTuple):
+    """A message as a user may hand it to ack_many: anything with partition() and offset()."""
+
+    at: tuple[int, int]
+
+    def partition(self) -> int:
+        return self.at[0]
+
+    def offset(self) -> int:
+        return self.at[1]
+
+
+def test_ack_many_writes_one_end_per_message_fetched_or_duck_typed(
+    config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, [f"e{n}" for n in range(6)])
+    with QueueConsumer(
+        config, queue_topic, markers, 30.0, group_id=f"g-{uuid.uuid4().hex}"
+    ) as queue:
+        taken = take(queue, 6)
+        positions = {(m.partition() or 0, m.offset() or 0) for m in taken}
+        # Fetched messages are read natively; other objects (outside the declared type, as
+        # a user's own wrapper may be) through their methods.
+        ducks = [Position((m.partition() or 0, m.offset() or 0)) for m in taken[4:]]
+        queue.ack_many([*taken[:4], *cast(list[QueueMessage], ducks)])
+        queue.flush(10.0)
+        assert queue.stats()["acked"] == 6
+    ends = [
+        decode_marker(record.value() or b"")
+        for record in kafka_client.read_topic(markers, timeout=30.0)
+    ]
+    assert sorted((m.partition, m.offset) for m in ends if m.kind == "end") == sorted(positions)
 
 
 def consume_nothing_for(queue: QueueConsumer, seconds: float) -> None:
