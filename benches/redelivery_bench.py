@@ -15,8 +15,11 @@ Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). In one run, on
    ``commit_sync`` at the end) and ``QueueConsumer(backend="share")`` (``consume`` +
    ``ack_many``, ``flush`` at the end). The cases run interleaved,
    forwards then backwards (A-B-B-A ...), ``--samples`` each; the table shows each case's
-   median. Afterwards the markers on the markers topic are counted (a START and an END per
-   message and sample). The load average is printed before and after.
+   median, and the CPU time of the bench process per message over each sample (all its
+   threads, client start-up and close included: a figure other work on the machine moves less
+   than the rates; the broker's CPU is not in it). Afterwards the markers on the markers topic
+   are counted (a START and an END per message and sample). The load average is printed before
+   and after.
 2. lateness: L messages fetched and never acked (automatic keepalive off) with
    ``redelivery_timeout`` T while a tracker runs; lateness = the redelivered record's create time
    minus the START marker's deadline (decoded from the markers topic), p50 / p99 / max. Share
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 import uuid
@@ -162,6 +166,12 @@ def records_on(bootstrap: str, topic: str, partitions: int = 3) -> int:
         counter.close()
 
 
+def process_cpu() -> float:
+    """CPU seconds of every thread of this process (the clients' librdkafka threads too)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -284,10 +294,13 @@ def main() -> int:
         ),
     }
     rates: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
     for sample in range(args.samples):
         order = list(cases) if sample % 2 == 0 else list(reversed(cases))
         for name in order:
+            before = process_cpu()
             rates[name].append(cases[name]())
+            cpu[name].append((process_cpu() - before) / args.messages * 1e6)
     marked = records_on(bootstrap, markers)
     expected = 2 * args.messages * args.samples
     assert marked == expected, f"{marked} markers on the topic, expected {expected}"
@@ -304,7 +317,10 @@ def main() -> int:
     print("|---|---|")
     for name, rate in medians.items():
         samples = ", ".join(f"{r:,.0f}" for r in rates[name])
-        print(f"| {name} | {rate:,.0f} msgs/s (samples {samples}) |")
+        print(
+            f"| {name} | {rate:,.0f} msgs/s (samples {samples}); client CPU "
+            f"{statistics.median(cpu[name]):.2f} µs/msg |"
+        )
     print(f"| ratio markers QueueConsumer / confluent consume + commit | {ours / plain:.2f}x |")
     print(
         f"| ratio share QueueConsumer / confluent ShareConsumer | {share_ours / share_peer:.2f}x |"

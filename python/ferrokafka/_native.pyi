@@ -1105,8 +1105,9 @@ class _RawQueueConsumer:
         committed; ``[]`` when none came within ``timeout`` seconds (None: wait for one)."""
     def ack(self, partition: int, offset: int) -> None:
         """Write the END marker of the message at ``partition``/``offset``."""
-    def ack_many(self, messages: list[tuple[int, int]]) -> None:
-        """Write the END markers of the messages at these ``(partition, offset)`` pairs."""
+    def ack_many(self, messages: Sequence[Any]) -> None:
+        """Write the END markers of these messages (``Message`` or anything with
+        ``partition()`` and ``offset()``)."""
     def nack(self, partition: int, offset: int, now: bool) -> None:
         """Stop keeping the message alive; ``now``: make it due for redelivery at once."""
     def keepalive(self, partition: int, offset: int) -> None:

@@ -13,11 +13,13 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import pytest
+from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
 from ferrokafka import Client, KafkaError
+from ferrokafka.codecs import decode_marker
 from ferrokafka.redelivery import (
     ORIGINAL_TOPIC_HEADER,
     REDELIVERY_COUNT_HEADER,
@@ -388,6 +390,76 @@ def test_one_config_serves_every_client_without_confwarn(
         QueueConsumer(mixed, queue_topic, markers, TIMEOUT).close()
         tracker.stop()
     assert not [r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
+
+
+class Position(NamedTuple):
+    """A message as a user may hand it to ack_many: anything with partition() and offset()."""
+
+    at: tuple[int, int]
+
+    def partition(self) -> int:
+        return self.at[0]
+
+    def offset(self) -> int:
+        return self.at[1]
+
+
+def test_ack_many_writes_one_end_per_message_fetched_or_duck_typed(
+    config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, [f"e{n}" for n in range(6)])
+    with QueueConsumer(
+        config, queue_topic, markers, 30.0, group_id=f"g-{uuid.uuid4().hex}"
+    ) as queue:
+        taken = take(queue, 6)
+        positions = {(m.partition() or 0, m.offset() or 0) for m in taken}
+        # Fetched messages are read natively; other objects (outside the declared type, as
+        # a user's own wrapper may be) through their methods.
+        ducks = [Position((m.partition() or 0, m.offset() or 0)) for m in taken[4:]]
+        queue.ack_many([*taken[:4], *cast(list[QueueMessage], ducks)])
+        queue.flush(10.0)
+        assert queue.stats()["acked"] == 6
+    ends = [
+        decode_marker(record.value() or b"")
+        for record in kafka_client.read_topic(markers, timeout=30.0)
+    ]
+    assert sorted((m.partition, m.offset) for m in ends if m.kind == "end") == sorted(positions)
+
+
+def consume_nothing_for(queue: QueueConsumer, seconds: float) -> None:
+    """Consumes for up to `seconds`, asserting that nothing comes (an error ends it)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert queue.consume(2, timeout=1.0) == []
+
+
+def test_a_batch_whose_starts_fail_is_not_handed_out_nor_are_the_batches_after_it_committed(
+    config: dict[str, Any], topic_factory: TopicFactory, kafka_client: Client
+) -> None:
+    # The markers topic refuses the START of the second message (too large for it), so the
+    # first batch fails while the next batches' STARTs, prepared behind it, go through: none of
+    # them may be handed out, and the queue offset may not be committed past the failed one.
+    queue_topic = topic_factory(partitions=1)
+    markers = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
+    values = ["m0", "x" * 5000] + [f"m{n}" for n in range(2, 8)]
+    for value in values:
+        kafka_client.produce(queue_topic, value, partition=0)
+    group = f"g-{uuid.uuid4().hex}"
+    with QueueConsumer(
+        config, queue_topic, markers, TIMEOUT, group_id=group, max_batch_size=2
+    ) as queue:
+        with pytest.raises(KafkaError):
+            consume_nothing_for(queue, 20.0)
+        # Rewound: the failed batch is read and refused again.
+        with pytest.raises(KafkaError):
+            consume_nothing_for(queue, 20.0)
+    reader = Consumer({"bootstrap.servers": config["bootstrap.servers"], "group.id": group})
+    try:
+        [position] = reader.committed([TopicPartition(queue_topic, 0)], timeout=10)
+    finally:
+        reader.close()
+    assert position.offset == OFFSET_INVALID, position
 
 
 def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(

@@ -5,6 +5,7 @@
 //! on a Python thread.
 
 pub mod async_producer;
+mod batch_produce;
 pub mod client;
 pub mod config;
 mod connection_failure;

@@ -16,18 +16,18 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::codec::marker_codec::encode_marker;
+use ferrokafka_core::codec::marker_codec::append_marker;
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::ClientContext;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
-use crate::daemon::{enqueue, now_ms};
+use crate::batch_produce::{BatchTopic, Payloads};
+use crate::daemon::now_ms;
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::record::OutgoingRecord;
 
 /// Shortest pause of the keepalive thread, so a failing write cannot make it spin.
 const MIN_KEEPALIVE_WAIT: Duration = Duration::from_millis(10);
@@ -49,26 +49,21 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline)
-/// and the markers in flight, so that `flush` returns as soon as the last one is confirmed
-/// (rdkafka's `flush` on a `ThreadedProducer` waits in 100 ms polls).
+/// How often `flush` looks whether every marker is acknowledged.
+const FLUSH_POLL: Duration = Duration::from_millis(1);
+
+/// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline).
+/// The producer reports only failures (`delivery.report.only.error`): a report per marker
+/// would cost more than the marker itself.
 pub(crate) struct UpdateTracker {
     failed: AtomicU64,
-    in_flight: Mutex<u64>,
-    settled: Condvar,
 }
 
 impl UpdateTracker {
     pub(crate) fn new() -> Self {
         UpdateTracker {
             failed: AtomicU64::new(0),
-            in_flight: Mutex::new(0),
-            settled: Condvar::new(),
         }
-    }
-
-    fn in_flight(&self) -> MutexGuard<'_, u64> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -82,17 +77,12 @@ impl ProducerContext for UpdateTracker {
             self.failed.fetch_add(1, Ordering::Relaxed);
             log::warn!("marker not written, the message will be redelivered: {err}");
         }
-        let mut in_flight = self.in_flight();
-        *in_flight = in_flight.saturating_sub(1);
-        if *in_flight == 0 {
-            self.settled.notify_all();
-        }
     }
 }
 
 /// Writes the markers that follow a START, and remembers the messages in flight.
 pub(crate) struct MarkerWriter {
-    producer: ThreadedProducer<UpdateTracker>,
+    producer: BatchTopic<UpdateTracker>,
     markers_topic: String,
     markers_partitions: i32,
     redelivery_timeout: Duration,
@@ -110,8 +100,11 @@ impl MarkerWriter {
         redelivery_timeout: Duration,
         marker_timeout: Duration,
         auto_keepalive: bool,
-    ) -> Self {
-        MarkerWriter {
+    ) -> KafkaResult<Self> {
+        let producer = BatchTopic::new(producer, &markers_topic).map_err(|e| {
+            KafkaIoError::from_rdkafka("create markers producer", e, marker_timeout, None)
+        })?;
+        Ok(MarkerWriter {
             producer,
             markers_topic,
             markers_partitions,
@@ -119,19 +112,17 @@ impl MarkerWriter {
             marker_timeout,
             in_flight: auto_keepalive.then(|| Mutex::new(HashMap::new())),
             keepalives: AtomicU64::new(0),
-        }
+        })
     }
 
-    /// The markers-topic record of `marker`, a marker of a message from `queue_partition`.
-    pub(crate) fn record(&self, queue_partition: i32, marker: &Marker) -> OutgoingRecord {
-        OutgoingRecord {
-            topic: self.markers_topic.clone(),
-            partition: Some(markers_partition(queue_partition, self.markers_partitions)),
-            key: None,
-            value: Some(encode_marker(marker)),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        }
+    /// The markers topic.
+    pub(crate) fn markers_topic(&self) -> &str {
+        &self.markers_topic
+    }
+
+    /// The markers partition of every marker of a message from `queue_partition`.
+    pub(crate) fn markers_partition_of(&self, queue_partition: i32) -> i32 {
+        markers_partition(queue_partition, self.markers_partitions)
     }
 
     /// A deadline one redelivery timeout from now, milliseconds.
@@ -145,14 +136,23 @@ impl MarkerWriter {
             .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn send(&self, message: MessageId, marker: &Marker) -> KafkaResult<()> {
-        let partition = i32::try_from(message.partition).unwrap_or(0);
-        let tracker = self.producer.context();
-        // Counted before the send: the delivery report may arrive before `enqueue` returns.
-        *tracker.in_flight() += 1;
-        enqueue(&self.producer, &self.record(partition, marker)).map_err(|e| {
-            let mut in_flight = tracker.in_flight();
-            *in_flight = in_flight.saturating_sub(1);
+    fn tracker(&self) -> &UpdateTracker {
+        self.producer.producer().context()
+    }
+
+    /// Writes `markers` (each with the message it is about) in one call to librdkafka.
+    fn write(&self, markers: &[(MessageId, Marker)]) -> KafkaResult<()> {
+        if markers.is_empty() {
+            return Ok(());
+        }
+        let mut payloads = Payloads::with_capacity(markers.len(), 16 * markers.len());
+        for (message, marker) in markers {
+            let partition = i32::try_from(message.partition).unwrap_or(0);
+            payloads.push(self.markers_partition_of(partition), |out| {
+                append_marker(out, marker);
+            });
+        }
+        self.producer.produce(&payloads, ()).map_err(|(e, _)| {
             KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)
         })
     }
@@ -165,22 +165,24 @@ impl MarkerWriter {
     }
 
     /// Handling of `messages` is over: each leaves the in-flight set and gets `marker(id)`
-    /// (none when it returns `None`). Stops at the first failed write.
+    /// (none when it returns `None`), all in one write. Should librdkafka refuse it, the
+    /// messages whose marker was not written come back after their deadline.
     pub(crate) fn finish(
         &self,
         messages: &[MessageId],
         marker: impl Fn(MessageId) -> Option<Marker>,
     ) -> KafkaResult<()> {
         let mut in_flight = self.in_flight();
+        let mut markers = Vec::with_capacity(messages.len());
         for &id in messages {
             if let Some(in_flight) = in_flight.as_mut() {
                 in_flight.remove(&id);
             }
             if let Some(marker) = marker(id) {
-                self.send(id, &marker)?;
+                markers.push((id, marker));
             }
         }
-        Ok(())
+        self.write(&markers)
     }
 
     /// Moves the deadline of `message` to now + the redelivery timeout.
@@ -195,13 +197,13 @@ impl MarkerWriter {
 
     fn write_keepalive(&self, message_id: MessageId) -> KafkaResult<()> {
         let deadline = self.next_deadline();
-        self.send(
+        self.write(&[(
             message_id,
-            &Marker::KeepAlive {
+            Marker::KeepAlive {
                 message_id,
                 deadline,
             },
-        )?;
+        )])?;
         self.keepalives.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -238,22 +240,23 @@ impl MarkerWriter {
 
     /// END or KEEPALIVE markers that librdkafka could not deliver.
     pub(crate) fn failed(&self) -> u64 {
-        self.producer.context().failed.load(Ordering::Relaxed)
+        self.tracker().failed.load(Ordering::Relaxed)
     }
 
-    /// Waits up to `timeout` until every marker written so far is acknowledged.
+    /// Waits up to `timeout` until every marker written so far is acknowledged: until
+    /// librdkafka holds none of them any more (neither unsent, unacknowledged nor with a
+    /// failure report not yet counted).
     pub(crate) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
-        let tracker = self.producer.context();
-        let (in_flight, waited) = tracker
-            .settled
-            .wait_timeout_while(tracker.in_flight(), timeout, |n| *n > 0)
-            .unwrap_or_else(|p| p.into_inner());
-        if waited.timed_out() && *in_flight > 0 {
-            return Err(KafkaIoError::Timeout {
-                operation: "flush markers".to_owned(),
-                timeout,
-                bootstrap: None,
-            });
+        let deadline = Instant::now() + timeout;
+        while self.producer.producer().in_flight_count() > 0 {
+            if Instant::now() >= deadline {
+                return Err(KafkaIoError::Timeout {
+                    operation: "flush markers".to_owned(),
+                    timeout,
+                    bootstrap: None,
+                });
+            }
+            std::thread::sleep(FLUSH_POLL);
         }
         Ok(())
     }

@@ -27,9 +27,10 @@
 //!   back, so it is the largest such sum over the markers read), or the wall clock when no marker
 //!   was read for `use_now_if_no_marker_seen`.
 //!
-//! Threading: [`QueueConsumer`] methods are called from any thread. The consumer owns two
-//! threads: the START prefetch (`start_prefetch.rs`: reads, marks and commits the next batch
-//! while the caller handles this one) and the keepalive (`marker_writer.rs`). The tracker runs
+//! Threading: [`QueueConsumer`] methods are called from any thread. The consumer owns three
+//! threads: the START prefetch and the commit thread (`start_prefetch.rs`: read, mark and
+//! commit the next batches while the caller handles this one) and the keepalive
+//! (`marker_writer.rs`). The tracker runs
 //! on one daemon thread (`daemon::Daemon`);
 //! librdkafka callbacks only record events. No Python runs here.
 
@@ -55,7 +56,7 @@ use crate::error::{KafkaIoError, KafkaResult};
 pub use crate::marker_writer::markers_partition;
 use crate::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id, millis};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
-use crate::start_prefetch::{PrefetchSetup, StartPrefetch};
+use crate::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch};
 
 /// Header carrying how many times a message was redelivered (decimal ASCII).
 pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
@@ -193,11 +194,13 @@ impl QueueConsumer {
         start_settings.set_default("linger.ms", "1");
         let starts = start_settings
             .to_client_config()
-            .create_with_context(FlushTracker::new())
+            .create_with_context(StartAcks::new())
             .map_err(creation_error("create markers producer"))?;
         // END and KEEPALIVE markers are not waited for: a longer linger packs more of them into
         // one produce request.
         producer_settings.set_default("linger.ms", "5");
+        // Only failures are reported (and counted); `flush` asks librdkafka what is left.
+        producer_settings.set("delivery.report.only.error", "true");
         let updates = producer_settings
             .to_client_config()
             .create_with_context(UpdateTracker::new())
@@ -209,7 +212,7 @@ impl QueueConsumer {
             options.redelivery_timeout,
             options.marker_timeout,
             options.auto_keepalive,
-        ));
+        )?);
         let keepalive = if options.auto_keepalive {
             Some(KeepaliveThread::spawn(Arc::clone(&writer))?)
         } else {

@@ -1,46 +1,159 @@
-//! [`StartPrefetch`]: the thread of a queue consumer that reads the next batch of the queue
-//! topic, writes its START markers and commits its offsets while the caller handles the batch
-//! before (the markers path's prefetch).
+//! [`StartPrefetch`]: the two threads of a queue consumer that read the next batches of the
+//! queue topic, write their START markers and commit their offsets while the caller handles the
+//! batch before (the markers path's prefetch).
+//!
+//! A batch moves through three stages in poll order: the prefetch thread polls it and dispatches
+//! its START markers (while the STARTs of up to [`START_DEPTH`] batches before travel), waits
+//! until they are acknowledged and hands it to the commit thread, which commits its queue
+//! offsets and makes it ready. So the START round trips of several batches, the commit of an
+//! earlier one and the polling and encoding of the next overlap instead of following each other.
 //!
 //! Invariants:
 //! - A record reaches [`StartPrefetch::take`] only after its START marker was acknowledged by
 //!   the markers topic and its queue offset committed (or the commit failed after the START was
-//!   durable: a restart then reads it again and its new START supersedes the old one).
-//! - At most two batches are prepared ahead of the caller (one ready, the next one's START
-//!   markers travelling while the ready one's offsets are committed), and only once the caller
-//!   asked for records: prefetched messages are in flight (their deadline runs; automatic
+//!   durable: a restart then reads it again and its new START supersedes the old one). Batches
+//!   are committed one at a time in poll order, each only after its STARTs are acknowledged, so
+//!   no commit passes a message whose START is not durable.
+//! - At most [`LOOKAHEAD_BATCHES`] batches are polled ahead of the caller, and only once the
+//!   caller asked for records: prefetched messages are in flight (their deadline runs; automatic
 //!   keepalive holds them) before anyone handles them.
-//! - A batch whose START markers failed is not handed out: the consumer is rewound to its
-//!   first offsets and the error is returned by the next `take`.
+//! - A batch whose START markers failed is not handed out, nor are the batches polled after it
+//!   (committing them would pass the failed one): the consumer is rewound to their first
+//!   offsets and the error is returned by the next `take`. STARTs of the later batches that did
+//!   arrive are superseded by the ones written when they are read again (the tracker keeps one
+//!   entry per id).
 //!
-//! Threading: the prefetch thread owns the queue consumer and the START producer; callers meet
-//! it only through the [`Handoff`] mutex and condition variable. Dropping the [`StartPrefetch`]
-//! stops and joins the thread (within one poll slice, or one START write).
+//! Threading: the prefetch thread polls the queue consumer and owns the START producer; the
+//! commit thread shares the consumer (librdkafka allows a commit from another thread while one
+//! polls) and receives batches over a channel; callers meet them only through the [`Handoff`]
+//! mutex and condition variable. Dropping the [`StartPrefetch`] stops and joins both threads
+//! (within one poll slice, or one START write).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::markers::{Marker, MessagePayload};
+use ferrokafka_core::codec::marker_codec::{StartParts, append_start};
+use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::producer::ThreadedProducer;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::daemon::{FlushTracker, dispatch_all, settle_all};
+use crate::batch_produce::{BatchTopic, Payloads};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::marker_writer::{MarkerWriter, message_id};
-use crate::record::{OutgoingRecord, ReceivedRecord};
+use crate::record::ReceivedRecord;
 
 /// Longest one poll of the queue consumer blocks, so a stop is noticed quickly.
 const POLL_SLICE: Duration = Duration::from_millis(100);
+/// Most batches polled and not yet taken by a caller: one ready, one being committed,
+/// [`START_DEPTH`] whose STARTs travel and one being dispatched keep every stage busy.
+const LOOKAHEAD_BATCHES: usize = 6;
+/// Batches whose START markers travel while the next one is polled and dispatched: a START
+/// round trip takes about two polls and dispatches of a batch, so more than one must travel
+/// to keep the prefetch thread busy (benches/RESULTS.md: 3 was the fastest of 1 to 4).
+const START_DEPTH: usize = 3;
 
-/// What the prefetch thread and the callers share.
+/// Counts the START markers of each batch still unacknowledged (the delivery opaque is the
+/// batch number), so the prefetch thread can wait for one batch while the next one's travel.
+pub(crate) struct StartAcks {
+    batches: Mutex<HashMap<usize, BatchAcks>>,
+    settled: Condvar,
+}
+
+#[derive(Default)]
+struct BatchAcks {
+    pending: usize,
+    failure: Option<KafkaError>,
+}
+
+impl StartAcks {
+    pub(crate) fn new() -> Self {
+        StartAcks {
+            batches: Mutex::new(HashMap::new()),
+            settled: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<usize, BatchAcks>> {
+        self.batches.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `count` STARTs of `batch` are about to be handed to librdkafka.
+    fn expect(&self, batch: usize, count: usize) {
+        self.lock().insert(
+            batch,
+            BatchAcks {
+                pending: count,
+                failure: None,
+            },
+        );
+    }
+
+    /// Stops counting `batch` (its late reports are ignored).
+    fn forget(&self, batch: usize) {
+        self.lock().remove(&batch);
+    }
+
+    /// Waits up to `timeout` until every START of `batch` is acknowledged; the first failure.
+    fn wait(&self, batch: usize, timeout: Duration) -> KafkaResult<()> {
+        let (mut batches, waited) = self
+            .settled
+            .wait_timeout_while(self.lock(), timeout, |b| {
+                b.get(&batch).is_some_and(|acks| acks.pending > 0)
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        let acks = batches.remove(&batch).unwrap_or_default();
+        if waited.timed_out() && acks.pending > 0 {
+            return Err(KafkaIoError::Timeout {
+                operation: "write START markers".to_owned(),
+                timeout,
+                bootstrap: None,
+            });
+        }
+        match acks.failure {
+            None => Ok(()),
+            Some(e) => Err(KafkaIoError::from_rdkafka(
+                "write START markers",
+                e,
+                timeout,
+                None,
+            )),
+        }
+    }
+}
+
+impl ClientContext for StartAcks {}
+
+impl ProducerContext for StartAcks {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, batch: usize) {
+        let mut batches = self.lock();
+        let Some(acks) = batches.get_mut(&batch) else {
+            return;
+        };
+        acks.pending = acks.pending.saturating_sub(1);
+        if let Err((err, _)) = result {
+            acks.failure.get_or_insert_with(|| err.clone());
+        }
+        // Waking the waiter for every report of a large batch would only make it contend.
+        if acks.pending == 0 {
+            self.settled.notify_all();
+        }
+    }
+}
+
+/// What the prefetch threads and the callers share.
 #[derive(Default)]
 struct HandoffState {
     /// Records whose START is acknowledged and offsets committed, in poll order.
     ready: VecDeque<ReceivedRecord>,
+    /// Records polled and not yet taken by a caller (or given up after a failure).
+    ahead: usize,
     /// The failure of the last batch, returned once by `take`.
     error: Option<KafkaIoError>,
     /// A caller asked for records: prefetching may begin.
@@ -60,40 +173,69 @@ impl Handoff {
     }
 }
 
-/// The queue topic, where its markers go, and how the prefetch thread writes them.
+/// The queue topic, where its markers go, and how the prefetch threads write them.
 pub(crate) struct PrefetchSetup {
     pub(crate) consumer: BaseConsumer,
-    pub(crate) starts: ThreadedProducer<FlushTracker>,
+    pub(crate) starts: ThreadedProducer<StartAcks>,
     pub(crate) writer: Arc<MarkerWriter>,
     pub(crate) queue_topic: String,
     pub(crate) max_batch_size: usize,
     pub(crate) marker_timeout: Duration,
 }
 
-/// The running prefetch thread; see the module docs.
+/// The running prefetch and commit threads; see the module docs.
 pub(crate) struct StartPrefetch {
     handoff: Arc<Handoff>,
     received: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
+    /// Joined in this order: the prefetch thread ends first and closes the commit channel.
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl StartPrefetch {
     pub(crate) fn spawn(setup: PrefetchSetup) -> KafkaResult<Self> {
         let handoff = Arc::new(Handoff::default());
         let received = Arc::new(AtomicU64::new(0));
-        let worker = Prefetcher {
-            setup,
+        let consumer = Arc::new(setup.consumer);
+        let (to_commit, batches) = mpsc::channel();
+        let committer = Committer {
+            consumer: Arc::clone(&consumer),
+            writer: Arc::clone(&setup.writer),
+            queue_topic: setup.queue_topic.clone(),
             handoff: Arc::clone(&handoff),
             received: Arc::clone(&received),
         };
-        let thread = std::thread::Builder::new()
-            .name("ferrokafka-queue-prefetch".to_owned())
-            .spawn(move || worker.run())
-            .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start prefetch: {e}")))?;
+        let starts = BatchTopic::new(setup.starts, setup.writer.markers_topic()).map_err(|e| {
+            KafkaIoError::from_rdkafka("create markers producer", e, setup.marker_timeout, None)
+        })?;
+        let prefetcher = Prefetcher {
+            consumer,
+            starts,
+            writer: setup.writer,
+            queue_topic: setup.queue_topic,
+            max_batch_size: setup.max_batch_size.max(1),
+            marker_timeout: setup.marker_timeout,
+            handoff: Arc::clone(&handoff),
+            to_commit,
+        };
+        let start = |name: &str, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(body)
+                .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start {name}: {e}")))
+        };
+        // Should the prefetch thread fail to start, its dropped sender ends the commit thread.
+        let commit_thread = start(
+            "ferrokafka-queue-commit",
+            Box::new(move || committer.run(&batches)),
+        )?;
+        let prefetch_thread = start(
+            "ferrokafka-queue-prefetch",
+            Box::new(move || prefetcher.run()),
+        )?;
         Ok(StartPrefetch {
             handoff,
             received,
-            thread: Some(thread),
+            threads: vec![prefetch_thread, commit_thread],
         })
     }
 
@@ -108,12 +250,15 @@ impl StartPrefetch {
         }
         loop {
             if let Some(e) = state.error.take() {
+                // The prefetch thread waits until the error is reported, then reads again.
+                self.handoff.changed.notify_all();
                 return Err(e);
             }
             if !state.ready.is_empty() {
                 let count = max.max(1).min(state.ready.len());
                 let records: Vec<ReceivedRecord> = state.ready.drain(..count).collect();
-                // The prefetch thread prepares the next batch once this one is taken.
+                state.ahead = state.ahead.saturating_sub(count);
+                // The prefetch thread may poll another batch once these are taken.
                 self.handoff.changed.notify_all();
                 return Ok(records);
             }
@@ -140,7 +285,7 @@ impl Drop for StartPrefetch {
     fn drop(&mut self) {
         self.handoff.lock().stop = true;
         self.handoff.changed.notify_all();
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
@@ -148,85 +293,127 @@ impl Drop for StartPrefetch {
 
 /// A polled batch whose START markers are dispatched; `set_at` is when their deadline was set.
 struct Dispatched {
+    number: usize,
     records: Vec<ReceivedRecord>,
     set_at: Instant,
 }
 
+/// What the prefetch thread may do next.
+enum Room {
+    /// Poll another batch.
+    Poll,
+    /// Nothing more may be polled now: finish the batch whose STARTs travel.
+    Full,
+    Stop,
+}
+
+/// The prefetch thread: polls batches and writes their START markers.
 struct Prefetcher {
-    setup: PrefetchSetup,
+    consumer: Arc<BaseConsumer>,
+    starts: BatchTopic<StartAcks>,
+    writer: Arc<MarkerWriter>,
+    queue_topic: String,
+    max_batch_size: usize,
+    marker_timeout: Duration,
     handoff: Arc<Handoff>,
-    received: Arc<AtomicU64>,
+    to_commit: mpsc::Sender<Dispatched>,
 }
 
 impl Prefetcher {
     fn run(self) {
-        // A batch whose START markers are dispatched and not yet confirmed.
-        let mut next: Option<Dispatched> = None;
-        while self.wait_for_room() {
-            let Some(batch) = next.take().or_else(|| self.poll_and_dispatch(POLL_SLICE)) else {
-                continue;
+        // Batches whose START markers travel while the next one is polled and dispatched.
+        let mut travelling: VecDeque<Dispatched> = VecDeque::new();
+        let mut numbers = 0_usize..;
+        loop {
+            let first_wait = match self.room(!travelling.is_empty()) {
+                Room::Stop => break,
+                Room::Full => {
+                    self.confirm_first(&mut travelling);
+                    continue;
+                }
+                Room::Poll if travelling.is_empty() => POLL_SLICE,
+                Room::Poll => Duration::ZERO,
             };
-            if let Err(e) = settle_all(&self.setup.starts, self.setup.marker_timeout) {
-                self.fail(&batch.records, e);
-                continue;
+            let number = numbers.next().unwrap_or_default();
+            let fresh = self.poll_and_dispatch(number, first_wait);
+            let idle = fresh.is_none();
+            travelling.extend(fresh);
+            // Nothing more came: the travelling batches need not wait for another.
+            if idle || travelling.len() > START_DEPTH {
+                self.confirm_first(&mut travelling);
             }
-            // Pipelining: the next batch's START markers travel while this batch's offsets
-            // are committed.
-            next = self.poll_and_dispatch(Duration::ZERO);
-            self.commit(&batch.records);
-            self.setup.writer.begin(
-                batch
-                    .records
-                    .iter()
-                    .map(|r| message_id(r.partition, r.offset)),
-                batch.set_at,
-            );
-            self.received
-                .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
-            self.handoff.lock().ready.extend(batch.records);
-            self.handoff.changed.notify_all();
         }
-        // Stopping: commit a batch whose STARTs are out, so that only the tracker brings its
-        // messages back (once, after their deadline), not also the next reader of the queue.
-        if let Some(batch) = next
-            && settle_all(&self.setup.starts, self.setup.marker_timeout).is_ok()
-        {
-            self.commit(&batch.records);
+        // Stopping: commit the batches whose STARTs are out, so that only the tracker brings
+        // their messages back (once, after their deadline), not also the next reader of the queue.
+        while !travelling.is_empty() {
+            self.confirm_first(&mut travelling);
         }
     }
 
-    /// Rewinds the consumer to a failed batch and hands the error to the next `take`.
-    fn fail(&self, records: &[ReceivedRecord], error: KafkaIoError) {
-        self.rewind(records);
-        self.handoff.lock().error = Some(error);
-        self.handoff.changed.notify_all();
-    }
-
-    /// Blocks until a caller wants records and none are waiting; false once stopping.
-    fn wait_for_room(&self) -> bool {
+    /// Whether a batch may be polled: a caller wants records, fewer than
+    /// [`LOOKAHEAD_BATCHES`] are ahead of it and no error waits for it. Blocks until then unless
+    /// a batch travels (`Full` then).
+    fn room(&self, travelling: bool) -> Room {
+        let limit = (LOOKAHEAD_BATCHES - 1) * self.max_batch_size;
         let mut state = self.handoff.lock();
-        while !state.stop && (!state.wanted || !state.ready.is_empty() || state.error.is_some()) {
+        loop {
+            if state.stop {
+                return Room::Stop;
+            }
+            if state.wanted && state.error.is_none() && state.ahead <= limit {
+                return Room::Poll;
+            }
+            if travelling {
+                return Room::Full;
+            }
             state = self
                 .handoff
                 .changed
                 .wait(state)
                 .unwrap_or_else(|p| p.into_inner());
         }
-        !state.stop
+    }
+
+    /// Waits for the START markers of the first travelling batch and hands it to the commit
+    /// thread. On failure every batch polled after it is given up too, and all are read again.
+    fn confirm_first(&self, travelling: &mut VecDeque<Dispatched>) {
+        let Some(batch) = travelling.pop_front() else {
+            return;
+        };
+        match self.acks().wait(batch.number, self.marker_timeout) {
+            // The commit thread ends only after this thread: the send cannot fail.
+            Ok(()) => drop(self.to_commit.send(batch)),
+            Err(e) => {
+                let mut records = batch.records;
+                for later in travelling.drain(..) {
+                    self.acks().forget(later.number);
+                    records.extend(later.records);
+                }
+                self.fail(&records, e);
+            }
+        }
+    }
+
+    /// Rewinds the consumer to failed records and hands the error to the next `take`.
+    fn fail(&self, records: &[ReceivedRecord], error: KafkaIoError) {
+        self.rewind(records);
+        let mut state = self.handoff.lock();
+        state.ahead = state.ahead.saturating_sub(records.len());
+        state.error = Some(error);
+        self.handoff.changed.notify_all();
     }
 
     /// Up to `max_batch_size` records: waits up to `first_wait` for the first, then takes what
     /// has arrived.
     fn poll_batch(&self, first_wait: Duration) -> Vec<ReceivedRecord> {
-        let consumer = &self.setup.consumer;
         let mut records = Vec::new();
-        while records.len() < self.setup.max_batch_size.max(1) {
+        while records.len() < self.max_batch_size {
             let wait = if records.is_empty() {
                 first_wait
             } else {
                 Duration::ZERO
             };
-            match consumer.poll(wait) {
+            match self.consumer.poll(wait) {
                 None => break,
                 Some(Ok(message)) => records.push(ReceivedRecord::from_message(&message)),
                 Some(Err(e)) => log::warn!("queue consumer: {e}"),
@@ -237,24 +424,105 @@ impl Prefetcher {
 
     /// Polls a batch (waiting up to `first_wait` for its first record) and dispatches its
     /// START markers without waiting for them; `None` when nothing came or the dispatch failed.
-    fn poll_and_dispatch(&self, first_wait: Duration) -> Option<Dispatched> {
+    fn poll_and_dispatch(&self, number: usize, first_wait: Duration) -> Option<Dispatched> {
         let records = self.poll_batch(first_wait);
         if records.is_empty() {
             return None;
         }
-        let writer = &self.setup.writer;
+        self.handoff.lock().ahead += records.len();
         let set_at = Instant::now();
-        let deadline = writer.next_deadline();
-        let markers: Vec<OutgoingRecord> = records
-            .iter()
-            .map(|record| writer.record(record.partition, &start_marker(record, deadline)))
-            .collect();
-        match dispatch_all(&self.setup.starts, &markers, self.setup.marker_timeout) {
-            Ok(()) => Some(Dispatched { records, set_at }),
+        match self.dispatch(number, &records) {
+            Ok(()) => Some(Dispatched {
+                number,
+                records,
+                set_at,
+            }),
             Err(e) => {
+                self.acks().forget(number);
                 self.fail(&records, e);
                 None
             }
+        }
+    }
+
+    /// Counts the START markers of each batch.
+    fn acks(&self) -> &StartAcks {
+        self.starts.producer().context()
+    }
+
+    /// Hands the START markers of `records` to librdkafka in one call, encoded straight from
+    /// the records into one buffer (librdkafka copies each).
+    fn dispatch(&self, number: usize, records: &[ReceivedRecord]) -> KafkaResult<()> {
+        let deadline = self.writer.next_deadline();
+        let mut markers =
+            Payloads::with_capacity(records.len(), records.iter().map(encoded_size).sum());
+        for record in records {
+            let start = StartParts {
+                message_id: message_id(record.partition, record.offset),
+                deadline,
+                key: record.key.as_deref(),
+                value: record.value.as_deref(),
+                headers: &record.headers,
+            };
+            let partition = self.writer.markers_partition_of(record.partition);
+            markers.push(partition, |out| append_start(out, &start));
+        }
+        // Counted before the call: a delivery report may arrive before it returns.
+        self.acks().expect(number, records.len());
+        self.starts.produce(&markers, number).map_err(|(e, _)| {
+            KafkaIoError::from_rdkafka("write START markers", e, self.marker_timeout, None)
+        })
+    }
+
+    /// Seeks back to the first record of each partition of a batch whose markers failed.
+    fn rewind(&self, records: &[ReceivedRecord]) {
+        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+        for record in records {
+            let slot = first.entry(record.partition).or_insert(record.offset);
+            *slot = (*slot).min(record.offset);
+        }
+        for (partition, offset) in first {
+            if let Err(e) = self.consumer.seek(
+                &self.queue_topic,
+                partition,
+                Offset::Offset(offset),
+                self.marker_timeout,
+            ) {
+                log::error!(
+                    "cannot rewind {}-{partition} to {offset}: {e}",
+                    self.queue_topic
+                );
+            }
+        }
+    }
+}
+
+/// The commit thread: commits the offsets of batches whose STARTs are acknowledged, in order,
+/// and makes them ready.
+struct Committer {
+    consumer: Arc<BaseConsumer>,
+    writer: Arc<MarkerWriter>,
+    queue_topic: String,
+    handoff: Arc<Handoff>,
+    received: Arc<AtomicU64>,
+}
+
+impl Committer {
+    /// Runs until the prefetch thread drops its sender.
+    fn run(self, batches: &mpsc::Receiver<Dispatched>) {
+        for batch in batches {
+            self.commit(&batch.records);
+            self.writer.begin(
+                batch
+                    .records
+                    .iter()
+                    .map(|r| message_id(r.partition, r.offset)),
+                batch.set_at,
+            );
+            self.received
+                .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+            self.handoff.lock().ready.extend(batch.records);
+            self.handoff.changed.notify_all();
         }
     }
 
@@ -267,50 +535,25 @@ impl Prefetcher {
         }
         let mut commit = TopicPartitionList::new();
         for (partition, offset) in next {
-            let _ = commit.add_partition_offset(
-                &self.setup.queue_topic,
-                partition,
-                Offset::Offset(offset),
-            );
+            let _ =
+                commit.add_partition_offset(&self.queue_topic, partition, Offset::Offset(offset));
         }
         // The START markers are durable: should the commit fail, a restart reads these messages
         // again and their new START supersedes the old one (at-least-once, nothing lost).
-        if let Err(e) = self.setup.consumer.commit(&commit, CommitMode::Sync) {
+        if let Err(e) = self.consumer.commit(&commit, CommitMode::Sync) {
             log::warn!("queue offsets not committed: {e}");
-        }
-    }
-
-    /// Seeks back to the first record of each partition of a batch whose markers failed.
-    fn rewind(&self, records: &[ReceivedRecord]) {
-        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
-        for record in records {
-            let slot = first.entry(record.partition).or_insert(record.offset);
-            *slot = (*slot).min(record.offset);
-        }
-        for (partition, offset) in first {
-            if let Err(e) = self.setup.consumer.seek(
-                &self.setup.queue_topic,
-                partition,
-                Offset::Offset(offset),
-                self.setup.marker_timeout,
-            ) {
-                log::error!(
-                    "cannot rewind {}-{partition} to {offset}: {e}",
-                    self.setup.queue_topic
-                );
-            }
         }
     }
 }
 
-fn start_marker(record: &ReceivedRecord, deadline: u64) -> Marker {
-    Marker::Start {
-        message_id: message_id(record.partition, record.offset),
-        deadline,
-        payload: MessagePayload {
-            key: record.key.clone(),
-            value: record.value.clone(),
-            headers: record.headers.clone(),
-        },
-    }
+/// About how many bytes the START marker of `record` takes (a buffer size hint).
+fn encoded_size(record: &ReceivedRecord) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(name, value)| name.len() + value.as_ref().map_or(0, Vec::len) + 4)
+        .sum();
+    32 + record.key.as_ref().map_or(0, Vec::len)
+        + record.value.as_ref().map_or(0, Vec::len)
+        + headers
 }

@@ -51,6 +51,11 @@ impl PyMessage {
         }
     }
 
+    /// Partition and offset, read without going through Python.
+    pub(crate) fn position(&self) -> (i32, i64) {
+        (self.record().partition, self.record().offset)
+    }
+
     fn record(&self) -> &ReceivedRecord {
         match &self.record {
             Record::Owned(record) => record,

@@ -114,8 +114,12 @@ impl PyRawQueueConsumer {
     }
 
     /// One call (one lock, no GIL release) for a whole batch of END markers.
-    fn ack_many(&self, messages: Vec<(i32, i64)>) -> NativeResult<()> {
-        Ok(self.engine()?.ack_many(&messages)?)
+    fn ack_many(&self, messages: Vec<Bound<'_, PyAny>>) -> NativeResult<()> {
+        let positions = messages
+            .iter()
+            .map(queue_position)
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(self.engine()?.ack_many(&positions)?)
     }
 
     fn nack(&self, partition: i32, offset: i64, now: bool) -> NativeResult<()> {
@@ -162,6 +166,17 @@ impl PyRawQueueConsumer {
     fn stats(&self) -> NativeResult<PyQueueConsumerStats> {
         Ok(self.engine()?.stats().into())
     }
+}
+
+/// Partition and offset of a message: read straight from a `Message` that `fetch` handed out
+/// (a batch costs no Python calls), else through its `partition()` and `offset()` methods.
+fn queue_position(message: &Bound<'_, PyAny>) -> PyResult<(i32, i64)> {
+    if let Ok(fetched) = message.cast::<PyMessage>() {
+        return Ok(fetched.get().position());
+    }
+    let partition: Option<i32> = message.call_method0("partition")?.extract()?;
+    let offset: Option<i64> = message.call_method0("offset")?.extract()?;
+    Ok((partition.unwrap_or(0), offset.unwrap_or(0)))
 }
 
 /// The native redelivery tracker daemon; use `ferrokafka.redelivery.RedeliveryTracker`.

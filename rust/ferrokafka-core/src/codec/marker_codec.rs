@@ -32,41 +32,78 @@ const KIND_START: u8 = 1;
 const KIND_KEEPALIVE: u8 = 2;
 const KIND_END: u8 = 3;
 
-/// Encodes a marker in format version [`MARKER_FORMAT_VERSION`].
-pub fn encode_marker(marker: &Marker) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32);
+/// The parts of a START marker, borrowed from wherever the message lives, so that a queue
+/// consumer encodes it straight from its received record (no owned [`Marker`] per message).
+#[derive(Debug, Clone, Copy)]
+pub struct StartParts<'a> {
+    /// The message being processed.
+    pub message_id: MessageId,
+    /// Redelivery deadline, milliseconds.
+    pub deadline: u64,
+    /// Record key.
+    pub key: Option<&'a [u8]>,
+    /// Record value.
+    pub value: Option<&'a [u8]>,
+    /// Record headers in order.
+    pub headers: &'a [RecordHeader],
+}
+
+/// Appends the START marker of `start` to `out` (format version [`MARKER_FORMAT_VERSION`]; the
+/// same bytes as [`encode_marker`] of the owned marker), so the markers of a whole batch can
+/// share one buffer.
+pub fn append_start(out: &mut Vec<u8>, start: &StartParts<'_>) {
     out.push(MARKER_FORMAT_VERSION);
+    out.push(KIND_START);
+    put_message_id(out, &start.message_id);
+    put_varint(out, start.deadline);
+    put_optional_bytes(out, start.key);
+    put_optional_bytes(out, start.value);
+    put_varint(out, start.headers.len() as u64);
+    for (name, value) in start.headers {
+        put_varint(out, name.len() as u64);
+        out.extend_from_slice(name.as_bytes());
+        put_optional_bytes(out, value.as_deref());
+    }
+}
+
+/// Appends `marker` to `out` (format version [`MARKER_FORMAT_VERSION`]).
+pub fn append_marker(out: &mut Vec<u8>, marker: &Marker) {
     match marker {
         Marker::Start {
             message_id,
             deadline,
             payload,
         } => {
-            out.push(KIND_START);
-            put_message_id(&mut out, message_id);
-            put_varint(&mut out, *deadline);
-            put_optional_bytes(&mut out, payload.key.as_deref());
-            put_optional_bytes(&mut out, payload.value.as_deref());
-            put_varint(&mut out, payload.headers.len() as u64);
-            for (name, value) in &payload.headers {
-                put_varint(&mut out, name.len() as u64);
-                out.extend_from_slice(name.as_bytes());
-                put_optional_bytes(&mut out, value.as_deref());
-            }
+            let start = StartParts {
+                message_id: *message_id,
+                deadline: *deadline,
+                key: payload.key.as_deref(),
+                value: payload.value.as_deref(),
+                headers: &payload.headers,
+            };
+            append_start(out, &start);
         }
         Marker::KeepAlive {
             message_id,
             deadline,
         } => {
+            out.push(MARKER_FORMAT_VERSION);
             out.push(KIND_KEEPALIVE);
-            put_message_id(&mut out, message_id);
-            put_varint(&mut out, *deadline);
+            put_message_id(out, message_id);
+            put_varint(out, *deadline);
         }
         Marker::End { message_id } => {
+            out.push(MARKER_FORMAT_VERSION);
             out.push(KIND_END);
-            put_message_id(&mut out, message_id);
+            put_message_id(out, message_id);
         }
     }
+}
+
+/// Encodes a marker in format version [`MARKER_FORMAT_VERSION`].
+pub fn encode_marker(marker: &Marker) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
+    append_marker(&mut out, marker);
     out
 }
 
@@ -247,6 +284,37 @@ mod tests {
             encode_marker(&Marker::End { message_id: id }),
             vec![1, 3, 0, 5]
         );
+    }
+
+    #[test]
+    fn markers_appended_to_a_buffer_are_each_the_owned_markers_bytes() {
+        let marker = start();
+        let Marker::Start {
+            message_id,
+            deadline,
+            payload,
+        } = &marker
+        else {
+            unreachable!("start() is a START");
+        };
+        let parts = StartParts {
+            message_id: *message_id,
+            deadline: *deadline,
+            key: payload.key.as_deref(),
+            value: payload.value.as_deref(),
+            headers: &payload.headers,
+        };
+        let end = Marker::End {
+            message_id: *message_id,
+        };
+        let mut buffer = vec![9];
+        append_start(&mut buffer, &parts);
+        let start_end = buffer.len();
+        append_marker(&mut buffer, &end);
+        assert_eq!(buffer[0], 9);
+        assert_eq!(buffer[1..start_end], encode_marker(&marker));
+        assert_eq!(decode_marker(&buffer[1..start_end]), Ok(marker));
+        assert_eq!(decode_marker(&buffer[start_end..]), Ok(end));
     }
 
     #[test]
