@@ -50,7 +50,7 @@ use ferrokafka_core::schedule::{
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -59,12 +59,12 @@ use crate::client::EndIsExpected;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error,
-    group_consumer_settings, now_ms, publish,
+    enqueue_with, group_consumer_settings, now_ms, publish, send_waiting_for_room,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
-use crate::rounds::{RoundId, Rounds, send_round};
+use crate::rounds::{RoundId, RoundRecord, Rounds, send_round};
 
 /// Longest the daemon waits in one poll, so stop requests and due schedules are noticed quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -213,8 +213,6 @@ enum DispatchResult {
 struct ChunkInFlight {
     partition: (String, i32),
     due: Vec<Dispatch<ProxyPayload>>,
-    /// Kept until the targets round is answered, to confirm a refusal by sending one alone.
-    targets: Vec<OutgoingRecord>,
     stage: ChunkStage,
 }
 
@@ -224,7 +222,6 @@ enum ChunkStage {
     /// Every target acknowledged; tombstones (of `due[of[i]]`) sent for the `attempt`th time.
     Tombstones {
         round: RoundId,
-        records: Vec<OutgoingRecord>,
         of: Vec<usize>,
         attempt: u32,
     },
@@ -561,12 +558,14 @@ impl SchedulerLoop {
                 let Some(due) = self.take_due(key, per_chunk) else {
                     continue;
                 };
-                let targets = self.targets_of(&key.0, key.1, &due);
-                let round = Rounds::start(&self.dispatcher, &targets, self.round_timeout());
+                let round = Rounds::start(
+                    &self.dispatcher,
+                    &self.targets_of(&key.0, key.1, &due),
+                    self.round_timeout(),
+                );
                 self.in_flight.push_back(ChunkInFlight {
                     partition: key.clone(),
                     due,
-                    targets,
                     stage: ChunkStage::Targets(round),
                 });
                 started = true;
@@ -618,12 +617,12 @@ impl SchedulerLoop {
         (!due.is_empty()).then_some(due)
     }
 
-    fn targets_of(
+    fn targets_of<'a>(
         &self,
-        topic: &str,
+        topic: &'a str,
         partition: i32,
-        due: &[Dispatch<ProxyPayload>],
-    ) -> Vec<OutgoingRecord> {
+        due: &'a [Dispatch<ProxyPayload>],
+    ) -> Vec<DispatchRecord<'a>> {
         due.iter()
             .map(|dispatch| self.target_record(topic, partition, dispatch))
             .collect()
@@ -664,9 +663,8 @@ impl SchedulerLoop {
                 let Some(sent) = rounds.take_finished(*round) else {
                     return;
                 };
-                let targets = std::mem::take(&mut chunk.targets);
                 if sent.iter().all(Result::is_ok) {
-                    let records: Vec<OutgoingRecord> = chunk
+                    let records: Vec<DispatchRecord<'_>> = chunk
                         .due
                         .iter()
                         .map(|dispatch| tombstone_record(topic, partition, dispatch))
@@ -674,30 +672,24 @@ impl SchedulerLoop {
                     chunk.stage = ChunkStage::Tombstones {
                         round: Rounds::start(&self.dispatcher, &records, timeout),
                         of: (0..records.len()).collect(),
-                        records,
                         attempt: 1,
                     };
                 } else {
                     chunk.stage = ChunkStage::Settled(
-                        self.settle_failed_targets(topic, partition, &chunk.due, &targets, sent),
+                        self.settle_failed_targets(topic, partition, &chunk.due, sent),
                     );
                 }
             }
-            ChunkStage::Tombstones {
-                round,
-                records,
-                of,
-                attempt,
-            } => {
+            ChunkStage::Tombstones { round, of, attempt } => {
                 let Some(results) = rounds.take_finished(*round) else {
                     return;
                 };
                 let (mut again, mut again_of) = (Vec::new(), Vec::new());
-                for ((tombstone, &n), result) in records.iter().zip(of).zip(results) {
+                for (&n, result) in of.iter().zip(results) {
                     let Err(e) = result else { continue };
                     let dispatch = &chunk.due[n];
                     if *attempt < TOMBSTONE_ATTEMPTS && !refused_for_good(&e) {
-                        again.push(tombstone.clone());
+                        again.push(tombstone_record(topic, partition, dispatch));
                         again_of.push(n);
                     } else {
                         log::warn!(
@@ -718,7 +710,6 @@ impl SchedulerLoop {
                 } else {
                     ChunkStage::Tombstones {
                         round: Rounds::start(&self.dispatcher, &again, timeout),
-                        records: again,
                         of: again_of,
                         attempt: attempt + 1,
                     }
@@ -784,14 +775,13 @@ impl SchedulerLoop {
     }
 
     /// The target record of `dispatch`, from the schedules partition `topic`/`partition`.
-    fn target_record(
+    fn target_record<'a>(
         &self,
-        topic: &str,
+        topic: &'a str,
         partition: i32,
-        dispatch: &Dispatch<ProxyPayload>,
-    ) -> OutgoingRecord {
-        let proxy = &dispatch.payload;
-        let target = &proxy.target;
+        dispatch: &'a Dispatch<ProxyPayload>,
+    ) -> DispatchRecord<'a> {
+        let target = &dispatch.payload.target;
         let target_partition = target.partition.or_else(|| {
             target.partition_key.as_ref().and_then(|pk| {
                 self.partitions.partition_for(
@@ -801,16 +791,10 @@ impl SchedulerLoop {
                 )
             })
         });
-        OutgoingRecord {
-            topic: target.topic.clone(),
+        DispatchRecord::Target {
+            source: source_of(topic, partition, dispatch),
+            dispatch,
             partition: target_partition,
-            key: target.key.as_ref().map(|k| k.as_bytes().to_vec()),
-            value: proxy.value.clone(),
-            headers: with_values(envelope::dispatch_headers(
-                &proxy.headers,
-                &source_of(topic, partition, dispatch),
-            )),
-            timestamp_ms: None,
         }
     }
 
@@ -851,10 +835,10 @@ impl SchedulerLoop {
         topic: &str,
         partition: i32,
         due: &[Dispatch<ProxyPayload>],
-        targets: &[OutgoingRecord],
         mut sent: Vec<Result<(), KafkaError>>,
     ) -> Vec<DispatchResult> {
         let timeout = self.round_timeout();
+        let targets = self.targets_of(topic, partition, due);
         // The broker refuses a whole batch when it is too large, so a refusal counts only once
         // the target, sent alone, is refused again.
         for (target, result) in targets.iter().zip(sent.iter_mut()) {
@@ -872,7 +856,13 @@ impl SchedulerLoop {
                 Ok(()) => Some(tombstone_record(topic, partition, dispatch)),
                 Err(e) if refused_for_good(e) => {
                     self.options.dead_letter_topic.as_ref().map(|dlt| {
-                        self.dead_letter_record(dlt, topic, partition, dispatch, &e.to_string())
+                        DispatchRecord::DeadLetter(self.dead_letter_record(
+                            dlt,
+                            topic,
+                            partition,
+                            dispatch,
+                            &e.to_string(),
+                        ))
                     })
                 }
                 Err(_) => None,
@@ -1035,7 +1025,9 @@ impl SchedulerLoop {
                 Some(dlt) => {
                     let reason = e.to_string();
                     let records = [
-                        self.dead_letter_record(dlt, topic, partition, dispatch, &reason),
+                        DispatchRecord::DeadLetter(
+                            self.dead_letter_record(dlt, topic, partition, dispatch, &reason),
+                        ),
                         tombstone_record(topic, partition, dispatch),
                     ];
                     match self.in_transaction(&records).and_then(|sent| {
@@ -1065,7 +1057,7 @@ impl SchedulerLoop {
     /// Begins a transaction and sends `records` in it; the per-record results.
     fn in_transaction(
         &self,
-        records: &[OutgoingRecord],
+        records: &[DispatchRecord<'_>],
     ) -> Result<Vec<Result<(), KafkaError>>, String> {
         self.dispatcher
             .begin_transaction()
@@ -1074,7 +1066,7 @@ impl SchedulerLoop {
     }
 
     /// Sends `records` in the open transaction and commits it (aborts it on any failure).
-    fn finish_transaction(&self, records: &[OutgoingRecord]) -> Result<(), String> {
+    fn finish_transaction(&self, records: &[DispatchRecord<'_>]) -> Result<(), String> {
         let timeout = self.options.dispatch_timeout;
         let sent = send_round(&self.dispatcher, records, self.round_timeout());
         let committed = match sent.into_iter().find_map(Result::err) {
@@ -1404,21 +1396,102 @@ fn source_of<'a>(
 }
 
 /// The tombstone that marks `dispatch`'s proxy as dispatched (same key and partition).
-fn tombstone_record(
-    topic: &str,
+fn tombstone_record<'a>(
+    topic: &'a str,
     partition: i32,
-    dispatch: &Dispatch<ProxyPayload>,
-) -> OutgoingRecord {
-    OutgoingRecord {
-        topic: topic.to_owned(),
-        partition: Some(partition),
-        key: Some(dispatch.key.as_bytes().to_vec()),
-        value: None,
-        headers: with_values(envelope::tombstone_headers(
-            &dispatch.payload.headers,
-            dispatch.offset,
-        )),
-        timestamp_ms: None,
+    dispatch: &'a Dispatch<ProxyPayload>,
+) -> DispatchRecord<'a> {
+    DispatchRecord::Tombstone {
+        source: source_of(topic, partition, dispatch),
+        dispatch,
+    }
+}
+
+/// A record the dispatcher produces. Targets and tombstones are written straight from their
+/// schedule's proxy data into librdkafka's message (headers included), with no owned copy:
+/// they are most of what the daemon sends.
+enum DispatchRecord<'a> {
+    /// The target message of `dispatch`, to `partition` of its topic (None: the partitioner's).
+    Target {
+        source: ProxySource<'a>,
+        dispatch: &'a Dispatch<ProxyPayload>,
+        partition: Option<i32>,
+    },
+    /// The tombstone retiring the proxy of `dispatch` (same key and partition, null value).
+    Tombstone {
+        source: ProxySource<'a>,
+        dispatch: &'a Dispatch<ProxyPayload>,
+    },
+    /// The dead-letter copy of a schedule whose target was refused for good.
+    DeadLetter(OutgoingRecord),
+}
+
+impl RoundRecord for DispatchRecord<'_> {
+    fn enqueue(
+        &self,
+        producer: &ThreadedProducer<Rounds>,
+        sequence: usize,
+    ) -> Result<(), KafkaError> {
+        let (record, headers) = match self {
+            DispatchRecord::DeadLetter(record) => return enqueue_with(producer, record, sequence),
+            DispatchRecord::Target {
+                source,
+                dispatch,
+                partition,
+            } => {
+                let proxy = &dispatch.payload;
+                let target = &proxy.target;
+                let mut record = BaseRecord::with_opaque_to(&target.topic, sequence);
+                if let Some(key) = &target.key {
+                    record = record.key(key.as_bytes());
+                }
+                if let Some(value) = &proxy.value {
+                    record = record.payload(value.as_slice());
+                }
+                if let Some(partition) = partition {
+                    record = record.partition(*partition);
+                }
+                let mut headers = HeaderBuilder::new(proxy.headers.len() + 4);
+                envelope::visit_dispatch_headers(&proxy.headers, source, |name, value| {
+                    headers.add(name, value);
+                });
+                (record, headers)
+            }
+            DispatchRecord::Tombstone { source, dispatch } => {
+                let record = BaseRecord::with_opaque_to(source.topic, sequence)
+                    .key(dispatch.key.as_bytes())
+                    .partition(source.partition);
+                let proxy_headers = &dispatch.payload.headers;
+                let mut headers = HeaderBuilder::new(proxy_headers.len() + 3);
+                envelope::visit_tombstone_headers(proxy_headers, source.offset, |name, value| {
+                    headers.add(name, value);
+                });
+                (record, headers)
+            }
+        };
+        send_waiting_for_room(producer, record.headers(headers.build()))
+    }
+}
+
+/// librdkafka's header list, filled one borrowed header at a time (librdkafka copies each).
+struct HeaderBuilder(Option<OwnedHeaders>);
+
+impl HeaderBuilder {
+    fn new(capacity: usize) -> Self {
+        HeaderBuilder(Some(OwnedHeaders::new_with_capacity(capacity)))
+    }
+
+    fn add(&mut self, name: &str, value: &[u8]) {
+        self.0 = self.0.take().map(|headers| {
+            headers.insert(Header {
+                key: name,
+                value: Some(value),
+            })
+        });
+    }
+
+    fn build(self) -> OwnedHeaders {
+        self.0.unwrap_or_default()
     }
 }
 
