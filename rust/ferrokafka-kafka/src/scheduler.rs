@@ -50,7 +50,7 @@ use ferrokafka_core::schedule::{
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, Headers as _, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -63,7 +63,7 @@ use crate::daemon::{
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
-use crate::record::{OutgoingRecord, ReceivedRecord};
+use crate::record::OutgoingRecord;
 use crate::rounds::{RoundId, RoundRecord, Rounds, send_round};
 
 /// Longest the daemon waits in one poll, so stop requests and due schedules are noticed quickly.
@@ -401,13 +401,25 @@ impl SchedulerLoop {
     fn poll_records(&mut self, first_wait: Duration) {
         let mut wait = first_wait;
         for _ in 0..10_000 {
-            let received = match self.consumer.poll(wait) {
-                None => return,
-                Some(result) => result.map(|message| ReceivedRecord::from_message(&message)),
+            let Some(polled) = self.consumer.poll(wait) else {
+                return;
             };
             wait = Duration::ZERO;
-            match received {
-                Ok(record) => self.apply(record),
+            match polled {
+                Ok(message) => {
+                    let horizon_ms =
+                        u64::try_from(self.options.horizon.as_millis()).unwrap_or(u64::MAX);
+                    // Read in place: only a schedule's payload and headers are copied out.
+                    let newer_schema = apply(&mut self.runs, horizon_ms, &message);
+                    drop(message);
+                    if let Some((topic, partition)) = newer_schema {
+                        let mut paused = TopicPartitionList::new();
+                        let _ = paused.add_partition(&topic, partition);
+                        if let Err(e) = self.consumer.pause(&paused) {
+                            log::warn!("pause {topic}-{partition}: {e}");
+                        }
+                    }
+                }
                 Err(KafkaError::PartitionEOF(partition)) => self.reached_end(partition),
                 Err(e) => log::warn!("scheduler consumer: {e}"),
             }
@@ -436,77 +448,7 @@ impl SchedulerLoop {
 
     fn run_for(&mut self, topic: &str, partition: i32) -> &mut PartitionRun {
         let horizon_ms = u64::try_from(self.options.horizon.as_millis()).unwrap_or(u64::MAX);
-        self.runs
-            .entry((topic.to_owned(), partition))
-            .or_insert_with(|| {
-                let mut tracker = ScheduleTracker::new(TrackerConfig { horizon_ms }, now_ms());
-                // A fresh tracker always accepts the move to loading.
-                let _ = tracker.mark_loading();
-                PartitionRun {
-                    tracker,
-                    next_offset: 0,
-                    stored_offset: -1,
-                    applied: 0,
-                    last_report: None,
-                    dispatch_backoff: Backoff::default(),
-                    blocked: None,
-                    unread: Vec::new(),
-                    read_back_backoff: Backoff::default(),
-                }
-            })
-    }
-
-    fn apply(&mut self, record: ReceivedRecord) {
-        let (topic, partition) = (record.topic.clone(), record.partition);
-        let decoded = decode_record(&record).and_then(|decoded| check_epoch(decoded, now_ms()));
-        let run = self.run_for(&topic, partition);
-        if run.blocked.is_some() {
-            // Fetched before the pause took effect; read again after an upgrade.
-            return;
-        }
-        let offset = u64::try_from(record.offset).unwrap_or(0);
-        if let Err(RecordProblem::NewerSchema(reason)) = &decoded {
-            log::error!(
-                "{topic}-{partition}@{offset}: {reason}; partition stopped (nothing applied or \
-                 dispatched from here) until this daemon is upgraded, as Karafka does"
-            );
-            run.blocked = Some(reason.clone());
-            let mut paused = TopicPartitionList::new();
-            let _ = paused.add_partition(&topic, partition);
-            if let Err(e) = self.consumer.pause(&paused) {
-                log::warn!("pause {topic}-{partition}: {e}");
-            }
-            return;
-        }
-        run.next_offset = record.offset + 1;
-        run.applied += 1;
-        if run.tracker.state() == TrackerState::Loading && run.applied % PROGRESS_EVERY == 0 {
-            log::info!("loading {topic}-{partition}: {} records read", run.applied);
-        }
-        match decoded {
-            Ok((key, decoded)) => {
-                if let Err(e) = run.tracker.apply(offset, &key, decoded) {
-                    log::warn!("{topic}-{partition}@{offset}: skipped: {e}");
-                    run.tracker.record_skipped(offset);
-                }
-            }
-            Err(e) => {
-                log::warn!("{topic}-{partition}@{offset}: skipped a bad schedules record: {e}");
-                run.tracker.record_skipped(offset);
-            }
-        }
-        let written_ms = u64::try_from(record.timestamp_ms).unwrap_or(0);
-        if run.tracker.state() == TrackerState::Loading
-            && run.tracker.loaded_by_record_time(written_ms)
-        {
-            log::info!(
-                "loaded {topic}-{partition}: records written after the load started reached \
-                 ({} read, {} schedules pending; the partition end was not reached)",
-                run.applied,
-                run.tracker.len()
-            );
-            run.last_report = None;
-        }
+        run_for(&mut self.runs, horizon_ms, topic, partition)
     }
 
     fn reached_end(&mut self, partition: i32) {
@@ -1149,37 +1091,29 @@ impl SchedulerLoop {
                 .iter()
                 .filter_map(|f| i64::try_from(f.offset).ok())
                 .collect();
-            let read = read_offsets(&self.fetch_settings, &key.0, key.1, &offsets);
+            let mut read = read_offsets(&self.fetch_settings, &key.0, key.1, &offsets);
             let Some(run) = self.runs.get_mut(&key) else {
                 continue;
             };
             for fetch in fetches {
                 let offset = i64::try_from(fetch.offset).unwrap_or(i64::MAX);
-                match read.records.get(&fetch.offset) {
-                    Some(record) => {
-                        let payload =
-                            decode_record(record)
-                                .ok()
-                                .and_then(|(_, decoded)| match decoded {
-                                    ScheduleRecord::Schedule { payload, .. } => Some(payload),
-                                    _ => None,
-                                });
-                        if let Some(payload) = payload {
-                            run.tracker
-                                .provide_payload(&fetch.key, fetch.offset, payload);
-                        } else {
-                            log::warn!(
-                                "{}-{}@{}: read back a record that is no longer the schedule of {:?}; skipped",
-                                key.0,
-                                key.1,
-                                fetch.offset,
-                                fetch.key
-                            );
-                            let _ =
-                                run.tracker
-                                    .apply(fetch.offset, &fetch.key, ScheduleRecord::Cancel);
-                            run.tracker.record_skipped(fetch.offset);
-                        }
+                match read.records.remove(&fetch.offset) {
+                    Some(Some(payload)) => {
+                        run.tracker
+                            .provide_payload(&fetch.key, fetch.offset, payload);
+                    }
+                    Some(None) => {
+                        log::warn!(
+                            "{}-{}@{}: read back a record that is no longer the schedule of {:?}; skipped",
+                            key.0,
+                            key.1,
+                            fetch.offset,
+                            fetch.key
+                        );
+                        let _ = run
+                            .tracker
+                            .apply(fetch.offset, &fetch.key, ScheduleRecord::Cancel);
+                        run.tracker.record_skipped(fetch.offset);
                     }
                     None if read.covered.is_some_and(|covered| covered >= offset) => {
                         // Read past it: compaction removed it, so a later record replaced it.
@@ -1328,21 +1262,25 @@ impl std::fmt::Display for RecordProblem {
     }
 }
 
-fn decode_record(
-    record: &ReceivedRecord,
-) -> Result<(String, ScheduleRecord<ProxyPayload>), RecordProblem> {
-    let key = record
-        .key
-        .as_deref()
+/// Decodes a schedules-topic record into the tracker's terms, reading it in place: a tombstone
+/// or cancel copies nothing, a schedule copies its payload and headers.
+fn decode_message<M: Message>(
+    message: &M,
+) -> Result<(&str, ScheduleRecord<ProxyPayload>), RecordProblem> {
+    let key = message
+        .key()
         .and_then(|k| std::str::from_utf8(k).ok())
         .filter(|k| !k.is_empty())
-        .ok_or_else(|| RecordProblem::Bad("missing or non-UTF-8 key".to_owned()))?
-        .to_owned();
-    let headers: Headers = record
-        .headers
-        .iter()
-        .map(|(name, value)| (name.clone(), value.clone().unwrap_or_default()))
-        .collect();
+        .ok_or_else(|| RecordProblem::Bad("missing or non-UTF-8 key".to_owned()))?;
+    let headers: Vec<(&str, &[u8])> = message
+        .headers()
+        .map(|headers| {
+            headers
+                .iter()
+                .map(|header| (header.key, header.value.unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
     let parsed = envelope::parse_proxy_headers(&headers).map_err(|e| match e {
         CoreError::UnsupportedVersion { .. } => RecordProblem::NewerSchema(e.to_string()),
         e => RecordProblem::Bad(e.to_string()),
@@ -1351,8 +1289,11 @@ fn decode_record(
         ProxyRecord::Schedule { epoch_secs, target } => ScheduleRecord::Schedule {
             epoch_secs,
             payload: ProxyPayload {
-                value: record.value.clone(),
-                headers,
+                value: message.payload().map(<[u8]>::to_vec),
+                headers: headers
+                    .iter()
+                    .map(|&(name, value)| (name.to_owned(), value.to_vec()))
+                    .collect(),
                 target,
             },
         },
@@ -1360,6 +1301,93 @@ fn decode_record(
         ProxyRecord::Tombstone { source_offset } => ScheduleRecord::Tombstone { source_offset },
     };
     Ok((key, decoded))
+}
+
+/// The run of `topic`/`partition`, created (loading) when the partition is new.
+fn run_for<'a>(
+    runs: &'a mut BTreeMap<(String, i32), PartitionRun>,
+    horizon_ms: u64,
+    topic: &str,
+    partition: i32,
+) -> &'a mut PartitionRun {
+    runs.entry((topic.to_owned(), partition))
+        .or_insert_with(|| {
+            let mut tracker = ScheduleTracker::new(TrackerConfig { horizon_ms }, now_ms());
+            // A fresh tracker always accepts the move to loading.
+            let _ = tracker.mark_loading();
+            PartitionRun {
+                tracker,
+                next_offset: 0,
+                stored_offset: -1,
+                applied: 0,
+                last_report: None,
+                dispatch_backoff: Backoff::default(),
+                blocked: None,
+                unread: Vec::new(),
+                read_back_backoff: Backoff::default(),
+            }
+        })
+}
+
+/// Applies one schedules-topic record to its partition's run. Returns the partition to pause
+/// when the record has a newer schema (the partition then stops until the daemon is upgraded).
+fn apply<M: Message>(
+    runs: &mut BTreeMap<(String, i32), PartitionRun>,
+    horizon_ms: u64,
+    message: &M,
+) -> Option<(String, i32)> {
+    let (topic, partition) = (message.topic(), message.partition());
+    let decoded = decode_message(message).and_then(|(key, decoded)| {
+        check_epoch(&decoded, now_ms())?;
+        Ok((key, decoded))
+    });
+    let run = run_for(runs, horizon_ms, topic, partition);
+    if run.blocked.is_some() {
+        // Fetched before the pause took effect; read again after an upgrade.
+        return None;
+    }
+    let offset = u64::try_from(message.offset()).unwrap_or(0);
+    if let Err(RecordProblem::NewerSchema(reason)) = &decoded {
+        log::error!(
+            "{topic}-{partition}@{offset}: {reason}; partition stopped (nothing applied or \
+             dispatched from here) until this daemon is upgraded, as Karafka does"
+        );
+        run.blocked = Some(reason.clone());
+        return Some((topic.to_owned(), partition));
+    }
+    run.next_offset = message.offset() + 1;
+    run.applied += 1;
+    if run.tracker.state() == TrackerState::Loading && run.applied % PROGRESS_EVERY == 0 {
+        log::info!("loading {topic}-{partition}: {} records read", run.applied);
+    }
+    match decoded {
+        Ok((key, decoded)) => {
+            if let Err(e) = run.tracker.apply(offset, key, decoded) {
+                log::warn!("{topic}-{partition}@{offset}: skipped: {e}");
+                run.tracker.record_skipped(offset);
+            }
+        }
+        Err(e) => {
+            log::warn!("{topic}-{partition}@{offset}: skipped a bad schedules record: {e}");
+            run.tracker.record_skipped(offset);
+        }
+    }
+    let written_ms = message
+        .timestamp()
+        .to_millis()
+        .and_then(|ms| u64::try_from(ms).ok())
+        .unwrap_or(0);
+    if run.tracker.state() == TrackerState::Loading && run.tracker.loaded_by_record_time(written_ms)
+    {
+        log::info!(
+            "loaded {topic}-{partition}: records written after the load started reached \
+             ({} read, {} schedules pending; the partition end was not reached)",
+            run.applied,
+            run.tracker.len()
+        );
+        run.last_report = None;
+    }
+    None
 }
 
 fn with_values(headers: Headers) -> Vec<(String, Option<Vec<u8>>)> {
@@ -1370,16 +1398,13 @@ fn with_values(headers: Headers) -> Vec<(String, Option<Vec<u8>>)> {
 pub const DEAD_LETTER_REASON_HEADER: &str = "schedule_dead_letter_reason";
 
 /// Karafka's read-side epoch bounds (see `validate_stored_epoch`) applied to a decoded schedule.
-fn check_epoch(
-    (key, decoded): (String, ScheduleRecord<ProxyPayload>),
-    now_ms: u64,
-) -> Result<(String, ScheduleRecord<ProxyPayload>), RecordProblem> {
-    if let ScheduleRecord::Schedule { epoch_secs, .. } = &decoded {
+fn check_epoch(decoded: &ScheduleRecord<ProxyPayload>, now_ms: u64) -> Result<(), RecordProblem> {
+    if let ScheduleRecord::Schedule { epoch_secs, .. } = decoded {
         let now_secs = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
         validate_stored_epoch(*epoch_secs, now_secs)
             .map_err(|e| RecordProblem::Bad(e.to_string()))?;
     }
-    Ok((key, decoded))
+    Ok(())
 }
 
 fn source_of<'a>(
@@ -1516,10 +1541,11 @@ fn refused_for_good(error: &KafkaError) -> bool {
     )
 }
 
-/// What a read-back found: the records wanted, and the highest offset known to be read past
-/// (`i64::MAX` once the end of the partition was reached), if any.
+/// What a read-back found: the records wanted (the proxy data of each that is a schedule), and
+/// the highest offset known to be read past (`i64::MAX` once the end of the partition was
+/// reached), if any.
 struct ReadBack {
-    records: HashMap<u64, ReceivedRecord>,
+    records: HashMap<u64, Option<ProxyPayload>>,
     covered: Option<i64>,
 }
 
@@ -1569,8 +1595,14 @@ fn read_offsets(
             Some(Ok(message)) => {
                 let offset = message.offset();
                 if wanted.contains(&offset) {
-                    read.records
-                        .insert(offset as u64, ReceivedRecord::from_message(&message));
+                    let payload =
+                        decode_message(&message)
+                            .ok()
+                            .and_then(|(_, decoded)| match decoded {
+                                ScheduleRecord::Schedule { payload, .. } => Some(payload),
+                                _ => None,
+                            });
+                    read.records.insert(offset as u64, payload);
                 }
                 read.covered = Some(offset);
                 if offset >= last {

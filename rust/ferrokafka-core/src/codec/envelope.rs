@@ -796,16 +796,14 @@ mod tests {
             SOURCE_OFFSET_HEADER,
             SOURCE_KEY_HEADER,
         ]);
-        prop::collection::vec(
-            (name, prop::collection::vec(any::<u8>(), 0..4)),
-            0..10,
+        prop::collection::vec((name, prop::collection::vec(any::<u8>(), 0..4)), 0..10).prop_map(
+            |pairs| {
+                pairs
+                    .into_iter()
+                    .map(|(name, value)| (name.to_owned(), value))
+                    .collect()
+            },
         )
-        .prop_map(|pairs| {
-            pairs
-                .into_iter()
-                .map(|(name, value)| (name.to_owned(), value))
-                .collect()
-        })
     }
 
     proptest::proptest! {
