@@ -13,6 +13,7 @@ mod daemon;
 pub mod dead_letter;
 pub mod error;
 mod marker_writer;
+mod packed_headers;
 pub mod partitioner;
 pub mod record;
 pub mod redelivery;

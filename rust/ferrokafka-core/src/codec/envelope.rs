@@ -353,20 +353,11 @@ pub fn cancel_proxy(key: &str, envelope: &Envelope) -> Result<ProxyMessage, Core
     })
 }
 
-/// Headers of the dispatched target message: the proxy's headers plus `schedule_source_*`.
-pub fn dispatch_headers(proxy_headers: &[(String, Vec<u8>)], source: &ProxySource<'_>) -> Headers {
-    let mut headers = Vec::with_capacity(proxy_headers.len() + 4);
-    visit_dispatch_headers(proxy_headers, source, |name, value| {
-        headers.push((name.to_owned(), value.to_vec()));
-    });
-    headers
-}
-
 /// Hands `emit` the headers of the dispatched target message in record order, borrowed: the
 /// proxy's headers except any `schedule_source_*` ones, then those four set from `source`. Lets
 /// the daemon write them straight into its client's header list, with no owned copy per header.
-pub fn visit_dispatch_headers(
-    proxy_headers: &[(String, Vec<u8>)],
+pub fn visit_dispatch_headers<'h>(
+    proxy_headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
     source: &ProxySource<'_>,
     mut emit: impl FnMut(&str, &[u8]),
 ) {
@@ -377,7 +368,7 @@ pub fn visit_dispatch_headers(
         SOURCE_KEY_HEADER,
     ];
     for (name, value) in proxy_headers {
-        if !SET.contains(&name.as_str()) {
+        if !SET.contains(&name) {
             emit(name, value);
         }
     }
@@ -390,21 +381,11 @@ pub fn visit_dispatch_headers(
     emit(SOURCE_KEY_HEADER, source.key.as_bytes());
 }
 
-/// Headers of the tombstone that retires a dispatched proxy (same key and partition, null
-/// payload): the proxy's headers with type `tombstone` and `schedule_source_offset`.
-pub fn tombstone_headers(proxy_headers: &[(String, Vec<u8>)], proxy_offset: u64) -> Headers {
-    let mut headers = Vec::with_capacity(proxy_headers.len() + 3);
-    visit_tombstone_headers(proxy_headers, proxy_offset, |name, value| {
-        headers.push((name.to_owned(), value.to_vec()));
-    });
-    headers
-}
-
 /// Hands `emit` the headers of the tombstone that retires a dispatched proxy in record order,
 /// borrowed (see [`visit_dispatch_headers`]): the proxy's headers except its schema version,
 /// type and source offset, then those three (schema [`SCHEMA_VERSION`], type `tombstone`).
-pub fn visit_tombstone_headers(
-    proxy_headers: &[(String, Vec<u8>)],
+pub fn visit_tombstone_headers<'h>(
+    proxy_headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
     proxy_offset: u64,
     mut emit: impl FnMut(&str, &[u8]),
 ) {
@@ -414,7 +395,7 @@ pub fn visit_tombstone_headers(
         SOURCE_OFFSET_HEADER,
     ];
     for (name, value) in proxy_headers {
-        if !SET.contains(&name.as_str()) {
+        if !SET.contains(&name) {
             emit(name, value);
         }
     }
@@ -686,6 +667,28 @@ mod tests {
         }
     }
 
+    fn pairs(headers: &Headers) -> impl Iterator<Item = (&str, &[u8])> {
+        headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_slice()))
+    }
+
+    fn dispatch_headers(proxy: &Headers, source: &ProxySource<'_>) -> Headers {
+        let mut headers = Vec::new();
+        visit_dispatch_headers(pairs(proxy), source, |name, value| {
+            headers.push((name.to_owned(), value.to_vec()));
+        });
+        headers
+    }
+
+    fn tombstone_headers(proxy: &Headers, proxy_offset: u64) -> Headers {
+        let mut headers = Vec::new();
+        visit_tombstone_headers(pairs(proxy), proxy_offset, |name, value| {
+            headers.push((name.to_owned(), value.to_vec()));
+        });
+        headers
+    }
+
     fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a [u8]> {
         headers
             .iter()
@@ -777,7 +780,7 @@ mod tests {
             offset: 9,
             key: "k",
         };
-        let headers = dispatch_headers(&[("a".into(), b"1".to_vec())], &source);
+        let headers = dispatch_headers(&vec![("a".into(), b"1".to_vec())], &source);
         assert_eq!(header(&headers, SOURCE_PARTITION_HEADER), Some(&b"3"[..]));
         assert_eq!(header(&headers, SOURCE_OFFSET_HEADER), Some(&b"9"[..]));
         assert_eq!(header(&headers, SOURCE_KEY_HEADER), Some(&b"k"[..]));
