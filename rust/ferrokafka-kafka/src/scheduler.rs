@@ -392,7 +392,11 @@ impl SchedulerLoop {
         self.runs
             .values()
             .filter(|run| {
-                run.tracker.state() == TrackerState::Loaded && !run.dispatch_backoff.waiting()
+                // A blocked partition dispatches nothing: its due schedules must not keep the
+                // thread from sleeping.
+                run.tracker.state() == TrackerState::Loaded
+                    && run.blocked.is_none()
+                    && !run.dispatch_backoff.waiting()
             })
             .filter_map(|run| run.tracker.next_due_ms())
             .min()
