@@ -1107,40 +1107,33 @@ impl SchedulerLoop {
             };
             for fetch in fetches {
                 let offset = i64::try_from(fetch.offset).unwrap_or(i64::MAX);
-                match read.records.remove(&fetch.offset) {
+                let gone = match read.records.remove(&fetch.offset) {
                     Some(Some(payload)) => {
                         run.tracker
                             .provide_payload(&fetch.key, fetch.offset, payload);
+                        continue;
                     }
-                    Some(None) => {
-                        log::warn!(
-                            "{}-{}@{}: read back a record that is no longer the schedule of {:?}; skipped",
-                            key.0,
-                            key.1,
-                            fetch.offset,
-                            fetch.key
-                        );
-                        let _ = run
-                            .tracker
-                            .apply(fetch.offset, &fetch.key, ScheduleRecord::Cancel);
-                        run.tracker.record_skipped(fetch.offset);
-                    }
+                    Some(None) => "the record read back is no longer this schedule",
+                    // Read past it: compaction removed it, so a later record replaced it.
                     None if read.covered.is_some_and(|covered| covered >= offset) => {
-                        // Read past it: compaction removed it, so a later record replaced it.
-                        log::warn!(
-                            "{}-{}@{}: schedule {:?} is gone from the topic; skipped",
-                            key.0,
-                            key.1,
-                            fetch.offset,
-                            fetch.key
-                        );
-                        let _ = run
-                            .tracker
-                            .apply(fetch.offset, &fetch.key, ScheduleRecord::Cancel);
-                        run.tracker.record_skipped(fetch.offset);
+                        "it is gone from the topic"
                     }
-                    None => run.unread.push(fetch),
-                }
+                    None => {
+                        run.unread.push(fetch);
+                        continue;
+                    }
+                };
+                log::warn!(
+                    "{}-{}@{}: schedule {:?} skipped: {gone}",
+                    key.0,
+                    key.1,
+                    fetch.offset,
+                    fetch.key
+                );
+                let _ = run
+                    .tracker
+                    .apply(fetch.offset, &fetch.key, ScheduleRecord::Cancel);
+                run.tracker.record_skipped(fetch.offset);
             }
             if run.unread.is_empty() {
                 run.read_back_backoff.succeeded();
