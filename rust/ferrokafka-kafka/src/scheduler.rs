@@ -1247,7 +1247,6 @@ impl SchedulerLoop {
     }
 }
 
-/// Decodes a schedules-topic record into the tracker's terms.
 /// Why a schedules record cannot be applied.
 #[derive(Debug)]
 enum RecordProblem {
