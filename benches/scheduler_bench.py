@@ -11,7 +11,9 @@ average before and after. Every dispatched message is counted on its target topi
    time from start until every partition is `loaded`, and RSS growth of this process per schedule.
 2. burst: M schedules all due at once; dispatches per second once loaded (at-least-once and
    transactional), from the first target's create time until the daemon counts all M dispatched
-   (targets and tombstones acknowledged, or transactions committed).
+   (targets and tombstones acknowledged, or transactions committed); and this process's CPU time
+   (all threads: loading the M schedules, dispatching them, reading back the tombstones) per
+   dispatch, from the daemon's start until that moment.
 3. lateness: schedules at R per second for S seconds (1 s with --smoke) while the daemon runs;
    lateness = the dispatched message's create time minus its epoch (epochs are whole seconds,
    as in Karafka), p50 / p99.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import time
@@ -52,6 +55,12 @@ def wait_until(condition: Callable[[], bool], timeout: float, poll: float = 0.05
             raise TimeoutError("benchmark condition not reached")
         time.sleep(poll)
     return time.time()
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process, all threads (the daemon runs on Rust threads in it)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def all_loaded(daemon: Scheduler, partitions: int = 4) -> bool:
@@ -131,22 +140,24 @@ def main() -> int:
             grown = rss_bytes() - before
         return seconds, grown / args.load
 
-    def burst(transactional: bool) -> float:
-        """Dispatches per second for M schedules all due at once."""
+    def burst(transactional: bool) -> tuple[float, float]:
+        """Dispatches per second for M schedules all due at once, and CPU µs per dispatch."""
         topic, target = fresh_topics(client)
         produce_schedules(bootstrap, topic, target, [int(time.time())] * args.burst, b"x" * 100)
         settings = dict(config)
         if transactional:
             settings["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+        cpu_before = cpu_seconds()
         with Scheduler(settings, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
             confirmed = wait_until(
                 lambda: sum(s["dispatched"] for s in daemon.status()) >= args.burst, 600, 0.005
             )
+            cpu = cpu_seconds() - cpu_before
         # From the first target's create time to the daemon counting the last schedule
         # dispatched (its target and tombstone acknowledged, or the transaction committed).
         stamps = [m.timestamp()[1] for m in client.read_topic(target, max_messages=args.burst)]
         assert len(stamps) == args.burst, f"{len(stamps)} dispatched, not {args.burst}"
-        return args.burst / max(confirmed - min(stamps) / 1000, 0.001)
+        return args.burst / max(confirmed - min(stamps) / 1000, 0.001), cpu / args.burst * 1e6
 
     def lateness() -> tuple[float, float]:
         """p50 and p99 of dispatch time minus epoch at R schedules/s."""
@@ -191,10 +202,15 @@ def main() -> int:
             "RSS growth per future schedule (payload 100 B, beyond horizon)",
             f"{median(y for _, y in loads):.0f} bytes",
         ),
-        (f"dispatch {args.burst:,} due at once", f"{median(bursts):,.0f} dispatches/s"),
+        (
+            f"dispatch {args.burst:,} due at once",
+            f"{median(r for r, _ in bursts):,.0f} dispatches/s, "
+            f"client CPU {median(c for _, c in bursts):.1f} µs per dispatch",
+        ),
         (
             f"dispatch {args.burst:,} due at once, transactional",
-            f"{median(txn_bursts):,.0f} dispatches/s",
+            f"{median(r for r, _ in txn_bursts):,.0f} dispatches/s, "
+            f"client CPU {median(c for _, c in txn_bursts):.1f} µs per dispatch",
         ),
         (
             f"lateness at {args.rate:,} schedules/s for {args.seconds} s",

@@ -372,11 +372,17 @@ def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twi
     tombstone of every target the broker acknowledged, so the next daemon skips them."""
     target = topic_factory(partitions=2)
     group = f"g-{uuid.uuid4().hex}"
-    count = 30_000
+    # Several times the 25,000 schedules the pipeline holds: the daemon dispatches over 100,000
+    # per second and marks a pipeline's worth at once, so a smaller burst can be over by the
+    # time the first dispatch is seen.
+    count = 100_000
     burst(kafka_bootstrap, schedules_topic, target, count, spread=0)
     with start_scheduler(daemon_config, schedules_topic, group) as daemon:
         wait_until(
-            lambda: sum(s["dispatched"] for s in daemon.status()) > 0, 60, "the first dispatch"
+            lambda: sum(s["dispatched"] for s in daemon.status()) > 0,
+            60,
+            "the first dispatch",
+            interval=0.005,
         )
         stopped_at = sum(s["dispatched"] for s in daemon.status())
     assert stopped_at < count, "the burst ended before the stop; the test needs a larger one"

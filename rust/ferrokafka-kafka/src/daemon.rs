@@ -294,6 +294,14 @@ pub(crate) fn enqueue_with<C: ProducerContext>(
     if let Some(headers) = record.owned_headers() {
         base = base.headers(headers);
     }
+    send_waiting_for_room(producer, base)
+}
+
+/// Hands `base` to librdkafka, waiting only while librdkafka's own queue is full.
+pub(crate) fn send_waiting_for_room<C: ProducerContext>(
+    producer: &ThreadedProducer<C>,
+    mut base: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
+) -> Result<(), KafkaError> {
     loop {
         match producer.send(base) {
             Ok(()) => return Ok(()),

@@ -14,6 +14,7 @@ mod daemon;
 pub mod dead_letter;
 pub mod error;
 mod marker_writer;
+mod packed_headers;
 mod partition_source;
 pub mod partitioner;
 pub mod record;

@@ -23,8 +23,16 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::daemon::enqueue_with;
-use crate::record::OutgoingRecord;
+/// A record a round can produce.
+pub(crate) trait RoundRecord {
+    /// Hands the record to `producer` with `sequence` as its delivery opaque (waiting only for
+    /// room in librdkafka's queue).
+    fn enqueue(
+        &self,
+        producer: &ThreadedProducer<Rounds>,
+        sequence: usize,
+    ) -> Result<(), KafkaError>;
+}
 
 /// Identifies an open round: the sequence number of its first record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,9 +89,9 @@ impl Rounds {
 
     /// Produces `records` as one round that ends at the latest after `timeout`; does not wait
     /// for acknowledgements (only for room in librdkafka's queue).
-    pub(crate) fn start(
+    pub(crate) fn start<R: RoundRecord>(
         producer: &ThreadedProducer<Rounds>,
-        records: &[OutgoingRecord],
+        records: &[R],
         timeout: Duration,
     ) -> RoundId {
         let rounds = producer.context();
@@ -102,7 +110,7 @@ impl Rounds {
             first
         };
         for (n, record) in records.iter().enumerate() {
-            if let Err(e) = enqueue_with(producer, record, first + n) {
+            if let Err(e) = record.enqueue(producer, first + n) {
                 rounds.record(first + n, Err(e));
             }
         }
@@ -188,9 +196,9 @@ impl ProducerContext for Rounds {
 
 /// Produces `records` as one round and waits (up to `timeout`) for each one's delivery result;
 /// a record not confirmed in time counts as timed out.
-pub(crate) fn send_round(
+pub(crate) fn send_round<R: RoundRecord>(
     producer: &ThreadedProducer<Rounds>,
-    records: &[OutgoingRecord],
+    records: &[R],
     timeout: Duration,
 ) -> Vec<Result<(), KafkaError>> {
     let id = Rounds::start(producer, records, timeout);

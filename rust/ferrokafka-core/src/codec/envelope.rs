@@ -353,40 +353,81 @@ pub fn cancel_proxy(key: &str, envelope: &Envelope) -> Result<ProxyMessage, Core
     })
 }
 
-/// Headers of the dispatched target message: the proxy's headers plus `schedule_source_*`.
-pub fn dispatch_headers(proxy_headers: &[(String, Vec<u8>)], source: &ProxySource<'_>) -> Headers {
-    let mut headers = proxy_headers.to_vec();
-    set_header(&mut headers, SOURCE_TOPIC_HEADER, source.topic);
-    set_header(
-        &mut headers,
+/// Hands `emit` the headers of the dispatched target message in record order, borrowed: the
+/// proxy's headers except any `schedule_source_*` ones, then those four set from `source`. Lets
+/// the daemon write them straight into its client's header list, with no owned copy per header.
+pub fn visit_dispatch_headers<'h>(
+    proxy_headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+    source: &ProxySource<'_>,
+    mut emit: impl FnMut(&str, &[u8]),
+) {
+    const SET: [&str; 4] = [
+        SOURCE_TOPIC_HEADER,
         SOURCE_PARTITION_HEADER,
-        &source.partition.to_string(),
-    );
-    set_header(
-        &mut headers,
         SOURCE_OFFSET_HEADER,
-        &source.offset.to_string(),
+        SOURCE_KEY_HEADER,
+    ];
+    for (name, value) in proxy_headers {
+        if !SET.contains(&name) {
+            emit(name, value);
+        }
+    }
+    emit(SOURCE_TOPIC_HEADER, source.topic.as_bytes());
+    emit(
+        SOURCE_PARTITION_HEADER,
+        Decimal::of(source.partition).as_bytes(),
     );
-    set_header(&mut headers, SOURCE_KEY_HEADER, source.key);
-    headers
+    emit(SOURCE_OFFSET_HEADER, Decimal::of(source.offset).as_bytes());
+    emit(SOURCE_KEY_HEADER, source.key.as_bytes());
 }
 
-/// Headers of the tombstone that retires a dispatched proxy (same key and partition, null
-/// payload): the proxy's headers with type `tombstone` and `schedule_source_offset`.
-pub fn tombstone_headers(proxy_headers: &[(String, Vec<u8>)], proxy_offset: u64) -> Headers {
-    let mut headers = proxy_headers.to_vec();
-    set_header(&mut headers, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
-    set_header(
-        &mut headers,
+/// Hands `emit` the headers of the tombstone that retires a dispatched proxy in record order,
+/// borrowed (see [`visit_dispatch_headers`]): the proxy's headers except its schema version,
+/// type and source offset, then those three (schema [`SCHEMA_VERSION`], type `tombstone`).
+pub fn visit_tombstone_headers<'h>(
+    proxy_headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+    proxy_offset: u64,
+    mut emit: impl FnMut(&str, &[u8]),
+) {
+    const SET: [&str; 3] = [
+        SCHEMA_VERSION_HEADER,
         SOURCE_TYPE_HEADER,
-        SourceType::Tombstone.as_str(),
-    );
-    set_header(
-        &mut headers,
         SOURCE_OFFSET_HEADER,
-        &proxy_offset.to_string(),
+    ];
+    for (name, value) in proxy_headers {
+        if !SET.contains(&name) {
+            emit(name, value);
+        }
+    }
+    emit(SCHEMA_VERSION_HEADER, SCHEMA_VERSION.as_bytes());
+    emit(
+        SOURCE_TYPE_HEADER,
+        SourceType::Tombstone.as_str().as_bytes(),
     );
-    headers
+    emit(SOURCE_OFFSET_HEADER, Decimal::of(proxy_offset).as_bytes());
+}
+
+/// The decimal ASCII text of an integer header value, formatted on the stack.
+struct Decimal {
+    /// Room for `u64::MAX` and for `i64::MIN` with its sign.
+    digits: [u8; 20],
+    len: usize,
+}
+
+impl Decimal {
+    fn of(number: impl std::fmt::Display) -> Self {
+        use std::io::Write;
+        let mut digits = [0; 20];
+        let mut rest = &mut digits[..];
+        // Cannot fail: every integer type used here fits in 20 bytes.
+        let _ = write!(rest, "{number}");
+        let len = 20 - rest.len();
+        Decimal { digits, len }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[..self.len]
+    }
 }
 
 /// The `schedule_*` headers of one record, each the last value given for its name.
@@ -626,6 +667,28 @@ mod tests {
         }
     }
 
+    fn pairs(headers: &Headers) -> impl Iterator<Item = (&str, &[u8])> {
+        headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_slice()))
+    }
+
+    fn dispatch_headers(proxy: &Headers, source: &ProxySource<'_>) -> Headers {
+        let mut headers = Vec::new();
+        visit_dispatch_headers(pairs(proxy), source, |name, value| {
+            headers.push((name.to_owned(), value.to_vec()));
+        });
+        headers
+    }
+
+    fn tombstone_headers(proxy: &Headers, proxy_offset: u64) -> Headers {
+        let mut headers = Vec::new();
+        visit_tombstone_headers(pairs(proxy), proxy_offset, |name, value| {
+            headers.push((name.to_owned(), value.to_vec()));
+        });
+        headers
+    }
+
     fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a [u8]> {
         headers
             .iter()
@@ -717,10 +780,58 @@ mod tests {
             offset: 9,
             key: "k",
         };
-        let headers = dispatch_headers(&[("a".into(), b"1".to_vec())], &source);
+        let headers = dispatch_headers(&vec![("a".into(), b"1".to_vec())], &source);
         assert_eq!(header(&headers, SOURCE_PARTITION_HEADER), Some(&b"3"[..]));
         assert_eq!(header(&headers, SOURCE_OFFSET_HEADER), Some(&b"9"[..]));
         assert_eq!(header(&headers, SOURCE_KEY_HEADER), Some(&b"k"[..]));
+    }
+
+    /// Proxy headers that may repeat, and carry, the names the dispatch builders set.
+    fn proxy_headers_strategy() -> impl proptest::strategy::Strategy<Value = Headers> {
+        use proptest::prelude::*;
+        let name = prop::sample::select(vec![
+            "trace",
+            SCHEMA_VERSION_HEADER,
+            SOURCE_TYPE_HEADER,
+            TARGET_EPOCH_HEADER,
+            SOURCE_TOPIC_HEADER,
+            SOURCE_PARTITION_HEADER,
+            SOURCE_OFFSET_HEADER,
+            SOURCE_KEY_HEADER,
+        ]);
+        prop::collection::vec((name, prop::collection::vec(any::<u8>(), 0..4)), 0..10).prop_map(
+            |pairs| {
+                pairs
+                    .into_iter()
+                    .map(|(name, value)| (name.to_owned(), value))
+                    .collect()
+            },
+        )
+    }
+
+    proptest::proptest! {
+        /// The borrowed builders write exactly what replacing each header in turn (the
+        /// definition: Karafka's header hash, set key by key) gives, byte for byte.
+        #[test]
+        fn built_headers_equal_setting_each_header_in_turn(
+            proxy in proxy_headers_strategy(),
+            partition in proptest::prelude::any::<i32>(),
+            offset in proptest::prelude::any::<u64>(),
+        ) {
+            let source = ProxySource { topic: "schedules", partition, offset, key: "k-1" };
+            let mut expected = proxy.clone();
+            set_header(&mut expected, SOURCE_TOPIC_HEADER, source.topic);
+            set_header(&mut expected, SOURCE_PARTITION_HEADER, &partition.to_string());
+            set_header(&mut expected, SOURCE_OFFSET_HEADER, &offset.to_string());
+            set_header(&mut expected, SOURCE_KEY_HEADER, source.key);
+            proptest::prop_assert_eq!(dispatch_headers(&proxy, &source), expected);
+
+            let mut expected = proxy.clone();
+            set_header(&mut expected, SCHEMA_VERSION_HEADER, SCHEMA_VERSION);
+            set_header(&mut expected, SOURCE_TYPE_HEADER, SourceType::Tombstone.as_str());
+            set_header(&mut expected, SOURCE_OFFSET_HEADER, &offset.to_string());
+            proptest::prop_assert_eq!(tombstone_headers(&proxy, offset), expected);
+        }
     }
 
     #[test]
