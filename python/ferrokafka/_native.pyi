@@ -266,7 +266,49 @@ class _RawAsyncProducer:
         """Stop; returns ``(ticket, message)`` for every record never handed to Kafka."""
     def settle(self, ticket: int, message: Message) -> None:
         """Hand a record returned by ``shutdown`` to its waiter, with ``message.error()``."""
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> ProducerStats: ...
+
+@final
+class ProducerStats:
+    """An AsyncProducer's counters and queue sizes. Every accepted record is delivered, failed,
+    dropped, or counted in ``queue_size + retry_queue_size + in_flight``."""
+
+    @property
+    def enqueued(self) -> int:
+        """Records accepted by ``produce`` / ``produce_many``."""
+    @property
+    def delivered(self) -> int:
+        """Records the broker acknowledged (after their transaction committed, if any)."""
+    @property
+    def failed(self) -> int:
+        """Records handed back after their final failure."""
+    @property
+    def retried(self) -> int:
+        """Re-sends after a failure."""
+    @property
+    def dropped(self) -> int:
+        """Records dropped by ``drop_oldest``."""
+    @property
+    def overflowed(self) -> int:
+        """Records refused because the queue was full."""
+    @property
+    def deliveries(self) -> int:
+        """Delivery rounds run."""
+    @property
+    def queue_size(self) -> int:
+        """Records buffered now."""
+    @property
+    def queue_bytes(self) -> int:
+        """Bytes buffered now."""
+    @property
+    def in_flight(self) -> int:
+        """Records handed to librdkafka and not yet settled."""
+    @property
+    def retry_queue_size(self) -> int:
+        """Records waiting to be sent again: after a failed send, or given back by librdkafka's
+        full queue."""
+    def as_dict(self) -> dict[str, int]:
+        """The fields as a dict."""
 
 @final
 class ProducerFailed:

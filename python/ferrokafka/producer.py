@@ -291,7 +291,7 @@ class AsyncProducer:
         queue_size, queue_bytes, in_flight, retry_queue_size (waiting to be sent again, after a
         failed send or given back by librdkafka's full queue). Every accepted message is
         delivered, failed, dropped, or counted in queue_size + retry_queue_size + in_flight."""
-        return self._raw.stats()
+        return self._raw.stats().as_dict()
 
     def take_failed(self) -> list[Message]:
         """Messages that finally failed since the last call, each with ``error()`` set."""

@@ -93,3 +93,27 @@ def test_producer_refuses_use_after_fork(producer: AsyncProducer) -> None:
     os.waitpid(pid, 0)
     assert "cannot be used after fork" in reported
     producer.shutdown(timeout=1.0)
+
+
+def test_stats_keep_their_keys_and_agree_with_the_typed_snapshot(producer: AsyncProducer) -> None:
+    producer.produce_many([b"a", b"b", b"c"], topic="nowhere")
+    stats = producer.stats()
+    assert set(stats) == {
+        "enqueued",
+        "delivered",
+        "failed",
+        "retried",
+        "dropped",
+        "overflowed",
+        "deliveries",
+        "queue_size",
+        "queue_bytes",
+        "in_flight",
+        "retry_queue_size",
+    }
+    typed = producer._raw.stats()
+    assert {name: getattr(typed, name) for name in stats} == typed.as_dict()
+    assert stats["enqueued"] == 3
+    # Nothing can be delivered here: all three are still held somewhere, and counted once.
+    assert stats["queue_size"] + stats["retry_queue_size"] + stats["in_flight"] == 3
+    producer.shutdown(timeout=0.1)

@@ -41,6 +41,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::PyBrokerMetadata>()?;
     m.add_class::<message::PyMessage>()?;
     m.add_class::<producer::PyRawAsyncProducer>()?;
+    m.add_class::<producer::PyProducerStats>()?;
     m.add_class::<producer_events::PyProducerFailed>()?;
     m.add_class::<producer_events::PyProducerDropped>()?;
     m.add_class::<producer_events::PyProducerDelivering>()?;

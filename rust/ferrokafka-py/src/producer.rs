@@ -25,6 +25,7 @@ use crate::blocking::{
 };
 use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult};
+use crate::flat_record::flat_record;
 use crate::message::PyMessage;
 use crate::producer_events::{event_object, message_of};
 use crate::producer_waiters::{DeliveryWaiters, Waiter};
@@ -399,24 +400,50 @@ impl PyRawAsyncProducer {
             .collect())
     }
 
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn stats(&self) -> PyProducerStats {
         let s = self.engine.stats();
-        let stats = PyDict::new(py);
-        for (name, value) in [
-            ("enqueued", s.enqueued),
-            ("delivered", s.delivered),
-            ("failed", s.failed),
-            ("retried", s.retried),
-            ("dropped", s.dropped),
-            ("overflowed", s.overflowed),
-            ("deliveries", s.deliveries),
-            ("queue_size", s.queue_size),
-            ("queue_bytes", s.queue_bytes),
-            ("in_flight", s.in_flight),
-            ("retry_queue_size", s.retry_queue_size),
-        ] {
-            stats.set_item(name, value)?;
+        PyProducerStats {
+            enqueued: s.enqueued,
+            delivered: s.delivered,
+            failed: s.failed,
+            retried: s.retried,
+            dropped: s.dropped,
+            overflowed: s.overflowed,
+            deliveries: s.deliveries,
+            queue_size: s.queue_size,
+            queue_bytes: s.queue_bytes,
+            in_flight: s.in_flight,
+            retry_queue_size: s.retry_queue_size,
         }
-        Ok(stats)
+    }
+}
+
+flat_record! {
+    /// An AsyncProducer's counters and queue sizes. Every accepted record is delivered, failed,
+    /// dropped, or counted in `queue_size + retry_queue_size + in_flight`.
+    "ProducerStats" PyProducerStats {
+        /// Records accepted by `produce` / `produce_many`.
+        enqueued: u64,
+        /// Records the broker acknowledged (after their transaction committed, if any).
+        delivered: u64,
+        /// Records handed back after their final failure.
+        failed: u64,
+        /// Re-sends after a failure.
+        retried: u64,
+        /// Records dropped by `drop_oldest`.
+        dropped: u64,
+        /// Records refused because the queue was full.
+        overflowed: u64,
+        /// Delivery rounds run.
+        deliveries: u64,
+        /// Records buffered now.
+        queue_size: u64,
+        /// Bytes buffered now.
+        queue_bytes: u64,
+        /// Records handed to librdkafka and not yet settled.
+        in_flight: u64,
+        /// Records waiting to be sent again: after a failed send, or given back by librdkafka's
+        /// full queue.
+        retry_queue_size: u64,
     }
 }
