@@ -553,15 +553,6 @@ impl BufferedRecord for ReceivedRecord {
     }
 }
 
-/// A partition's own librdkafka queue, polled by the poller only.
-struct Source(PartitionSource<RebalanceHandler>);
-
-impl std::fmt::Debug for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Source")
-    }
-}
-
 /// One assigned partition: its queue and its worker's progress.
 #[derive(Debug)]
 struct Slot {
@@ -571,9 +562,9 @@ struct Slot {
     state: Mutex<SlotState>,
     /// Workers wait here for records; drainers wait here for the batch in flight to finish.
     changed: Condvar,
-    /// The partition's split queue; `None` until split, and after the slot was released (its
-    /// records then arrive on the main queue, if any).
-    source: Mutex<Option<Source>>,
+    /// The partition's split queue, polled by the poller only; `None` until split, and after
+    /// the slot was released (its records then arrive on the main queue, if any).
+    source: Mutex<Option<PartitionSource<RebalanceHandler>>>,
 }
 
 /// Wakes the sleeping poller: set by librdkafka's non-empty-queue callbacks and by workers.
@@ -719,7 +710,6 @@ impl Shared {
                 let wake = Arc::clone(&self.wake);
                 PartitionSource::split(c, &topic, partition, move || wake.notify())
             });
-            let source = source.map(Source);
             let slot = Arc::new(Slot {
                 worker: self.next_worker.fetch_add(1, Ordering::Relaxed),
                 topic,
@@ -803,7 +793,7 @@ impl Shared {
         let mut run = Vec::new();
         {
             let source = lock(&slot.source);
-            let Some(Source(queue)) = source.as_ref() else {
+            let Some(queue) = source.as_ref() else {
                 return 0;
             };
             run.reserve(room);

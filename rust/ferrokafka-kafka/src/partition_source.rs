@@ -28,6 +28,12 @@ pub struct PartitionSource<C: ConsumerContext + 'static> {
     _consumer: Arc<BaseConsumer<C>>,
 }
 
+impl<C: ConsumerContext + 'static> std::fmt::Debug for PartitionSource<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PartitionSource")
+    }
+}
+
 // SAFETY: librdkafka's queues are thread-safe; the handle is only an owned reference to one.
 unsafe impl<C: ConsumerContext + 'static> Send for PartitionSource<C> {}
 // SAFETY: as above: every use of the handle is a librdkafka call that locks the queue.

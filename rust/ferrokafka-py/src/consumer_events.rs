@@ -5,7 +5,7 @@
 use ferrokafka_kafka::{ConsumerEvent, WorkerId};
 use pyo3::prelude::*;
 
-use crate::errors::NativeError;
+use crate::errors::exception_of;
 
 /// One partition handed to a worker: fetch and acknowledge its batches with `worker`.
 #[pyclass(name = "Assignment", module = "ferrokafka._native", frozen, get_all)]
@@ -118,12 +118,6 @@ fn assignments(
         .collect()
 }
 
-fn exception(py: Python<'_>, error: ferrokafka_kafka::KafkaIoError) -> Py<PyAny> {
-    PyErr::from(NativeError::Kafka(error))
-        .into_value(py)
-        .into_any()
-}
-
 /// The typed Python object of `event`.
 pub(crate) fn event_object(py: Python<'_>, event: ConsumerEvent) -> PyResult<Py<PyAny>> {
     Ok(match event {
@@ -180,11 +174,11 @@ pub(crate) fn event_object(py: Python<'_>, event: ConsumerEvent) -> PyResult<Py<
         )?
         .into_any(),
         ConsumerEvent::Committed { offsets, error } => {
-            let error = error.map(|e| exception(py, e));
+            let error = error.map(|e| exception_of(py, e));
             Py::new(py, PyConsumerCommitted { offsets, error })?.into_any()
         }
         ConsumerEvent::Error(error) => {
-            let error = exception(py, error);
+            let error = exception_of(py, error);
             Py::new(py, PyConsumerError { error })?.into_any()
         }
     })

@@ -6,8 +6,8 @@
 
 use ferrokafka_core::CoreError;
 use ferrokafka_kafka::KafkaIoError;
-use pyo3::PyErr;
 use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
 
 pyo3::import_exception!(ferrokafka.exceptions, FerrokafkaError);
 pyo3::import_exception!(ferrokafka.exceptions, ConfigError);
@@ -36,6 +36,13 @@ pub enum NativeError {
 
 /// Result type of binding methods.
 pub type NativeResult<T> = Result<T, NativeError>;
+
+/// The exception object for `error`, as event and message attributes carry it (not raised).
+pub fn exception_of(py: Python<'_>, error: KafkaIoError) -> Py<PyAny> {
+    PyErr::from(NativeError::Kafka(error))
+        .into_value(py)
+        .into_any()
+}
 
 impl From<KafkaIoError> for NativeError {
     fn from(err: KafkaIoError) -> Self {

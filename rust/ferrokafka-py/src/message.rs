@@ -7,7 +7,7 @@ use ferrokafka_kafka::{KafkaIoError, ReceivedRecord, TimestampKind};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::errors::NativeError;
+use crate::errors::exception_of;
 
 /// A Kafka record; immutable. A record handed back undelivered carries its error.
 #[pyclass(name = "Message", module = "ferrokafka._native", frozen)]
@@ -113,9 +113,7 @@ impl PyMessage {
     }
 
     fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.error
-            .clone()
-            .map(|e| PyErr::from(NativeError::Kafka(e)).into_value(py).into_any())
+        self.error.clone().map(|e| exception_of(py, e))
     }
 
     fn __len__(&self) -> usize {

@@ -6,7 +6,7 @@
 use ferrokafka_kafka::{KafkaIoError, Pending, ProducerEvent, ReceivedRecord};
 use pyo3::prelude::*;
 
-use crate::errors::{BufferOverflow, NativeError};
+use crate::errors::{BufferOverflow, exception_of};
 use crate::message::PyMessage;
 use crate::producer_waiters::DeliveryWaiters;
 
@@ -75,12 +75,10 @@ pub(crate) fn event_object(
         }
         ProducerEvent::Failed { pending, error } => {
             let (ticket, attempts) = (pending.ticket, pending.failures);
-            let reason = PyErr::from(NativeError::Kafka(error.clone())).into_value(py);
+            let reason = exception_of(py, error.clone());
             let message = Py::new(py, message_of(*pending, Some(error)))?;
             let for_waiter = message.clone_ref(py);
-            waiters.settle(py, ticket, Some(reason.into_bound(py).into_any()), || {
-                Ok(for_waiter)
-            })?;
+            waiters.settle(py, ticket, Some(reason.into_bound(py)), || Ok(for_waiter))?;
             Py::new(py, PyProducerFailed { message, attempts })?.into_any()
         }
         ProducerEvent::Dropped { pending } => {
@@ -116,9 +114,7 @@ pub(crate) fn event_object(
             py,
             PyProducerRetrying {
                 topic,
-                error: PyErr::from(NativeError::Kafka(error))
-                    .into_value(py)
-                    .into_any(),
+                error: exception_of(py, error),
                 attempt,
             },
         )?
