@@ -349,6 +349,34 @@ def test_order_is_kept_per_partition_and_partition_key_is_crc32(
     assert seen == {user: list(range(400)) for user in users}
 
 
+def test_keyless_batches_go_one_partition_each_in_turn_unless_the_partitioner_hashes(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    """librdkafka's default partitioner puts keyless records on one partition for a while (sticky);
+    the producer does the same per handed-off batch, the partitions in turn. A partitioner that
+    hashes the missing key (``consistent``) keeps every keyless record on one partition."""
+    sticky, hashed = topic_factory(partitions=3), topic_factory(partitions=3)
+    for topic, extra in ((sticky, {}), (hashed, {"partitioner": "consistent"})):
+        with AsyncProducer({**config, **extra}, delivery_threshold=100) as producer:
+            for run in range(6):
+                producer.produce_many([f"{run}:{n}".encode() for n in range(100)], topic=topic)
+                producer.flush()
+    runs: dict[int, list[tuple[int, int]]] = {}
+    for message in kafka_client.read_topic(sticky, timeout=20.0):
+        run, n = map(int, (message.value() or b"").decode().split(":"))
+        runs.setdefault(run, []).append((message.partition(), n))
+    partitions = []
+    for run in range(6):
+        assert [n for _, n in runs[run]] == list(range(100)), f"run {run} incomplete or reordered"
+        assert len({p for p, _ in runs[run]}) == 1, f"run {run} was split across partitions"
+        partitions.append(runs[run][0][0])
+    assert sorted(partitions) == [0, 0, 1, 1, 2, 2]  # in turn: each partition twice
+    assert partitions[:3] == partitions[3:]
+    on_hashed = kafka_client.read_topic(hashed, timeout=20.0)
+    assert len(on_hashed) == 600
+    assert len({m.partition() for m in on_hashed}) == 1
+
+
 def test_a_bad_message_fails_alone_and_is_handed_back(
     kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
 ) -> None:

@@ -50,7 +50,10 @@ use rdkafka::message::Message;
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::util::IntoOpaque;
 
+use crate::batch_produce::{TopicHandles, message};
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
@@ -449,6 +452,19 @@ impl ProducerContext for DeliveryTracker {
     }
 }
 
+/// Whether librdkafka's partitioner would choose a record's partition without a key to hash.
+fn keyless(pending: &Pending) -> bool {
+    pending.record.partition.is_none() && pending.record.key.is_none()
+}
+
+/// A record's key and value while librdkafka copies them.
+type KeyAndValue = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Whether a record can go in a batch call: librdkafka's batch carries no headers or timestamps.
+fn batchable(pending: &Pending) -> bool {
+    pending.record.headers.is_empty() && pending.record.timestamp_ms.is_none()
+}
+
 /// Puts back the topic, key and value that moved into librdkafka's copy of the record.
 fn restore_record<M: Message>(pending: &mut Pending, message: &M) {
     pending.record.topic = message.topic().to_owned();
@@ -530,6 +546,11 @@ enum RoundEnd {
 /// The background batching producer; see the module docs.
 pub struct AsyncProducer {
     shared: Arc<Shared>,
+    /// Declared before `producer`, so released before it.
+    topics: TopicHandles,
+    /// Whether keyless records may go one partition per run (librdkafka's sticky partitioning
+    /// for them is in effect; see [`sticky_keyless`]).
+    keyless_runs: bool,
     producer: ThreadedProducer<DeliveryTracker>,
     events: Mutex<Option<Receiver<ProducerEvent>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
@@ -550,6 +571,18 @@ fn setting_on(settings: &ClientSettings, key: &str) -> bool {
     settings
         .get(key)
         .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1"))
+}
+
+/// Whether librdkafka would place keyless records stickily (one random partition for a while):
+/// its `*random` partitioners do unless `sticky.partitioning.linger.ms` is 0; the others hash
+/// the missing key to one fixed partition.
+fn sticky_keyless(settings: &ClientSettings) -> bool {
+    let partitioner = settings.get("partitioner").map(str::trim);
+    let random = partitioner.is_none_or(|p| p.ends_with("random"));
+    let linger = settings
+        .get("sticky.partitioning.linger.ms")
+        .map(|v| v.trim().parse::<u64>().unwrap_or(1));
+    random && linger != Some(0)
 }
 
 impl AsyncProducer {
@@ -624,6 +657,8 @@ impl AsyncProducer {
         }
         let engine = Arc::new(AsyncProducer {
             shared,
+            topics: TopicHandles::default(),
+            keyless_runs: sticky_keyless(&settings),
             producer,
             events: Mutex::new(Some(receiver)),
             worker: Mutex::new(None),
@@ -957,17 +992,104 @@ impl AsyncProducer {
     /// Sends a batch to librdkafka, waiting for room in its queue when `wait_for_room`; records
     /// it could not hand over (full queue without waiting, or a shutdown) are put back in front
     /// of the retries, in order, for the worker or `finish_shutdown`. False when some were.
+    /// Consecutive records of one topic without headers or timestamps go in one call.
     fn hand_off(&self, batch: Vec<Box<Pending>>, wait_for_room: bool) -> bool {
-        let mut records = batch.into_iter();
+        let mut records = batch.into_iter().map(|p| self.with_partition(p)).peekable();
         while let Some(pending) = records.next() {
-            if let Handoff::Unsent(unsent) = self.send(self.with_partition(pending), wait_for_room)
-            {
-                let unsent: Vec<Box<Pending>> = std::iter::once(unsent).chain(records).collect();
-                self.put_back(unsent);
+            let unsent = if batchable(&pending) {
+                let mut run = vec![pending];
+                while let Some(next) = records
+                    .next_if(|next| batchable(next) && next.record.topic == run[0].record.topic)
+                {
+                    run.push(next);
+                }
+                self.send_run(run, wait_for_room)
+            } else {
+                match self.send(pending, wait_for_room) {
+                    Handoff::Unsent(unsent) => vec![unsent],
+                    Handoff::Sent | Handoff::Refused => Vec::new(),
+                }
+            };
+            if !unsent.is_empty() {
+                self.put_back(unsent.into_iter().chain(records).collect());
                 return false;
             }
         }
         true
+    }
+
+    /// Hands a run of one topic's records to librdkafka in one call (again after 1 ms for what
+    /// a full queue refused, while `wait_for_room` and no shutdown); records refused for another
+    /// reason are handed back with the error. Returns, in order, those a full queue kept out.
+    fn send_run(&self, mut run: Vec<Box<Pending>>, wait_for_room: bool) -> Vec<Box<Pending>> {
+        let topic = match self.topics.get(&self.producer, &run[0].record.topic) {
+            Ok(topic) => topic,
+            Err(err) => {
+                let error = KafkaIoError::from_rdkafka("produce", err, Duration::ZERO, None);
+                self.shared
+                    .fail(run.into_iter().map(|p| (p, error.clone())));
+                return Vec::new();
+            }
+        };
+        loop {
+            // Keyless records without a partition go to one partition per run, as librdkafka's
+            // sticky partitioner sends them, without its lookup and lock for every record.
+            let run_partition = if self.keyless_runs && run.iter().any(|p| keyless(p)) {
+                self.partitions
+                    .partition_for_run(self.producer.client(), &run[0].record.topic)
+            } else {
+                None
+            };
+            let mut messages = Vec::with_capacity(run.len());
+            // The bytes leave the records before librdkafka may report (and free) them; it
+            // copies them, and they go back into the records it refuses.
+            let mut bodies: Vec<KeyAndValue> = Vec::with_capacity(run.len());
+            for mut pending in run {
+                let partition = if keyless(&pending) {
+                    run_partition
+                } else {
+                    pending.record.partition
+                };
+                let (key, value) = (pending.record.key.take(), pending.record.value.take());
+                messages.push(message(
+                    partition,
+                    key.as_deref(),
+                    value.as_deref(),
+                    pending.into_ptr(),
+                ));
+                // Moving the vectors leaves their bytes where the message points.
+                bodies.push((key, value));
+            }
+            // SAFETY: the keys and values live in `bodies` through the call; the opaques are
+            // the `Box<Pending>`s the delivery tracker takes back.
+            unsafe { topic.offer(&mut messages) };
+            let mut full = Vec::new();
+            let mut refused = Vec::new();
+            for (message, (key, value)) in messages.iter().zip(&mut bodies) {
+                if message.err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    continue;
+                }
+                // SAFETY: librdkafka refused the message, so its opaque is still ours.
+                let mut pending = unsafe { Box::<Pending>::from_ptr(message._private) };
+                pending.record.key = key.take();
+                pending.record.value = value.take();
+                if message.err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__QUEUE_FULL {
+                    full.push(pending);
+                } else {
+                    let err = KafkaError::MessageProduction(message.err.into());
+                    let error = KafkaIoError::from_rdkafka("produce", err, Duration::ZERO, None);
+                    refused.push((pending, error));
+                }
+            }
+            if !refused.is_empty() {
+                self.shared.fail(refused);
+            }
+            if full.is_empty() || !wait_for_room || self.stopping() {
+                return full;
+            }
+            run = full;
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Returns in-flight records to the front of the retries, in order, settling them.
@@ -1293,6 +1415,37 @@ mod tests {
             ticket: 0,
             failures: 0,
         })
+    }
+
+    fn settings(entries: &[(&str, &str)]) -> ClientSettings {
+        ClientSettings::new(
+            entries
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        )
+        .unwrap()
+    }
+
+    /// Keyless records go one partition per run only where librdkafka itself would place them
+    /// stickily: never under a partitioner that hashes the missing key to one partition.
+    #[test]
+    fn keyless_runs_follow_librdkafkas_partitioner_setting() {
+        let cases = [
+            (vec![], true),
+            (vec![("partitioner", "consistent_random")], true),
+            (vec![("partitioner", "murmur2_random")], true),
+            (vec![("partitioner", "random")], true),
+            (vec![("partitioner", "consistent")], false),
+            (vec![("partitioner", "murmur2")], false),
+            (vec![("partitioner", "fnv1a")], false),
+            (vec![("sticky.partitioning.linger.ms", "0")], false),
+            (vec![("sticky.partitioning.linger.ms", "10")], true),
+        ];
+        for (entries, expected) in cases {
+            let mut entries = entries;
+            entries.push(("bootstrap.servers", "127.0.0.1:1"));
+            assert_eq!(sticky_keyless(&settings(&entries)), expected, "{entries:?}");
+        }
     }
 
     /// No broker answers and librdkafka's own queue holds 10 records, so at shutdown records

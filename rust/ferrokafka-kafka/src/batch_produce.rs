@@ -1,7 +1,10 @@
-//! [`BatchTopic`]: hands many small records of one topic to librdkafka in one call
-//! (`rd_kafka_produce_batch`), as the queue consumer does with the START and END markers of a
+//! Handing many records of one topic to librdkafka in one call (`rd_kafka_produce_batch`):
+//! [`TopicHandle::offer`] for any producer ([`TopicHandles`] keeps a producer's handles by
+//! topic; the AsyncProducer hands its chunks over this way), and [`BatchTopic`], a producer of
+//! one topic's small payloads, as the queue consumer writes the START and END markers of a
 //! batch. rdkafka's `send` costs, per record, a topic lookup by name, its own clock reads and a
-//! lock of the topic; one batch call pays those once.
+//! lock of the topic; one batch call pays those once. A batch carries no headers and no
+//! timestamps (librdkafka stamps the call's time).
 //!
 //! Invariants: every record is copied by librdkafka (`RD_KAFKA_MSG_F_COPY`) before the call
 //! returns, so the payloads may live in a reused buffer. Records librdkafka takes are reported
@@ -10,17 +13,18 @@
 //! full is offered again after 1 ms (in order: librdkafka refuses every record after the first
 //! full one); any other refusal ends the call with that error and the count of records taken.
 //!
-//! Safety: the topic handle belongs to the producer's librdkafka handle; the [`BatchTopic`] owns
-//! the producer, so the handle is released (in `Drop`) before the producer is.
+//! Safety: a topic handle belongs to the producer's librdkafka handle, so its owner drops it
+//! before the producer (fields drop in declaration order: the handles are declared first).
 
-use std::ffi::CString;
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rdkafka::bindings as rdsys;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{Producer, ProducerContext, ThreadedProducer};
-use rdkafka::types::RDKafkaRespErr;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::util::IntoOpaque;
 
 /// The payloads of a batch of records, encoded one after another into one buffer.
@@ -74,8 +78,9 @@ pub(crate) struct BatchTopic<C: ProducerContext + 'static> {
     producer: ThreadedProducer<C>,
 }
 
-/// A librdkafka topic handle (null if librdkafka refused to make it).
-struct TopicHandle(*mut rdsys::rd_kafka_topic_t);
+/// A librdkafka handle of one topic, released when dropped: its owner must drop it before the
+/// producer whose handle made it.
+pub(crate) struct TopicHandle(*mut rdsys::rd_kafka_topic_t);
 
 // SAFETY: librdkafka topic handles may be used from any thread (all access is locked inside
 // librdkafka).
@@ -83,12 +88,116 @@ unsafe impl Send for TopicHandle {}
 // SAFETY: see `Send`.
 unsafe impl Sync for TopicHandle {}
 
+impl TopicHandle {
+    /// A handle of `name` on `producer`'s librdkafka handle.
+    fn new<C: ProducerContext + 'static>(
+        producer: &ThreadedProducer<C>,
+        name: &CStr,
+    ) -> Result<Self, KafkaError> {
+        // SAFETY: the client pointer is live while `producer` is; a null configuration takes
+        // the producer's default topic settings; the handle is destroyed in `Drop`.
+        let handle = unsafe {
+            rdsys::rd_kafka_topic_new(
+                producer.client().native_ptr(),
+                name.as_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if handle.is_null() {
+            return Err(KafkaError::MessageProduction(
+                RDKafkaErrorCode::InvalidTopic,
+            ));
+        }
+        Ok(TopicHandle(handle))
+    }
+
+    /// Offers `messages` (see [`message`]) to librdkafka in one call; afterwards each one's `err`
+    /// tells whether librdkafka took it. librdkafka takes none after the first one it refuses
+    /// for a full queue.
+    ///
+    /// # Safety
+    /// Every key and payload pointer in `messages` must be valid for the call (librdkafka
+    /// copies them), and each opaque must be what the producer's context expects as its
+    /// delivery opaque: a taken message's opaque belongs to librdkafka from then on.
+    pub(crate) unsafe fn offer(&self, messages: &mut [rdsys::rd_kafka_message_t]) {
+        let count = i32::try_from(messages.len()).expect("a batch fits librdkafka's count");
+        // SAFETY: the caller vouches for the pointers; `messages` holds `count` initialised
+        // messages of which librdkafka only writes the `err` fields.
+        unsafe {
+            rdsys::rd_kafka_produce_batch(
+                self.0,
+                PARTITION_UNASSIGNED,
+                rdsys::RD_KAFKA_MSG_F_COPY | rdsys::RD_KAFKA_MSG_F_PARTITION,
+                messages.as_mut_ptr(),
+                count,
+            );
+        }
+    }
+}
+
+impl Drop for TopicHandle {
+    fn drop(&mut self) {
+        // SAFETY: created by rd_kafka_topic_new and not yet destroyed; the owner keeps the
+        // librdkafka handle alive until then.
+        unsafe { rdsys::rd_kafka_topic_destroy(self.0) };
+    }
+}
+
+/// One message for [`TopicHandle::offer`]: `partition` (-1 for librdkafka's partitioner), key,
+/// payload and delivery opaque. The slices must outlive the offer.
+pub(crate) fn message(
+    partition: Option<i32>,
+    key: Option<&[u8]>,
+    payload: Option<&[u8]>,
+    opaque: *mut c_void,
+) -> rdsys::rd_kafka_message_t {
+    // SAFETY: an all-zero rd_kafka_message_t is a valid empty message (null key and payload).
+    let mut message: rdsys::rd_kafka_message_t = unsafe { std::mem::zeroed() };
+    message.partition = partition.unwrap_or(PARTITION_UNASSIGNED);
+    // librdkafka copies keys and payloads (F_COPY) and never writes through them.
+    if let Some(key) = key {
+        message.key = key.as_ptr().cast_mut().cast();
+        message.key_len = key.len();
+    }
+    if let Some(payload) = payload {
+        message.payload = payload.as_ptr().cast_mut().cast();
+        message.len = payload.len();
+    }
+    message._private = opaque;
+    message
+}
+
+/// librdkafka handles of the topics a producer writes, made on first use; its owner drops it
+/// before the producer.
+#[derive(Default)]
+pub(crate) struct TopicHandles {
+    handles: Mutex<HashMap<String, Arc<TopicHandle>>>,
+}
+
+impl TopicHandles {
+    /// The handle of `topic` on `producer`.
+    pub(crate) fn get<C: ProducerContext + 'static>(
+        &self,
+        producer: &ThreadedProducer<C>,
+        topic: &str,
+    ) -> Result<Arc<TopicHandle>, KafkaError> {
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(handle) = handles.get(topic) {
+            return Ok(Arc::clone(handle));
+        }
+        let name = CString::new(topic)
+            .map_err(|_| KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic))?;
+        let handle = Arc::new(TopicHandle::new(producer, &name)?);
+        handles.insert(topic.to_owned(), Arc::clone(&handle));
+        Ok(handle)
+    }
+}
+
 impl<C: ProducerContext + 'static> BatchTopic<C> {
     /// `producer`, writing `topic`.
     pub(crate) fn new(producer: ThreadedProducer<C>, topic: &str) -> Result<Self, KafkaError> {
-        let name = CString::new(topic).map_err(|_| {
-            KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::InvalidTopic)
-        })?;
+        let name = CString::new(topic)
+            .map_err(|_| KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic))?;
         Ok(BatchTopic {
             name,
             topic: OnceLock::new(),
@@ -96,24 +205,12 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
         })
     }
 
-    fn topic(&self) -> Result<*mut rdsys::rd_kafka_topic_t, KafkaError> {
-        let handle = self.topic.get_or_init(|| {
-            // SAFETY: the client pointer is live while `self.producer` is; a null configuration
-            // takes the producer's default topic settings; the handle is destroyed in `Drop`.
-            TopicHandle(unsafe {
-                rdsys::rd_kafka_topic_new(
-                    self.producer.client().native_ptr(),
-                    self.name.as_ptr(),
-                    std::ptr::null_mut(),
-                )
-            })
-        });
-        if handle.0.is_null() {
-            return Err(KafkaError::MessageProduction(
-                rdkafka::types::RDKafkaErrorCode::InvalidTopic,
-            ));
+    fn topic(&self) -> Result<&TopicHandle, KafkaError> {
+        if let Some(handle) = self.topic.get() {
+            return Ok(handle);
         }
-        Ok(handle.0)
+        let handle = TopicHandle::new(&self.producer, &self.name)?;
+        Ok(self.topic.get_or_init(|| handle))
     }
 
     /// The producer (its context counts the deliveries).
@@ -140,28 +237,12 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
             let mut messages: Vec<rdsys::rd_kafka_message_t> = rest
                 .iter()
                 .map(|&(partition, payload)| {
-                    // SAFETY: an all-zero rd_kafka_message_t is a valid empty message.
-                    let mut message: rdsys::rd_kafka_message_t = unsafe { std::mem::zeroed() };
-                    message.partition = partition;
-                    // librdkafka copies the payload (F_COPY) and never writes through it.
-                    message.payload = payload.as_ptr().cast_mut().cast();
-                    message.len = payload.len();
-                    message._private = opaque.into_ptr();
-                    message
+                    message(Some(partition), None, Some(payload), opaque.into_ptr())
                 })
                 .collect();
-            let count = i32::try_from(messages.len()).unwrap_or(i32::MAX);
-            // SAFETY: `messages` holds `count` initialised messages whose payloads outlive the
-            // call; librdkafka copies them (F_COPY) and only writes the `err` fields.
-            unsafe {
-                rdsys::rd_kafka_produce_batch(
-                    topic,
-                    PARTITION_UNASSIGNED,
-                    rdsys::RD_KAFKA_MSG_F_COPY | rdsys::RD_KAFKA_MSG_F_PARTITION,
-                    messages.as_mut_ptr(),
-                    count,
-                );
-            }
+            // SAFETY: the payloads live in `payloads` through the call; the opaque is the
+            // context's own delivery opaque type.
+            unsafe { topic.offer(&mut messages) };
             let refused = messages
                 .iter()
                 .position(|m| m.err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -183,17 +264,5 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(())
-    }
-}
-
-impl<C: ProducerContext + 'static> Drop for BatchTopic<C> {
-    fn drop(&mut self) {
-        if let Some(handle) = self.topic.get()
-            && !handle.0.is_null()
-        {
-            // SAFETY: created by rd_kafka_topic_new and not yet destroyed; `self.producer`
-            // (dropped after this) keeps the librdkafka handle alive until then.
-            unsafe { rdsys::rd_kafka_topic_destroy(handle.0) };
-        }
     }
 }
