@@ -259,6 +259,78 @@ def test_outage_shorter_than_message_timeout_loses_and_duplicates_nothing(
     assert got == sorted(v.encode() for v in expected)  # each exactly once
 
 
+def test_records_sent_again_after_timing_out_keep_their_keys_headers_partitions_and_times(
+    outage_broker: Broker,
+) -> None:
+    """A record librdkafka timed out is rebuilt from librdkafka's copy and sent again by the
+    producer's own retries: nothing of it may change on the way."""
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, "resent-fields")
+    producer = AsyncProducer(
+        {"bootstrap.servers": bootstrap, "message.timeout.ms": 1500, "linger.ms": 5},
+        max_queue_size=10_000,
+        delivery_interval=0.05,
+    )
+    retried = threading.Event()
+    producer.subscribe(lambda name, payload: retried.set() if name == "delivery_error" else None)
+    expected: dict[bytes, dict[str, object]] = {}
+    with outage(env):
+        for n in range(300):
+            value = f"r{n:04d}".encode()
+            fields: dict[str, object]
+            if n % 4 == 0:  # headers: sent one by one, rebuilt from librdkafka's copy
+                fields = {"headers": [("h", value), ("empty", None)]}
+            elif n % 4 == 1:  # and a timestamp, which librdkafka's report lacks
+                fields = {"headers": [("h", value)], "timestamp": 1_700_000_000_000 + n}
+            elif n % 4 == 2:  # a partition of its own: sent in a batch call
+                fields = {"partition": n % 3}
+            else:  # a key: librdkafka's partitioner, in a batch call
+                fields = {"key": f"k{n}".encode()}
+            producer.produce(value, topic=topic, **fields)  # type: ignore[arg-type]
+            expected[value] = fields
+        wait_for(retried, "a record to time out and be retried")
+    producer.flush(timeout=60.0)
+    assert producer.shutdown(timeout=10.0) == []
+    assert producer.stats()["delivered"] == 300
+
+    consumer = ConfluentConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"fields-{time.monotonic_ns()}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([ConfluentPartition(topic, p, 0) for p in range(3)])
+    seen: dict[bytes, list[tuple[int, bytes | None, object, int]]] = {}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 60.0
+    try:
+        while len(at_end) < 3:
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                at_end.add(message.partition() or 0)
+                continue
+            at_end.discard(message.partition() or 0)
+            seen.setdefault(message.value() or b"", []).append(
+                (message.partition() or 0, message.key(), message.headers(), message.timestamp()[1])
+            )
+    finally:
+        consumer.close()
+    assert set(seen) == set(expected)  # at least once: a timed-out request may still land
+    for value, fields in expected.items():
+        for partition, key, headers, timestamp in seen[value]:
+            assert key == fields.get("key"), value
+            if "partition" in fields:
+                assert partition == fields["partition"], value
+            assert headers == fields.get("headers"), value
+            if "timestamp" in fields:
+                assert timestamp == fields["timestamp"], value
+
+
 def test_batches_handed_off_by_the_caller_keep_their_order_when_librdkafka_is_full(
     outage_broker: Broker,
 ) -> None:

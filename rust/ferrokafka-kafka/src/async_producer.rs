@@ -46,7 +46,6 @@ use ferrokafka_core::batch::{
 };
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
@@ -56,6 +55,7 @@ use rdkafka::util::IntoOpaque;
 use crate::batch_produce::{TopicHandles, message};
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::in_flight::{InFlight, wrap_ticket};
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
@@ -398,9 +398,9 @@ struct DeliveryTracker {
 impl ClientContext for DeliveryTracker {}
 
 impl ProducerContext for DeliveryTracker {
-    type DeliveryOpaque = Box<Pending>;
+    type DeliveryOpaque = InFlight;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, mut pending: Self::DeliveryOpaque) {
+    fn delivery(&self, result: &DeliveryResult<'_>, in_flight: Self::DeliveryOpaque) {
         let shared = &self.shared;
         if shared.mode == DeliveryMode::Transactional {
             // The transaction decides: keep the record whole, in case it must be sent again.
@@ -408,7 +408,7 @@ impl ProducerContext for DeliveryTracker {
                 Ok(message) => message,
                 Err((_, message)) => message,
             };
-            restore_record(&mut pending, message);
+            let pending = in_flight.into_pending(message);
             let outcome = match result {
                 Ok(message) => {
                     Ok((pending.ticket != 0).then(|| ReceivedRecord::from_message(message)))
@@ -425,18 +425,16 @@ impl ProducerContext for DeliveryTracker {
         match result {
             Ok(message) => {
                 shared.delivered.fetch_add(1, Ordering::Relaxed);
-                if pending.ticket != 0 {
+                let ticket = in_flight.settle();
+                if ticket != 0 {
                     let record = ReceivedRecord::from_message(message);
-                    shared.emit(ProducerEvent::Delivered {
-                        ticket: pending.ticket,
-                        record,
-                    });
+                    shared.emit(ProducerEvent::Delivered { ticket, record });
                 }
                 shared.settle(1);
             }
             Err((err, message)) => {
+                let mut pending = in_flight.into_pending(message);
                 pending.failures += 1;
-                restore_record(&mut pending, message);
                 let error =
                     KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None);
                 if shared.mode == DeliveryMode::Plain
@@ -457,19 +455,9 @@ fn keyless(pending: &Pending) -> bool {
     pending.record.partition.is_none() && pending.record.key.is_none()
 }
 
-/// A record's key and value while librdkafka copies them.
-type KeyAndValue = (Option<Vec<u8>>, Option<Vec<u8>>);
-
 /// Whether a record can go in a batch call: librdkafka's batch carries no headers or timestamps.
 fn batchable(pending: &Pending) -> bool {
     pending.record.headers.is_empty() && pending.record.timestamp_ms.is_none()
-}
-
-/// Puts back the topic, key and value that moved into librdkafka's copy of the record.
-fn restore_record<M: Message>(pending: &mut Pending, message: &M) {
-    pending.record.topic = message.topic().to_owned();
-    pending.record.key = message.key().map(<[u8]>::to_vec);
-    pending.record.value = message.payload().map(<[u8]>::to_vec);
 }
 
 /// Whether sending the same record again may succeed: not for oversize or malformed records,
@@ -675,7 +663,7 @@ impl AsyncProducer {
 
     /// A fresh ticket for a record whose delivery result the caller wants.
     pub fn ticket(&self) -> Ticket {
-        self.shared.next_ticket.fetch_add(1, Ordering::Relaxed)
+        wrap_ticket(self.shared.next_ticket.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Takes the event receiver; the bindings drain it on a Python thread. Only the first call
@@ -1040,39 +1028,32 @@ impl AsyncProducer {
             } else {
                 None
             };
-            let mut messages = Vec::with_capacity(run.len());
-            // The bytes leave the records before librdkafka may report (and free) them; it
-            // copies them, and they go back into the records it refuses.
-            let mut bodies: Vec<KeyAndValue> = Vec::with_capacity(run.len());
-            for mut pending in run {
-                let partition = if keyless(&pending) {
-                    run_partition
-                } else {
-                    pending.record.partition
-                };
-                let (key, value) = (pending.record.key.take(), pending.record.value.take());
-                messages.push(message(
-                    partition,
-                    key.as_deref(),
-                    value.as_deref(),
-                    pending.into_ptr(),
-                ));
-                // Moving the vectors leaves their bytes where the message points.
-                bodies.push((key, value));
-            }
-            // SAFETY: the keys and values live in `bodies` through the call; the opaques are
-            // the `Box<Pending>`s the delivery tracker takes back.
+            let mut messages: Vec<_> = run
+                .iter()
+                .map(|pending| {
+                    let partition = if keyless(pending) {
+                        run_partition
+                    } else {
+                        pending.record.partition
+                    };
+                    let record = &pending.record;
+                    let (key, value) = (record.key.as_deref(), record.value.as_deref());
+                    message(partition, key, value, InFlight::of(pending).into_ptr())
+                })
+                .collect();
+            // SAFETY: the keys and values live in `run` through the call; the opaques are the
+            // delivery tracker's `InFlight` words.
             unsafe { topic.offer(&mut messages) };
+            // What librdkafka took is in its copy now (and rebuilt from it if it must be sent
+            // again): the records are dropped here, on the thread that made them.
             let mut full = Vec::new();
             let mut refused = Vec::new();
-            for (message, (key, value)) in messages.iter().zip(&mut bodies) {
+            for (message, pending) in messages.iter().zip(run) {
                 if message.err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
                     continue;
                 }
-                // SAFETY: librdkafka refused the message, so its opaque is still ours.
-                let mut pending = unsafe { Box::<Pending>::from_ptr(message._private) };
-                pending.record.key = key.take();
-                pending.record.value = value.take();
+                // SAFETY: made by `into_ptr` above; librdkafka refused it, so it is ours.
+                unsafe { InFlight::from_ptr(message._private) }.reclaim();
                 if message.err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__QUEUE_FULL {
                     full.push(pending);
                 } else {
@@ -1350,49 +1331,40 @@ impl AsyncProducer {
     /// Hands one record to librdkafka, waiting while librdkafka's own queue is full. The key,
     /// value and topic move into librdkafka's copy; a refused record is handed back with the
     /// error. Gives the record back when a shutdown ends the wait for room.
-    fn send(&self, mut pending: Box<Pending>, wait_for_room: bool) -> Handoff {
-        let key = pending.record.key.take();
-        let value = pending.record.value.take();
-        let topic = std::mem::take(&mut pending.record.topic);
-        let headers = pending.record.owned_headers();
-        let partition = pending.record.partition;
-        let timestamp = pending.record.timestamp_ms;
-        let mut record = BaseRecord::with_opaque_to(&topic, pending);
-        if let Some(key) = &key {
-            record = record.key(key.as_slice());
+    fn send(&self, pending: Box<Pending>, wait_for_room: bool) -> Handoff {
+        let record = &pending.record;
+        let mut base = BaseRecord::with_opaque_to(&record.topic, InFlight::of(&pending));
+        if let Some(key) = &record.key {
+            base = base.key(key.as_slice());
         }
-        if let Some(value) = &value {
-            record = record.payload(value.as_slice());
+        if let Some(value) = &record.value {
+            base = base.payload(value.as_slice());
         }
-        if let Some(partition) = partition {
-            record = record.partition(partition);
+        if let Some(partition) = record.partition {
+            base = base.partition(partition);
         }
-        if let Some(timestamp) = timestamp {
-            record = record.timestamp(timestamp);
+        if let Some(timestamp) = record.timestamp_ms {
+            base = base.timestamp(timestamp);
         }
-        if let Some(headers) = headers {
-            record = record.headers(headers);
+        if let Some(headers) = record.owned_headers() {
+            base = base.headers(headers);
         }
-        let restore = |back: BaseRecord<'_, [u8], [u8], Box<Pending>>| {
-            let mut pending = back.delivery_opaque;
-            pending.record.key = key.clone();
-            pending.record.value = value.clone();
-            pending.record.topic = topic.clone();
-            pending
-        };
         loop {
-            match self.producer.send(record) {
+            match self.producer.send(base) {
+                // librdkafka copied the record; the box is dropped here.
                 Ok(()) => return Handoff::Sent,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     if !wait_for_room || self.stopping() {
-                        return Handoff::Unsent(restore(back));
+                        back.delivery_opaque.reclaim();
+                        return Handoff::Unsent(pending);
                     }
-                    record = back;
+                    base = back;
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err((err, back)) => {
+                    back.delivery_opaque.reclaim();
                     let error = KafkaIoError::from_rdkafka("produce", err, Duration::ZERO, None);
-                    self.shared.fail([(restore(back), error)]);
+                    self.shared.fail([(pending, error)]);
                     return Handoff::Refused;
                 }
             }

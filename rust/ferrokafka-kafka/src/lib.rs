@@ -13,6 +13,7 @@ pub mod consumer;
 mod daemon;
 pub mod dead_letter;
 pub mod error;
+mod in_flight;
 mod marker_writer;
 mod packed_headers;
 mod partition_source;

@@ -119,14 +119,7 @@ impl ReceivedRecord {
 
     /// Copies a librdkafka message into owned memory.
     pub fn from_message<M: Message>(message: &M) -> Self {
-        let headers = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|header| (header.key.to_owned(), header.value.map(<[u8]>::to_vec)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let headers = header_list(message);
         let (timestamp_kind, timestamp_ms) = match message.timestamp() {
             Timestamp::NotAvailable => (TimestampKind::NotAvailable, 0),
             Timestamp::CreateTime(ms) => (TimestampKind::CreateTime, ms),
@@ -143,4 +136,16 @@ impl ReceivedRecord {
             timestamp_ms,
         }
     }
+}
+
+/// A message's headers, owned, in wire order.
+pub fn header_list<M: Message>(message: &M) -> HeaderList {
+    message
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|header| (header.key.to_owned(), header.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+        .unwrap_or_default()
 }
