@@ -33,7 +33,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from ferrokafka import AsyncProducer, Client, Message, NewTopic
+from ferrokafka import AsyncProducer, Client, DeliveryReport, Message, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = ROOT / "scripts" / "kafka.sh"
@@ -108,7 +108,7 @@ def main() -> int:
         )
 
     def ferrokafka_many(
-        max_queue_size: int, overflow: str
+        max_queue_size: int, overflow: str, with_reports: bool = False
     ) -> Callable[[str], Callable[[], object]]:
         def run(topic: str) -> Callable[[], object]:
             producer = AsyncProducer(
@@ -118,10 +118,21 @@ def main() -> int:
                 overflow=overflow,  # type: ignore[arg-type]
                 delivery_threshold=min(BATCH, max_queue_size),
             )
+            reports: list[DeliveryReport] = []
+            on_delivery = reports.append if with_reports else None
             for start in range(0, n, BATCH):
-                producer.produce_many(values[start : start + BATCH], topic=topic)
+                chunk = values[start : start + BATCH]
+                producer.produce_many(chunk, topic=topic, on_delivery=on_delivery)
             producer.flush(timeout=300)
             assert producer.stats()["delivered"] == n
+            if with_reports:  # every record's partition and offset, read back from the reports
+                positions = {
+                    position
+                    for report in reports
+                    for position in zip(report.partitions(), report.offsets(), strict=True)
+                }
+                assert len(positions) == n, "every record has its own partition and offset"
+                assert all(offset >= 0 for _, offset in positions)
             return producer.shutdown
 
         return run
@@ -177,6 +188,10 @@ def main() -> int:
         Case("ferrokafka AsyncProducer.produce", ferrokafka_single(with_futures=False)),
         Case("ferrokafka AsyncProducer.produce_future (a future each)", ferrokafka_single(True)),
         Case("ferrokafka produce_many, queue of 1000, block", ferrokafka_many(1000, "block")),
+        Case(
+            "ferrokafka produce_many + a DeliveryReport per batch (every record's offset)",
+            ferrokafka_many(n, "raise", with_reports=True),
+        ),
     ]
     print(f"load average before: {load()}", file=sys.stderr)
     for sample in range(args.samples):

@@ -251,8 +251,15 @@ class _RawAsyncProducer:
     ) -> int:
         """Queue one record; ``on_delivery`` or the running ``future`` gets its delivery result
         (settled by ``poll_events``). Returns the queue size right after it went in."""
-    def produce_many(self, records: Any, topic: str | None = None) -> tuple[int, int]:
-        """Queue a batch; returns how many records were queued and the queue size after."""
+    def produce_many(
+        self,
+        records: Any,
+        topic: str | None = None,
+        on_delivery: Callable[[DeliveryReport], object] | None = None,
+    ) -> tuple[int, int]:
+        """Queue a batch; returns how many records were queued and the queue size after.
+        ``on_delivery(report)`` gets one :class:`DeliveryReport` once every queued record is
+        settled."""
     def deliver_messages(self) -> None: ...
     def flush(self, timeout: float) -> None: ...
     def poll_events(
@@ -267,6 +274,29 @@ class _RawAsyncProducer:
     def settle(self, ticket: int, message: Message) -> None:
         """Hand a record returned by ``shutdown`` to its waiter, with ``message.error()``."""
     def stats(self) -> ProducerStats: ...
+
+@final
+class DeliveryReport:
+    """The delivery results of one ``produce_many(..., on_delivery=...)`` call, in the order of
+    its records: one object per call, the positions kept in Rust until asked for."""
+
+    @property
+    def count(self) -> int:
+        """Records the call queued (those it accepted)."""
+    @property
+    def delivered(self) -> int:
+        """Records the broker acknowledged."""
+    @property
+    def failed(self) -> int:
+        """Records that finally failed; they are also handed back (``take_failed``,
+        ``shutdown``)."""
+    def partitions(self) -> list[int]:
+        """Each record's partition, in call order; -1 for a failed record."""
+    def offsets(self) -> list[int]:
+        """Each record's offset, in call order; -1 for a failed record."""
+    def errors(self) -> list[tuple[int, Exception]]:
+        """``(index, error)`` of each failed record, by index."""
+    def __len__(self) -> int: ...
 
 @final
 class ProducerStats:

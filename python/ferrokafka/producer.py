@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from typing import Any, Literal, TypeAlias
 
 from ferrokafka._native import (
+    DeliveryReport,
     Message,
     ProducerDelivering,
     ProducerDropped,
@@ -34,7 +35,13 @@ from ferrokafka._native import (
 )
 from ferrokafka.exceptions import BufferOverflow
 
-__all__ = ["AsyncProducer", "DeliveryCallback", "InstrumentationCallback"]
+__all__ = [
+    "AsyncProducer",
+    "BatchDeliveryCallback",
+    "DeliveryCallback",
+    "DeliveryReport",
+    "InstrumentationCallback",
+]
 
 # What the native producer's event poll returns, one class per kind. Delivery results are not
 # among them: the binding calls the callbacks and completes the futures while draining.
@@ -46,6 +53,8 @@ log = logging.getLogger("ferrokafka.producer")
 
 DeliveryCallback: TypeAlias = Callable[[Exception | None, Message], object]
 """``on_delivery(error, message)``: error is ``None`` once the broker acknowledged the message."""
+BatchDeliveryCallback: TypeAlias = Callable[[DeliveryReport], object]
+"""``on_delivery(report)`` for a whole ``produce_many`` call, once all its records settled."""
 InstrumentationCallback: TypeAlias = Callable[[str, dict[str, Any]], object]
 """``callback(event_name, payload)`` for the producer's instrumentation events."""
 
@@ -200,7 +209,12 @@ class AsyncProducer:
             self._publish_enqueued(topic, queue_size)
         return future
 
-    def produce_many(self, records: Iterable[Record], topic: str | None = None) -> int:
+    def produce_many(
+        self,
+        records: Iterable[Record],
+        topic: str | None = None,
+        on_delivery: BatchDeliveryCallback | None = None,
+    ) -> int:
         """Queue a batch in one call (one crossing into Rust); returns how many were queued.
 
         Each record is a value (``bytes``/``str``, for ``topic``), a ``(value, key)`` tuple, or a
@@ -208,9 +222,15 @@ class AsyncProducer:
         ``headers``, ``timestamp``. The whole batch is checked before anything is queued. On
         overflow the :class:`~ferrokafka.BufferOverflow` tells in ``accepted`` how many records
         of the batch were queued before it.
+
+        ``on_delivery(report)`` runs once, on the producer's event thread, when every queued
+        record of the batch is acknowledged or finally failed: the
+        :class:`~ferrokafka.DeliveryReport` gives each record's partition and offset in batch
+        order, and the errors of the failed ones (which are also handed back as usual). It costs
+        one Python call per batch, not one per record.
         """
         try:
-            accepted, queue_size = self._raw.produce_many(records, topic)
+            accepted, queue_size = self._raw.produce_many(records, topic, on_delivery)
         except BufferOverflow as overflow:
             self._publish("buffer_overflow", {"topic": overflow.topic, "limit": overflow.limit})
             raise
@@ -225,6 +245,20 @@ class AsyncProducer:
                 },
             )
         return accepted
+
+    def produce_many_future(
+        self, records: Iterable[Record], topic: str | None = None
+    ) -> Future[DeliveryReport]:
+        """Like :meth:`produce_many`, returning a future of the batch's
+        :class:`~ferrokafka.DeliveryReport` (one future per batch). Overflow raises as in
+        :meth:`produce_many`; the future then covers the records queued before it.
+
+        In asyncio code: ``report = await asyncio.wrap_future(producer.produce_many_future(...))``.
+        """
+        future: Future[DeliveryReport] = Future()
+        future.set_running_or_notify_cancel()
+        self.produce_many(records, topic, on_delivery=future.set_result)
+        return future
 
     def _publish_enqueued(self, topic: str, queue_size: int) -> None:
         self._publish(

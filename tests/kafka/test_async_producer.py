@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer, BufferOverflow, Client, ClosedError, KafkaError, Message
+from ferrokafka import (
+    AsyncProducer,
+    BufferOverflow,
+    Client,
+    ClosedError,
+    DeliveryReport,
+    KafkaError,
+    Message,
+)
 from tests.conftest import TopicFactory, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -375,6 +383,76 @@ def test_keyless_batches_go_one_partition_each_in_turn_unless_the_partitioner_ha
     on_hashed = kafka_client.read_topic(hashed, timeout=20.0)
     assert len(on_hashed) == 600
     assert len({m.partition() for m in on_hashed}) == 1
+
+
+def test_a_batch_report_gives_every_record_its_partition_and_offset_in_batch_order(
+    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=3)
+    reports: list[DeliveryReport] = []
+    settled = threading.Event()
+
+    def on_delivery(report: DeliveryReport) -> None:
+        reports.append(report)
+        if len(reports) == 3:
+            settled.set()
+
+    batches = [[(f"b{b}-{n}", f"key-{n % 7}") for n in range(1000)] for b in range(3)]
+    with AsyncProducer(config, max_queue_size=10_000, delivery_threshold=500) as producer:
+        for batch in batches:
+            assert producer.produce_many(batch, topic=topic, on_delivery=on_delivery) == 1000
+        assert settled.wait(30), "three reports, one per batch"
+    on_topic = {m.value(): (m.partition(), m.offset()) for m in kafka_client.read_topic(topic)}
+    assert len(on_topic) == 3000
+    for report in reports:
+        assert (report.count, report.delivered, report.failed, len(report)) == (1000, 1000, 0, 1000)
+        assert report.errors() == []
+        batch = next(b for b in batches if on_topic[b[0][0].encode()][1] in report.offsets())
+        positions = list(zip(report.partitions(), report.offsets(), strict=True))
+        assert positions == [on_topic[value.encode()] for value, _ in batch]
+
+
+def test_a_batch_report_names_the_records_that_failed_and_the_rest_are_delivered(
+    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2000})
+    future = producer.produce_many_future([b"ok-0", b"x" * 5000, b"ok-2"], topic=topic)
+    producer.deliver_messages()
+    report = future.result(timeout=20)
+    assert (report.count, report.delivered, report.failed) == (3, 2, 1)
+    [(index, error)] = report.errors()
+    assert index == 1
+    assert isinstance(error, KafkaError)
+    assert (report.partitions()[1], report.offsets()[1]) == (-1, -1)
+    assert values(kafka_client, topic) == [b"ok-0", b"ok-2"]
+    assert [len(m.value() or b"") for m in producer.take_failed()] == [5000]
+    assert producer.shutdown() == []
+
+
+def test_batch_reports_cover_what_was_queued_and_await_in_asyncio(
+    config: dict[str, Any], topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    producer = AsyncProducer(config, max_queue_size=10)
+    reports: list[DeliveryReport] = []
+    with pytest.raises(BufferOverflow) as overflow:
+        producer.produce_many([f"m{n}" for n in range(15)], topic=topic, on_delivery=reports.append)
+    assert overflow.value.accepted == 10
+    producer.flush()
+    wait_until(lambda: len(reports) == 1, 10, "the report of the ten queued records")
+    assert (reports[0].count, reports[0].delivered) == (10, 10)
+
+    async def both() -> tuple[DeliveryReport, DeliveryReport]:
+        empty = asyncio.wrap_future(producer.produce_many_future([], topic=topic))
+        some = asyncio.wrap_future(producer.produce_many_future([b"a", b"b"], topic=topic))
+        producer.deliver_messages()
+        return await asyncio.wait_for(empty, 10), await asyncio.wait_for(some, 10)
+
+    empty, some = asyncio.run(both())
+    assert (empty.count, some.count, some.delivered) == (0, 2, 2)
+    assert some.offsets() == [10, 11]
+    assert producer.shutdown() == []
 
 
 def test_a_bad_message_fails_alone_and_is_handed_back(

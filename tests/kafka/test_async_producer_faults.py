@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Literal
 
 import pytest
@@ -20,7 +21,15 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import TopicPartition as ConfluentPartition
 
-from ferrokafka import AsyncProducer, BufferOverflow, Client, KafkaError, Message, NewTopic
+from ferrokafka import (
+    AsyncProducer,
+    BufferOverflow,
+    Client,
+    DeliveryReport,
+    KafkaError,
+    Message,
+    NewTopic,
+)
 from tests.conftest import KAFKA_SCRIPT
 
 pytestmark = pytest.mark.kafka
@@ -98,6 +107,43 @@ def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[byte
 
 def wait_for(event: threading.Event, what: str, timeout: float = 30.0) -> None:
     assert event.wait(timeout), f"timed out waiting for {what}"
+
+
+def test_batch_reports_settle_every_record_when_shutdown_cuts_an_outage_short(
+    outage_broker: Broker,
+) -> None:
+    """Records in librdkafka, in its full queue's overflow and in the buffer when shutdown's
+    grace ends: each batch's report still comes, and counts each record once, as delivered
+    (it is on the topic) or failed (it was handed back)."""
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, "shutdown-reports")
+    producer = AsyncProducer(
+        {"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 1000},
+        max_queue_size=10_000,
+        delivery_threshold=100,
+    )
+    reports: dict[int, DeliveryReport] = {}
+    batches = [[f"b{b}-{n}".encode() for n in range(1000)] for b in range(4)]
+    producer.produce_many(batches[0], topic=topic, on_delivery=partial(reports.__setitem__, 0))
+    producer.flush(timeout=30.0)
+    with outage(env):
+        for b in (1, 2, 3):
+            producer.produce_many(
+                batches[b], topic=topic, on_delivery=partial(reports.__setitem__, b)
+            )
+        handed_back = producer.shutdown(timeout=2.0)
+    assert sorted(reports) == [0, 1, 2, 3], "every report is in when shutdown returns"
+    on_topic = {value for _, value in read_all(bootstrap, topic)}
+    returned = [m.value() or b"" for m in handed_back + producer.take_failed()]
+    assert len(returned) == len(set(returned))
+    assert reports[0].delivered == 1000
+    for b, report in reports.items():
+        assert report.count == report.delivered + report.failed == 1000
+        offsets = report.offsets()
+        assert {batches[b][n] for n in range(1000) if offsets[n] >= 0} <= on_topic
+        assert {batches[b][n] for n, _ in report.errors()} <= set(returned)
+    assert sum(r.delivered for r in reports.values()) == len(on_topic)
+    assert sum(r.failed for r in reports.values()) == len(returned) == 4000 - len(on_topic)
 
 
 @pytest.mark.parametrize("overflow", ["block", "raise", "drop_oldest"])

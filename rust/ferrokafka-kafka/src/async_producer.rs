@@ -46,6 +46,7 @@ use ferrokafka_core::batch::{
 };
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
@@ -55,12 +56,17 @@ use rdkafka::util::IntoOpaque;
 use crate::batch_produce::{TopicHandles, message};
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::in_flight::{InFlight, wrap_ticket};
+use crate::in_flight::InFlight;
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// Identifies a record whose delivery result the caller wants back; 0 means "not tracked".
 pub type Ticket = u64;
+
+/// Set in the tickets of records whose caller wants only where each landed (a batch's delivery
+/// report): their acknowledgements are [`ProducerEvent::Acknowledged`], without a copy of the
+/// record. Ticket numbers stay below it.
+pub const POSITION_ONLY: Ticket = 1 << 45;
 
 /// How long the worker sleeps at most between checks of the interval trigger and retries.
 const WORKER_TICK: Duration = Duration::from_millis(50);
@@ -159,6 +165,16 @@ pub enum ProducerEvent {
         ticket: Ticket,
         /// Where it landed.
         record: ReceivedRecord,
+    },
+    /// A record of a batch report ([`POSITION_ONLY`] ticket) was written: where, without a copy
+    /// of the record.
+    Acknowledged {
+        /// The record's ticket.
+        ticket: Ticket,
+        /// Its partition.
+        partition: i32,
+        /// Its offset.
+        offset: i64,
     },
     /// A record finally failed; it is handed back with the error.
     Failed {
@@ -263,7 +279,7 @@ struct RoundReport {
     pending: Box<Pending>,
     /// Where it was written (copied only for a record whose result the caller wants), or why
     /// it failed and whether sending it again may succeed.
-    outcome: Result<Option<ReceivedRecord>, (KafkaIoError, bool)>,
+    outcome: Result<Option<ProducerEvent>, (KafkaIoError, bool)>,
 }
 
 struct Shared {
@@ -410,9 +426,7 @@ impl ProducerContext for DeliveryTracker {
             };
             let pending = in_flight.into_pending(message);
             let outcome = match result {
-                Ok(message) => {
-                    Ok((pending.ticket != 0).then(|| ReceivedRecord::from_message(message)))
-                }
+                Ok(message) => Ok(delivered_event(pending.ticket, message)),
                 Err((err, _)) => Err((
                     KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None),
                     is_transient(err),
@@ -425,10 +439,8 @@ impl ProducerContext for DeliveryTracker {
         match result {
             Ok(message) => {
                 shared.delivered.fetch_add(1, Ordering::Relaxed);
-                let ticket = in_flight.settle();
-                if ticket != 0 {
-                    let record = ReceivedRecord::from_message(message);
-                    shared.emit(ProducerEvent::Delivered { ticket, record });
+                if let Some(event) = delivered_event(in_flight.settle(), message) {
+                    shared.emit(event);
                 }
                 shared.settle(1);
             }
@@ -447,6 +459,25 @@ impl ProducerContext for DeliveryTracker {
                 }
             }
         }
+    }
+}
+
+/// What tells the waiter of the record with `ticket` that it was written as `message`: its
+/// position alone for a batch report's record, else a copy of the record; None if untracked.
+fn delivered_event<M: Message>(ticket: Ticket, message: &M) -> Option<ProducerEvent> {
+    if ticket == 0 {
+        None
+    } else if ticket & POSITION_ONLY != 0 {
+        Some(ProducerEvent::Acknowledged {
+            ticket,
+            partition: message.partition(),
+            offset: message.offset(),
+        })
+    } else {
+        Some(ProducerEvent::Delivered {
+            ticket,
+            record: ReceivedRecord::from_message(message),
+        })
     }
 }
 
@@ -663,7 +694,21 @@ impl AsyncProducer {
 
     /// A fresh ticket for a record whose delivery result the caller wants.
     pub fn ticket(&self) -> Ticket {
-        wrap_ticket(self.shared.next_ticket.fetch_add(1, Ordering::Relaxed))
+        self.tickets(1)
+    }
+
+    /// The first of `count` consecutive tickets for the records of one batch report, each with
+    /// [`POSITION_ONLY`] set.
+    pub fn batch_tickets(&self, count: usize) -> Ticket {
+        self.tickets(count) | POSITION_ONLY
+    }
+
+    /// The first of `count` consecutive ticket numbers, all below [`POSITION_ONLY`].
+    fn tickets(&self, count: usize) -> Ticket {
+        let count = count.max(1) as Ticket;
+        let first = self.shared.next_ticket.fetch_add(count, Ordering::Relaxed);
+        // Folded into the numbers below POSITION_ONLY, never 0, never running past it.
+        (first - 1) % (POSITION_ONLY - count) + 1
     }
 
     /// Takes the event receiver; the bindings drain it on a Python thread. Only the first call
@@ -1253,13 +1298,10 @@ impl AsyncProducer {
         let mut failed = Vec::new();
         for report in reports {
             match report.outcome {
-                Ok(record) => {
+                Ok(event) => {
                     self.shared.delivered.fetch_add(1, Ordering::Relaxed);
-                    if let Some(record) = record {
-                        self.shared.emit(ProducerEvent::Delivered {
-                            ticket: report.pending.ticket,
-                            record,
-                        });
+                    if let Some(event) = event {
+                        self.shared.emit(event);
                     }
                 }
                 // librdkafka refuses to commit a transaction with a failed record; should one

@@ -29,8 +29,8 @@ use rdkafka::util::IntoOpaque;
 use crate::async_producer::{Pending, Ticket};
 use crate::record::{OutgoingRecord, header_list};
 
-/// Bits of a ticket in the packed word; tickets wrap within them (see [`wrap_ticket`]).
-const TICKET_BITS: u32 = usize::BITS - TICKET_SHIFT;
+/// Tickets stay below 2^46 ([`crate::async_producer::POSITION_ONLY`] is bit 45), which the
+/// packed word holds.
 const TICKET_SHIFT: u32 = 18;
 const PACKED: usize = 1;
 const FAILURES_SHIFT: u32 = 1;
@@ -41,17 +41,6 @@ const EXPLICIT_PARTITION: usize = 1 << 17;
 /// own, or (low bit clear) a boxed record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct InFlight(usize);
-
-/// `ticket` folded into the range a packed word holds, never 0 ("not tracked"): 2^46 tickets
-/// last years even at a million tracked records a second.
-pub(crate) fn wrap_ticket(ticket: u64) -> Ticket {
-    let range = 1u64 << TICKET_BITS.min(63);
-    if ticket < range {
-        ticket
-    } else {
-        (ticket - 1) % (range - 1) + 1
-    }
-}
 
 impl InFlight {
     /// The opaque of `pending` as it is handed over now: packed, or a boxed copy of a record
@@ -64,7 +53,8 @@ impl InFlight {
         }
         let failures =
             usize::try_from(pending.failures).map_or(FAILURES_MASK, |f| f.min(FAILURES_MASK));
-        let ticket = usize::try_from(wrap_ticket(pending.ticket)).unwrap_or(0);
+        debug_assert!(pending.ticket < 1 << 46, "tickets stay below 2^46");
+        let ticket = usize::try_from(pending.ticket).unwrap_or(0);
         let mut word = PACKED | (failures << FAILURES_SHIFT) | (ticket << TICKET_SHIFT);
         if pending.record.partition.is_some() {
             word |= EXPLICIT_PARTITION;
@@ -163,7 +153,7 @@ mod tests {
         for (ticket, failures, partition) in [
             (0, 0, None),
             (1, 3, Some(2)),
-            (wrap_ticket(u64::MAX), 70_000, None),
+            (1 << 45 | 12, 70_000, None),
             ((1 << 46) - 1, 0xFFFF, Some(0)),
         ] {
             let original = pending(ticket, failures, partition, None);
@@ -186,15 +176,5 @@ mod tests {
         assert_eq!((back.ticket, back.failures), (7, 2));
         assert_eq!(InFlight::of(&original).settle(), 7);
         InFlight::of(&original).reclaim();
-    }
-
-    #[test]
-    fn tickets_wrap_within_the_word_and_never_become_untracked() {
-        let top = 1u64 << 46;
-        assert_eq!(wrap_ticket(1), 1);
-        assert_eq!(wrap_ticket(top - 1), top - 1);
-        assert_eq!(wrap_ticket(top), 1);
-        assert_ne!(wrap_ticket(2 * top - 1), 0);
-        assert!((0..1000).all(|n| wrap_ticket(top + n) != 0 && wrap_ticket(top + n) < top));
     }
 }

@@ -25,7 +25,8 @@ pub mod scheduler;
 mod start_prefetch;
 
 pub use async_producer::{
-    AsyncProducer, AsyncProducerOptions, Pending, ProducerEvent, ProducerStats, Refusal, Ticket,
+    AsyncProducer, AsyncProducerOptions, POSITION_ONLY, Pending, ProducerEvent, ProducerStats,
+    Refusal, Ticket,
 };
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::{ClientRole, ClientSettings};

@@ -12,6 +12,7 @@ mod consumer_events;
 mod consumer_stats;
 mod convert;
 mod deadline_queue;
+mod delivery_report;
 mod engine_log;
 mod errors;
 mod flat_record;
@@ -42,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<message::PyMessage>()?;
     m.add_class::<producer::PyRawAsyncProducer>()?;
     m.add_class::<producer::PyProducerStats>()?;
+    m.add_class::<delivery_report::PyDeliveryReport>()?;
     m.add_class::<producer_events::PyProducerFailed>()?;
     m.add_class::<producer_events::PyProducerDropped>()?;
     m.add_class::<producer_events::PyProducerDelivering>()?;

@@ -74,11 +74,11 @@ impl PyMessage {
         &self.record().topic
     }
 
-    fn partition(&self) -> i32 {
+    pub(crate) fn partition(&self) -> i32 {
         self.record().partition
     }
 
-    fn offset(&self) -> i64 {
+    pub(crate) fn offset(&self) -> i64 {
         self.record().offset
     }
 

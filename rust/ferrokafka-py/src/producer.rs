@@ -52,20 +52,30 @@ fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
 }
 
 impl PyRawAsyncProducer {
-    /// Queues records in order, applying the overflow policy; returns how many were queued. A
-    /// `BufferOverflow` carries in `accepted` how many were queued before it. Also returns the
-    /// queue size right after the last record went in.
-    /// Queues `items` under the overflow policy. With `hand_off_here` (batches) the calling
-    /// thread, detached, moves what is due to librdkafka itself instead of waking the worker.
+    /// Queues `items` in order under the overflow policy; returns how many were queued, and the
+    /// queue size right after the last one went in or the refusal (a `BufferOverflow` also
+    /// carries the count in `accepted`). With `hand_off_here` (batches) the calling thread,
+    /// detached, moves what is due to librdkafka itself instead of waking the worker.
     fn enqueue(
+        &self,
+        py: Python<'_>,
+        items: VecDeque<Box<Pending>>,
+        hand_off_here: bool,
+    ) -> (usize, NativeResult<usize>) {
+        let mut accepted = 0;
+        let result = self.enqueue_counting(py, items, hand_off_here, &mut accepted);
+        (accepted, result)
+    }
+
+    fn enqueue_counting(
         &self,
         py: Python<'_>,
         mut items: VecDeque<Box<Pending>>,
         hand_off_here: bool,
-    ) -> NativeResult<(usize, usize)> {
+        accepted: &mut usize,
+    ) -> NativeResult<usize> {
         let options = self.engine.options();
         let deadline = Instant::now() + options.block_timeout;
-        let mut accepted = 0;
         let hand_off = |py: Python<'_>| {
             if hand_off_here {
                 let engine = Arc::clone(&*self.engine);
@@ -74,10 +84,10 @@ impl PyRawAsyncProducer {
         };
         loop {
             let (queued, queue_size, refusal) = self.engine.try_produce(&mut items, hand_off_here);
-            accepted += queued;
+            *accepted += queued;
             hand_off(py);
             let overflow = match refusal {
-                None => return Ok((accepted, queue_size)),
+                None => return Ok(queue_size),
                 Some(Refusal::Closed(_)) => {
                     return Err(ClosedError::new_err("the producer is shut down").into());
                 }
@@ -108,7 +118,7 @@ impl PyRawAsyncProducer {
             };
             let message = format!("cannot produce to {topic:?}: {}{waited}", overflow.limit);
             let err = BufferOverflow::new_err((message, topic, overflow.limit.to_string()));
-            err.value(py).setattr("accepted", accepted)?;
+            err.value(py).setattr("accepted", *accepted)?;
             return Err(err.into());
         }
     }
@@ -183,7 +193,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
                 "each record must be bytes, str, a (value, key) tuple or a dict",
             ));
         };
-    // Boxed once here: the engine moves the pointer, and the box becomes librdkafka's opaque.
+    // Boxed once here: the engine moves the pointer until the record is handed to librdkafka.
     Ok(Box::new(Pending {
         record,
         partition_key,
@@ -274,28 +284,29 @@ impl PyRawAsyncProducer {
             ticket,
             failures: 0,
         });
-        match self.enqueue(py, VecDeque::from([pending]), false) {
-            Ok((_, queue_size)) => Ok(queue_size),
-            Err(refused) => {
-                self.waiters.forget(ticket);
-                Err(refused)
-            }
+        let (_, queued) = self.enqueue(py, VecDeque::from([pending]), false);
+        if queued.is_err() {
+            self.waiters.forget(ticket);
         }
+        queued
     }
 
-    #[pyo3(signature = (records, topic=None))]
+    /// Queues a batch; returns how many records were queued and the queue size after them.
+    /// `on_delivery(report)` gets one `DeliveryReport` once every queued record is settled.
+    #[pyo3(signature = (records, topic=None, on_delivery=None))]
     fn produce_many(
         &self,
         py: Python<'_>,
         records: &Bound<'_, PyAny>,
         topic: Option<&Bound<'_, PyAny>>,
+        on_delivery: Option<Py<PyAny>>,
     ) -> NativeResult<(usize, usize)> {
         self.guard.check()?;
         let topic: Option<String> = topic
             .map(|t| outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic))
             .transpose()?;
         let topic = topic.as_deref();
-        let batch: VecDeque<Box<Pending>> = if let Ok(list) = records.cast::<PyList>() {
+        let mut batch: VecDeque<Box<Pending>> = if let Ok(list) = records.cast::<PyList>() {
             list.iter()
                 .map(|item| pending_of(&item, topic))
                 .collect::<PyResult<_>>()?
@@ -305,7 +316,20 @@ impl PyRawAsyncProducer {
                 .map(|item| pending_of(&item?, topic))
                 .collect::<PyResult<_>>()?
         };
-        self.enqueue(py, batch, true)
+        let Some(callback) = on_delivery else {
+            let (accepted, queued) = self.enqueue(py, batch, true);
+            return Ok((accepted, queued?));
+        };
+        // Registered before the worker can deliver a record; the report covers what is queued.
+        let first = self.engine.batch_tickets(batch.len());
+        self.waiters.register_batch(first, batch.len(), callback);
+        for (pending, ticket) in batch.iter_mut().zip(first..) {
+            pending.ticket = ticket;
+        }
+        let (accepted, queued) = self.enqueue(py, batch, true);
+        self.waiters
+            .expect_batch(py, first, accepted, queued.is_err())?;
+        Ok((accepted, queued?))
     }
 
     fn deliver_messages(&self) -> PyResult<()> {

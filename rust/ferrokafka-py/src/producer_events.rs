@@ -73,6 +73,14 @@ pub(crate) fn event_object(
             waiters.settle(py, ticket, None, || Py::new(py, PyMessage::from(record)))?;
             return Ok(None);
         }
+        ProducerEvent::Acknowledged {
+            ticket,
+            partition,
+            offset,
+        } => {
+            waiters.acknowledge(py, ticket, partition, offset)?;
+            return Ok(None);
+        }
         ProducerEvent::Failed { pending, error } => {
             let (ticket, attempts) = (pending.ticket, pending.failures);
             let reason = exception_of(py, error.clone());

@@ -1,16 +1,19 @@
 //! Who waits for which tracked record of the AsyncProducer: an `on_delivery` callback or a
-//! `concurrent.futures.Future`, by ticket. Kept in the binding so that queueing a tracked record
-//! and settling its result cost a hash-map operation under a Rust mutex rather than a Python dict
-//! behind a Python lock, and so that delivered records are settled while the events are drained,
-//! without a Python event object per record.
+//! `concurrent.futures.Future`, by ticket, or the batch report of a whole `produce_many` call,
+//! by its range of tickets. Kept in the binding so that queueing a tracked record and settling
+//! its result cost a map operation under a Rust mutex rather than a Python dict behind a Python
+//! lock, and so that delivered records are settled while the events are drained, without a
+//! Python event object per record (a batch report costs one Python call per batch).
 
-use std::sync::Mutex;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use ferrokafka_kafka::Ticket;
+use ferrokafka_kafka::{POSITION_ONLY, Ticket};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rustc_hash::FxHashMap;
 
+use crate::delivery_report::PyDeliveryReport;
 use crate::message::PyMessage;
 
 /// What waits for one record's delivery result.
@@ -22,17 +25,129 @@ pub(crate) enum Waiter {
     Future(Py<PyAny>),
 }
 
-/// The waiter table: registered before the record can be delivered, taken once when settled.
+/// The report of one `produce_many` call being filled, keyed by its first ticket.
+#[derive(Debug)]
+struct BatchReport {
+    callback: Py<PyAny>,
+    partitions: Vec<i32>,
+    offsets: Vec<i64>,
+    errors: Vec<(usize, Py<PyAny>)>,
+    settled: usize,
+    /// How many records the call queued; None until it returned.
+    expected: Option<usize>,
+}
+
+impl BatchReport {
+    fn complete(&self) -> bool {
+        self.expected == Some(self.settled)
+    }
+}
+
+/// The waiter tables: registered before a record can be delivered, taken once when settled.
 /// Tickets are the engine's own counter, so a fast non-keyed hash is enough.
 #[derive(Debug, Default)]
-pub(crate) struct DeliveryWaiters(Mutex<FxHashMap<Ticket, Waiter>>);
+pub(crate) struct DeliveryWaiters {
+    records: Mutex<FxHashMap<Ticket, Waiter>>,
+    batches: Mutex<BTreeMap<Ticket, BatchReport>>,
+}
+
+/// A panic while a lock was held cannot leave a map half-updated (one insert or remove).
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 impl DeliveryWaiters {
-    fn table(&self) -> std::sync::MutexGuard<'_, FxHashMap<Ticket, Waiter>> {
-        // A panic while the lock was held cannot leave the map half-updated (one insert or remove).
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn table(&self) -> MutexGuard<'_, FxHashMap<Ticket, Waiter>> {
+        locked(&self.records)
+    }
+
+    /// Registers the report of a call whose `size` records get tickets `first`, `first + 1`...
+    pub(crate) fn register_batch(&self, first: Ticket, size: usize, callback: Py<PyAny>) {
+        let report = BatchReport {
+            callback,
+            partitions: vec![-1; size],
+            offsets: vec![-1; size],
+            errors: Vec::new(),
+            settled: 0,
+            expected: None,
+        };
+        locked(&self.batches).insert(first, report);
+    }
+
+    /// The call that registered the batch at `first` queued `accepted` of its records: the
+    /// report covers those (the others were refused with an exception); it goes to its callback
+    /// here if they are all settled already (or there were none), else when the last one is. A
+    /// call that queued nothing and raised gets no report.
+    pub(crate) fn expect_batch(
+        &self,
+        py: Python<'_>,
+        first: Ticket,
+        accepted: usize,
+        raised: bool,
+    ) -> PyResult<()> {
+        let mut batches = locked(&self.batches);
+        let Some(report) = batches.get_mut(&first) else {
+            return Ok(());
+        };
+        report.expected = Some(accepted);
+        report.partitions.truncate(accepted);
+        report.offsets.truncate(accepted);
+        let report = if report.complete() {
+            batches.remove(&first)
+        } else {
+            None
+        };
+        drop(batches);
+        match report {
+            Some(report) if !(accepted == 0 && raised) => hand_over(py, report),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records where a batch report's record (`ticket`) landed, or why it failed.
+    fn settle_in_batch(
+        &self,
+        py: Python<'_>,
+        ticket: Ticket,
+        outcome: Result<(i32, i64), Py<PyAny>>,
+    ) -> PyResult<()> {
+        let mut batches = locked(&self.batches);
+        let Some((&first, report)) = batches.range_mut(..=ticket).next_back() else {
+            return Ok(());
+        };
+        let index = usize::try_from(ticket - first).unwrap_or(usize::MAX);
+        if index >= report.offsets.len() {
+            return Ok(());
+        }
+        match outcome {
+            Ok((partition, offset)) => {
+                report.partitions[index] = partition;
+                report.offsets[index] = offset;
+            }
+            Err(error) => report.errors.push((index, error)),
+        }
+        report.settled += 1;
+        let report = if report.complete() {
+            batches.remove(&first)
+        } else {
+            None
+        };
+        drop(batches);
+        match report {
+            Some(report) => hand_over(py, report),
+            None => Ok(()),
+        }
+    }
+
+    /// A batch report's record (`ticket`) was written at `partition`/`offset`.
+    pub(crate) fn acknowledge(
+        &self,
+        py: Python<'_>,
+        ticket: Ticket,
+        partition: i32,
+        offset: i64,
+    ) -> PyResult<()> {
+        self.settle_in_batch(py, ticket, Ok((partition, offset)))
     }
 
     pub(crate) fn register(&self, ticket: Ticket, waiter: Waiter) {
@@ -56,6 +171,17 @@ impl DeliveryWaiters {
         if ticket == 0 {
             return Ok(());
         }
+        if ticket & POSITION_ONLY != 0 {
+            let message = message()?;
+            let outcome = match error {
+                Some(error) => Err(error.unbind()),
+                None => {
+                    let message = message.borrow(py);
+                    Ok((message.partition(), message.offset()))
+                }
+            };
+            return self.settle_in_batch(py, ticket, outcome);
+        }
         let Some(waiter) = self.forget(ticket) else {
             return Ok(());
         };
@@ -75,17 +201,35 @@ impl DeliveryWaiters {
                 Waiter::Future(_) => "could not settle the future",
             };
             let topic = message.borrow(py).topic().to_owned();
-            let logger = py
-                .import("logging")?
-                .call_method1("getLogger", ("ferrokafka.producer",))?;
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("exc_info", failure.into_value(py))?;
-            logger.call_method(
-                "error",
-                (format!("{what} for a message to %s"), topic),
-                Some(&kwargs),
-            )?;
+            log_failure(py, &format!("{what} for a message to {topic}"), failure)?;
         }
         Ok(())
     }
+}
+
+/// Hands a finished batch report to its callback; a callback that raises is logged.
+fn hand_over(py: Python<'_>, report: BatchReport) -> PyResult<()> {
+    let BatchReport {
+        callback,
+        partitions,
+        offsets,
+        errors,
+        ..
+    } = report;
+    let report = Py::new(py, PyDeliveryReport::new(partitions, offsets, errors))?;
+    if let Err(failure) = callback.call1(py, (report,)) {
+        log_failure(py, "produce_many on_delivery callback failed", failure)?;
+    }
+    Ok(())
+}
+
+/// Logs `failure` with its traceback on the producer's logger.
+fn log_failure(py: Python<'_>, what: &str, failure: PyErr) -> PyResult<()> {
+    let logger = py
+        .import("logging")?
+        .call_method1("getLogger", ("ferrokafka.producer",))?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("exc_info", failure.into_value(py))?;
+    logger.call_method("error", ("%s", what), Some(&kwargs))?;
+    Ok(())
 }
