@@ -57,11 +57,23 @@ use crate::batch_produce::{TopicHandles, message};
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::in_flight::InFlight;
+use crate::locks::lock;
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// Identifies a record whose delivery result the caller wants back; 0 means "not tracked".
 pub type Ticket = u64;
+
+/// Where a batch report's record landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acknowledgement {
+    /// The record's ticket.
+    pub ticket: Ticket,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+}
 
 /// Set in the tickets of records whose caller wants only where each landed (a batch's delivery
 /// report): their acknowledgements are [`ProducerEvent::Acknowledged`], without a copy of the
@@ -166,16 +178,10 @@ pub enum ProducerEvent {
         /// Where it landed.
         record: ReceivedRecord,
     },
-    /// A record of a batch report ([`POSITION_ONLY`] ticket) was written: where, without a copy
-    /// of the record.
-    Acknowledged {
-        /// The record's ticket.
-        ticket: Ticket,
-        /// Its partition.
-        partition: i32,
-        /// Its offset.
-        offset: i64,
-    },
+    /// Records of batch reports ([`POSITION_ONLY`] tickets) were written: take where with
+    /// [`AsyncProducer::take_acknowledged`]. Sent when the first of them arrives after a take,
+    /// so a million acknowledgements cost a handful of events.
+    Acknowledged,
     /// A record finally failed; it is handed back with the error.
     Failed {
         /// The record.
@@ -279,7 +285,7 @@ struct RoundReport {
     pending: Box<Pending>,
     /// Where it was written (copied only for a record whose result the caller wants), or why
     /// it failed and whether sending it again may succeed.
-    outcome: Result<Option<ProducerEvent>, (KafkaIoError, bool)>,
+    outcome: Result<Option<Written>, (KafkaIoError, bool)>,
 }
 
 struct Shared {
@@ -307,6 +313,8 @@ struct Shared {
     in_flight: AtomicUsize,
     /// Records confirmed written, counted without the lock for the same reason.
     delivered: AtomicU64,
+    /// Batch reports' records written since the bindings last took them.
+    acknowledged: Mutex<Vec<Acknowledgement>>,
     epoch: Instant,
     next_ticket: AtomicU64,
 }
@@ -352,6 +360,23 @@ impl Shared {
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Tells a tracked record's waiter it was written: a `Delivered` event, or an entry in the
+    /// acknowledgements (and an `Acknowledged` event if they were empty).
+    fn report_written(&self, written: Written) {
+        match written {
+            Written::Record(ticket, record) => {
+                self.emit(ProducerEvent::Delivered { ticket, record });
+            }
+            Written::Position(acknowledgement) => {
+                let mut acknowledged = lock(&self.acknowledged);
+                acknowledged.push(acknowledgement);
+                if acknowledged.len() == 1 {
+                    self.emit(ProducerEvent::Acknowledged);
+                }
+            }
+        }
     }
 
     fn emit(&self, event: ProducerEvent) {
@@ -426,7 +451,7 @@ impl ProducerContext for DeliveryTracker {
             };
             let pending = in_flight.into_pending(message);
             let outcome = match result {
-                Ok(message) => Ok(delivered_event(pending.ticket, message)),
+                Ok(message) => Ok(Written::of(pending.ticket, message)),
                 Err((err, _)) => Err((
                     KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None),
                     is_transient(err),
@@ -439,8 +464,8 @@ impl ProducerContext for DeliveryTracker {
         match result {
             Ok(message) => {
                 shared.delivered.fetch_add(1, Ordering::Relaxed);
-                if let Some(event) = delivered_event(in_flight.settle(), message) {
-                    shared.emit(event);
+                if let Some(written) = Written::of(in_flight.settle(), message) {
+                    shared.report_written(written);
                 }
                 shared.settle(1);
             }
@@ -462,22 +487,32 @@ impl ProducerContext for DeliveryTracker {
     }
 }
 
-/// What tells the waiter of the record with `ticket` that it was written as `message`: its
-/// position alone for a batch report's record, else a copy of the record; None if untracked.
-fn delivered_event<M: Message>(ticket: Ticket, message: &M) -> Option<ProducerEvent> {
-    if ticket == 0 {
-        None
-    } else if ticket & POSITION_ONLY != 0 {
-        Some(ProducerEvent::Acknowledged {
-            ticket,
-            partition: message.partition(),
-            offset: message.offset(),
-        })
-    } else {
-        Some(ProducerEvent::Delivered {
-            ticket,
-            record: ReceivedRecord::from_message(message),
-        })
+/// What the waiter of a tracked record learns when it was written.
+#[derive(Debug)]
+enum Written {
+    /// A batch report's record: where it landed.
+    Position(Acknowledgement),
+    /// Any other tracked record: a copy of it as written.
+    Record(Ticket, ReceivedRecord),
+}
+
+impl Written {
+    /// For the record with `ticket`, written as `message`; None if untracked.
+    fn of<M: Message>(ticket: Ticket, message: &M) -> Option<Self> {
+        if ticket == 0 {
+            None
+        } else if ticket & POSITION_ONLY != 0 {
+            Some(Written::Position(Acknowledgement {
+                ticket,
+                partition: message.partition(),
+                offset: message.offset(),
+            }))
+        } else {
+            Some(Written::Record(
+                ticket,
+                ReceivedRecord::from_message(message),
+            ))
+        }
     }
 }
 
@@ -654,6 +689,7 @@ impl AsyncProducer {
             next_ticket: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
             delivered: AtomicU64::new(0),
+            acknowledged: Mutex::new(Vec::new()),
         });
         let producer: ThreadedProducer<DeliveryTracker> = settings
             .for_role(ClientRole::Producer)
@@ -701,6 +737,12 @@ impl AsyncProducer {
     /// [`POSITION_ONLY`] set.
     pub fn batch_tickets(&self, count: usize) -> Ticket {
         self.tickets(count) | POSITION_ONLY
+    }
+
+    /// Takes the batch reports' records written since the last take, in the order they were
+    /// written.
+    pub fn take_acknowledged(&self) -> Vec<Acknowledgement> {
+        std::mem::take(&mut *lock(&self.shared.acknowledged))
     }
 
     /// The first of `count` consecutive ticket numbers, all below [`POSITION_ONLY`].
@@ -1300,8 +1342,8 @@ impl AsyncProducer {
             match report.outcome {
                 Ok(event) => {
                     self.shared.delivered.fetch_add(1, Ordering::Relaxed);
-                    if let Some(event) = event {
-                        self.shared.emit(event);
+                    if let Some(written) = event {
+                        self.shared.report_written(written);
                     }
                 }
                 // librdkafka refuses to commit a transaction with a failed record; should one

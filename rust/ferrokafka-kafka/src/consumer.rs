@@ -51,6 +51,7 @@ use ferrokafka_core::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimi
 use crate::config::{ClientRole, ClientSettings};
 use crate::dead_letter::{DeadLetterWriter, Failure};
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::locks::lock;
 use crate::partition_source::PartitionSource;
 use crate::record::ReceivedRecord;
 
@@ -670,10 +671,6 @@ impl std::fmt::Debug for Shared {
             .field("group", &self.group)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {

@@ -23,6 +23,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::locks::lock;
 use crate::record::ReceivedRecord;
 
 /// How long a refused record waits before it is sent again.
@@ -80,10 +81,6 @@ impl ProducerContext for Context {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Writes failed batches to one dead-letter topic; see the module docs.

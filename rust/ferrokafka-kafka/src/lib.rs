@@ -14,6 +14,7 @@ mod daemon;
 pub mod dead_letter;
 pub mod error;
 mod in_flight;
+mod locks;
 mod marker_writer;
 mod packed_headers;
 mod partition_source;
@@ -25,8 +26,8 @@ pub mod scheduler;
 mod start_prefetch;
 
 pub use async_producer::{
-    AsyncProducer, AsyncProducerOptions, POSITION_ONLY, Pending, ProducerEvent, ProducerStats,
-    Refusal, Ticket,
+    Acknowledgement, AsyncProducer, AsyncProducerOptions, POSITION_ONLY, Pending, ProducerEvent,
+    ProducerStats, Refusal, Ticket,
 };
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::{ClientRole, ClientSettings};

@@ -386,7 +386,7 @@ impl PyRawAsyncProducer {
         let events = self.events.drain(py, wait, max_events);
         let mut for_python = Vec::new();
         for event in events {
-            for_python.extend(event_object(py, event, &self.waiters)?);
+            for_python.extend(event_object(py, event, &self.engine, &self.waiters)?);
         }
         Ok(for_python)
     }

@@ -3,7 +3,7 @@
 //! whose shape lives in two languages. Delivery results are settled with their waiters here;
 //! an acknowledged record needs nothing more, so it becomes no event object at all.
 
-use ferrokafka_kafka::{KafkaIoError, Pending, ProducerEvent, ReceivedRecord};
+use ferrokafka_kafka::{AsyncProducer, KafkaIoError, Pending, ProducerEvent, ReceivedRecord};
 use pyo3::prelude::*;
 
 use crate::errors::{BufferOverflow, exception_of};
@@ -61,11 +61,13 @@ pub(crate) fn message_of(pending: Pending, error: Option<KafkaIoError>) -> PyMes
     }
 }
 
-/// Settles the delivery result in `event` with its waiter; then the typed Python object of the
+/// Settles the delivery results `event` brings (taking batch reports' acknowledgements from
+/// `engine`) with their waiters; then the typed Python object of the
 /// event, or None for an acknowledged record (nothing more to tell Python).
 pub(crate) fn event_object(
     py: Python<'_>,
     event: ProducerEvent,
+    engine: &AsyncProducer,
     waiters: &DeliveryWaiters,
 ) -> PyResult<Option<Py<PyAny>>> {
     Ok(Some(match event {
@@ -73,12 +75,8 @@ pub(crate) fn event_object(
             waiters.settle(py, ticket, None, || Py::new(py, PyMessage::from(record)))?;
             return Ok(None);
         }
-        ProducerEvent::Acknowledged {
-            ticket,
-            partition,
-            offset,
-        } => {
-            waiters.acknowledge(py, ticket, partition, offset)?;
+        ProducerEvent::Acknowledged => {
+            waiters.acknowledge(py, engine.take_acknowledged())?;
             return Ok(None);
         }
         ProducerEvent::Failed { pending, error } => {

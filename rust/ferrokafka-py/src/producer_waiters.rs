@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use ferrokafka_kafka::{POSITION_ONLY, Ticket};
+use ferrokafka_kafka::{Acknowledgement, POSITION_ONLY, Ticket};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rustc_hash::FxHashMap;
@@ -104,50 +104,52 @@ impl DeliveryWaiters {
         }
     }
 
-    /// Records where a batch report's record (`ticket`) landed, or why it failed.
-    fn settle_in_batch(
+    /// Records where batch reports' records landed, or why one failed; hands the reports
+    /// completed by them to their callbacks (after the lock is released: a callback may
+    /// produce again).
+    fn settle_in_batches(
         &self,
         py: Python<'_>,
-        ticket: Ticket,
-        outcome: Result<(i32, i64), Py<PyAny>>,
+        outcomes: impl IntoIterator<Item = (Ticket, Result<(i32, i64), Py<PyAny>>)>,
     ) -> PyResult<()> {
+        let mut completed = Vec::new();
         let mut batches = locked(&self.batches);
-        let Some((&first, report)) = batches.range_mut(..=ticket).next_back() else {
-            return Ok(());
-        };
-        let index = usize::try_from(ticket - first).unwrap_or(usize::MAX);
-        if index >= report.offsets.len() {
-            return Ok(());
-        }
-        match outcome {
-            Ok((partition, offset)) => {
-                report.partitions[index] = partition;
-                report.offsets[index] = offset;
+        for (ticket, outcome) in outcomes {
+            let Some((&first, report)) = batches.range_mut(..=ticket).next_back() else {
+                continue;
+            };
+            let index = usize::try_from(ticket - first).unwrap_or(usize::MAX);
+            if index >= report.offsets.len() {
+                continue;
             }
-            Err(error) => report.errors.push((index, error)),
+            match outcome {
+                Ok((partition, offset)) => {
+                    report.partitions[index] = partition;
+                    report.offsets[index] = offset;
+                }
+                Err(error) => report.errors.push((index, error)),
+            }
+            report.settled += 1;
+            if report.complete() {
+                completed.extend(batches.remove(&first));
+            }
         }
-        report.settled += 1;
-        let report = if report.complete() {
-            batches.remove(&first)
-        } else {
-            None
-        };
         drop(batches);
-        match report {
-            Some(report) => hand_over(py, report),
-            None => Ok(()),
-        }
+        completed
+            .into_iter()
+            .try_for_each(|report| hand_over(py, report))
     }
 
-    /// A batch report's record (`ticket`) was written at `partition`/`offset`.
+    /// Batch reports' records were written where `acknowledged` says.
     pub(crate) fn acknowledge(
         &self,
         py: Python<'_>,
-        ticket: Ticket,
-        partition: i32,
-        offset: i64,
+        acknowledged: Vec<Acknowledgement>,
     ) -> PyResult<()> {
-        self.settle_in_batch(py, ticket, Ok((partition, offset)))
+        let outcomes = acknowledged
+            .into_iter()
+            .map(|a| (a.ticket, Ok((a.partition, a.offset))));
+        self.settle_in_batches(py, outcomes)
     }
 
     pub(crate) fn register(&self, ticket: Ticket, waiter: Waiter) {
@@ -180,7 +182,7 @@ impl DeliveryWaiters {
                     Ok((message.partition(), message.offset()))
                 }
             };
-            return self.settle_in_batch(py, ticket, outcome);
+            return self.settle_in_batches(py, [(ticket, outcome)]);
         }
         let Some(waiter) = self.forget(ticket) else {
             return Ok(());
