@@ -39,6 +39,7 @@ CASES = {
     "confluent": "confluent-kafka produce+poll(0), no callbacks",
     "confluent_callbacks": "confluent-kafka produce+poll(0), a delivery callback each",
     "produce_many": "ferrokafka AsyncProducer.produce_many (batches of 10k)",
+    "produce_many_reports": "ferrokafka produce_many + a DeliveryReport per batch",
     "produce": "ferrokafka AsyncProducer.produce",
     "produce_callbacks": "ferrokafka AsyncProducer.produce with an on_delivery callback each",
     "produce_future": "ferrokafka AsyncProducer.produce_future each",
@@ -66,15 +67,17 @@ def child(case: str, bootstrap: str, topic: str, n: int) -> None:
         if producer.flush(300):
             raise SystemExit("confluent-kafka did not deliver everything")
         return
-    from ferrokafka import AsyncProducer
+    from ferrokafka import AsyncProducer, DeliveryReport
 
     with AsyncProducer(
         config, max_queue_size=max(n, BATCH), max_queue_bytes=2**31, delivery_threshold=BATCH
     ) as ferro:
-        if case == "produce_many":
+        reports: list[DeliveryReport] = []
+        if case.startswith("produce_many"):
             values = [value] * n
+            on_batch = reports.append if case == "produce_many_reports" else None
             for start in range(0, n, BATCH):
-                ferro.produce_many(values[start : start + BATCH], topic)
+                ferro.produce_many(values[start : start + BATCH], topic, on_delivery=on_batch)
         elif case == "produce_callbacks":
             acknowledged = [0]
 
@@ -89,6 +92,8 @@ def child(case: str, bootstrap: str, topic: str, n: int) -> None:
             for _ in range(n):
                 ferro.produce(value, topic)
         ferro.flush(timeout=300)  # returns once every callback ran and every future is done
+        if case == "produce_many_reports" and sum(r.delivered for r in reports) != n:
+            raise SystemExit("the batch reports do not cover every record")
         if case == "produce_callbacks" and acknowledged[0] != n:
             raise SystemExit(f"{acknowledged[0]} of {n} callbacks reported success")
         if case == "produce_future" and not all(
