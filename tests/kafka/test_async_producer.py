@@ -412,6 +412,21 @@ def test_a_batch_report_gives_every_record_its_partition_and_offset_in_batch_ord
         assert positions == [on_topic[value.encode()] for value, _ in batch]
 
 
+def test_a_transactional_batch_report_comes_once_its_transactions_committed(
+    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=2)
+    config = {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-tx"}
+    with AsyncProducer(config, max_queue_size=5000) as producer:
+        future = producer.produce_many_future([f"t{n}" for n in range(2500)], topic=topic)
+        producer.deliver_messages()
+        report = future.result(timeout=30)  # three transactions of at most 1,000 records
+        assert (report.count, report.delivered, report.failed) == (2500, 2500, 0)
+    committed = {m.value(): (m.partition(), m.offset()) for m in kafka_client.read_topic(topic)}
+    positions = list(zip(report.partitions(), report.offsets(), strict=True))
+    assert positions == [committed[f"t{n}".encode()] for n in range(2500)]
+
+
 def test_a_batch_report_names_the_records_that_failed_and_the_rest_are_delivered(
     kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
 ) -> None:
