@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal, TypeAlias
 
+from ferrokafka._delivery_future import DeliveryFuture
 from ferrokafka._native import (
     DeliveryReport,
     Message,
@@ -196,8 +197,7 @@ class AsyncProducer:
 
         In asyncio code: ``await asyncio.wrap_future(producer.produce_future(...))``.
         """
-        future: Future[Message] = Future()
-        future.set_running_or_notify_cancel()
+        future: Future[Message] = DeliveryFuture()
         try:
             queue_size = self._raw.produce(
                 topic, value, key, partition, partition_key, headers, timestamp, None, future

@@ -75,7 +75,8 @@ impl PyRawAsyncProducer {
         accepted: &mut usize,
     ) -> NativeResult<usize> {
         let options = self.engine.options();
-        let deadline = Instant::now() + options.block_timeout;
+        // Read the clock only once the queue is full: most calls never block.
+        let mut deadline = None;
         let hand_off = |py: Python<'_>| {
             if hand_off_here {
                 let engine = Arc::clone(&*self.engine);
@@ -96,7 +97,9 @@ impl PyRawAsyncProducer {
             };
             let blocking = options.overflow == OverflowPolicy::Block
                 && !matches!(overflow.limit, OverflowLimit::ItemTooLarge { .. });
-            if blocking && Instant::now() < deadline {
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + options.block_timeout);
+            if blocking && now < deadline {
                 items.push_front(overflow.item);
                 let engine = Arc::clone(&*self.engine);
                 let wait = deadline

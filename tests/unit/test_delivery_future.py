@@ -1,0 +1,118 @@
+"""DeliveryFuture is a ``concurrent.futures.Future`` in every way callers use one: its light
+condition must keep the standard class's waiting, callbacks, cancellation and interop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
+
+import pytest
+
+from ferrokafka._delivery_future import DeliveryFuture
+
+
+def settle_later(future: Future[int], value: int | BaseException, waiters: int = 1) -> None:
+    """Settles ``future`` from another thread once ``waiters`` threads wait on its condition."""
+
+    def settle() -> None:
+        deadline = time.monotonic() + 5
+        while len(future._condition._waiters or ()) < waiters:  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "nobody waited"
+            time.sleep(0.001)
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    threading.Thread(target=settle).start()
+
+
+def test_it_starts_running_and_result_waits_for_another_thread() -> None:
+    future: DeliveryFuture[int] = DeliveryFuture()
+    assert isinstance(future, Future)
+    assert future.running()
+    assert not future.done()
+    settle_later(future, 7)
+    assert future.result(timeout=5) == 7
+    assert future.done()
+
+
+def test_result_times_out_then_still_gets_the_value() -> None:
+    future: DeliveryFuture[int] = DeliveryFuture()
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0.01)
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0)
+    future.set_result(3)
+    assert future.result(timeout=0) == 3
+
+
+def test_many_waiters_are_all_woken_and_exceptions_are_raised() -> None:
+    future: DeliveryFuture[int] = DeliveryFuture()
+    seen: list[BaseException | None] = []
+    waiters = [
+        threading.Thread(target=lambda: seen.append(future.exception(timeout=5))) for _ in range(4)
+    ]
+    for waiter in waiters:
+        waiter.start()
+    settle_later(future, ValueError("refused"), waiters=4)
+    for waiter in waiters:
+        waiter.join(5)
+    assert len(seen) == 4
+    assert all(isinstance(error, ValueError) for error in seen)
+    with pytest.raises(ValueError, match="refused"):
+        future.result(timeout=0)
+
+
+def test_done_callbacks_run_once_also_when_added_late() -> None:
+    future: DeliveryFuture[int] = DeliveryFuture()
+    calls: list[int] = []
+    future.add_done_callback(lambda f: calls.append(f.result()))
+    future.set_result(5)
+    future.add_done_callback(lambda f: calls.append(f.result() * 10))
+    assert calls == [5, 50]
+
+
+def test_a_running_future_cannot_be_cancelled() -> None:
+    future: DeliveryFuture[int] = DeliveryFuture()
+    assert not future.cancel()
+    assert not future.cancelled()
+    future.set_result(1)
+    assert not future.cancel()
+
+
+def test_concurrent_futures_wait_and_as_completed_work_on_it() -> None:
+    first: DeliveryFuture[int] = DeliveryFuture()
+    second: DeliveryFuture[int] = DeliveryFuture()
+    second.set_result(2)
+    done, not_done = wait([first, second], timeout=5, return_when=FIRST_COMPLETED)
+    assert (done, not_done) == ({second}, {first})
+    threading.Timer(0.05, first.set_result, (1,)).start()
+    assert sorted(f.result() for f in as_completed([first, second], timeout=5)) == [1, 2]
+
+
+def test_asyncio_can_await_it_through_wrap_future() -> None:
+    future: DeliveryFuture[int] = DeliveryFuture()
+
+    async def main() -> int:
+        threading.Timer(0.05, future.set_result, (42,)).start()
+        return await asyncio.wait_for(asyncio.wrap_future(future), 5)
+
+    assert asyncio.run(main()) == 42
+
+
+def test_an_asyncio_cancel_does_not_cancel_the_delivery() -> None:
+    future: DeliveryFuture[int] = DeliveryFuture()
+
+    async def main() -> None:
+        wrapped = asyncio.wrap_future(future)
+        wrapped.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await wrapped
+
+    asyncio.run(main())
+    assert not future.cancelled()  # the record is still in flight; its result still comes
+    future.set_result(1)
+    assert future.result(timeout=0) == 1
