@@ -47,9 +47,7 @@ use ferrokafka_core::batch::{
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{
-    BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
-};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::util::IntoOpaque;
 
@@ -1412,27 +1410,11 @@ impl AsyncProducer {
         self.shared.progress.notify_all();
     }
 
-    /// Hands one record to librdkafka, waiting while librdkafka's own queue is full. The key,
-    /// value and topic move into librdkafka's copy; a refused record is handed back with the
-    /// error. Gives the record back when a shutdown ends the wait for room.
+    /// Hands one record to librdkafka, waiting while librdkafka's own queue is full; librdkafka
+    /// copies it, and the box is dropped here. A refused record is handed back with the error.
+    /// Gives the record back when a shutdown ends the wait for room.
     fn send(&self, pending: Box<Pending>, wait_for_room: bool) -> Handoff {
-        let record = &pending.record;
-        let mut base = BaseRecord::with_opaque_to(&record.topic, InFlight::of(&pending));
-        if let Some(key) = &record.key {
-            base = base.key(key.as_slice());
-        }
-        if let Some(value) = &record.value {
-            base = base.payload(value.as_slice());
-        }
-        if let Some(partition) = record.partition {
-            base = base.partition(partition);
-        }
-        if let Some(timestamp) = record.timestamp_ms {
-            base = base.timestamp(timestamp);
-        }
-        if let Some(headers) = record.owned_headers() {
-            base = base.headers(headers);
-        }
+        let mut base = pending.record.base_record(InFlight::of(&pending));
         loop {
             match self.producer.send(base) {
                 // librdkafka copied the record; the box is dropped here.

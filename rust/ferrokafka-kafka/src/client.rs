@@ -14,7 +14,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{ClientRole, ClientSettings};
@@ -415,21 +415,9 @@ impl Client {
             (partition, _) => partition,
         };
         let (reply, outcome) = sync_channel(1);
-        let mut base = BaseRecord::with_opaque_to(&record.topic, Box::new(reply));
-        if let Some(key) = &record.key {
-            base = base.key(key.as_slice());
-        }
-        if let Some(value) = &record.value {
-            base = base.payload(value.as_slice());
-        }
+        let mut base = record.base_record(Box::new(reply));
         if let Some(partition) = partition {
             base = base.partition(partition);
-        }
-        if let Some(ts) = record.timestamp_ms {
-            base = base.timestamp(ts);
-        }
-        if let Some(headers) = record.owned_headers() {
-            base = base.headers(headers);
         }
         producer
             .send(base)

@@ -281,20 +281,7 @@ pub(crate) fn enqueue_with<C: ProducerContext>(
     record: &OutgoingRecord,
     opaque: C::DeliveryOpaque,
 ) -> Result<(), KafkaError> {
-    let mut base = BaseRecord::with_opaque_to(&record.topic, opaque);
-    if let Some(key) = &record.key {
-        base = base.key(key.as_slice());
-    }
-    if let Some(value) = &record.value {
-        base = base.payload(value.as_slice());
-    }
-    if let Some(partition) = record.partition {
-        base = base.partition(partition);
-    }
-    if let Some(headers) = record.owned_headers() {
-        base = base.headers(headers);
-    }
-    send_waiting_for_room(producer, base)
+    send_waiting_for_room(producer, record.base_record(opaque))
 }
 
 /// Hands `base` to librdkafka, waiting only while librdkafka's own queue is full.

@@ -5,6 +5,8 @@
 
 use rdkafka::Message;
 use rdkafka::message::{Header, Headers, OwnedHeaders, Timestamp};
+use rdkafka::producer::BaseRecord;
+use rdkafka::util::IntoOpaque;
 
 /// Header list in wire order; a header value may be null.
 pub type HeaderList = Vec<(String, Option<Vec<u8>>)>;
@@ -30,6 +32,28 @@ impl OutgoingRecord {
     /// Bytes this record occupies in buffers: key, value and headers.
     pub fn size(&self) -> usize {
         held_bytes(self.key.as_ref(), self.value.as_ref(), &self.headers)
+    }
+
+    /// The record as rdkafka's `BaseRecord` (borrowing its bytes; librdkafka copies them when
+    /// it takes the record), with `opaque` for its delivery report.
+    pub fn base_record<O: IntoOpaque>(&self, opaque: O) -> BaseRecord<'_, [u8], [u8], O> {
+        let mut base = BaseRecord::with_opaque_to(&self.topic, opaque);
+        if let Some(key) = &self.key {
+            base = base.key(key.as_slice());
+        }
+        if let Some(value) = &self.value {
+            base = base.payload(value.as_slice());
+        }
+        if let Some(partition) = self.partition {
+            base = base.partition(partition);
+        }
+        if let Some(timestamp) = self.timestamp_ms {
+            base = base.timestamp(timestamp);
+        }
+        if let Some(headers) = self.owned_headers() {
+            base = base.headers(headers);
+        }
+        base
     }
 
     /// The headers in librdkafka's form.
