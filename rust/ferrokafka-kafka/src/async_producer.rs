@@ -11,8 +11,15 @@
 //!   for room in librdkafka's queue: what librdkafka refuses goes back in front for the worker. The `handoff` lock, held from taking
 //!   a chunk until it is sent, keeps chunks in buffer order.
 //! - librdkafka's polling thread (owned by `ThreadedProducer`) runs [`DeliveryTracker::delivery`],
-//!   which settles in-flight counts, schedules retries and pushes [`ProducerEvent`]s into a channel.
-//!   No Python ever runs on these threads: the bindings drain the channel on a Python thread.
+//!   which settles in-flight counts, schedules retries and pushes [`ProducerEvent`]s into a channel
+//!   (batch reports' acknowledgements gather in a list the bindings take in bulk). No Python ever
+//!   runs on these threads: the bindings drain the channel on a Python thread.
+//!
+//! What travels: a chunk of one topic's records without headers or timestamps goes to librdkafka
+//! in one `rd_kafka_produce_batch` call (keyless ones one partition per chunk, in turn); others
+//! one by one. librdkafka copies each record and the engine drops its own at once: the delivery
+//! opaque is an `InFlight` word, from which and librdkafka's copy a record is rebuilt when it
+//! must be sent again or handed back.
 //!
 //! Invariants: every record accepted by `produce` ends in exactly one of: delivered, handed back
 //! in a `Failed` event (retries exhausted or a permanent error), handed back in a `Dropped` event
