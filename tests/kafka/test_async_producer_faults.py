@@ -19,6 +19,7 @@ from typing import Literal
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import Message as ConfluentMessage
 from confluent_kafka import TopicPartition as ConfluentPartition
 
 from ferrokafka import (
@@ -72,8 +73,16 @@ def make_topic(bootstrap: str, name: str, partitions: int = 3) -> str:
 
 
 def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[bytes, bytes]]:
-    """Every committed record of ``topic`` as (key, value), per partition in offset order,
-    read by confluent-kafka (read_committed) up to the end of each partition."""
+    """Every committed record of ``topic`` as (key, value); see :func:`read_messages`."""
+    return [
+        (message.key() or b"", message.value() or b"")
+        for message in read_messages(bootstrap, topic, partitions)
+    ]
+
+
+def read_messages(bootstrap: str, topic: str, partitions: int = 3) -> list[ConfluentMessage]:
+    """Every committed record of ``topic``, per partition in offset order, read by
+    confluent-kafka (read_committed) up to the end of each partition."""
     consumer = ConfluentConsumer(
         {
             "bootstrap.servers": bootstrap,
@@ -84,7 +93,7 @@ def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[byte
         }
     )
     consumer.assign([ConfluentPartition(topic, p, 0) for p in range(partitions)])
-    records: list[tuple[bytes, bytes]] = []
+    records: list[ConfluentMessage] = []
     at_end: set[int] = set()
     deadline = time.monotonic() + 60.0
     try:
@@ -99,7 +108,7 @@ def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[byte
                 at_end.add(message.partition() or 0)
                 continue
             at_end.discard(message.partition() or 0)
-            records.append((message.key() or b"", message.value() or b""))
+            records.append(message)
     finally:
         consumer.close()
     return records
@@ -339,33 +348,11 @@ def test_records_sent_again_after_timing_out_keep_their_keys_headers_partitions_
     assert producer.shutdown(timeout=10.0) == []
     assert producer.stats()["delivered"] == 300
 
-    consumer = ConfluentConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"fields-{time.monotonic_ns()}",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([ConfluentPartition(topic, p, 0) for p in range(3)])
     seen: dict[bytes, list[tuple[int, bytes | None, object, int]]] = {}
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60.0
-    try:
-        while len(at_end) < 3:
-            assert time.monotonic() < deadline, f"could not read {topic} to its end"
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            if message.error() is not None:
-                at_end.add(message.partition() or 0)
-                continue
-            at_end.discard(message.partition() or 0)
-            seen.setdefault(message.value() or b"", []).append(
-                (message.partition() or 0, message.key(), message.headers(), message.timestamp()[1])
-            )
-    finally:
-        consumer.close()
+    for message in read_messages(bootstrap, topic):
+        seen.setdefault(message.value() or b"", []).append(
+            (message.partition() or 0, message.key(), message.headers(), message.timestamp()[1])
+        )
     assert set(seen) == set(expected)  # at least once: a timed-out request may still land
     for value, fields in expected.items():
         for partition, key, headers, timestamp in seen[value]:
