@@ -1111,15 +1111,16 @@ impl AsyncProducer {
                 return Vec::new();
             }
         };
+        // Keyless records without a partition go to one partition per run, as librdkafka's
+        // sticky partitioner sends them, without its lookup and lock for every record; chosen
+        // once, so what a full queue refused goes on to the same partition.
+        let run_partition = if self.keyless_runs && run.iter().any(|p| keyless(p)) {
+            self.partitions
+                .partition_for_run(self.producer.client(), &run[0].record.topic)
+        } else {
+            None
+        };
         loop {
-            // Keyless records without a partition go to one partition per run, as librdkafka's
-            // sticky partitioner sends them, without its lookup and lock for every record.
-            let run_partition = if self.keyless_runs && run.iter().any(|p| keyless(p)) {
-                self.partitions
-                    .partition_for_run(self.producer.client(), &run[0].record.topic)
-            } else {
-                None
-            };
             let mut messages: Vec<_> = run
                 .iter()
                 .map(|pending| {
@@ -1137,7 +1138,7 @@ impl AsyncProducer {
             // delivery tracker's `InFlight` words.
             unsafe { topic.offer(&mut messages) };
             // What librdkafka took is in its copy now (and rebuilt from it if it must be sent
-            // again): the records are dropped here, on the thread that made them.
+            // again): those records are dropped here.
             let mut full = Vec::new();
             let mut refused = Vec::new();
             for (message, pending) in messages.iter().zip(run) {
