@@ -18,11 +18,13 @@ Example:
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal, TypeAlias
 
+from ferrokafka import _exit
 from ferrokafka._delivery_future import DeliveryFuture
 from ferrokafka._native import (
     DeliveryReport,
@@ -65,6 +67,7 @@ Headers: TypeAlias = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue
 Record: TypeAlias = bytes | str | tuple[Value, Value] | Mapping[str, Any]
 
 _POLL_SECONDS = 0.1
+_LEAST_WAIT = 0.001
 
 
 class AsyncProducer:
@@ -86,10 +89,15 @@ class AsyncProducer:
         max_retries: re-sends after librdkafka reports a message failed; -1 = unlimited [-1].
             librdkafka's own retries (``message.timeout.ms``) come first.
         retry_backoff: seconds before a failed message is sent again [0].
+        exit_timeout: most seconds spent delivering what is still buffered when the producer
+            is collected or the interpreter exits without :meth:`shutdown` [5].
 
     A message that finally fails is never dropped silently: its ``on_delivery`` callback or
     future gets the error, a ``delivery_error`` event is published, and it is kept for
-    :meth:`take_failed`. :meth:`shutdown` returns the messages it could not deliver.
+    :meth:`take_failed`. :meth:`shutdown` returns the messages it could not deliver. A producer
+    that is collected, or still open when the interpreter exits, delivers what it holds within
+    ``exit_timeout`` seconds and logs at WARNING how many messages, to which topics, it could
+    not deliver.
 
     Example:
         >>> producer = AsyncProducer({"bootstrap.servers": "127.0.0.1:9092"})  # doctest: +SKIP
@@ -114,6 +122,7 @@ class AsyncProducer:
         delivery_interval: float = 0.0,
         max_retries: int = -1,
         retry_backoff: float = 0.0,
+        exit_timeout: float = 5.0,
     ) -> None:
         for name, value in [
             ("max_queue_size", max_queue_size),
@@ -125,10 +134,12 @@ class AsyncProducer:
             ("delivery_threshold", delivery_threshold),
             ("delivery_interval", delivery_interval),
             ("retry_backoff", retry_backoff),
+            ("exit_timeout", exit_timeout),
         ]:
             if amount < 0:
                 raise ValueError(f"{name} must be >= 0, got {amount!r}")
         self.max_queue_size = max_queue_size
+        self.exit_timeout = float(exit_timeout)
         self._raw = _RawAsyncProducer(
             dict(config),
             max_queue_size,
@@ -140,15 +151,10 @@ class AsyncProducer:
             max_retries,
             retry_backoff,
         )
-        self._subscribers: list[InstrumentationCallback] = []
-        self._failed: list[Message] = []
-        self._failed_lock = threading.Lock()
-        self._dispatch_lock = threading.Lock()
-        self._closed = threading.Event()
-        self._dispatcher = threading.Thread(
-            target=self._dispatch_forever, name="ferrokafka-producer-events", daemon=True
-        )
-        self._dispatcher.start()
+        self._events = _ProducerEvents(self._raw)
+        self._shutdown_lock = threading.Lock()
+        self._closed = False
+        _exit.register(self)
 
     # -- producing -------------------------------------------------------------------------
 
@@ -178,9 +184,9 @@ class AsyncProducer:
                 topic, value, key, partition, partition_key, headers, timestamp, on_delivery
             )
         except BufferOverflow as overflow:
-            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+            self._events.publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
             raise
-        if self._subscribers:
+        if self._events.subscribers:
             self._publish_enqueued(topic, queue_size)
 
     def produce_future(
@@ -203,9 +209,9 @@ class AsyncProducer:
                 topic, value, key, partition, partition_key, headers, timestamp, None, future
             )
         except BufferOverflow as overflow:
-            self._publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
+            self._events.publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
             raise
-        if self._subscribers:
+        if self._events.subscribers:
             self._publish_enqueued(topic, queue_size)
         return future
 
@@ -232,10 +238,12 @@ class AsyncProducer:
         try:
             accepted, queue_size = self._raw.produce_many(records, topic, on_delivery)
         except BufferOverflow as overflow:
-            self._publish("buffer_overflow", {"topic": overflow.topic, "limit": overflow.limit})
+            self._events.publish(
+                "buffer_overflow", {"topic": overflow.topic, "limit": overflow.limit}
+            )
             raise
-        if self._subscribers:
-            self._publish(
+        if self._events.subscribers:
+            self._events.publish(
                 "enqueue_message",
                 {
                     "topic": topic,
@@ -261,7 +269,7 @@ class AsyncProducer:
         return future
 
     def _publish_enqueued(self, topic: str, queue_size: int) -> None:
-        self._publish(
+        self._events.publish(
             "enqueue_message",
             {"topic": topic, "queue_size": queue_size, "max_queue_size": self.max_queue_size},
         )
@@ -277,7 +285,7 @@ class AsyncProducer:
         and their callbacks ran. Raises :class:`~ferrokafka.KafkaTimeoutError` (a
         ``TimeoutError``) if that takes longer than ``timeout`` seconds."""
         self._raw.flush(timeout)
-        self._drain_now()
+        self._events.drain_now()
 
     def shutdown(self, timeout: float = 30.0) -> list[Message]:
         """Deliver what is buffered (waiting up to ``timeout`` seconds), then stop.
@@ -287,18 +295,59 @@ class AsyncProducer:
         futures. Later calls to ``produce`` raise
         :class:`~ferrokafka.ClosedError`. Calling it again returns ``[]``.
         """
-        if self._closed.is_set():
-            return []
-        undelivered = self._raw.shutdown(timeout)
-        self._closed.set()
-        self._dispatcher.join()
-        self._drain_now()
-        for ticket, message in undelivered:
-            self._raw.settle(ticket, message)
-        handed_back = self.take_failed() + [message for _, message in undelivered]
+        handed_back = self._shut_down(timeout)
         if handed_back:
             log.error("shutdown: %d message(s) could not be delivered", len(handed_back))
         return handed_back
+
+    def _shut_down(self, timeout: float) -> list[Message]:
+        # One shutdown at a time: the exit hook waits for a collection finishing on a thread.
+        with self._shutdown_lock:
+            if self._closed:
+                return []
+            undelivered = self._raw.shutdown(timeout)
+            self._closed = True
+            self._events.close()
+            for ticket, message in undelivered:
+                self._raw.settle(ticket, message)
+            _exit.unregister(self)
+            return self.take_failed() + [message for _, message in undelivered]
+
+    # -- the end of a producer nobody shut down ---------------------------------------------
+
+    def begin_exit(self) -> None:
+        """Part of the interpreter-exit protocol (``ferrokafka._exit``): start delivering."""
+        if not self._closed:
+            self._raw.deliver_messages()
+
+    def finish_exit(self, timeout: float) -> None:
+        """Part of the interpreter-exit protocol: deliver within ``timeout``, log the rest."""
+        self._finish_unowned("at interpreter exit", timeout)
+
+    def __del__(self) -> None:
+        closed = getattr(self, "_closed", True)  # missing: __init__ failed before the engine ran
+        if closed or sys.is_finalizing():
+            return  # after finalization began, the engine's own drop reports what is lost
+        self._finish_unowned("collected without shutdown()", self.exit_timeout)
+
+    def _finish_unowned(self, when: str, timeout: float) -> None:
+        self._events.log_failures = False  # the one line below names them all
+        # shutdown needs a positive wait; a zero exit_timeout hands back at once
+        lost = self._shut_down(max(timeout, _LEAST_WAIT))
+        if not lost:
+            return
+        per_topic: dict[str, int] = {}
+        for message in lost:
+            per_topic[message.topic()] = per_topic.get(message.topic(), 0) + 1
+        log.warning(
+            "AsyncProducer %s: %d message(s) could not be delivered within exit_timeout=%g s "
+            "and are lost: %s (last error: %s)",
+            when,
+            len(lost),
+            self.exit_timeout,
+            ", ".join(f"{topic} ({count})" for topic, count in sorted(per_topic.items())),
+            lost[-1].error(),
+        )
 
     def __enter__(self) -> AsyncProducer:
         return self
@@ -318,7 +367,7 @@ class AsyncProducer:
         (message_count, messages). ``enqueue_message`` and ``buffer_overflow`` run on the
         producing thread, the others on the producer's event thread.
         """
-        self._subscribers.append(callback)
+        self._events.subscribers.append(callback)
 
     def stats(self) -> dict[str, int]:
         """Counters: enqueued, delivered, failed, retried, dropped, overflowed, deliveries,
@@ -329,11 +378,42 @@ class AsyncProducer:
 
     def take_failed(self) -> list[Message]:
         """Messages that finally failed since the last call, each with ``error()`` set."""
+        return self._events.take_failed()
+
+
+class _ProducerEvents:
+    """The producer's event thread and what it feeds: subscribers and the failed messages.
+
+    It is a separate object so that the thread never holds the :class:`AsyncProducer`: a
+    producer its owner dropped is collected (and delivers what it holds, see ``__del__``) instead
+    of being kept alive by its own thread.
+    """
+
+    def __init__(self, raw: _RawAsyncProducer) -> None:
+        self._raw = raw
+        self.subscribers: list[InstrumentationCallback] = []
+        self.log_failures = True
+        self._failed: list[Message] = []
+        self._failed_lock = threading.Lock()
+        self._dispatch_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(
+            target=self._dispatch_forever, name="ferrokafka-producer-events", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Ends the thread (the engine has shut down), then publishes what is left."""
+        self._closed.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        self.drain_now()
+
+    def take_failed(self) -> list[Message]:
+        """Messages that finally failed since the last call, each with ``error()`` set."""
         with self._failed_lock:
             failed, self._failed = self._failed, []
         return failed
-
-    # -- event dispatch --------------------------------------------------------------------
 
     def _dispatch_forever(self) -> None:
         while not self._closed.is_set():
@@ -341,7 +421,8 @@ class AsyncProducer:
                 if self._dispatch(self._raw.poll_events(_POLL_SECONDS)):
                     return
 
-    def _drain_now(self) -> None:
+    def drain_now(self) -> None:
+        """Publishes every event already waiting, on the calling thread."""
         with self._dispatch_lock:
             while events := self._raw.poll_events(0.0):
                 self._dispatch(events)
@@ -359,7 +440,7 @@ class AsyncProducer:
                 failures[message.topic()][1] = error
                 with self._failed_lock:
                     self._failed.append(message)
-                self._publish(
+                self.publish(
                     "delivery_error",
                     {
                         "topic": message.topic(),
@@ -370,7 +451,7 @@ class AsyncProducer:
                     },
                 )
             elif isinstance(event, ProducerRetrying):
-                self._publish(
+                self.publish(
                     "delivery_error",
                     {
                         "topic": event.topic,
@@ -381,22 +462,22 @@ class AsyncProducer:
                 )
             elif isinstance(event, ProducerDropped):
                 messages = event.messages
-                self._publish(
+                self.publish(
                     "drop_messages", {"message_count": len(messages), "messages": messages}
                 )
             elif isinstance(event, ProducerDelivering):
-                self._publish(
+                self.publish(
                     "deliver_messages",
                     {"message_count": event.message_count, "queue_size": event.queue_size},
                 )
             elif isinstance(event, ProducerShutDown):
                 shut_down = True
-        for topic, (count, error) in failures.items():
+        for topic, (count, error) in failures.items() if self.log_failures else ():
             log.warning("%d message(s) to %s failed and were handed back: %s", count, topic, error)
         return shut_down
 
-    def _publish(self, name: str, payload: dict[str, Any]) -> None:
-        for subscriber in self._subscribers:
+    def publish(self, name: str, payload: dict[str, Any]) -> None:
+        for subscriber in self.subscribers:
             try:
                 subscriber(name, payload)
             except Exception:

@@ -1,0 +1,72 @@
+"""What ferrokafka does when the interpreter exits: finish what is still open, within a bound.
+
+A script that produces and ends must not lose what the background threads still hold, and must
+not hang either. Every component that holds messages or a group membership registers here when
+it starts and unregisters when it is closed by its owner; one ``atexit`` hook then finishes
+whatever is still open, each within its own ``exit_timeout``, and each logs at WARNING what it
+could not deliver.
+
+The hook runs after the interpreter joined its non-daemon threads and before it finalizes, so
+the components' own threads (dispatchers, engine threads) still run. It starts no thread (from
+Python 3.12 a new thread cannot start at shutdown): it asks every component to begin at once
+(:meth:`ClosesAtExit.begin_exit`, which never waits), then waits for each in turn against one
+shared deadline, so the waits overlap and the whole exit takes about the longest bound, not
+their sum.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+import weakref
+from typing import Protocol
+
+log = logging.getLogger("ferrokafka")
+
+
+class ClosesAtExit(Protocol):
+    """A component the exit hook finishes if its owner did not."""
+
+    exit_timeout: float
+    """Most seconds the exit may wait for this component."""
+
+    def begin_exit(self) -> None:
+        """Start finishing (deliver what is buffered, ask threads to stop); never waits."""
+
+    def finish_exit(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for the end, then log at WARNING what was lost."""
+
+
+_open: weakref.WeakSet[ClosesAtExit] = weakref.WeakSet()
+
+
+def register(component: ClosesAtExit) -> None:
+    """``component`` is open: the exit hook finishes it unless :func:`unregister` comes first."""
+    _open.add(component)
+
+
+def unregister(component: ClosesAtExit) -> None:
+    """``component`` was closed by its owner (or collected): the exit hook leaves it alone."""
+    _open.discard(component)
+
+
+def finish_everything_open() -> None:
+    """The ``atexit`` hook: finish every registered component, each within its exit_timeout."""
+    components = list(_open)
+    _open.clear()
+    started = time.monotonic()
+    for component in components:
+        try:
+            component.begin_exit()
+        except Exception:
+            log.exception("at exit: cannot begin closing %r", component)
+    for component in components:
+        remaining = started + component.exit_timeout - time.monotonic()
+        try:
+            component.finish_exit(max(remaining, 0.0))
+        except BaseException:  # Ctrl-C during the exit wait: go on with the others, unwaited
+            log.exception("at exit: cannot finish closing %r", component)
+
+
+atexit.register(finish_everything_open)

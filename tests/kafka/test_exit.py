@@ -1,0 +1,106 @@
+"""The end of a process's life: what a script that ends, or drops a component, leaves behind.
+
+Each test runs a real script in a child interpreter (the exit path is the interpreter's own) and
+counts what reached the topic with confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ferrokafka import AsyncProducer
+from tests.conftest import TopicFactory
+from tests.kafka.test_async_producer_faults import read_all
+
+pytestmark = pytest.mark.kafka
+
+UNREACHABLE = "127.0.0.1:1"
+
+# Produces one record with produce() and 500 with produce_many() to each topic, then ends
+# without shutdown(); prints the wall-clock time at which the script's own code ended.
+_PRODUCE_AND_END = """
+import sys, time
+from ferrokafka import AsyncProducer
+
+bootstrap, exit_timeout, *topics = sys.argv[1:]
+producer = AsyncProducer(
+    {"bootstrap.servers": bootstrap, "message.timeout.ms": 60000},
+    max_queue_size=5000,
+    delivery_interval=5.0,
+    exit_timeout=float(exit_timeout),
+)
+for topic in topics:
+    producer.produce(b"one", topic=topic)
+    producer.produce_many([b"many-%d" % i for i in range(500)], topic=topic)
+print(time.time(), flush=True)
+"""
+
+
+def run_script(script: str, *args: str, timeout: float = 60.0) -> tuple[float, str]:
+    """Runs ``script``; returns how long the interpreter took to exit after the script's own
+    code ended (its last printed line), and its stderr."""
+    run = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    ended = time.time()
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    return ended - float(run.stdout.split()[-1]), run.stderr
+
+
+def test_a_script_that_ends_delivers_what_its_producer_buffered(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=3)
+    exit_took, stderr = run_script(_PRODUCE_AND_END, kafka_bootstrap, "5", topic)
+    values = sorted(value for _, value in read_all(kafka_bootstrap, topic))
+    assert values == sorted([b"one"] + [b"many-%d" % i for i in range(500)])
+    assert exit_took < 5.0 + 1.0, f"exit took {exit_took:.1f} s"
+    assert "could not be delivered" not in stderr, stderr
+
+
+def test_an_exit_with_the_broker_unreachable_keeps_its_bound_and_says_what_was_lost() -> None:
+    exit_took, stderr = run_script(_PRODUCE_AND_END, UNREACHABLE, "1.5", "orders", "audit")
+    # the bound: exit_timeout, plus librdkafka's purge of what it holds (milliseconds)
+    assert exit_took < 1.5 + 1.0, f"exit took {exit_took:.1f} s"
+    warnings = [line for line in stderr.splitlines() if "could not be delivered" in line]
+    assert len(warnings) == 1, stderr  # one line names them all
+    warning = warnings[0]
+    assert "at interpreter exit: 1002 message(s)" in warning, warning
+    assert "audit (501), orders (501)" in warning, warning
+
+
+def test_a_producer_dropped_by_its_owner_delivers_before_it_goes(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap}, delivery_interval=5.0)
+    producer.produce_many([b"kept-%d" % i for i in range(100)], topic=topic)
+    del producer
+    gc.collect()  # the producer's own thread does not keep it alive
+    assert [value for _, value in read_all(kafka_bootstrap, topic, 1)] == [
+        b"kept-%d" % i for i in range(100)
+    ]
+
+
+def test_a_dropped_producer_that_cannot_deliver_logs_its_loss_within_its_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = AsyncProducer({"bootstrap.servers": UNREACHABLE}, exit_timeout=1.0)
+    producer.produce_many([b"x"] * 7, topic="nowhere")
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="ferrokafka.producer"):
+        del producer
+        gc.collect()
+    assert time.monotonic() - started < 1.0 + 1.0
+    assert "collected without shutdown(): 7 message(s)" in caplog.text
+    assert "nowhere (7)" in caplog.text
