@@ -28,14 +28,45 @@ log = logging.getLogger("ferrokafka")
 class ClosesAtExit(Protocol):
     """A component the exit hook finishes if its owner did not."""
 
-    exit_timeout: float
-    """Most seconds the exit may wait for this component."""
+    @property
+    def exit_timeout(self) -> float:
+        """Most seconds the exit may wait for this component."""
 
     def begin_exit(self) -> None:
         """Start finishing (deliver what is buffered, ask threads to stop); never waits."""
 
     def finish_exit(self, timeout: float) -> None:
         """Wait at most ``timeout`` seconds for the end, then log at WARNING what was lost."""
+
+
+class _Daemon(Protocol):
+    exit_timeout: float
+
+    def request_stop(self) -> None: ...
+
+    def stop(self, timeout: float = ...) -> bool: ...
+
+
+class StopsAtExit:
+    """The exit protocol of a daemon (scheduler, redelivery tracker) that its owner did not
+    stop: it stops as ``stop()`` does (final reports, offsets committed, group left)."""
+
+    exit_timeout: float = 10.0
+    """Most seconds the interpreter's exit waits for this daemon when it was not stopped."""
+
+    def begin_exit(self: _Daemon) -> None:
+        """Asks the daemon to stop; returns at once."""
+        self.request_stop()
+
+    def finish_exit(self: _Daemon, timeout: float) -> None:
+        """Waits at most ``timeout`` seconds for the stop; says so when it did not end."""
+        if not self.stop(max(timeout, 0.001)):
+            log.warning(
+                "%s at interpreter exit: did not stop within exit_timeout=%g s; its uncommitted "
+                "work is done again by the next owner of its partitions",
+                type(self).__name__,
+                self.exit_timeout,
+            )
 
 
 _open: weakref.WeakSet[ClosesAtExit] = weakref.WeakSet()

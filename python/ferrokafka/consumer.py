@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from ferrokafka import _exit
 from ferrokafka._native import (
     Assignment,
     Batch,
@@ -82,6 +83,8 @@ ConfigValue: TypeAlias = str | int | float | bool
 _FETCH_SECONDS = 0.1
 _EVENT_SECONDS = 0.1
 _WORKER_JOIN_SECONDS = 1.0
+# What the final commit and leaving the group may take at interpreter exit, after the drain.
+_EXIT_CLOSE_SECONDS = 5.0
 DEAD_LETTER_HEADERS = (
     "ferrokafka_error_class",
     "ferrokafka_error_message",
@@ -638,6 +641,7 @@ class Consumer:
                 target=self._dispatch_forever, name="ferrokafka-consumer-events", daemon=True
             )
             self._dispatcher.start()
+            _exit.register(self)
 
     def stop(self) -> None:
         """Stop consuming: queued records are dropped, running handlers get ``drain`` seconds,
@@ -665,6 +669,24 @@ class Consumer:
             for worker in self._workers:
                 worker.join(max(0.0, deadline - time.monotonic()))
             self._core.stopped()
+            _exit.unregister(self)
+
+    # -- the end of a consumer nobody stopped ----------------------------------------------
+
+    @property
+    def exit_timeout(self) -> float:
+        """What a stop takes at most: the drain time, then workers joining and the close."""
+        return self._core.options.drain + _WORKER_JOIN_SECONDS + _EXIT_CLOSE_SECONDS
+
+    def begin_exit(self) -> None:
+        """Part of the interpreter-exit protocol (``ferrokafka._exit``): handlers stop taking
+        batches."""
+        self._stopping.set()
+
+    def finish_exit(self, timeout: float) -> None:
+        """Part of the interpreter-exit protocol: stop as :meth:`stop` does (finished batches
+        committed, the group left), so a script that ends is not redelivered what it handled."""
+        self.stop()
 
     def run(self) -> None:
         """Start, then block until :meth:`stop` is called (from another thread or a callback)

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaException
 
+from ferrokafka import _exit
 from ferrokafka._native import (
     Message,
     RedeliveryPartitionStatus,
@@ -333,7 +334,7 @@ class QueueConsumer:
         self.close()
 
 
-class RedeliveryTracker:
+class RedeliveryTracker(_exit.StopsAtExit):
     """The daemon that redelivers messages whose deadline passed (also ``ferrokafka redelivery``).
 
     Trackers with the same ``group_id`` split the markers partitions. Each partition is replayed
@@ -421,6 +422,7 @@ class RedeliveryTracker:
             self._raw = _RawRedeliveryTracker(*self._args)
             if self._reporter is not None:
                 self._reporter.track(self)
+            _exit.register(self)
         return self
 
     def run(self) -> None:
@@ -453,6 +455,7 @@ class RedeliveryTracker:
         stopped = self._raw.wait(timeout)
         if self._reporter is not None:
             self._reporter.untrack(self)
+        _exit.unregister(self)
         return stopped
 
     def status(self) -> list[dict[str, Any]]:

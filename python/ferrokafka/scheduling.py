@@ -27,6 +27,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ferrokafka import _exit
 from ferrokafka._native import (
     Client,
     NewTopic,
@@ -153,7 +154,7 @@ def create_topics(
     return client.create_topics(topics, timeout=timeout, exist_ok=True)
 
 
-class Scheduler:
+class Scheduler(_exit.StopsAtExit):
     """The scheduler daemon: dispatches due schedules from one or more schedules topics.
 
     Daemons with the same ``group_id`` split the schedules partitions between them; a partition
@@ -242,6 +243,7 @@ class Scheduler:
         )
         if reporter is not None:
             reporter.track(self)
+        _exit.register(self)
 
     def run(self) -> None:
         """Block until :meth:`stop` is called from another thread (or the process is
@@ -264,6 +266,7 @@ class Scheduler:
         stopped = self._raw.wait(timeout)
         if self._reporter is not None:
             self._reporter.untrack(self)
+        _exit.unregister(self)
         return stopped
 
     def status(self) -> list[dict[str, Any]]:

@@ -10,11 +10,14 @@ import gc
 import subprocess
 import sys
 import time
+import uuid
+from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer
-from tests.conftest import TopicFactory
+from ferrokafka import AsyncProducer, Client
+from ferrokafka.scheduling import create_topics
+from tests.conftest import TopicFactory, committed_offsets
 from tests.kafka.test_async_producer_faults import read_all
 
 pytestmark = pytest.mark.kafka
@@ -104,3 +107,69 @@ def test_a_dropped_producer_that_cannot_deliver_logs_its_loss_within_its_bound(
     assert time.monotonic() - started < 1.0 + 1.0
     assert "collected without shutdown(): 7 message(s)" in caplog.text
     assert "nowhere (7)" in caplog.text
+
+
+# Consumes the topic's records with a long commit interval, then ends without stop().
+_CONSUME_AND_END = """
+import sys, threading, time
+from ferrokafka import Consumer
+
+bootstrap, group, topic, count = sys.argv[1:]
+handled, done = [], threading.Event()
+
+def handle(batch):
+    handled.extend(batch.offsets())
+    if len(handled) >= int(count):
+        done.set()
+
+Consumer(
+    {"bootstrap.servers": bootstrap, "group.id": group}, [topic], handle, commit_interval=60.0
+).start()
+assert done.wait(30), f"handled {len(handled)}"
+print(time.time(), flush=True)
+"""
+
+
+def test_a_consumer_script_that_ends_commits_what_it_handled(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    with AsyncProducer({"bootstrap.servers": kafka_bootstrap}) as producer:
+        producer.produce_many([b"r-%d" % i for i in range(100)], topic=topic)
+    group = f"exit-{topic}"
+    exit_took, _ = run_script(_CONSUME_AND_END, kafka_bootstrap, group, topic, "100")
+    # without a stop at exit nothing would be committed for a minute: all 100 read again
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 100}
+    assert exit_took < 10.0, f"exit took {exit_took:.1f} s"
+
+
+# Runs a scheduler until its partition is loaded, then ends without stop().
+_SCHEDULE_AND_END = """
+import sys, time
+from ferrokafka.scheduling import Scheduler
+
+bootstrap, group, topic = sys.argv[1:]
+scheduler = Scheduler({"bootstrap.servers": bootstrap}, [topic], group_id=group)
+deadline = time.monotonic() + 30
+while [row["state"] for row in scheduler.status()] != ["loaded"]:
+    assert time.monotonic() < deadline, scheduler.status()
+    time.sleep(0.05)
+print(time.time(), flush=True)
+"""
+
+
+def test_a_scheduler_script_that_ends_leaves_its_group_at_once(
+    kafka_bootstrap: str, kafka_client: Client, confluent_admin: Any
+) -> None:
+    topic = f"exit-schedules-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, topic, num_partitions=1)
+    group = f"exit-{topic}"
+    try:
+        exit_took, _ = run_script(_SCHEDULE_AND_END, kafka_bootstrap, group, topic)
+        assert exit_took < 10.0, f"exit took {exit_took:.1f} s"
+        # a daemon that left its group hands its partitions over now, not after
+        # session.timeout.ms
+        (described,) = confluent_admin.describe_consumer_groups([group]).values()
+        assert described.result().members == []
+    finally:
+        kafka_client.delete_topics([topic, f"{topic}_states"])
