@@ -30,6 +30,7 @@ from ferrokafka import (
     TopicPartition,
 )
 from tests.conftest import TopicFactory, committed_offsets
+from tests.kafka.test_async_producer_faults import read_messages
 
 pytestmark = pytest.mark.kafka
 
@@ -162,6 +163,12 @@ def test_six_partitions_ordered_within_and_concurrent_across(
         topic,
         [{"key": f"k{n % keys}", "value": str(n // keys)} for n in range(total)],
     )
+    # Each key's values in the order the topic stores them, read by confluent-kafka: the consumer
+    # is held to that order, not to the order of production (a producer may reorder what it
+    # retries; the consumer never may).
+    stored: dict[bytes, list[int]] = collections.defaultdict(list)
+    for message in read_messages(kafka_bootstrap, topic, partitions=6):
+        stored[message.key() or b""].append(int(message.value() or b"-1"))
     handled = Handled()
     active: set[int] = set()
     overlaps: list[tuple[int, int]] = []
@@ -183,16 +190,19 @@ def test_six_partitions_ordered_within_and_concurrent_across(
 
     with Consumer(base_config, [topic], handle, max_batch_size=50, commit_interval=0.2):
         handled.wait_count(total)
+    assert overlaps, "no two partitions were ever handled at the same time"
+    assert all(a != b for a, b in overlaps), "two batches of one partition ran at once"
     by_partition = handled.by_partition()
     assert len(by_partition) == 6
     for partition, offsets in by_partition.items():
         assert offsets == sorted(set(offsets)), f"partition {partition} out of order"
         assert offsets == list(range(len(offsets)))
     assert sum(len(o) for o in by_partition.values()) == total
-    assert all(seqs == list(range(total // keys)) for seqs in per_key.values())
     assert len(per_key) == keys
-    assert overlaps, "no two partitions were ever handled at the same time"
-    assert all(a != b for a, b in overlaps)
+    assert per_key == stored, "the consumer broke a key's stored order"
+    # The produce fixture is idempotent: the topic keeps each key's order of production.
+    written = {f"k{k}".encode(): list(range(total // keys)) for k in range(keys)}
+    assert stored == written, "the idempotent producer stored a key out of order"
 
 
 CHILD = textwrap.dedent(
