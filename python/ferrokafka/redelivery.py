@@ -123,22 +123,26 @@ class QueueConsumer:
     are written. Waits release the GIL and can be interrupted with Ctrl-C.
 
     Backends: ``backend="markers"`` (the default; any broker; needs a
-    :class:`RedeliveryTracker`) is described above. ``backend="share"`` uses a KIP-932 share
-    group (Kafka 4.2+) through ``confluent_kafka.ShareConsumer``: the broker tracks every
-    message, no markers topic and no tracker are needed; ``ack`` accepts, ``nack`` releases,
-    and past ``max_redeliveries`` the message is copied to ``dead_letter_topic`` and rejected.
-    Its lock cannot be extended (``keepalive`` and ``nack(redeliver="after_timeout")`` raise
-    ``NotImplementedError``), and every message handed out must be acked or nacked before
-    more are consumed. ``backend="auto"`` takes share groups when the broker accepts the
-    group's share settings, markers otherwise; :attr:`backend` tells which. See
-    :mod:`ferrokafka.share_queue`.
+    :class:`RedeliveryTracker`; consumer group ``ferrokafka-queue-<queue_topic>``) is described
+    above. ``backend="share"`` uses a KIP-932 share group (Kafka 4.2+, share group
+    ``ferrokafka-share-queue-<queue_topic>``) through ``confluent_kafka.ShareConsumer``: the
+    broker tracks every message, no markers topic and no tracker are needed; ``ack`` accepts,
+    ``nack`` releases, and past ``max_redeliveries`` the message is copied to
+    ``dead_letter_topic`` and rejected. Its lock cannot be extended (``keepalive`` and
+    ``nack(redeliver="after_timeout")`` raise ``NotImplementedError``), and every message handed
+    out must be acked or nacked before more are consumed. ``backend="auto"`` takes share groups
+    when the broker accepts the group's share settings, markers otherwise; :attr:`backend` tells
+    which. A ``group_id`` that names a classic consumer group (e.g. one the markers backend used)
+    cannot be a share group: ``"share"`` raises ``ConfigError`` saying so, ``"auto"`` takes
+    markers. See :mod:`ferrokafka.share_queue`.
 
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``session.timeout.ms``, ...).
         queue_topic: the topic to consume.
         markers_topic: the markers topic (must exist) read by the tracker (markers backend).
         redelivery_timeout: seconds a handler has before its message is redelivered [60].
-        group_id: consumer group [``ferrokafka-queue-<queue_topic>``].
+        group_id: consumer group [markers: ``ferrokafka-queue-<queue_topic>``; share:
+            ``ferrokafka-share-queue-<queue_topic>``].
         max_batch_size: most messages fetched (and marked) at once [500].
         marker_timeout: seconds to wait for a batch's START markers and metadata (share
             backend: for the group's settings) [30].
@@ -179,28 +183,32 @@ class QueueConsumer:
             raise ValueError(f"backend must be 'markers', 'share' or 'auto', got {backend!r}")
         if max_redeliveries < 0:
             raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
-        group = group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}"
         self._share: ShareQueue | None = None
         self._raw: _RawQueueConsumer | None = None
         if backend != "markers":
+            share_group = (
+                group_id if group_id is not None else f"ferrokafka-share-queue-{queue_topic}"
+            )
             try:
                 configure_share_group(
-                    config, group, redelivery_timeout, max_redeliveries, marker_timeout
+                    config, share_group, redelivery_timeout, max_redeliveries, marker_timeout
                 )
-            except KafkaException as e:
+            except (KafkaException, ConfigError) as e:
                 if backend == "share":
-                    raise ConfigError(f"share group {group!r} cannot be set up: {e}") from e
-                log.info("no share groups on this broker (%s): using markers", e)
+                    if isinstance(e, ConfigError):
+                        raise
+                    raise ConfigError(f"share group {share_group!r} cannot be set up: {e}") from e
+                log.info("share group %r not available (%s): using markers", share_group, e)
             else:
                 self._share = ShareQueue(
-                    config, queue_topic, group, max_redeliveries, dead_letter_topic
+                    config, queue_topic, share_group, max_redeliveries, dead_letter_topic
                 )
         if self._share is None:
             self._raw = _RawQueueConsumer(
                 dict(config),
                 queue_topic,
                 markers_topic,
-                group,
+                group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
                 redelivery_timeout,
                 marker_timeout,
                 max_batch_size,

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple, cast
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
-from ferrokafka import Client, KafkaError
+from ferrokafka import Client, ConfigError, KafkaError
 from ferrokafka.codecs import decode_marker
 from ferrokafka.redelivery import (
     ORIGINAL_TOPIC_HEADER,
@@ -460,6 +460,38 @@ def test_a_batch_whose_starts_fail_is_not_handed_out_nor_are_the_batches_after_i
     finally:
         reader.close()
     assert position.offset == OFFSET_INVALID, position
+
+
+def test_each_backend_has_its_own_default_group_and_a_classic_group_is_named(
+    config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    # The README's blocks one after the other: the markers backend, then share groups on the
+    # same queue. Both used ferrokafka-queue-<topic>: the share heartbeat died with "The group
+    # id does not exist".
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, ["first", "second"])
+    with QueueConsumer(config, queue_topic, markers, 30.0) as queue:
+        taken = take(queue, 2)
+        queue.ack_many(taken)
+        queue.flush()
+    with QueueConsumer(config, queue_topic, markers, 30.0, backend="share") as shared:
+        assert shared.backend == "share"
+        again: list[QueueMessage] = []
+        deadline = time.monotonic() + 30
+        while len(again) < 2:
+            assert time.monotonic() < deadline, f"only {len(again)} came"
+            batch = shared.consume(2, timeout=1.0)
+            shared.ack_many(batch)  # a share consumer takes more only once these are acked
+            again.extend(batch)
+        shared.flush()
+    assert sorted((m.value() or b"") for m in again) == [b"first", b"second"]
+    markers_group = f"ferrokafka-queue-{queue_topic}"
+    with pytest.raises(ConfigError, match="is a classic consumer group"):
+        QueueConsumer(config, queue_topic, markers, 30.0, backend="share", group_id=markers_group)
+    with QueueConsumer(
+        config, queue_topic, markers, 30.0, backend="auto", group_id=markers_group
+    ) as kept:
+        assert kept.backend == "markers"
 
 
 def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(
