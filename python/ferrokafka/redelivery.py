@@ -120,7 +120,17 @@ class QueueConsumer:
     start then (and are kept alive). Messages prepared but not handed out when the consumer closes
     come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
     ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers
-    are written. Waits release the GIL and can be interrupted with Ctrl-C.
+    are written. Waits release the GIL and can be interrupted with Ctrl-C. Creating the consumer
+    waits for no broker: the markers topic is looked up in the background, and a fetch raises its
+    error (a missing markers topic, or ``KafkaTimeoutError`` after ``marker_timeout`` without an
+    answer) while it cannot be read.
+
+    A message whose START marker the markers topic refuses for good (larger than its
+    ``max.message.bytes``) would block the messages behind it: it is copied to
+    ``dead_letter_topic`` (same headers as the tracker's dead letters) or, without one, handed
+    back by the fetch that reaches it as :class:`~ferrokafka.exceptions.MarkerRefusedError`
+    (its ``message`` attribute); either way its offset is committed, it is logged at error level
+    and counted (``refused``), and the messages behind it go on.
 
     Backends: ``backend="markers"`` (the default; any broker; needs a
     :class:`RedeliveryTracker`; consumer group ``ferrokafka-queue-<queue_topic>``) is described
@@ -151,7 +161,9 @@ class QueueConsumer:
         backend: ``"markers"``, ``"share"`` or ``"auto"`` [``"markers"``].
         max_redeliveries: share backend: redeliveries before dead-lettering [3] (the markers
             backend takes it on the :class:`RedeliveryTracker`).
-        dead_letter_topic: share backend: where messages go after that [None: log and drop].
+        dead_letter_topic: share backend: where messages go after that [None: log and drop];
+            markers backend: where a message goes whose START marker the markers topic refuses
+            for good [None: handed back as ``MarkerRefusedError``].
 
     Example:
         >>> queue = QueueConsumer(
@@ -213,6 +225,7 @@ class QueueConsumer:
                 marker_timeout,
                 max_batch_size,
                 auto_keepalive,
+                dead_letter_topic,
             )
         self._max_batch_size = max_batch_size
         self._buffer: deque[QueueMessage] = deque()
@@ -270,7 +283,9 @@ class QueueConsumer:
                 yield message
 
     def ack(self, message: QueueMessage) -> None:
-        """Processing of ``message`` succeeded: it will not be redelivered."""
+        """Processing of ``message`` succeeded: it will not be redelivered. ``message`` must be
+        one this consumer handed out and not yet acked or nacked (``ValueError`` otherwise;
+        ``TypeError`` for anything but a message)."""
         self.ack_many([message])
 
     def ack_many(self, messages: list[QueueMessage]) -> None:
@@ -281,7 +296,7 @@ class QueueConsumer:
             >>> queue.ack_many(batch)  # doctest: +SKIP
         """
         if self._share is not None:
-            self._share.ack_many([(m.partition() or 0, m.offset() or 0) for m in messages])
+            self._share.ack_many([_position(m) for m in messages])
         else:
             # The native call reads the positions of fetched messages without Python calls.
             self._markers().ack_many(messages)
@@ -301,16 +316,17 @@ class QueueConsumer:
             raise ValueError(f"redeliver must be 'now' or 'after_timeout', got {redeliver!r}")
         now = redeliver == "now"
         if self._share is not None:
+            _position(message)  # a TypeError naming what nack takes, before any state changes
             self._share.nack(message, now)
         else:
-            self._markers().nack(message.partition() or 0, message.offset() or 0, now)
+            self._markers().nack(message, now)
 
     def keepalive(self, message: QueueMessage) -> None:
         """Still working on ``message``: its deadline moves to now + ``redelivery_timeout``
         (done automatically with ``auto_keepalive``)."""
         if self._share is not None:
             self._share.keepalive()
-        self._markers().keepalive(message.partition() or 0, message.offset() or 0)
+        self._markers().keepalive(message)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every ack/nack/keepalive marker so far is written (TimeoutError after
@@ -322,12 +338,16 @@ class QueueConsumer:
 
     def stats(self) -> dict[str, Any]:
         """Counters: received, acked, nacked, keepalives, failed_markers (on the share backend:
-        partitions whose acknowledgements the broker refused; and dead_lettered)."""
+        partitions whose acknowledgements the broker refused; and dead_lettered); on the markers
+        backend also refused (START markers refused for good: dead-lettered or handed back)."""
         return self._share.stats() if self._share is not None else self._markers().stats().as_dict()
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Write the pending markers, then leave the group. Prepared messages not yet handed
-        out are redelivered after their deadline."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Write the pending markers (waiting up to ``timeout`` seconds), then leave the group.
+        Prepared messages not yet handed out are redelivered after their deadline. On the markers
+        backend, whatever the broker does, this returns within ``timeout`` plus about two
+        seconds; markers not written by then are logged with their count (their messages come
+        back after their deadline)."""
         self._buffer.clear()
         if self._share is not None:
             self._share.close(timeout)
@@ -339,6 +359,17 @@ class QueueConsumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _position(message: QueueMessage) -> tuple[int, int]:
+    """The partition and offset of a message handed out; TypeError for anything else."""
+    try:
+        return message.partition() or 0, message.offset() or 0
+    except (AttributeError, TypeError):
+        raise TypeError(
+            "QueueConsumer.ack, ack_many, nack and keepalive take the messages it handed out "
+            f"(with partition() and offset()), got {type(message).__name__}"
+        ) from None
 
 
 class RedeliveryTracker:
