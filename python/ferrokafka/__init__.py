@@ -33,6 +33,7 @@ from ferrokafka.exceptions import (
     FerrokafkaError,
     KafkaError,
     KafkaTimeoutError,
+    MarkerRefusedError,
     ProduceError,
     ScheduleError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "FerrokafkaError",
     "KafkaError",
     "KafkaTimeoutError",
+    "MarkerRefusedError",
     "Message",
     "NewTopic",
     "PartitionMetadata",

@@ -1171,23 +1171,24 @@ class _RawQueueConsumer:
         marker_timeout: float,
         max_batch_size: int,
         auto_keepalive: bool,
+        dead_letter_topic: str | None,
     ) -> _RawQueueConsumer: ...
     def fetch(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages whose START markers are written and offsets
-        committed; ``[]`` when none came within ``timeout`` seconds (None: wait for one)."""
-    def ack(self, partition: int, offset: int) -> None:
-        """Write the END marker of the message at ``partition``/``offset``."""
+        committed; ``[]`` when none came within ``timeout`` seconds (None: wait for one).
+        Raises ``MarkerRefusedError`` carrying a message whose START was refused for good."""
     def ack_many(self, messages: Sequence[Any]) -> None:
         """Write the END markers of these messages (``Message`` or anything with
-        ``partition()`` and ``offset()``)."""
-    def nack(self, partition: int, offset: int, now: bool) -> None:
+        ``partition()`` and ``offset()``; ValueError for one not in flight)."""
+    def nack(self, message: Any, now: bool) -> None:
         """Stop keeping the message alive; ``now``: make it due for redelivery at once."""
-    def keepalive(self, partition: int, offset: int) -> None:
+    def keepalive(self, message: Any) -> None:
         """Move the message's deadline to now + the redelivery timeout."""
     def flush(self, timeout: float) -> None:
         """Wait until every END/KEEPALIVE marker so far is written."""
     def close(self, timeout: float) -> None:
-        """Flush the markers, then close the consumer; idempotent."""
+        """Wait up to ``timeout`` for the markers (logging what is not written), then close
+        the consumer; idempotent."""
     def stats(self) -> QueueConsumerStats:
         """The counters so far."""
 
@@ -1210,6 +1211,10 @@ class QueueConsumerStats:
     @property
     def failed_markers(self) -> int:
         """END or KEEPALIVE markers librdkafka could not deliver."""
+    @property
+    def refused(self) -> int:
+        """Messages whose START the markers topic refused for good: dead-lettered or handed
+        back."""
     def as_dict(self) -> dict[str, int]:
         """The fields as a dict."""
 

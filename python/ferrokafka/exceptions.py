@@ -13,6 +13,7 @@ means the same thing, the class derives from it too, so ``except TimeoutError`` 
     └── KafkaError                      an error reported by Kafka or librdkafka
         ├── KafkaTimeoutError (TimeoutError)
         ├── ProduceError
+        │   └── MarkerRefusedError          a queue message handed back: START refused
         └── ConsumeError
 
 Example:
@@ -26,6 +27,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BufferOverflow",
     "ClosedError",
@@ -35,6 +38,7 @@ __all__ = [
     "FerrokafkaError",
     "KafkaError",
     "KafkaTimeoutError",
+    "MarkerRefusedError",
     "ProduceError",
     "ScheduleError",
 ]
@@ -113,6 +117,36 @@ class KafkaTimeoutError(KafkaError, TimeoutError):
 
 class ProduceError(KafkaError):
     """A message could not be produced."""
+
+
+class MarkerRefusedError(ProduceError):
+    """A :class:`~ferrokafka.redelivery.QueueConsumer` message handed back instead of handed out:
+    the markers topic refused its START marker for good (e.g. larger than the topic's
+    ``max.message.bytes``) and the consumer has no ``dead_letter_topic``. Its queue offset is
+    committed, so it is neither handed out nor redelivered: it is the caller's now. The code and
+    name are the refusal's (``MESSAGE_SIZE_TOO_LARGE``).
+
+    Attributes:
+        message: the refused message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        code: int = -1,
+        name: str = "_UNKNOWN",
+        retriable: bool = False,
+        fatal: bool = False,
+        refused: Any = None,
+    ) -> None:
+        super().__init__(message, code, name, retriable, fatal)
+        self.message = refused
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (str(self), self.code, self.name, self.retriable, self.fatal, self.message),
+        )
 
 
 class ConsumeError(KafkaError):

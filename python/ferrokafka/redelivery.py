@@ -121,25 +121,39 @@ class QueueConsumer:
     start then (and are kept alive). Messages prepared but not handed out when the consumer closes
     come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
     ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers
-    are written. Waits release the GIL and can be interrupted with Ctrl-C.
+    are written. Waits release the GIL and can be interrupted with Ctrl-C. Creating the consumer
+    waits for no broker: the markers topic is looked up in the background, and a fetch raises its
+    error (a missing markers topic, or ``KafkaTimeoutError`` after ``marker_timeout`` without an
+    answer) while it cannot be read.
+
+    A message whose START marker the markers topic refuses for good (larger than its
+    ``max.message.bytes``) would block the messages behind it: it is copied to
+    ``dead_letter_topic`` (same headers as the tracker's dead letters) or, without one, handed
+    back by the fetch that reaches it as :class:`~ferrokafka.exceptions.MarkerRefusedError`
+    (its ``message`` attribute); either way its offset is committed, it is logged at error level
+    and counted (``refused``), and the messages behind it go on.
 
     Backends: ``backend="markers"`` (the default; any broker; needs a
-    :class:`RedeliveryTracker`) is described above. ``backend="share"`` uses a KIP-932 share
-    group (Kafka 4.2+) through ``confluent_kafka.ShareConsumer``: the broker tracks every
-    message, no markers topic and no tracker are needed; ``ack`` accepts, ``nack`` releases,
-    and past ``max_redeliveries`` the message is copied to ``dead_letter_topic`` and rejected.
-    Its lock cannot be extended (``keepalive`` and ``nack(redeliver="after_timeout")`` raise
-    ``NotImplementedError``), and every message handed out must be acked or nacked before
-    more are consumed. ``backend="auto"`` takes share groups when the broker accepts the
-    group's share settings, markers otherwise; :attr:`backend` tells which. See
-    :mod:`ferrokafka.share_queue`.
+    :class:`RedeliveryTracker`; consumer group ``ferrokafka-queue-<queue_topic>``) is described
+    above. ``backend="share"`` uses a KIP-932 share group (Kafka 4.2+, share group
+    ``ferrokafka-share-queue-<queue_topic>``) through ``confluent_kafka.ShareConsumer``: the
+    broker tracks every message, no markers topic and no tracker are needed; ``ack`` accepts,
+    ``nack`` releases, and past ``max_redeliveries`` the message is copied to
+    ``dead_letter_topic`` and rejected. Its lock cannot be extended (``keepalive`` and
+    ``nack(redeliver="after_timeout")`` raise ``NotImplementedError``), and every message handed
+    out must be acked or nacked before more are consumed. ``backend="auto"`` takes share groups
+    when the broker accepts the group's share settings, markers otherwise; :attr:`backend` tells
+    which. A ``group_id`` that names a classic consumer group (e.g. one the markers backend used)
+    cannot be a share group: ``"share"`` raises ``ConfigError`` saying so, ``"auto"`` takes
+    markers. See :mod:`ferrokafka.share_queue`.
 
     Args:
         config: librdkafka configuration (``bootstrap.servers``, ``session.timeout.ms``, ...).
         queue_topic: the topic to consume.
         markers_topic: the markers topic (must exist) read by the tracker (markers backend).
         redelivery_timeout: seconds a handler has before its message is redelivered [60].
-        group_id: consumer group [``ferrokafka-queue-<queue_topic>``].
+        group_id: consumer group [markers: ``ferrokafka-queue-<queue_topic>``; share:
+            ``ferrokafka-share-queue-<queue_topic>``].
         max_batch_size: most messages fetched (and marked) at once [500].
         marker_timeout: seconds to wait for a batch's START markers and metadata (share
             backend: for the group's settings) [30].
@@ -148,7 +162,9 @@ class QueueConsumer:
         backend: ``"markers"``, ``"share"`` or ``"auto"`` [``"markers"``].
         max_redeliveries: share backend: redeliveries before dead-lettering [3] (the markers
             backend takes it on the :class:`RedeliveryTracker`).
-        dead_letter_topic: share backend: where messages go after that [None: log and drop].
+        dead_letter_topic: share backend: where messages go after that [None: log and drop];
+            markers backend: where a message goes whose START marker the markers topic refuses
+            for good [None: handed back as ``MarkerRefusedError``].
 
     Example:
         >>> queue = QueueConsumer(
@@ -180,32 +196,37 @@ class QueueConsumer:
             raise ValueError(f"backend must be 'markers', 'share' or 'auto', got {backend!r}")
         if max_redeliveries < 0:
             raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
-        group = group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}"
         self._share: ShareQueue | None = None
         self._raw: _RawQueueConsumer | None = None
         if backend != "markers":
+            share_group = (
+                group_id if group_id is not None else f"ferrokafka-share-queue-{queue_topic}"
+            )
             try:
                 configure_share_group(
-                    config, group, redelivery_timeout, max_redeliveries, marker_timeout
+                    config, share_group, redelivery_timeout, max_redeliveries, marker_timeout
                 )
-            except KafkaException as e:
+            except (KafkaException, ConfigError) as e:
                 if backend == "share":
-                    raise ConfigError(f"share group {group!r} cannot be set up: {e}") from e
-                log.info("no share groups on this broker (%s): using markers", e)
+                    if isinstance(e, ConfigError):
+                        raise
+                    raise ConfigError(f"share group {share_group!r} cannot be set up: {e}") from e
+                log.info("share group %r not available (%s): using markers", share_group, e)
             else:
                 self._share = ShareQueue(
-                    config, queue_topic, group, max_redeliveries, dead_letter_topic
+                    config, queue_topic, share_group, max_redeliveries, dead_letter_topic
                 )
         if self._share is None:
             self._raw = _RawQueueConsumer(
                 dict(config),
                 queue_topic,
                 markers_topic,
-                group,
+                group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
                 redelivery_timeout,
                 marker_timeout,
                 max_batch_size,
                 auto_keepalive,
+                dead_letter_topic,
             )
         self._max_batch_size = max_batch_size
         self._buffer: deque[QueueMessage] = deque()
@@ -263,7 +284,9 @@ class QueueConsumer:
                 yield message
 
     def ack(self, message: QueueMessage) -> None:
-        """Processing of ``message`` succeeded: it will not be redelivered."""
+        """Processing of ``message`` succeeded: it will not be redelivered. ``message`` must be
+        one this consumer handed out and not yet acked or nacked (``ValueError`` otherwise;
+        ``TypeError`` for anything but a message)."""
         self.ack_many([message])
 
     def ack_many(self, messages: list[QueueMessage]) -> None:
@@ -274,7 +297,7 @@ class QueueConsumer:
             >>> queue.ack_many(batch)  # doctest: +SKIP
         """
         if self._share is not None:
-            self._share.ack_many([(m.partition() or 0, m.offset() or 0) for m in messages])
+            self._share.ack_many([_position(m) for m in messages])
         else:
             # The native call reads the positions of fetched messages without Python calls.
             self._markers().ack_many(messages)
@@ -294,16 +317,17 @@ class QueueConsumer:
             raise ValueError(f"redeliver must be 'now' or 'after_timeout', got {redeliver!r}")
         now = redeliver == "now"
         if self._share is not None:
+            _position(message)  # a TypeError naming what nack takes, before any state changes
             self._share.nack(message, now)
         else:
-            self._markers().nack(message.partition() or 0, message.offset() or 0, now)
+            self._markers().nack(message, now)
 
     def keepalive(self, message: QueueMessage) -> None:
         """Still working on ``message``: its deadline moves to now + ``redelivery_timeout``
         (done automatically with ``auto_keepalive``)."""
         if self._share is not None:
             self._share.keepalive()
-        self._markers().keepalive(message.partition() or 0, message.offset() or 0)
+        self._markers().keepalive(message)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every ack/nack/keepalive marker so far is written (TimeoutError after
@@ -315,12 +339,16 @@ class QueueConsumer:
 
     def stats(self) -> dict[str, Any]:
         """Counters: received, acked, nacked, keepalives, failed_markers (on the share backend:
-        partitions whose acknowledgements the broker refused; and dead_lettered)."""
+        partitions whose acknowledgements the broker refused; and dead_lettered); on the markers
+        backend also refused (START markers refused for good: dead-lettered or handed back)."""
         return self._share.stats() if self._share is not None else self._markers().stats().as_dict()
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Write the pending markers, then leave the group. Prepared messages not yet handed
-        out are redelivered after their deadline."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Write the pending markers (waiting up to ``timeout`` seconds), then leave the group.
+        Prepared messages not yet handed out are redelivered after their deadline. On the markers
+        backend, whatever the broker does, this returns within ``timeout`` plus about two
+        seconds; markers not written by then are logged with their count (their messages come
+        back after their deadline)."""
         self._buffer.clear()
         if self._share is not None:
             self._share.close(timeout)
@@ -332,6 +360,17 @@ class QueueConsumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _position(message: QueueMessage) -> tuple[int, int]:
+    """The partition and offset of a message handed out; TypeError for anything else."""
+    try:
+        return message.partition() or 0, message.offset() or 0
+    except (AttributeError, TypeError):
+        raise TypeError(
+            "QueueConsumer.ack, ack_many, nack and keepalive take the messages it handed out "
+            f"(with partition() and offset()), got {type(message).__name__}"
+        ) from None
 
 
 class RedeliveryTracker(_exit.StopsAtExit):

@@ -36,7 +36,14 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
+from confluent_kafka import (
+    AcknowledgeType,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    KafkaException,
+    Producer,
+    ShareConsumer,
+)
 from confluent_kafka import Message as ShareMessage
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
@@ -46,7 +53,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from ferrokafka.exceptions import ClosedError, KafkaError, KafkaTimeoutError
+from ferrokafka.exceptions import ClosedError, ConfigError, KafkaError, KafkaTimeoutError
 from ferrokafka.tracking import _CONSUMER_ONLY_KEYS  # one list of a producer's foreign keys
 
 __all__ = ["ShareMessage", "ShareQueue", "configure_share_group"]
@@ -118,11 +125,24 @@ def configure_share_group(
     max_redeliveries: int,
     timeout: float = 30.0,
 ) -> None:
-    """Writes the share group's settings, waiting up to ``timeout`` seconds; raises
+    """Writes the share group's settings, waiting up to ``timeout`` seconds in all; raises
     ``KafkaException`` when the broker refuses them (for example because it has no share
-    groups) and ``ValueError`` for a lock that is not a positive number of seconds."""
+    groups), ``ConfigError`` when ``group_id`` is a live consumer group that is not a share group
+    (a classic or KIP-848 group: the broker would answer the share heartbeat with "group id does
+    not exist"), and ``ValueError`` for a lock that is not a positive number of seconds."""
     if not (math.isfinite(redelivery_timeout) and redelivery_timeout > 0):
         raise ValueError(f"redelivery_timeout must be > 0 seconds, got {redelivery_timeout}")
+    deadline = time.monotonic() + timeout
+    admin_settings: dict[str, Any] = {**_connection(config), "logger": log}
+    admin = AdminClient(admin_settings)
+    found = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result()
+    # A share group is invisible to this (classic) description: it looks dead, like no group.
+    if found.state != ConsumerGroupState.DEAD:
+        kind = "KIP-848" if found.type == ConsumerGroupType.CONSUMER else "classic"
+        raise ConfigError(
+            f"group_id {group_id!r} is a {kind} consumer group (e.g. of the markers backend or a "
+            "Consumer); a share group needs an id of its own"
+        )
     settings = {
         "share.auto.offset.reset": "earliest",
         "share.record.lock.duration.ms": str(round(redelivery_timeout * 1000)),
@@ -136,9 +156,8 @@ def configure_share_group(
             for name, value in settings.items()
         ],
     )
-    admin_settings: dict[str, Any] = {**_connection(config), "logger": log}
-    admin = AdminClient(admin_settings)
-    admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result()
+    left = max(deadline - time.monotonic(), 0.001)
+    admin.incremental_alter_configs([resource], request_timeout=left)[resource].result()
 
 
 class ShareQueue:

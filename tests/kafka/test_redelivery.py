@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from typing import Any, Literal, NamedTuple, cast
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import KafkaError as ConfluentError
 
-from ferrokafka import Client, KafkaError
+from ferrokafka import Client, ConfigError, KafkaError, MarkerRefusedError, NewTopic
 from ferrokafka.codecs import decode_marker
 from ferrokafka.redelivery import (
+    ORIGINAL_OFFSET_HEADER,
     ORIGINAL_TOPIC_HEADER,
     REDELIVERY_COUNT_HEADER,
     QueueConsumer,
@@ -29,6 +31,8 @@ from ferrokafka.redelivery import (
     redelivery_count,
 )
 from tests.conftest import TopicFactory, wait_until
+from tests.kafka.test_async_producer_faults import outage
+from tests.kafka.test_async_producer_faults import outage_broker as outage_broker
 
 pytestmark = pytest.mark.kafka
 
@@ -427,39 +431,166 @@ def test_ack_many_writes_one_end_per_message_fetched_or_duck_typed(
     assert sorted((m.partition, m.offset) for m in ends if m.kind == "end") == sorted(positions)
 
 
-def consume_nothing_for(queue: QueueConsumer, seconds: float) -> None:
-    """Consumes for up to `seconds`, asserting that nothing comes (an error ends it)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert queue.consume(2, timeout=1.0) == []
-
-
-def test_a_batch_whose_starts_fail_is_not_handed_out_nor_are_the_batches_after_it_committed(
-    config: dict[str, Any], topic_factory: TopicFactory, kafka_client: Client
-) -> None:
-    # The markers topic refuses the START of the second message (too large for it), so the
-    # first batch fails while the next batches' STARTs, prepared behind it, go through: none of
-    # them may be handed out, and the queue offset may not be committed past the failed one.
-    queue_topic = topic_factory(partitions=1)
-    markers = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
-    values = ["m0", "x" * 5000] + [f"m{n}" for n in range(2, 8)]
-    for value in values:
-        kafka_client.produce(queue_topic, value, partition=0)
-    group = f"g-{uuid.uuid4().hex}"
-    with QueueConsumer(
-        config, queue_topic, markers, TIMEOUT, group_id=group, max_batch_size=2
-    ) as queue:
-        with pytest.raises(KafkaError):
-            consume_nothing_for(queue, 20.0)
-        # Rewound: the failed batch is read and refused again.
-        with pytest.raises(KafkaError):
-            consume_nothing_for(queue, 20.0)
-    reader = Consumer({"bootstrap.servers": config["bootstrap.servers"], "group.id": group})
+def read_with_confluent(bootstrap: str, topic: str) -> list[Any]:
+    """Every record of the one-partition ``topic``, read by confluent-kafka to its end."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"counter-{uuid.uuid4().hex}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    reader.assign([TopicPartition(topic, 0, 0)])
+    records: list[Any] = []
+    deadline = time.monotonic() + 30
     try:
-        [position] = reader.committed([TopicPartition(queue_topic, 0)], timeout=10)
+        while True:
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            message = reader.poll(1.0)
+            if message is None:
+                continue
+            error = message.error()
+            if error is None:
+                records.append(message)
+            elif error.code() == ConfluentError._PARTITION_EOF:
+                return records
+            else:
+                raise AssertionError(error)
     finally:
         reader.close()
-    assert position.offset == OFFSET_INVALID, position
+
+
+def committed(bootstrap: str, group: str, topic: str) -> int:
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        [position] = reader.committed([TopicPartition(topic, 0)], timeout=10)
+    finally:
+        reader.close()
+    return int(position.offset)
+
+
+@pytest.mark.parametrize("dead_letter", [True, False], ids=["dead-lettered", "handed-back"])
+def test_a_start_the_markers_topic_always_refuses_blocks_nothing_behind_it(
+    config: dict[str, Any],
+    topic_factory: TopicFactory,
+    kafka_client: Client,
+    dead_letter: bool,
+) -> None:
+    # The markers topic refuses the START of one message for good (too large for it); the
+    # batches around it are written as usual. Before, that batch failed on every read forever.
+    queue_topic = topic_factory(partitions=1)
+    markers = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
+    dead_letters = topic_factory(partitions=1) if dead_letter else None
+    big = "x" * 5000
+    values = [f"m{n}" for n in range(12)]
+    values.insert(5, big)
+    for value in values:
+        kafka_client.produce(queue_topic, value, key=value[:8], partition=0)
+    group = f"g-{uuid.uuid4().hex}"
+    came: list[str] = []
+    handed_back: list[MarkerRefusedError] = []
+    with QueueConsumer(
+        config,
+        queue_topic,
+        markers,
+        30.0,
+        group_id=group,
+        max_batch_size=3,
+        dead_letter_topic=dead_letters,
+    ) as queue:
+        deadline = time.monotonic() + 30
+        while len(came) < len(values) - 1:
+            assert time.monotonic() < deadline, f"only {came} came"
+            try:
+                batch = queue.consume(20, timeout=1.0)
+            except MarkerRefusedError as error:
+                handed_back.append(error)
+                continue
+            came.extend((m.value() or b"").decode() for m in batch)
+            queue.ack_many(batch)
+        queue.flush()
+        assert queue.consume(20, timeout=0.5) == []
+        assert queue.stats()["refused"] == 1
+    assert came == [v for v in values if v != big]
+    bootstrap = str(config["bootstrap.servers"])
+    # Committed past every message, the refused one included.
+    assert committed(bootstrap, group, queue_topic) == len(values)
+    if dead_letters is not None:
+        assert handed_back == []
+        [letter] = read_with_confluent(bootstrap, dead_letters)
+        headers = dict(letter.headers() or [])
+        assert (letter.key(), letter.value()) == (big[:8].encode(), big.encode())
+        assert headers[ORIGINAL_TOPIC_HEADER] == queue_topic.encode()
+        assert headers[ORIGINAL_OFFSET_HEADER] == b"5"
+    else:
+        [refused] = handed_back
+        assert refused.name == "MESSAGE_SIZE_TOO_LARGE"
+        assert (refused.message.value(), refused.message.offset()) == (big.encode(), 5)
+    # Every START but the refused one is on the markers topic, counted by another client.
+    starts = {
+        decode_marker(r.value() or b"").offset
+        for r in read_with_confluent(bootstrap, markers)
+        if decode_marker(r.value() or b"").kind == "start"
+    }
+    assert starts == set(range(len(values))) - {5}
+
+
+def test_each_backend_has_its_own_default_group_and_a_classic_group_is_named(
+    config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    # The README's blocks one after the other: the markers backend, then share groups on the
+    # same queue. Both used ferrokafka-queue-<topic>: the share heartbeat died with "The group
+    # id does not exist".
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, ["first", "second"])
+    with QueueConsumer(config, queue_topic, markers, 30.0) as queue:
+        taken = take(queue, 2)
+        queue.ack_many(taken)
+        queue.flush()
+    with QueueConsumer(config, queue_topic, markers, 30.0, backend="share") as shared:
+        assert shared.backend == "share"
+        again: list[QueueMessage] = []
+        deadline = time.monotonic() + 30
+        while len(again) < 2:
+            assert time.monotonic() < deadline, f"only {len(again)} came"
+            batch = shared.consume(2, timeout=1.0)
+            shared.ack_many(batch)  # a share consumer takes more only once these are acked
+            again.extend(batch)
+        shared.flush()
+    assert sorted((m.value() or b"") for m in again) == [b"first", b"second"]
+    markers_group = f"ferrokafka-queue-{queue_topic}"
+    with pytest.raises(ConfigError, match="is a classic consumer group"):
+        QueueConsumer(config, queue_topic, markers, 30.0, backend="share", group_id=markers_group)
+    with QueueConsumer(
+        config, queue_topic, markers, 30.0, backend="auto", group_id=markers_group
+    ) as kept:
+        assert kept.backend == "markers"
+
+
+def test_closing_with_the_broker_down_takes_seconds_and_counts_what_is_not_written(
+    outage_broker: tuple[str, dict[str, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    bootstrap, env = outage_broker
+    queue_topic, markers = f"q-{uuid.uuid4().hex}", f"m-{uuid.uuid4().hex}"
+    client = Client({"bootstrap.servers": bootstrap})
+    client.create_topics([NewTopic(queue_topic, 1), NewTopic(markers, 1)], timeout=30.0)
+    for n in range(5):
+        client.produce(queue_topic, f"j{n}", partition=0)
+    queue = QueueConsumer(
+        {"bootstrap.servers": bootstrap, **GROUP_SETTINGS}, queue_topic, markers, 30.0
+    )
+    taken = take(queue, 5)
+    with outage(env), caplog.at_level(logging.WARNING, logger="ferrokafka"):
+        queue.ack_many(taken)  # END markers librdkafka cannot send now
+        started = time.monotonic()
+        queue.close()
+        elapsed = time.monotonic() - started
+    assert elapsed < 10.0, f"close took {elapsed:.1f} s"
+    assert any(
+        "5 END/KEEPALIVE markers" in r.getMessage() and "not written" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
 
 
 def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(
@@ -478,6 +609,8 @@ def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(
             queue.nack(message, redeliver="after_timeout")
         with pytest.raises(RuntimeError, match="ack or nack every message"):
             queue.consume(1, timeout=0.1)
+        with pytest.raises(TypeError, match="take the messages it handed out"):
+            queue.ack("x")  # type: ignore[arg-type]
         queue.ack(message)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pytest
@@ -38,13 +39,55 @@ def test_queue_consumer_refuses_bad_arguments(
 def test_queue_consumer_names_unknown_keys_and_times_out_without_a_broker() -> None:
     with pytest.raises(ConfigError, match=r"not\.a\.key"):
         QueueConsumer({**NOWHERE, "not.a.key": 1}, "q", "m")
-    with pytest.raises(KafkaTimeoutError):
-        QueueConsumer(NOWHERE, "q", "m", marker_timeout=0.3)
+    with pytest.raises(ValueError, match="dead_letter_topic"):
+        QueueConsumer(NOWHERE, "q", "m", dead_letter_topic="")
+    # No broker answers the markers topic's metadata: a fetch says so after marker_timeout.
+    with (
+        QueueConsumer(NOWHERE, "q", "m", marker_timeout=0.3) as queue,
+        pytest.raises(KafkaTimeoutError, match="markers topic"),
+    ):
+        queue.poll(timeout=5.0)
     # No broker answers the share group's settings: "share" says so, "auto" falls back.
     with pytest.raises(ConfigError, match="share group"):
         QueueConsumer(NOWHERE, "q", "m", backend="share", marker_timeout=0.3)
-    with pytest.raises(KafkaTimeoutError):
-        QueueConsumer(NOWHERE, "q", "m", backend="auto", marker_timeout=0.3)
+    with QueueConsumer(NOWHERE, "q", "m", backend="auto", marker_timeout=0.3) as queue:
+        assert queue.backend == "markers"
+
+
+def test_queue_consumer_keeps_every_timeout_without_a_broker() -> None:
+    # Nothing waits for the broker behind the caller's back (once: the markers topic's
+    # metadata, with a 30 s timeout of its own, inside poll(timeout=3)).
+    started = time.monotonic()
+    queue = QueueConsumer(NOWHERE, "q", "m")
+    assert time.monotonic() - started < 1.0
+    polled = time.monotonic()
+    assert queue.poll(timeout=3.0) is None
+    assert 2.9 < time.monotonic() - polled < 4.0
+    closing = time.monotonic()
+    queue.close()
+    assert time.monotonic() - closing < 4.0
+
+
+class Stranger:
+    """A message this queue never handed out."""
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 7
+
+
+def test_ack_nack_keepalive_name_what_they_take() -> None:
+    with QueueConsumer(NOWHERE, "q", "m", marker_timeout=0.3) as queue:
+        for call in (queue.ack, queue.nack, queue.keepalive):
+            with pytest.raises(TypeError, match=r"take the messages it handed out.*got str"):
+                call("x")  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="offset 7 is not an open message"):
+                call(Stranger())  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="not an open message"):
+            queue.ack_many([Stranger()])  # type: ignore[list-item]
+        assert queue.stats()["acked"] == 0
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ pub use error::{KafkaIoError, KafkaResult};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
 pub use redelivery::{
     QueueConsumer, QueueConsumerOptions, QueueConsumerStats, RedeliveryOptions, RedeliveryTracker,
-    TrackerPartitionStatus,
+    Refused, Taken, TrackerPartitionStatus,
 };
 pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};
 

@@ -10,13 +10,15 @@
 //! - Markers of one message are handed to librdkafka under the in-flight lock, so a KEEPALIVE
 //!   can never be queued after the same message's END or immediate-redelivery marker (the
 //!   producer is idempotent: markers of one partition reach the topic in the order queued).
+//! - Only in-flight messages get markers: an `ack`, `nack` or `keepalive` of a message this
+//!   consumer did not hand out (or already finished) is refused whole, before anything is written.
 //!
 //! Threading: every method may be called from any thread; the keepalive thread ends when its
 //! [`KeepaliveThread`] is dropped (the drop joins it). No Python runs here.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -84,11 +86,13 @@ impl ProducerContext for UpdateTracker {
 pub(crate) struct MarkerWriter {
     producer: BatchTopic<UpdateTracker>,
     markers_topic: String,
-    markers_partitions: i32,
+    /// Read from the broker by the prefetch thread before the first START is written, so that
+    /// creating a consumer does not wait for the broker.
+    markers_partitions: OnceLock<i32>,
     redelivery_timeout: Duration,
     marker_timeout: Duration,
-    /// In-flight messages and when their deadline was last set; `None` without auto keepalive.
-    in_flight: Option<Mutex<HashMap<MessageId, Instant>>>,
+    /// In-flight messages and when their deadline was last set.
+    in_flight: Mutex<HashMap<MessageId, Instant>>,
     keepalives: AtomicU64,
 }
 
@@ -96,10 +100,8 @@ impl MarkerWriter {
     pub(crate) fn new(
         producer: ThreadedProducer<UpdateTracker>,
         markers_topic: String,
-        markers_partitions: i32,
         redelivery_timeout: Duration,
         marker_timeout: Duration,
-        auto_keepalive: bool,
     ) -> KafkaResult<Self> {
         let producer = BatchTopic::new(producer, &markers_topic).map_err(|e| {
             KafkaIoError::from_rdkafka("create markers producer", e, marker_timeout, None)
@@ -107,10 +109,10 @@ impl MarkerWriter {
         Ok(MarkerWriter {
             producer,
             markers_topic,
-            markers_partitions,
+            markers_partitions: OnceLock::new(),
             redelivery_timeout,
             marker_timeout,
-            in_flight: auto_keepalive.then(|| Mutex::new(HashMap::new())),
+            in_flight: Mutex::new(HashMap::new()),
             keepalives: AtomicU64::new(0),
         })
     }
@@ -120,9 +122,18 @@ impl MarkerWriter {
         &self.markers_topic
     }
 
-    /// The markers partition of every marker of a message from `queue_partition`.
+    /// The markers topic's partition count, once known; set before the first START is written.
+    pub(crate) fn set_markers_partitions(&self, count: i32) {
+        let _ = self.markers_partitions.set(count);
+    }
+
+    /// The markers partition of every marker of a message from `queue_partition` (called only
+    /// once the partition count is known: for STARTs and the messages they made in flight).
     pub(crate) fn markers_partition_of(&self, queue_partition: i32) -> i32 {
-        markers_partition(queue_partition, self.markers_partitions)
+        markers_partition(
+            queue_partition,
+            *self.markers_partitions.get().unwrap_or(&1),
+        )
     }
 
     /// A deadline one redelivery timeout from now, milliseconds.
@@ -130,10 +141,8 @@ impl MarkerWriter {
         now_ms().saturating_add(millis(self.redelivery_timeout))
     }
 
-    fn in_flight(&self) -> Option<MutexGuard<'_, HashMap<MessageId, Instant>>> {
-        self.in_flight
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+    fn in_flight(&self) -> MutexGuard<'_, HashMap<MessageId, Instant>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn tracker(&self) -> &UpdateTracker {
@@ -159,25 +168,26 @@ impl MarkerWriter {
 
     /// The messages of a batch are in flight; their deadline was set at `set_at`.
     pub(crate) fn begin(&self, messages: impl IntoIterator<Item = MessageId>, set_at: Instant) {
-        if let Some(mut in_flight) = self.in_flight() {
-            in_flight.extend(messages.into_iter().map(|id| (id, set_at)));
-        }
+        self.in_flight()
+            .extend(messages.into_iter().map(|id| (id, set_at)));
     }
 
     /// Handling of `messages` is over: each leaves the in-flight set and gets `marker(id)`
     /// (none when it returns `None`), all in one write. Should librdkafka refuse it, the
-    /// messages whose marker was not written come back after their deadline.
+    /// messages whose marker was not written come back after their deadline. Refused whole,
+    /// before anything changes, when one of them is not in flight.
     pub(crate) fn finish(
         &self,
         messages: &[MessageId],
         marker: impl Fn(MessageId) -> Option<Marker>,
     ) -> KafkaResult<()> {
         let mut in_flight = self.in_flight();
+        if let Some(&stranger) = messages.iter().find(|id| !in_flight.contains_key(id)) {
+            return Err(not_in_flight(stranger));
+        }
         let mut markers = Vec::with_capacity(messages.len());
         for &id in messages {
-            if let Some(in_flight) = in_flight.as_mut() {
-                in_flight.remove(&id);
-            }
+            in_flight.remove(&id);
             if let Some(marker) = marker(id) {
                 markers.push((id, marker));
             }
@@ -185,13 +195,14 @@ impl MarkerWriter {
         self.write(&markers)
     }
 
-    /// Moves the deadline of `message` to now + the redelivery timeout.
+    /// Moves the deadline of the in-flight `message` to now + the redelivery timeout.
     pub(crate) fn keepalive(&self, message: MessageId) -> KafkaResult<()> {
         let mut in_flight = self.in_flight();
+        let Some(last) = in_flight.get_mut(&message) else {
+            return Err(not_in_flight(message));
+        };
         self.write_keepalive(message)?;
-        if let Some(last) = in_flight.as_mut().and_then(|m| m.get_mut(&message)) {
-            *last = Instant::now();
-        }
+        *last = Instant::now();
         Ok(())
     }
 
@@ -212,9 +223,7 @@ impl MarkerWriter {
     /// ago; returns how long until the next one is due.
     fn keep_alive_due(&self) -> Duration {
         let period = self.redelivery_timeout / 2;
-        let Some(mut in_flight) = self.in_flight() else {
-            return period;
-        };
+        let mut in_flight = self.in_flight();
         let now = Instant::now();
         let mut next = period;
         for (&id, last) in in_flight.iter_mut() {
@@ -243,6 +252,11 @@ impl MarkerWriter {
         self.tracker().failed.load(Ordering::Relaxed)
     }
 
+    /// END or KEEPALIVE markers librdkafka still holds (not yet acknowledged or failed).
+    pub(crate) fn unwritten(&self) -> i32 {
+        self.producer.producer().in_flight_count()
+    }
+
     /// Waits up to `timeout` until every marker written so far is acknowledged: until
     /// librdkafka holds none of them any more (neither unsent, unacknowledged nor with a
     /// failure report not yet counted).
@@ -260,6 +274,15 @@ impl MarkerWriter {
         }
         Ok(())
     }
+}
+
+/// The refusal of a marker for `message`, which this consumer does not hold.
+fn not_in_flight(message: MessageId) -> KafkaIoError {
+    KafkaIoError::InvalidArgument(format!(
+        "partition {} offset {} is not an open message of this QueueConsumer (already acked or \
+         nacked, or not handed out by it): ack, nack and keepalive take the messages it handed out",
+        message.partition, message.offset
+    ))
 }
 
 /// The thread that keeps in-flight messages alive; dropping this stops and joins it.

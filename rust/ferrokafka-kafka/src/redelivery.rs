@@ -57,6 +57,7 @@ pub use crate::marker_writer::markers_partition;
 use crate::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id, millis};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
 use crate::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch};
+pub use crate::start_prefetch::{Refused, Taken};
 
 /// Header carrying how many times a message was redelivered (decimal ASCII).
 pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
@@ -84,19 +85,47 @@ pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {
         .unwrap_or(0)
 }
 
-/// The partition count of `topic`, waiting up to `timeout` for a broker that is still starting.
-fn partition_count(settings: &ClientSettings, topic: &str, timeout: Duration) -> KafkaResult<i32> {
-    let cluster = Client::new(settings.clone())?.list_topics(Some(topic), timeout)?;
-    let count = cluster
-        .topics
+/// The dead letter of the queue message `id` of `queue_topic` (its key, value and headers):
+/// to `topic`, with the redelivery `count` and the `ferrokafka_original_*` headers.
+pub(crate) fn dead_letter(
+    topic: &str,
+    queue_topic: &str,
+    id: MessageId,
+    count: u32,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: &HeaderList,
+) -> OutgoingRecord {
+    let mut headers: HeaderList = headers
         .iter()
-        .find(|t| t.name == topic)
-        .map_or(0, |t| t.partitions.len());
-    match i32::try_from(count) {
-        Ok(count) if count > 0 => Ok(count),
-        _ => Err(KafkaIoError::InvalidArgument(format!(
-            "topic {topic:?} does not exist"
-        ))),
+        .filter(|(name, _)| name != REDELIVERY_COUNT_HEADER)
+        .cloned()
+        .collect();
+    headers.extend([
+        (
+            REDELIVERY_COUNT_HEADER.to_owned(),
+            Some(count.to_string().into_bytes()),
+        ),
+        (
+            ORIGINAL_TOPIC_HEADER.to_owned(),
+            Some(queue_topic.as_bytes().to_vec()),
+        ),
+        (
+            ORIGINAL_PARTITION_HEADER.to_owned(),
+            Some(id.partition.to_string().into_bytes()),
+        ),
+        (
+            ORIGINAL_OFFSET_HEADER.to_owned(),
+            Some(id.offset.to_string().into_bytes()),
+        ),
+    ]);
+    OutgoingRecord {
+        topic: topic.to_owned(),
+        partition: None,
+        key,
+        value,
+        headers,
+        timestamp_ms: None,
     }
 }
 
@@ -120,6 +149,9 @@ pub struct QueueConsumerOptions {
     /// Write a KEEPALIVE every half timeout for each message handed out and not yet acked or
     /// nacked, on the engine's keepalive thread [true].
     pub auto_keepalive: bool,
+    /// Where a message goes whose START marker the markers topic refuses for good (too large
+    /// for it); `None`: handed back to the caller by `fetch` [None].
+    pub dead_letter_topic: Option<String>,
 }
 
 /// Counters of a [`QueueConsumer`].
@@ -135,6 +167,9 @@ pub struct QueueConsumerStats {
     pub keepalives: u64,
     /// END or KEEPALIVE markers that librdkafka could not deliver.
     pub failed_markers: u64,
+    /// Messages whose START marker the markers topic refused for good: dead-lettered or
+    /// handed back, never handed out.
+    pub refused: u64,
 }
 
 /// The consuming side of the KMQ pattern; see the module docs.
@@ -158,7 +193,8 @@ impl std::fmt::Debug for QueueConsumer {
 }
 
 impl QueueConsumer {
-    /// Creates the clients, checks that the markers topic exists and subscribes to the queue.
+    /// Creates the clients and subscribes to the queue, waiting for no broker: the markers
+    /// topic's partition count is read by the prefetch thread (see `start_prefetch.rs`).
     pub fn new(settings: ClientSettings, options: QueueConsumerOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
         if options.queue_topic.is_empty() || options.markers_topic.is_empty() {
@@ -171,6 +207,11 @@ impl QueueConsumer {
                 "queue_topic and markers_topic must differ".to_owned(),
             ));
         }
+        if options.dead_letter_topic.as_deref() == Some("") {
+            return Err(KafkaIoError::InvalidArgument(
+                "dead_letter_topic must be None or a non-empty topic name".to_owned(),
+            ));
+        }
         let mut consumer_settings = settings.clone();
         consumer_settings.set("group.id", options.group_id.as_str());
         consumer_settings.set("enable.auto.commit", "false");
@@ -180,8 +221,7 @@ impl QueueConsumer {
             .to_client_config()
             .create()
             .map_err(creation_error("create queue consumer"))?;
-        let markers_partitions =
-            partition_count(&settings, &options.markers_topic, options.marker_timeout)?;
+        let metadata = Client::new(settings.clone())?;
         consumer
             .subscribe(&[options.queue_topic.as_str()])
             .map_err(creation_error("subscribe to the queue topic"))?;
@@ -208,10 +248,8 @@ impl QueueConsumer {
         let writer = Arc::new(MarkerWriter::new(
             updates,
             options.markers_topic.clone(),
-            markers_partitions,
             options.redelivery_timeout,
             options.marker_timeout,
-            options.auto_keepalive,
         )?);
         let keepalive = if options.auto_keepalive {
             Some(KeepaliveThread::spawn(Arc::clone(&writer))?)
@@ -222,7 +260,9 @@ impl QueueConsumer {
             consumer,
             starts,
             writer: Arc::clone(&writer),
+            metadata,
             queue_topic: options.queue_topic.clone(),
+            dead_letter_topic: options.dead_letter_topic.clone(),
             max_batch_size: options.max_batch_size,
             marker_timeout: options.marker_timeout,
         })?;
@@ -237,9 +277,10 @@ impl QueueConsumer {
     }
 
     /// Waits up to `wait` for messages and returns at most `max` of them (none when nothing
-    /// came), after their START markers are acknowledged and their offsets committed. The first
-    /// call starts the prefetch: the next batch is marked while the caller handles this one.
-    pub fn fetch(&self, max: usize, wait: Duration) -> KafkaResult<Vec<ReceivedRecord>> {
+    /// came), after their START markers are acknowledged and their offsets committed; or a
+    /// message handed back because its START was refused for good. The first call starts the
+    /// prefetch: the next batch is marked while the caller handles this one.
+    pub fn fetch(&self, max: usize, wait: Duration) -> KafkaResult<Taken> {
         self.prefetch.take(max, wait)
     }
 
@@ -286,6 +327,21 @@ impl QueueConsumer {
         self.writer.flush(timeout)
     }
 
+    /// Before a close: waits up to `timeout` for the markers, then logs how many were not
+    /// written (their messages are redelivered after their deadline). Dropping the consumer
+    /// afterwards takes about a second more (see `start_prefetch.rs`) and librdkafka's close.
+    pub fn finish_markers(&self, timeout: Duration) {
+        if self.writer.flush(timeout).is_err() {
+            log::warn!(
+                "QueueConsumer closing: {} END/KEEPALIVE markers of {} not written within {:.1} s; \
+                 their messages are redelivered after their deadline",
+                self.writer.unwritten(),
+                self.options.markers_topic,
+                timeout.as_secs_f64()
+            );
+        }
+    }
+
     /// The counters.
     pub fn stats(&self) -> QueueConsumerStats {
         QueueConsumerStats {
@@ -294,6 +350,7 @@ impl QueueConsumer {
             nacked: self.nacked.load(Ordering::Relaxed),
             keepalives: self.writer.keepalives(),
             failed_markers: self.writer.failed(),
+            refused: self.prefetch.refused(),
         }
     }
 }
@@ -715,21 +772,20 @@ impl Tracker {
     fn redelivery_record(&self, item: &Redelivery) -> Option<(OutgoingRecord, bool)> {
         let payload = &item.payload;
         let count = redelivery_count(&payload.headers);
-        let mut headers: HeaderList = payload
-            .headers
-            .iter()
-            .filter(|(name, _)| name != REDELIVERY_COUNT_HEADER)
-            .cloned()
-            .collect();
-        let partition = i32::try_from(item.message_id.partition).unwrap_or(0);
         if count < self.options.max_redeliveries {
+            let mut headers: HeaderList = payload
+                .headers
+                .iter()
+                .filter(|(name, _)| name != REDELIVERY_COUNT_HEADER)
+                .cloned()
+                .collect();
             headers.push((
                 REDELIVERY_COUNT_HEADER.to_owned(),
                 Some((count + 1).to_string().into_bytes()),
             ));
             let record = OutgoingRecord {
                 topic: self.options.queue_topic.clone(),
-                partition: Some(partition),
+                partition: Some(i32::try_from(item.message_id.partition).unwrap_or(0)),
                 key: payload.key.clone(),
                 value: payload.value.clone(),
                 headers,
@@ -737,7 +793,7 @@ impl Tracker {
             };
             return Some((record, false));
         }
-        let Some(dead_letter_topic) = &self.options.dead_letter_topic else {
+        let Some(topic) = &self.options.dead_letter_topic else {
             log::error!(
                 "{}-{}@{}: redelivered {count} times, no dead_letter_topic: dropped \
                  (key {:?}, {} value bytes)",
@@ -749,32 +805,15 @@ impl Tracker {
             );
             return None;
         };
-        headers.extend([
-            (
-                REDELIVERY_COUNT_HEADER.to_owned(),
-                Some(count.to_string().into_bytes()),
-            ),
-            (
-                ORIGINAL_TOPIC_HEADER.to_owned(),
-                Some(self.options.queue_topic.clone().into_bytes()),
-            ),
-            (
-                ORIGINAL_PARTITION_HEADER.to_owned(),
-                Some(partition.to_string().into_bytes()),
-            ),
-            (
-                ORIGINAL_OFFSET_HEADER.to_owned(),
-                Some(item.message_id.offset.to_string().into_bytes()),
-            ),
-        ]);
-        let record = OutgoingRecord {
-            topic: dead_letter_topic.clone(),
-            partition: None,
-            key: payload.key.clone(),
-            value: payload.value.clone(),
-            headers,
-            timestamp_ms: None,
-        };
+        let record = dead_letter(
+            topic,
+            &self.options.queue_topic,
+            item.message_id,
+            count,
+            payload.key.clone(),
+            payload.value.clone(),
+            &payload.headers,
+        );
         Some((record, true))
     }
 

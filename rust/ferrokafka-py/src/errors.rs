@@ -17,6 +17,7 @@ pyo3::import_exception!(ferrokafka.exceptions, KafkaError);
 pyo3::import_exception!(ferrokafka.exceptions, KafkaTimeoutError);
 pyo3::import_exception!(ferrokafka.exceptions, CodecError);
 pyo3::import_exception!(ferrokafka.exceptions, ScheduleError);
+pyo3::import_exception!(ferrokafka.exceptions, MarkerRefusedError);
 
 /// librdkafka's code for a local timeout, reported with every [`KafkaIoError::Timeout`].
 const TIMED_OUT: i32 = -185;
@@ -42,6 +43,23 @@ pub fn exception_of(py: Python<'_>, error: KafkaIoError) -> Py<PyAny> {
     PyErr::from(NativeError::Kafka(error))
         .into_value(py)
         .into_any()
+}
+
+/// The `MarkerRefusedError` handing `message` back: its START marker was refused for good with
+/// `error` (its code, name and flags kept).
+pub fn refused_message(error: KafkaIoError, message: Py<PyAny>) -> PyErr {
+    let text = format!("the markers topic refused the START marker of this message: {error}");
+    let (code, name, retriable, fatal) = match error {
+        KafkaIoError::Broker {
+            code,
+            name,
+            retriable,
+            fatal,
+            ..
+        } => (code, name, retriable, fatal),
+        _ => (-1, "_UNKNOWN".to_owned(), false, false),
+    };
+    MarkerRefusedError::new_err((text, code, name, retriable, fatal, message))
 }
 
 impl From<KafkaIoError> for NativeError {

@@ -11,15 +11,16 @@
 use std::sync::{Arc, Mutex};
 
 use ferrokafka_kafka::{
-    KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions, RedeliveryTracker,
+    KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions, RedeliveryTracker, Taken,
     TrackerPartitionStatus,
 };
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
 use crate::convert::settings_from_dict;
-use crate::errors::NativeResult;
+use crate::errors::{NativeResult, refused_message};
 use crate::message::PyMessage;
 use crate::redelivery_status::{PyQueueConsumerStats, PyRedeliveryPartitionStatus};
 
@@ -52,7 +53,7 @@ impl PyRawQueueConsumer {
 #[pymethods]
 impl PyRawQueueConsumer {
     #[new]
-    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout, max_batch_size, auto_keepalive))]
+    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout, max_batch_size, auto_keepalive, dead_letter_topic))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -64,6 +65,7 @@ impl PyRawQueueConsumer {
         marker_timeout: f64,
         max_batch_size: usize,
         auto_keepalive: bool,
+        dead_letter_topic: Option<String>,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let options = QueueConsumerOptions {
@@ -74,8 +76,9 @@ impl PyRawQueueConsumer {
             marker_timeout: timeout_arg("marker_timeout", marker_timeout)?,
             max_batch_size,
             auto_keepalive,
+            dead_letter_topic,
         };
-        // Reading the markers topic's partition count waits for the broker.
+        // Creating librdkafka clients takes a few milliseconds.
         let engine = py.detach(move || QueueConsumer::new(settings, options))?;
         Ok(PyRawQueueConsumer {
             engine: Mutex::new(Some(ReleaseOnDrop::new(Arc::new(engine)))),
@@ -84,7 +87,9 @@ impl PyRawQueueConsumer {
     }
 
     /// Up to `max_messages` messages whose START markers are written and offsets committed;
-    /// `[]` when none came within `timeout` seconds (None: wait until one comes).
+    /// `[]` when none came within `timeout` seconds (None: wait until one comes). A message
+    /// whose START the markers topic refused for good (and no dead-letter topic took) is raised
+    /// as `MarkerRefusedError` carrying it.
     #[pyo3(signature = (max_messages, timeout=None))]
     fn fetch(
         &self,
@@ -99,18 +104,20 @@ impl PyRawQueueConsumer {
                 return Some(Err(KafkaIoError::Closed("QueueConsumer")));
             }
             match engine.fetch(max_messages, slice) {
-                Ok(records) if records.is_empty() => None,
+                Ok(Taken::Records(records)) if records.is_empty() => None,
                 other => Some(other),
             }
         });
         // After a concurrent `close` this may be the last reference: drop it without the GIL.
         py.detach(move || drop(engine));
-        let records = fetched?.transpose()?.unwrap_or_default();
-        Ok(records.into_iter().map(PyMessage::from).collect())
-    }
-
-    fn ack(&self, partition: i32, offset: i64) -> NativeResult<()> {
-        Ok(self.engine()?.ack(partition, offset)?)
+        match fetched?.transpose()? {
+            None => Ok(Vec::new()),
+            Some(Taken::Records(records)) => Ok(records.into_iter().map(PyMessage::from).collect()),
+            Some(Taken::Refused(refused)) => {
+                let message = Py::new(py, PyMessage::from(refused.record))?;
+                Err(refused_message(refused.error, message.into_any()).into())
+            }
+        }
     }
 
     /// One call (one lock, no GIL release) for a whole batch of END markers.
@@ -122,11 +129,13 @@ impl PyRawQueueConsumer {
         Ok(self.engine()?.ack_many(&positions)?)
     }
 
-    fn nack(&self, partition: i32, offset: i64, now: bool) -> NativeResult<()> {
+    fn nack(&self, message: Bound<'_, PyAny>, now: bool) -> NativeResult<()> {
+        let (partition, offset) = queue_position(&message)?;
         Ok(self.engine()?.nack(partition, offset, now)?)
     }
 
-    fn keepalive(&self, partition: i32, offset: i64) -> NativeResult<()> {
+    fn keepalive(&self, message: Bound<'_, PyAny>) -> NativeResult<()> {
+        let (partition, offset) = queue_position(&message)?;
         Ok(self.engine()?.keepalive(partition, offset)?)
     }
 
@@ -146,21 +155,20 @@ impl PyRawQueueConsumer {
         }
     }
 
-    /// Flushes the markers (up to `timeout` seconds), then closes the consumer; idempotent.
-    /// Markers still unwritten after `timeout` raise TimeoutError (the consumer is closed).
+    /// Waits up to `timeout` seconds for the markers (logging how many were not written), then
+    /// closes the consumer; idempotent.
     fn close(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
         self.guard.check()?;
+        let wait = timeout_arg("timeout", timeout)?;
         let taken = self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(engine) = taken else {
             return Ok(());
         };
-        let wait = timeout_arg("timeout", timeout)?;
-        let flushing = Arc::clone(&engine);
-        let flushed = py.detach(move || flushing.flush(wait));
-        // Closed either way (the drop leaves the group without the GIL); a flush that timed out
-        // is reported after the close.
+        let finishing = Arc::clone(&engine);
+        py.detach(move || finishing.finish_markers(wait));
+        // The drop leaves the group without the GIL.
         drop(engine);
-        Ok(flushed?)
+        Ok(())
     }
 
     fn stats(&self) -> NativeResult<PyQueueConsumerStats> {
@@ -169,13 +177,28 @@ impl PyRawQueueConsumer {
 }
 
 /// Partition and offset of a message: read straight from a `Message` that `fetch` handed out
-/// (a batch costs no Python calls), else through its `partition()` and `offset()` methods.
+/// (a batch costs no Python calls), else through its `partition()` and `offset()` methods; a
+/// TypeError naming what is expected for anything else.
 fn queue_position(message: &Bound<'_, PyAny>) -> PyResult<(i32, i64)> {
     if let Ok(fetched) = message.cast::<PyMessage>() {
         return Ok(fetched.get().position());
     }
-    let partition: Option<i32> = message.call_method0("partition")?.extract()?;
-    let offset: Option<i64> = message.call_method0("offset")?.extract()?;
+    let read = || -> PyResult<(Option<i32>, Option<i64>)> {
+        Ok((
+            message.call_method0("partition")?.extract()?,
+            message.call_method0("offset")?.extract()?,
+        ))
+    };
+    let (partition, offset) = read().map_err(|_| {
+        let kind = message
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        PyTypeError::new_err(format!(
+            "QueueConsumer.ack, ack_many, nack and keepalive take the messages it handed out \
+             (with partition() and offset()), got {kind}"
+        ))
+    })?;
     Ok((partition.unwrap_or(0), offset.unwrap_or(0)))
 }
 

@@ -19,6 +19,8 @@ flat_record! {
         keepalives: u64,
         /// END or KEEPALIVE markers librdkafka could not deliver.
         failed_markers: u64,
+        /// Messages whose START the markers topic refused for good: dead-lettered or handed back.
+        refused: u64,
     }
 }
 
@@ -54,6 +56,7 @@ impl From<QueueConsumerStats> for PyQueueConsumerStats {
             nacked: s.nacked,
             keepalives: s.keepalives,
             failed_markers: s.failed_markers,
+            refused: s.refused,
         }
     }
 }
