@@ -485,7 +485,8 @@ class Reporter:
                     len(self._errors) + self._errors_sending,
                     "an earlier send still waits for the broker",
                 )
-                self._owed, self._errors = [], []
+                # Counted as lost here, not again by a later close or the exit.
+                self._owed, self._errors, self._errors_sending = [], [], 0
                 self._give_up_count += 1
         if not unsent:
             return

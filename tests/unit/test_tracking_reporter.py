@@ -158,10 +158,14 @@ def test_close_keeps_its_bound_and_says_what_it_could_not_send(
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="ferrokafka.tracking"):
         reporter.close()
-    assert time.monotonic() - started < 1.0 + 0.5
+    assert time.monotonic() - started < 1.0 + 1.0  # a send to the broker takes up to 10 s
     [warning] = [r.getMessage() for r in caplog.records if "not sent" in r.getMessage()]
     assert "the final report (stopped) to karafka_consumers_reports" in warning, warning
     assert "2 error report(s) to audit-errors" in warning, warning
+    assert reporter.stats()["errors_dropped"] == 2
+    caplog.clear()
+    reporter.close()  # what the first close gave up on is not counted twice
+    assert "not sent" not in caplog.text
     assert reporter.stats()["errors_dropped"] == 2
 
 
@@ -218,7 +222,7 @@ def test_an_exit_with_the_broker_unreachable_keeps_its_bound_and_says_what_was_n
     exit_took = time.time() - float(run.stdout.split()[-1])
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
-    assert exit_took < 1.5 + 1.0, f"exit took {exit_took:.1f} s"
+    assert exit_took < 1.5 + 1.5, f"exit took {exit_took:.1f} s"
     [warning] = [line for line in run.stderr.splitlines() if "not sent" in line]
     assert "at interpreter exit" in warning, warning
     assert "3 error report(s) to audit-errors" in warning, warning
