@@ -105,6 +105,12 @@ def _add_reporter_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# A daemon ends within 10 s of SIGINT/SIGTERM whatever the broker does: its own shutdown waits
+# for the broker at most 3 s (the engines' SHUTDOWN_BUDGET), its reporter's final report at most
+# this long.
+_REPORTER_EXIT_TIMEOUT = 3.0
+
+
 def _reporter(args: argparse.Namespace) -> Reporter | None:
     if not args.report:
         return None
@@ -114,6 +120,7 @@ def _reporter(args: argparse.Namespace) -> Reporter | None:
         errors_topic=args.errors_topic,
         interval=args.report_interval,
         tags=[args.command],
+        exit_timeout=_REPORTER_EXIT_TIMEOUT,
     )
 
 

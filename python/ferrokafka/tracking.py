@@ -8,7 +8,10 @@ contracts and compresses it. The report goes, as Karafka Web's own reporter send
 partition 0 of the reports topic (``karafka_consumers_reports``), keyed by process id with header
 ``zlib: true``: the first at once, then at most every ``interval`` seconds, and at once whenever
 the status changes. Each error reported with :meth:`Reporter.report_error` goes to the errors
-topic (``karafka_errors``, error schema 1.2.0) with the next report. A Karafka Web UI pointed at
+topic (``karafka_errors``, error schema 1.2.0) at once, from a background thread. At
+:meth:`Reporter.close`, at interpreter exit and when a reporter nobody closed is collected, the
+final report and the pending errors are sent within ``exit_timeout``; what could not be sent is
+logged at WARNING with its count and topic. A Karafka Web UI pointed at
 the same cluster lists the process; the README's table (under "Tracking reporter") maps each
 field to where ferrokafka fills it from. An invalid report raises
 :class:`ferrokafka.CodecError` naming the broken rule, and nothing reaches the topic.
@@ -43,6 +46,7 @@ import os
 import platform
 import secrets
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -51,6 +55,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, get_args
 
+from ferrokafka import _exit
 from ferrokafka._native import (
     Client,
     ReportBuilder,
@@ -59,6 +64,7 @@ from ferrokafka._native import (
     librdkafka_version,
 )
 from ferrokafka._validation import check_config_mapping, checked_seconds
+from ferrokafka.exceptions import CodecError, KafkaTimeoutError
 
 __all__ = [
     "DEFAULT_ERRORS_TOPIC",
@@ -246,6 +252,18 @@ def _new_process_id() -> str:
     return f"{socket.gethostname() or 'localhost'}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+@dataclass
+class _Unsent:
+    """What one round of sending left unsent: reports (by status), error reports, and why."""
+
+    statuses: list[ProcessStatus] = field(default_factory=list)
+    errors: int = 0
+    cause: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.statuses or self.errors)
+
+
 class Reporter:
     """Sends process reports and error reports of this process for ``ferrokafka status`` and
     the dashboard (see the module docs for the schema and the topics).
@@ -254,17 +272,24 @@ class Reporter:
         config: librdkafka configuration of the producer that sends the reports (at least
             ``bootstrap.servers``; a consumer's config can be passed as is, its consumer-only
             keys are dropped).
-        reports_topic: where process reports go [``ferrokafka_consumers_reports``].
-        errors_topic: where error reports go [``ferrokafka_errors``].
+        reports_topic: where process reports go [``karafka_consumers_reports``].
+        errors_topic: where error reports go [``karafka_errors``].
         interval: least seconds between two unforced reports [5].
         tags: free-form labels shown with the process.
         send_timeout: seconds to wait for the broker to acknowledge one report [10].
+        exit_timeout: most seconds :meth:`close` (and the interpreter's exit, or the collection
+            of a reporter nobody closed) waits to send the final report and the pending errors
+            [5].
 
-    Thread-safe: components call it from their own threads. Sampling runs outside the lock
-    that serialises sending, so a slow sample never blocks a component reporting an error.
-    A report that cannot be sent is logged and counted (``send_failures`` in :meth:`stats`);
-    the next one carries the newer state. Errors not yet sent are kept (at most
-    ``MAX_PENDING_ERRORS``) and sent with the next report.
+    Thread-safe: components call it from their own threads. A background thread sends: a
+    report at once on every status change, one every ``interval`` while components are
+    tracked, and each error as soon as it is reported; it ends (closing its producer client)
+    when nothing is left to send. Sampling runs outside the lock that serialises sending, so a
+    slow sample never blocks a component reporting an error. A report that cannot be sent is
+    logged and counted (``send_failures`` in :meth:`stats`); the next one carries the newer
+    state. Errors not yet sent are kept (at most ``MAX_PENDING_ERRORS``) and tried again an
+    ``interval`` later. What :meth:`close` or the exit could not send within ``exit_timeout``
+    is logged at WARNING with its count and topic, and dropped.
 
     Example:
         >>> from ferrokafka.tracking import Reporter
@@ -285,6 +310,7 @@ class Reporter:
         interval: float = 5.0,
         tags: Iterable[str] = (),
         send_timeout: float = 10.0,
+        exit_timeout: float = 5.0,
     ) -> None:
         check_config_mapping(config)
         for name, topic in (("reports_topic", reports_topic), ("errors_topic", errors_topic)):
@@ -292,27 +318,41 @@ class Reporter:
                 raise ValueError(f"{name} must be a non-empty topic name, got {topic!r}")
         if isinstance(tags, str):
             raise TypeError("tags must be a list of str, not a single str")
-        self._config = {k: v for k, v in config.items() if k not in _CONSUMER_ONLY_KEYS}
         self.reports_topic = reports_topic
         self.errors_topic = errors_topic
         self.interval = checked_seconds("interval", interval, positive=True)
         self.send_timeout = checked_seconds("send_timeout", send_timeout, positive=True)
+        self.exit_timeout = checked_seconds("exit_timeout", exit_timeout, positive=False)
+        self._config = {k: v for k, v in config.items() if k not in _CONSUMER_ONLY_KEYS}
+        # librdkafka gives a report up when the reporter does, so one counted as not sent is
+        # not delivered later behind a newer one.
+        self._config.setdefault("message.timeout.ms", max(1000, int(self.send_timeout * 1000)))
         self.tags = [str(tag) for tag in tags]
         self._pid = os.getpid()
         self._process_id = _new_process_id()
         self._started_at = time.time()
         self._status: ProcessStatus = "initialized"
         self._sources: list[TrackedSource] = []
+        # Status changes not reported yet, oldest first: each gets a report of its own.
+        self._owed: list[ProcessStatus] = []
         self._errors: list[bytes] = []
+        self._errors_sending = 0
+        # Bumped when close() gives up on what is being sent: a send failing after that was
+        # already counted as lost and is not tried again.
+        self._give_up_count = 0
+        self._closed = False
         self._builder = ReportBuilder()
         self._counters = {"reports": 0, "errors": 0, "send_failures": 0, "errors_dropped": 0}
         # Never report twice within `interval`, except when forced; the first report goes at once.
         self._reported_at = -math.inf
+        # After a failed send, owed reports and errors wait until then.
+        self._retry_at = -math.inf
         self._client: Client | None = None
         self._state = threading.Lock()
         self._send = threading.Lock()
         self._wake = threading.Condition(self._state)
         self._thread: threading.Thread | None = None
+        _exit.register(self)
 
     # -- identity and status ---------------------------------------------------------------
 
@@ -329,14 +369,14 @@ class Reporter:
         return self._status
 
     def set_status(self, status: ProcessStatus) -> None:
-        """Change the process status and report it at once (when it changed)."""
+        """Change the process status; when it changed, the reporting thread reports it at once."""
         if status not in _STATUSES:
             raise ValueError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
         with self._state:
-            changed = status != self._status
-            self._status = status
-        if changed:
-            self.report(force=True)
+            self._refresh_after_fork()
+            if status != self._status:
+                self._status = status
+                self._owe_report()
 
     def _refresh_after_fork(self) -> None:
         if os.getpid() != self._pid:
@@ -348,19 +388,15 @@ class Reporter:
     # -- tracked components ----------------------------------------------------------------
 
     def track(self, source: TrackedSource) -> None:
-        """Include ``source`` in reports, start the background reporting thread if needed and
-        report ``running`` at once. Components taking ``reporter=`` call it on start."""
+        """Include ``source`` in reports and report ``running`` at once (on the reporting
+        thread). Components taking ``reporter=`` call it on start."""
         with self._state:
             self._refresh_after_fork()
             if source not in self._sources:
                 self._sources.append(source)
+            self._closed = False
             self._status = "running"
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._report_periodically, name="ferrokafka-reporter", daemon=True
-                )
-                self._thread.start()
-        self.report(force=True)
+            self._owe_report()
 
     def stopping(self, source: TrackedSource) -> None:
         """A tracked component began stopping: when it is the last one, the process is
@@ -371,8 +407,7 @@ class Reporter:
             self.set_status("stopping")
 
     def untrack(self, source: TrackedSource) -> None:
-        """Stop including ``source``; after the last one, send the final ``stopped`` report
-        (with its last state and pending errors) and end the reporting thread."""
+        """Stop including ``source``; after the last one, :meth:`close` the reporter."""
         with self._state:
             last = self._sources == [source]
             if not last and source in self._sources:
@@ -380,28 +415,95 @@ class Reporter:
         if last:
             self.close()
 
-    def close(self) -> None:
-        """Send a final ``stopped`` report and stop the reporting thread. Components tracked
-        still are dropped from later reports."""
-        with self._state:
-            self._status = "stopped"
-        self.report(force=True)
-        with self._state:
-            self._sources.clear()
-        self._end_thread()
-
-    def _end_thread(self) -> None:
-        with self._state:
-            thread, self._thread = self._thread, None
-            self._wake.notify_all()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+    def close(self, timeout: float | None = None) -> None:
+        """Send the final ``stopped`` report (with the last state of the tracked components) and
+        the pending errors, waiting at most ``timeout`` seconds [``exit_timeout``]; log at
+        WARNING what could not be sent; stop the reporting thread and close the producer
+        client. Components tracked still are dropped from later reports; errors reported later
+        are still sent. Closing again sends no second final report."""
+        bound = self.exit_timeout if timeout is None else timeout
+        self._finish("closing", checked_seconds("timeout", bound, positive=False))
 
     def __enter__(self) -> Reporter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    # -- the end of a reporter nobody closed -----------------------------------------------
+
+    def begin_exit(self) -> None:
+        """Part of the interpreter-exit protocol (``ferrokafka._exit``): the final report is
+        sent by :meth:`finish_exit` itself, so there is nothing to start."""
+
+    def finish_exit(self, timeout: float) -> None:
+        """Part of the interpreter-exit protocol: within ``timeout``, send the final report
+        (when the reporter reported and was not closed) and the pending errors."""
+        self._finish("at interpreter exit", timeout)
+
+    def __del__(self) -> None:
+        # Missing: __init__ failed. A running reporting thread keeps its reporter alive, so
+        # a collected reporter sends from here or not at all.
+        if hasattr(self, "_send") and not sys.is_finalizing():
+            self._finish("collected without close()", self.exit_timeout)
+
+    def _finish(self, when: str, timeout: float) -> None:
+        """Within ``timeout`` seconds, sends the final report (unless sent already; only when
+        something was ever reported or tracked) and the pending errors; stops the reporting
+        thread, closes the client and logs at WARNING what could not be sent, which is dropped."""
+        deadline = time.monotonic() + timeout
+        with self._state:
+            self._refresh_after_fork()
+            if not self._closed and (self._owed or self._reported_at > -math.inf):
+                self._status = "stopped"
+                self._owed.append("stopped")
+            self._closed = True
+            self._thread = None  # the reporting thread ends after what it is sending now
+            self._wake.notify_all()
+            if not (self._owed or self._errors or self._errors_sending):
+                return
+        process, sources = self._samples()  # the tracked components' last state
+        with self._state:
+            self._sources.clear()
+        if self._send.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            try:
+                try:
+                    unsent = self._send_pending(process, sources, deadline=deadline, keep=False)
+                except CodecError as invalid:  # a component's sample broke a contract
+                    log.error(
+                        "Reporter %s: the final report is invalid, not sent: %s", when, invalid
+                    )
+                    unsent = self._send_pending(process, sources, deadline=deadline, keep=False)
+            finally:
+                client, self._client = self._client, None
+                self._send.release()
+            del client  # librdkafka purges what it still holds and ends its threads
+        else:
+            with self._state:  # the reporting thread still waits for the broker
+                unsent = _Unsent(
+                    self._owed,
+                    len(self._errors) + self._errors_sending,
+                    "an earlier send still waits for the broker",
+                )
+                # Counted as lost here, not again by a later close or the exit.
+                self._owed, self._errors, self._errors_sending = [], [], 0
+                self._give_up_count += 1
+        if not unsent:
+            return
+        with self._state:
+            self._counters["errors_dropped"] += unsent.errors
+        lost = []
+        if unsent.statuses:
+            lost.append(f"the final report ({unsent.statuses[-1]}) to {self.reports_topic}")
+        if unsent.errors:
+            lost.append(f"{unsent.errors} error report(s) to {self.errors_topic}")
+        log.warning(
+            "Reporter %s: not sent within exit_timeout=%g s, and dropped: %s (%s)",
+            when,
+            timeout,
+            ", ".join(lost),
+            unsent.cause,
+        )
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -413,8 +515,8 @@ class Reporter:
         details: Mapping[str, Any] | None = None,
     ) -> None:
         """Queue an error report (uuid, class, message cut to 10,000 characters, backtrace,
-        details, time); it is sent with the next report, within ``interval``. Raises
-        :class:`~ferrokafka.CodecError` when ``details`` is not JSON.
+        details, time); the reporting thread sends it at once (in the background, also after
+        :meth:`close`). Raises :class:`~ferrokafka.CodecError` when ``details`` is not JSON.
 
         Example:
             >>> reporter = Reporter({"bootstrap.servers": "127.0.0.1:9092"})
@@ -442,6 +544,7 @@ class Reporter:
                 log.error(
                     "dropped %d unsent error reports (limit %d)", overflow, MAX_PENDING_ERRORS
                 )
+            self._wake_sender()
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -473,7 +576,7 @@ class Reporter:
 
     def report(self, force: bool = False) -> bool:
         """Send a report now if ``interval`` passed since the last one (or ``force``), with the
-        errors queued since. True when a report was sent. Raises
+        errors queued since. True when it and the errors were sent. Raises
         :class:`~ferrokafka.CodecError` when the report is invalid (nothing is sent)."""
         if not force and not self._due():
             return False
@@ -481,69 +584,148 @@ class Reporter:
         with self._send:
             if not force and not self._due():
                 return False
-            self._reported_at = time.monotonic()
-            blob = self._builder.consumer_report(process, sources, time.time())
             with self._state:
-                errors, self._errors = self._errors, []
-            return self._deliver(process["id"], blob, errors)
+                if not self._owed:
+                    self._owed.append(self._status)
+            return not self._send_pending(process, sources, deadline=math.inf, keep=True)
 
     def _due(self) -> bool:
         return time.monotonic() - self._reported_at >= self.interval
 
-    def _deliver(self, process_id: str, blob: bytes, error_blobs: list[bytes]) -> bool:
-        headers = [("zlib", b"true")]
-        sent_errors = 0
-        try:
-            if self._client is None:
-                self._client = Client(self._config)
-            # Partition 0: the only one Karafka Web's processing reads.
-            self._client.produce(
-                self.reports_topic,
-                blob,
-                key=process_id,
-                partition=0,
-                headers=headers,
-                timeout=self.send_timeout,
-            )
-            for error_blob in error_blobs:
-                self._client.produce(
-                    self.errors_topic,
-                    error_blob,
-                    key=process_id,
-                    headers=headers,
-                    timeout=self.send_timeout,
-                )
-                sent_errors += 1
-        except Exception as failure:
-            log.warning("cannot send the process report to %s: %s", self.reports_topic, failure)
-            with self._state:
-                self._counters["send_failures"] += 1
-                # Unsent errors go back in front of newer ones, for the next report.
-                self._errors[:0] = error_blobs[sent_errors:]
-                self._counters["errors"] += sent_errors
-            return False
-        with self._state:
-            self._counters["reports"] += 1
-            self._counters["errors"] += sent_errors
-        return True
+    def _owe_report(self) -> None:
+        """A report of the current status is owed (called with ``_state`` held)."""
+        if self._owed[-1:] != [self._status]:
+            self._owed.append(self._status)
+        self._wake_sender()
 
-    def _report_periodically(self) -> None:
+    def _send_pending(
+        self, process: dict[str, Any], sources: list[dict[str, Any]], *, deadline: float, keep: bool
+    ) -> _Unsent:
+        """Sends a report for each owed status, then the queued errors, each waiting for the
+        broker at most ``send_timeout`` and never past ``deadline``; stops at the first failure.
+        Errors not sent go back in front of newer ones when ``keep`` (or when nothing was tried:
+        an invalid report raises :class:`~ferrokafka.CodecError` before anything is sent).
+        Called with ``_send`` held; returns what was not sent."""
+        with self._state:
+            statuses, self._owed = self._owed, []
+            errors, self._errors = self._errors, []
+            self._errors_sending = len(errors)
+            give_up_count = self._give_up_count
+        sent_reports = sent_errors = 0
+        failure: Exception | None = None
+        try:
+            if statuses:
+                self._reported_at = time.monotonic()
+            reports = [
+                self._builder.consumer_report({**process, "status": status}, sources, time.time())
+                for status in statuses
+            ]
+            try:
+                for blob in reports:  # partition 0: the only one Karafka Web's processing reads
+                    self._produce(self.reports_topic, blob, process["id"], 0, deadline)
+                    sent_reports += 1
+                for blob in errors:
+                    self._produce(self.errors_topic, blob, process["id"], None, deadline)
+                    sent_errors += 1
+            except Exception as error:
+                failure = error
+                if sent_reports < len(reports):
+                    log.warning(
+                        "cannot send the process report to %s: %s", self.reports_topic, error
+                    )
+                else:
+                    log.warning(
+                        "cannot send %d error report(s) to %s: %s",
+                        len(errors) - sent_errors,
+                        self.errors_topic,
+                        error,
+                    )
+        finally:
+            with self._state:
+                self._errors_sending = 0
+                self._counters["reports"] += sent_reports
+                self._counters["errors"] += sent_errors
+                if failure is not None:
+                    self._counters["send_failures"] += 1
+                    self._retry_at = time.monotonic() + self.interval
+                if (keep or failure is None) and give_up_count == self._give_up_count:
+                    self._errors[:0] = errors[sent_errors:]
+        return _Unsent(statuses[sent_reports:], len(errors) - sent_errors, str(failure or ""))
+
+    def _produce(
+        self, topic: str, blob: bytes, key: str, partition: int | None, deadline: float
+    ) -> None:
+        timeout = min(self.send_timeout, deadline - time.monotonic())
+        if timeout <= 0:
+            raise KafkaTimeoutError(f"no time left to send to {topic}")
+        if self._client is None:
+            self._client = Client(self._config)
+        self._client.produce(
+            topic,
+            blob,
+            key=key,
+            partition=partition,
+            headers=[("zlib", b"true")],
+            timeout=timeout,
+        )
+
+    # -- the reporting thread --------------------------------------------------------------
+
+    def _wake_sender(self) -> None:
+        """Start the reporting thread if it is not running and wake it (``_state`` held)."""
+        self._wake.notify_all()
+        if self._thread is not None and self._thread.is_alive():
+            return
+        thread = threading.Thread(
+            target=self._send_in_background, name="ferrokafka-reporter", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # at interpreter shutdown (Python 3.12+): the exit hook sends
+            return
+        self._thread = thread
+
+    def _next_send_in(self) -> float | None:
+        """Seconds until the reporting thread has something to send; ``None``: nothing will be
+        due unless something is reported or tracked (``_state`` held)."""
+        moments = []
+        if self._owed or self._errors:
+            moments.append(self._retry_at)
+        if self._sources:
+            moments.append(self._reported_at + self.interval)
+        return min(moments) - time.monotonic() if moments else None
+
+    def _send_in_background(self) -> None:
         me = threading.current_thread()
         while True:
             with self._state:
-                if self._thread is not me:
-                    return
-                wait = self.interval - (time.monotonic() - self._reported_at)
-                if wait > 0:
+                wait = self._next_send_in()
+                while self._thread is me and wait is not None and wait > 0:
                     self._wake.wait(wait)
+                    wait = self._next_send_in()
                 if self._thread is not me:
-                    return
+                    break
+                if wait is None:
+                    self._thread = None
+                    break
+            process, sources = self._samples()
             try:
-                self.report()
+                with self._send:
+                    with self._state:
+                        if self._sources and not self._owed and self._due():
+                            self._owed.append(self._status)
+                    self._send_pending(process, sources, deadline=math.inf, keep=True)
             except Exception:
                 log.exception("process report failed")
-                with self._state:
-                    self._wake.wait(self.interval)
+        self._close_client_unless_sending()
+
+    def _close_client_unless_sending(self) -> None:
+        """The reporting thread ended: close the producer client unless another thread sends."""
+        with self._send, self._state:
+            if self._thread is not None:
+                return
+            client, self._client = self._client, None
+        del client
 
 
 _STATUSES = frozenset(get_args(ProcessStatus))

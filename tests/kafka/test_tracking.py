@@ -5,10 +5,12 @@ and the daemons reporting themselves."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,6 +32,7 @@ from ferrokafka.redelivery import RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 from tests.conftest import TopicFactory
+from tests.kafka.test_karafka_web import decoded, read_all
 from tests.tracking_samples import status_json
 
 pytestmark = pytest.mark.kafka
@@ -378,3 +381,100 @@ def test_async_consumer_reports_running_then_stopped(
     running = [r for r in reports if r["process"]["status"] == "running"]
     partitions = topics_of(running[-1], f"async-{topic}")[topic]["partitions"]
     assert sorted(partitions) == ["0", "1"]
+
+
+def test_an_error_reported_after_the_consumer_stopped_is_sent_within_the_interval(
+    kafka_bootstrap: str, topic_factory: TopicFactory, report_topics: tuple[str, str]
+) -> None:
+    """The README's block: ``report_error`` after ``with consumer:`` (the reporter closed by
+    the consumer's stop); nothing calls report() or close() afterwards."""
+    interval = 5.0
+    reporter = Reporter(
+        {"bootstrap.servers": kafka_bootstrap},
+        reports_topic=report_topics[0],
+        errors_topic=report_topics[1],
+        interval=interval,
+    )
+    topic = topic_factory(partitions=1)
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap},
+        [TopicPartition(topic, 0, offset="beginning")],
+        lambda batch: None,
+        reporter=reporter,
+    )
+    with consumer:
+        pass
+    reported = time.monotonic()
+    reporter.report_error(ValueError("bad"), details={"order": 7})
+    [error] = read_all(kafka_bootstrap, report_topics[1], 1, lambda records: len(records) >= 1)
+    assert time.monotonic() - reported < interval
+    document = decoded(error)
+    assert (document["error_message"], document["details"]) == ("bad", {"order": 7})
+    assert error.key() == reporter.process_id.encode()
+
+
+# Reports once, reports an error and ends without close(); prints the wall-clock time at which
+# the script's own code ended.
+_REPORT_AND_END = """
+import sys, time
+from ferrokafka.tracking import Reporter
+
+bootstrap, reports, errors = sys.argv[1:]
+reporter = Reporter(
+    {"bootstrap.servers": bootstrap}, reports_topic=reports, errors_topic=errors, interval=60.0
+)
+reporter.report(force=True)
+for n in range(3):
+    reporter.report_error(ValueError(f"late {n}"))
+print(time.time(), flush=True)
+"""
+
+
+def run_script(script: str, *args: str) -> tuple[float, str]:
+    """Runs ``script`` in a child interpreter; returns how long the interpreter took to exit
+    after the script's own code ended (its last printed line), and its stderr."""
+    run = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60
+    )
+    ended = time.time()
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    return ended - float(run.stdout.split()[-1]), run.stderr
+
+
+def test_a_script_that_ends_sends_its_final_report_and_its_errors(
+    kafka_bootstrap: str, report_topics: tuple[str, str]
+) -> None:
+    reports, errors = report_topics
+    exit_took, stderr = run_script(_REPORT_AND_END, kafka_bootstrap, reports, errors)
+    assert exit_took < 5.0 + 1.0  # the default exit_timeout, f"exit took {exit_took:.1f} s"
+    assert "not sent" not in stderr, stderr
+    sent = read_all(kafka_bootstrap, errors, 1, lambda records: len(records) >= 3)
+    assert sorted(decoded(m)["error_message"] for m in sent) == ["late 0", "late 1", "late 2"]
+    statuses = read_all(
+        kafka_bootstrap,
+        reports,
+        1,
+        lambda records: any(decoded(m)["process"]["status"] == "stopped" for m in records),
+    )
+    assert [decoded(m)["process"]["status"] for m in statuses] == ["initialized", "stopped"]
+
+
+def test_a_reporter_dropped_without_close_sends_its_final_report(
+    kafka_bootstrap: str, report_topics: tuple[str, str]
+) -> None:
+    reporter = Reporter({"bootstrap.servers": kafka_bootstrap}, reports_topic=report_topics[0])
+    assert reporter.report(force=True)
+    process_id = reporter.process_id
+    del reporter
+    gc.collect()  # no thread of its own keeps an idle reporter alive
+    reports = read_all(
+        kafka_bootstrap,
+        report_topics[0],
+        1,
+        lambda records: any(decoded(m)["process"]["status"] == "stopped" for m in records),
+    )
+    assert [(decoded(m)["process"]["id"], decoded(m)["process"]["status"]) for m in reports] == [
+        (process_id, "initialized"),
+        (process_id, "stopped"),
+    ]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from ferrokafka import CodecError, codecs
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
+from tests.conftest import wait_until
 
 CONFIG = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -114,6 +119,8 @@ def test_invalid_report_raises_before_any_connection() -> None:
     with pytest.raises(CodecError, match="consumer_groups"):
         reporter.report(force=True)
     assert reporter.stats() == {"reports": 0, "errors": 0, "send_failures": 0, "errors_dropped": 0}
+    reporter._sources.clear()
+    reporter.close(timeout=0)
 
 
 def test_unknown_status_is_refused() -> None:
@@ -124,13 +131,98 @@ def test_unknown_status_is_refused() -> None:
 def test_unreachable_broker_counts_a_failure_and_keeps_the_errors(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    reporter = Reporter(CONFIG, send_timeout=0.5)
+    reporter = Reporter(CONFIG, send_timeout=0.5, interval=60.0)
     reporter.report_error(ValueError("kept for later"))
+    # the reporting thread tries at once, then keeps the error for its next try
+    wait_until(lambda: reporter.stats()["send_failures"] == 1, 10.0, "the error's send failed")
+    assert "cannot send 1 error report(s) to karafka_errors" in caplog.text
     assert reporter.report(force=True) is False
-    assert reporter.stats()["send_failures"] == 1
+    assert "cannot send the process report to karafka_consumers_reports" in caplog.text
+    assert reporter.stats()["send_failures"] == 2
     assert reporter.stats()["errors"] == 0
-    assert "cannot send the process report" in caplog.text
-    kept = [codecs.decode_error_report(e) for e in reporter._errors]
+    with reporter._state:
+        kept = [codecs.decode_error_report(e) for e in reporter._errors]
     assert [(e["error_message"], e["schema_version"]) for e in kept] == [
         ("kept for later", "1.2.0")
     ]
+    reporter.close(timeout=0)
+
+
+def test_close_keeps_its_bound_and_says_what_it_could_not_send(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reporter = Reporter(CONFIG, errors_topic="audit-errors", exit_timeout=1.0)
+    reporter.track(FixedSource(SourceSample(group="billing")))
+    reporter.report_error(ValueError("one"))
+    reporter.report_error(ValueError("two"))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="ferrokafka.tracking"):
+        reporter.close()
+    assert time.monotonic() - started < 1.0 + 1.0  # a send to the broker takes up to 10 s
+    [warning] = [r.getMessage() for r in caplog.records if "not sent" in r.getMessage()]
+    assert "the final report (stopped) to karafka_consumers_reports" in warning, warning
+    assert "2 error report(s) to audit-errors" in warning, warning
+    assert reporter.stats()["errors_dropped"] == 2
+    caplog.clear()
+    reporter.close()  # what the first close gave up on is not counted twice
+    assert "not sent" not in caplog.text
+    assert reporter.stats()["errors_dropped"] == 2
+
+
+# Prints how many librdkafka threads run before a report, after it, and after close().
+_CLOSE_AND_COUNT_THREADS = """
+import glob
+from ferrokafka.tracking import Reporter
+
+def librdkafka_threads():
+    names = [open(comm).read() for comm in glob.glob("/proc/self/task/*/comm")]
+    return sum(name.startswith("rdk:") for name in names)
+
+reporter = Reporter({"bootstrap.servers": "127.0.0.1:1"}, send_timeout=0.2, exit_timeout=0.2)
+before = librdkafka_threads()
+assert reporter.report(force=True) is False
+print(before, librdkafka_threads(), end=" ")
+reporter.close()
+print(librdkafka_threads())
+"""
+
+
+def test_close_closes_the_producer_client() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _CLOSE_AND_COUNT_THREADS], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    before, reporting, closed = map(int, run.stdout.split())
+    assert reporting > before
+    # librdkafka's threads end with the client: none of them keeps retrying the broker
+    assert closed == before
+
+
+# Reports an error and ends without close(), the broker unreachable.
+_REPORT_AND_END_UNREACHABLE = """
+import sys, time
+from ferrokafka.tracking import Reporter
+
+reporter = Reporter(
+    {"bootstrap.servers": "127.0.0.1:1"}, errors_topic="audit-errors", exit_timeout=1.5
+)
+for n in range(3):
+    reporter.report_error(ValueError(f"lost {n}"))
+print(time.time(), flush=True)
+"""
+
+
+def test_an_exit_with_the_broker_unreachable_keeps_its_bound_and_says_what_was_not_sent() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _REPORT_AND_END_UNREACHABLE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    exit_took = time.time() - float(run.stdout.split()[-1])
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert exit_took < 1.5 + 1.5, f"exit took {exit_took:.1f} s"
+    [warning] = [line for line in run.stderr.splitlines() if "not sent" in line]
+    assert "at interpreter exit" in warning, warning
+    assert "3 error report(s) to audit-errors" in warning, warning

@@ -99,6 +99,33 @@ impl<S: Clone + Default + Send + std::fmt::Debug + 'static> std::fmt::Debug for 
     }
 }
 
+/// Most time a daemon's shutdown waits for the broker, every step together (dispatches on their
+/// way, final state reports, flushes): a stop ends within seconds whatever the broker does, so
+/// `ferrokafka scheduler` and `ferrokafka redelivery` exit soon after SIGINT/SIGTERM even with
+/// the broker gone. What is not acknowledged by then is logged and dropped.
+pub(crate) const SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
+
+/// Waits until `deadline` for `producer` to deliver what it holds; logs at WARNING how many of
+/// `what` the broker did not acknowledge by then (librdkafka purges them when the producer is
+/// dropped).
+pub(crate) fn flush_before<C: ProducerContext>(
+    producer: &ThreadedProducer<C>,
+    deadline: Instant,
+    daemon: &str,
+    what: &str,
+) {
+    if producer
+        .flush(deadline.saturating_duration_since(Instant::now()))
+        .is_err()
+    {
+        log::warn!(
+            "{daemon} stopping: {} {what} not acknowledged by the broker within {}s, dropped",
+            producer.in_flight_count(),
+            SHUTDOWN_BUDGET.as_secs()
+        );
+    }
+}
+
 /// Publishes `status` for [`Daemon::status`].
 pub(crate) fn publish<S>(slot: &Mutex<S>, status: S) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = status;

@@ -43,14 +43,14 @@ use ferrokafka_core::codec::marker_codec::{decode_marker, encode_marker};
 use ferrokafka_core::markers::{Marker, MarkersQueue, MarkersQueueConfig, MessageId, Redelivery};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::ThreadedProducer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::Client;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, creation_error, group_consumer_settings,
-    now_ms, publish, send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, creation_error,
+    flush_before, group_consumer_settings, now_ms, publish, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 pub use crate::marker_writer::markers_partition;
@@ -563,8 +563,14 @@ impl Tracker {
             self.commit(false);
             publish(status, self.status());
         }
+        let deadline = Instant::now() + SHUTDOWN_BUDGET;
         self.commit(true);
-        let _ = self.producer.flush(Duration::from_secs(10));
+        flush_before(
+            &self.producer,
+            deadline,
+            "redelivery tracker",
+            "redelivered message(s)",
+        );
         publish(status, self.status());
         log::info!("redelivery tracker stopped");
     }

@@ -58,8 +58,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::client::EndIsExpected;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, at_partition_end, creation_error,
-    enqueue_with, group_consumer_settings, now_ms, publish, send_waiting_for_room,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, at_partition_end,
+    creation_error, enqueue_with, flush_before, group_consumer_settings, now_ms, publish,
+    send_waiting_for_room,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::packed_headers::PackedHeaders;
@@ -1190,12 +1191,18 @@ impl SchedulerLoop {
     }
 
     fn shutdown(&mut self) {
-        self.drain_pipeline();
+        let deadline = Instant::now() + SHUTDOWN_BUDGET;
+        self.drain_pipeline(deadline);
         for run in self.runs.values_mut() {
             run.tracker.stop();
         }
         self.report_states(true);
-        let _ = self.reporter.flush(Duration::from_secs(10));
+        flush_before(
+            &self.reporter,
+            deadline,
+            "scheduler",
+            "final state report(s)",
+        );
         if !self.runs.is_empty()
             && let Err(e) = self
                 .consumer
@@ -1203,14 +1210,18 @@ impl SchedulerLoop {
         {
             log::debug!("final offset commit: {e}");
         }
-        let _ = self.dispatcher.flush(Duration::from_secs(10));
+        flush_before(
+            &self.dispatcher,
+            deadline,
+            "scheduler",
+            "dispatched message(s)",
+        );
         log::info!("scheduler stopped");
     }
 
-    /// Lets the chunks on their way settle (for at most one round's timeout), so acknowledged
-    /// targets get their tombstones before the daemon stops.
-    fn drain_pipeline(&mut self) {
-        let deadline = Instant::now() + self.round_timeout();
+    /// Lets the chunks on their way settle until `deadline`, so acknowledged targets get their
+    /// tombstones before the daemon stops.
+    fn drain_pipeline(&mut self, deadline: Instant) {
         while !self.in_flight.is_empty() && Instant::now() < deadline {
             self.dispatcher.context().wait_for_progress(MAX_SLEEP);
             self.settle_chunks();
