@@ -11,7 +11,8 @@ the components' own threads (dispatchers, engine threads) still run. It starts n
 Python 3.12 a new thread cannot start at shutdown): it asks every component to begin at once
 (:meth:`ClosesAtExit.begin_exit`, which never waits), then waits for each in turn against one
 shared deadline, so the waits overlap and the whole exit takes about the longest bound, not
-their sum.
+their sum. Reporters go in a second round, once the others finished, so the final reports the
+others hand them while stopping are sent too.
 """
 
 from __future__ import annotations
@@ -70,22 +71,32 @@ class StopsAtExit:
 
 
 _open: weakref.WeakSet[ClosesAtExit] = weakref.WeakSet()
+# Finished once the others are: reporters, which send what the others report while stopping.
+_open_last: weakref.WeakSet[ClosesAtExit] = weakref.WeakSet()
 
 
-def register(component: ClosesAtExit) -> None:
-    """``component`` is open: the exit hook finishes it unless :func:`unregister` comes first."""
-    _open.add(component)
+def register(component: ClosesAtExit, *, after_the_rest: bool = False) -> None:
+    """``component`` is open: the exit hook finishes it unless :func:`unregister` comes first;
+    ``after_the_rest`` once every other component finished (a reporter of the others)."""
+    (_open_last if after_the_rest else _open).add(component)
 
 
 def unregister(component: ClosesAtExit) -> None:
     """``component`` was closed by its owner (or collected): the exit hook leaves it alone."""
     _open.discard(component)
+    _open_last.discard(component)
 
 
 def finish_everything_open() -> None:
-    """The ``atexit`` hook: finish every registered component, each within its exit_timeout."""
-    components = list(_open)
-    _open.clear()
+    """The ``atexit`` hook: finish every registered component, each within its exit_timeout;
+    those registered ``after_the_rest`` once the others are finished."""
+    for registered in (_open, _open_last):
+        components = list(registered)
+        registered.clear()
+        _finish_together(components)
+
+
+def _finish_together(components: list[ClosesAtExit]) -> None:
     started = time.monotonic()
     for component in components:
         try:

@@ -352,7 +352,7 @@ class Reporter:
         self._send = threading.Lock()
         self._wake = threading.Condition(self._state)
         self._thread: threading.Thread | None = None
-        _exit.register(self)
+        _exit.register(self, after_the_rest=True)  # it sends the others' final reports
 
     # -- identity and status ---------------------------------------------------------------
 
