@@ -62,10 +62,16 @@ fn hint(bootstrap: &Option<String>) -> String {
 
 /// librdkafka's name for an error code, in the SCREAMING_SNAKE form confluent-kafka shows.
 pub fn code_name(code: RDKafkaErrorCode) -> String {
-    let camel = format!("{code:?}");
+    let camel: Vec<char> = format!("{code:?}").chars().collect();
     let mut name = String::with_capacity(camel.len() + 8);
-    for (i, ch) in camel.chars().enumerate() {
-        if ch.is_ascii_uppercase() && i > 0 {
+    for (i, &ch) in camel.iter().enumerate() {
+        // A word starts at an upper-case letter after a lower-case one, or at the last capital
+        // of an acronym followed by lower case: "SSL", "PartitionEOF", "UnsupportedSASLMechanism".
+        let starts_word = i > 0
+            && ch.is_ascii_uppercase()
+            && (camel[i - 1].is_ascii_lowercase()
+                || camel.get(i + 1).is_some_and(char::is_ascii_lowercase));
+        if starts_word {
             name.push('_');
         }
         name.push(ch.to_ascii_uppercase());
@@ -173,5 +179,24 @@ impl KafkaIoError {
                 },
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_names_keep_acronyms_whole() {
+        assert_eq!(code_name(RDKafkaErrorCode::SSL), "_SSL");
+        assert_eq!(code_name(RDKafkaErrorCode::PartitionEOF), "_PARTITION_EOF");
+        assert_eq!(
+            code_name(RDKafkaErrorCode::UnsupportedSASLMechanism),
+            "UNSUPPORTED_SASL_MECHANISM"
+        );
+        assert_eq!(
+            code_name(RDKafkaErrorCode::TopicAlreadyExists),
+            "TOPIC_ALREADY_EXISTS"
+        );
     }
 }
