@@ -7,9 +7,9 @@
 //! created with the client, the producer on first use.
 //!
 //! Refusals: the admin client and the producer share one [`ConnectionWatch`]; a refused TLS
-//! handshake or SASL authentication ends every wait at once with that cause, and a produce to a
-//! topic the brokers say does not exist fails at once instead of after librdkafka's 30 s of
-//! `topic.metadata.propagation.max.ms`.
+//! handshake, SASL authentication or OAUTHBEARER token ends every wait at once with that cause,
+//! and without `allow.auto.create.topics` a produce to a topic the brokers say does not exist
+//! fails at once instead of after librdkafka's 30 s of `topic.metadata.propagation.max.ms`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -507,8 +507,10 @@ impl Client {
         Ok(self.producer.get_or_init(|| producer))
     }
 
-    /// Refuses a topic the brokers say does not exist (nor create when asked): librdkafka would
-    /// hold a record for it `topic.metadata.propagation.max.ms` (30 s) before failing it.
+    /// Refuses a topic the brokers say does not exist when this client does not ask them to
+    /// create it (`allow.auto.create.topics` off): librdkafka would hold a record for it
+    /// `topic.metadata.propagation.max.ms` (30 s) before failing it. With auto-creation asked
+    /// for, librdkafka's own request creates the topic, if the brokers allow it.
     fn check_topic_exists(
         &self,
         producer: &ThreadedProducer<DeliveryRouter>,
@@ -529,19 +531,28 @@ impl Client {
             t.name() == topic
                 && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
         });
-        if missing {
+        if !missing {
+            existing.insert(topic.to_owned());
+        } else if !self.auto_creates_topics() {
             return Err(KafkaIoError::from_code(
                 "produce",
                 RDKafkaErrorCode::UnknownTopicOrPartition,
                 Some(format!(
-                    "unknown topic or partition: topic {topic:?} does not exist and is not \
-                     created automatically (the brokers' auto.create.topics.enable or this \
-                     client's allow.auto.create.topics is off)"
+                    "unknown topic or partition: topic {topic:?} does not exist \
+                     (allow.auto.create.topics is off)"
                 )),
             ));
         }
-        existing.insert(topic.to_owned());
         Ok(())
+    }
+
+    /// Whether this client's producer asks the brokers to create topics it produces to
+    /// (librdkafka's producer default).
+    fn auto_creates_topics(&self) -> bool {
+        !self
+            .settings
+            .get("allow.auto.create.topics")
+            .is_some_and(|v| v.eq_ignore_ascii_case("false") || v == "0")
     }
 
     /// Produces one record and waits for the broker's acknowledgement. Without an explicit

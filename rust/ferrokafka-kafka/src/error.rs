@@ -126,6 +126,23 @@ impl KafkaIoError {
         }
     }
 
+    fn from_rdkafka_code(
+        operation: &str,
+        code: RDKafkaErrorCode,
+        timeout: Duration,
+        bootstrap: Option<&str>,
+    ) -> Self {
+        if is_timeout(code) {
+            KafkaIoError::Timeout {
+                operation: operation.to_owned(),
+                timeout,
+                bootstrap: bootstrap.map(str::to_owned),
+            }
+        } else {
+            KafkaIoError::from_code(operation, code, None)
+        }
+    }
+
     /// Converts an rdkafka error of `operation`, turning deadline codes into [`KafkaIoError::Timeout`].
     pub fn from_rdkafka(
         operation: &str,
@@ -162,13 +179,12 @@ impl KafkaIoError {
                     fatal: rd.is_fatal(),
                 }
             }
+            // rdkafka keeps an admin operation's code out of `rdkafka_error_code`.
+            KafkaError::AdminOp(code) => {
+                Self::from_rdkafka_code(operation, code, timeout, bootstrap)
+            }
             other => match other.rdkafka_error_code() {
-                Some(code) if is_timeout(code) => KafkaIoError::Timeout {
-                    operation: operation.to_owned(),
-                    timeout,
-                    bootstrap: bootstrap.map(str::to_owned),
-                },
-                Some(code) => KafkaIoError::from_code(operation, code, None),
+                Some(code) => Self::from_rdkafka_code(operation, code, timeout, bootstrap),
                 None => KafkaIoError::Broker {
                     operation: operation.to_owned(),
                     code: -1,
@@ -185,6 +201,17 @@ impl KafkaIoError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_admin_operation_that_timed_out_is_a_timeout() {
+        let err = KafkaIoError::from_rdkafka(
+            "delete_topics",
+            KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut),
+            Duration::from_secs(3),
+            Some("b:9092"),
+        );
+        assert!(matches!(err, KafkaIoError::Timeout { .. }), "{err:?}");
+    }
 
     #[test]
     fn code_names_keep_acronyms_whole() {
