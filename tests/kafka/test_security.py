@@ -405,3 +405,26 @@ def test_a_malformed_oauthbearer_config_is_raised_at_once_without_its_value(
         lambda: Client(config).produce("never", b"v", timeout=LONG), "sasl.oauthbearer.config"
     )
     assert secret not in f"{refused} {refused!r}"
+
+
+def test_a_consumer_reports_a_wrong_password_with_its_cause_at_once(
+    secure_broker: SecureBroker,
+) -> None:
+    wrong = f"not-the-password-{uuid.uuid4().hex}"
+    config = {
+        **secure_broker.scram_config(password=wrong),
+        "group.id": f"g-{uuid.uuid4().hex}",
+    }
+    errors: list[Any] = []
+    consumer = Consumer(config, ["never"], lambda batch: None)
+    consumer.subscribe(
+        lambda name, payload: errors.append(payload["error"]) if name == "error" else None
+    )
+    started = time.monotonic()
+    with consumer:
+        wait_until(lambda: bool(errors), WAIT, "the consumer's error event")
+    assert time.monotonic() - started < PROMPT + 2.0
+    shown = str(errors[0])
+    assert "Authentication failed" in shown
+    assert "SCRAM-SHA-512" in shown
+    assert wrong not in shown

@@ -137,6 +137,17 @@ impl ConnectionWatch {
         reason
     }
 
+    /// The error of `operation` for `err`, an error librdkafka handed back: a refused
+    /// connection keeps the description this watch recorded, which names the cause.
+    pub(crate) fn explain(&self, operation: &str, err: KafkaError) -> KafkaIoError {
+        match self.failure() {
+            Some(failure) if err.rdkafka_error_code() == Some(failure.code) => {
+                failure.error(operation)
+            }
+            _ => KafkaIoError::from_rdkafka(operation, err, Duration::ZERO, None),
+        }
+    }
+
     /// The client works again: a failure seen before is over.
     pub(crate) fn clear(&self) {
         if self.refused.load(Ordering::Acquire) {
