@@ -166,9 +166,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _status_reader(args: argparse.Namespace) -> StatusReader:
-    """A started status reader over the topics the options name, caught up (or timed out)."""
+    """A started status reader over the topics the options name, caught up (or timed out):
+    starting and catching up share the one ``--timeout``."""
     from ferrokafka.status import StatusReader
 
+    deadline = time.monotonic() + args.timeout
     reader = StatusReader(
         _daemon_config(args),
         reports_topic=args.reports_topic,
@@ -176,8 +178,8 @@ def _status_reader(args: argparse.Namespace) -> StatusReader:
         states_topics=args.states_topic,
         ttl=args.ttl,
         max_errors=args.max_errors,
-    ).start()
-    if not reader.wait_caught_up(args.timeout):
+    ).start(timeout=args.timeout)
+    if not reader.wait_caught_up(max(0.0, deadline - time.monotonic())):
         log.warning("not every tracking partition was read to its end within %gs", args.timeout)
     return reader
 

@@ -283,7 +283,9 @@ class AsyncProducer:
     def flush(self, timeout: float = 30.0) -> None:
         """Deliver everything buffered and wait until every message is acknowledged or failed,
         and their callbacks ran. Raises :class:`~ferrokafka.KafkaTimeoutError` (a
-        ``TimeoutError``) if that takes longer than ``timeout`` seconds."""
+        ``TimeoutError``) if that takes longer than ``timeout`` seconds, and
+        :class:`~ferrokafka.KafkaError` naming the cause as soon as the brokers refuse the
+        connection (TLS handshake or SASL authentication failed)."""
         self._raw.flush(timeout)
         self._events.drain_now()
 
@@ -291,7 +293,8 @@ class AsyncProducer:
         """Deliver what is buffered (waiting up to ``timeout`` seconds), then stop.
 
         Returns every message that was not delivered and not yet taken with
-        :meth:`take_failed`, each with ``error()`` set; they also fail their callbacks and
+        :meth:`take_failed`, each with ``error()`` set (to the cause when the brokers refused
+        the connection, which also ends the wait at once); they also fail their callbacks and
         futures. Later calls to ``produce`` raise
         :class:`~ferrokafka.ClosedError`. Calling it again returns ``[]``.
         """

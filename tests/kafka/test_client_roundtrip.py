@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 import zlib
 from typing import Any
@@ -171,3 +172,17 @@ def test_partition_key_chooses_the_partition_as_waterdrop_does(
     assert explicit.partition() == 4
     with pytest.raises(ValueError, match="partition_key"):
         kafka_client.produce(f"missing-{uuid.uuid4().hex}", b"v", partition_key="x", timeout=5.0)
+
+
+def test_produce_to_a_missing_topic_without_auto_create_says_so_at_once(
+    kafka_bootstrap: str,
+) -> None:
+    client = Client({"bootstrap.servers": kafka_bootstrap, "allow.auto.create.topics": False})
+    missing = f"test-missing-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    with pytest.raises(KafkaError, match="unknown topic or partition") as refused:
+        client.produce(missing, b"v", timeout=20.0)
+    assert time.monotonic() - started < 5.0
+    assert not isinstance(refused.value, TimeoutError)
+    assert missing in str(refused.value)
+    assert missing not in client.list_topics(timeout=10.0).topics

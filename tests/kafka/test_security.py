@@ -315,3 +315,116 @@ def test_async_consumer_over_ssl(secure_broker: SecureBroker) -> None:
 
     asyncio.run(consume())
     assert received == [b"async"]
+
+
+# A refusal is raised as soon as librdkafka reports it, well before the timeout.
+LONG = 20.0
+PROMPT = 5.0
+
+
+def _refused_at_once(call: Any, cause: str) -> KafkaError:
+    started = time.monotonic()
+    with pytest.raises(KafkaError, match=cause) as refused:
+        call()
+    took = time.monotonic() - started
+    assert took < PROMPT, f"{took:.1f} s"
+    assert not isinstance(refused.value, TimeoutError)
+    return refused.value
+
+
+def test_a_wrong_password_is_raised_at_once_by_every_client_call(
+    secure_broker: SecureBroker,
+) -> None:
+    wrong = f"not-the-password-{uuid.uuid4().hex}"
+    config = secure_broker.scram_config(password=wrong)
+    topic = new_topic(secure_broker.scram_config(), partitions=1)
+    calls = {
+        "produce": lambda: Client(config).produce(topic, b"never", timeout=LONG),
+        "list_topics": lambda: Client(config).list_topics(timeout=LONG),
+        "create_topics": lambda: Client(config).create_topics(["never"], timeout=LONG),
+        "read_topic": lambda: Client(config).read_topic(topic, timeout=LONG),
+    }
+    for name, call in calls.items():
+        refused = _refused_at_once(call, "Authentication failed")
+        shown = f"{refused} {refused!r}"
+        assert name in shown
+        assert "SCRAM-SHA-512" in shown
+        assert wrong not in shown
+        assert refused.name == "_AUTHENTICATION"
+    producer = AsyncProducer(config)
+    producer.produce(b"never", topic)
+    _refused_at_once(lambda: producer.flush(timeout=LONG), "Authentication failed")
+    started = time.monotonic()
+    undelivered = producer.shutdown(timeout=LONG) + producer.take_failed()
+    assert time.monotonic() - started < PROMPT
+    assert [m.value() for m in undelivered] == [b"never"]
+    assert "Authentication failed" in str(undelivered[0].error())
+
+
+def test_an_untrusted_ca_is_raised_at_once_by_produce(secure_broker: SecureBroker) -> None:
+    config = {**secure_broker.ssl_config(), "ssl.ca.location": secure_broker.untrusted_ca}
+    refused = _refused_at_once(
+        lambda: Client(config).produce("never", b"v", timeout=LONG), "certificate verify failed"
+    )
+    assert refused.name == "_SSL"
+
+
+def test_an_unreachable_token_endpoint_is_raised_at_once(secure_broker: SecureBroker) -> None:
+    secret = f"client-secret-{uuid.uuid4().hex}"
+    config = {
+        "bootstrap.servers": secure_broker.sasl_ssl,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": secure_broker.ca,
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "ferrokafka",
+        "sasl.oauthbearer.client.secret": secret,
+        "sasl.oauthbearer.token.endpoint.url": f"http://user:{secret}@127.0.0.1:1/token",
+    }
+    for call in (
+        lambda: Client(config).produce("never", b"v", timeout=LONG),
+        lambda: Client(config).list_topics(timeout=LONG),
+    ):
+        refused = _refused_at_once(call, "Failed to acquire SASL OAUTHBEARER token")
+        assert secret not in f"{refused} {refused!r}"
+
+
+def test_a_malformed_oauthbearer_config_is_raised_at_once_without_its_value(
+    secure_broker: SecureBroker,
+) -> None:
+    secret = f"value-{uuid.uuid4().hex}"
+    config = {
+        "bootstrap.servers": secure_broker.sasl_ssl,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": secure_broker.ca,
+        "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": "true",
+        "sasl.oauthbearer.config": f"principal=p unknown={secret}",
+    }
+    refused = _refused_at_once(
+        lambda: Client(config).produce("never", b"v", timeout=LONG), "sasl.oauthbearer.config"
+    )
+    assert secret not in f"{refused} {refused!r}"
+
+
+def test_a_consumer_reports_a_wrong_password_with_its_cause_at_once(
+    secure_broker: SecureBroker,
+) -> None:
+    wrong = f"not-the-password-{uuid.uuid4().hex}"
+    config = {
+        **secure_broker.scram_config(password=wrong),
+        "group.id": f"g-{uuid.uuid4().hex}",
+    }
+    errors: list[Any] = []
+    consumer = Consumer(config, ["never"], lambda batch: None)
+    consumer.subscribe(
+        lambda name, payload: errors.append(payload["error"]) if name == "error" else None
+    )
+    started = time.monotonic()
+    with consumer:
+        wait_until(lambda: bool(errors), WAIT, "the consumer's error event")
+    assert time.monotonic() - started < PROMPT + 2.0
+    shown = str(errors[0])
+    assert "Authentication failed" in shown
+    assert "SCRAM-SHA-512" in shown
+    assert wrong not in shown

@@ -93,9 +93,14 @@ class StatusReader:
         self._lifecycle = threading.Lock()
         self._refreshing = threading.Lock()
 
-    def start(self) -> StatusReader:
-        """Look up the topics, start reading them, and keep looking for new ones; returns at
-        once (``self``, for chaining). Starting twice is a no-op.
+    def start(self, timeout: float | None = None) -> StatusReader:
+        """Look up the topics, start reading them, and keep looking for new ones; returns once
+        the topics are known (``self``, for chaining). Starting twice is a no-op.
+
+        Args:
+            timeout: seconds the first look-up may take [``discover_interval`` + 10]; when no
+                broker answered by then it raises :class:`~ferrokafka.KafkaTimeoutError` (or
+                the :class:`~ferrokafka.KafkaError` saying why the broker refused).
 
         Example:
             >>> config = {"bootstrap.servers": "127.0.0.1:9092"}
@@ -106,7 +111,7 @@ class StatusReader:
                 return self
             self._stopping.clear()
             self._client = Client(self._config)
-            self.refresh()
+            self._reassign(self._wanted_partitions(self._client, timeout))
             self._thread = threading.Thread(
                 target=self._discover_forever, name="ferrokafka-status-discovery", daemon=True
             )
@@ -172,7 +177,7 @@ class StatusReader:
         if client is None:
             raise RuntimeError("the status reader is not started; call start() first")
         with self._refreshing:  # the discovery thread and a caller may refresh at once
-            return self._reassign(self._wanted_partitions(client))
+            return self._reassign(self._wanted_partitions(client, None))
 
     def _reassign(self, wanted: set[tuple[str, int]]) -> bool:
         if wanted == self._assigned:
@@ -211,8 +216,10 @@ class StatusReader:
         self._assigned = wanted
         return True
 
-    def _wanted_partitions(self, client: Client) -> set[tuple[str, int]]:
-        metadata = client.list_topics(timeout=self._discover_interval + 10.0)
+    def _wanted_partitions(self, client: Client, timeout: float | None) -> set[tuple[str, int]]:
+        metadata = client.list_topics(
+            timeout=self._discover_interval + 10.0 if timeout is None else timeout
+        )
         names = {self.view.reports_topic, self.view.errors_topic}
         if self._states_topics is None:
             names.update(n for n in metadata.topics if n.endswith(STATES_POSTFIX))

@@ -60,10 +60,11 @@ use rdkafka::util::IntoOpaque;
 
 use crate::batch_produce::{TopicHandles, message};
 use crate::config::{ClientRole, ClientSettings};
+use crate::connection_failure::ConnectionWatch;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::in_flight::InFlight;
 use crate::locks::lock;
-use crate::partitioner::PartitionCounts;
+use crate::partitioner::{METADATA_TIMEOUT, PartitionCounts};
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// Identifies a record whose delivery result the caller wants back; 0 means "not tracked".
@@ -322,6 +323,8 @@ struct Shared {
     acknowledged: Mutex<Vec<Acknowledgement>>,
     epoch: Instant,
     next_ticket: AtomicU64,
+    /// Why librdkafka cannot connect (refused TLS or SASL), given to records that then fail.
+    watch: ConnectionWatch,
 }
 
 impl Shared {
@@ -441,13 +444,37 @@ struct DeliveryTracker {
     shared: Arc<Shared>,
 }
 
-impl ClientContext for DeliveryTracker {}
+impl ClientContext for DeliveryTracker {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.shared.watch.observe(&error, reason);
+        log::error!("librdkafka: {error}: {}", self.shared.watch.redact(reason));
+    }
+}
+
+impl DeliveryTracker {
+    /// The error a failed record is handed back with: a record that timed out or was purged
+    /// while librdkafka could not connect failed because of that.
+    fn failure(&self, err: &KafkaError) -> KafkaIoError {
+        use RDKafkaErrorCode as C;
+        let unsent = matches!(
+            err.rdkafka_error_code(),
+            Some(C::MessageTimedOut | C::PurgeQueue | C::PurgeInflight)
+        );
+        match self.shared.watch.failure() {
+            Some(failure) if unsent => failure.error("produce"),
+            _ => KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None),
+        }
+    }
+}
 
 impl ProducerContext for DeliveryTracker {
     type DeliveryOpaque = InFlight;
 
     fn delivery(&self, result: &DeliveryResult<'_>, in_flight: Self::DeliveryOpaque) {
         let shared = &self.shared;
+        if result.is_ok() {
+            shared.watch.clear();
+        }
         if shared.mode == DeliveryMode::Transactional {
             // The transaction decides: keep the record whole, in case it must be sent again.
             let message = match result {
@@ -457,10 +484,7 @@ impl ProducerContext for DeliveryTracker {
             let pending = in_flight.into_pending(message);
             let outcome = match result {
                 Ok(message) => Ok(Written::of(pending.ticket, message)),
-                Err((err, _)) => Err((
-                    KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None),
-                    is_transient(err),
-                )),
+                Err((err, _)) => Err((self.failure(err), is_transient(err))),
             };
             shared.lock_round().push(RoundReport { pending, outcome });
             shared.round_reported.notify_all();
@@ -477,8 +501,7 @@ impl ProducerContext for DeliveryTracker {
             Err((err, message)) => {
                 let mut pending = in_flight.into_pending(message);
                 pending.failures += 1;
-                let error =
-                    KafkaIoError::from_rdkafka("produce", err.clone(), Duration::ZERO, None);
+                let error = self.failure(err);
                 if shared.mode == DeliveryMode::Plain
                     && is_transient(err)
                     && shared.may_retry(pending.failures)
@@ -695,6 +718,7 @@ impl AsyncProducer {
             in_flight: AtomicUsize::new(0),
             delivered: AtomicU64::new(0),
             acknowledged: Mutex::new(Vec::new()),
+            watch: ConnectionWatch::new(&settings),
         });
         let producer: ThreadedProducer<DeliveryTracker> = settings
             .for_role(ClientRole::Producer)
@@ -850,6 +874,15 @@ impl AsyncProducer {
     /// The fatal error that stopped the producer, if one did.
     pub fn fatal_error(&self) -> Option<KafkaIoError> {
         self.shared.lock().fatal.clone()
+    }
+
+    /// Why librdkafka cannot connect (a refused TLS handshake or SASL authentication), as the
+    /// error of `operation`, while that lasts: waiting for delivery will not help.
+    pub fn connection_failure(&self, operation: &str) -> Option<KafkaIoError> {
+        self.shared
+            .watch
+            .failure()
+            .map(|failure| failure.error(operation))
     }
 
     /// Delivers everything buffered and waits up to `wait` for every record to settle. Returns
@@ -1186,9 +1219,12 @@ impl AsyncProducer {
         if pending.record.partition.is_none()
             && let Some(key) = pending.partition_key.as_deref()
         {
-            pending.record.partition =
-                self.partitions
-                    .partition_for(self.producer.client(), &pending.record.topic, key);
+            pending.record.partition = self.partitions.partition_for(
+                self.producer.client(),
+                &pending.record.topic,
+                key,
+                METADATA_TIMEOUT,
+            );
         }
         pending
     }

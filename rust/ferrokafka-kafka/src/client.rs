@@ -1,13 +1,19 @@
 //! [`Client`]: topic administration plus synchronous produce and read-back.
 //!
-//! Threading: every method blocks its calling thread for at most the given timeout and is safe to
-//! call from several threads at once. Delivery reports are routed back to their caller through a
-//! per-call channel carried as librdkafka's opaque pointer, so concurrent `produce` calls never
-//! see each other's results. The producer and the admin client are created on first use.
+//! Threading: every method blocks its calling thread for at most the given timeout (one deadline
+//! for everything the call does) and is safe to call from several threads at once. Delivery
+//! reports are routed back to their caller through a per-call slot carried as librdkafka's opaque
+//! pointer, so concurrent `produce` calls never see each other's results. The admin client is
+//! created with the client, the producer on first use.
+//!
+//! Refusals: the admin client and the producer share one [`ConnectionWatch`]; a refused TLS
+//! handshake, SASL authentication or OAUTHBEARER token ends every wait at once with that cause,
+//! and without `allow.auto.create.topics` a produce to a topic the brokers say does not exist
+//! fails at once instead of after librdkafka's 30 s of `topic.metadata.propagation.max.ms`.
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
-use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -15,10 +21,11 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{ClientRole, ClientSettings};
-use crate::connection_failure::latest_connection_failure;
+use crate::connection_failure::{ConnectionWatch, MainQueueWatcher, Waited};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
@@ -82,21 +89,40 @@ pub struct NewTopicSpec {
 
 /// Pause between metadata attempts while no broker accepts connections.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// The longest one metadata attempt waits for a usable broker: librdkafka's wait for one cannot
+/// be woken, so a refusal recorded meanwhile is seen after at most this long.
+const METADATA_SLICE: Duration = Duration::from_millis(200);
 
 /// Where a produced record landed.
 type DeliveryOutcome = KafkaResult<ReceivedRecord>;
 
-/// Routes each delivery report to the channel of the call that produced the record.
-struct DeliveryRouter;
+/// Where the delivery report of one `produce` call goes: the call waits on it.
+struct DeliverySlot {
+    outcome: Mutex<Option<DeliveryOutcome>>,
+    waiter: Thread,
+}
 
-impl ClientContext for DeliveryRouter {}
+/// Routes each delivery report to the slot of the call that produced the record.
+struct DeliveryRouter {
+    watch: Arc<ConnectionWatch>,
+}
+
+impl ClientContext for DeliveryRouter {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.watch.observe(&error, reason);
+        log::error!("librdkafka: {error}: {}", self.watch.redact(reason));
+    }
+}
 
 impl ProducerContext for DeliveryRouter {
-    type DeliveryOpaque = Box<SyncSender<DeliveryOutcome>>;
+    type DeliveryOpaque = Arc<DeliverySlot>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, reply: Self::DeliveryOpaque) {
+    fn delivery(&self, result: &DeliveryResult<'_>, slot: Self::DeliveryOpaque) {
         let outcome = match result {
-            Ok(message) => Ok(ReceivedRecord::from_message(message)),
+            Ok(message) => {
+                self.watch.clear();
+                Ok(ReceivedRecord::from_message(message))
+            }
             Err((err, _)) => Err(KafkaIoError::from_rdkafka(
                 "produce",
                 err.clone(),
@@ -104,17 +130,24 @@ impl ProducerContext for DeliveryRouter {
                 None,
             )),
         };
-        // The caller may have given up waiting; its receiver is then gone and that is fine.
-        let _ = reply.send(outcome);
+        // The caller may have given up waiting; then nobody reads the slot, and that is fine.
+        *slot.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+        slot.waiter.unpark();
     }
 }
 
 /// Context of consumers that read to a partition's end on purpose (`enable.partition.eof`):
 /// reaching it is how they know they are done, not an error worth logging.
-pub(crate) struct EndIsExpected;
+pub(crate) struct EndIsExpected {
+    /// Where the consumer's refused connections go, when someone waits on it.
+    pub(crate) watch: Option<Arc<ConnectionWatch>>,
+}
 
 impl ClientContext for EndIsExpected {
     fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(watch) = &self.watch {
+            watch.observe(&error, reason);
+        }
         log_unless_end(error, reason);
     }
 }
@@ -133,9 +166,15 @@ impl rdkafka::consumer::ConsumerContext for EndIsExpected {}
 /// A general-purpose client: administration, synchronous produce, and reading a topic back.
 pub struct Client {
     settings: ClientSettings,
+    /// Reads the admin client's error events; declared before `admin` so it stops first.
+    _admin_errors: MainQueueWatcher,
     admin: AdminClient<DefaultClientContext>,
     producer: OnceLock<ThreadedProducer<DeliveryRouter>>,
     partitions: PartitionCounts,
+    /// The connection failure of the admin client, the producer or `read_topic`'s consumer.
+    watch: Arc<ConnectionWatch>,
+    /// Topics the brokers said exist, so `produce` asks about each only once.
+    existing_topics: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -150,16 +189,22 @@ impl Client {
     /// Creates a client; librdkafka validates every key now, so a typo fails here.
     pub fn new(settings: ClientSettings) -> KafkaResult<Self> {
         settings.bootstrap()?;
-        let admin = settings
+        let admin: AdminClient<DefaultClientContext> = settings
             .for_role(ClientRole::Producer)
             .to_client_config()
             .create()
             .map_err(|e| KafkaIoError::from_rdkafka("create client", e, Duration::ZERO, None))?;
+        let watch = Arc::new(ConnectionWatch::new(&settings));
+        let admin_errors = MainQueueWatcher::start(admin.inner(), Arc::clone(&watch))
+            .map_err(|e| KafkaIoError::Config(format!("cannot start a client thread: {e}")))?;
         Ok(Client {
             settings,
+            _admin_errors: admin_errors,
             admin,
             producer: OnceLock::new(),
             partitions: PartitionCounts::default(),
+            watch,
+            existing_topics: Mutex::default(),
         })
     }
 
@@ -180,53 +225,113 @@ impl Client {
     /// wrong CA or password is not something waiting longer would fix.
     fn explain(&self, error: KafkaIoError) -> KafkaIoError {
         match error {
-            KafkaIoError::Timeout { ref operation, .. } => {
-                match latest_connection_failure(self.admin.inner()) {
-                    Some((code, reason)) => KafkaIoError::from_code(operation, code, Some(reason)),
-                    None => error,
-                }
-            }
+            KafkaIoError::Timeout { ref operation, .. } => match self.watch.failure() {
+                Some(failure) => failure.error(operation),
+                None => error,
+            },
             other => other,
         }
     }
 
-    /// Asks for metadata until a broker answers or `timeout` passes. librdkafka fails at once
-    /// when every broker refuses the connection; a broker that is still starting should not be
-    /// an error while the caller is willing to wait.
-    fn fetch_metadata(
+    fn timed_out(&self, operation: &str, timeout: Duration) -> KafkaIoError {
+        self.explain(KafkaIoError::Timeout {
+            operation: operation.to_owned(),
+            timeout,
+            bootstrap: self.bootstrap().map(str::to_owned),
+        })
+    }
+
+    /// Asks `client` for metadata until a broker answers, a connection is refused or `deadline`
+    /// passes. librdkafka fails at once when every broker refuses the connection; a broker that
+    /// is still starting should not be an error while the caller is willing to wait.
+    fn fetch_metadata<C: ClientContext>(
         &self,
+        operation: &str,
+        client: &rdkafka::client::Client<C>,
         topic: Option<&str>,
+        deadline: Instant,
         timeout: Duration,
     ) -> KafkaResult<rdkafka::metadata::Metadata> {
-        let deadline = Instant::now() + timeout;
+        // Until a broker took a request, each attempt waits at most METADATA_SLICE for one.
+        let mut slice = METADATA_SLICE;
         loop {
+            if let Some(failure) = self.watch.failure() {
+                return Err(failure.error(operation));
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.admin.inner().fetch_metadata(topic, left) {
-                Ok(metadata) => return Ok(metadata),
-                Err(err) => match self.error("list_topics", err, timeout) {
-                    KafkaIoError::Broker {
-                        retriable: true, ..
-                    } if Instant::now() + RETRY_PAUSE < deadline => {
-                        std::thread::sleep(RETRY_PAUSE);
+            if left.is_zero() {
+                return Err(self.timed_out(operation, timeout));
+            }
+            let err = match client.fetch_metadata(topic, left.min(slice)) {
+                Ok(metadata) => {
+                    self.watch.clear();
+                    return Ok(metadata);
+                }
+                Err(err) => err,
+            };
+            match self.error(operation, err, timeout) {
+                // A broker took the request and did not answer in the slice: wait for the
+                // answer to a new one with all the time left.
+                KafkaIoError::Timeout { .. } => slice = left,
+                KafkaIoError::Broker {
+                    retriable: true, ..
+                } => {
+                    let pause = (Instant::now() + RETRY_PAUSE).min(deadline);
+                    if let Waited::Refused(failure) = self.watch.wait_until(pause, || None::<()>) {
+                        return Err(failure.error(operation));
                     }
-                    KafkaIoError::Broker {
-                        retriable: true, ..
-                    } => {
-                        return Err(self.explain(KafkaIoError::Timeout {
-                            operation: "list_topics".to_owned(),
-                            timeout,
-                            bootstrap: self.bootstrap().map(str::to_owned),
-                        }));
-                    }
-                    other => return Err(other),
-                },
+                }
+                other => return Err(other),
             }
         }
     }
 
+    /// Waits for an admin operation until it completes, a connection is refused or `deadline`
+    /// passes.
+    fn await_admin<T>(
+        &self,
+        operation: &str,
+        pending: impl Future<Output = rdkafka::error::KafkaResult<T>>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> KafkaResult<T> {
+        self.producer()?;
+        match self.watch.block_on(pending, deadline) {
+            Waited::Done(Ok(done)) => {
+                self.watch.clear();
+                Ok(done)
+            }
+            Waited::Done(Err(err)) => Err(self.error(operation, err, timeout)),
+            Waited::Refused(failure) => Err(failure.error(operation)),
+            Waited::TimedOut => Err(self.timed_out(operation, timeout)),
+        }
+    }
+
+    /// Admin options bounding an operation by `timeout`: librdkafka's own request timeout is
+    /// `socket.timeout.ms` (60 s) otherwise.
+    fn admin_options(timeout: Duration) -> AdminOptions {
+        AdminOptions::new()
+            .operation_timeout(Some(timeout))
+            .request_timeout(Some(timeout))
+    }
+
     /// Fetches cluster metadata, for one topic or for all of them.
     pub fn list_topics(&self, topic: Option<&str>, timeout: Duration) -> KafkaResult<ClusterInfo> {
-        let metadata = self.fetch_metadata(topic, timeout)?;
+        self.list_topics_until("list_topics", topic, Instant::now() + timeout, timeout)
+    }
+
+    /// [`Client::list_topics`] for `operation`, within a deadline; `timeout` is what errors
+    /// report.
+    fn list_topics_until(
+        &self,
+        operation: &str,
+        topic: Option<&str>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> KafkaResult<ClusterInfo> {
+        self.producer()?;
+        let metadata =
+            self.fetch_metadata(operation, self.admin.inner(), topic, deadline, timeout)?;
         let brokers = metadata
             .brokers()
             .iter()
@@ -274,6 +379,7 @@ impl Client {
         exist_ok: bool,
         timeout: Duration,
     ) -> KafkaResult<Vec<String>> {
+        let deadline = Instant::now() + timeout;
         let mut seen = HashSet::new();
         for spec in specs {
             if spec.name.is_empty() {
@@ -301,9 +407,13 @@ impl Client {
                 )
             })
             .collect();
-        let options = AdminOptions::new().operation_timeout(Some(timeout));
-        let results = futures_executor::block_on(self.admin.create_topics(&new_topics, &options))
-            .map_err(|e| self.error("create_topics", e, timeout))?;
+        let options = Self::admin_options(timeout);
+        let results = self.await_admin(
+            "create_topics",
+            self.admin.create_topics(&new_topics, &options),
+            deadline,
+            timeout,
+        )?;
         let mut created = Vec::with_capacity(results.len());
         for result in results {
             match result {
@@ -318,17 +428,20 @@ impl Client {
                 }
             }
         }
-        self.wait_until_led(&created, timeout)?;
+        self.wait_until_led(&created, deadline, timeout)?;
         Ok(created)
     }
 
     /// Waits until every topic in `names` shows in metadata with a leader for each partition, so
     /// a caller can produce to a topic as soon as `create_topics` returns.
-    fn wait_until_led(&self, names: &[String], timeout: Duration) -> KafkaResult<()> {
-        let deadline = Instant::now() + timeout;
+    fn wait_until_led(
+        &self,
+        names: &[String],
+        deadline: Instant,
+        timeout: Duration,
+    ) -> KafkaResult<()> {
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let cluster = self.list_topics(None, left.max(RETRY_PAUSE))?;
+            let cluster = self.list_topics_until("create_topics", None, deadline, timeout)?;
             let led = names.iter().all(|name| {
                 cluster.topics.iter().any(|t| {
                     t.name == *name
@@ -340,11 +453,10 @@ impl Client {
                 return Ok(());
             }
             if Instant::now() + RETRY_PAUSE >= deadline {
-                return Err(KafkaIoError::Timeout {
-                    operation: format!("waiting for new topics {names:?} to get leaders"),
+                return Err(self.timed_out(
+                    &format!("waiting for new topics {names:?} to get leaders"),
                     timeout,
-                    bootstrap: self.bootstrap().map(str::to_owned),
-                });
+                ));
             }
             std::thread::sleep(RETRY_PAUSE);
         }
@@ -352,10 +464,15 @@ impl Client {
 
     /// Deletes topics; unknown topics are an error.
     pub fn delete_topics(&self, names: &[String], timeout: Duration) -> KafkaResult<()> {
+        let deadline = Instant::now() + timeout;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let options = AdminOptions::new().operation_timeout(Some(timeout));
-        let results = futures_executor::block_on(self.admin.delete_topics(&names, &options))
-            .map_err(|e| self.error("delete_topics", e, timeout))?;
+        let options = Self::admin_options(timeout);
+        let results = self.await_admin(
+            "delete_topics",
+            self.admin.delete_topics(&names, &options),
+            deadline,
+            timeout,
+        )?;
         for result in results {
             if let Err((name, code)) = result {
                 return Err(KafkaIoError::from_code(
@@ -368,6 +485,8 @@ impl Client {
         Ok(())
     }
 
+    /// The producer, created on first use. The admin calls create it too: the admin client only
+    /// logs a failed OAUTHBEARER token, while the producer's error event reaches the watch.
     fn producer(&self) -> KafkaResult<&ThreadedProducer<DeliveryRouter>> {
         if let Some(producer) = self.producer.get() {
             return Ok(producer);
@@ -381,9 +500,59 @@ impl Client {
             config.set("message.timeout.ms", "30000");
         }
         let producer = config
-            .create_with_context(DeliveryRouter)
+            .create_with_context(DeliveryRouter {
+                watch: Arc::clone(&self.watch),
+            })
             .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))?;
         Ok(self.producer.get_or_init(|| producer))
+    }
+
+    /// Refuses a topic the brokers say does not exist when this client does not ask them to
+    /// create it (`allow.auto.create.topics` off): librdkafka would hold a record for it
+    /// `topic.metadata.propagation.max.ms` (30 s) before failing it. With auto-creation asked
+    /// for, librdkafka's own request creates the topic, if the brokers allow it.
+    fn check_topic_exists(
+        &self,
+        producer: &ThreadedProducer<DeliveryRouter>,
+        topic: &str,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> KafkaResult<()> {
+        let mut existing = self
+            .existing_topics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if existing.contains(topic) {
+            return Ok(());
+        }
+        let metadata =
+            self.fetch_metadata("produce", producer.client(), Some(topic), deadline, timeout)?;
+        let missing = metadata.topics().iter().any(|t| {
+            t.name() == topic
+                && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        });
+        if !missing {
+            existing.insert(topic.to_owned());
+        } else if !self.auto_creates_topics() {
+            return Err(KafkaIoError::from_code(
+                "produce",
+                RDKafkaErrorCode::UnknownTopicOrPartition,
+                Some(format!(
+                    "unknown topic or partition: topic {topic:?} does not exist \
+                     (allow.auto.create.topics is off)"
+                )),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this client's producer asks the brokers to create topics it produces to
+    /// (librdkafka's producer default).
+    fn auto_creates_topics(&self) -> bool {
+        !self
+            .settings
+            .get("allow.auto.create.topics")
+            .is_some_and(|v| v.eq_ignore_ascii_case("false") || v == "0")
     }
 
     /// Produces one record and waits for the broker's acknowledgement. Without an explicit
@@ -394,16 +563,23 @@ impl Client {
         partition_key: Option<&[u8]>,
         timeout: Duration,
     ) -> KafkaResult<ReceivedRecord> {
+        let deadline = Instant::now() + timeout;
         if record.topic.is_empty() {
             return Err(KafkaIoError::InvalidArgument(
                 "topic must be a non-empty string".to_owned(),
             ));
         }
         let producer = self.producer()?;
+        self.check_topic_exists(producer, &record.topic, deadline, timeout)?;
         let partition = match (record.partition, partition_key) {
             (None, Some(partition_key)) => Some(
                 self.partitions
-                    .partition_for(producer.client(), &record.topic, partition_key)
+                    .partition_for(
+                        producer.client(),
+                        &record.topic,
+                        partition_key,
+                        deadline.saturating_duration_since(Instant::now()),
+                    )
                     .ok_or_else(|| {
                         KafkaIoError::InvalidArgument(format!(
                             "cannot choose a partition for partition_key: topic {:?} does not \
@@ -414,24 +590,30 @@ impl Client {
             ),
             (partition, _) => partition,
         };
-        let (reply, outcome) = sync_channel(1);
-        let mut base = record.base_record(Box::new(reply));
+        let slot = Arc::new(DeliverySlot {
+            outcome: Mutex::new(None),
+            waiter: std::thread::current(),
+        });
+        let mut base = record.base_record(Arc::clone(&slot));
         if let Some(partition) = partition {
             base = base.partition(partition);
         }
         producer
             .send(base)
             .map_err(|(e, _)| self.error("produce", e, timeout))?;
-        match outcome.recv_timeout(timeout) {
-            Ok(delivered) => delivered.map(|mut r| {
+        let delivered = self.watch.wait_until(deadline, || {
+            slot.outcome
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+        });
+        match delivered {
+            Waited::Done(delivered) => delivered.map(|mut r| {
                 r.topic.clone_from(&record.topic);
                 r
             }),
-            Err(_) => Err(KafkaIoError::Timeout {
-                operation: "produce".to_owned(),
-                timeout,
-                bootstrap: self.bootstrap().map(str::to_owned),
-            }),
+            Waited::Refused(failure) => Err(failure.error("produce")),
+            Waited::TimedOut => Err(self.timed_out("produce", timeout)),
         }
     }
 
@@ -443,8 +625,8 @@ impl Client {
         max_records: usize,
         timeout: Duration,
     ) -> KafkaResult<Vec<ReceivedRecord>> {
-        let started = Instant::now();
-        let cluster = self.list_topics(Some(topic), timeout)?;
+        let deadline = Instant::now() + timeout;
+        let cluster = self.list_topics_until("read_topic", Some(topic), deadline, timeout)?;
         let partitions: Vec<i32> = cluster
             .topics
             .iter()
@@ -465,7 +647,9 @@ impl Client {
             .set("enable.auto.commit", "false")
             .set("group.id", "ferrokafka-read-topic");
         let consumer: BaseConsumer<EndIsExpected> = config
-            .create_with_context(EndIsExpected)
+            .create_with_context(EndIsExpected {
+                watch: Some(Arc::clone(&self.watch)),
+            })
             .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
         let mut assignment = TopicPartitionList::new();
         for &p in &partitions {
@@ -479,20 +663,24 @@ impl Client {
         let mut open: HashSet<i32> = partitions.into_iter().collect();
         let mut records = Vec::new();
         while !open.is_empty() && records.len() < max_records {
-            let Some(left) = timeout.checked_sub(started.elapsed()) else {
-                return Err(KafkaIoError::Timeout {
-                    operation: format!("read_topic({topic})"),
-                    timeout,
-                    bootstrap: self.bootstrap().map(str::to_owned),
-                });
-            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.timed_out(&format!("read_topic({topic})"), timeout));
+            }
             match consumer.poll(left.min(Duration::from_millis(100))) {
                 None => {}
                 Some(Ok(message)) => records.push(ReceivedRecord::from_message(&message)),
                 Some(Err(KafkaError::PartitionEOF(p))) => {
                     open.remove(&p);
                 }
-                Some(Err(e)) => return Err(self.error("read_topic", e, timeout)),
+                // A refused connection comes as an error event, whose description the context
+                // took: that names the cause.
+                Some(Err(e)) => {
+                    return Err(match self.watch.failure() {
+                        Some(failure) => failure.error("read_topic"),
+                        None => self.error("read_topic", e, timeout),
+                    });
+                }
             }
         }
         records.sort_by_key(|r| (r.partition, r.offset));

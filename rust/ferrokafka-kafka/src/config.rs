@@ -2,7 +2,9 @@
 //!
 //! Users pass the same `{"bootstrap.servers": ...}` dicts they give confluent-kafka. Keys are
 //! checked by librdkafka itself when a client is created, so an unknown key is reported with
-//! librdkafka's own wording and the key's name.
+//! librdkafka's own wording and the key's name. The broker addresses are checked here first:
+//! librdkafka takes a malformed one (`http://host:9092`, `::::`, port 99999) and then only
+//! fails to connect, so every call would time out instead of saying what is wrong.
 
 use rdkafka::ClientConfig;
 
@@ -23,6 +25,88 @@ pub fn is_sensitive_key(key: &str) -> bool {
 
 /// What errors and logs show in place of a hidden value.
 pub const REDACTED: &str = "[redacted]";
+
+/// The keys that list the bootstrap brokers.
+const BOOTSTRAP_KEYS: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
+
+/// The listener protocols librdkafka accepts as a prefix of a broker address (`SSL://host:9093`).
+const ADDRESS_PROTOCOLS: &[&str] = &["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
+
+/// Checks one comma-separated broker list: each address is `[protocol://]host[:port]`, the host
+/// a name or IPv4 address or a bracketed IPv6 address, the port 1 to 65535.
+fn check_broker_list(key: &str, servers: &str) -> KafkaResult<()> {
+    for address in servers.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        check_broker_address(address).map_err(|problem| {
+            KafkaIoError::Config(format!("{key}: broker address {address:?} {problem}"))
+        })?;
+    }
+    Ok(())
+}
+
+fn check_broker_address(address: &str) -> Result<(), String> {
+    let rest = match address.split_once("://") {
+        Some((protocol, rest)) => {
+            if !ADDRESS_PROTOCOLS.contains(&protocol.to_ascii_lowercase().as_str()) {
+                return Err(format!(
+                    "has the prefix {protocol}://, which is not a Kafka listener protocol \
+                     (give host:port, optionally prefixed with PLAINTEXT://, SSL://, \
+                     SASL_PLAINTEXT:// or SASL_SSL://)"
+                ));
+            }
+            rest
+        }
+        None => address,
+    };
+    let (host, port) = if let Some(bracketed) = rest.strip_prefix('[') {
+        let (host, after) = bracketed
+            .split_once(']')
+            .ok_or("has an IPv6 address without its closing ']'")?;
+        if host.is_empty()
+            || !host
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        {
+            return Err("has no valid IPv6 address between '[' and ']'".to_owned());
+        }
+        match after {
+            "" => (host, None),
+            _ => (
+                host,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or("has text after ']' that is not :port")?,
+                ),
+            ),
+        }
+    } else {
+        match rest.split_once(':') {
+            Some((_, port)) if port.contains(':') => {
+                return Err(
+                    "has more than one ':' (write an IPv6 address as [addr]:port)".to_owned(),
+                );
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("has no host".to_owned());
+    }
+    if !host
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'))
+    {
+        return Err("has a host name with characters no host name has".to_owned());
+    }
+    if let Some(port) = port {
+        match port.parse::<u32>() {
+            Ok(1..=65535) if port.chars().all(|c| c.is_ascii_digit()) => {}
+            _ => return Err(format!("has port {port:?}, not a number from 1 to 65535")),
+        }
+    }
+    Ok(())
+}
 
 /// The kind of librdkafka client a configuration is given to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +224,9 @@ impl ClientSettings {
             if key.trim().is_empty() {
                 return Err(KafkaIoError::Config("empty configuration key".to_owned()));
             }
+            if BOOTSTRAP_KEYS.contains(&key.as_str()) {
+                check_broker_list(&key, &value)?;
+            }
             settings.set(key, value);
         }
         Ok(settings)
@@ -172,6 +259,16 @@ impl ClientSettings {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The values of the secret settings (see [`is_sensitive_key`]), to cut out of texts that
+    /// may quote them.
+    pub(crate) fn secret_values(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|(key, value)| is_sensitive_key(key) && !value.is_empty())
+            .map(|(_, value)| value.clone())
+            .collect()
     }
 
     /// `bootstrap.servers`, which every client needs.
@@ -287,6 +384,42 @@ mod tests {
             settings.to_client_config().get("ssl.ca.location"),
             Some("/etc/my-ca.pem")
         );
+    }
+
+    #[test]
+    fn malformed_broker_addresses_are_refused_naming_the_problem() {
+        for (servers, problem) in [
+            ("::::", "more than one ':'"),
+            ("http://host:9092", "http://"),
+            ("host:99999", "port \"99999\""),
+            ("host:-5", "port \"-5\""),
+            ("a:9092,b:0", "port \"0\""),
+            (":9092", "no host"),
+            ("[::1", "closing ']'"),
+            ("host/path:9092", "host name"),
+        ] {
+            let err = ClientSettings::new([("bootstrap.servers".to_owned(), servers.to_owned())])
+                .unwrap_err();
+            assert!(matches!(err, KafkaIoError::Config(_)), "{servers}: {err:?}");
+            let shown = err.to_string();
+            assert!(
+                shown.contains(problem) && shown.contains("bootstrap.servers"),
+                "{servers}: {shown}"
+            );
+        }
+        for servers in [
+            "127.0.0.1:9092",
+            "broker-1.example.com:9093, broker_2:9094",
+            "SSL://host:9093",
+            "[::1]:9092",
+            "[fe80::1]",
+            "localhost",
+        ] {
+            assert!(
+                ClientSettings::new([("bootstrap.servers".to_owned(), servers.to_owned())]).is_ok(),
+                "{servers}"
+            );
+        }
     }
 
     #[test]

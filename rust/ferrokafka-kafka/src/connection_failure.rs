@@ -1,54 +1,363 @@
-//! Why a client cannot connect, for errors that would otherwise only say "timed out".
+//! Why a client cannot connect, known as soon as librdkafka says so.
 //!
-//! librdkafka reports a refused TLS handshake (wrong CA, wrong host name) or a refused SASL
-//! authentication (wrong password) as an error event on the client's main queue, then keeps
-//! retrying: the operation itself only times out. rdkafka's `AdminClient` never polls that queue,
-//! so the [`Client`](crate::Client) reads the events itself when an operation fails.
+//! librdkafka reports a refused TLS handshake (untrusted CA, wrong host name), a refused SASL
+//! authentication (wrong password) or an OAUTHBEARER token it could not get (token endpoint
+//! unreachable, malformed `sasl.oauthbearer.config`) as an error event, then keeps retrying: the
+//! operation waiting on that client would only time out. Every client context hands its error
+//! events to a [`ConnectionWatch`], which keeps the latest such failure and wakes the threads
+//! waiting on the client, so a wait ends with the cause instead of at its deadline.
+//!
+//! librdkafka repeats an identical failure at most every 30 s per broker (an OAUTHBEARER one only
+//! when it changes), so the watch keeps a failure until the client shows it works again (a
+//! delivery, a metadata answer, a fetched record): a call that starts after the event still
+//! learns the cause at once. rdkafka's `AdminClient` never polls its main queue, where these
+//! events arrive; [`MainQueueWatcher`] polls it for the [`Client`](crate::Client). A client
+//! without error events (the admin client) only logs a failed OAUTHBEARER token, so the
+//! `Client` also keeps its producer, which has them, watching.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
 
 use rdkafka::bindings as rdsys;
-use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::types::RDKafkaRespErr;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-/// The latest TLS or authentication failure among the events waiting on the main queue of
-/// `client`, with librdkafka's description (which names the broker and the reason, never a
-/// configured secret). Reading takes the waiting events off the queue.
-pub(crate) fn latest_connection_failure<C: rdkafka::ClientContext>(
-    client: &rdkafka::client::Client<C>,
-) -> Option<(RDKafkaErrorCode, String)> {
-    let mut latest = None;
-    // SAFETY: `client` owns a live librdkafka handle for the whole call; the queue reference is
-    // released below, and each event is destroyed after its description was copied.
-    unsafe {
-        let queue = rdsys::rd_kafka_queue_get_main(client.native_ptr());
-        if queue.is_null() {
-            return None;
+use crate::config::{ClientSettings, REDACTED};
+use crate::error::KafkaIoError;
+
+/// librdkafka's sensitive property whose parse errors quote parts of its value.
+const OAUTHBEARER_CONFIG: &str = "sasl.oauthbearer.config";
+
+/// A refused TLS handshake or SASL authentication, with librdkafka's description (which names the
+/// broker and the reason; configured secrets are cut out).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ConnectionFailure {
+    code: RDKafkaErrorCode,
+    reason: String,
+}
+
+impl ConnectionFailure {
+    /// The error of `operation`, which failed because of this.
+    pub(crate) fn error(&self, operation: &str) -> KafkaIoError {
+        KafkaIoError::from_code(operation, self.code, Some(self.reason.clone()))
+    }
+}
+
+/// Whether `code` says the client cannot connect with its configuration, which waiting will not
+/// change.
+fn is_connection_failure(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::SSL
+            | RDKafkaErrorCode::Authentication
+            | RDKafkaErrorCode::SaslAuthenticationFailed
+    )
+}
+
+#[derive(Debug, Default)]
+struct WatchState {
+    failure: Option<ConnectionFailure>,
+    /// Threads waiting on the client, woken when a failure is recorded.
+    waiters: Vec<Thread>,
+}
+
+/// The latest connection failure of one client (or of the clients of one component), shared
+/// between its librdkafka context and the threads that wait on it.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionWatch {
+    state: Mutex<WatchState>,
+    /// Whether a failure is recorded, so that [`ConnectionWatch::clear`] on every delivery takes
+    /// no lock while the client works.
+    refused: AtomicBool,
+    /// The values of the client's secret settings, cut out of every recorded reason.
+    secrets: Vec<String>,
+}
+
+/// How a wait on a client ended.
+pub(crate) enum Waited<T> {
+    /// What was waited for.
+    Done(T),
+    /// The client cannot connect: waiting longer would not help.
+    Refused(ConnectionFailure),
+    /// The deadline passed.
+    TimedOut,
+}
+
+impl ConnectionWatch {
+    /// A watch for a client created with `settings`.
+    pub(crate) fn new(settings: &ClientSettings) -> Self {
+        ConnectionWatch {
+            state: Mutex::default(),
+            refused: AtomicBool::new(false),
+            secrets: settings.secret_values(),
         }
-        loop {
-            let event = rdsys::rd_kafka_queue_poll(queue, 0);
-            if event.is_null() {
-                break;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes note of an error event of the client (what `ClientContext::error` receives); only
+    /// connection failures are kept.
+    pub(crate) fn observe(&self, error: &KafkaError, reason: &str) {
+        if let Some(code) = error.rdkafka_error_code() {
+            self.record(code, reason);
+        }
+    }
+
+    fn record(&self, code: RDKafkaErrorCode, reason: &str) {
+        if !is_connection_failure(code) {
+            return;
+        }
+        let reason = self.redact(reason);
+        let waiters = {
+            let mut state = self.lock();
+            state.failure = Some(ConnectionFailure { code, reason });
+            self.refused.store(true, Ordering::Release);
+            std::mem::take(&mut state.waiters)
+        };
+        for waiter in waiters {
+            waiter.unpark();
+        }
+    }
+
+    /// `reason` without the client's secret values. librdkafka quotes the part of
+    /// `sasl.oauthbearer.config` it cannot parse, so what follows that name is cut off as well.
+    pub(crate) fn redact(&self, reason: &str) -> String {
+        let mut reason = self.secrets.iter().fold(reason.to_owned(), |text, secret| {
+            text.replace(secret.as_str(), REDACTED)
+        });
+        if let Some(at) = reason.find(OAUTHBEARER_CONFIG) {
+            reason.truncate(at + OAUTHBEARER_CONFIG.len());
+            reason.push_str(": ");
+            reason.push_str(REDACTED);
+        }
+        reason
+    }
+
+    /// The error of `operation` for `err`, an error librdkafka handed back: a refused
+    /// connection keeps the description this watch recorded, which names the cause.
+    pub(crate) fn explain(&self, operation: &str, err: KafkaError) -> KafkaIoError {
+        match self.failure() {
+            Some(failure) if err.rdkafka_error_code() == Some(failure.code) => {
+                failure.error(operation)
             }
-            if rdsys::rd_kafka_event_type(event) == rdsys::RD_KAFKA_EVENT_ERROR {
-                let code = rdsys::rd_kafka_event_error(event);
-                if matches!(
-                    code,
-                    RDKafkaRespErr::RD_KAFKA_RESP_ERR__SSL
-                        | RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTHENTICATION
-                ) {
-                    let text = rdsys::rd_kafka_event_error_string(event);
-                    let text = if text.is_null() {
-                        String::new()
-                    } else {
-                        std::ffi::CStr::from_ptr(text)
-                            .to_string_lossy()
-                            .into_owned()
-                    };
-                    latest = Some((code.into(), text));
+            _ => KafkaIoError::from_rdkafka(operation, err, Duration::ZERO, None),
+        }
+    }
+
+    /// The client works again: a failure seen before is over.
+    pub(crate) fn clear(&self) {
+        if self.refused.load(Ordering::Acquire) {
+            let mut state = self.lock();
+            state.failure = None;
+            self.refused.store(false, Ordering::Release);
+        }
+    }
+
+    /// The failure recorded since the client last worked, if any.
+    pub(crate) fn failure(&self) -> Option<ConnectionFailure> {
+        self.lock().failure.clone()
+    }
+
+    /// Waits until `ready` gives a value, a connection failure is recorded or `deadline` passes.
+    /// `ready` is asked again whenever the thread is unparked: whatever it waits for must unpark
+    /// the waiting thread when it happens (see [`wake_current`]).
+    pub(crate) fn wait_until<T>(
+        &self,
+        deadline: Instant,
+        mut ready: impl FnMut() -> Option<T>,
+    ) -> Waited<T> {
+        loop {
+            if let Some(value) = ready() {
+                return Waited::Done(value);
+            }
+            {
+                let mut state = self.lock();
+                if let Some(failure) = &state.failure {
+                    return Waited::Refused(failure.clone());
+                }
+                let current = std::thread::current();
+                if !state.waiters.iter().any(|t| t.id() == current.id()) {
+                    state.waiters.push(current);
                 }
             }
-            rdsys::rd_kafka_event_destroy(event);
+            let now = Instant::now();
+            if now >= deadline {
+                return Waited::TimedOut;
+            }
+            std::thread::park_timeout(deadline - now);
         }
-        rdsys::rd_kafka_queue_destroy(queue);
     }
-    latest
+
+    /// Drives `operation` (an rdkafka admin future) on this thread until it completes, a
+    /// connection failure is recorded or `deadline` passes.
+    pub(crate) fn block_on<F: Future>(&self, operation: F, deadline: Instant) -> Waited<F::Output> {
+        let mut operation = std::pin::pin!(operation);
+        let waker = wake_current();
+        let mut context = Context::from_waker(&waker);
+        self.wait_until(deadline, || match operation.as_mut().poll(&mut context) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => None,
+        })
+    }
+}
+
+/// Unparks the thread that made it.
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A waker that unparks the current thread, for what [`ConnectionWatch::wait_until`] waits for.
+pub(crate) fn wake_current() -> Waker {
+    Waker::from(Arc::new(Unpark(std::thread::current())))
+}
+
+/// The main queue of a librdkafka handle, referenced for the watcher thread.
+struct MainQueue(*mut rdsys::rd_kafka_queue_t);
+
+// SAFETY: librdkafka queues may be polled from any thread; the reference is only used by the
+// watcher thread and destroyed there.
+unsafe impl Send for MainQueue {}
+
+/// A thread that reads the error events of a client whose main queue rdkafka never polls (the
+/// admin client) into a [`ConnectionWatch`]. Dropping it stops and joins the thread; it must be
+/// dropped before the client.
+pub(crate) struct MainQueueWatcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// How long the watcher waits for an event before it looks at its stop flag.
+const WATCH_SLICE: Duration = Duration::from_millis(100);
+
+impl MainQueueWatcher {
+    /// Starts watching the main queue of `client` (whose log events, never forwarded by rdkafka
+    /// for an admin client, are dropped).
+    pub(crate) fn start<C: rdkafka::ClientContext>(
+        client: &rdkafka::client::Client<C>,
+        watch: Arc<ConnectionWatch>,
+    ) -> std::io::Result<Self> {
+        // SAFETY: `client` is a live handle; the queue reference is destroyed by the thread,
+        // which is joined before the handle can be dropped (see the type's contract).
+        let queue = MainQueue(unsafe { rdsys::rd_kafka_queue_get_main(client.native_ptr()) });
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("ferrokafka-client-errors".to_owned())
+            .spawn(move || {
+                let queue = queue;
+                while !stopping.load(Ordering::Acquire) {
+                    // SAFETY: the queue reference is live until destroyed below; each event is
+                    // destroyed after its code and description were read.
+                    unsafe {
+                        let event =
+                            rdsys::rd_kafka_queue_poll(queue.0, WATCH_SLICE.as_millis() as i32);
+                        if event.is_null() {
+                            continue;
+                        }
+                        if rdsys::rd_kafka_event_type(event) == rdsys::RD_KAFKA_EVENT_ERROR {
+                            let text = rdsys::rd_kafka_event_error_string(event);
+                            if !text.is_null() {
+                                let text = std::ffi::CStr::from_ptr(text).to_string_lossy();
+                                watch.record(rdsys::rd_kafka_event_error(event).into(), &text);
+                            }
+                        }
+                        rdsys::rd_kafka_event_destroy(event);
+                    }
+                }
+                // SAFETY: the reference taken in `start`, released once.
+                unsafe { rdsys::rd_kafka_queue_destroy(queue.0) };
+            })?;
+        Ok(MainQueueWatcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for MainQueueWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch_with_secrets() -> ConnectionWatch {
+        let settings = ClientSettings::new([
+            ("bootstrap.servers".to_owned(), "b:9092".to_owned()),
+            ("sasl.password".to_owned(), "hunter2".to_owned()),
+            (
+                OAUTHBEARER_CONFIG.to_owned(),
+                "principal=p scope=secret-scope".to_owned(),
+            ),
+        ])
+        .unwrap();
+        ConnectionWatch::new(&settings)
+    }
+
+    #[test]
+    fn only_connection_failures_are_kept_until_the_client_works() {
+        let watch = watch_with_secrets();
+        watch.record(
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "connection refused",
+        );
+        assert_eq!(watch.failure(), None);
+        watch.record(
+            RDKafkaErrorCode::Authentication,
+            "SASL authentication error",
+        );
+        let failure = watch.failure().unwrap();
+        assert_eq!(failure.code, RDKafkaErrorCode::Authentication);
+        watch.clear();
+        assert_eq!(watch.failure(), None);
+    }
+
+    #[test]
+    fn recorded_reasons_show_no_secret() {
+        let watch = watch_with_secrets();
+        watch.record(RDKafkaErrorCode::Authentication, "password hunter2 refused");
+        assert_eq!(
+            watch.failure().unwrap().reason,
+            "password [redacted] refused"
+        );
+        watch.record(
+            RDKafkaErrorCode::Authentication,
+            "Failed to acquire SASL OAUTHBEARER token: Unrecognized sasl.oauthbearer.config \
+             beginning at: scope=secret-scope",
+        );
+        let reason = watch.failure().unwrap().reason;
+        assert!(!reason.contains("secret-scope"), "{reason}");
+        assert!(
+            reason.contains("Unrecognized sasl.oauthbearer.config"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_failure_ends_a_wait_at_once() {
+        let watch = Arc::new(watch_with_secrets());
+        let recorder = Arc::clone(&watch);
+        let started = Instant::now();
+        let reporter = std::thread::spawn(move || {
+            recorder.record(RDKafkaErrorCode::SSL, "certificate verify failed");
+        });
+        let waited = watch.wait_until(started + Duration::from_secs(10), || None::<()>);
+        reporter.join().unwrap();
+        assert!(matches!(waited, Waited::Refused(_)));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
 }

@@ -49,6 +49,7 @@ pub use ferrokafka_core::OrderBy;
 use ferrokafka_core::{BufferedRecord, LoadChange, PartitionBuffer, PartitionLimits};
 
 use crate::config::{ClientRole, ClientSettings};
+use crate::connection_failure::ConnectionWatch;
 use crate::dead_letter::{DeadLetterWriter, Failure};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::lock;
@@ -653,6 +654,8 @@ struct Shared {
     polled_at: Mutex<Option<Instant>>,
     /// Bytes received and sent over all broker connections, at the latest statistics.
     transfers: Mutex<Transfers>,
+    /// Why librdkafka cannot connect, for the error events that say so only by their code.
+    watch: ConnectionWatch,
 }
 
 /// Byte counters of the latest two statistics, for the transfer rates.
@@ -836,7 +839,7 @@ impl Shared {
             Ok(message) => out.push(ReceivedRecord::from_message(message)),
             Err(KafkaError::PartitionEOF(_)) => {}
             Err(err) => {
-                let err = KafkaIoError::from_rdkafka("consume", err, Duration::ZERO, None);
+                let err = self.watch.explain("consume", err);
                 log::warn!("consumer error: {err}");
                 self.emit(ConsumerEvent::Error(err));
                 return false;
@@ -1093,6 +1096,11 @@ impl ClientContext for RebalanceHandler {
     fn stats(&self, statistics: Statistics) {
         self.shared.record_statistics(&statistics);
     }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.shared.watch.observe(&error, reason);
+        log::error!("librdkafka: {error}: {}", self.shared.watch.redact(reason));
+    }
 }
 
 impl ConsumerContext for RebalanceHandler {
@@ -1218,6 +1226,7 @@ impl ConcurrentConsumer {
             group_statistics: Mutex::new(None),
             polled_at: Mutex::new(None),
             transfers: Mutex::new(Transfers::default()),
+            watch: ConnectionWatch::new(&settings),
         });
         let handler = RebalanceHandler {
             shared: Arc::clone(&shared),

@@ -62,10 +62,16 @@ fn hint(bootstrap: &Option<String>) -> String {
 
 /// librdkafka's name for an error code, in the SCREAMING_SNAKE form confluent-kafka shows.
 pub fn code_name(code: RDKafkaErrorCode) -> String {
-    let camel = format!("{code:?}");
+    let camel: Vec<char> = format!("{code:?}").chars().collect();
     let mut name = String::with_capacity(camel.len() + 8);
-    for (i, ch) in camel.chars().enumerate() {
-        if ch.is_ascii_uppercase() && i > 0 {
+    for (i, &ch) in camel.iter().enumerate() {
+        // A word starts at an upper-case letter after a lower-case one, or at the last capital
+        // of an acronym followed by lower case: "SSL", "PartitionEOF", "UnsupportedSASLMechanism".
+        let starts_word = i > 0
+            && ch.is_ascii_uppercase()
+            && (camel[i - 1].is_ascii_lowercase()
+                || camel.get(i + 1).is_some_and(char::is_ascii_lowercase));
+        if starts_word {
             name.push('_');
         }
         name.push(ch.to_ascii_uppercase());
@@ -120,6 +126,23 @@ impl KafkaIoError {
         }
     }
 
+    fn from_rdkafka_code(
+        operation: &str,
+        code: RDKafkaErrorCode,
+        timeout: Duration,
+        bootstrap: Option<&str>,
+    ) -> Self {
+        if is_timeout(code) {
+            KafkaIoError::Timeout {
+                operation: operation.to_owned(),
+                timeout,
+                bootstrap: bootstrap.map(str::to_owned),
+            }
+        } else {
+            KafkaIoError::from_code(operation, code, None)
+        }
+    }
+
     /// Converts an rdkafka error of `operation`, turning deadline codes into [`KafkaIoError::Timeout`].
     pub fn from_rdkafka(
         operation: &str,
@@ -156,13 +179,12 @@ impl KafkaIoError {
                     fatal: rd.is_fatal(),
                 }
             }
+            // rdkafka keeps an admin operation's code out of `rdkafka_error_code`.
+            KafkaError::AdminOp(code) => {
+                Self::from_rdkafka_code(operation, code, timeout, bootstrap)
+            }
             other => match other.rdkafka_error_code() {
-                Some(code) if is_timeout(code) => KafkaIoError::Timeout {
-                    operation: operation.to_owned(),
-                    timeout,
-                    bootstrap: bootstrap.map(str::to_owned),
-                },
-                Some(code) => KafkaIoError::from_code(operation, code, None),
+                Some(code) => Self::from_rdkafka_code(operation, code, timeout, bootstrap),
                 None => KafkaIoError::Broker {
                     operation: operation.to_owned(),
                     code: -1,
@@ -173,5 +195,35 @@ impl KafkaIoError {
                 },
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_admin_operation_that_timed_out_is_a_timeout() {
+        let err = KafkaIoError::from_rdkafka(
+            "delete_topics",
+            KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut),
+            Duration::from_secs(3),
+            Some("b:9092"),
+        );
+        assert!(matches!(err, KafkaIoError::Timeout { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn code_names_keep_acronyms_whole() {
+        assert_eq!(code_name(RDKafkaErrorCode::SSL), "_SSL");
+        assert_eq!(code_name(RDKafkaErrorCode::PartitionEOF), "_PARTITION_EOF");
+        assert_eq!(
+            code_name(RDKafkaErrorCode::UnsupportedSASLMechanism),
+            "UNSUPPORTED_SASL_MECHANISM"
+        );
+        assert_eq!(
+            code_name(RDKafkaErrorCode::TopicAlreadyExists),
+            "TOPIC_ALREADY_EXISTS"
+        );
     }
 }

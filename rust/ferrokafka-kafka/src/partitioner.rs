@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::{Client, ClientContext};
 
-/// How long a metadata request for a partition count may take (partition keys).
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a metadata request for a partition count may take (partition keys), unless the caller
+/// has a deadline of its own.
+pub(crate) const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a metadata request for a keyless run may take: the run goes to librdkafka's own
 /// partitioner instead of waiting longer (during an outage, say).
 const RUN_METADATA_TIMEOUT: Duration = Duration::from_millis(200);
@@ -47,14 +48,15 @@ pub struct PartitionCounts {
 
 impl PartitionCounts {
     /// The partition for `key` on `topic`, or `None` when the topic's partition count cannot be
-    /// learned (the record then goes to librdkafka's partitioner).
+    /// learned within `timeout` (the record then goes to librdkafka's partitioner).
     pub fn partition_for<C: ClientContext>(
         &self,
         client: &Client<C>,
         topic: &str,
         key: &[u8],
+        timeout: Duration,
     ) -> Option<i32> {
-        let count = self.with_count(client, topic, METADATA_TIMEOUT, |count, _| count)?;
+        let count = self.with_count(client, topic, timeout, |count, _| count)?;
         i32::try_from(crc32fast::hash(key) % count).ok()
     }
 

@@ -64,6 +64,7 @@ use crate::daemon::{
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::packed_headers::PackedHeaders;
+use crate::partitioner::METADATA_TIMEOUT;
 use crate::partitioner::PartitionCounts;
 use crate::record::OutgoingRecord;
 use crate::rounds::{RoundId, RoundRecord, Rounds, send_round};
@@ -739,6 +740,7 @@ impl SchedulerLoop {
                     self.dispatcher.client(),
                     &target.topic,
                     pk.as_bytes(),
+                    METADATA_TIMEOUT,
                 )
             })
         });
@@ -1581,7 +1583,7 @@ fn read_offsets(
     fetch_settings.set("enable.partition.eof", "true");
     let consumer: BaseConsumer<EndIsExpected> = match fetch_settings
         .to_client_config()
-        .create_with_context(EndIsExpected)
+        .create_with_context(EndIsExpected { watch: None })
     {
         Ok(consumer) => consumer,
         Err(e) => {

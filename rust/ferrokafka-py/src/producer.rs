@@ -357,6 +357,9 @@ impl PyRawAsyncProducer {
                 };
             }
             py.check_signals()?;
+            if let Some(refused) = self.engine.connection_failure("flush") {
+                return Err(refused.into());
+            }
             if Instant::now() >= deadline {
                 let stats = self.engine.stats();
                 return Err(KafkaTimeoutError::new_err((
@@ -412,15 +415,20 @@ impl PyRawAsyncProducer {
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .min(SLICE);
-            if py.detach(move || engine.flush_step(wait)) || Instant::now() >= deadline {
+            // A refused connection ends the grace period: waiting longer delivers nothing.
+            if py.detach(move || engine.flush_step(wait))
+                || Instant::now() >= deadline
+                || self.engine.connection_failure("produce").is_some()
+            {
                 break;
             }
             py.check_signals()?;
         }
         let engine = Arc::clone(&*self.engine);
         let undelivered = py.detach(move || engine.finish_shutdown());
-        let reason =
-            ferrokafka_kafka::KafkaIoError::Closed("the producer (shut down before delivery)");
+        let reason = self.engine.connection_failure("produce").unwrap_or(
+            ferrokafka_kafka::KafkaIoError::Closed("the producer (shut down before delivery)"),
+        );
         Ok(undelivered
             .into_iter()
             .map(|p| (p.ticket, message_of(*p, Some(reason.clone()))))
