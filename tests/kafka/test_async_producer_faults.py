@@ -246,50 +246,78 @@ def test_idempotent_producer_keeps_order_per_key_when_messages_time_out(
         assert per_key == sorted(per_key), f"records of {key!r} out of order"
 
 
-def test_transactional_producer_counts_only_committed_messages_and_recovers(
+def test_transactional_producer_outlives_an_outage_longer_than_its_transaction_timeout(
     outage_broker: Broker,
 ) -> None:
-    # The outage outlasts transaction.timeout.ms: the open transaction is aborted, so its
-    # messages must be sent again (or handed back), never reported delivered.
+    # Records stream in while the broker is down for longer than transaction.timeout.ms, so
+    # the open transaction dies with it (librdkafka reports it as fenced or failed fatally)
+    # and more rounds wait behind it. Every record must still be committed exactly once, in
+    # order per key, be reported delivered only once committed, and new records must be
+    # delivered within seconds of the broker's return.
     bootstrap, env = outage_broker
-    topic = make_topic(bootstrap, "transactional-outage")
+    topic = make_topic(bootstrap, "transactional-long-outage")
+    transaction_timeout = 3.0
     producer = AsyncProducer(
         {
             "bootstrap.servers": bootstrap,
-            "transactional.id": f"faults-{time.monotonic_ns()}",
-            "transaction.timeout.ms": 3000,
+            "transactional.id": f"long-outage-{topic}",
+            "transaction.timeout.ms": int(transaction_timeout * 1000),
         },
-        max_queue_size=20_000,
+        max_queue_size=100_000,
         delivery_interval=0.05,
     )
-    aborted = threading.Event()
-    producer.subscribe(lambda name, payload: aborted.set() if name == "delivery_error" else None)
-    delivered: list[bytes] = []
-    failed: list[bytes] = []
+    produced = 0
+    stop = threading.Event()
+    back = threading.Event()
+    recovered = threading.Event()  # a batch produced after the outage was committed
+    reports: list[DeliveryReport] = []
 
-    def on_delivery(error: Exception | None, message: Message) -> None:
-        (failed if error else delivered).append(message.value() or b"")
+    def on_delivery(after_outage: bool, report: DeliveryReport) -> None:
+        reports.append(report)
+        if after_outage and report.delivered:
+            recovered.set()
 
-    def produce(prefix: str, count: int) -> None:
-        for n in range(count):
-            producer.produce(f"{prefix}-{n}", topic=topic, on_delivery=on_delivery)
+    def stream() -> None:
+        # About 2,000 records per second in batches of 50, keys k0..k9, values in produce order.
+        nonlocal produced
+        while not stop.is_set():
+            producer.produce_many(
+                [(f"{n:08d}", f"k{n % 10}") for n in range(produced, produced + 50)],
+                topic=topic,
+                on_delivery=partial(on_delivery, back.is_set()),
+            )
+            produced += 50
+            time.sleep(0.025)
 
-    produce("before", 1000)
-    producer.flush(timeout=30.0)
-    with outage(env):
-        produce("during", 2000)
-        wait_for(aborted, "a transaction to fail", timeout=30.0)
-    produce("after", 1000)  # the producer recovered by itself: no error, no restart
-    producer.flush(timeout=90.0)
-    handed_back = producer.shutdown(timeout=10.0)
-    on_topic = [value for _, value in read_all(bootstrap, topic)]
-    assert len(on_topic) == len(set(on_topic)), "a message was committed twice"
-    assert sorted(delivered) == sorted(on_topic), "delivered must mean committed"
-    counts = {"before": 1000, "during": 2000, "after": 1000}
-    accepted = sorted(f"{p}-{n}".encode() for p, count in counts.items() for n in range(count))
-    assert sorted(on_topic + [m.value() or b"" for m in handed_back]) == accepted
-    assert sorted(failed) == sorted(m.value() or b"" for m in handed_back)
-    assert producer.stats()["delivered"] == len(on_topic)
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    try:
+        deadline = time.monotonic() + 30.0
+        while producer.stats()["delivered"] < 1000:  # several rounds committed before it
+            assert time.monotonic() < deadline, "nothing committed before the outage"
+            time.sleep(0.05)
+        with outage(env):
+            down = time.monotonic()
+            while time.monotonic() - down < transaction_timeout + 2.0:
+                time.sleep(0.1)
+        back.set()
+        returned = time.monotonic()
+        wait_for(recovered, "a record produced after the outage to be committed", timeout=30.0)
+        recovery = time.monotonic() - returned
+    finally:
+        stop.set()
+        streamer.join()
+    producer.flush(timeout=60.0)
+    assert producer.shutdown(timeout=10.0) == []
+    assert recovery < 20.0, f"the producer took {recovery:.1f} s to recover"
+    on_topic = read_all(bootstrap, topic)
+    assert sum(r.delivered for r in reports) == producer.stats()["delivered"] == len(on_topic)
+    assert sum(r.failed for r in reports) == 0
+    values = sorted(value for _, value in on_topic)
+    assert values == [f"{n:08d}".encode() for n in range(produced)], "each record exactly once"
+    for key in {k for k, _ in on_topic}:
+        per_key = [value for k, value in on_topic if k == key]
+        assert per_key == sorted(per_key), f"records of {key!r} out of order"
 
 
 def test_outage_shorter_than_message_timeout_loses_and_duplicates_nothing(

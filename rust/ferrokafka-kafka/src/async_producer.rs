@@ -31,9 +31,16 @@
 //!   purged record's report before it returns what it still holds; so when `finish_shutdown`
 //!   returns, every record is delivered, in a `Failed` event, or in the returned list.
 //! - Transactions: each delivery round is one transaction. Its records count as delivered only
-//!   once the transaction committed; an aborted round is sent again, in order, in a new
-//!   transaction (each abort counts as a failure of its records towards `max_retries`); a fatal
-//!   error hands everything back and is raised by every later call.
+//!   once the transaction committed. Errors follow librdkafka's transactional model: a retriable
+//!   one calls the same operation again (a commit that timed out is resumed, never abandoned);
+//!   an abortable one aborts, and the round is sent again, in order, in a new transaction (each
+//!   abort counts as a failure of its records towards `max_retries`); a fatal one (or one with
+//!   none of the three flags) ends the librdkafka instance. A new instance with the same
+//!   `transactional.id` then takes over and sends the round again (its init_transactions aborts
+//!   what the old one left open), unless the id is no longer ours: not authorized, or fenced
+//!   while the transaction was younger than `transaction.timeout.ms` (another producer took
+//!   over; an older one was aborted by the coordinator, which librdkafka reports as the same
+//!   fencing). Then everything is handed back and the error is raised by every later call.
 //! - Idempotence: librdkafka retries without reordering until `message.timeout.ms`; a record that
 //!   still fails is handed back, never re-sent behind newer records of its partition.
 
@@ -44,7 +51,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -52,6 +59,7 @@ use ferrokafka_core::batch::{
     BatchBuffer, BufferLimits, DeliveryPolicy, Overflow, OverflowPolicy, PushOutcome,
 };
 use rdkafka::ClientContext;
+use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer};
@@ -96,6 +104,8 @@ const HANDOFF_CHUNK: usize = 1000;
 const TRANSACTION_STEP: Duration = Duration::from_secs(2);
 /// Pause between attempts of a transaction call that failed retriably.
 const TRANSACTION_BACKOFF: Duration = Duration::from_millis(200);
+/// librdkafka's default `transaction.timeout.ms`.
+const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 /// How long the end of a shutdown waits for librdkafka to report the records it purged.
 const PURGE_WAIT: Duration = Duration::from_secs(5);
 
@@ -575,13 +585,14 @@ fn is_transient(err: &KafkaError) -> bool {
     )
 }
 
-/// What a transaction call's error asks of the worker.
+/// What librdkafka's transactional error model asks of the caller after a transactional call
+/// failed (rd_kafka_error_is_retriable / txn_requires_abort / is_fatal).
 enum TransactionStep {
-    /// Call it again (a timeout or a retriable broker error).
+    /// Call the same operation again (e.g. commit after a commit that timed out).
     Retry,
-    /// Abort the transaction and send its records again in a new one.
+    /// Abort the transaction, then send its records again in a new one.
     Abort,
-    /// The producer is unusable.
+    /// The librdkafka instance is unusable.
     Fatal,
 }
 
@@ -590,7 +601,47 @@ fn transaction_step(err: &KafkaError) -> TransactionStep {
         KafkaError::Transaction(rd) if rd.is_fatal() => TransactionStep::Fatal,
         KafkaError::Transaction(rd) if rd.txn_requires_abort() => TransactionStep::Abort,
         KafkaError::Transaction(rd) if rd.is_retriable() => TransactionStep::Retry,
-        _ => TransactionStep::Abort,
+        // rust-rdkafka flushes before calling librdkafka's commit, whose own flush would return
+        // this timeout as a retriable error of the commit.
+        KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut) => TransactionStep::Retry,
+        // librdkafka: treat an error that is neither retriable, abortable nor fatal as fatal.
+        _ => TransactionStep::Fatal,
+    }
+}
+
+/// Whether a new instance may take over after a fatal error of a transaction open for `age`.
+/// Not when the producer may not use its `transactional.id`, nor when another instance fenced
+/// it (a new one would fence the rightful owner in turn); but a coordinator also bumps the
+/// epoch when it aborts a transaction older than `transaction.timeout.ms` (an outage), which
+/// librdkafka reports as the same fencing: a transaction at least that old explains it.
+fn may_renew(err: &KafkaError, age: Duration, transaction_timeout: Duration) -> bool {
+    use RDKafkaErrorCode as C;
+    match err.rdkafka_error_code() {
+        Some(C::TransactionalIdAuthorizationFailed | C::ClusterAuthorizationFailed) => false,
+        Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch) => age >= transaction_timeout,
+        _ => true,
+    }
+}
+
+/// The error a fatal transactional failure is handed back and raised with: fatal, also when
+/// librdkafka set none of its flags.
+fn fatal_error(operation: &str, err: KafkaError) -> KafkaIoError {
+    match KafkaIoError::from_rdkafka(operation, err, TRANSACTION_STEP, None) {
+        KafkaIoError::Broker {
+            operation,
+            code,
+            name,
+            message,
+            ..
+        } => KafkaIoError::Broker {
+            operation,
+            code,
+            name,
+            message,
+            retriable: false,
+            fatal: true,
+        },
+        other => other,
     }
 }
 
@@ -602,6 +653,16 @@ enum Handoff {
     Refused,
     /// A shutdown ended the wait for room in librdkafka's queue; the record is given back.
     Unsent(Box<Pending>),
+}
+
+impl RoundReport {
+    /// A record of a failed round that never reached librdkafka: it fails with the round.
+    fn not_sent(pending: Box<Pending>) -> Self {
+        RoundReport {
+            pending,
+            outcome: Ok(None),
+        }
+    }
 }
 
 /// The records of an ended transaction, then those never handed over, to hand back in order.
@@ -619,8 +680,14 @@ enum RoundEnd {
     Committed(Vec<RoundReport>),
     /// Aborted: its records are to be sent again (or handed back).
     Aborted(Vec<RoundReport>, KafkaIoError),
-    /// The producer failed fatally: its records are handed back.
-    Fatal(Vec<Box<Pending>>, KafkaIoError),
+    /// The librdkafka instance failed fatally (its open transaction is lost, so never
+    /// committed). When the `transactional.id` is still ours (`renewable`), a new instance
+    /// sends the records again; otherwise they are handed back.
+    Fatal {
+        reports: Vec<RoundReport>,
+        error: KafkaIoError,
+        renewable: bool,
+    },
     /// Shutdown's grace period ended first: its records are handed back.
     Stopped(Vec<Box<Pending>>),
 }
@@ -633,7 +700,14 @@ pub struct AsyncProducer {
     /// Whether keyless records may go one partition per run (librdkafka's sticky partitioning
     /// for them is in effect; see [`sticky_keyless`]).
     keyless_runs: bool,
-    producer: ThreadedProducer<DeliveryTracker>,
+    /// The librdkafka instance. Replaced only in transactional mode, after a fatal error that
+    /// leaves the `transactional.id` ours ([`AsyncProducer::renew_producer`]); records go one
+    /// by one there, so `topics` never holds a handle of a replaced instance.
+    producer: RwLock<Arc<ThreadedProducer<DeliveryTracker>>>,
+    /// What a replacing instance is created from.
+    client_config: ClientConfig,
+    /// librdkafka's `transaction.timeout.ms`: the coordinator aborts a transaction open longer.
+    transaction_timeout: Duration,
     events: Mutex<Option<Receiver<ProducerEvent>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     partitions: PartitionCounts,
@@ -665,6 +739,18 @@ fn sticky_keyless(settings: &ClientSettings) -> bool {
         .get("sticky.partitioning.linger.ms")
         .map(|v| v.trim().parse::<u64>().unwrap_or(1));
     random && linger != Some(0)
+}
+
+/// A librdkafka producer reporting to `shared`'s delivery tracker.
+fn create_producer(
+    config: &ClientConfig,
+    shared: &Arc<Shared>,
+) -> KafkaResult<ThreadedProducer<DeliveryTracker>> {
+    config
+        .create_with_context(DeliveryTracker {
+            shared: Arc::clone(shared),
+        })
+        .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))
 }
 
 impl AsyncProducer {
@@ -720,13 +806,8 @@ impl AsyncProducer {
             acknowledged: Mutex::new(Vec::new()),
             watch: ConnectionWatch::new(&settings),
         });
-        let producer: ThreadedProducer<DeliveryTracker> = settings
-            .for_role(ClientRole::Producer)
-            .to_client_config()
-            .create_with_context(DeliveryTracker {
-                shared: Arc::clone(&shared),
-            })
-            .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))?;
+        let client_config = settings.for_role(ClientRole::Producer).to_client_config();
+        let producer = create_producer(&client_config, &shared)?;
         if transactional {
             producer
                 .init_transactions(Duration::from_secs(30))
@@ -743,7 +824,14 @@ impl AsyncProducer {
             shared,
             topics: TopicHandles::default(),
             keyless_runs: sticky_keyless(&settings),
-            producer,
+            producer: RwLock::new(Arc::new(producer)),
+            transaction_timeout: Duration::from_millis(
+                client_config
+                    .get("transaction.timeout.ms")
+                    .and_then(|ms| ms.trim().parse().ok())
+                    .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
+            ),
+            client_config,
             events: Mutex::new(Some(receiver)),
             worker: Mutex::new(None),
             partitions: PartitionCounts::default(),
@@ -927,7 +1015,7 @@ impl AsyncProducer {
             let _ = handle.join();
         }
         if self.shared.in_flight.load(Ordering::Acquire) > 0 {
-            self.producer
+            self.producer()
                 .purge(PurgeConfig::default().queue().inflight());
             // Purged records come back through the delivery callback on librdkafka's polling
             // thread; wait until each one was reported.
@@ -981,6 +1069,11 @@ impl AsyncProducer {
 
     fn stopping(&self) -> bool {
         self.shared.stopping.load(Ordering::Acquire)
+    }
+
+    /// The current librdkafka instance.
+    fn producer(&self) -> Arc<ThreadedProducer<DeliveryTracker>> {
+        Arc::clone(&self.producer.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn run_worker(&self) {
@@ -1107,7 +1200,11 @@ impl AsyncProducer {
     /// of the retries, in order, for the worker or `finish_shutdown`. False when some were.
     /// Consecutive records of one topic without headers or timestamps go in one call.
     fn hand_off(&self, batch: Vec<Box<Pending>>, wait_for_room: bool) -> bool {
-        let mut records = batch.into_iter().map(|p| self.with_partition(p)).peekable();
+        let producer = self.producer();
+        let mut records = batch
+            .into_iter()
+            .map(|p| self.with_partition(&producer, p))
+            .peekable();
         while let Some(pending) = records.next() {
             let unsent = if batchable(&pending) {
                 let mut run = vec![pending];
@@ -1116,9 +1213,9 @@ impl AsyncProducer {
                 {
                     run.push(next);
                 }
-                self.send_run(run, wait_for_room)
+                self.send_run(&producer, run, wait_for_room)
             } else {
-                match self.send(pending, wait_for_room) {
+                match self.send(&producer, pending, wait_for_room) {
                     Handoff::Unsent(unsent) => vec![unsent],
                     Handoff::Sent | Handoff::Refused => Vec::new(),
                 }
@@ -1134,8 +1231,13 @@ impl AsyncProducer {
     /// Hands a run of one topic's records to librdkafka in one call (again after 1 ms for what
     /// a full queue refused, while `wait_for_room` and no shutdown); records refused for another
     /// reason are handed back with the error. Returns, in order, those a full queue kept out.
-    fn send_run(&self, mut run: Vec<Box<Pending>>, wait_for_room: bool) -> Vec<Box<Pending>> {
-        let topic = match self.topics.get(&self.producer, &run[0].record.topic) {
+    fn send_run(
+        &self,
+        producer: &ThreadedProducer<DeliveryTracker>,
+        mut run: Vec<Box<Pending>>,
+        wait_for_room: bool,
+    ) -> Vec<Box<Pending>> {
+        let topic = match self.topics.get(producer, &run[0].record.topic) {
             Ok(topic) => topic,
             Err(err) => {
                 let error = KafkaIoError::from_rdkafka("produce", err, Duration::ZERO, None);
@@ -1149,7 +1251,7 @@ impl AsyncProducer {
         // once, so what a full queue refused goes on to the same partition.
         let run_partition = if self.keyless_runs && run.iter().any(|p| keyless(p)) {
             self.partitions
-                .partition_for_run(self.producer.client(), &run[0].record.topic)
+                .partition_for_run(producer.client(), &run[0].record.topic)
         } else {
             None
         };
@@ -1215,12 +1317,16 @@ impl AsyncProducer {
     }
 
     /// Chooses the partition of a record that has a `partition_key` (CRC32, as ruby-kafka).
-    fn with_partition(&self, mut pending: Box<Pending>) -> Box<Pending> {
+    fn with_partition(
+        &self,
+        producer: &ThreadedProducer<DeliveryTracker>,
+        mut pending: Box<Pending>,
+    ) -> Box<Pending> {
         if pending.record.partition.is_none()
             && let Some(key) = pending.partition_key.as_deref()
         {
             pending.record.partition = self.partitions.partition_for(
-                self.producer.client(),
+                producer.client(),
                 &pending.record.topic,
                 key,
                 METADATA_TIMEOUT,
@@ -1234,7 +1340,7 @@ impl AsyncProducer {
     /// anything newer.
     fn hand_off_transactions(&self, mut batch: Vec<Box<Pending>>) {
         while !batch.is_empty() {
-            batch = match self.run_transaction(batch) {
+            let (reports, error) = match self.run_transaction(batch) {
                 RoundEnd::Committed(reports) => {
                     self.settle_committed(reports);
                     return;
@@ -1244,14 +1350,32 @@ impl AsyncProducer {
                         "transaction of {} record(s) aborted, sending them again: {error}",
                         reports.len()
                     );
-                    let again = self.settle_aborted(reports, &error);
-                    if !again.is_empty() && !self.shared.options.retry_backoff.is_zero() {
-                        std::thread::sleep(self.shared.options.retry_backoff);
-                    }
-                    again
+                    (reports, error)
                 }
-                RoundEnd::Fatal(records, error) => {
-                    self.fail_fatally(records, error);
+                RoundEnd::Fatal {
+                    reports,
+                    error,
+                    renewable: true,
+                } => match self.renew_producer() {
+                    Ok(()) => {
+                        log::warn!(
+                            "the transactional producer failed ({error}); a new instance sends \
+                             its {} record(s) again",
+                            reports.len()
+                        );
+                        (reports, error)
+                    }
+                    Err(Some(fatal)) => {
+                        self.fail_fatally(round_records(reports, Vec::new()), fatal);
+                        return;
+                    }
+                    Err(None) => {
+                        self.put_back(round_records(reports, Vec::new()));
+                        return;
+                    }
+                },
+                RoundEnd::Fatal { reports, error, .. } => {
+                    self.fail_fatally(round_records(reports, Vec::new()), error);
                     return;
                 }
                 RoundEnd::Stopped(records) => {
@@ -1259,29 +1383,45 @@ impl AsyncProducer {
                     return;
                 }
             };
+            batch = self.settle_aborted(reports, &error);
+            if !batch.is_empty() && !self.shared.options.retry_backoff.is_zero() {
+                std::thread::sleep(self.shared.options.retry_backoff);
+            }
         }
     }
 
-    /// Sends `batch` in one transaction and commits it.
+    /// Sends `batch` in one transaction and commits it, following librdkafka's transactional
+    /// error model: a retriable error calls the same operation again, an abortable one aborts,
+    /// a fatal one ends the instance.
     fn run_transaction(&self, batch: Vec<Box<Pending>>) -> RoundEnd {
-        let fatal = |e: KafkaError, operation: &str| {
-            KafkaIoError::from_rdkafka(operation, e, TRANSACTION_STEP, None)
-        };
+        let producer = self.producer();
+        let started = Instant::now();
         loop {
-            match self.producer.begin_transaction() {
-                Ok(()) => break,
-                Err(e) => match transaction_step(&e) {
-                    TransactionStep::Fatal => {
-                        return RoundEnd::Fatal(batch, fatal(e, "begin_transaction"));
+            let Err(e) = producer.begin_transaction() else {
+                break;
+            };
+            if self.stopping() {
+                return RoundEnd::Stopped(batch);
+            }
+            match transaction_step(&e) {
+                TransactionStep::Retry => std::thread::sleep(TRANSACTION_BACKOFF),
+                // The previous transaction failed after it ended (a late delivery failure).
+                TransactionStep::Abort => {
+                    log::warn!("begin_transaction failed, aborting first: {e}");
+                    if let Err(e) = self.abort_transaction(&producer) {
+                        return self.end_fatally(
+                            &producer,
+                            started,
+                            0,
+                            batch,
+                            e,
+                            "abort_transaction",
+                        );
                     }
-                    _ if self.stopping() => return RoundEnd::Stopped(batch),
-                    _ => {
-                        // A transaction left open by an abort that failed is finished first.
-                        log::warn!("begin_transaction failed, trying again: {e}");
-                        let _ = self.producer.abort_transaction(TRANSACTION_STEP);
-                        std::thread::sleep(TRANSACTION_BACKOFF);
-                    }
-                },
+                }
+                TransactionStep::Fatal => {
+                    return self.end_fatally(&producer, started, 0, batch, e, "begin_transaction");
+                }
             }
         }
         self.shared.lock_round().clear();
@@ -1289,7 +1429,7 @@ impl AsyncProducer {
         let mut handed = 0;
         let mut unsent = Vec::new();
         while let Some(pending) = records.next() {
-            match self.send(self.with_partition(pending), true) {
+            match self.send(&producer, self.with_partition(&producer, pending), true) {
                 Handoff::Sent => handed += 1,
                 Handoff::Refused => {}
                 Handoff::Unsent(pending) => {
@@ -1298,60 +1438,123 @@ impl AsyncProducer {
                 }
             }
         }
-        let mut commit_error = None;
+        let mut abort_reason = None;
         if unsent.is_empty() {
             loop {
-                match self.producer.commit_transaction(TRANSACTION_STEP) {
-                    Ok(()) => {
-                        let reports = self.take_round(handed);
-                        return RoundEnd::Committed(reports);
+                let Err(e) = producer.commit_transaction(TRANSACTION_STEP) else {
+                    return RoundEnd::Committed(self.take_round(handed));
+                };
+                match transaction_step(&e) {
+                    // The commit goes on in librdkafka; calling it again resumes it.
+                    TransactionStep::Retry if !self.stopping() => {
+                        std::thread::sleep(TRANSACTION_BACKOFF);
                     }
-                    Err(e) => match transaction_step(&e) {
-                        TransactionStep::Fatal => {
-                            let records = round_records(self.take_round(handed), unsent);
-                            return RoundEnd::Fatal(records, fatal(e, "commit_transaction"));
-                        }
-                        TransactionStep::Retry if !self.stopping() => {
-                            std::thread::sleep(TRANSACTION_BACKOFF);
-                        }
-                        _ => {
-                            commit_error = Some(fatal(e, "commit_transaction"));
-                            break;
-                        }
-                    },
+                    TransactionStep::Retry => break,
+                    TransactionStep::Abort => {
+                        abort_reason = Some(KafkaIoError::from_rdkafka(
+                            "commit_transaction",
+                            e,
+                            TRANSACTION_STEP,
+                            None,
+                        ));
+                        break;
+                    }
+                    TransactionStep::Fatal => {
+                        return self.end_fatally(
+                            &producer,
+                            started,
+                            handed,
+                            unsent,
+                            e,
+                            "commit_transaction",
+                        );
+                    }
                 }
             }
         }
-        let aborted = self.abort_transaction();
-        let reports = self.take_round(handed);
-        match aborted {
-            Err(e) if matches!(transaction_step(&e), TransactionStep::Fatal) => RoundEnd::Fatal(
-                round_records(reports, unsent),
-                fatal(e, "abort_transaction"),
-            ),
+        match self.abort_transaction(&producer) {
+            Err(e) if !self.stopping() => {
+                self.end_fatally(&producer, started, handed, unsent, e, "abort_transaction")
+            }
             _ if self.stopping() || !unsent.is_empty() => {
-                RoundEnd::Stopped(round_records(reports, unsent))
+                RoundEnd::Stopped(round_records(self.take_round(handed), unsent))
             }
             _ => RoundEnd::Aborted(
-                reports,
-                commit_error.unwrap_or(KafkaIoError::Closed("the transaction")),
+                self.take_round(handed),
+                abort_reason.unwrap_or(KafkaIoError::Closed("the transaction")),
             ),
         }
     }
 
-    /// Aborts the open transaction, retrying retriable failures until a shutdown.
-    fn abort_transaction(&self) -> Result<(), KafkaError> {
+    /// Aborts the open transaction, calling abort again after retriable failures until a
+    /// shutdown; any other failure is returned (librdkafka: the instance is then unusable).
+    fn abort_transaction(
+        &self,
+        producer: &ThreadedProducer<DeliveryTracker>,
+    ) -> Result<(), KafkaError> {
         loop {
-            match self.producer.abort_transaction(TRANSACTION_STEP) {
-                Ok(()) => return Ok(()),
-                Err(e) => match transaction_step(&e) {
-                    TransactionStep::Retry | TransactionStep::Abort if !self.stopping() => {
-                        std::thread::sleep(TRANSACTION_BACKOFF);
-                    }
-                    _ => return Err(e),
-                },
+            let Err(e) = producer.abort_transaction(TRANSACTION_STEP) else {
+                return Ok(());
+            };
+            match transaction_step(&e) {
+                TransactionStep::Retry if !self.stopping() => {
+                    std::thread::sleep(TRANSACTION_BACKOFF);
+                }
+                _ => return Err(e),
             }
         }
+    }
+
+    /// Ends a transaction whose `operation` failed fatally: purges what librdkafka still holds
+    /// and takes back the reports of the `handed` records, then those never handed over.
+    fn end_fatally(
+        &self,
+        producer: &ThreadedProducer<DeliveryTracker>,
+        started: Instant,
+        handed: usize,
+        unsent: Vec<Box<Pending>>,
+        err: KafkaError,
+        operation: &str,
+    ) -> RoundEnd {
+        producer.purge(PurgeConfig::default().queue().inflight());
+        let mut reports = if handed > 0 {
+            self.take_round(handed)
+        } else {
+            Vec::new()
+        };
+        reports.extend(unsent.into_iter().map(RoundReport::not_sent));
+        RoundEnd::Fatal {
+            reports,
+            renewable: may_renew(&err, started.elapsed(), self.transaction_timeout),
+            error: fatal_error(operation, err),
+        }
+    }
+
+    /// Replaces the librdkafka instance after a fatal error that left the `transactional.id`
+    /// ours (librdkafka: a fatal error ends the instance; e.g. INVALID_TXN_STATE when an abort
+    /// after an outage reaches a coordinator that never saw the transaction). The new
+    /// instance's init_transactions bumps the producer epoch, which aborts whatever the old one
+    /// left open, so none of its records can be committed any more. `Err(None)` when a
+    /// shutdown came first, `Err(Some(error))` when no new instance can take over.
+    fn renew_producer(&self) -> Result<(), Option<KafkaIoError>> {
+        let producer = create_producer(&self.client_config, &self.shared).map_err(Some)?;
+        loop {
+            let Err(e) = producer.init_transactions(TRANSACTION_STEP) else {
+                break;
+            };
+            match transaction_step(&e) {
+                _ if self.stopping() => return Err(None),
+                TransactionStep::Retry => std::thread::sleep(TRANSACTION_BACKOFF),
+                _ => return Err(Some(fatal_error("init_transactions", e))),
+            }
+        }
+        let replaced = std::mem::replace(
+            &mut *self.producer.write().unwrap_or_else(|p| p.into_inner()),
+            Arc::new(producer),
+        );
+        // Dropped outside the lock: librdkafka's teardown takes a while.
+        drop(replaced);
+        Ok(())
     }
 
     /// Waits for the reports of the `handed` records of the transaction that just ended and
@@ -1457,10 +1660,15 @@ impl AsyncProducer {
     /// Hands one record to librdkafka, waiting while librdkafka's own queue is full; librdkafka
     /// copies it, and the box is dropped here. A refused record is handed back with the error.
     /// Gives the record back when a shutdown ends the wait for room.
-    fn send(&self, pending: Box<Pending>, wait_for_room: bool) -> Handoff {
+    fn send(
+        &self,
+        producer: &ThreadedProducer<DeliveryTracker>,
+        pending: Box<Pending>,
+        wait_for_room: bool,
+    ) -> Handoff {
         let mut base = pending.record.base_record(InFlight::of(&pending));
         loop {
-            match self.producer.send(base) {
+            match producer.send(base) {
                 // librdkafka copied the record; the box is dropped here.
                 Ok(()) => return Handoff::Sent,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
@@ -1506,6 +1714,32 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         )
         .unwrap()
+    }
+
+    /// After a fatal error a new instance takes over unless the transactional.id is no longer
+    /// ours: not authorized, or fenced while the transaction was too young for the coordinator
+    /// to have aborted it (another producer took over).
+    #[test]
+    fn a_new_instance_takes_over_only_while_the_transactional_id_is_ours() {
+        use RDKafkaErrorCode as C;
+        let timeout = Duration::from_secs(10);
+        let (young, old) = (Duration::from_secs(1), Duration::from_secs(11));
+        let error = KafkaError::MessageProduction;
+        for code in [C::Fenced, C::ProducerFenced, C::InvalidProducerEpoch] {
+            assert!(!may_renew(&error(code), young, timeout), "{code:?}");
+            assert!(may_renew(&error(code), old, timeout), "{code:?}");
+        }
+        for code in [
+            C::TransactionalIdAuthorizationFailed,
+            C::ClusterAuthorizationFailed,
+        ] {
+            assert!(!may_renew(&error(code), old, timeout), "{code:?}");
+        }
+        assert!(may_renew(
+            &error(C::InvalidTransactionalState),
+            young,
+            timeout
+        ));
     }
 
     /// Keyless records go one partition per run only where librdkafka itself would place them
