@@ -259,7 +259,8 @@ class _RawAsyncProducer:
     ) -> tuple[int, int]:
         """Queue a batch; returns how many records were queued and the queue size after.
         ``on_delivery(report)`` gets one :class:`DeliveryReport` once every queued record is
-        settled."""
+        settled. On overflow, ``BufferOverflow.accepted`` (also in its message) is how many of the
+        batch's first records were queued before it."""
     def deliver_messages(self) -> None: ...
     def flush(self, timeout: float) -> None: ...
     def poll_events(
