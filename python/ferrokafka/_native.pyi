@@ -462,6 +462,13 @@ class DeadlineQueue:
     def __len__(self) -> int: ...
     def __contains__(self, id: object, /) -> bool: ...
 
+def redact_secrets(text: str) -> str:
+    """``text`` as ferrokafka shows every log line and exception: without URL credentials
+    (``https://[redacted]@host/...``), without the values of secret parameters and secret
+    configuration keys (``client_secret=[redacted]``, ``sasl.password=[redacted]``: names
+    containing pass, pwd, secret, token, key, assertion, credential or signature, or ``sig``),
+    and without any secret configuration value given to a client of this process."""
+
 def deflate(data: bytes, level: int = 6) -> bytes:
     """Compress ``data`` into a zlib stream (RFC 1950) at ``level`` 0..9, readable by ``zlib``.
 

@@ -44,6 +44,7 @@ from ferrokafka._native import (
     RedeliveryPartitionStatus,
     _RawQueueConsumer,
     _RawRedeliveryTracker,
+    redact_secrets,
 )
 from ferrokafka.exceptions import ClosedError, ConfigError
 from ferrokafka.share_queue import ShareMessage, ShareQueue, configure_share_group
@@ -190,7 +191,8 @@ class QueueConsumer:
                 )
             except KafkaException as e:
                 if backend == "share":
-                    raise ConfigError(f"share group {group!r} cannot be set up: {e}") from e
+                    cause = redact_secrets(str(e))
+                    raise ConfigError(f"share group {group!r} cannot be set up: {cause}") from e
                 log.info("no share groups on this broker (%s): using markers", e)
             else:
                 self._share = ShareQueue(
