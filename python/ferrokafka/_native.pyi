@@ -259,7 +259,8 @@ class _RawAsyncProducer:
     ) -> tuple[int, int]:
         """Queue a batch; returns how many records were queued and the queue size after.
         ``on_delivery(report)`` gets one :class:`DeliveryReport` once every queued record is
-        settled."""
+        settled. On overflow, ``BufferOverflow.accepted`` (also in its message) is how many of the
+        batch's first records were queued before it."""
     def deliver_messages(self) -> None: ...
     def flush(self, timeout: float) -> None: ...
     def poll_events(
@@ -460,6 +461,13 @@ class DeadlineQueue:
         """Remove every entry."""
     def __len__(self) -> int: ...
     def __contains__(self, id: object, /) -> bool: ...
+
+def redact_secrets(text: str) -> str:
+    """``text`` as ferrokafka shows every log line and exception: without URL credentials
+    (``https://[redacted]@host/...``), without the values of secret parameters and secret
+    configuration keys (``client_secret=[redacted]``, ``sasl.password=[redacted]``: names
+    containing pass, pwd, secret, token, key, assertion, credential or signature, or ``sig``),
+    and without any secret configuration value given to a client of this process."""
 
 def deflate(data: bytes, level: int = 6) -> bytes:
     """Compress ``data`` into a zlib stream (RFC 1950) at ``level`` 0..9, readable by ``zlib``.

@@ -80,6 +80,8 @@ InstrumentationCallback: TypeAlias = Callable[[str, dict[str, Any]], object]
 Partitions: TypeAlias = list[tuple[str, int]]
 ConfigValue: TypeAlias = str | int | float | bool
 
+_INT32_LIMIT = 2**31
+_INT64_LIMIT = 2**63
 _FETCH_SECONDS = 0.1
 _EVENT_SECONDS = 0.1
 _WORKER_JOIN_SECONDS = 1.0
@@ -138,22 +140,33 @@ def _native_subscription(item: object) -> _NativeSubscription:
         raise ValueError(f"subscription topic must be a non-empty str, got {item.topic!r}")
     if isinstance(item.partition, bool) or not isinstance(item.partition, int):
         raise TypeError(f"partition must be an int, got {item.partition!r}")
+    if not -_INT32_LIMIT <= item.partition < _INT32_LIMIT:
+        # A negative int32 is refused when the consumer starts, with the other assignment checks.
+        raise ValueError(
+            f"partition must be an int from 0 to {_INT32_LIMIT - 1} (Kafka partitions are "
+            f"32-bit), got {item.partition!r}"
+        )
     if item.offset is not None and item.timestamp is not None:
         raise ValueError(f"give offset or timestamp, not both: {item!r}")
     if item.timestamp is not None:
-        return (item.topic, item.partition, "timestamp", _non_negative("timestamp", item.timestamp))
+        return (item.topic, item.partition, "timestamp", _int64("timestamp", item.timestamp))
     if item.offset is None:
         return (item.topic, item.partition, "stored", 0)
     if item.offset in ("beginning", "end"):
         return (item.topic, item.partition, str(item.offset), 0)
     if isinstance(item.offset, bool) or not isinstance(item.offset, int):
         raise TypeError(f"offset must be an int, 'beginning' or 'end', got {item.offset!r}")
-    return (item.topic, item.partition, "offset", _non_negative("offset", item.offset))
+    return (item.topic, item.partition, "offset", _int64("offset", item.offset))
 
 
-def _non_negative(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+def _int64(name: str, value: int) -> int:
+    """``value`` if it is a valid Kafka offset or timestamp: both are signed 64-bit on the wire,
+    and a start position is never negative."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _INT64_LIMIT:
+        raise ValueError(
+            f"{name} must be an int from 0 to {_INT64_LIMIT - 1} (Kafka {name}s are 64-bit), "
+            f"got {value!r}"
+        )
     return value
 
 

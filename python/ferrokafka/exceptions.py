@@ -70,17 +70,22 @@ class BufferOverflow(FerrokafkaError):
     Attributes:
         topic: the topic of the refused message.
         limit: the limit that was reached, e.g. ``"max queue size (1000 messages) reached"``.
-        accepted: for ``produce_many``, how many records of the batch were queued before it.
+        accepted: for ``produce_many``, how many records of the batch were queued before it
+            (the first ``accepted`` ones, in batch order: they will be delivered like any
+            queued record; the rest were not queued, so those are the ones to send again);
+            ``None`` for a single ``produce``. The message says it too.
     """
 
-    def __init__(self, message: str, topic: str = "", limit: str = "") -> None:
+    def __init__(
+        self, message: str, topic: str = "", limit: str = "", accepted: int | None = None
+    ) -> None:
         super().__init__(message)
         self.topic = topic
         self.limit = limit
-        self.accepted: int | None = None
+        self.accepted = accepted
 
-    def __reduce__(self) -> tuple[type[BufferOverflow], tuple[str, str, str]]:
-        return (type(self), (str(self), self.topic, self.limit))
+    def __reduce__(self) -> tuple[type[BufferOverflow], tuple[str, str, str, int | None]]:
+        return (type(self), (str(self), self.topic, self.limit, self.accepted))
 
 
 class KafkaError(FerrokafkaError):

@@ -226,8 +226,9 @@ class AsyncProducer:
         Each record is a value (``bytes``/``str``, for ``topic``), a ``(value, key)`` tuple, or a
         dict with any of ``value``, ``key``, ``topic``, ``partition``, ``partition_key``,
         ``headers``, ``timestamp``. The whole batch is checked before anything is queued. On
-        overflow the :class:`~ferrokafka.BufferOverflow` tells in ``accepted`` how many records
-        of the batch were queued before it.
+        overflow the :class:`~ferrokafka.BufferOverflow` says (in its message and in
+        ``accepted``) how many records of the batch were queued before it: the first
+        ``accepted`` records are delivered like any queued record, the rest were not queued.
 
         ``on_delivery(report)`` runs once, on the producer's event thread, when every queued
         record of the batch is acknowledged or finally failed: the

@@ -44,6 +44,7 @@ from ferrokafka._native import (
     RedeliveryPartitionStatus,
     _RawQueueConsumer,
     _RawRedeliveryTracker,
+    redact_secrets,
 )
 from ferrokafka.exceptions import ClosedError, ConfigError
 from ferrokafka.share_queue import ShareMessage, ShareQueue, configure_share_group
@@ -210,8 +211,15 @@ class QueueConsumer:
                 if backend == "share":
                     if isinstance(e, ConfigError):
                         raise
-                    raise ConfigError(f"share group {share_group!r} cannot be set up: {e}") from e
-                log.info("share group %r not available (%s): using markers", share_group, e)
+                    cause = redact_secrets(str(e))
+                    raise ConfigError(
+                        f"share group {share_group!r} cannot be set up: {cause}"
+                    ) from e
+                log.info(
+                    "share group %r not available (%s): using markers",
+                    share_group,
+                    redact_secrets(str(e)),
+                )
             else:
                 self._share = ShareQueue(
                     config, queue_topic, share_group, max_redeliveries, dead_letter_topic

@@ -53,12 +53,27 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from ferrokafka._native import redact_secrets
 from ferrokafka.exceptions import ClosedError, ConfigError, KafkaError, KafkaTimeoutError
 from ferrokafka.tracking import _CONSUMER_ONLY_KEYS  # one list of a producer's foreign keys
 
 __all__ = ["ShareMessage", "ShareQueue", "configure_share_group"]
 
 log = logging.getLogger("ferrokafka.redelivery")
+
+
+class _RedactSecrets(logging.Filter):
+    """Cuts secrets out of the records of this logger, where confluent-kafka forwards its
+    librdkafka's lines (which quote an OIDC token endpoint URL with its credentials), as the
+    engines' lines are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact_secrets(record.getMessage())
+        record.args = None
+        return True
+
+
+log.addFilter(_RedactSecrets())
 
 _Config = Mapping[str, str | int | float | bool]
 
@@ -112,10 +127,14 @@ def _ferrokafka_error(error: Any, what: str) -> KafkaError:
     """confluent-kafka's ``KafkaError`` as ferrokafka's, keeping code, name and flags."""
     try:
         return KafkaError(
-            f"{what}: {error.str()}", error.code(), error.name(), error.retriable(), error.fatal()
+            redact_secrets(f"{what}: {error.str()}"),
+            error.code(),
+            error.name(),
+            error.retriable(),
+            error.fatal(),
         )
     except AttributeError:  # not a confluent KafkaError
-        return KafkaError(f"{what}: {error}")
+        return KafkaError(redact_secrets(f"{what}: {error}"))
 
 
 def configure_share_group(

@@ -487,3 +487,34 @@ def test_a_fenced_transactional_producer_raises_and_hands_everything_back(
         f"committed-{n}".encode() for n in range(10)
     ]
     second.shutdown(timeout=5.0)
+
+
+def test_buffer_overflow_of_a_batch_counts_exactly_the_records_that_will_be_delivered(
+    outage_broker: Broker,
+) -> None:
+    """A batch larger than both queues while the broker is down: the BufferOverflow says how
+    many of its first records went in, and after the outage exactly those are on the topic."""
+    bootstrap, env = outage_broker
+    topic = make_topic(bootstrap, "overflow-count", partitions=1)
+    producer = AsyncProducer(
+        {"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 100},
+        max_queue_size=200,
+        overflow="raise",
+        delivery_threshold=10,
+    )
+    producer.produce(b"warm-up", topic=topic)
+    producer.flush(timeout=30.0)
+    batch = [f"v{n}".encode() for n in range(1000)]
+    with outage(env), pytest.raises(BufferOverflow) as refused:
+        producer.produce_many(batch, topic=topic)
+    accepted = refused.value.accepted
+    assert accepted is not None
+    assert 0 < accepted < len(batch)
+    assert (
+        f"the batch's first {accepted} record(s) were queued, the {len(batch) - accepted} "
+        f"from index {accepted} on were not"
+    ) in str(refused.value)
+    producer.flush(timeout=60.0)
+    assert producer.shutdown(timeout=5.0) == []
+    on_topic = [value for _, value in read_all(bootstrap, topic, partitions=1)]
+    assert sorted(on_topic) == sorted([b"warm-up", *batch[:accepted]])

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 
-from ferrokafka import AsyncProducer, ConfigError, FerrokafkaError
+from ferrokafka import AsyncProducer, BufferOverflow, ConfigError, FerrokafkaError
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -117,3 +118,22 @@ def test_stats_keep_their_keys_and_agree_with_the_typed_snapshot(producer: Async
     # Nothing can be delivered here: all three are still held somewhere, and counted once.
     assert stats["queue_size"] + stats["retry_queue_size"] + stats["in_flight"] == 3
     producer.shutdown(timeout=0.1)
+
+
+def test_an_overflowing_batch_says_how_many_of_its_records_were_queued() -> None:
+    # No delivery trigger: the batch stays in the buffer, whose limit refuses its fourth record.
+    producer = AsyncProducer(NOWHERE, max_queue_size=3)
+    with pytest.raises(BufferOverflow) as refused:
+        producer.produce_many([b"a", b"b", b"c", b"d", b"e"], topic="orders")
+    assert refused.value.accepted == 3
+    assert str(refused.value) == (
+        'cannot produce to "orders": max queue size (3 messages) reached; the batch\'s first '
+        "3 record(s) were queued, the 2 from index 3 on were not"
+    )
+    copy = pickle.loads(pickle.dumps(refused.value))
+    assert (copy.accepted, copy.topic, str(copy)) == (3, "orders", str(refused.value))
+    with pytest.raises(BufferOverflow) as single:
+        producer.produce(b"f", topic="orders")
+    assert single.value.accepted is None
+    assert str(single.value) == 'cannot produce to "orders": max queue size (3 messages) reached'
+    assert sorted(m.value() or b"" for m in producer.shutdown(timeout=0.5)) == [b"a", b"b", b"c"]

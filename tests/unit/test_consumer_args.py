@@ -80,7 +80,19 @@ def test_bad_options_are_named(
         ([""], ValueError, "must not be empty"),
         ([5], TypeError, "each subscription must be"),
         ([("orders", "0")], TypeError, "partition must be an int"),
-        ([("orders", 0, -1)], ValueError, "offset must be an int >= 0"),
+        ([("orders", 0, -1)], ValueError, "offset must be an int from 0 to"),
+        (
+            [TopicPartition("orders", 0, offset=10**30)],
+            ValueError,
+            r"offset must be an int from 0 to 9223372036854775807 \(Kafka offsets are 64-bit\), "
+            r"got 10{30}",
+        ),
+        (
+            [TopicPartition("orders", 0, timestamp=2**63)],
+            ValueError,
+            "timestamp must be an int from 0 to 9223372036854775807",
+        ),
+        ([("orders", 2**31)], ValueError, "partition must be an int from 0 to 2147483647"),
         (
             [TopicPartition("orders", 0, offset="middle")],  # type: ignore[arg-type]
             TypeError,

@@ -13,6 +13,7 @@ import ferrokafka
 from ferrokafka.cli import main
 from ferrokafka.status import StatusReader
 from ferrokafka.tracking import Reporter
+from tests.conftest import wait_until
 
 SECRET = "hunter2"
 BOOTSTRAP = {"bootstrap.servers": "127.0.0.1:1"}
@@ -102,3 +103,100 @@ def test_cli_does_not_echo_a_malformed_config_argument(capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "--config" in err
     assert SECRET not in err
+
+
+# An OIDC token endpoint with credentials in its URL (userinfo and a secret query parameter) and a
+# client secret: librdkafka prints the URL whenever fetching a token fails, and its debug contexts
+# dump the configuration. The endpoint (127.0.0.1:1) refuses every connection.
+OIDC_FAILURE = "Failed to retrieve OIDC token from"
+OIDC_SHOWN = 'from "https://[redacted]@127.0.0.1:1/token?client_secret=[redacted]"'
+OIDC_SECRETS = ("hunter2secret", "s3cr3tvalue", "oidc-client-secret")
+OIDC = {
+    "bootstrap.servers": "127.0.0.1:1",
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "OAUTHBEARER",
+    "sasl.oauthbearer.method": "oidc",
+    "sasl.oauthbearer.client.id": "ferrokafka-test",
+    "sasl.oauthbearer.client.secret": "oidc-client-secret",
+    "sasl.oauthbearer.token.endpoint.url": (
+        "https://user:hunter2secret@127.0.0.1:1/token?client_secret=s3cr3tvalue"
+    ),
+}
+
+
+@pytest.mark.parametrize("debug", [None, "security,broker", "all"])
+def test_oidc_endpoint_credentials_never_reach_a_log_line(
+    debug: str | None, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    config = OIDC if debug is None else {**OIDC, "debug": debug}
+    producer = ferrokafka.AsyncProducer(config)
+    try:
+        # librdkafka logs the failed token request, naming the endpoint, when it gives up on it.
+        wait_until(
+            lambda: any(OIDC_FAILURE in r.getMessage() for r in caplog.records),
+            10.0,
+            "librdkafka's log line about the failed OIDC token request",
+        )
+    finally:
+        producer.shutdown(timeout=1.0)
+    shown = caplog.text + "".join(capfd.readouterr())
+    assert OIDC_SHOWN in shown
+    for secret in OIDC_SECRETS:
+        assert secret not in shown
+
+
+def test_a_secret_value_librdkafka_echoes_is_cut_from_its_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # librdkafka quotes an unsecured-JWT config it cannot parse from the word it stopped at.
+    caplog.set_level(logging.DEBUG)
+    producer = ferrokafka.AsyncProducer(
+        {
+            **BOOTSTRAP,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER",
+            "enable.sasl.oauthbearer.unsecure.jwt": True,
+            "sasl.oauthbearer.config": f"principal=admin bogus={SECRET}-jwt x",
+        }
+    )
+    try:
+        wait_until(
+            lambda: "Unrecognized sasl.oauthbearer.config beginning at: [redacted]" in caplog.text,
+            10.0,
+            "librdkafka's log line about the unparsable sasl.oauthbearer.config",
+        )
+    finally:
+        producer.shutdown(timeout=1.0)
+    assert SECRET not in caplog.text
+
+
+def test_credentials_in_a_url_never_reach_an_exception() -> None:
+    # Refused at creation or when no broker answers: either way the exception quotes the value.
+    config = {"bootstrap.servers": f"https://user:{SECRET}@127.0.0.1:1"}
+    with pytest.raises(ferrokafka.FerrokafkaError) as refused:
+        ferrokafka.Client(config).list_topics(timeout=0.5)
+    assert "https://[redacted]@127.0.0.1:1" in str(refused.value)
+    assert SECRET not in str(refused.value)
+
+
+def test_the_share_backends_librdkafka_log_lines_hide_oidc_credentials(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The logger the share backend gives confluent-kafka's clients, with a client of its own.
+    from confluent_kafka import Producer as ConfluentProducer
+
+    from ferrokafka import share_queue
+
+    caplog.set_level(logging.DEBUG)
+    producer = ConfluentProducer({**OIDC, "logger": share_queue.log})
+
+    def logged_the_failed_token_request() -> bool:
+        producer.poll(0.1)  # confluent-kafka forwards librdkafka's lines when polled
+        return any(OIDC_FAILURE in r.getMessage() for r in caplog.records)
+
+    wait_until(logged_the_failed_token_request, 10.0, "the failed OIDC token request")
+    producer.flush(0)
+    assert OIDC_SHOWN in caplog.text
+    for secret in OIDC_SECRETS:
+        assert secret not in caplog.text

@@ -15,6 +15,7 @@ pub mod error;
 pub mod markers;
 pub mod partition_buffer;
 pub mod partition_progress;
+pub mod redact;
 pub mod report_builder;
 pub mod schedule;
 

@@ -6,25 +6,43 @@
 //! librdkafka takes a malformed one (`http://host:9092`, `::::`, port 99999) and then only
 //! fails to connect, so every call would time out instead of saying what is wrong.
 
+use std::borrow::Cow;
+use std::sync::RwLock;
+
 use rdkafka::ClientConfig;
 
 use crate::error::{KafkaIoError, KafkaResult};
 
-/// Whether the value of the configuration key `key` is a secret that no error or log may show.
-///
-/// This is the one place that decides: a name containing `pass` (password, passphrase and their
-/// misspellings), `secret`, `token` or `key`, in any case, or librdkafka's other sensitive
-/// property `sasl.oauthbearer.config`.
-pub fn is_sensitive_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["pass", "secret", "token", "key"]
-        .iter()
-        .any(|word| key.contains(word))
-        || key == "sasl.oauthbearer.config"
+pub use ferrokafka_core::redact::{REDACTED, is_sensitive_key};
+
+/// The secret parts of every configuration value a client was created with in this process
+/// (see `ferrokafka_core::redact::secrets_in_value`): librdkafka's log lines and errors carry
+/// no client identity, so any of them may echo any client's secret. Kept for the process's
+/// life; it grows only with distinct secret values.
+static KNOWN_SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+fn remember_secrets(key: &str, value: &str) {
+    let secrets = ferrokafka_core::redact::secrets_in_value(key, value);
+    if secrets.is_empty() {
+        return;
+    }
+    let mut known = KNOWN_SECRETS.write().unwrap_or_else(|p| p.into_inner());
+    for secret in secrets {
+        if !known.iter().any(|k| k == secret) {
+            known.push(secret.to_owned());
+        }
+    }
 }
 
-/// What errors and logs show in place of a hidden value.
-pub const REDACTED: &str = "[redacted]";
+/// `text` (a log line, an error message) without URL credentials, secret parameters or any
+/// secret configuration value given to a client of this process.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    let known = KNOWN_SECRETS.read().unwrap_or_else(|p| p.into_inner());
+    match ferrokafka_core::redact::redact(text, &known) {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        Cow::Owned(cut) => Cow::Owned(cut),
+    }
+}
 
 /// The keys that list the bootstrap brokers.
 const BOOTSTRAP_KEYS: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
@@ -302,6 +320,7 @@ impl ClientSettings {
     pub fn to_client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         for (key, value) in &self.entries {
+            remember_secrets(key, value);
             config.set(key, value);
         }
         // The bundled OpenSSL looks for CA certificates in its build-time directory, which is
@@ -346,25 +365,6 @@ mod tests {
     }
 
     use super::*;
-
-    #[test]
-    fn secret_names_are_sensitive_in_any_case() {
-        for key in [
-            "sasl.password",
-            "SSL.Key.Password",
-            "sasl.passwrd",
-            "ssl.keystore.password",
-            "sasl.oauthbearer.client.secret",
-            "sasl.oauthbearer.token.endpoint.url",
-            "ssl.key.pem",
-            "sasl.oauthbearer.config",
-        ] {
-            assert!(is_sensitive_key(key), "{key}");
-        }
-        for key in ["bootstrap.servers", "sasl.username", "enable.idempotence"] {
-            assert!(!is_sensitive_key(key), "{key}");
-        }
-    }
 
     #[test]
     fn system_ca_certificates_are_probed_unless_a_ca_is_given() {
@@ -435,5 +435,22 @@ mod tests {
             shown.contains("sasl.password") && shown.contains("127.0.0.1:1"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn secrets_of_a_client_config_are_cut_from_any_text() {
+        let settings = ClientSettings::new([
+            ("sasl.password".to_owned(), "wonderland-9".to_owned()),
+            (
+                "sasl.oauthbearer.token.endpoint.url".to_owned(),
+                "https://idp.example:8443/token".to_owned(),
+            ),
+        ])
+        .unwrap();
+        assert_eq!(redact("echo: wonderland-9"), "echo: wonderland-9");
+        let _ = settings.to_client_config();
+        assert_eq!(redact("echo: wonderland-9"), format!("echo: {REDACTED}"));
+        let url = "https://idp.example:8443/token";
+        assert!(matches!(redact(url), Cow::Borrowed(_)));
     }
 }

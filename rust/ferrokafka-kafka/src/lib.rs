@@ -30,7 +30,7 @@ pub use async_producer::{
     ProducerStats, Refusal, Ticket,
 };
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
-pub use config::{ClientRole, ClientSettings};
+pub use config::{ClientRole, ClientSettings, redact};
 pub use consumer::{
     Assignment, ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ConsumerStats, ErrorPolicy,
     Fetched, OnError, OrderBy, Outcome, PartitionCounters, PartitionStats, StartAt, Subscription,

@@ -11,6 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use ferrokafka_kafka::redact;
 use log::{Log, Metadata, Record};
 use pyo3::prelude::*;
 use pyo3_log::{Caching, Logger};
@@ -26,12 +27,29 @@ impl Log for EngineLogger {
     }
 
     fn log(&self, record: &Record<'_>) {
-        if EXITING.load(Ordering::Acquire) {
-            if record.level() <= log::Level::Warn {
-                eprintln!("{} {}: {}", record.level(), record.target(), record.args());
-            }
+        let exiting = EXITING.load(Ordering::Acquire);
+        let shown = if exiting {
+            record.level() <= log::Level::Warn
         } else {
-            self.0.log(record);
+            self.0.enabled(record.metadata())
+        };
+        if !shown {
+            return; // not formatted, let alone searched for secrets
+        }
+        let text = record.args().to_string();
+        let text = redact(&text);
+        if exiting {
+            eprintln!("{} {}: {text}", record.level(), record.target());
+        } else {
+            self.0.log(
+                &Record::builder()
+                    .metadata(record.metadata().clone())
+                    .args(format_args!("{text}"))
+                    .module_path(record.module_path())
+                    .file(record.file())
+                    .line(record.line())
+                    .build(),
+            );
         }
     }
 
@@ -44,6 +62,14 @@ fn _interpreter_exiting() {
     EXITING.store(true, Ordering::Release);
 }
 
+/// `text` without URL credentials, secret parameters or secret configuration values, as every
+/// engine log line and exception is shown; for the log lines and errors of confluent-kafka's
+/// clients (the share backend), which do not pass through the engines.
+#[pyfunction]
+pub fn redact_secrets(text: &str) -> String {
+    redact(text).into_owned()
+}
+
 /// Installs the logger (once per process; a second import keeps the first) and its hook.
 pub fn install(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
@@ -52,5 +78,6 @@ pub fn install(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = log::set_boxed_logger(Box::new(EngineLogger(logger)));
     let hook = wrap_pyfunction!(_interpreter_exiting, module)?;
     py.import("atexit")?.call_method1("register", (hook,))?;
+    module.add_function(wrap_pyfunction!(redact_secrets, module)?)?;
     Ok(())
 }

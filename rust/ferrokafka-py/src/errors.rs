@@ -5,7 +5,7 @@
 //! lazily on first use. Binding code returns [`NativeResult`] and only uses `?`.
 
 use ferrokafka_core::CoreError;
-use ferrokafka_kafka::KafkaIoError;
+use ferrokafka_kafka::{KafkaIoError, redact};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -99,7 +99,8 @@ impl From<NativeError> for PyErr {
                 }
             }
             NativeError::Kafka(err) => {
-                let message = err.to_string();
+                // librdkafka's text may quote a token endpoint URL with its credentials.
+                let message = redact(&err.to_string()).into_owned();
                 match err {
                     KafkaIoError::Config(_) => ConfigError::new_err(message),
                     KafkaIoError::InvalidArgument(_) => PyValueError::new_err(message),

@@ -53,17 +53,18 @@ fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
 
 impl PyRawAsyncProducer {
     /// Queues `items` in order under the overflow policy; returns how many were queued, and the
-    /// queue size right after the last one went in or the refusal (a `BufferOverflow` also
-    /// carries the count in `accepted`). With `hand_off_here` (batches) the calling thread,
-    /// detached, moves what is due to librdkafka itself instead of waking the worker.
+    /// queue size right after the last one went in or the refusal. For a `batch`
+    /// (`produce_many`) the calling thread, detached, moves what is due to librdkafka itself
+    /// instead of waking the worker, and a `BufferOverflow` says how many of the batch were
+    /// queued before it (message and `accepted`), so the caller knows which to send again.
     fn enqueue(
         &self,
         py: Python<'_>,
         items: VecDeque<Box<Pending>>,
-        hand_off_here: bool,
+        batch: bool,
     ) -> (usize, NativeResult<usize>) {
         let mut accepted = 0;
-        let result = self.enqueue_counting(py, items, hand_off_here, &mut accepted);
+        let result = self.enqueue_counting(py, items, batch, &mut accepted);
         (accepted, result)
     }
 
@@ -71,20 +72,20 @@ impl PyRawAsyncProducer {
         &self,
         py: Python<'_>,
         mut items: VecDeque<Box<Pending>>,
-        hand_off_here: bool,
+        batch: bool,
         accepted: &mut usize,
     ) -> NativeResult<usize> {
         let options = self.engine.options();
         // Read the clock only once the queue is full: most calls never block.
         let mut deadline = None;
         let hand_off = |py: Python<'_>| {
-            if hand_off_here {
+            if batch {
                 let engine = Arc::clone(&*self.engine);
                 py.detach(move || engine.hand_off_due());
             }
         };
         loop {
-            let (queued, queue_size, refusal) = self.engine.try_produce(&mut items, hand_off_here);
+            let (queued, queue_size, refusal) = self.engine.try_produce(&mut items, batch);
             *accepted += queued;
             hand_off(py);
             let overflow = match refusal {
@@ -119,10 +120,17 @@ impl PyRawAsyncProducer {
             } else {
                 String::new()
             };
-            let message = format!("cannot produce to {topic:?}: {}{waited}", overflow.limit);
-            let err = BufferOverflow::new_err((message, topic, overflow.limit.to_string()));
-            err.value(py).setattr("accepted", *accepted)?;
-            return Err(err.into());
+            let mut message = format!("cannot produce to {topic:?}: {}{waited}", overflow.limit);
+            let accepted = batch.then_some(*accepted);
+            if let Some(accepted) = accepted {
+                let refused = 1 + items.len();
+                message.push_str(&format!(
+                    "; the batch's first {accepted} record(s) were queued, the {refused} from \
+                     index {accepted} on were not"
+                ));
+            }
+            let limit = overflow.limit.to_string();
+            return Err(BufferOverflow::new_err((message, topic, limit, accepted)).into());
         }
     }
 }
