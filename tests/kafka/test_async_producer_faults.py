@@ -263,7 +263,7 @@ def test_transactional_producer_outlives_an_outage_longer_than_its_transaction_t
             "transactional.id": f"long-outage-{topic}",
             "transaction.timeout.ms": int(transaction_timeout * 1000),
         },
-        max_queue_size=100_000,
+        max_queue_size=1_000_000,
         delivery_interval=0.05,
     )
     produced = 0
@@ -278,15 +278,18 @@ def test_transactional_producer_outlives_an_outage_longer_than_its_transaction_t
             recovered.set()
 
     def stream() -> None:
-        # About 2,000 records per second in batches of 50, keys k0..k9, values in produce order.
+        # About 5,000 records per second (the trial) in batches of 125, keys k0..k9,
+        # values in produce order: rounds of hundreds of records to many partitions are in
+        # flight when the broker goes, which is when an aborted round's reports come back in
+        # an order of librdkafka's own.
         nonlocal produced
         while not stop.is_set():
             producer.produce_many(
-                [(f"{n:08d}", f"k{n % 10}") for n in range(produced, produced + 50)],
+                [(f"{n:08d}", f"k{n % 10}") for n in range(produced, produced + 125)],
                 topic=topic,
                 on_delivery=partial(on_delivery, back.is_set()),
             )
-            produced += 50
+            produced += 125
             time.sleep(0.025)
 
     streamer = threading.Thread(target=stream)
@@ -309,7 +312,8 @@ def test_transactional_producer_outlives_an_outage_longer_than_its_transaction_t
         streamer.join()
     producer.flush(timeout=60.0)
     assert producer.shutdown(timeout=10.0) == []
-    assert recovery < 20.0, f"the producer took {recovery:.1f} s to recover"
+    # mostly the broker's own restart and a new instance's init_transactions; ~10-20 s here
+    assert recovery < 30.0, f"the producer took {recovery:.1f} s to recover"
     on_topic = read_all(bootstrap, topic)
     assert sum(r.delivered for r in reports) == producer.stats()["delivered"] == len(on_topic)
     assert sum(r.failed for r in reports) == 0

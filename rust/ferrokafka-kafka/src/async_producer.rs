@@ -296,6 +296,14 @@ enum DeliveryMode {
     Transactional,
 }
 
+/// The open transaction: its records' reports as librdkafka gives them, and the failed sends
+/// of its records by position (their in-flight words carry the position instead).
+#[derive(Default)]
+struct OpenRound {
+    reports: Vec<RoundReport>,
+    failures: Vec<u32>,
+}
+
 /// A record's report within the open transaction.
 struct RoundReport {
     pending: Box<Pending>,
@@ -319,8 +327,8 @@ struct Shared {
     /// [`AsyncProducer::hand_off_due`]) from taking a chunk until it is sent, so chunks reach
     /// librdkafka in buffer order. Only ever taken with `try_lock`: no thread waits for it.
     handoff: Mutex<()>,
-    /// Reports of the open transaction's records (transactional mode only).
-    round: Mutex<Vec<RoundReport>>,
+    /// The open transaction's reports (transactional mode only).
+    round: Mutex<OpenRound>,
     /// The worker waits here for the open transaction's reports.
     round_reported: Condvar,
     /// Records handed to librdkafka and not settled. Atomic so that the delivery callback of a
@@ -345,7 +353,7 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn lock_round(&self) -> MutexGuard<'_, Vec<RoundReport>> {
+    fn lock_round(&self) -> MutexGuard<'_, OpenRound> {
         self.round.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -494,9 +502,14 @@ impl ProducerContext for DeliveryTracker {
             let pending = in_flight.into_pending(message);
             let outcome = match result {
                 Ok(message) => Ok(Written::of(pending.ticket, message)),
-                Err((err, _)) => Err((self.failure(err), is_transient(err))),
+                // Purged by the worker's own abort (or a failed instance's purge): the record
+                // did nothing wrong and goes again with the round, unless the producer stops.
+                Err((err, _)) => Err((self.failure(err), is_transient(err) || is_purged(err))),
             };
-            shared.lock_round().push(RoundReport { pending, outcome });
+            shared
+                .lock_round()
+                .reports
+                .push(RoundReport { pending, outcome });
             shared.round_reported.notify_all();
             return;
         }
@@ -582,6 +595,14 @@ fn is_transient(err: &KafkaError) -> bool {
                 | C::PurgeInflight
                 | C::Fatal
         )
+    )
+}
+
+/// Whether librdkafka took the record back itself (a purge), rather than the broker refusing it.
+fn is_purged(err: &KafkaError) -> bool {
+    matches!(
+        err.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)
     )
 }
 
@@ -797,7 +818,7 @@ impl AsyncProducer {
             mode,
             stopping: AtomicBool::new(false),
             handoff: Mutex::new(()),
-            round: Mutex::new(Vec::new()),
+            round: Mutex::new(OpenRound::default()),
             round_reported: Condvar::new(),
             epoch: Instant::now(),
             next_ticket: AtomicU64::new(1),
@@ -1215,7 +1236,8 @@ impl AsyncProducer {
                 }
                 self.send_run(&producer, run, wait_for_room)
             } else {
-                match self.send(&producer, pending, wait_for_room) {
+                let in_flight = InFlight::of(&pending);
+                match self.send(&producer, pending, in_flight, wait_for_room) {
                     Handoff::Unsent(unsent) => vec![unsent],
                     Handoff::Sent | Handoff::Refused => Vec::new(),
                 }
@@ -1424,12 +1446,19 @@ impl AsyncProducer {
                 }
             }
         }
-        self.shared.lock_round().clear();
+        *self.shared.lock_round() = OpenRound {
+            reports: Vec::with_capacity(batch.len()),
+            failures: batch.iter().map(|p| p.failures).collect(),
+        };
         let mut records = batch.into_iter();
         let mut handed = 0;
         let mut unsent = Vec::new();
+        let mut position = 0;
         while let Some(pending) = records.next() {
-            match self.send(&producer, self.with_partition(&producer, pending), true) {
+            let pending = self.with_partition(&producer, pending);
+            let in_flight = InFlight::in_transaction(&pending, position);
+            position += 1;
+            match self.send(&producer, pending, in_flight, true) {
                 Handoff::Sent => handed += 1,
                 Handoff::Refused => {}
                 Handoff::Unsent(pending) => {
@@ -1559,10 +1588,12 @@ impl AsyncProducer {
 
     /// Waits for the reports of the `handed` records of the transaction that just ended and
     /// takes them, in the order they were sent per partition.
+    /// Waits (at most `PURGE_WAIT`) for the reports of the `handed` records of the open
+    /// transaction; returns them in the order the records were sent, with their failed sends.
     fn take_round(&self, handed: usize) -> Vec<RoundReport> {
         let deadline = Instant::now() + PURGE_WAIT;
         let mut round = self.shared.lock_round();
-        while round.len() < handed && Instant::now() < deadline {
+        while round.reports.len() < handed && Instant::now() < deadline {
             round = self
                 .shared
                 .round_reported
@@ -1570,13 +1601,26 @@ impl AsyncProducer {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        if round.len() < handed {
+        if round.reports.len() < handed {
             log::error!(
                 "{} of {handed} record(s) of a transaction were never reported by librdkafka",
-                handed - round.len()
+                handed - round.reports.len()
             );
         }
-        std::mem::take(&mut *round)
+        let OpenRound {
+            mut reports,
+            failures,
+        } = std::mem::take(&mut *round);
+        drop(round);
+        // The failed-sends field carries each record's position (InFlight::in_transaction);
+        // it saturates at 65,535, so in a larger round (only after that many were put back)
+        // the records past it keep librdkafka's order among themselves.
+        reports.sort_by_key(|report| report.pending.failures);
+        for report in &mut reports {
+            let position = report.pending.failures as usize;
+            report.pending.failures = failures.get(position).copied().unwrap_or(0);
+        }
+        reports
     }
 
     /// Publishes a committed transaction's records as delivered.
@@ -1664,9 +1708,10 @@ impl AsyncProducer {
         &self,
         producer: &ThreadedProducer<DeliveryTracker>,
         pending: Box<Pending>,
+        in_flight: InFlight,
         wait_for_room: bool,
     ) -> Handoff {
-        let mut base = pending.record.base_record(InFlight::of(&pending));
+        let mut base = pending.record.base_record(in_flight);
         loop {
             match producer.send(base) {
                 // librdkafka copied the record; the box is dropped here.

@@ -46,13 +46,28 @@ impl InFlight {
     /// The opaque of `pending` as it is handed over now: packed, or a boxed copy of a record
     /// that names its timestamp.
     pub(crate) fn of(pending: &Pending) -> Self {
+        Self::carrying(pending, pending.failures)
+    }
+
+    /// The opaque of `pending` sent as the `position`-th record of a transaction: the position
+    /// travels where the failed sends do (the worker keeps those for the open transaction), so
+    /// the transaction's reports, which librdkafka gives in an order of its own (an abort purges
+    /// queued records before those in flight), can be put back in the order they were sent.
+    pub(crate) fn in_transaction(pending: &Pending, position: u32) -> Self {
+        Self::carrying(pending, position)
+    }
+
+    /// `pending` packed (or boxed) with `count` in the failed-sends field.
+    fn carrying(pending: &Pending, count: u32) -> Self {
         if pending.record.timestamp_ms.is_some() {
-            let boxed = Box::into_raw(Box::new(pending.clone()));
+            let boxed = Box::into_raw(Box::new(Pending {
+                failures: count,
+                ..pending.clone()
+            }));
             debug_assert_eq!(boxed as usize & PACKED, 0, "a box is aligned");
             return InFlight(boxed as usize);
         }
-        let failures =
-            usize::try_from(pending.failures).map_or(FAILURES_MASK, |f| f.min(FAILURES_MASK));
+        let failures = usize::try_from(count).map_or(FAILURES_MASK, |f| f.min(FAILURES_MASK));
         debug_assert!(pending.ticket < 1 << 46, "tickets stay below 2^46");
         let ticket = usize::try_from(pending.ticket).unwrap_or(0);
         let mut word = PACKED | (failures << FAILURES_SHIFT) | (ticket << TICKET_SHIFT);
@@ -176,5 +191,15 @@ mod tests {
         assert_eq!((back.ticket, back.failures), (7, 2));
         assert_eq!(InFlight::of(&original).settle(), 7);
         InFlight::of(&original).reclaim();
+    }
+
+    #[test]
+    fn a_transactions_record_carries_its_position_in_place_of_its_failures() {
+        for timestamp in [None, Some(1_600_000_000_000)] {
+            let original = pending(9, 4, None, timestamp);
+            let back = InFlight::in_transaction(&original, 731).into_pending(&reported(&original));
+            assert_eq!((back.ticket, back.failures), (9, 731));
+            assert_eq!(back.record.timestamp_ms, timestamp);
+        }
     }
 }
