@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import time
 import weakref
 from typing import Protocol
@@ -111,4 +112,12 @@ def _finish_together(components: list[ClosesAtExit]) -> None:
             log.exception("at exit: cannot finish closing %r", component)
 
 
+def _forget_the_parents() -> None:
+    """In a forked child: what the parent registered is the parent's to finish (its engines
+    refuse to be used here); a component the child uses again registers anew."""
+    _open.clear()
+    _open_last.clear()
+
+
 atexit.register(finish_everything_open)
+os.register_at_fork(after_in_child=_forget_the_parents)

@@ -384,6 +384,7 @@ class Reporter:
             self._process_id = _new_process_id()
             self._client = None
             self._thread = None
+            _exit.register(self, after_the_rest=True)  # the child's exit sends its reports
 
     # -- tracked components ----------------------------------------------------------------
 
