@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ import pytest
 import ferrokafka
 
 if TYPE_CHECKING:
+    from confluent_kafka import Message as ConfluentMessage
     from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,3 +190,79 @@ def secure_broker() -> Iterator[SecureBroker]:
         yield SecureBroker(bootstrap=bootstrap, **fields)
     finally:
         subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
+
+
+Broker = tuple[str, dict[str, str]]
+
+
+@pytest.fixture(scope="module")
+def outage_broker() -> Iterator[Broker]:
+    """A broker of the module's own, which its tests pause (an outage) and resume, on
+    FERROKAFKA_OUTAGE_KAFKA_PORT (default 19292)."""
+    port = os.environ.get("FERROKAFKA_OUTAGE_KAFKA_PORT", "19292")
+    env = {**os.environ, "KAFKA_PORT": port}
+    started = subprocess.run(
+        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=True
+    )
+    try:
+        yield started.stdout.strip().splitlines()[-1], env
+    finally:
+        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
+
+
+@contextmanager
+def outage(env: dict[str, str]) -> Iterator[None]:
+    """The broker is down inside the block and back (answering) after it, whatever happens."""
+    subprocess.run(["bash", str(KAFKA_SCRIPT), "pause"], env=env, check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run(
+            ["bash", str(KAFKA_SCRIPT), "resume"], env=env, check=True, capture_output=True
+        )
+
+
+def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[bytes, bytes]]:
+    """Every committed record of ``topic`` as (key, value); see :func:`read_messages`."""
+    return [
+        (message.key() or b"", message.value() or b"")
+        for message in read_messages(bootstrap, topic, partitions)
+    ]
+
+
+def read_messages(bootstrap: str, topic: str, partitions: int = 3) -> list[ConfluentMessage]:
+    """Every committed record of ``topic``, per partition in offset order, read by
+    confluent-kafka (read_committed) up to the end of each partition."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+    from confluent_kafka import KafkaError as ConfluentError
+    from confluent_kafka import TopicPartition as ConfluentPartition
+
+    consumer = ConfluentConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"counter-{time.monotonic_ns()}",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([ConfluentPartition(topic, p, 0) for p in range(partitions)])
+    records: list[ConfluentMessage] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 60.0
+    try:
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == ConfluentError._PARTITION_EOF, error
+                at_end.add(message.partition() or 0)
+                continue
+            at_end.discard(message.partition() or 0)
+            records.append(message)
+    finally:
+        consumer.close()
+    return records

@@ -7,20 +7,12 @@ every count is made afterwards by an independent confluent-kafka consumer.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from typing import Literal
 
 import pytest
-from confluent_kafka import Consumer as ConfluentConsumer
-from confluent_kafka import KafkaError as ConfluentError
-from confluent_kafka import Message as ConfluentMessage
-from confluent_kafka import TopicPartition as ConfluentPartition
 
 from ferrokafka import (
     AsyncProducer,
@@ -31,37 +23,9 @@ from ferrokafka import (
     Message,
     NewTopic,
 )
-from tests.conftest import KAFKA_SCRIPT
+from tests.conftest import Broker, outage, read_all, read_messages, wait_until
 
 pytestmark = pytest.mark.kafka
-
-Broker = tuple[str, dict[str, str]]
-
-
-@pytest.fixture(scope="module")
-def outage_broker() -> Iterator[Broker]:
-    """A broker of this module's own, which tests pause (an outage) and resume."""
-    port = os.environ.get("FERROKAFKA_OUTAGE_KAFKA_PORT", "19292")
-    env = {**os.environ, "KAFKA_PORT": port}
-    started = subprocess.run(
-        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=True
-    )
-    try:
-        yield started.stdout.strip().splitlines()[-1], env
-    finally:
-        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
-
-
-@contextmanager
-def outage(env: dict[str, str]) -> Iterator[None]:
-    """The broker is down inside the block and back (answering) after it, whatever happens."""
-    subprocess.run(["bash", str(KAFKA_SCRIPT), "pause"], env=env, check=True, capture_output=True)
-    try:
-        yield
-    finally:
-        subprocess.run(
-            ["bash", str(KAFKA_SCRIPT), "resume"], env=env, check=True, capture_output=True
-        )
 
 
 def make_topic(bootstrap: str, name: str, partitions: int = 3) -> str:
@@ -70,48 +34,6 @@ def make_topic(bootstrap: str, name: str, partitions: int = 3) -> str:
         [NewTopic(topic, num_partitions=partitions)], timeout=30.0
     )
     return topic
-
-
-def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[bytes, bytes]]:
-    """Every committed record of ``topic`` as (key, value); see :func:`read_messages`."""
-    return [
-        (message.key() or b"", message.value() or b"")
-        for message in read_messages(bootstrap, topic, partitions)
-    ]
-
-
-def read_messages(bootstrap: str, topic: str, partitions: int = 3) -> list[ConfluentMessage]:
-    """Every committed record of ``topic``, per partition in offset order, read by
-    confluent-kafka (read_committed) up to the end of each partition."""
-    consumer = ConfluentConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"counter-{time.monotonic_ns()}",
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([ConfluentPartition(topic, p, 0) for p in range(partitions)])
-    records: list[ConfluentMessage] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60.0
-    try:
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"could not read {topic} to its end"
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                assert error.code() == ConfluentError._PARTITION_EOF, error
-                at_end.add(message.partition() or 0)
-                continue
-            at_end.discard(message.partition() or 0)
-            records.append(message)
-    finally:
-        consumer.close()
-    return records
 
 
 def wait_for(event: threading.Event, what: str, timeout: float = 30.0) -> None:
@@ -295,14 +217,12 @@ def test_transactional_producer_outlives_an_outage_longer_than_its_transaction_t
     streamer = threading.Thread(target=stream)
     streamer.start()
     try:
-        deadline = time.monotonic() + 30.0
-        while producer.stats()["delivered"] < 1000:  # several rounds committed before it
-            assert time.monotonic() < deadline, "nothing committed before the outage"
-            time.sleep(0.05)
+        wait_until(  # several rounds committed before the outage
+            lambda: producer.stats()["delivered"] >= 1000, 30.0, "1000 records committed"
+        )
         with outage(env):
-            down = time.monotonic()
-            while time.monotonic() - down < transaction_timeout + 2.0:
-                time.sleep(0.1)
+            # the outage itself: longer than transaction.timeout.ms, while records stream in
+            time.sleep(transaction_timeout + 2.0)
         back.set()
         returned = time.monotonic()
         wait_for(recovered, "a record produced after the outage to be committed", timeout=30.0)

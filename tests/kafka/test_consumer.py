@@ -29,8 +29,7 @@ from ferrokafka import (
     ConsumerOptions,
     TopicPartition,
 )
-from tests.conftest import TopicFactory, committed_offsets
-from tests.kafka.test_async_producer_faults import read_messages
+from tests.conftest import TopicFactory, committed_offsets, read_messages
 
 pytestmark = pytest.mark.kafka
 

@@ -6,7 +6,6 @@ Each test runs the real command line in a child process and stops it with a real
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from ferrokafka import Client
 from ferrokafka.scheduling import create_topics
-from tests.conftest import KAFKA_SCRIPT
+from tests.conftest import Broker, outage
 
 pytestmark = pytest.mark.kafka
 
@@ -125,26 +124,12 @@ def test_a_reporting_daemon_stops_within_its_bound_when_the_broker_is_unreachabl
     assert any("final report" in line and "reports-x" in line for line in warnings), daemon.stderr
 
 
-@pytest.fixture
-def broker_to_pause() -> Iterator[tuple[str, dict[str, str]]]:
-    """A broker of this test's own (its address and ``kafka.sh`` environment), which the test
-    pauses (stops, keeping its data) and which is stopped afterwards."""
-    env = {**os.environ, "KAFKA_PORT": os.environ.get("FERROKAFKA_OUTAGE_KAFKA_PORT", "19292")}
-    started = subprocess.run(
-        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=True
-    )
-    try:
-        yield started.stdout.strip().splitlines()[-1], env
-    finally:
-        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
-
-
 def test_a_scheduler_stops_within_its_bound_when_the_broker_goes_away(
-    commands: list[RunningCommand], broker_to_pause: tuple[str, dict[str, str]]
+    commands: list[RunningCommand], outage_broker: Broker
 ) -> None:
     """The broker goes away while the scheduler holds a loaded partition: neither its final
     state report nor its process reports can be sent."""
-    bootstrap, env = broker_to_pause
+    bootstrap, env = outage_broker
     schedules = f"stop-schedules-{uuid.uuid4().hex[:8]}"
     create_topics(Client({"bootstrap.servers": bootstrap}), schedules, num_partitions=1)
     daemon = RunningCommand(
@@ -161,10 +146,10 @@ def test_a_scheduler_stops_within_its_bound_when_the_broker_goes_away(
     )
     commands.append(daemon)
     daemon.wait_for_line(f"loaded {schedules}-0")
-    subprocess.run(["bash", str(KAFKA_SCRIPT), "pause"], env=env, check=True, capture_output=True)
-    daemon.wait_for_line("Connection refused")
-    took = daemon.stop_with(signal.SIGTERM, wait=2 * STOP_BOUND)
-    daemon.close()
+    with outage(env):
+        daemon.wait_for_line("Connection refused")
+        took = daemon.stop_with(signal.SIGTERM, wait=2 * STOP_BOUND)
+        daemon.close()
     assert took < STOP_BOUND, f"stopped {took:.1f} s after SIGTERM:\n{daemon.stderr}"
     assert daemon.process.returncode == 0, daemon.stderr
     assert "Traceback" not in daemon.stderr, daemon.stderr

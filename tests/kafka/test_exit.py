@@ -17,8 +17,7 @@ import pytest
 
 from ferrokafka import AsyncProducer, Client
 from ferrokafka.scheduling import create_topics
-from tests.conftest import TopicFactory, committed_offsets
-from tests.kafka.test_async_producer_faults import read_all
+from tests.conftest import TopicFactory, committed_offsets, read_all
 
 pytestmark = pytest.mark.kafka
 

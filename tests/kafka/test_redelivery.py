@@ -30,9 +30,7 @@ from ferrokafka.redelivery import (
     RedeliveryTracker,
     redelivery_count,
 )
-from tests.conftest import TopicFactory, wait_until
-from tests.kafka.test_async_producer_faults import outage
-from tests.kafka.test_async_producer_faults import outage_broker as outage_broker
+from tests.conftest import TopicFactory, outage, wait_until
 
 pytestmark = pytest.mark.kafka
 
