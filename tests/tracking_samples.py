@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,30 @@ def state_report(
         "skipped_records": 0,
         "dispatched": 7,
     }
+
+
+def packed(document: Mapping[str, Any]) -> bytes:
+    """``document`` as zlib JSON, unchecked: what a hostile or buggy reporter may write."""
+    return zlib.compress(json.dumps(document).encode())
+
+
+def produce_unchecked(bootstrap: str, topic: str, values: Iterable[bytes]) -> None:
+    """Writes ``values`` to partition 0 of ``topic`` with confluent-kafka (an independent
+    client, which checks nothing of them), waiting for every delivery."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2_000_000})
+    failures: list[str] = []
+    for value in values:
+        producer.produce(
+            topic,
+            value,
+            partition=0,
+            headers={"zlib": b"true"},
+            on_delivery=lambda err, _msg: failures.append(str(err)) if err else None,
+        )
+    assert producer.flush(30.0) == 0, "not every record was delivered in 30 s"
+    assert not failures, failures
 
 
 Encoder = Callable[[Mapping[str, Any]], bytes]

@@ -188,6 +188,12 @@ def _status(args: argparse.Namespace) -> int:
     from ferrokafka.status import render_text
 
     reader = _status_reader(args)
+    if args.reports_topic in reader.missing_topics:
+        reader.stop()
+        log.error("the reports topic %r does not exist (see --reports-topic)", args.reports_topic)
+        return 2
+    if missing := ", ".join(map(repr, reader.missing_topics)):
+        log.warning("topic %s does not exist (yet)", missing)
     try:
         while True:
             snapshot = reader.snapshot()
@@ -221,6 +227,8 @@ def _dashboard(args: argparse.Namespace) -> int:
         log.info("received %s, stopped", signal.Signals(signum).name)
 
     reader = _status_reader(args)
+    if absent := ", ".join(map(repr, reader.missing_topics)):
+        log.warning("topic %s does not exist (yet): shown once it appears", absent)
     # uvicorn stops on SIGTERM and then raises it again under the handler it found: with this
     # one the process gets to stop the reader and exit with status 0.
     signal.signal(signal.SIGTERM, stopped)
@@ -325,6 +333,23 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text}")
+    return value
+
+
+MIN_REFRESH_SECONDS = 0.5
+"""The shortest refresh of ``status --watch`` and ``dashboard --refresh``: a faster one only
+burns CPU (``--watch 1e-9`` printed 674k lines in 15 s); reports come every few seconds."""
+
+MAX_REFRESH_SECONDS = 86_400.0
+
+
+def _refresh_seconds(text: str) -> float:
+    """Seconds between refreshes, from :data:`MIN_REFRESH_SECONDS` to a day."""
+    value = _positive_seconds(text)
+    if not MIN_REFRESH_SECONDS <= value <= MAX_REFRESH_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected {MIN_REFRESH_SECONDS:g} to {MAX_REFRESH_SECONDS:g} seconds, got {text}"
+        )
     return value
 
 
@@ -482,11 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--watch",
         nargs="?",
-        type=_positive_seconds,
+        type=_refresh_seconds,
         const=2.0,
         default=None,
         metavar="SECONDS",
-        help="refresh every SECONDS (default 2) until Ctrl-C; with --json, one document a line",
+        help="refresh every SECONDS (default 2, at least 0.5) until Ctrl-C; with --json, one "
+        "document a line",
     )
     status.add_argument(
         "--show-errors",
@@ -510,10 +536,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dashboard.add_argument(
         "--refresh",
-        type=_positive_seconds,
+        type=_refresh_seconds,
         default=2.0,
         metavar="SECONDS",
-        help="how often the page polls for new figures (default: 2)",
+        help="how often the page polls for new figures (default: 2, at least 0.5)",
     )
     dashboard.set_defaults(run=_dashboard)
 

@@ -11,7 +11,13 @@ import pytest
 from ferrokafka import codecs
 from ferrokafka.cli import build_parser
 from ferrokafka.status import StatusView, render_prometheus, render_text
-from tests.tracking_samples import error_report, karafka_fixture, process_report, state_report
+from tests.tracking_samples import (
+    error_report,
+    karafka_fixture,
+    packed,
+    process_report,
+    state_report,
+)
 
 REPORTS, ERRORS, STATES = "reports", "errors", "schedules_states"
 NOW = 1_800_000_000.0
@@ -236,3 +242,149 @@ def test_cli_status_and_dashboard_options() -> None:
     )
     args = build_parser().parse_args(["dashboard", "--port", "9999"])
     assert (args.port, args.host, args.states_topic, args.refresh) == (9999, "127.0.0.1", None, 2.0)
+
+
+# -- hostile records -------------------------------------------------------------------------
+
+HOSTILE = "\x1b[2J\x1b[1;31mPWNED\x1b[0m\r\nfake-line\u202e\x9b"
+HOSTILE_SHOWN = "\\x1b[2J\\x1b[1;31mPWNED\\x1b[0m\\r\\nfake-line\\u202e\\x9b"
+
+
+def test_out_of_range_times_are_skipped_and_counted_never_fatal(view: StatusView) -> None:
+    assert add_report(view, 0, process_id="h:1:a", dispatched_at=NOW - 100)
+    # The same process again, its time in milliseconds: it must not look alive forever.
+    assert not view.add_record(
+        REPORTS, 0, 1, packed(process_report("h:1:a", dispatched_at=NOW * 1000))
+    )
+    for offset, at in enumerate([NOW * 1000, 1e13, -1.0, float("nan"), NOW - 5]):
+        report = error_report(f"e{offset}", occurred_at=at, process_id="h:1:a")
+        view.add_record(ERRORS, 0, offset, packed(report))
+    in_ms = state_report(dispatched_at=NOW)
+    in_ms["dispatched_at"] = NOW * 1000
+    assert not view.add_record(STATES, 0, 0, packed(in_ms))
+    snapshot = view.snapshot(now=NOW)
+    (process,) = snapshot.processes
+    assert (process.health, process.age) == ("stale", 100.0)
+    assert [e.id for e in snapshot.errors] == ["e4"]
+    assert snapshot.skipped == {ERRORS: 4, REPORTS: 1, STATES: 1}
+    text = render_text(snapshot)  # raised "year 58871 is out of range" before
+    assert any(
+        line.split()[:4] == ["h:1:a", "stale", "running", "100"] for line in text.split("\n")
+    )
+
+
+def test_a_report_dated_far_ahead_is_stale_and_says_so(view: StatusView) -> None:
+    add_report(view, 0, process_id="h:1:skew", dispatched_at=NOW + 10)
+    add_report(view, 1, process_id="h:2:ahead", dispatched_at=NOW + 3600)
+    processes = {p.id: p for p in view.snapshot(now=NOW).processes}
+    assert (processes["h:1:skew"].health, processes["h:1:skew"].age) == ("alive", 0.0)
+    assert (processes["h:2:ahead"].health, processes["h:2:ahead"].age) == ("stale", -3600.0)
+    assert "in 3600 s (clock ahead)" in render_text(view.snapshot(now=NOW))
+
+
+def test_status_text_escapes_control_characters(
+    view: StatusView, caplog: pytest.LogCaptureFixture
+) -> None:
+    report = process_report(HOSTILE, dispatched_at=NOW, group=HOSTILE, topic=HOSTILE)
+    report["process"]["tags"] = [HOSTILE]
+    report["process"]["status"] = HOSTILE
+    assert view.add_record(REPORTS, 0, 0, packed(report))
+    error = error_report(HOSTILE, occurred_at=NOW, process_id=HOSTILE, message=HOSTILE)
+    error.update(error_class=HOSTILE, type=HOSTILE)
+    assert view.add_record(ERRORS, 0, 0, packed(error))
+    # The state is refused by name, and the warning quotes it.
+    assert not view.add_record(STATES, 0, 0, packed(state_report(dispatched_at=NOW, state=HOSTILE)))
+    text = render_text(view.snapshot(now=NOW))
+    controls = {chr(c) for c in [*range(0x20), *range(0x7F, 0xA0), 0x202E]} - {"\n"}
+    assert not controls & set(text)
+    assert not [line for line in text.split("\n") if line.startswith("fake-line")]
+    # The process id twice, its status, group and topic, the error's process, type and class;
+    # the message is folded on one line.
+    assert text.count(HOSTILE_SHOWN) == 8
+    assert "PWNED\\x1b[0m fake-line\\u202e\\x9b" in text
+    assert "PWNED" in caplog.text
+    assert not controls & set(caplog.text)
+
+
+def test_what_is_kept_of_a_record_is_bounded(view: StatusView) -> None:
+    report = process_report("h" * 100_000, dispatched_at=NOW)
+    report["process"]["tags"] = ["t" * 350_000] * 20  # 7 MB inflated from 7 KB
+    blob = packed(report)
+    assert len(blob) < 50_000
+    assert view.add_record(REPORTS, 0, 0, blob)
+    report["process"]["tags"] = ["t" * 1_000_000] * 60  # 60 MB: a zlib bomb
+    assert not view.add_record(REPORTS, 0, 1, packed(report))
+    error = error_report("e1", occurred_at=NOW, process_id="p" * 10_000, message="m" * 3_000_000)
+    error.update(backtrace="b" * 3_000_000, details={"k" * 500: ["v" * 500] * 2_000})
+    assert view.add_record(ERRORS, 0, 0, packed(error))
+    snapshot = view.snapshot(now=NOW)
+    (process,) = snapshot.processes
+    assert (len(process.id), process.id[-1]) == (256, "…")
+    assert [len(tag) for tag in process.tags] == [256] * 8
+    (shown,) = snapshot.errors
+    assert (len(shown.error_message), len(shown.backtrace), len(shown.process_id)) == (
+        10_000,
+        10_000,
+        256,
+    )
+    assert len(json.dumps(shown.details)) < 40_000
+    assert len(json.dumps(snapshot.to_dict())) < 100_000  # 7 MB + 6 MB before
+    assert len(render_text(snapshot)) < 10_000
+
+
+def test_a_snapshot_lists_bounded_processes_partitions_and_lag_series() -> None:
+    view = StatusView(reports_topic=REPORTS, max_processes=5)
+    for offset in range(7):
+        report = process_report(
+            f"h:{offset}:a", dispatched_at=NOW - offset, lags=dict.fromkeys(range(600), 1)
+        )
+        view.add_record(REPORTS, 0, offset, codecs.encode_process_report(report))
+    snapshot = view.snapshot(now=NOW)
+    assert [p.id for p in snapshot.processes] == [f"h:{i}:a" for i in range(5)]
+    assert [len(p.partitions) for p in snapshot.processes] == [600, 600, 600, 200, 0]
+    assert snapshot.totals.partitions == 3000
+    assert len(snapshot.lag_history) == 50
+    assert snapshot.omitted == {"processes": 2, "partitions": 1000, "lag_series": 2950}
+    assert "Partitions: 2000 (1000 more not listed)" in render_text(snapshot)
+
+
+def test_stopped_partitions_show_stopped_and_the_chart_a_recent_window_of_alive_ones(
+    view: StatusView,
+) -> None:
+    add_report(view, 0, process_id="h:1:live", dispatched_at=NOW - 20 * 60, lags={0: 50})
+    add_report(view, 1, process_id="h:1:live", dispatched_at=NOW - 10, lags={0: 5})
+    add_report(view, 2, process_id="h:2:stop", dispatched_at=NOW - 5, status="stopped")
+    add_report(view, 3, process_id="h:3:stale", dispatched_at=NOW - 100)
+    snapshot = view.snapshot(now=NOW)
+    processes = {p.id: p for p in snapshot.processes}
+    assert [(p.fetch_state, p.poll_state) for p in processes["h:2:stop"].partitions] == [
+        ("stopped", "stopped")
+    ]
+    assert [p.poll_state for p in processes["h:1:live"].partitions] == ["active"]
+    assert [(s.process_id, s.points) for s in snapshot.lag_history] == [
+        ("h:1:live", [(NOW - 10, 5)])
+    ]
+    rows = [line.split() for line in render_text(snapshot).split("\n")]
+    assert ["h:2:stop", "billing", "orders", "0", "3"] in [row[:5] for row in rows]
+    assert [row[-1] for row in rows if row[:1] == ["h:2:stop"] and row[1] == "billing"] == [
+        "stopped"
+    ]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "--watch", "1e-9"],
+        ["status", "--watch", "0.4"],
+        ["status", "--watch", "1e308"],
+        ["dashboard", "--refresh", "0.001"],
+        ["dashboard", "--refresh", "1e308"],
+    ],
+)
+def test_refresh_intervals_have_sensible_bounds(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(command)
+    assert exited.value.code == 2
+    assert "expected 0.5 to 86400 seconds" in capsys.readouterr().err

@@ -28,7 +28,8 @@ class StatusReader:
     from the beginning once, then only new records, keeping its position. Every
     ``discover_interval`` seconds it looks for new partitions and, unless ``states_topics`` is
     given, for new topics ending in ``_states``, and adds them without re-reading the others. A
-    topic that does not exist yet is simply empty until it appears.
+    topic that does not exist yet is simply empty until it appears (:attr:`missing_topics`
+    names it meanwhile).
 
     Args:
         config: librdkafka settings (``bootstrap.servers``, security, ...); no ``group.id``.
@@ -86,6 +87,7 @@ class StatusReader:
         self._client: Client | None = None
         self._consumer: Consumer | None = None
         self._assigned: set[tuple[str, int]] = set()
+        self._missing: list[str] = []
         self._behind: set[tuple[str, int]] = set()
         self._caught_up = threading.Condition()
         self._stopping = threading.Event()
@@ -147,6 +149,17 @@ class StatusReader:
             1
         """
         return self.view.snapshot(now)
+
+    @property
+    def missing_topics(self) -> list[str]:
+        """The topics this reader was told to read (reports, errors, the ``states_topics``
+        given) that did not exist at the last look-up, sorted.
+
+        Example:
+            >>> StatusReader(config, reports_topic="typo").start().missing_topics  # doctest: +SKIP
+            ['typo']
+        """
+        return list(self._missing)
 
     def wait_caught_up(self, timeout: float) -> bool:
         """Wait until every partition read so far was read to the end it had when it was
@@ -220,11 +233,10 @@ class StatusReader:
         metadata = client.list_topics(
             timeout=self._discover_interval + 10.0 if timeout is None else timeout
         )
-        names = {self.view.reports_topic, self.view.errors_topic}
+        names = {self.view.reports_topic, self.view.errors_topic, *(self._states_topics or [])}
+        self._missing = sorted(names - metadata.topics.keys())
         if self._states_topics is None:
             names.update(n for n in metadata.topics if n.endswith(STATES_POSTFIX))
-        else:
-            names.update(self._states_topics)
         return {
             (name, partition.id)
             for name in names

@@ -1,11 +1,13 @@
 """Renderings of a status snapshot: the text tables of ``ferrokafka status`` and Prometheus'
-text exposition format."""
+text exposition format. The text escapes every control character of what the records said
+(:func:`~ferrokafka.status.hostile.printable`): it goes to a terminal."""
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Sequence
 
+from ferrokafka.status.hostile import printable
 from ferrokafka.status.view import StatusSnapshot
 
 __all__ = ["render_prometheus", "render_text"]
@@ -17,8 +19,15 @@ def _when(seconds: float) -> str:
     )
 
 
+def _ago(age: float) -> str:
+    return f"{age:.0f} s ago" if age >= 0 else f"in {-age:.0f} s (clock ahead)"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    cells = [  # escaped before measuring, so that the columns line up
+        [printable(str(c)) for c in headers],
+        *[[printable(str(c)) for c in row] for row in rows],
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
@@ -59,7 +68,7 @@ def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
                     p.id,
                     p.health,
                     p.status,
-                    f"{p.age:.0f} s ago",
+                    _ago(p.age),
                     f"{p.memory_usage / 1024:.1f}",
                     p.threads,
                     f"{p.cpu_usage[0]:.2f}" if p.cpu_usage else "-",
@@ -75,7 +84,8 @@ def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
             ],
         )
     partitions = [(p, lag) for p in snapshot.processes for lag in p.partitions]
-    lines += ["", f"Partitions: {len(partitions)}"]
+    more = snapshot.omitted.get("partitions", 0)
+    lines += ["", f"Partitions: {len(partitions)}" + (f" ({more} more not listed)" if more else "")]
     if partitions:
         lines += _table(
             [
@@ -145,7 +155,7 @@ def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
                     s.dispatched,
                     s.failed,
                     f"{s.low}..{s.high}",
-                    f"{s.age:.0f} s ago",
+                    _ago(s.age),
                     " ".join(f"{day}={count}" for day, count in s.daily.items()) or "-",
                 ]
                 for s in snapshot.schedulers
@@ -153,9 +163,11 @@ def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
         )
     skipped = ", ".join(f"{topic}={count}" for topic, count in snapshot.skipped.items())
     lines += ["", f"Skipped records: {skipped or 'none'}"]
+    if snapshot.omitted.get("processes"):
+        lines.append(f"Processes dropped for newer ones: {snapshot.omitted['processes']}")
     if not snapshot.caught_up:
         lines.append("(still reading: not every partition was read to its end)")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def _one_line(text: str, width: int) -> str:

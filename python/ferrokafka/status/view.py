@@ -24,6 +24,16 @@ from ferrokafka._native import (
 from ferrokafka._validation import checked_seconds, positive_count
 from ferrokafka.exceptions import FerrokafkaError
 from ferrokafka.scheduling import STATES_POSTFIX
+from ferrokafka.status.hostile import (
+    MAX_DAYS,
+    MAX_INFLATED,
+    MAX_MESSAGE,
+    MAX_TAGS,
+    bounded_json,
+    bounded_text,
+    checked_time,
+    printable,
+)
 from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, REPORT_TTL
 
 __all__ = [
@@ -45,6 +55,15 @@ _SeriesKey: TypeAlias = tuple[str, str, str, int]
 
 _WARNINGS_PER_TOPIC = 10
 """Skipped records logged at WARNING per topic; the rest at DEBUG (the count keeps going)."""
+
+MAX_PARTITIONS = 1_000
+"""Partitions kept of one process's report."""
+
+MAX_PARTITION_ROWS = 2_000
+"""Partitions listed in a snapshot over all its processes (alive ones first)."""
+
+MAX_LAG_SERIES = 50
+"""Lag series in a snapshot's history (a chart with more lines is unreadable anyway)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +97,11 @@ class ProcessView:
 
     ``health`` is ``"stopped"`` once the process sent a report with status ``stopped``,
     ``"alive"`` while its last report is at most the reader's ``ttl`` seconds old, else
-    ``"stale"``. ``age`` is seconds since ``dispatched_at`` at snapshot time. Memory is in KiB.
+    ``"stale"`` (also when the report is dated more than ``ttl`` seconds after the snapshot: a
+    clock that far ahead proves nothing). ``age`` is seconds since ``dispatched_at`` at snapshot
+    time, negative only in that case. A stopped process's partitions show the state
+    ``"stopped"``. Strings and lists are cut as :mod:`ferrokafka.status.hostile` says. Memory is
+    in KiB.
     ``lag`` is Karafka Web's summed lag (each partition's stored lag where known, else its
     committed lag); ``totals`` sum the counts of every report read from the process.
 
@@ -155,7 +178,8 @@ class SchedulerView:
 
 @dataclass(frozen=True)
 class ErrorView:
-    """One reported error (message already cut to 10,000 characters by the reporter).
+    """One reported error (message and backtrace cut to 10,000 characters, details to 64
+    values).
 
     Example:
         >>> snapshot.errors[0].error_class  # doctest: +SKIP
@@ -174,8 +198,8 @@ class ErrorView:
 
 @dataclass(frozen=True)
 class LagSeries:
-    """Lag of one partition as one process reported it over time: ``points`` are
-    ``(dispatched_at, lag)`` pairs, oldest first.
+    """Lag of one partition as one alive process reported it over the view's
+    ``history_window``: ``points`` are ``(dispatched_at, lag)`` pairs, oldest first.
 
     Example:
         >>> series = snapshot.lag_history[0]  # doctest: +SKIP
@@ -224,6 +248,8 @@ class StatusSnapshot:
     ``read`` and ``skipped`` count records per topic: read in total, and skipped because they
     were tombstones, corrupt (zlib, JSON) or foreign (not a valid report of that topic's kind).
     ``caught_up`` is true once every partition was read to the end it had when it was added.
+    ``omitted`` counts what the bounds left out: ``processes`` dropped for newer ones,
+    ``partitions`` and ``lag_series`` not listed (see :class:`StatusView`).
 
     Example:
         >>> snapshot = reader.snapshot()  # doctest: +SKIP
@@ -244,6 +270,7 @@ class StatusSnapshot:
     lag_history: list[LagSeries]
     read: dict[str, int]
     skipped: dict[str, int]
+    omitted: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (``alive`` added to each process).
@@ -260,15 +287,9 @@ class StatusSnapshot:
 
 @dataclass
 class _ProcessEntry:
-    report: ConsumerReportView
-    dispatched_at: float
+    process: ProcessView
+    """Bounded when read; health, age and totals are filled in by each snapshot."""
     totals: dict[str, int]
-
-
-@dataclass
-class _StateEntry:
-    report: dict[str, Any]
-    dispatched_at: float
 
 
 class StatusView:
@@ -276,17 +297,22 @@ class StatusView:
 
     Records are routed by topic: ``reports_topic`` holds process reports, ``errors_topic``
     error reports, and any topic ending in ``_states`` scheduler state reports. A record that
-    is a tombstone, corrupt, of the wrong schema, or from another topic is skipped: counted
-    per topic, logged, never raised. The newest report per process (by ``dispatched_at``) wins,
-    whatever order the records come in.
+    is a tombstone, corrupt, of the wrong schema, dated outside 1970 to 9999 (a time in
+    milliseconds), or from another topic is skipped: counted per topic, logged, never raised.
+    The newest report per process (by ``dispatched_at``) wins, whatever order the records come
+    in. What is kept of a record is bounded (:mod:`ferrokafka.status.hostile`), and so is a
+    snapshot: at most ``max_processes`` processes, 2,000 partitions and 50 lag series.
 
     Args:
         reports_topic, errors_topic: the topic names the reporters use.
         ttl: seconds after its last report that a process counts as stale [30].
         max_errors: the newest errors kept [100].
         history_points: lag points kept per (process, group, topic, partition) [360].
+        history_window: seconds of lag history a snapshot shows, of alive processes only [900].
         forget_after: seconds after which a process that stopped reporting (and its lag history)
             is left out of snapshots; ``None`` keeps every process [3600].
+        max_processes: processes kept; past that, the one with the oldest report is dropped
+            [500].
 
     Example:
         >>> from ferrokafka.status import StatusView
@@ -305,7 +331,9 @@ class StatusView:
         ttl: float = REPORT_TTL,
         max_errors: int = 100,
         history_points: int = 360,
+        history_window: float = 900.0,
         forget_after: float | None = 3600.0,
+        max_processes: int = 500,
     ) -> None:
         if not reports_topic or not errors_topic:
             raise ValueError("reports_topic and errors_topic must be non-empty topic names")
@@ -314,16 +342,19 @@ class StatusView:
         self.ttl = checked_seconds("ttl", ttl, positive=True)
         self.max_errors = positive_count("max_errors", max_errors)
         self.history_points = positive_count("history_points", history_points)
+        self.history_window = checked_seconds("history_window", history_window, positive=True)
         self.forget_after = (
             None
             if forget_after is None
             else checked_seconds("forget_after", forget_after, positive=True)
         )
+        self.max_processes = positive_count("max_processes", max_processes)
         self._lock = threading.Lock()
         self._processes: dict[str, _ProcessEntry] = {}
+        self._dropped_processes = 0
         self._errors: list[tuple[float, str, ErrorView]] = []
         self._error_ids: set[str] = set()
-        self._states: dict[tuple[str, int], _StateEntry] = {}
+        self._states: dict[tuple[str, int], SchedulerView] = {}
         self._history: dict[_SeriesKey, list[tuple[float, int]]] = {}
         self._positions: dict[tuple[str, int], int] = {}
         self._read: dict[str, int] = {}
@@ -367,12 +398,14 @@ class StatusView:
                 return self._skip(topic, partition, offset, "tombstone (no value)")
             try:
                 if topic == self.reports_topic:
-                    self._add_process_report(view_consumer_report(value))
+                    self._add_process_report(view_consumer_report(value, MAX_INFLATED))
                 elif topic == self.errors_topic:
-                    self._add_error_report(view_error_report(value))
+                    self._add_error_report(view_error_report(value, MAX_INFLATED))
                 elif topic.endswith(STATES_POSTFIX):
                     self._states_topics.add(topic)
-                    self._add_state_report(topic, partition, decode_state_report(value))
+                    self._add_state_report(
+                        topic, partition, decode_state_report(value, MAX_INFLATED)
+                    )
                 else:
                     return self._skip(topic, partition, offset, "not a tracking topic")
             except (FerrokafkaError, ValueError, TypeError, KeyError) as error:
@@ -402,46 +435,77 @@ class StatusView:
         skipped = self._skipped.get(topic, 0) + 1
         self._skipped[topic] = skipped
         level = logging.WARNING if skipped <= _WARNINGS_PER_TOPIC else logging.DEBUG
-        log.log(level, "skipped %s[%d]@%d: %s", topic, partition, offset, reason)
+        log.log(
+            level,
+            "skipped %s[%d]@%d: %s",
+            printable(topic),
+            partition,
+            offset,
+            printable(bounded_text(reason, MAX_MESSAGE)),
+        )
         return False
 
     def _add_process_report(self, report: ConsumerReportView) -> None:
-        process_id = report.id
-        dispatched_at = report.dispatched_at
-        current = self._processes.get(process_id)
+        process = _process_of(report)
+        current = self._processes.get(process.id)
+        if current is None and not self._make_room(process.dispatched_at):
+            return
         # Each report counts since the process's previous one (Karafka Web's rule): sum them.
         totals = {} if current is None else current.totals
         for name, count in report.totals.items():
             totals[name] = totals.get(name, 0) + count
-        if current is None or dispatched_at >= current.dispatched_at:
-            self._processes[process_id] = _ProcessEntry(report, dispatched_at, totals)
-        for p in report.partitions:
-            key = (process_id, p.consumer_group, p.topic, p.partition)
+        if current is None or process.dispatched_at >= current.process.dispatched_at:
+            self._processes[process.id] = _ProcessEntry(process, totals)
+        for p, reported in zip(process.partitions, report.partitions, strict=False):
+            key = (process.id, p.group, p.topic, p.partition)
             series = self._history.setdefault(key, [])
-            point = (dispatched_at, p.lag_hybrid)
+            point = (process.dispatched_at, reported.lag_hybrid)
             at = bisect.bisect_right(series, point)
-            if at > 0 and series[at - 1][0] == dispatched_at:
+            if at > 0 and series[at - 1][0] == process.dispatched_at:
                 series[at - 1] = point  # the same report twice: keep one point
             else:
                 series.insert(at, point)
             del series[: max(0, len(series) - self.history_points)]
 
+    def _make_room(self, dispatched_at: float) -> bool:
+        """Room for one more process: drop the one with the oldest report if it is older than
+        ``dispatched_at``; False when the new process is the oldest (then it is dropped)."""
+        if len(self._processes) < self.max_processes:
+            return True
+        self._dropped_processes += 1
+        oldest = min(self._processes, key=lambda pid: self._processes[pid].process.dispatched_at)
+        if self._processes[oldest].process.dispatched_at >= dispatched_at:
+            return False
+        self._drop_processes({oldest})
+        return True
+
     def _add_error_report(self, report: ErrorReportView) -> None:
+        occurred_at = checked_time("occurred_at", report.occurred_at)
+        process_id = bounded_text(report.process_id)
         # Error schemas before 1.2.0 carry no id: the process and time stand in for it.
-        error_id = report.id or f"{report.process_id}@{report.occurred_at!r}"
+        error_id = bounded_text(report.id or f"{process_id}@{occurred_at!r}")
         if error_id in self._error_ids:
             return
-        entry = (report.occurred_at, error_id, _error_view(error_id, report))
-        bisect.insort(self._errors, entry, key=lambda e: (e[0], e[1]))
+        error = ErrorView(
+            id=error_id,
+            type=bounded_text(report.kind),
+            error_class=bounded_text(report.error_class),
+            error_message=bounded_text(report.error_message, MAX_MESSAGE),
+            backtrace=bounded_text(report.backtrace, MAX_MESSAGE),
+            details=bounded_json(dict(report.details)),
+            occurred_at=occurred_at,
+            process_id=process_id,
+        )
+        bisect.insort(self._errors, (occurred_at, error_id, error), key=lambda e: (e[0], e[1]))
         self._error_ids.add(error_id)
         while len(self._errors) > self.max_errors:
             self._error_ids.discard(self._errors.pop(0)[1])
 
     def _add_state_report(self, topic: str, partition: int, report: dict[str, Any]) -> None:
-        dispatched_at = float(report["dispatched_at"])
+        scheduler = _scheduler_of(topic, partition, report)
         current = self._states.get((topic, partition))
-        if current is None or dispatched_at >= current.dispatched_at:
-            self._states[(topic, partition)] = _StateEntry(report, dispatched_at)
+        if current is None or scheduler.dispatched_at >= current.dispatched_at:
+            self._states[(topic, partition)] = scheduler
 
     # -- output ----------------------------------------------------------------------------
 
@@ -459,15 +523,21 @@ class StatusView:
                 (self._process_view(entry, now) for entry in self._processes.values()),
                 key=lambda p: (p.health != "alive", p.health, p.id),
             )
-            errors = [error for _, _, error in reversed(self._errors)]  # newest first
-            schedulers = [
-                _scheduler_view(topic, partition, entry.report, now)
-                for (topic, partition), entry in sorted(self._states.items())
-            ]
+            totals = _totals(processes)
+            processes, omitted_partitions = _listed_partitions(processes)
+            alive = {p.id for p in processes if p.alive}
+            horizon = now - self.history_window
             history = [
-                LagSeries(process_id, group, topic, partition, list(points))
+                LagSeries(process_id, group, topic, partition, shown)
                 for (process_id, group, topic, partition), points in sorted(self._history.items())
+                if process_id in alive
+                if (shown := [point for point in points if point[0] >= horizon])
             ]
+            omitted = {
+                "processes": self._dropped_processes,
+                "partitions": omitted_partitions,
+                "lag_series": max(0, len(history) - MAX_LAG_SERIES),
+            }
             return StatusSnapshot(
                 generated_at=now,
                 ttl=self.ttl,
@@ -476,43 +546,53 @@ class StatusView:
                 errors_topic=self.errors_topic,
                 states_topics=sorted(self._states_topics),
                 processes=processes,
-                totals=_totals(processes),
-                errors=errors,
-                schedulers=schedulers,
-                lag_history=history,
+                totals=totals,
+                errors=[error for _, _, error in reversed(self._errors)],  # newest first
+                schedulers=[
+                    dataclasses.replace(scheduler, age=max(0.0, now - scheduler.dispatched_at))
+                    for _, scheduler in sorted(self._states.items())
+                ],
+                lag_history=history[:MAX_LAG_SERIES],
                 read=dict(sorted(self._read.items())),
                 skipped=dict(sorted(self._skipped.items())),
+                omitted={name: count for name, count in omitted.items() if count},
             )
 
     def _forget(self, now: float) -> None:
         if self.forget_after is None:
             return
         horizon = now - self.forget_after
-        gone = [pid for pid, entry in self._processes.items() if entry.dispatched_at < horizon]
+        self._drop_processes(
+            {pid for pid, entry in self._processes.items() if entry.process.dispatched_at < horizon}
+        )
+
+    def _drop_processes(self, gone: set[str]) -> None:
         for process_id in gone:
             del self._processes[process_id]
         if gone:
-            forgotten = set(gone)
-            for key in [key for key in self._history if key[0] in forgotten]:
+            for key in [key for key in self._history if key[0] in gone]:
                 del self._history[key]
 
     def _process_view(self, entry: _ProcessEntry, now: float) -> ProcessView:
-        report = entry.report
-        age = max(0.0, now - report.dispatched_at)
+        process = entry.process
+        age = now - process.dispatched_at
         health: Health
-        if report.status == "stopped":
+        if process.status == "stopped":
             health = "stopped"
-        elif age <= self.ttl:
+        elif -self.ttl <= age <= self.ttl:
             health = "alive"
         else:
-            health = "stale"
-        partitions = [_copied(PartitionLag, p, group=p.consumer_group) for p in report.partitions]
-        return _copied(
-            ProcessView,
-            report,
+            health = "stale"  # silent too long, or dated further ahead than a clock skew
+        partitions = process.partitions
+        if health == "stopped":
+            partitions = [
+                dataclasses.replace(p, fetch_state="stopped", poll_state="stopped")
+                for p in partitions
+            ]
+        return dataclasses.replace(
+            process,
             health=health,
-            age=age,
-            lag_stored=sum(max(0, p.lag_stored) for p in partitions),
+            age=age if age < -self.ttl else max(0.0, age),
             totals=dict(entry.totals),
             partitions=partitions,
         )
@@ -529,25 +609,73 @@ def _copied(view: type[_View], source: object, **given: Any) -> _View:
     return view(**given, **{name: getattr(source, name) for name in names})
 
 
-def _error_view(error_id: str, report: ErrorReportView) -> ErrorView:
-    return _copied(ErrorView, report, id=error_id, type=report.kind, details=dict(report.details))
+def _process_of(report: ConsumerReportView) -> ProcessView:
+    """The bounded view of a report, as of when it was sent (health and age are set by each
+    snapshot)."""
+    partitions = [
+        _copied(
+            PartitionLag,
+            p,
+            group=bounded_text(p.consumer_group),
+            subscription_group=bounded_text(p.subscription_group),
+            topic=bounded_text(p.topic),
+            fetch_state=bounded_text(p.fetch_state),
+            poll_state=bounded_text(p.poll_state),
+        )
+        for p in report.partitions[:MAX_PARTITIONS]
+    ]
+    execution_mode = report.execution_mode
+    return _copied(
+        ProcessView,
+        report,
+        id=bounded_text(report.id),
+        health="alive",
+        status=bounded_text(report.status),
+        dispatched_at=checked_time("dispatched_at", report.dispatched_at),
+        age=0.0,
+        started_at=checked_time("process.started_at", report.started_at),
+        tags=[bounded_text(tag) for tag in report.tags[:MAX_TAGS]],
+        lag_stored=sum(max(0, p.lag_stored) for p in report.partitions),
+        totals={},
+        partitions=partitions,
+        schema_version=bounded_text(report.schema_version),
+        execution_mode=None if execution_mode is None else bounded_text(execution_mode),
+    )
 
 
-def _scheduler_view(
-    topic: str, partition: int, report: Mapping[str, Any], now: float
-) -> SchedulerView:
-    daily = {day: int(count) for day, count in sorted(report["daily"].items())}
+def _listed_partitions(processes: list[ProcessView]) -> tuple[list[ProcessView], int]:
+    """``processes`` with at most :data:`MAX_PARTITION_ROWS` partitions in all, in order, and
+    how many were left out."""
+    listed, left, omitted = [], MAX_PARTITION_ROWS, 0
+    for process in processes:
+        kept = process.partitions[: max(0, left)]
+        left -= len(kept)
+        omitted += len(process.partitions) - len(kept)
+        listed.append(
+            process
+            if len(kept) == len(process.partitions)
+            else dataclasses.replace(process, partitions=kept)
+        )
+    return listed, omitted
+
+
+def _scheduler_of(topic: str, partition: int, report: Mapping[str, Any]) -> SchedulerView:
+    """The bounded view of a state report (its age is set by each snapshot)."""
+    daily = {
+        bounded_text(str(day), 32): int(count)
+        for day, count in sorted(report["daily"].items())[:MAX_DAYS]
+    }
     return SchedulerView(
-        topic=topic.removesuffix(STATES_POSTFIX),
+        topic=bounded_text(topic.removesuffix(STATES_POSTFIX)),
         partition=partition,
-        state=str(report["state"]),
-        dispatched_at=float(report["dispatched_at"]),
-        age=max(0.0, now - float(report["dispatched_at"])),
-        started_at=int(report["started_at"]),
+        state=bounded_text(str(report["state"])),
+        dispatched_at=checked_time("dispatched_at", report["dispatched_at"]),
+        age=0.0,
+        started_at=int(checked_time("started_at", report["started_at"])),
         low=int(report["offsets"]["low"]),
         high=int(report["offsets"]["high"]),
         daily=daily,
-        pending=sum(daily.values()),
+        pending=sum(int(count) for count in report["daily"].values()),
         dispatched=int(report.get("dispatched", 0)),
         reloads=int(report["reloads"]),
         skipped_records=int(report.get("skipped_records", 0)),
