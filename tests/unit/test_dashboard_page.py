@@ -1,11 +1,23 @@
-"""The dashboard page loads only files shipped in the package (no CDN), and its app routes."""
+"""The dashboard page loads only files shipped in the package (no CDN), its app routes, and its
+script in headless Debian Chromium (Playwright) over hostile documents."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
 
+import pytest
+from playwright.sync_api import Browser, Page, Route, sync_playwright
+
+from ferrokafka import codecs
 from ferrokafka.dashboard import STATIC_DIR, create_app
-from ferrokafka.status import StatusReader
+from ferrokafka.status import StatusReader, StatusView
+from tests.tracking_samples import error_report, process_report, state_report
+
+CHROMIUM = "/usr/bin/chromium"
+NOW = 1_800_000_000.0
 
 
 def test_page_assets_are_local_files_of_the_package() -> None:
@@ -26,3 +38,76 @@ def test_app_routes() -> None:
     app = create_app(StatusReader({"bootstrap.servers": "127.0.0.1:9"}))
     paths = {getattr(route, "path", None) for route in app.routes}
     assert {"/", "/api/status", "/metrics", "/static"} <= paths
+
+
+def served_page(page: Page, document: dict[str, Any]) -> None:
+    """Opens the dashboard page from the package's files, its /api/status answering
+    ``document`` (the page's script on its own, without a server or broker)."""
+
+    def answer(route: Route) -> None:
+        path = urlsplit(route.request.url).path
+        if path == "/api/status":
+            route.fulfill(json=document)
+        else:
+            name = "index.html" if path == "/" else path.removeprefix("/static/")
+            route.fulfill(path=STATIC_DIR / name)
+
+    page.route("http://dashboard.test/**", answer)
+    page.goto("http://dashboard.test/")
+    page.wait_for_function("() => window.ferrokafkaDashboard.updates > 0", timeout=10_000)
+
+
+def hostile_document() -> dict[str, Any]:
+    """What an unchecking server served: errors dated in milliseconds and at 1e13 (newest
+    first, so they come first), a process dated an hour ahead, and markup in the strings."""
+    view = StatusView(reports_topic="reports", errors_topic="errors")
+    report = process_report('<img src=x onerror="window.pwned=1">:1:a', dispatched_at=NOW)
+    view.add_record("reports", 0, 0, codecs.encode_process_report(report))
+    error = error_report("e-ok", occurred_at=NOW - 1, process_id="h:1:a", message="<b>bold</b>")
+    view.add_record("errors", 0, 0, codecs.encode_error_report(error))
+    view.add_record("s_states", 0, 0, codecs.encode_state_report(state_report(dispatched_at=NOW)))
+    document = view.snapshot(now=NOW).to_dict()
+    document["refresh_seconds"] = 60.0
+    document["processes"][0]["age"] = -3600.0
+    for error_id, at in [("e-ms", NOW * 1000), ("e-1e13", 1e13)]:
+        document["errors"].insert(0, dict(document["errors"][0], id=error_id, occurred_at=at))
+    return document
+
+
+def test_page_shows_hostile_documents_as_text_and_every_section_it_can(
+    browser: Browser,
+) -> None:
+    page = browser.new_page()
+    document = hostile_document()
+    served_page(page, document)
+    state = page.evaluate("() => window.ferrokafkaDashboard")
+    assert (state["error"], page.evaluate("() => window.pwned")) == (None, None)
+    for error_id in ["e-ms", "e-1e13"]:
+        when = page.locator(f'#errors tr[data-error-id="{error_id}"] td').first.inner_text()
+        assert when == "invalid time"
+    assert page.locator('#errors tr[data-error-id="e-ok"]').inner_text().endswith("<b>bold</b>")
+    process = page.locator("#processes tbody tr").first
+    assert process.locator("td").first.inner_text() == ('<img src=x onerror="window.pwned=1">:1:a')
+    assert process.locator("td").nth(3).inner_text() == "in 3600 s (clock ahead)"
+    assert page.locator("#schedulers tbody tr").count() == 1
+
+    # A section that cannot be drawn leaves the others drawn and says which one failed.
+    document["schedulers"][0]["daily"] = None
+    page = browser.new_page()
+    served_page(page, document)
+    state = page.evaluate("() => window.ferrokafkaDashboard")
+    assert state["error"].startswith("renderSchedulers: TypeError")
+    assert page.locator("#errors tbody tr").count() == 3
+    assert "failed: renderSchedulers" in page.locator("#updated").inner_text()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()

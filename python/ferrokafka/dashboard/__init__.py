@@ -1,8 +1,10 @@
 """``ferrokafka dashboard``: a small web page over a :class:`~ferrokafka.status.StatusReader`.
 
 The page (``/``) shows the processes (alive, stale, stopped), a lag chart per partition over
-time, recent errors and the scheduler states with their pending schedules per day, and polls
-``/api/status`` (the JSON document of ``ferrokafka status --json``) every few seconds. The
+the last 15 minutes of the alive processes, recent errors and the scheduler states with their
+pending schedules per day, and polls ``/api/status`` (the JSON document of ``ferrokafka status
+--json``, bounded as :mod:`ferrokafka.status.hostile` says) every few seconds. It shows what the
+records say as text, never as markup, and a section it cannot draw leaves the others drawn. The
 same figures are served for Prometheus at ``/metrics``. Everything, including the charting
 library (uPlot, MIT, vendored in ``static/``), is served locally: the page needs no CDN.
 

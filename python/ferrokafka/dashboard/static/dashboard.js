@@ -1,5 +1,7 @@
 // ferrokafka dashboard: polls /api/status and renders processes, lag chart, errors, schedulers.
-// State for tests and debugging lives on window.ferrokafkaDashboard.
+// State for tests and debugging lives on window.ferrokafkaDashboard. Whatever the records said
+// is shown as text (textContent, never innerHTML), and one section that cannot be drawn does
+// not keep the others from updating.
 "use strict";
 
 const dashboard = (window.ferrokafkaDashboard = { snapshot: null, chart: null, updates: 0, error: null });
@@ -18,12 +20,18 @@ function fillTable(id, rows, makeRow) {
 }
 
 function ago(seconds) {
+  if (seconds < 0) return `in ${(-seconds).toFixed(0)} s (clock ahead)`;
   if (seconds < 90) return `${seconds.toFixed(0)} s ago`;
   if (seconds < 5400) return `${(seconds / 60).toFixed(0)} min ago`;
   return `${(seconds / 3600).toFixed(1)} h ago`;
 }
 
+// 9999-12-31 23:59:59 UTC, the last second the status view accepts (a time in milliseconds
+// is far later, and toISOString() throws a RangeError past year 275760).
+const LATEST_TIME = 253402300799;
+
 function when(unixSeconds) {
+  if (!(unixSeconds >= 0 && unixSeconds <= LATEST_TIME)) return "invalid time";
   return new Date(unixSeconds * 1000).toISOString().replace("T", " ").slice(0, 19);
 }
 
@@ -125,13 +133,21 @@ function render(snapshot) {
   document.getElementById("summary").textContent =
     `${t.alive} alive · ${t.stale} stale · ${t.stopped} stopped · total lag ${t.lag} · ` +
     `${snapshot.errors.length} recent errors` + (snapshot.caught_up ? "" : " · still reading…");
-  document.getElementById("updated").textContent = `updated ${when(snapshot.generated_at)} UTC`;
-  renderProcesses(snapshot);
-  renderLagChart(snapshot);
-  renderErrors(snapshot);
-  renderSchedulers(snapshot);
+  const failed = [renderProcesses, renderLagChart, renderErrors, renderSchedulers].flatMap((section) => {
+    try {
+      section(snapshot);
+      return [];
+    } catch (error) {
+      return [`${section.name}: ${error}`];
+    }
+  });
+  dashboard.error = failed.length ? failed.join("; ") : null;
+  document.getElementById("updated").textContent =
+    `updated ${when(snapshot.generated_at)} UTC` + (failed.length ? ` (failed: ${dashboard.error})` : "");
   const skipped = Object.entries(snapshot.skipped).map(([topic, n]) => `${topic}: ${n}`).join(", ");
-  document.getElementById("skipped").textContent = `Skipped records: ${skipped || "none"}`;
+  const omitted = Object.entries(snapshot.omitted).map(([what, n]) => `${what}: ${n}`).join(", ");
+  document.getElementById("skipped").textContent =
+    `Skipped records: ${skipped || "none"}` + (omitted ? ` · not listed: ${omitted}` : "");
 }
 
 async function refresh() {
@@ -142,7 +158,6 @@ async function refresh() {
     const snapshot = await response.json();
     delay = snapshot.refresh_seconds * 1000;
     dashboard.snapshot = snapshot;
-    dashboard.error = null;
     render(snapshot);
     dashboard.updates += 1;
   } catch (error) {
