@@ -3,6 +3,7 @@ Chromium driven by Playwright. The screenshot is saved under test-artifacts/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,18 +14,20 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
 from ferrokafka import Client, NewTopic
 from tests.conftest import ROOT, wait_until
 from tests.tracking_samples import (
     error_report,
+    packed,
     process_report,
+    produce_unchecked,
     send_error_report,
     send_process_report,
     send_state_report,
@@ -59,31 +62,25 @@ def status_document(base: str) -> dict[str, Any] | None:
     return document
 
 
-@pytest.fixture
-def dashboard(kafka_bootstrap: str, kafka_client: Client) -> Iterator[tuple[str, list[str]]]:
-    """A running dashboard over fresh tracking topics; yields its URL and the topics."""
+@contextlib.contextmanager
+def dashboard_over(
+    bootstrap: str, client: Client, fill: Callable[[str, str, str], None]
+) -> Iterator[tuple[str, list[str]]]:
+    """A running dashboard over fresh tracking topics that ``fill(reports, errors, states)``
+    wrote to; yields its URL and the topics."""
     suffix = uuid.uuid4().hex[:8]
     reports, errors, states = (
         f"test-dash-reports-{suffix}",
         f"test-dash-errors-{suffix}",
         f"test-dash-{suffix}_states",
     )
-    kafka_client.create_topics(
+    client.create_topics(
         [NewTopic(reports, 1), NewTopic(errors, 1), NewTopic(states, 1)], timeout=30.0
     )
-    now = time.time()
-    for step, lag in enumerate([120, 80, 35]):
-        report = process_report(PROCESS, dispatched_at=now - 6 + 2 * step, lags={0: lag, 1: 5})
-        send_process_report(kafka_client, reports, report)
-    send_error_report(
-        kafka_client,
-        errors,
-        error_report("dash-error-1", occurred_at=now - 1, process_id=PROCESS, message="bad row"),
-    )
-    send_state_report(kafka_client, states, state_report(dispatched_at=now), partition=0)
+    fill(reports, errors, states)
     port = free_port()
     command = [
-        *(sys.executable, "-m", "ferrokafka", "dashboard", "--bootstrap-servers", kafka_bootstrap),
+        *(sys.executable, "-m", "ferrokafka", "dashboard", "--bootstrap-servers", bootstrap),
         *("--reports-topic", reports, "--errors-topic", errors, "--states-topic", states),
         *("--port", str(port), "--refresh", "0.5"),
     ]
@@ -104,7 +101,35 @@ def dashboard(kafka_bootstrap: str, kafka_client: Client) -> Iterator[tuple[str,
             assert server.wait(timeout=30) == 0
         finally:
             server.kill()
-            kafka_client.delete_topics([reports, errors, states])
+            client.delete_topics([reports, errors, states])
+
+
+@pytest.fixture
+def dashboard(kafka_bootstrap: str, kafka_client: Client) -> Iterator[tuple[str, list[str]]]:
+    """A running dashboard over a process's reports, an error and a scheduler state."""
+
+    def fill(reports: str, errors: str, states: str) -> None:
+        now = time.time()
+        for step, lag in enumerate([120, 80, 35]):
+            report = process_report(PROCESS, dispatched_at=now - 6 + 2 * step, lags={0: lag, 1: 5})
+            send_process_report(kafka_client, reports, report)
+        send_error_report(
+            kafka_client,
+            errors,
+            error_report(
+                "dash-error-1", occurred_at=now - 1, process_id=PROCESS, message="bad row"
+            ),
+        )
+        send_state_report(kafka_client, states, state_report(dispatched_at=now), partition=0)
+
+    with dashboard_over(kafka_bootstrap, kafka_client, fill) as running:
+        yield running
+
+
+def launched(playwright: Playwright) -> Browser:
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+    )
 
 
 def lag_chart_ready(page: Page) -> bool:
@@ -134,9 +159,7 @@ def test_dashboard_in_a_real_browser(
         'partition="0"} 35' in metrics
     )
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-        )
+        browser = launched(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1100})
             page.goto(base)
@@ -177,3 +200,81 @@ def test_dashboard_in_a_real_browser(
             browser.close()
     assert screenshot.stat().st_size > 10_000
     print(f"dashboard screenshot: {screenshot}")
+
+
+def test_dashboard_under_hostile_records(kafka_bootstrap: str, kafka_client: Client) -> None:
+    """Records no ferrokafka reporter writes, sent with confluent-kafka: times in milliseconds
+    and at 1e13, markup in a process id, 7 MB of tags and a 3 MB error message inflated from a
+    few KB, a 60 MB zlib bomb, a stopped process and a report from 20 minutes ago."""
+    hostile_id = '<img src=x onerror="window.pwned=1">:1:a'
+    now = time.time()
+
+    def fill(reports: str, errors: str, _states: str) -> None:
+        big = process_report(PROCESS, dispatched_at=now - 2, lags={0: 35, 1: 5})
+        big["process"]["tags"] = ["t" * 350_000] * 20
+        bomb = process_report(PROCESS, dispatched_at=now - 1)
+        bomb["process"]["tags"] = ["t" * 1_000_000] * 60
+        produce_unchecked(
+            kafka_bootstrap,
+            reports,
+            [
+                packed(process_report(PROCESS, dispatched_at=now - 1200, lags={0: 999})),
+                packed(process_report(PROCESS, dispatched_at=now - 4, lags={0: 80, 1: 5})),
+                packed(big),
+                packed(bomb),
+                packed(process_report(PROCESS, dispatched_at=now * 1000, lags={0: 1})),
+                packed(process_report(hostile_id, dispatched_at=now - 1, lags={2: 4})),
+                packed(process_report("dash-stop:1:aa", dispatched_at=now - 1, status="stopped")),
+            ],
+        )
+        long_message = error_report("dash-long", occurred_at=now - 3, process_id=PROCESS)
+        long_message["error_message"] = "m" * 3_000_000
+        produce_unchecked(
+            kafka_bootstrap,
+            errors,
+            [
+                packed(long_message),
+                packed(error_report("dash-ms", occurred_at=now * 1000, process_id=PROCESS)),
+                packed(error_report("dash-1e13", occurred_at=1e13, process_id=PROCESS)),
+            ],
+        )
+
+    with dashboard_over(kafka_bootstrap, kafka_client, fill) as (base, (reports, errors, _)):
+        served = get(f"{base}/api/status")
+        assert len(served) < 100_000  # 73 MB of tags and message before
+        document = json.loads(served)
+        assert document["skipped"] == {errors: 2, reports: 2}  # the times, the bomb
+        live = {p["id"]: p for p in document["processes"]}
+        assert (live[PROCESS]["health"], live[PROCESS]["age"] > 1) == ("alive", True)
+        assert len(live[PROCESS]["tags"]) == 8
+        assert [p["poll_state"] for p in live["dash-stop:1:aa"]["partitions"]] == ["stopped"]
+        with sync_playwright() as playwright:
+            browser = launched(playwright)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 1100})
+                page.goto(base)
+                page.wait_for_function(
+                    "() => window.ferrokafkaDashboard.updates >= 2", timeout=20_000
+                )
+                state = page.evaluate("() => window.ferrokafkaDashboard")
+                assert state["error"] is None
+                assert page.evaluate("() => window.pwned") is None
+                assert page.locator("#errors tbody tr").count() == 1
+                message = page.locator('#errors tr[data-error-id="dash-long"] td.message')
+                assert len(message.inner_text()) == 500
+                ids = page.locator("#processes tbody td:first-child").all_inner_texts()
+                assert hostile_id in ids
+                # The chart: the last 15 minutes of the processes alive, nothing else.
+                series = page.evaluate(
+                    "() => window.ferrokafkaDashboard.chart.series.map(s => s.label)"
+                )
+                assert series == [
+                    "time",
+                    f"orders[2] billing @ {hostile_id}",
+                    f"orders[0] billing @ {PROCESS}",
+                    f"orders[1] billing @ {PROCESS}",
+                ]
+                times = page.evaluate("() => window.ferrokafkaDashboard.chart.data[0]")
+                assert min(times) >= now - 900
+            finally:
+                browser.close()

@@ -22,7 +22,9 @@ from tests.conftest import wait_until
 from tests.tracking_samples import (
     ZLIB_HEADER,
     error_report,
+    packed,
     process_report,
+    produce_unchecked,
     send_error_report,
     send_process_report,
     send_state_report,
@@ -249,7 +251,7 @@ def test_status_watch_refreshes_until_interrupted(
     command = [
         *(sys.executable, "-m", "ferrokafka", "status", "--bootstrap-servers", kafka_bootstrap),
         *topics.options(),
-        *("--json", "--watch", "0.2"),
+        *("--json", "--watch", "0.5"),
     ]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -267,3 +269,62 @@ def test_status_watch_refreshes_until_interrupted(
             assert watch.wait(timeout=30) == 130
         finally:
             watch.kill()
+
+
+def test_status_command_under_hostile_records(
+    kafka_bootstrap: str, kafka_client: Client, tracking_topics: TrackingTopics
+) -> None:
+    """Records no ferrokafka reporter writes, sent with confluent-kafka: a process id that
+    clears the terminal, times in milliseconds and at 1e13, a stopped process."""
+    topics, now = tracking_topics, time.time()
+    hostile = "\x1b[2J\x1b[1;31mPWNED\x1b[0m\r\nfake-line:1:a"
+    produce_unchecked(
+        kafka_bootstrap,
+        topics.reports,
+        [
+            packed(process_report("host-a:11:aa", dispatched_at=now - 20)),
+            packed(process_report("host-a:11:aa", dispatched_at=now * 1000)),
+            packed(process_report(hostile, dispatched_at=now - 1)),
+            packed(process_report("host-c:33:cc", dispatched_at=now - 1, status="stopped")),
+        ],
+    )
+    produce_unchecked(
+        kafka_bootstrap,
+        topics.errors,
+        [
+            packed(error_report("err-ok", occurred_at=now - 5, process_id=hostile)),
+            packed(error_report("err-ms", occurred_at=now * 1000, process_id=hostile)),
+            packed(error_report("err-1e13", occurred_at=1e13, process_id=hostile)),
+        ],
+    )
+    shown = run_status(kafka_bootstrap, *topics.options(), "--ttl", "30")
+    assert "\x1b" not in shown.stdout + shown.stderr
+    assert "\\x1b[2J\\x1b[1;31mPWNED\\x1b[0m\\r\\nfake-line:1:a" in shown.stdout
+    assert not [line for line in shown.stdout.splitlines() if line.startswith("fake-line")]
+    assert "Recent errors: 1 (newest first)" in shown.stdout
+    assert f"Skipped records: {topics.errors}=2, {topics.reports}=1" in shown.stdout
+    rows = [line.split() for line in shown.stdout.splitlines()]
+    assert ["host-c:33:cc", "billing", "orders", "0", "3"] in [row[:5] for row in rows]
+    assert [row[-1] for row in rows if row[:2] == ["host-c:33:cc", "billing"]] == ["stopped"]
+
+    document = json.loads(run_status(kafka_bootstrap, *topics.options(), "--json").stdout)
+    processes = {p["id"]: p for p in document["processes"]}
+    assert processes["host-a:11:aa"]["age"] >= 20  # the report in milliseconds was skipped
+    assert [e["id"] for e in document["errors"]] == ["err-ok"]
+
+
+def test_status_says_a_missing_topic_does_not_exist(
+    kafka_bootstrap: str, tracking_topics: TrackingTopics
+) -> None:
+    missing = f"test-missing-{uuid.uuid4().hex[:8]}"
+    shown = subprocess.run(
+        [
+            *(sys.executable, "-m", "ferrokafka", "status", "--bootstrap-servers", kafka_bootstrap),
+            *("--reports-topic", missing, "--errors-topic", tracking_topics.errors),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert (shown.returncode, shown.stdout) == (2, "")
+    assert f"the reports topic '{missing}' does not exist" in shown.stderr
