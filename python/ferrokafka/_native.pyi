@@ -820,7 +820,9 @@ class _RawScheduler:
     def request_stop(self) -> None:
         """Ask the daemon to stop; returns at once."""
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
+        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has.
+        Raises the ``KafkaError`` that ended it if it ended on its own (its connection was
+        refused before it ever worked)."""
     def status(self) -> list[SchedulerPartitionStatus]:
         """Per-partition figures."""
 
@@ -1246,7 +1248,9 @@ class _RawRedeliveryTracker:
     def request_stop(self) -> None:
         """Ask the daemon to stop; returns at once."""
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has."""
+        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has.
+        Raises the ``KafkaError`` that ended it if it ended on its own (its connection was
+        refused before it ever worked)."""
     def status(self) -> list[RedeliveryPartitionStatus]:
         """Per markers partition figures."""
 

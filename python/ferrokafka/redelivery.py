@@ -46,7 +46,7 @@ from ferrokafka._native import (
     _RawRedeliveryTracker,
     redact_secrets,
 )
-from ferrokafka.exceptions import ClosedError, ConfigError
+from ferrokafka.exceptions import ClosedError, ConfigError, KafkaError
 from ferrokafka.share_queue import ShareMessage, ShareQueue, configure_share_group
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
@@ -474,7 +474,13 @@ class RedeliveryTracker(_exit.StopsAtExit):
 
     def run(self) -> None:
         """Start if needed, then block until :meth:`request_stop` or :meth:`stop` is called
-        from elsewhere (an interrupt stops the daemon cleanly before it propagates)."""
+        from elsewhere (an interrupt stops the daemon cleanly before it propagates).
+
+        Raises:
+            KafkaError: the daemon ended on its own: its connection was refused before it ever
+                worked (a wrong password, an untrusted CA, a token that cannot be had), with
+                librdkafka's description of the cause, as soon as librdkafka reports it.
+        """
         raw = self.start()._started()
         try:
             raw.wait()
@@ -499,7 +505,10 @@ class RedeliveryTracker(_exit.StopsAtExit):
         if self._reporter is not None:
             self._reporter.stopping(self)
         self._raw.request_stop()
-        stopped = self._raw.wait(timeout)
+        try:
+            stopped = self._raw.wait(timeout)
+        except KafkaError:
+            stopped = True  # it ended on its own; run() raises why, and the log says it
         if self._reporter is not None:
             self._reporter.untrack(self)
         _exit.unregister(self)

@@ -36,6 +36,7 @@ from ferrokafka._native import (
     cancel_proxy,
     schedule_proxy,
 )
+from ferrokafka.exceptions import KafkaError
 from ferrokafka.producer import AsyncProducer
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
@@ -247,7 +248,13 @@ class Scheduler(_exit.StopsAtExit):
 
     def run(self) -> None:
         """Block until :meth:`stop` is called from another thread (or the process is
-        interrupted, in which case the daemon is stopped cleanly before the exception leaves)."""
+        interrupted, in which case the daemon is stopped cleanly before the exception leaves).
+
+        Raises:
+            KafkaError: the daemon ended on its own: its connection was refused before it ever
+                worked (a wrong password, an untrusted CA, a token that cannot be had), with
+                librdkafka's description of the cause, as soon as librdkafka reports it.
+        """
         try:
             self._raw.wait()
         except BaseException:
@@ -263,7 +270,10 @@ class Scheduler(_exit.StopsAtExit):
         if self._reporter is not None:
             self._reporter.stopping(self)
         self._raw.request_stop()
-        stopped = self._raw.wait(timeout)
+        try:
+            stopped = self._raw.wait(timeout)
+        except KafkaError:
+            stopped = True  # it ended on its own; run() raises why, and the log says it
         if self._reporter is not None:
             self._reporter.untrack(self)
         _exit.unregister(self)

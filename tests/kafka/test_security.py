@@ -428,3 +428,59 @@ def test_a_consumer_reports_a_wrong_password_with_its_cause_at_once(
     assert "Authentication failed" in shown
     assert "SCRAM-SHA-512" in shown
     assert wrong not in shown
+
+
+def test_a_transactional_producer_raises_a_wrong_password_at_once(
+    secure_broker: SecureBroker,
+) -> None:
+    wrong = f"not-the-password-{uuid.uuid4().hex}"
+    config = {
+        **secure_broker.scram_config(password=wrong),
+        "transactional.id": f"tx-{uuid.uuid4().hex}",
+    }
+    for start in (
+        lambda: AsyncProducer(config),
+        lambda: Scheduler(config, [f"never-{uuid.uuid4().hex}"], group_id=f"g-{uuid.uuid4().hex}"),
+    ):
+        refused = _refused_at_once(start, "Authentication failed")
+        shown = f"{refused} {refused!r}"
+        assert "init_transactions" in shown
+        assert "SCRAM-SHA-512" in shown
+        assert wrong not in shown
+
+
+def test_daemons_end_with_a_wrong_password_at_once(
+    secure_broker: SecureBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = f"not-the-password-{uuid.uuid4().hex}"
+    config = secure_broker.scram_config(password=wrong)
+    scheduler = Scheduler(config, [f"never-{uuid.uuid4().hex}"], group_id=f"g-{uuid.uuid4().hex}")
+    tracker = RedeliveryTracker(
+        config, f"never-{uuid.uuid4().hex}", f"never-{uuid.uuid4().hex}", group_id="g"
+    )
+    for daemon in (scheduler, tracker):
+        with caplog.at_level(logging.ERROR):
+            refused = _refused_at_once(daemon.run, "Authentication failed")
+        assert "connection failed" in str(refused)
+        assert "SCRAM-SHA-512" in str(refused)
+        assert daemon.stop(timeout=PROMPT)
+    assert wrong not in f"{caplog.text}"
+    assert "scheduler stopped" in caplog.text
+    assert "redelivery tracker stopped" in caplog.text
+
+
+def test_the_scheduler_command_exits_with_the_cause_of_a_wrong_password(
+    secure_broker: SecureBroker,
+) -> None:
+    wrong = f"not-the-password-{uuid.uuid4().hex}"
+    config = secure_broker.scram_config(password=wrong)
+    settings = [f"--config={k}={v}" for k, v in config.items() if k != "bootstrap.servers"]
+    command = [sys.executable, "-m", "ferrokafka", "scheduler", "--schedules-topic", "never"]
+    command += ["--bootstrap-servers", secure_broker.sasl_ssl, *settings]
+    started = time.monotonic()
+    ended = subprocess.run(command, capture_output=True, text=True, timeout=LONG, check=False)
+    assert time.monotonic() - started < PROMPT + 5.0  # the interpreter's start included
+    assert ended.returncode == 1, ended.stderr
+    assert "Authentication failed" in ended.stderr
+    assert "Traceback" not in ended.stderr
+    assert wrong not in ended.stderr + ended.stdout

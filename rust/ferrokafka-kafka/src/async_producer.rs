@@ -68,7 +68,7 @@ use rdkafka::util::IntoOpaque;
 
 use crate::batch_produce::{TopicHandles, message};
 use crate::config::{ClientRole, ClientSettings};
-use crate::connection_failure::ConnectionWatch;
+use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::in_flight::InFlight;
 use crate::locks::lock;
@@ -102,6 +102,9 @@ const HANDOFF_CHUNK: usize = 1000;
 /// Deadline of one attempt at a transaction call; retriable timeouts are retried, so this only
 /// bounds how late the worker notices a shutdown.
 const TRANSACTION_STEP: Duration = Duration::from_secs(2);
+/// Longest a new transactional producer waits for its `init_transactions` (a refused connection
+/// ends the wait at once).
+const INIT_TRANSACTIONS_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between attempts of a transaction call that failed retriably.
 const TRANSACTION_BACKOFF: Duration = Duration::from_millis(200);
 /// librdkafka's default `transaction.timeout.ms`.
@@ -830,16 +833,12 @@ impl AsyncProducer {
         let client_config = settings.for_role(ClientRole::Producer).to_client_config();
         let producer = create_producer(&client_config, &shared)?;
         if transactional {
-            producer
-                .init_transactions(Duration::from_secs(30))
-                .map_err(|e| {
-                    KafkaIoError::from_rdkafka(
-                        "init_transactions",
-                        e,
-                        Duration::from_secs(30),
-                        settings.bootstrap().ok(),
-                    )
-                })?;
+            init_transactions(
+                &producer,
+                &shared.watch,
+                INIT_TRANSACTIONS_TIMEOUT,
+                settings.bootstrap().ok(),
+            )?;
         }
         let engine = Arc::new(AsyncProducer {
             shared,

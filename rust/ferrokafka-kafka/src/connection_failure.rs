@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{Producer, ProducerContext};
 
 use crate::config::{ClientSettings, REDACTED};
-use crate::error::KafkaIoError;
+use crate::error::{KafkaIoError, KafkaResult};
 
 /// librdkafka's sensitive property whose parse errors quote parts of its value.
 const OAUTHBEARER_CONFIG: &str = "sasl.oauthbearer.config";
@@ -202,6 +203,44 @@ impl ConnectionWatch {
             Poll::Ready(output) => Some(output),
             Poll::Pending => None,
         })
+    }
+}
+
+/// Longest one `init_transactions` call blocks, so that a refused connection is noticed.
+const INIT_TRANSACTIONS_STEP: Duration = Duration::from_millis(200);
+
+/// librdkafka's `init_transactions` on `producer`, whose context feeds `watch`, within `timeout`:
+/// a refused connection (a wrong password, an untrusted CA) ends it with its cause as soon as
+/// librdkafka reports it, instead of a bare timeout at the end. librdkafka lets a timed-out
+/// `init_transactions` (or any retriable failure of it) be called again, and the call resumes
+/// where the last one stopped.
+pub(crate) fn init_transactions<C: ProducerContext>(
+    producer: &impl Producer<C>,
+    watch: &ConnectionWatch,
+    timeout: Duration,
+    bootstrap: Option<&str>,
+) -> KafkaResult<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let step = deadline
+            .saturating_duration_since(Instant::now())
+            .min(INIT_TRANSACTIONS_STEP);
+        let Err(e) = producer.init_transactions(step) else {
+            return Ok(());
+        };
+        if let Some(failure) = watch.failure() {
+            return Err(failure.error("init_transactions"));
+        }
+        // A timeout of one step, or a coordinator still loading, says to call again.
+        let retriable = matches!(&e, KafkaError::Transaction(rd) if rd.is_retriable());
+        if !retriable || Instant::now() >= deadline {
+            return Err(KafkaIoError::from_rdkafka(
+                "init_transactions",
+                e,
+                timeout,
+                bootstrap,
+            ));
+        }
     }
 }
 

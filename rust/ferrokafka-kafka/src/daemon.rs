@@ -18,6 +18,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::client::log_unless_end;
 use crate::config::{ClientRole, ClientSettings};
+use crate::connection_failure::ConnectionWatch;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::OutgoingRecord;
 
@@ -35,26 +36,45 @@ pub struct Daemon<S> {
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     status: Arc<Mutex<S>>,
+    /// Why the daemon ended on its own, if it did (see [`Daemon::failure`]).
+    failure: Arc<Mutex<Option<KafkaIoError>>>,
 }
 
 impl<S: Clone + Default + Send + 'static> Daemon<S> {
-    /// Starts `run(stop, status)` on a thread called `name`; `run` returns once `stop` is set.
+    /// Starts `run(stop, status)` on a thread called `name`; `run` returns once `stop` is set,
+    /// or with the error that ended the daemon before.
     pub(crate) fn spawn(
         name: &str,
-        run: impl FnOnce(&AtomicBool, &Mutex<S>) + Send + 'static,
+        run: impl FnOnce(&AtomicBool, &Mutex<S>) -> KafkaResult<()> + Send + 'static,
     ) -> KafkaResult<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let status = Arc::new(Mutex::new(S::default()));
+        let failure = Arc::new(Mutex::new(None));
         let (thread_stop, thread_status) = (Arc::clone(&stop), Arc::clone(&status));
+        let thread_failure = Arc::clone(&failure);
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || run(&thread_stop, &thread_status))
+            .spawn(move || {
+                if let Err(e) = run(&thread_stop, &thread_status) {
+                    *thread_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                }
+            })
             .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start daemon: {e}")))?;
         Ok(Daemon {
             stop,
             thread: Mutex::new(Some(thread)),
             status,
+            failure,
         })
+    }
+
+    /// The error that ended the daemon without a stop request (its settings cannot work, see
+    /// [`GroupContext::poll_error`]); None while it runs or after it was stopped.
+    pub fn failure(&self) -> Option<KafkaIoError> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Sets the stop flag; the daemon finishes its loop and shuts down (final reports,
@@ -168,7 +188,8 @@ fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// Consumer context of a daemon: applies assignments (eager or cooperative) and records them.
+/// Consumer context of a daemon: applies assignments (eager or cooperative) and records them,
+/// and keeps the consumer's refused connections.
 pub(crate) struct GroupContext {
     assignments: Mutex<Vec<RebalanceEvent>>,
     /// Assigned partitions start at their beginning (the state is the whole partition) instead
@@ -176,15 +197,49 @@ pub(crate) struct GroupContext {
     replay_from_start: bool,
     /// Names the daemon in log lines.
     daemon: &'static str,
+    watch: ConnectionWatch,
+    /// Whether the consumer ever joined its group (a first rebalance event came).
+    joined: AtomicBool,
 }
 
 impl GroupContext {
-    pub(crate) fn new(daemon: &'static str, replay_from_start: bool) -> Self {
+    /// The context of `daemon`'s consumer, created with `settings`.
+    pub(crate) fn new(
+        daemon: &'static str,
+        settings: &ClientSettings,
+        replay_from_start: bool,
+    ) -> Self {
         GroupContext {
             assignments: Mutex::new(Vec::new()),
             replay_from_start,
             daemon,
+            watch: ConnectionWatch::new(settings),
+            joined: AtomicBool::new(false),
         }
+    }
+
+    /// What the daemon does with an error its consumer's poll returned. A refused connection
+    /// (a wrong password, an untrusted CA, a token that cannot be had) before the group was ever
+    /// joined ends the daemon with librdkafka's description of the cause: its settings cannot
+    /// work, and a daemon that only logged would run on doing nothing. Anything else, and a
+    /// refusal after the daemon has worked (credentials rotated under it may come back), is
+    /// logged with its cause and the daemon goes on while librdkafka retries.
+    pub(crate) fn poll_error(&self, error: KafkaError) -> KafkaResult<()> {
+        let explained = self.watch.explain("poll", error);
+        if !self.joined.load(Ordering::Acquire)
+            && let Some(failure) = self.watch.failure()
+        {
+            let ended = failure.error(&format!("{} connection", self.daemon));
+            log::error!("{} stopped: {ended}", self.daemon);
+            return Err(ended);
+        }
+        log::warn!("{} consumer: {explained}", self.daemon);
+        Ok(())
+    }
+
+    /// The consumer read a record: its connection works.
+    pub(crate) fn connected(&self) {
+        self.watch.clear();
     }
 
     fn record(&self, event: RebalanceEvent) {
@@ -202,6 +257,7 @@ impl GroupContext {
 
 impl ClientContext for GroupContext {
     fn error(&self, error: KafkaError, reason: &str) {
+        self.watch.observe(&error, reason);
         log_unless_end(error, reason);
     }
 }
@@ -217,6 +273,8 @@ impl ConsumerContext for GroupContext {
             consumer.rebalance_protocol(),
             RebalanceProtocol::Cooperative
         );
+        self.joined.store(true, Ordering::Release);
+        self.watch.clear();
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 if self.replay_from_start {

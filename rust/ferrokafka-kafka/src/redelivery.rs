@@ -507,7 +507,7 @@ impl RedeliveryTracker {
         }
         let daemon = Tracker::new(settings, options)?;
         Daemon::spawn("ferrokafka-redelivery", move |stop, status| {
-            daemon.run(stop, status);
+            daemon.run(stop, status)
         })
     }
 }
@@ -526,7 +526,7 @@ impl Tracker {
         let consumer: BaseConsumer<GroupContext> =
             group_consumer_settings(&settings, &options.group_id)
                 .to_client_config()
-                .create_with_context(GroupContext::new("redelivery tracker", false))
+                .create_with_context(GroupContext::new("redelivery tracker", &settings, false))
                 .map_err(creation_error("create markers consumer"))?;
         consumer
             .subscribe(&[options.markers_topic.as_str()])
@@ -548,7 +548,13 @@ impl Tracker {
         })
     }
 
-    fn run(mut self, stop: &AtomicBool, status: &Mutex<Vec<TrackerPartitionStatus>>) {
+    /// Runs until `stop` is set, or until the consumer's connection is refused before it ever
+    /// worked (see [`GroupContext::poll_error`]).
+    fn run(
+        mut self,
+        stop: &AtomicBool,
+        status: &Mutex<Vec<TrackerPartitionStatus>>,
+    ) -> KafkaResult<()> {
         log::info!(
             "redelivery tracker started for {} (markers {}, group {})",
             self.options.queue_topic,
@@ -557,7 +563,7 @@ impl Tracker {
         );
         while !stop.load(Ordering::Acquire) {
             let sleep = self.sleep_budget();
-            self.poll_markers(sleep);
+            self.poll_markers(sleep)?;
             self.handle_assignments();
             self.redeliver_due();
             self.commit(false);
@@ -573,6 +579,7 @@ impl Tracker {
         );
         publish(status, self.status());
         log::info!("redelivery tracker stopped");
+        Ok(())
     }
 
     /// How long the next poll may block: until the earliest deadline, at most `MAX_SLEEP`.
@@ -590,16 +597,19 @@ impl Tracker {
             .map_or(MAX_SLEEP, |ms| Duration::from_millis(ms).min(MAX_SLEEP))
     }
 
-    fn poll_markers(&mut self, first_wait: Duration) {
+    fn poll_markers(&mut self, first_wait: Duration) -> KafkaResult<()> {
         let mut wait = first_wait;
         for _ in 0..10_000 {
             let received = match self.consumer.poll(wait) {
-                None => return,
+                None => return Ok(()),
                 Some(result) => result.map(|message| ReceivedRecord::from_message(&message)),
             };
             wait = Duration::ZERO;
             match received {
-                Ok(record) => self.apply(&record),
+                Ok(record) => {
+                    self.consumer.context().connected();
+                    self.apply(&record);
+                }
                 Err(KafkaError::PartitionEOF(partition)) => {
                     // The assignment may have arrived in this same poll round.
                     self.handle_assignments();
@@ -617,9 +627,10 @@ impl Tracker {
                         );
                     }
                 }
-                Err(e) => log::warn!("markers consumer: {e}"),
+                Err(e) => self.consumer.context().poll_error(e)?,
             }
         }
+        Ok(())
     }
 
     fn handle_assignments(&mut self) {

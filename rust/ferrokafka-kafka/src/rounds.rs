@@ -23,6 +23,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use crate::client::log_unless_end;
+use crate::connection_failure::ConnectionWatch;
+
 /// A record a round can produce.
 pub(crate) trait RoundRecord {
     /// Hands the record to `producer` with `sequence` as its delivery opaque (waiting only for
@@ -39,10 +42,11 @@ pub(crate) trait RoundRecord {
 pub(crate) struct RoundId(usize);
 
 /// Producer context of a producer whose records are sent in rounds; see the module docs.
-#[derive(Default)]
 pub(crate) struct Rounds {
     state: Mutex<RoundsState>,
     progress: Condvar,
+    /// The producer's refused connections, so its `init_transactions` ends with their cause.
+    watch: ConnectionWatch,
 }
 
 #[derive(Default)]
@@ -66,6 +70,20 @@ impl Round {
 }
 
 impl Rounds {
+    /// The context of a producer whose refused connections `watch` keeps.
+    pub(crate) fn new(watch: ConnectionWatch) -> Self {
+        Rounds {
+            state: Mutex::default(),
+            progress: Condvar::new(),
+            watch,
+        }
+    }
+
+    /// The producer's refused connections.
+    pub(crate) fn watch(&self) -> &ConnectionWatch {
+        &self.watch
+    }
+
     fn state(&self) -> MutexGuard<'_, RoundsState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -181,12 +199,20 @@ impl Rounds {
     }
 }
 
-impl ClientContext for Rounds {}
+impl ClientContext for Rounds {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.watch.observe(&error, reason);
+        log_unless_end(error, reason);
+    }
+}
 
 impl ProducerContext for Rounds {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, sequence: usize) {
+        if result.is_ok() {
+            self.watch.clear();
+        }
         self.record(
             sequence,
             result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()),

@@ -57,6 +57,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::EndIsExpected;
 use crate::config::{ClientRole, ClientSettings};
+use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, at_partition_end,
     creation_error, enqueue_with, flush_before, group_consumer_settings, now_ms, publish,
@@ -258,7 +259,7 @@ impl Scheduler {
         }
         let daemon = SchedulerLoop::new(settings, options)?;
         Daemon::spawn("ferrokafka-scheduler", move |stop, status| {
-            daemon.run(stop, status);
+            daemon.run(stop, status)
         })
     }
 }
@@ -287,7 +288,7 @@ impl SchedulerLoop {
         consumer_settings.set("enable.auto.offset.store", "false");
         let consumer: BaseConsumer<GroupContext> = consumer_settings
             .to_client_config()
-            .create_with_context(GroupContext::new("scheduler", true))
+            .create_with_context(GroupContext::new("scheduler", &settings, true))
             .map_err(creation_error("create scheduler consumer"))?;
         let topics: Vec<&str> = options
             .schedules_topics
@@ -316,19 +317,15 @@ impl SchedulerLoop {
         }
         let dispatcher: ThreadedProducer<Rounds> = dispatch_settings
             .to_client_config()
-            .create_with_context(Rounds::default())
+            .create_with_context(Rounds::new(ConnectionWatch::new(&settings)))
             .map_err(creation_error("create dispatch producer"))?;
         if transactional {
-            dispatcher
-                .init_transactions(options.dispatch_timeout)
-                .map_err(|e| {
-                    KafkaIoError::from_rdkafka(
-                        "init_transactions",
-                        e,
-                        options.dispatch_timeout,
-                        settings.bootstrap().ok(),
-                    )
-                })?;
+            init_transactions(
+                &dispatcher,
+                dispatcher.context().watch(),
+                options.dispatch_timeout,
+                settings.bootstrap().ok(),
+            )?;
         }
         let mut report_settings = settings.for_role(ClientRole::Producer);
         report_settings.remove("transactional.id");
@@ -350,7 +347,9 @@ impl SchedulerLoop {
         })
     }
 
-    fn run(mut self, stop: &AtomicBool, status: &Mutex<Vec<PartitionStatus>>) {
+    /// Runs until `stop` is set, or until the consumer's connection is refused before it ever
+    /// worked (see [`GroupContext::poll_error`]).
+    fn run(mut self, stop: &AtomicBool, status: &Mutex<Vec<PartitionStatus>>) -> KafkaResult<()> {
         log::info!(
             "scheduler started for {:?} (group {}, {})",
             self.options.schedules_topics,
@@ -364,7 +363,7 @@ impl SchedulerLoop {
         while !stop.load(Ordering::Acquire) {
             let sleep = self.sleep_budget();
             if self.in_flight.is_empty() {
-                self.poll_records(sleep);
+                self.poll_records(sleep)?;
             } else {
                 // Woken by the acknowledgements the pipeline waits for, not only by records;
                 // a full pipeline has nothing to do before one arrives.
@@ -374,7 +373,7 @@ impl SchedulerLoop {
                     sleep
                 };
                 self.dispatcher.context().wait_for_progress(sleep);
-                self.poll_records(Duration::ZERO);
+                self.poll_records(Duration::ZERO)?;
             }
             self.handle_assignments();
             self.settle_chunks();
@@ -386,6 +385,7 @@ impl SchedulerLoop {
         }
         self.shutdown();
         publish(status, self.status());
+        Ok(())
     }
 
     /// How long the next poll may block: until the earliest due schedule, at most `MAX_SLEEP`.
@@ -407,16 +407,18 @@ impl SchedulerLoop {
             })
     }
 
-    /// Applies records until none is waiting (or a bounded number, to keep dispatching).
-    fn poll_records(&mut self, first_wait: Duration) {
+    /// Applies records until none is waiting (or a bounded number, to keep dispatching); an
+    /// error that ends the daemon (see [`GroupContext::poll_error`]).
+    fn poll_records(&mut self, first_wait: Duration) -> KafkaResult<()> {
         let mut wait = first_wait;
         for _ in 0..10_000 {
             let Some(polled) = self.consumer.poll(wait) else {
-                return;
+                return Ok(());
             };
             wait = Duration::ZERO;
             match polled {
                 Ok(message) => {
+                    self.consumer.context().connected();
                     let horizon_ms =
                         u64::try_from(self.options.horizon.as_millis()).unwrap_or(u64::MAX);
                     // Read in place: only a schedule's payload and headers are copied out.
@@ -431,9 +433,10 @@ impl SchedulerLoop {
                     }
                 }
                 Err(KafkaError::PartitionEOF(partition)) => self.reached_end(partition),
-                Err(e) => log::warn!("scheduler consumer: {e}"),
+                Err(e) => self.consumer.context().poll_error(e)?,
             }
         }
+        Ok(())
     }
 
     fn handle_assignments(&mut self) {

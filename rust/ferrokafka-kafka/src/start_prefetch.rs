@@ -33,13 +33,15 @@
 //!   (creating a consumer waits for no broker); while it cannot be read, `take` returns nothing,
 //!   and after each `marker_timeout` of failures it returns the error once.
 //! - A closing consumer waits at most [`STOP_GRACE`] for the STARTs already sent: a batch whose
-//!   STARTs are not acknowledged by then is not committed (read again by the next reader).
+//!   STARTs are not acknowledged by then is not committed (read again by the next reader). It
+//!   waits at most [`JOIN_GRACE`] for its threads: a commit stuck on a vanished broker is left
+//!   behind rather than holding the close for up to a minute.
 //!
 //! Threading: the prefetch thread polls the queue consumer and owns the START producer; the
 //! commit thread shares the consumer (librdkafka allows a commit from another thread while one
 //! polls) and receives batches over a channel; callers meet them only through the [`Handoff`]
 //! mutex and condition variable. Dropping the [`StartPrefetch`] stops and joins both threads
-//! (within one poll slice, or one START write).
+//! (within one poll slice, or one START write; a commit is waited for up to [`JOIN_GRACE`]).
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -75,6 +77,11 @@ const LOOKAHEAD_BATCHES: usize = 6;
 const START_DEPTH: usize = 3;
 /// How long a closing consumer still waits for the START markers it already sent.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+/// Longest a closing consumer waits for its threads to end. One still in a synchronous commit
+/// that a vanished broker does not answer (librdkafka waits up to `socket.timeout.ms`, 60 s) is
+/// left to end on its own: the batch it commits was never handed out and its STARTs are
+/// durable, so the tracker redelivers it whether or not the commit lands.
+const JOIN_GRACE: Duration = Duration::from_secs(2);
 /// Longest one attempt to read the markers topic's metadata, so a close is noticed.
 const METADATA_ATTEMPT: Duration = Duration::from_secs(1);
 /// The delivery opaque of a START written alone, or of a dead letter: one at a time.
@@ -351,8 +358,20 @@ impl Drop for StartPrefetch {
     fn drop(&mut self) {
         self.handoff.lock().stop = true;
         self.handoff.changed.notify_all();
+        let deadline = Instant::now() + JOIN_GRACE;
         for thread in self.threads.drain(..) {
-            let _ = thread.join();
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                // Dropping the handle detaches the thread; it holds what it uses.
+                log::warn!(
+                    "queue consumer closing: a commit the broker does not answer is left to end \
+                     on its own (its batch was not handed out; its STARTs are durable)"
+                );
+            }
         }
     }
 }

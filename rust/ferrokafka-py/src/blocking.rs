@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ferrokafka_kafka::Daemon;
 use pyo3::prelude::*;
 
-use crate::errors::FerrokafkaError;
+use crate::errors::{FerrokafkaError, NativeError};
 
 /// Longest time a wait goes without checking for signals.
 pub const SLICE: Duration = Duration::from_millis(100);
@@ -286,11 +286,14 @@ impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> DaemonHandle<
     }
 
     /// Waits up to `timeout` seconds (forever when None) for the daemon to end; true once it
-    /// has.
+    /// has. A daemon that ended on its own raises the error that ended it.
     pub fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         self.guard.check()?;
         let daemon = &**self.daemon;
         let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
+        if let Some(failure) = daemon.failure() {
+            return Err(NativeError::from(failure).into());
+        }
         Ok(ended.is_some())
     }
 
