@@ -38,3 +38,22 @@ def test_topics_create_then_list(kafka_bootstrap: str) -> None:
         [*run, "list", *common], capture_output=True, text=True, check=True, timeout=60
     )
     assert f"{name}\t2 partitions" in listed.stdout.splitlines()
+
+
+def test_topics_create_names_the_setting_the_broker_refuses(kafka_bootstrap: str) -> None:
+    shown = subprocess.run(
+        [
+            *(sys.executable, "-m", "ferrokafka", "topics", "create", "test-cli-refused-config"),
+            *("--config", "unknown.key=1", "--bootstrap-servers", kafka_bootstrap),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 2, shown.stderr
+    assert "Traceback" not in shown.stderr
+    assert shown.stderr.splitlines()[-1] == (
+        "ferrokafka topics create: error: argument --config: the broker refused a topic setting "
+        "(an unknown key or a bad value) among: unknown.key"
+    )
