@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from ferrokafka import codecs
+from ferrokafka import _librdkafka_log, codecs
 from ferrokafka._native import (
     Batch,
     BrokerMetadata,
@@ -38,6 +38,8 @@ from ferrokafka.exceptions import (
     ScheduleError,
 )
 from ferrokafka.producer import AsyncProducer
+
+_librdkafka_log.install()
 
 __all__ = [
     "AsyncConsumer",

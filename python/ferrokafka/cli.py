@@ -13,24 +13,30 @@ Example:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
-import math
+import shlex
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ferrokafka import __version__
 from ferrokafka._native import Client, NewTopic
-from ferrokafka.exceptions import FerrokafkaError
+from ferrokafka.exceptions import KafkaError
 from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, Reporter
 
 if TYPE_CHECKING:
     from ferrokafka.status import StatusReader
 
 log = logging.getLogger("ferrokafka.cli")
+
+
+class _UsageError(Exception):
+    """Arguments that parsed but cannot work together (or a missing extra): shown as the
+    command's usage error, exit status 2, before anything starts."""
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -49,7 +55,17 @@ def _topics_list(args: argparse.Namespace) -> int:
 def _topics_create(args: argparse.Namespace) -> int:
     config = dict(args.config)
     topic = NewTopic(args.name, args.partitions, args.replication_factor, config)
-    created = _client(args).create_topics([topic], timeout=args.timeout, exist_ok=args.exist_ok)
+    try:
+        created = _client(args).create_topics([topic], timeout=args.timeout, exist_ok=args.exist_ok)
+    except KafkaError as err:
+        if err.name != "INVALID_CONFIG" or not config:
+            raise
+        # The broker's reply names the setting, but librdkafka's Rust binding drops that text:
+        # name the keys given (there is often one), not their values.
+        raise _UsageError(
+            "argument --config: the broker refused a topic setting (an unknown key or a bad "
+            f"value) among: {', '.join(sorted(config))}"
+        ) from None
     print(f"created {args.name}" if created else f"{args.name} already exists")
     return 0
 
@@ -94,8 +110,10 @@ def _add_reporter_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--report", action="store_true", help="send process reports and errors to Kafka"
     )
-    group.add_argument("--reports-topic", default=DEFAULT_REPORTS_TOPIC, metavar="NAME")
-    group.add_argument("--errors-topic", default=DEFAULT_ERRORS_TOPIC, metavar="NAME")
+    group.add_argument(
+        "--reports-topic", type=_topic, default=DEFAULT_REPORTS_TOPIC, metavar="NAME"
+    )
+    group.add_argument("--errors-topic", type=_topic, default=DEFAULT_ERRORS_TOPIC, metavar="NAME")
     group.add_argument(
         "--report-interval",
         type=_positive_seconds,
@@ -143,6 +161,10 @@ def _scheduler(args: argparse.Namespace) -> int:
 
 def _redelivery(args: argparse.Namespace) -> int:
     from ferrokafka.redelivery import RedeliveryTracker
+
+    if args.markers_topic == args.queue_topic:
+        # QueueConsumer refuses one topic for both; a tracker on it would redeliver its markers.
+        raise _UsageError("argument --markers-topic: must differ from --queue-topic")
 
     return _run_until_signalled(
         lambda: RedeliveryTracker(
@@ -214,29 +236,47 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    try:
-        from ferrokafka.dashboard import serve
-    except ImportError as missing:
-        log.error(
-            "the dashboard needs the 'dashboard' extra (%s): pip install 'ferrokafka[dashboard]'",
-            missing,
-        )
-        return 2
+    _require("dashboard", "starlette", "uvicorn")
+    from ferrokafka.dashboard import listen, serve
 
     def stopped(signum: int, _frame: object) -> None:
         log.info("received %s, stopped", signal.Signals(signum).name)
 
-    reader = _status_reader(args)
-    if absent := ", ".join(map(repr, reader.missing_topics)):
-        log.warning("topic %s does not exist (yet): shown once it appears", absent)
-    # uvicorn stops on SIGTERM and then raises it again under the handler it found: with this
-    # one the process gets to stop the reader and exit with status 0.
-    signal.signal(signal.SIGTERM, stopped)
+    # Bound before the topics are read and the URL announced: a port in use is a usage error.
     try:
-        serve(reader, host=args.host, port=args.port, refresh_seconds=args.refresh)
-    finally:
-        reader.stop()
+        listening = listen(args.host, args.port)
+    except OSError as err:
+        raise _UsageError(
+            f"argument --port: cannot listen on {args.host}:{args.port}: {err.strerror or err}"
+        ) from None
+    with listening:
+        reader = _status_reader(args)
+        if absent := ", ".join(map(repr, reader.missing_topics)):
+            log.warning("topic %s does not exist (yet): shown once it appears", absent)
+        # uvicorn stops on SIGTERM and then raises it again under the handler it found: with
+        # this one the process gets to stop the reader and exit with status 0.
+        signal.signal(signal.SIGTERM, stopped)
+        try:
+            serve(
+                reader,
+                host=args.host,
+                port=args.port,
+                refresh_seconds=args.refresh,
+                listening=listening,
+            )
+        finally:
+            reader.stop()
     return 0
+
+
+def _require(extra: str, *modules: str) -> None:
+    """A usage error unless ``modules`` can be imported (they come with ``extra``)."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise _UsageError(
+            f"needs {', '.join(missing)}, from the '{extra}' extra: "
+            f"pip install 'ferrokafka[{extra}]'"
+        )
 
 
 def _add_status_options(sub: argparse.ArgumentParser) -> None:
@@ -245,12 +285,14 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
 
     sub.add_argument(
         "--reports-topic",
+        type=_topic,
         default=DEFAULT_REPORTS_TOPIC,
         metavar="NAME",
         help=f"process reports topic (default: {DEFAULT_REPORTS_TOPIC})",
     )
     sub.add_argument(
         "--errors-topic",
+        type=_topic,
         default=DEFAULT_ERRORS_TOPIC,
         metavar="NAME",
         help=f"error reports topic (default: {DEFAULT_ERRORS_TOPIC})",
@@ -258,6 +300,7 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--states-topic",
         action="append",
+        type=_topic,
         default=None,
         metavar="NAME",
         help="scheduler states topic to read (repeatable; default: every topic ending in _states)",
@@ -271,7 +314,7 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
     )
     sub.add_argument(
         "--max-errors",
-        type=_positive_int,
+        type=_count_kept,
         default=100,
         metavar="N",
         help="newest errors kept (default: 100)",
@@ -288,6 +331,7 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
 
 
 def _spark_demo(args: argparse.Namespace) -> int:
+    _require("spark", "pyspark", "pyarrow", "pandas")
     from ferrokafka.spark_demo import run_spark_demo
 
     run_spark_demo(args.bootstrap_servers, rows=args.rows, timeout=args.timeout)
@@ -325,14 +369,21 @@ def _int_from(
     return parse
 
 
+# The longest wait any option takes: a day. Beyond it a timer overflows (1e308 s stopped the
+# reporter thread) while no deployment means it.
+_MOST_SECONDS = 86_400.0
+
+
 def _positive_seconds(text: str) -> float:
-    """A finite number of seconds ``> 0``."""
+    """A number of seconds ``> 0`` and at most a day."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text}")
+    if not (0 < value <= _MOST_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds > 0 and <= {_MOST_SECONDS:g}, got {text}"
+        )
     return value
 
 
@@ -353,10 +404,44 @@ def _refresh_seconds(text: str) -> float:
     return value
 
 
-_positive_int = _int_from(1)
-_non_negative_int = _int_from(0)
+# Kafka's rule for topic names (its Topic.validate): these characters, at most 249 of them.
+_TOPIC_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_TOPIC_MAX_LENGTH = 249
+
+
+def _topic(text: str) -> str:
+    """A name Kafka accepts for a topic."""
+    if (
+        not text
+        or len(text) > _TOPIC_MAX_LENGTH
+        or text in (".", "..")
+        or not set(text) <= _TOPIC_CHARACTERS
+    ):
+        raise argparse.ArgumentTypeError(
+            f"expected a topic name (1 to {_TOPIC_MAX_LENGTH} of a-z A-Z 0-9 . _ -), got {text!r}"
+        )
+    return text
+
+
+def _non_empty(text: str) -> str:
+    """Any text but the empty one (a group id, an instance id, an address)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a non-empty value")
+    return text
+
+
 _port = _int_from(1, most=65535)
-_broker_default_or_positive = _int_from(1, also=-1)
+_milliseconds = _int_from(1, most=int(_MOST_SECONDS * 1000))
+# librdkafka's bounds for a new topic (RD_KAFKAP_PARTITIONS_MAX, RD_KAFKAP_BROKERS_MAX).
+_partition_count = _int_from(1, most=100_000, also=-1)
+_replication_factor = _int_from(1, most=10_000, also=-1)
+# A dispatched chunk holds a target and its tombstone, and fits librdkafka's default producer
+# queue (queue.buffering.max.messages, 100,000).
+_flush_batch_size = _int_from(2, most=100_000)
+_redeliveries = _int_from(0, most=2**32 - 1)  # the tracker counts them in 32 bits
+_count_shown = _int_from(0, most=100_000)
+_count_kept = _int_from(1, most=100_000)
+_demo_rows = _int_from(1, most=1_000_000)
 
 
 SECURED_CLUSTER_HELP = """\
@@ -384,12 +469,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="logging level (default: INFO)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required for argparse: main() names an unknown option before a missing command.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.set_defaults(usage_error=parser.error, missing="COMMAND")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(usage_error=sub.error)
         sub.add_argument(
             "--bootstrap-servers",
+            type=_non_empty,
             default="127.0.0.1:9092",
             metavar="HOST:PORT",
             help="Kafka bootstrap servers (default: 127.0.0.1:9092)",
@@ -409,36 +498,40 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.add_argument(
         "--schedules-topic",
         action="append",
+        type=_topic,
         required=True,
         metavar="NAME",
         help="a schedules topic to serve (repeat for several)",
     )
     scheduler.add_argument(
         "--group-id",
+        type=_non_empty,
         default="karafka_scheduled_messages",
         help="consumer group (default: Karafka's, karafka_scheduled_messages)",
     )
     scheduler.add_argument(
         "--instance-id",
+        type=_non_empty,
         metavar="ID",
         help="group.instance.id (static membership): a restart under the same id takes its "
         "partitions back at once instead of after the session timeout; unique per daemon",
     )
     scheduler.add_argument(
         "--dead-letter-topic",
+        type=_topic,
         metavar="NAME",
         help="copy schedules whose target the broker refuses for good here (default: none; "
         "they are counted as failed and logged)",
     )
     scheduler.add_argument(
         "--flush-batch-size",
-        type=_positive_int,
+        type=_flush_batch_size,
         default=1000,
-        help="messages (targets plus tombstones) per dispatched chunk",
+        help="messages (targets plus tombstones) per dispatched chunk, 2 to 100000 (default: 1000)",
     )
     scheduler.add_argument(
         "--interval-ms",
-        type=_positive_int,
+        type=_milliseconds,
         default=5000,
         help="least milliseconds between periodic state reports (default: 5000)",
     )
@@ -459,26 +552,30 @@ def build_parser() -> argparse.ArgumentParser:
         "Run the redelivery tracker (KMQ pattern) until SIGTERM/SIGINT: redeliver queue "
         "messages whose markers were not acknowledged in time.",
     )
-    redelivery.add_argument("--queue-topic", required=True, metavar="NAME")
-    redelivery.add_argument("--markers-topic", required=True, metavar="NAME")
+    redelivery.add_argument("--queue-topic", type=_topic, required=True, metavar="NAME")
+    redelivery.add_argument("--markers-topic", type=_topic, required=True, metavar="NAME")
     redelivery.add_argument(
         "--max-redeliveries",
-        type=_non_negative_int,
+        type=_redeliveries,
         default=3,
         help="redeliveries before a message is dead-lettered (default: 3)",
     )
     redelivery.add_argument(
         "--dead-letter-topic",
+        type=_topic,
         default=None,
         metavar="NAME",
         help="where messages go after --max-redeliveries (default: none; logged and dropped)",
     )
     redelivery.add_argument(
-        "--group-id", default=None, help="default: ferrokafka-redelivery-<markers topic>"
+        "--group-id",
+        type=_non_empty,
+        default=None,
+        help="default: ferrokafka-redelivery-<markers topic>",
     )
     redelivery.add_argument(
         "--commit-interval-ms",
-        type=_positive_int,
+        type=_milliseconds,
         default=5_000,
         help="most milliseconds between markers offset commits (default: 5000)",
     )
@@ -516,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument(
         "--show-errors",
-        type=_non_negative_int,
+        type=_count_shown,
         default=10,
         metavar="N",
         help="errors shown in the table (default: 10)",
@@ -532,7 +629,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status_options(dashboard)
     dashboard.add_argument("--port", type=_port, default=8080, help="HTTP port (default: 8080)")
     dashboard.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+        "--host",
+        type=_non_empty,
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1)",
     )
     dashboard.add_argument(
         "--refresh",
@@ -551,15 +651,22 @@ def build_parser() -> argparse.ArgumentParser:
         "Run a small Spark job (local[2]) against a broker: UDFs, scheduling, reports.",
     )
     spark_demo.add_argument(
-        "--rows", type=_positive_int, default=1000, help="rows to schedule (default: 1000)"
+        "--rows",
+        type=_demo_rows,
+        default=1000,
+        help="rows to schedule, at most 1000000 (default: 1000)",
     )
     spark_demo.set_defaults(run=_spark_demo)
 
     topics = commands.add_parser("topics", help="List or create topics.")
-    topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    topics.set_defaults(usage_error=topics.error, missing="ACTION")
+    topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION")
     listing = topic_commands.add_parser("list", help="List topics with their partition counts.")
+    listing.set_defaults(usage_error=listing.error)
     listing.add_argument("--all", action="store_true", help="include internal topics")
-    listing.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")
+    listing.add_argument(
+        "--bootstrap-servers", type=_non_empty, default="127.0.0.1:9092", metavar="HOST:PORT"
+    )
     listing.add_argument("--timeout", type=_positive_seconds, default=30.0)
     listing.add_argument(
         "--config",
@@ -572,9 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.set_defaults(run=_topics_list)
     create = topic_commands.add_parser("create", help="Create a topic.")
-    create.add_argument("name")
-    create.add_argument("--partitions", type=_broker_default_or_positive, default=-1)
-    create.add_argument("--replication-factor", type=_broker_default_or_positive, default=-1)
+    create.set_defaults(usage_error=create.error)
+    create.add_argument("name", type=_topic)
+    create.add_argument("--partitions", type=_partition_count, default=-1)
+    create.add_argument("--replication-factor", type=_replication_factor, default=-1)
     create.add_argument(
         "--config",
         action="append",
@@ -592,26 +700,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="librdkafka setting of the client, e.g. security.protocol=SSL (repeatable)",
     )
     create.add_argument("--exist-ok", action="store_true")
-    create.add_argument("--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT")
+    create.add_argument(
+        "--bootstrap-servers", type=_non_empty, default="127.0.0.1:9092", metavar="HOST:PORT"
+    )
     create.add_argument("--timeout", type=_positive_seconds, default=30.0)
     create.set_defaults(run=_topics_create)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ferrokafka`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``ferrokafka`` console script; returns the exit status.
+
+    Bad arguments are usage errors (status 2); an error while a command runs is one line
+    ``ferrokafka: error: ...`` (status 1), its traceback logged at ``--log-level DEBUG``;
+    Ctrl-C ends with status 130."""
+    args, unknown = build_parser().parse_known_args(argv)
+    usage_error: Callable[[str], NoReturn] = args.usage_error
+    if unknown:
+        # Quoted as a shell would take them back: an empty argument shows as ''.
+        usage_error(f"unrecognized arguments: {shlex.join(unknown)}")
+    if not hasattr(args, "run"):
+        usage_error(f"the following arguments are required: {args.missing}")
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         status: int = args.run(args)
-    except FerrokafkaError as err:
-        log.error("%s: %s", type(err).__name__, err)
-        return 1
+    except _UsageError as err:
+        usage_error(str(err))
     except KeyboardInterrupt:
         return 130
+    except Exception as err:
+        log.debug("%s failed", args.command, exc_info=True)
+        print(f"ferrokafka: error: {_one_line(err)}", file=sys.stderr)
+        return 1
     return status
+
+
+def _one_line(err: Exception) -> str:
+    """``err`` as its type and message on one line (an engine's message may span several)."""
+    return " ".join(f"{type(err).__name__}: {err}".split())
 
 
 if __name__ == "__main__":

@@ -28,12 +28,14 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import logging
+import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -582,6 +584,24 @@ class _Core:
         return self.raw.stats().as_dict()
 
 
+@contextlib.contextmanager
+def _sigint_sets(stopping: threading.Event) -> Iterator[None]:
+    """Inside the block Ctrl-C sets ``stopping`` instead of raising ``KeyboardInterrupt``
+    anywhere in the main thread (half way through a stop, say); a handler the application
+    installed, or a call from another thread, is left alone."""
+    own = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    if own:
+        signal.signal(signal.SIGINT, lambda _signum, _frame: stopping.set())
+    try:
+        yield
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class Consumer:
     """Runs ``handler`` on batches from each assigned partition: in order within a partition,
     partitions concurrently, each on its own Python thread.
@@ -703,14 +723,17 @@ class Consumer:
 
     def run(self) -> None:
         """Start, then block until :meth:`stop` is called (from another thread or a callback)
-        or Ctrl-C, and stop."""
-        self.start()
-        try:
-            while not self._engine_stopped.wait(_EVENT_SECONDS):
-                if self._stopping.is_set():
-                    self.stop()
-        finally:
-            self.stop()
+        or Ctrl-C, and stop. Ctrl-C (SIGINT, when Python's default handler is in place and
+        ``run`` is called from the main thread) stops it as :meth:`stop` does, finished
+        batches committed, and ``run`` returns: no ``KeyboardInterrupt``."""
+        with _sigint_sets(self._stopping):
+            self.start()
+            try:
+                while not self._engine_stopped.wait(_EVENT_SECONDS):
+                    if self._stopping.is_set():
+                        self.stop()
+            finally:
+                self.stop()
 
     def __enter__(self) -> Consumer:
         self.start()

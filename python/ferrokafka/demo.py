@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from ferrokafka._native import Client, Message, NewTopic
@@ -104,7 +105,7 @@ def _scheduler_demo(client: Client, bootstrap_servers: str, timeout: float) -> N
         epoch,
         {"topic": schedules},
     )
-    print(f"scheduler: scheduled {proxy.key} for {time.strftime('%H:%M:%S', time.gmtime(epoch))}Z")
+    print(f"scheduler: scheduled {proxy.key} for {datetime.fromtimestamp(epoch, UTC).isoformat()}")
     with Scheduler(
         {"bootstrap.servers": bootstrap_servers},
         [schedules],

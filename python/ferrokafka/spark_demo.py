@@ -13,13 +13,14 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
 import threading
 import time
 import uuid
+import warnings
+from datetime import UTC, datetime
 from typing import Any
 
 from ferrokafka._native import Batch, Client, NewTopic
@@ -29,6 +30,8 @@ from ferrokafka.tracking import Reporter
 
 log = logging.getLogger("ferrokafka.spark_demo")
 
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+
 
 def _session(app: str) -> object:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -37,11 +40,22 @@ def _session(app: str) -> object:
     from pyspark.sql import SparkSession
 
     package = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+    # Spark resolves the connector with Ivy through Maven Central and then
+    # repos.spark-packages.org, which the connector does not need. Where that host does not
+    # resolve, each parent POM fetched on a first run makes Ivy print "You probably access the
+    # destination server through a proxy server that is not well configured." Spark roots both
+    # resolvers at DEFAULT_ARTIFACT_REPOSITORY when it is set: Maven Central, unless the user
+    # named a mirror.
+    os.environ.setdefault("DEFAULT_ARTIFACT_REPOSITORY", MAVEN_CENTRAL)
+    # pyspark's Py4J converters import pyspark.testing.utils, whose import checks pandas and
+    # warns that pandas 3 is "not yet fully supported"; the demo's UDFs use Arrow, not pandas.
+    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     spark = (
         SparkSession.builder.master("local[2]")
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")  # times show as ISO 8601 in UTC
         .config("spark.jars.packages", package)
         .getOrCreate()
     )
@@ -103,7 +117,8 @@ def run_spark_demo(bootstrap_servers: str, rows: int = 1000, timeout: float = 60
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"scheduled messages did not all arrive in {timeout} s")
                 time.sleep(0.5)
-            print(f"   all {rows} dispatched by the scheduler, from {epoch} on")
+            since = datetime.fromtimestamp(epoch, UTC).isoformat()
+            print(f"   all {rows} dispatched by the scheduler, due from {since} on")
         finally:
             daemon.stop()
         fks.read_states(spark, bootstrap_servers, f"{schedules}_states").select(
@@ -113,14 +128,23 @@ def run_spark_demo(bootstrap_servers: str, rows: int = 1000, timeout: float = 60
         print("3. a consumer with a tracking reporter reads the reminders; its reports as rows")
         _consume_with_reporter(bootstrap_servers, target, reports, errors, rows, timeout)
         frame = fks.read_reports(spark, bootstrap_servers, reports)
-        frame.select("process_id", "status", "lag", "dispatched_at").show(truncate=False)
-        fks.lag_table(frame).show(truncate=False)
+        frame.select("process_id", "status", "lag", _iso_time("dispatched_at")).show(truncate=False)
+        lags = fks.lag_table(frame)
+        lags.withColumn("dispatched_at", _iso_time("dispatched_at")).show(truncate=False)
     finally:
         client.delete_topics(
             [schedules, f"{schedules}_states", target, reports, errors], timeout=30.0
         )
         spark.stop()
     log.info("spark demo finished")
+
+
+def _iso_time(seconds: str) -> Any:
+    """The column of Unix seconds ``seconds`` as ISO 8601 text in UTC, to the millisecond."""
+    from pyspark.sql import functions as F
+
+    iso = F.date_format(F.timestamp_seconds(seconds), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
+    return iso.alias(seconds)
 
 
 def _consume_with_reporter(
@@ -170,14 +194,10 @@ def _all_committed(partitions: list[dict[str, Any]]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ferrokafka.spark_demo", description=__doc__)
-    parser.add_argument("--bootstrap-servers", default="127.0.0.1:9092")
-    parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--timeout", type=float, default=60.0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    run_spark_demo(args.bootstrap_servers, rows=args.rows, timeout=args.timeout)
-    return 0
+    """``python -m ferrokafka.spark_demo``: the same as ``ferrokafka spark-demo``."""
+    from ferrokafka.cli import main as cli_main
+
+    return cli_main(["spark-demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

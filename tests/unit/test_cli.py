@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import ferrokafka
 from ferrokafka.cli import build_parser, main
 
 
@@ -25,10 +29,147 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_kafka_errors_become_exit_status_1(caplog: pytest.LogCaptureFixture) -> None:
+def test_kafka_errors_become_exit_status_1(capsys: pytest.CaptureFixture[str]) -> None:
     status = main(["topics", "list", "--bootstrap-servers", "127.0.0.1:1", "--timeout", "0.5"])
     assert status == 1
-    assert "KafkaTimeoutError" in caplog.text
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1
+    assert errors[0].startswith("ferrokafka: error: KafkaTimeoutError: list_topics timed out")
+
+
+def test_an_unexpected_error_is_one_line_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A setting librdkafka refuses only once the client is made: an error while running.
+    status = main(["topics", "list", "--config", "socket.timeout.ms=-5", "--timeout", "0.5"])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("ferrokafka: error: ConfigError: ")
+    assert "Traceback" not in err + caplog.text
+
+
+def _ferrokafka(
+    *argv: str, env: dict[str, str] | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ferrokafka", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _assert_usage_error(shown: subprocess.CompletedProcess[str], naming: str) -> None:
+    """Exit status 2 and argparse's own shape: the usage, then one error line naming
+    ``naming``; no traceback."""
+    assert "Traceback" not in shown.stderr
+    assert shown.returncode == 2, shown.stderr
+    lines = shown.stderr.splitlines()
+    errors = [line for line in lines if ": error: " in line]
+    assert len(errors) == 1, shown.stderr
+    assert errors[0] == lines[-1]
+    assert errors[0].startswith("ferrokafka")
+    assert naming in errors[0]
+    assert lines[0].startswith("usage: ferrokafka")
+    assert all(line.startswith(" ") for line in lines[1:-1]), shown.stderr  # the usage's lines
+
+
+HUGE = "99999999999999999999999"
+
+
+@pytest.mark.parametrize(
+    ("argv", "naming"),
+    [
+        (["scheduler", "--schedules-topic", ""], "argument --schedules-topic"),
+        (["scheduler", "--schedules-topic", "s", "--instance-id", ""], "argument --instance-id"),
+        (["scheduler", "--schedules-topic", "s", "--group-id", ""], "argument --group-id"),
+        (["scheduler", "--schedules-topic", "s", "--dead-letter-topic", ""], "--dead-letter-topic"),
+        (["scheduler", "--schedules-topic", "s", "--flush-batch-size", HUGE], "--flush-batch-size"),
+        (["scheduler", "--schedules-topic", "s", "--flush-batch-size", "1"], "--flush-batch-size"),
+        (["scheduler", "--schedules-topic", "s", "--interval-ms", HUGE], "--interval-ms"),
+        (
+            ["scheduler", "--schedules-topic", "s", "--report-interval", "1e308"],
+            "--report-interval",
+        ),
+        (["scheduler", "--schedules-topic", "s", "--reports-topic", ""], "--reports-topic"),
+        (["redelivery", "--queue-topic", "", "--markers-topic", "m"], "argument --queue-topic"),
+        (["redelivery", "--queue-topic", "q", "--markers-topic", "a b"], "--markers-topic"),
+        (
+            ["redelivery", "--queue-topic", "q", "--markers-topic", "m", "--dead-letter-topic", ""],
+            "argument --dead-letter-topic",
+        ),
+        (
+            [
+                "redelivery",
+                "--queue-topic",
+                "q",
+                "--markers-topic",
+                "m",
+                "--max-redeliveries",
+                HUGE,
+            ],
+            "argument --max-redeliveries",
+        ),
+        (
+            ["redelivery", "--queue-topic", "q", "--markers-topic", "m", "--group-id", ""],
+            "argument --group-id",
+        ),
+        (
+            ["redelivery", "--queue-topic", "jobs", "--markers-topic", "jobs"],
+            "argument --markers-topic: must differ from --queue-topic",
+        ),
+        (["status", "--reports-topic", ""], "argument --reports-topic"),
+        (["status", "--errors-topic", "."], "argument --errors-topic"),
+        (["status", "--states-topic", ""], "argument --states-topic"),
+        (["status", "--timeout", "1e308"], "argument --timeout"),
+        (["status", "--max-errors", HUGE], "argument --max-errors"),
+        (["status", "--show-errors", HUGE], "argument --show-errors"),
+        (["status", "--bootstrap-servers", ""], "argument --bootstrap-servers"),
+        (["dashboard", "--host", ""], "argument --host"),
+        (["topics", "create", "--", ""], "argument name"),
+        (["topics", "create", "x", "--", ""], "unrecognized arguments: ''"),
+        (["topics", "create", "x" * 250], "argument name"),
+        (["topics", "create", "x", "--partitions", "99999999999"], "argument --partitions"),
+        (["topics", "create", "x", "--replication-factor", "10001"], "--replication-factor"),
+        (["spark-demo", "--rows", HUGE], "argument --rows"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["status", "--bogus"], "unrecognized arguments: --bogus"),
+        (["topics", "--bogus"], "unrecognized arguments: --bogus"),
+        ([], "the following arguments are required: COMMAND"),
+        (["topics"], "the following arguments are required: ACTION"),
+    ],
+)
+def test_bad_arguments_end_in_one_usage_error_line(argv: list[str], naming: str) -> None:
+    # Nothing may start: a daemon started anyway shows as the timeout.
+    _assert_usage_error(_ferrokafka(*argv, timeout=20), naming)
+
+
+def test_a_missing_extra_is_a_usage_error(tmp_path: Path) -> None:
+    # An installation of ferrokafka alone: its package, without the site-packages that hold
+    # pyspark, pyarrow, pandas, starlette and uvicorn.
+    (tmp_path / "ferrokafka").symlink_to(Path(ferrokafka.__file__).parent)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    for command, extra in [("spark-demo", "spark"), ("dashboard", "dashboard")]:
+        shown = subprocess.run(
+            [sys.executable, "-S", "-m", "ferrokafka", command],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+        _assert_usage_error(shown, f"pip install 'ferrokafka[{extra}]'")
+
+
+def test_a_dashboard_port_in_use_fails_before_announcing_its_url() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        shown = _ferrokafka("dashboard", "--port", str(port), "--bootstrap-servers", "127.0.0.1:1")
+    _assert_usage_error(shown, f"argument --port: cannot listen on 127.0.0.1:{port}")
+    assert "dashboard on http" not in shown.stderr
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -31,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from ferrokafka.status import StatusReader, render_prometheus
 
-__all__ = ["STATIC_DIR", "create_app", "serve"]
+__all__ = ["STATIC_DIR", "create_app", "listen", "serve"]
 
 log = logging.getLogger("ferrokafka.dashboard")
 
@@ -78,21 +79,36 @@ def create_app(reader: StatusReader, refresh_seconds: float = 2.0) -> Starlette:
     )
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` for :func:`serve`; ``OSError`` when the port is
+    in use or the address is not this host's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
 def serve(
-    reader: StatusReader, host: str = "127.0.0.1", port: int = 8080, refresh_seconds: float = 2.0
+    reader: StatusReader,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    refresh_seconds: float = 2.0,
+    listening: socket.socket | None = None,
 ) -> None:
     """Serve the dashboard with uvicorn until Ctrl-C / SIGTERM (``reader`` must be started).
+
+    The port is bound before the URL is logged, so a port in use raises ``OSError`` first;
+    ``listening``: a socket from :func:`listen` bound already (``host`` and ``port`` then only
+    name it in the log).
 
     Example:
         >>> serve(reader, port=8080)  # doctest: +SKIP
     """
     import uvicorn
 
+    if listening is None:
+        listening = listen(host, port)
     log.info("dashboard on http://%s:%d/", host, port)
-    uvicorn.run(
-        create_app(reader, refresh_seconds),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
+    config = uvicorn.Config(
+        create_app(reader, refresh_seconds), log_level="warning", access_log=False
     )
+    with listening:
+        uvicorn.Server(config).run(sockets=[listening])
