@@ -391,12 +391,15 @@ MIN_REFRESH_SECONDS = 0.5
 """The shortest refresh of ``status --watch`` and ``dashboard --refresh``: a faster one only
 burns CPU (``--watch 1e-9`` printed 674k lines in 15 s); reports come every few seconds."""
 
-MAX_REFRESH_SECONDS = 86_400.0
+MAX_REFRESH_SECONDS = _MOST_SECONDS
 
 
 def _refresh_seconds(text: str) -> float:
     """Seconds between refreshes, from :data:`MIN_REFRESH_SECONDS` to a day."""
-    value = _positive_seconds(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not MIN_REFRESH_SECONDS <= value <= MAX_REFRESH_SECONDS:
         raise argparse.ArgumentTypeError(
             f"expected {MIN_REFRESH_SECONDS:g} to {MAX_REFRESH_SECONDS:g} seconds, got {text}"
