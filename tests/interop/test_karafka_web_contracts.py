@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer, Batch, Client, Consumer
+from ferrokafka import AsyncProducer, Batch, Client, Consumer, codecs
 from ferrokafka.redelivery import RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics
 from ferrokafka.tracking import Reporter
@@ -80,17 +80,22 @@ def test_karafka_webs_contracts_reject_hand_written_broken_reports() -> None:
     untagged_job = process_report("host-1:4242:ab12cd", dispatched_at=1_700_000_000.5)
     untagged_job["jobs"] = [{"consumer": "handle", "tags": [1]}]
     error = error_report("e-1", occurred_at=1_700_000_000.5, process_id="host-1:4242:ab12cd")
-    verdicts = karafka_web_verdicts(
-        [
-            ("report", valid),
-            ("report", no_memory),
-            ("report", {**valid, "process": {**valid["process"], "tags": "spark"}}),
-            ("report", bad_partition),
-            ("report", untagged_job),
-            ("error", error),
-            ("error", {**error, "occurred_at": 1_700_000_000}),  # Integer, not Float
-        ]
-    )
+    requests: list[Request] = [
+        ("report", valid),
+        ("report", no_memory),
+        ("report", {**valid, "process": {**valid["process"], "tags": "spark"}}),
+        ("report", bad_partition),
+        ("report", untagged_job),
+        ("error", error),
+        ("error", {**error, "occurred_at": 1_700_000_000}),  # Integer, not Float
+    ]
+    verdicts = karafka_web_verdicts(requests)
+    # ferrokafka's own port of the rules (checked before every write) agrees with the Ruby.
+    ours = {
+        "report": codecs.consumer_report_violations_of,
+        "error": codecs.error_report_violations_of,
+    }
+    assert [bool(ours[c](r)) for c, r in requests] == [bool(v) for v in verdicts]
     assert verdicts == [
         [],
         ["process.memory_usage: needs to be present"],
