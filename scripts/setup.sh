@@ -24,6 +24,9 @@ perl -MIPC::Cmd -e 1 2>/dev/null || { step "installing perl (needed to build Ope
 need openssl openssl
 need chromium chromium                # headless browser for the dashboard test (Playwright)
 need chromedriver chromium-driver
+# Karafka Web's own tracking contracts (Ruby, vendored under tests/interop) judge ferrokafka's
+# reports; Debian's ruby is all they need (about 35 s to install).
+need ruby ruby
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

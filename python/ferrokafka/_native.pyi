@@ -494,8 +494,10 @@ def encode_state_report(report: Mapping[str, Any], level: int = 6) -> bytes:
 
     The fields are Karafka's: ``schema_version`` ("1.0.0"), ``dispatched_at``, ``state``,
     ``offsets`` {``low``, ``high``}, ``daily`` {"YYYY-MM-DD": count}, ``started_at``,
-    ``reloads``, plus ferrokafka's ``skipped_records`` and ``dispatched`` (default 0). An invalid
-    report raises :class:`ferrokafka.CodecError` naming the field; values that are not JSON raise
+    ``reloads``, plus ferrokafka's ``skipped_records``, ``dispatched`` and ``failed`` (the
+    encoder writes 0 for any of these three not given). Anything else is written exactly as
+    given: an invalid report (a field missing, of the wrong type or unknown) raises
+    :class:`ferrokafka.CodecError` naming the field; values that are not JSON raise
     ``TypeError``/``ValueError`` with their path. Example:
         >>> blob = encode_state_report({"schema_version": "1.0.0", "dispatched_at": 1.5,
         ...     "state": "loaded", "offsets": {"low": 0, "high": 9}, "daily": {},
@@ -514,9 +516,12 @@ def decode_state_report(data: bytes, max_inflated: int = 67108864) -> dict[str, 
 
 def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
     """Validate a Karafka Web consumer report (schema 1.7.0, every rule of Karafka Web's
-    contracts) and encode it as zlib-compressed JSON; a broken rule raises
-    :class:`ferrokafka.CodecError` naming the field and the rule. The schema is the Rust core's
-    (``ferrokafka_core::codec::report``); the Reporter builds reports with :class:`ReportBuilder`.
+    contracts) and encode it as zlib-compressed JSON, exactly as given: a broken rule raises
+    :class:`ferrokafka.CodecError` naming the field (its dotted JSON path, e.g.
+    ``process.memory_usage``) and the rule, and so does anything the schema would not write as
+    given (an unknown field, ``null`` for an optional one); nothing is filled in or converted.
+    The schema is the Rust core's (``ferrokafka_core::codec::report``); the Reporter builds
+    reports with :class:`ReportBuilder`.
 
     Example:
         >>> blob = encode_process_report(report)  # doctest: +SKIP
@@ -534,7 +539,10 @@ def decode_process_report(data: bytes, max_inflated: int = 67108864) -> dict[str
 def encode_error_report(report: Mapping[str, Any], level: int = 6) -> bytes:
     """Validate an error report and encode it as zlib-compressed JSON.
 
-    Error schema 1.2.0 (with ``id``); the error message must be at most 10,000 characters.
+    Error schema 1.2.0 (with ``id``), every rule of Karafka Web's error contract; the error
+    message must be at most 10,000 characters. Written exactly as given, but for
+    ``process.tags``, which the contract makes optional and the encoder writes as ``[]`` when
+    not given; an invalid report raises :class:`ferrokafka.CodecError` naming the field.
     Example:
         >>> blob = encode_error_report(error)  # doctest: +SKIP
         >>> decode_error_report(blob)["error_class"]  # doctest: +SKIP

@@ -13,7 +13,7 @@ import pytest
 
 from ferrokafka import CodecError, ScheduleError, codecs
 from ferrokafka.codecs import Marker
-from tests import reports
+from tests import reports, tracking_samples
 
 SIZES = [0, 1, 1000, 70_000, 300_000]  # 70 KB and up also take the detached path
 
@@ -300,6 +300,69 @@ def test_process_report_round_trips_with_int_partition_keys() -> None:
     topic = subscription["topics"]["orders"]
     topic["partitions"] = {int(k): v for k, v in topic["partitions"].items()}
     assert codecs.decode_process_report(codecs.encode_process_report(by_int)) == process_report()
+
+
+def _changed(report: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``report`` with the dotted ``path`` set to ``value`` (or removed when
+    ``value`` is ``DELETE``)."""
+    copy: dict[str, Any] = json.loads(json.dumps(report))
+    *parents, last = path.split(".")
+    target = copy
+    for key in parents:
+        target = target[key]
+    if value is DELETE:
+        del target[last]
+    else:
+        target[last] = value
+    return copy
+
+
+DELETE = object()
+SUBSCRIPTION = "consumer_groups.billing.subscription_groups.billing_0"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "refusal"),
+    [
+        ("process.memory_usage", DELETE, r"process\.memory_usage: required Integer >= 0"),
+        (f"{SUBSCRIPTION}.instance_id", True, r"billing_0\.instance_id: required false or String"),
+        ("process", ["a"], r"process: required Hash"),
+        ("process.memory_usgae", 5, r"process\.memory_usgae: not a field of this schema"),
+        ("process.bytes_sent", None, r"process\.bytes_sent: null is not valid here"),
+        ("stats.utilization", "12", r"stats\.utilization: required Numeric >= 0"),
+        ("jobs", {}, r"jobs: required Array"),
+    ],
+)
+def test_an_invalid_process_report_is_refused_naming_the_field_never_repaired(
+    path: str, value: Any, refusal: str
+) -> None:
+    with pytest.raises(CodecError, match=refusal):
+        codecs.encode_process_report(_changed(process_report(), path, value))
+
+
+def test_a_process_report_is_written_exactly_as_given() -> None:
+    report = process_report()
+    assert json.loads(zlib.decompress(codecs.encode_process_report(report))) == report
+
+
+def test_an_invalid_error_or_state_report_is_refused_never_repaired() -> None:
+    error = tracking_samples.error_report("e-1", occurred_at=1.7e9, process_id="h:1:a")
+    with pytest.raises(CodecError, match="error_class: required non-empty String"):
+        codecs.encode_error_report(_changed(error, "error_class", DELETE))
+    with pytest.raises(CodecError, match="process: required Hash"):
+        codecs.encode_error_report(_changed(error, "process", ["h:1:a", []]))
+    with pytest.raises(CodecError, match="detail: not a field of this schema"):
+        codecs.encode_error_report({**error, "detail": {"offset": 1}})
+    # Karafka Web's error contract makes the process's tags optional: written as [].
+    untagged = _changed(error, "process.tags", DELETE)
+    written = json.loads(zlib.decompress(codecs.encode_error_report(untagged)))
+    assert written == {**untagged, "process": {**untagged["process"], "tags": []}}
+    with pytest.raises(CodecError, match="offsets: required field missing"):
+        codecs.encode_state_report(_changed(state_report(), "offsets", DELETE))
+    # ferrokafka's own counters are the encoder's to fill (Karafka's tracker has none).
+    karafka = {k: v for k, v in state_report().items() if k not in ("dispatched", "failed")}
+    written = json.loads(zlib.decompress(codecs.encode_state_report(karafka)))
+    assert written == {**karafka, "dispatched": 0, "failed": 0}
 
 
 def test_invalid_process_and_error_reports_never_encode() -> None:

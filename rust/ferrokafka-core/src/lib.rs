@@ -22,7 +22,7 @@ pub mod schedule;
 pub use batch::{
     BatchBuffer, BufferLimits, DeliveryPolicy, Overflow, OverflowLimit, OverflowPolicy, PushOutcome,
 };
-pub use codec::json::{Document, decode_document, encode_document};
+pub use codec::json::{Document, decode_document, encode_document, encode_json_document};
 pub use deadline_queue::DeadlineQueue;
 pub use error::CoreError;
 pub use markers::{

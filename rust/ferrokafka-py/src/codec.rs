@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ferrokafka_core::codec::envelope::{
     self, Envelope, ProxyMessage, ProxyRecord, ScheduleLimits, TargetAddress, TargetMessage,
 };
-use ferrokafka_core::codec::json::{Document, decode_document, encode_document};
+use ferrokafka_core::codec::json::{Document, decode_document, encode_json_document};
 use ferrokafka_core::codec::marker_codec;
 use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport};
 use ferrokafka_core::codec::state::StateReport;
@@ -193,12 +193,8 @@ fn encode<'py, T: Document + Send + Sync>(
     let py = document.py();
     let mut nodes = 0;
     let value = json_of(document, &mut nodes).map_err(|err| err.into_err(T::NAME))?;
-    let document: T = serde_json::from_value(value).map_err(|err| CoreError::InvalidField {
-        field: T::NAME.to_owned(),
-        reason: err.to_string(),
-    })?;
     let packed = maybe_detached(py, nodes > DETACH_ABOVE_NODES, || {
-        encode_document(&document, level)
+        encode_json_document::<T>(&value, level)
     })?;
     Ok(PyBytes::new(py, &packed))
 }

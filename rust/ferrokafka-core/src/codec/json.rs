@@ -1,14 +1,25 @@
 //! Validated JSON documents carried zlib-compressed (the `zlib: true` payloads of scheduler
 //! state reports, process reports and error reports), and the schema-version rule they share.
 //!
-//! Invariants: [`encode_document`] validates before serialising, so an invalid document never
-//! reaches a topic; [`decode_document`] inflates at most the caller's limit before any JSON
+//! A document is written from its typed form ([`encode_document`]) or from JSON a caller gives
+//! ([`encode_json_document`]). Reading is lenient where Karafka's older schemas need it (serde
+//! defaults fill what an older writer did not send); writing JSON is not: the document is read
+//! with those same types, and if what would be written differs from what was given anywhere
+//! (a missing field filled with a default, `true` read as `false`, an array read as an object,
+//! an unknown field dropped), the document is refused naming the first such field. Only the
+//! fields a document lists in [`Document::FILLED_WHEN_MISSING`] may be left out and are written
+//! with their default.
+//!
+//! Invariants: [`encode_document`] and [`encode_json_document`] validate before serialising, so
+//! an invalid document never reaches a topic, and [`encode_json_document`] writes the JSON it was
+//! given or nothing; [`decode_document`] inflates at most the caller's limit before any JSON
 //! parsing, reports JSON syntax or shape errors as [`CoreError::Corrupt`] and validates the result.
 
 use std::cmp::Ordering;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::CoreError;
 use crate::codec::zlib;
@@ -22,8 +33,13 @@ pub trait Document: Serialize + DeserializeOwned {
     /// document read must pass.
     fn validate(&self) -> Result<(), CoreError>;
 
-    /// The further checks of a document this build writes (none by default).
-    fn validate_for_write(&self) -> Result<(), CoreError> {
+    /// Dotted paths of the fields that may be missing from the JSON given to
+    /// [`encode_json_document`]: they are written with their default (none by default).
+    const FILLED_WHEN_MISSING: &'static [&'static str] = &[];
+
+    /// The further checks of a document this build writes, over the JSON to be written (none
+    /// by default).
+    fn validate_written(_json: &Value) -> Result<(), CoreError> {
         Ok(())
     }
 }
@@ -31,11 +47,110 @@ pub trait Document: Serialize + DeserializeOwned {
 /// Validates `document` (as read and as written), serialises it as JSON and compresses it with zlib at `level`.
 pub fn encode_document<T: Document>(document: &T, level: u32) -> Result<Vec<u8>, CoreError> {
     document.validate()?;
-    document.validate_for_write()?;
-    let json = serde_json::to_vec(document).map_err(|err| {
+    let json = serde_json::to_value(document).map_err(|err| {
         CoreError::InvalidArgument(format!("{} is not serialisable as JSON: {err}", T::NAME))
     })?;
-    zlib::deflate(&json, level)
+    T::validate_written(&json)?;
+    pack(&json, level)
+}
+
+/// Validates the document `json` (as written, then as read), refuses it if it would not be
+/// written exactly as given (see the module docs), and compresses it with zlib at `level`.
+pub fn encode_json_document<T: Document>(json: &Value, level: u32) -> Result<Vec<u8>, CoreError> {
+    T::validate_written(json)?;
+    let document =
+        T::deserialize(json).map_err(|err| CoreError::invalid_field(T::NAME, err.to_string()))?;
+    let written = serde_json::to_value(&document).map_err(|err| {
+        CoreError::InvalidArgument(format!("{} is not serialisable as JSON: {err}", T::NAME))
+    })?;
+    let mut path = String::new();
+    if let Some(reason) = first_change(json, &written, &mut path, T::FILLED_WHEN_MISSING) {
+        let field = if path.is_empty() { T::NAME } else { &path };
+        return Err(CoreError::invalid_field(field, reason));
+    }
+    document.validate()?;
+    pack(&written, level)
+}
+
+fn pack(json: &Value, level: u32) -> Result<Vec<u8>, CoreError> {
+    let text = serde_json::to_vec(json)
+        .map_err(|err| CoreError::InvalidArgument(format!("not serialisable as JSON: {err}")))?;
+    zlib::deflate(&text, level)
+}
+
+/// Longest value quoted in a refusal, in characters.
+const QUOTED_CHARS: usize = 60;
+
+fn quoted(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(QUOTED_CHARS) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text,
+    }
+}
+
+/// Why `written` is not `given`, with `path` left at the first place they differ; `None` when
+/// they are the same document. An integer given where a float is written is the same number.
+fn first_change(
+    given: &Value,
+    written: &Value,
+    path: &mut String,
+    filled: &[&str],
+) -> Option<String> {
+    let here = path.len();
+    let enter = |path: &mut String, key: &str| {
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(key);
+    };
+    match (given, written) {
+        (Value::Object(given), Value::Object(written)) => {
+            for (key, given_value) in given {
+                enter(path, key);
+                let Some(written_value) = written.get(key) else {
+                    return Some(if given_value.is_null() {
+                        "null is not valid here (it would be left out)".into()
+                    } else {
+                        "not a field of this schema".into()
+                    });
+                };
+                if let Some(reason) = first_change(given_value, written_value, path, filled) {
+                    return Some(reason);
+                }
+                path.truncate(here);
+            }
+            for key in written.keys().filter(|key| !given.contains_key(*key)) {
+                enter(path, key);
+                if !filled.contains(&path.as_str()) {
+                    return Some("required field missing".into());
+                }
+                path.truncate(here);
+            }
+            None
+        }
+        (Value::Array(given), Value::Array(written)) if given.len() == written.len() => {
+            for (i, (given_item, written_item)) in given.iter().zip(written).enumerate() {
+                enter(path, &i.to_string());
+                if let Some(reason) = first_change(given_item, written_item, path, filled) {
+                    return Some(reason);
+                }
+                path.truncate(here);
+            }
+            None
+        }
+        (Value::Number(number), Value::Number(float))
+            if !number.is_f64() && float.is_f64() && number.as_f64() == float.as_f64() =>
+        {
+            None
+        }
+        _ if given == written => None,
+        _ => Some(format!(
+            "{} is not valid here (it would be written as {})",
+            quoted(given),
+            quoted(written)
+        )),
+    }
 }
 
 /// Inflates at most `max_inflated` bytes of `payload`, parses the JSON and validates it.

@@ -24,7 +24,9 @@
 //! added `id`); fields a schema did not have yet decode as `None` (or Karafka Web's migration
 //! default, e.g. `poll_interval` 300 000 ms), unknown fields are ignored, and a report of a newer
 //! schema decodes with what can be read ([`ConsumerReport::newer_schema`] tells). Writing is
-//! stricter: [`crate::codec::report_rules`] checks every rule of Karafka Web's contracts first.
+//! stricter: [`crate::codec::report_rules`] checks every rule of Karafka Web's contracts first,
+//! and a report given as JSON is written exactly as given or refused (see
+//! [`crate::codec::json::encode_json_document`]): the read defaults never fill a written field.
 //!
 //! Invariants: a decoded report has a parseable schema version not older than the oldest read,
 //! `type` `"consumer"`, a non-empty process id and a finite `dispatched_at`; an encoded one
@@ -606,16 +608,26 @@ fn require_time(field: &str, seconds: f64) -> Result<(), CoreError> {
     Ok(())
 }
 
-/// Runs Karafka Web's contract rules over the document as it will be written.
-fn check_rules<T: Serialize>(
-    document: &T,
-    rules: fn(&serde_json::Value) -> Vec<report_rules::Violation>,
-) -> Result<(), CoreError> {
-    let value = serde_json::to_value(document)
-        .map_err(|err| CoreError::InvalidArgument(format!("not serialisable as JSON: {err}")))?;
-    match rules(&value).into_iter().next() {
+/// The first broken rule as an error naming its field.
+fn refuse_violations(violations: Vec<report_rules::Violation>) -> Result<(), CoreError> {
+    match violations.into_iter().next() {
         None => Ok(()),
         Some(violation) => Err(CoreError::invalid_field(violation.path, violation.rule)),
+    }
+}
+
+/// Refuses a written `schema_version` other than `current` (a missing or non-text one is left
+/// to the contract rules).
+fn require_written_version(json: &serde_json::Value, current: &str) -> Result<(), CoreError> {
+    match json
+        .get("schema_version")
+        .and_then(serde_json::Value::as_str)
+    {
+        Some(version) if version != current => Err(CoreError::invalid_field(
+            "schema_version",
+            format!("this build writes {current}"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -635,19 +647,17 @@ impl Document for ConsumerReport {
         require_text("process.id", &self.process.id)
     }
 
-    fn validate_for_write(&self) -> Result<(), CoreError> {
-        if self.schema_version != CONSUMER_SCHEMA_VERSION {
-            return Err(CoreError::invalid_field(
-                "schema_version",
-                format!("this build writes {CONSUMER_SCHEMA_VERSION}"),
-            ));
-        }
-        check_rules(self, report_rules::consumer_report_violations)
+    fn validate_written(json: &serde_json::Value) -> Result<(), CoreError> {
+        require_written_version(json, CONSUMER_SCHEMA_VERSION)?;
+        refuse_violations(report_rules::consumer_report_violations(json))
     }
 }
 
 impl Document for ErrorReport {
     const NAME: &'static str = "error report";
+
+    /// Karafka Web's error contract makes the process's tags optional; they are written as `[]`.
+    const FILLED_WHEN_MISSING: &'static [&'static str] = &["process.tags"];
 
     fn validate(&self) -> Result<(), CoreError> {
         check_readable_version(
@@ -660,20 +670,18 @@ impl Document for ErrorReport {
         require_text("process.id", &self.process.id)
     }
 
-    fn validate_for_write(&self) -> Result<(), CoreError> {
-        if self.schema_version != ERROR_SCHEMA_VERSION {
-            return Err(CoreError::invalid_field(
-                "schema_version",
-                format!("this build writes {ERROR_SCHEMA_VERSION}"),
-            ));
-        }
-        if self.error_message.chars().count() > MAX_ERROR_MESSAGE_CHARS {
+    fn validate_written(json: &serde_json::Value) -> Result<(), CoreError> {
+        require_written_version(json, ERROR_SCHEMA_VERSION)?;
+        let message = json
+            .get("error_message")
+            .and_then(serde_json::Value::as_str);
+        if message.is_some_and(|message| message.chars().count() > MAX_ERROR_MESSAGE_CHARS) {
             return Err(CoreError::invalid_field(
                 "error_message",
                 format!("longer than {MAX_ERROR_MESSAGE_CHARS} characters (cut it first)"),
             ));
         }
-        check_rules(self, report_rules::error_report_violations)
+        refuse_violations(report_rules::error_report_violations(json))
     }
 }
 

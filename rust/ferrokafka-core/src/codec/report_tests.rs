@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::codec::json::{decode_document, encode_document};
+use crate::codec::json::{decode_document, encode_document, encode_json_document};
 use crate::codec::report_rules::{consumer_report_violations, error_report_violations};
 use crate::codec::zlib;
 use crate::report_builder::{
@@ -257,6 +257,138 @@ fn newer_schemas_are_read_and_flagged_older_ones_refused() {
     let mut producer = fixture("1.7.0");
     producer["type"] = json!("producer");
     assert!(decode_document::<ConsumerReport>(&packed(&producer), 1 << 20).is_err());
+}
+
+fn refusal<T: Document>(json: &Value) -> (String, String) {
+    match encode_json_document::<T>(json, 6) {
+        Err(CoreError::InvalidField { field, reason }) => (field, reason),
+        other => panic!("expected InvalidField, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_report_given_as_json_is_written_exactly_as_given() {
+    let report = fixture("1.7.0");
+    let written = encode_json_document::<ConsumerReport>(&report, 6).unwrap();
+    let inflated = zlib::inflate(&written, 1 << 20).unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&inflated).unwrap(), report);
+    // A whole number where the schema has a float is the same number (Ruby's Numeric).
+    let mut whole = fixture("1.7.0");
+    whole["dispatched_at"] = json!(1_763_900_100);
+    assert!(encode_json_document::<ConsumerReport>(&whole, 6).is_ok());
+}
+
+#[test]
+fn a_report_given_as_json_is_never_repaired() {
+    let subscription = "/consumer_groups/orders_app/subscription_groups/c4ca4238a0b9_0";
+    let missing_memory = {
+        let mut report = fixture("1.7.0");
+        report["process"]
+            .as_object_mut()
+            .unwrap()
+            .remove("memory_usage");
+        report
+    };
+    let missing_bytes_value = {
+        let mut report = fixture("1.7.0");
+        report["process"]["bytes_received"] = json!("fast");
+        report
+    };
+    let cases: [(&str, Value, &str, &str); 6] = [
+        (
+            "missing required field",
+            missing_memory,
+            "process.memory_usage",
+            "required Integer >= 0",
+        ),
+        (
+            "true for an instance id",
+            {
+                let mut report = fixture("1.7.0");
+                *report
+                    .pointer_mut(&format!("{subscription}/instance_id"))
+                    .unwrap() = json!(true);
+                report
+            },
+            "consumer_groups.orders_app.subscription_groups.c4ca4238a0b9_0.instance_id",
+            "required false or String",
+        ),
+        (
+            "an array for the process",
+            {
+                let mut report = fixture("1.7.0");
+                report["process"] = json!(["a"]);
+                report
+            },
+            "process",
+            "required Hash",
+        ),
+        (
+            "an unknown field",
+            {
+                let mut report = fixture("1.7.0");
+                report["process"]["memory_usgae"] = json!(5);
+                report
+            },
+            "process.memory_usgae",
+            "not a field of this schema",
+        ),
+        (
+            "the 1.2.x name of the process id",
+            {
+                let mut report = fixture("1.7.0");
+                let id = report["process"].as_object_mut().unwrap().remove("id");
+                report["process"]["name"] = id.unwrap();
+                report
+            },
+            "process.id",
+            "required String with at least two ':'",
+        ),
+        (
+            "a null optional field",
+            {
+                let mut report = fixture("1.7.0");
+                report["process"]["bytes_sent"] = Value::Null;
+                report
+            },
+            "process.bytes_sent",
+            "null is not valid here (it would be left out)",
+        ),
+    ];
+    for (what, report, field, reason) in cases {
+        let (refused_field, refused_reason) = refusal::<ConsumerReport>(&report);
+        assert_eq!(refused_field, field, "{what}");
+        assert!(
+            refused_reason.starts_with(reason),
+            "{what}: {refused_reason}"
+        );
+    }
+    // A type only serde knows (Karafka's contract does not check it) names the document.
+    let (field, reason) = refusal::<ConsumerReport>(&missing_bytes_value);
+    assert_eq!(field, "consumer report");
+    assert!(reason.contains("invalid type: string \"fast\""), "{reason}");
+}
+
+#[test]
+fn an_error_report_given_as_json_is_never_repaired() {
+    let error: Value = serde_json::from_str(ERROR_FIXTURES[2].1).unwrap();
+    assert!(encode_json_document::<ErrorReport>(&error, 6).is_ok());
+    let mut no_class = error.clone();
+    no_class.as_object_mut().unwrap().remove("error_class");
+    assert_eq!(
+        refusal::<ErrorReport>(&no_class),
+        ("error_class".into(), "required non-empty String".into())
+    );
+    let mut listed_process = error.clone();
+    listed_process["process"] = json!(["ruby-host:4242:a1b2c3d4e5f6", []]);
+    assert_eq!(refusal::<ErrorReport>(&listed_process).0, "process");
+    // Tags are optional in Karafka Web's error contract: written as [] when not given.
+    let mut untagged = error.clone();
+    untagged["process"].as_object_mut().unwrap().remove("tags");
+    let written = encode_json_document::<ErrorReport>(&untagged, 6).unwrap();
+    let decoded: Value =
+        serde_json::from_slice(&zlib::inflate(&written, 1 << 20).unwrap()).unwrap();
+    assert_eq!(decoded["process"]["tags"], json!([]));
 }
 
 fn partition_sample(id: u32, lag: i64) -> PartitionSample {

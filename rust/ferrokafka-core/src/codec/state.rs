@@ -69,6 +69,10 @@ pub struct StateReport {
 impl Document for StateReport {
     const NAME: &'static str = "state report";
 
+    /// ferrokafka's counters (Karafka's tracker has none): 0 when not given.
+    const FILLED_WHEN_MISSING: &'static [&'static str] =
+        &["skipped_records", "dispatched", "failed"];
+
     fn validate(&self) -> Result<(), CoreError> {
         check_schema_version(
             "state report schema",
@@ -110,7 +114,7 @@ impl Document for StateReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::json::{decode_document, encode_document};
+    use crate::codec::json::{decode_document, encode_document, encode_json_document};
 
     fn report() -> StateReport {
         StateReport {
@@ -172,5 +176,50 @@ mod tests {
         let mut bad_time = report();
         bad_time.dispatched_at = f64::NAN;
         assert!(bad_time.validate().is_err());
+    }
+
+    #[test]
+    fn json_given_is_written_as_given_but_for_ferrokafkas_counters() {
+        let given = serde_json::to_value(report()).unwrap();
+        let mut karafka = given.clone();
+        for counter in ["skipped_records", "dispatched", "failed"] {
+            karafka.as_object_mut().unwrap().remove(counter);
+        }
+        let written = encode_json_document::<StateReport>(&karafka, 6).unwrap();
+        let decoded: StateReport = decode_document(&written, 1 << 20).unwrap();
+        assert_eq!((decoded.dispatched, decoded.failed), (0, 0));
+        let mut no_offsets = given.clone();
+        no_offsets.as_object_mut().unwrap().remove("offsets");
+        assert_eq!(
+            encode_json_document::<StateReport>(&no_offsets, 6),
+            Err(CoreError::invalid_field(
+                "offsets",
+                "required field missing"
+            ))
+        );
+        let listed = serde_json::to_value(json_array_of(&given)).unwrap();
+        assert!(matches!(
+            encode_json_document::<StateReport>(&listed, 6),
+            Err(CoreError::InvalidField { field, .. }) if field == "state report"
+        ));
+    }
+
+    /// The report's values in field order: what serde would read positionally.
+    fn json_array_of(report: &serde_json::Value) -> Vec<serde_json::Value> {
+        [
+            "schema_version",
+            "dispatched_at",
+            "state",
+            "offsets",
+            "daily",
+            "started_at",
+            "reloads",
+            "skipped_records",
+            "dispatched",
+            "failed",
+        ]
+        .iter()
+        .map(|field| report[field].clone())
+        .collect()
     }
 }
