@@ -169,6 +169,10 @@ class Client:
     ``config`` is a librdkafka configuration dict, the same one confluent-kafka takes. Unknown
     keys raise :class:`ferrokafka.ConfigError` naming the key. Every method releases the GIL while
     it waits and can be interrupted with Ctrl-C. A client cannot be used in a forked child.
+    ``partition_key_hashing`` says how :meth:`produce` hashes a ``partition_key``:
+    ``"waterdrop"`` (default) as WaterDrop does, over as many leading UTF-8 bytes as the key has
+    characters, so Ruby and Python producers agree on non-ASCII keys; ``"bytes"`` over every
+    byte. Anything else raises ``ValueError``.
 
     Example:
         >>> client = Client({"bootstrap.servers": "127.0.0.1:9092"})  # doctest: +SKIP

@@ -311,3 +311,36 @@ def test_default_proxy_keys_are_partitioned_as_karafka_does(
         landed.setdefault(message.key(), set()).add(message.partition())
     assert len(landed) == 30
     assert all(len(partitions) == 1 for partitions in landed.values()), "a cancel went astray"
+
+
+def test_a_payload_over_max_payload_size_fails_the_job_naming_the_limit(
+    spark: SparkSession, kafka_client: Client, kafka_bootstrap: str, schedules_topic: str
+) -> None:
+    from pyspark.sql import functions as F
+
+    frame = (
+        spark.range(2)
+        .coalesce(1)
+        .select(
+            F.lit(int(time.time()) + 3600).alias("epoch"),
+            F.col("id").cast("string").alias("key"),
+            F.expr("repeat('x', 1000012 + id)").alias("value"),
+        )
+    )
+
+    def schedule(**options: Any) -> None:
+        fks.schedule_dataframe(
+            frame,
+            schedules_topic,
+            "epoch",
+            target_topic="reminders",
+            key_col="key",
+            bootstrap_servers=kafka_bootstrap,
+            **options,
+        )
+
+    with pytest.raises(Exception, match=r"ScheduleError: row 1: .*exceeds the limit of 1000012"):
+        schedule()
+    assert kafka_client.read_topic(schedules_topic) == []
+    schedule(max_payload_size=1_000_013)
+    assert sorted(m.key() or b"" for m in kafka_client.read_topic(schedules_topic)) == [b"0", b"1"]
