@@ -83,8 +83,8 @@ pub fn partition_key(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u8
 }
 
 /// The `partition_key_hashing` rule named `name` ("waterdrop" or "bytes").
-pub fn partition_key_hashing(name: &str) -> PyResult<PartitionKeyHashing> {
-    PartitionKeyHashing::from_name(name).map_err(|e| PyValueError::new_err(e.to_string()))
+pub fn partition_key_hashing(name: &str) -> NativeResult<PartitionKeyHashing> {
+    Ok(PartitionKeyHashing::from_name(name)?)
 }
 
 /// Headers as a dict or as a list of `(str, bytes | str | None)` pairs (repeated names allowed).
