@@ -6,6 +6,9 @@ from typing import Any, Literal, Required, TypeAlias, TypedDict, final, overload
 
 __version__: str
 librdkafka_version: str
+WATERDROP_MAX_PAYLOAD_SIZE: int
+"""WaterDrop's default ``max_payload_size`` (1,000,012 bytes): the largest scheduled payload
+accepted unless a ``max_payload_size`` says otherwise."""
 """The version of librdkafka linked into this build."""
 
 _ConfigValue: TypeAlias = str | int | float | bool
@@ -166,6 +169,10 @@ class Client:
     ``config`` is a librdkafka configuration dict, the same one confluent-kafka takes. Unknown
     keys raise :class:`ferrokafka.ConfigError` naming the key. Every method releases the GIL while
     it waits and can be interrupted with Ctrl-C. A client cannot be used in a forked child.
+    ``partition_key_hashing`` says how :meth:`produce` hashes a ``partition_key``:
+    ``"waterdrop"`` (default) as WaterDrop does, over as many leading UTF-8 bytes as the key has
+    characters, so Ruby and Python producers agree on non-ASCII keys; ``"bytes"`` over every
+    byte. Anything else raises ``ValueError``.
 
     Example:
         >>> client = Client({"bootstrap.servers": "127.0.0.1:9092"})  # doctest: +SKIP
@@ -177,7 +184,12 @@ class Client:
         [b'paid']
     """
 
-    def __new__(cls, config: Mapping[str, _ConfigValue]) -> Client: ...
+    def __new__(
+        cls,
+        config: Mapping[str, _ConfigValue],
+        *,
+        partition_key_hashing: Literal["waterdrop", "bytes"] = "waterdrop",
+    ) -> Client: ...
     def list_topics(self, topic: str | None = None, timeout: float = 10.0) -> ClusterMetadata:
         """Fetch cluster metadata, for one topic or all.
 
@@ -212,8 +224,10 @@ class Client:
 
         ``str`` keys, values and header values are encoded as UTF-8; ``timestamp`` is in
         milliseconds since the epoch. Without ``partition``, ``partition_key`` chooses the
-        partition as :class:`AsyncProducer` and WaterDrop do (CRC32 of the key modulo the
-        partition count) without being the record key. Returns the delivered record with its
+        partition as :class:`AsyncProducer` and WaterDrop do without being the record key: CRC32
+        of as many leading UTF-8 bytes as the key has characters (WaterDrop's rule), or of every
+        byte with ``Client(..., partition_key_hashing="bytes")``, modulo the partition count. An
+        empty ``partition_key`` raises ``ValueError``. Returns the delivered record with its
         partition and offset.
         """
     def read_topic(
@@ -236,6 +250,7 @@ class _RawAsyncProducer:
         delivery_interval: float,
         max_retries: int,
         retry_backoff: float,
+        partition_key_hashing: str,
     ) -> _RawAsyncProducer: ...
     def produce(
         self,
@@ -690,7 +705,11 @@ class ProxyRecord:
     def __eq__(self, other: object, /) -> bool: ...
 
 def schedule_proxy(
-    message: _ScheduledMessage, epoch: int | float, envelope: _Envelope
+    message: _ScheduledMessage,
+    epoch: int | float,
+    envelope: _Envelope,
+    *,
+    max_payload_size: int = ...,
 ) -> ProxyMessage:
     """Build the proxy that makes a scheduler (Ruby Karafka's or ferrokafka's) dispatch
     ``message`` at ``epoch`` (Unix seconds), like Karafka's ``ScheduledMessages.schedule``.
@@ -707,7 +726,9 @@ def schedule_proxy(
     and those of ``schedule_target_partition``, ``schedule_target_key`` and
     ``schedule_target_partition_key`` that were given. Raises :class:`ferrokafka.ScheduleError`
     for an epoch more than 10 s in the past or 100 years ahead (milliseconds are refused), an
-    empty topic or key, a payload over 100 MiB, or an unknown field. Example:
+    empty topic or key, a payload (the value alone) over ``max_payload_size`` bytes
+    (WaterDrop's default, 1,000,012, unless given: a Karafka fleet's WaterDrop refuses more),
+    or an unknown field. Example:
         >>> import time
         >>> p = schedule_proxy({"topic": "orders", "payload": b"paid", "key": "order-1"},
         ...                    int(time.time()) + 60, {"topic": "schedules", "key": "o1"})
@@ -765,6 +786,18 @@ def deflate_batch(
         True
     """
 
+def partition_key_batch(
+    column: _ArrowParts, partition_count: int, partition_key_hashing: str = "waterdrop"
+) -> tuple[_Column, _Column]:
+    """The partition (int64) each row's partition key chooses among ``partition_count``, as
+    :meth:`Client.produce` chooses it (null for a null or empty key). See
+    :func:`ferrokafka.arrow.partition_key_partitions`. Example:
+        >>> import pyarrow as pa
+        >>> from ferrokafka import arrow
+        >>> arrow.partition_key_partitions(pa.array(["zamówienie-3"]), 5).to_pylist()
+        [0]
+    """
+
 def decode_state_batch(column: _ArrowParts, max_inflated: int = 67108864) -> _Column:
     """Decode every row as a zlib JSON scheduler state report into one struct column (with an
     ``error`` field for rows that fail). See :func:`ferrokafka.arrow.decode_state`. Example:
@@ -799,10 +832,13 @@ def schedule_headers_batch(
     key: _ArrowParts | None = None,
     partition: _ArrowParts | None = None,
     partition_key: _ArrowParts | None = None,
+    payload_size: _ArrowParts | None = None,
+    max_payload_size: int = ...,
 ) -> tuple[_Column, _Column]:
     """Build the Karafka proxy headers of every row (``list<struct<key, value>>``) and the
-    per-row errors, validating epochs against the current time. ``epoch`` and ``partition``
-    are int64 arrays. See :func:`ferrokafka.arrow.schedule_headers`. Example:
+    per-row errors, validating epochs against the current time and payload sizes against
+    ``max_payload_size``. ``epoch``, ``partition`` and ``payload_size`` are int64 arrays. See
+    :func:`ferrokafka.arrow.schedule_headers`. Example:
         >>> import time, pyarrow as pa
         >>> from ferrokafka import arrow
         >>> rows = arrow.schedule_headers(pa.array(["t"]), pa.array([int(time.time()) + 60]))
@@ -824,6 +860,7 @@ class _RawScheduler:
         states_postfix: str,
         horizon: float,
         dead_letter_topic: str | None = None,
+        partition_key_hashing: str = "waterdrop",
     ) -> _RawScheduler: ...
     def request_stop(self) -> None:
         """Ask the daemon to stop; returns at once."""

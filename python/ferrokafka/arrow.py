@@ -41,6 +41,7 @@ __all__ = [
     "decode_state",
     "deflate",
     "inflate",
+    "partition_key_partitions",
     "schedule_headers",
 ]
 
@@ -48,6 +49,8 @@ DEFAULT_MAX_INFLATED = 64 << 20
 """Largest inflated row accepted by default (64 MiB); larger rows fail as too large."""
 
 ValueErrors = Literal["null", "struct", "raise"]
+PartitionKeyHashing = Literal["waterdrop", "bytes"]
+"""How a partition key is hashed: as WaterDrop does, or every byte (see ferrokafka.Client)."""
 StructErrors = Literal["field", "raise"]
 
 _LARGE = (pa.large_binary(), pa.large_string())
@@ -249,13 +252,16 @@ def schedule_headers(
     key: pa.Array | pa.ChunkedArray | None = None,
     partition: pa.Array | pa.ChunkedArray | None = None,
     partition_key: pa.Array | pa.ChunkedArray | None = None,
+    payload_size: pa.Array | pa.ChunkedArray | None = None,
     *,
+    max_payload_size: int = _native.WATERDROP_MAX_PAYLOAD_SIZE,
     errors: ValueErrors = "raise",
 ) -> pa.Array:
     """The Karafka proxy headers (``list<struct<key: string, value: binary>>``) that schedule
     each row's message to ``target_topic`` at ``epoch`` (Unix seconds), with the optional
     target ``key``, ``partition`` and ``partition_key``; validated like
-    :func:`ferrokafka.scheduling.schedule` (an epoch more than 10 s past fails the row).
+    :func:`ferrokafka.scheduling.schedule` (an epoch more than 10 s past fails the row, so does
+    a ``payload_size`` over ``max_payload_size`` bytes, WaterDrop's 1,000,012 by default).
 
     Example:
         >>> schedule_headers(pa.array(["t"]), pa.array([int(time.time()) + 60]))  # doctest: +SKIP
@@ -266,5 +272,27 @@ def schedule_headers(
         None if key is None else _binary_parts("key", key),
         None if partition is None else _int64_parts("partition", partition),
         None if partition_key is None else _binary_parts("partition_key", partition_key),
+        None if payload_size is None else _int64_parts("payload_size", payload_size),
+        max_payload_size,
     )
     return _finish(output, messages, errors, ScheduleError)
+
+
+def partition_key_partitions(
+    partition_keys: pa.Array | pa.ChunkedArray,
+    partition_count: int,
+    *,
+    partition_key_hashing: PartitionKeyHashing = "waterdrop",
+) -> pa.Array:
+    """The partition (``int64``) each row's partition key chooses among ``partition_count``
+    partitions, exactly as :meth:`ferrokafka.Client.produce` and WaterDrop choose it (null for
+    a null or empty key); ``partition_key_hashing="bytes"`` hashes every byte instead.
+
+    Example:
+        >>> partition_key_partitions(pa.array(["zamówienie-3"]), 5).to_pylist()  # doctest: +SKIP
+        [0]
+    """
+    output, messages = _native.partition_key_batch(
+        _binary_parts("partition_keys", partition_keys), partition_count, partition_key_hashing
+    )
+    return _finish(output, messages, "raise", CodecError)

@@ -153,6 +153,7 @@ def _scheduler(args: argparse.Namespace) -> int:
             flush_batch_size=args.flush_batch_size,
             state_interval=args.interval_ms / 1000,
             dead_letter_topic=args.dead_letter_topic,
+            partition_key_hashing=args.partition_key_hashing,
             instance_id=args.instance_id,
             reporter=_reporter(args),
         )
@@ -525,6 +526,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="copy schedules whose target the broker refuses for good here (default: none; "
         "they are counted as failed and logged)",
+    )
+    scheduler.add_argument(
+        "--partition-key-hashing",
+        choices=["waterdrop", "bytes"],
+        default="waterdrop",
+        help="how a target's partition_key chooses its partition: as WaterDrop hashes it "
+        "(default), or every byte",
     )
     scheduler.add_argument(
         "--flush-batch-size",

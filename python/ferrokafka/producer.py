@@ -89,6 +89,10 @@ class AsyncProducer:
         max_retries: re-sends after librdkafka reports a message failed; -1 = unlimited [-1].
             librdkafka's own retries (``message.timeout.ms``) come first.
         retry_backoff: seconds before a failed message is sent again [0].
+        partition_key_hashing: how a ``partition_key`` chooses the partition: ``"waterdrop"``
+            hashes it as WaterDrop does (CRC32 of as many leading UTF-8 bytes as the key has
+            characters), so Ruby and Python producers agree; ``"bytes"`` hashes every byte
+            ["waterdrop"].
         exit_timeout: most seconds spent delivering what is still buffered when the producer
             is collected or the interpreter exits without :meth:`shutdown` [5].
 
@@ -122,6 +126,7 @@ class AsyncProducer:
         delivery_interval: float = 0.0,
         max_retries: int = -1,
         retry_backoff: float = 0.0,
+        partition_key_hashing: Literal["waterdrop", "bytes"] = "waterdrop",
         exit_timeout: float = 5.0,
     ) -> None:
         for name, value in [
@@ -150,6 +155,7 @@ class AsyncProducer:
             delivery_interval,
             max_retries,
             retry_backoff,
+            partition_key_hashing,
         )
         self._events = _ProducerEvents(self._raw)
         self._shutdown_lock = threading.Lock()
@@ -171,9 +177,10 @@ class AsyncProducer:
     ) -> None:
         """Queue one message and return at once.
 
-        ``partition_key`` chooses the partition (CRC32, as ruby-kafka) without being the
-        message key; ``timestamp`` is in milliseconds. ``on_delivery(error, message)`` runs on
-        the producer's event thread once the message is delivered or finally failed.
+        ``partition_key`` chooses the partition (as WaterDrop does, see
+        ``partition_key_hashing``) without being the message key; ``timestamp`` is in
+        milliseconds. ``on_delivery(error, message)`` runs on the producer's event thread once
+        the message is delivered or finally failed.
 
         Raises :class:`~ferrokafka.BufferOverflow` when the queue is full (``raise`` policy, or
         ``block`` after ``block_timeout``), ``TypeError``/``ValueError`` for bad arguments before

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ferrokafka import _exit
 from ferrokafka._native import (
+    WATERDROP_MAX_PAYLOAD_SIZE,
     Client,
     NewTopic,
     ProxyMessage,
@@ -109,13 +110,22 @@ def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> No
 
 
 def schedule_message(
-    sender: Sender, message: Mapping[str, Any], epoch: int | float, envelope: Mapping[str, Any]
+    sender: Sender,
+    message: Mapping[str, Any],
+    epoch: int | float,
+    envelope: Mapping[str, Any],
+    *,
+    max_payload_size: int = WATERDROP_MAX_PAYLOAD_SIZE,
 ) -> ProxyMessage:
     """Build the proxy for ``message`` at ``epoch`` (Unix seconds) and send it; returns it.
+    A payload over ``max_payload_size`` bytes (WaterDrop's default, 1,000,012) raises
+    :class:`ferrokafka.ScheduleError`. The proxy's ``partition_key`` is hashed by the sender's
+    ``partition_key_hashing`` (as WaterDrop by default).
 
     Example: see the module docstring.
     """
-    proxy = schedule_proxy(message, epoch, envelope)  # type: ignore[arg-type]
+    limit = max_payload_size
+    proxy = schedule_proxy(message, epoch, envelope, max_payload_size=limit)  # type: ignore[arg-type]
     send_proxy(sender, proxy)
     return proxy
 
@@ -193,6 +203,8 @@ class Scheduler(_exit.StopsAtExit):
         dead_letter_topic: topic that receives a copy of each schedule whose target is refused
             for good (header ``schedule_dead_letter_reason``); None: only counted and logged,
             the proxy stays on the schedules topic [None].
+        partition_key_hashing: how a target's ``partition_key`` chooses its partition:
+            ``"waterdrop"`` as WaterDrop hashes it, ``"bytes"`` every byte ["waterdrop"].
         instance_id: ``group.instance.id`` (static membership): a restart under the same id
             takes this daemon's partitions back at once; unique per daemon [None].
         reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per
@@ -218,6 +230,7 @@ class Scheduler(_exit.StopsAtExit):
         states_postfix: str = STATES_POSTFIX,
         horizon: float = 3600.0,
         dead_letter_topic: str | None = None,
+        partition_key_hashing: Literal["waterdrop", "bytes"] = "waterdrop",
         instance_id: str | None = None,
         reporter: Reporter | None = None,
     ) -> None:
@@ -241,6 +254,7 @@ class Scheduler(_exit.StopsAtExit):
             states_postfix,
             horizon,
             dead_letter_topic,
+            partition_key_hashing,
         )
         if reporter is not None:
             reporter.track(self)

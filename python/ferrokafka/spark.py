@@ -40,7 +40,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import DataType
 
 from ferrokafka import arrow as _arrow
-from ferrokafka.arrow import DEFAULT_MAX_INFLATED, StructErrors, ValueErrors
+from ferrokafka._native import WATERDROP_MAX_PAYLOAD_SIZE
+from ferrokafka.arrow import DEFAULT_MAX_INFLATED, PartitionKeyHashing, StructErrors, ValueErrors
 from ferrokafka.codecs import cancel_proxy
 
 __all__ = [
@@ -189,15 +190,18 @@ def schedule_headers(
     key: ColumnOrName | None = None,
     partition: ColumnOrName | None = None,
     partition_key: ColumnOrName | None = None,
+    payload_size: ColumnOrName | None = None,
     *,
+    max_payload_size: int = WATERDROP_MAX_PAYLOAD_SIZE,
     errors: ValueErrors = "raise",
 ) -> Column:
     """The Kafka headers (``array<struct<key: string, value: binary>>``, the type of Spark's
     Kafka ``headers`` column) of the proxy message that schedules a row's message to
     ``target_topic`` at ``epoch`` (Unix seconds), with the optional target message ``key``,
     ``partition`` and ``partition_key``: exactly Karafka's ``schedule_*`` headers, built by the
-    same Rust code as :func:`ferrokafka.scheduling.schedule`. A null topic or epoch, or an epoch
-    more than 10 s in the past, fails the task by default (``errors="raise"``).
+    same Rust code as :func:`ferrokafka.scheduling.schedule`. A null topic or epoch, an epoch
+    more than 10 s in the past, or a ``payload_size`` (bytes) over ``max_payload_size``
+    (WaterDrop's default, 1,000,012) fails the task by default (``errors="raise"``).
 
     Example:
         >>> df.select(schedule_headers(F.lit("reminders"), "epoch", key="user"))  # doctest: +SKIP
@@ -209,9 +213,17 @@ def schedule_headers(
         keys: pa.Array,
         partitions: pa.Array,
         partition_keys: pa.Array,
+        payload_sizes: pa.Array,
     ) -> pa.Array:
         return _arrow.schedule_headers(
-            topics, epochs, keys, partitions, partition_keys, errors=errors
+            topics,
+            epochs,
+            keys,
+            partitions,
+            partition_keys,
+            payload_sizes,
+            max_payload_size=max_payload_size,
+            errors=errors,
         )
 
     sample = _arrow.schedule_headers(pa.array([], pa.string()), pa.array([], pa.int64()))
@@ -227,6 +239,7 @@ def schedule_headers(
         optional(key, "string"),
         optional(partition, "long"),
         optional(partition_key, "string"),
+        optional(payload_size, "long"),
     )
 
 
@@ -318,15 +331,40 @@ def _partition_count(
     return len(metadata.partitions)
 
 
-def _write_proxies(frame: DataFrame, topic: str, options: dict[str, str], partitions: int) -> None:
-    # Partition like librdkafka's and ruby-kafka's default partitioner (CRC32 of the key, or of
-    # the optional `partition_by` column), not the Java producer's murmur2: a cancel sent later
-    # by a Python or Ruby producer must land in the partition of the schedule it cancels.
-    by = F.col("key")
+def _partition_key_partitions(
+    partition_keys: Column, partitions: int, partition_key_hashing: PartitionKeyHashing
+) -> Column:
+    """The partition each row's partition key chooses, by the Rust rule every ferrokafka
+    producer uses (:func:`ferrokafka.arrow.partition_key_partitions`); null for a null key."""
+
+    def run(values: pa.Array) -> pa.Array:
+        return _arrow.partition_key_partitions(
+            values, partitions, partition_key_hashing=partition_key_hashing
+        )
+
+    # Run once on the driver, so a bad rule name fails here rather than in a task.
+    _arrow.partition_key_partitions(
+        _empty_binary(), partitions, partition_key_hashing=partition_key_hashing
+    )
+    return _arrow_udf(run, pa.int64(), "partition_key_partitions")(partition_keys)
+
+
+def _write_proxies(
+    frame: DataFrame,
+    topic: str,
+    options: dict[str, str],
+    partitions: int,
+    partition_key_hashing: PartitionKeyHashing,
+) -> None:
+    # Partition as librdkafka's and Karafka's producers do, not as the Java producer (murmur2):
+    # by the optional `partition_by` column (the proxy's partition_key) as WaterDrop hashes a
+    # partition_key, else by CRC32 of all the key's bytes; so a cancel sent later by a Python
+    # or Ruby producer lands in the partition of the schedule it cancels.
+    partition = F.pmod(F.crc32(F.col("key").cast("binary")), F.lit(partitions))
     if "partition_by" in frame.columns:
-        by = F.coalesce(F.col("partition_by"), by)
-    partition = F.pmod(F.crc32(by.cast("binary")), F.lit(partitions)).cast("int")
-    frame = frame.withColumn("partition", partition)
+        by_key = _partition_key_partitions(F.col("partition_by"), partitions, partition_key_hashing)
+        partition = F.coalesce(by_key, partition)
+    frame = frame.withColumn("partition", partition.cast("int"))
     (
         frame.drop("partition_by")
         .write.format("kafka")
@@ -352,6 +390,8 @@ def schedule_dataframe(
     kafka_options: Mapping[str, str] | None = None,
     partitions: int | None = None,
     config: ClientConfig | None = None,
+    partition_key_hashing: PartitionKeyHashing = "waterdrop",
+    max_payload_size: int = WATERDROP_MAX_PAYLOAD_SIZE,
 ) -> None:
     """Schedule every row of ``df``: one Karafka proxy message per row, written to
     ``schedules_topic`` through Spark's Kafka sink, for a scheduler daemon to dispatch at the
@@ -364,8 +404,11 @@ def schedule_dataframe(
     each row gets ``"<target_topic>-<uuid4>"``, which a retried Spark task would draw anew, so
     pass a key when a retry must not schedule twice. Proxies are partitioned by CRC32 of the
     key, as librdkafka and Karafka partition, so a cancel from any of them finds its schedule;
-    with a default key, as Karafka's proxy does, by CRC32 of the target's partition, else its
-    partition key, else its key (so the schedules of one target key share a partition);
+    with a default key, as Karafka's proxy does, by the proxy partition key: the target's
+    partition, else its partition key, else its key (so the schedules of one target key share
+    a partition), hashed as WaterDrop hashes a partition_key (``partition_key_hashing``, as
+    :class:`ferrokafka.Client` takes it); a payload over ``max_payload_size`` bytes
+    (WaterDrop's default, 1,000,012) fails the job with :class:`ferrokafka.ScheduleError`;
     ``partitions`` is the schedules topic's partition count (looked up when not given).
     ``kafka_options`` are Spark Kafka sink options (``kafka.*`` settings passed through);
     ``config`` takes librdkafka settings instead (security, as every ferrokafka component takes
@@ -390,29 +433,25 @@ def schedule_dataframe(
         key=target_key_col,
         partition=target_partition_col,
         partition_key=target_partition_key_col,
+        payload_size=F.octet_length(_col(value_col).cast("binary")),
+        max_payload_size=max_payload_size,
     )
+    columns = [_col(value_col).cast("binary").alias("value"), headers.alias("headers")]
+    # Karafka's proxy partition key for a default key (the core's schedule_proxy rule).
+    by_target = [
+        _col(column).cast("string")
+        for column in (target_partition_col, target_partition_key_col, target_key_col)
+        if column is not None
+    ]
     if key_col is not None:
-        key = _col(key_col).cast("string")
-        partition_by = F.lit(None).cast("string")
+        columns.append(_col(key_col).cast("string").alias("key"))
     else:
-        key = F.concat(topic.cast("string"), F.lit("-"), F.expr("uuid()"))
-        # Karafka's proxy partition key for a default key (the core's schedule_proxy rule).
-        partition_by = F.coalesce(
-            *[
-                _col(column).cast("string")
-                for column in (target_partition_col, target_partition_key_col, target_key_col)
-                if column is not None
-            ],
-            F.lit(None).cast("string"),
-        )
-    proxies = df.select(
-        key.alias("key"),
-        _col(value_col).cast("binary").alias("value"),
-        headers.alias("headers"),
-        partition_by.alias("partition_by"),
-    )
+        columns.append(F.concat(topic.cast("string"), F.lit("-"), F.expr("uuid()")).alias("key"))
+        if by_target:
+            columns.append(F.coalesce(*by_target).alias("partition_by"))
+    proxies = df.select(*columns)
     count = partitions or _partition_count(options, schedules_topic, config)
-    _write_proxies(proxies, schedules_topic, options, count)
+    _write_proxies(proxies, schedules_topic, options, count, partition_key_hashing)
 
 
 def cancel_dataframe(
@@ -424,9 +463,14 @@ def cancel_dataframe(
     kafka_options: Mapping[str, str] | None = None,
     partitions: int | None = None,
     config: ClientConfig | None = None,
+    partition_key_col: ColumnOrName | None = None,
+    partition_key_hashing: PartitionKeyHashing = "waterdrop",
 ) -> None:
     """Cancel the schedule of every proxy key in ``key_col``: one Karafka cancel message per
-    row, through Spark's Kafka sink (partitioned like :func:`schedule_dataframe`).
+    row, through Spark's Kafka sink (partitioned like :func:`schedule_dataframe`). A schedule
+    sent with an envelope ``partition_key`` is on that key's partition: give the same key in
+    ``partition_key_col`` (hashed as WaterDrop does, or by ``partition_key_hashing``) so its
+    cancel lands there too.
 
     Example:
         >>> cancel_dataframe(cancelled, "schedules", "order_id",
@@ -441,13 +485,16 @@ def cancel_dataframe(
             for name, value in template.headers
         ]
     )
-    proxies = df.select(
+    columns = [
         _col(key_col).cast("string").alias("key"),
         F.lit(None).cast("binary").alias("value"),
         headers.alias("headers"),
-    )
+    ]
+    if partition_key_col is not None:
+        columns.append(_col(partition_key_col).cast("string").alias("partition_by"))
+    proxies = df.select(*columns)
     count = partitions or _partition_count(options, schedules_topic, config)
-    _write_proxies(proxies, schedules_topic, options, count)
+    _write_proxies(proxies, schedules_topic, options, count, partition_key_hashing)
 
 
 def _read(

@@ -259,19 +259,27 @@ def test_read_states_after_a_scheduler_ran(
     assert any(s.state == "loaded" for s in states)
 
 
+def waterdrop_partition(partition_key: str, partitions: int) -> int:
+    """Where WaterDrop puts a partition key: CRC32 of as many leading UTF-8 bytes as it has
+    characters (karafka-rdkafka passes its length in characters)."""
+    return zlib.crc32(partition_key.encode()[: len(partition_key)]) % partitions
+
+
 def test_default_proxy_keys_are_partitioned_as_karafka_does(
     spark: SparkSession, kafka_client: Client, kafka_bootstrap: str, schedules_topic: str
 ) -> None:
     # Without key_col, a proxy's partition comes from its target (partition, else partition
-    # key, else key), as Karafka's proxy sets partition_key: the same rule as schedule().
+    # key, else key), as Karafka's proxy sets partition_key: the same rule as schedule(), and
+    # hashed as WaterDrop hashes a partition_key (non-ASCII keys included). A cancel given the
+    # schedule's partition key lands with it.
     from pyspark.sql import functions as F
 
     epoch = int(time.time()) + 3600
     frame = spark.range(30).select(
         F.lit(epoch).alias("epoch"),
         F.col("id").cast("string").alias("value"),
-        F.concat(F.lit("user-"), F.col("id")).alias("user"),
-        F.when(F.col("id") % 3 == 0, F.concat(F.lit("pk-"), F.col("id"))).alias("pk"),
+        F.concat(F.lit("użytkownik-"), F.col("id")).alias("user"),
+        F.when(F.col("id") % 3 == 0, F.concat(F.lit("zamówienie-"), F.col("id"))).alias("pk"),
     )
     fks.schedule_dataframe(
         frame,
@@ -284,7 +292,55 @@ def test_default_proxy_keys_are_partitioned_as_karafka_does(
     )
     proxies = [m for m in kafka_client.read_topic(schedules_topic) if m.value() is not None]
     assert len(proxies) == 30
+    partition_keys: dict[str, str] = {}
     for message in proxies:
         n = int(message.value() or b"-1")
-        partition_key = f"pk-{n}" if n % 3 == 0 else f"user-{n}"
-        assert message.partition() == zlib.crc32(partition_key.encode()) % 2
+        partition_key = f"zamówienie-{n}" if n % 3 == 0 else f"użytkownik-{n}"
+        partition_keys[(message.key() or b"").decode()] = partition_key
+        assert message.partition() == waterdrop_partition(partition_key, 2), partition_key
+    every_byte = [zlib.crc32(k.encode()) % 2 for k in partition_keys.values()]
+    waterdrop = [waterdrop_partition(k, 2) for k in partition_keys.values()]
+    assert every_byte != waterdrop, "no key tells the rules apart"
+
+    cancels = spark.createDataFrame(list(partition_keys.items()), ["key", "pk"])
+    fks.cancel_dataframe(
+        cancels, schedules_topic, "key", partition_key_col="pk", bootstrap_servers=kafka_bootstrap
+    )
+    landed: dict[bytes | None, set[int | None]] = {}
+    for message in kafka_client.read_topic(schedules_topic):
+        landed.setdefault(message.key(), set()).add(message.partition())
+    assert len(landed) == 30
+    assert all(len(partitions) == 1 for partitions in landed.values()), "a cancel went astray"
+
+
+def test_a_payload_over_max_payload_size_fails_the_job_naming_the_limit(
+    spark: SparkSession, kafka_client: Client, kafka_bootstrap: str, schedules_topic: str
+) -> None:
+    from pyspark.sql import functions as F
+
+    frame = (
+        spark.range(2)
+        .coalesce(1)
+        .select(
+            F.lit(int(time.time()) + 3600).alias("epoch"),
+            F.col("id").cast("string").alias("key"),
+            F.expr("repeat('x', 1000012 + id)").alias("value"),
+        )
+    )
+
+    def schedule(**options: Any) -> None:
+        fks.schedule_dataframe(
+            frame,
+            schedules_topic,
+            "epoch",
+            target_topic="reminders",
+            key_col="key",
+            bootstrap_servers=kafka_bootstrap,
+            **options,
+        )
+
+    with pytest.raises(Exception, match=r"ScheduleError: row 1: .*exceeds the limit of 1000012"):
+        schedule()
+    assert kafka_client.read_topic(schedules_topic) == []
+    schedule(max_payload_size=1_000_013)
+    assert sorted(m.key() or b"" for m in kafka_client.read_topic(schedules_topic)) == [b"0", b"1"]

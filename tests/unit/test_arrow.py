@@ -141,6 +141,23 @@ def test_schedule_headers_equal_the_single_proxy_builder() -> None:
     assert failed.to_pylist() == [None, None]
 
 
+def test_schedule_headers_refuse_payloads_over_max_payload_size() -> None:
+    epoch = int(time.time()) + 60
+    sizes = pa.array([1_000_012, None, 1_000_013])
+    rows = arrow.schedule_headers(
+        pa.array(["t"] * 3), pa.array([epoch] * 3), payload_size=sizes, errors="struct"
+    )
+    assert [row["error"] for row in rows.to_pylist()] == [
+        None,
+        None,
+        "scheduled payload (bytes, max_payload_size) exceeds the limit of 1000012",
+    ]
+    with pytest.raises(ScheduleError, match=r"^row 0: .*limit of 10$"):
+        arrow.schedule_headers(
+            pa.array(["t"]), pa.array([epoch]), payload_size=pa.array([11]), max_payload_size=10
+        )
+
+
 def test_report_decoder_reads_karafka_reports_of_every_schema() -> None:
     """``ferrokafka.spark.read_reports`` shows Karafka processes: the same decoder over
     Karafka Web's consumer reports 1.2.1 to 1.7.0."""

@@ -73,6 +73,23 @@ def test_waterdrop_message_rules(
         schedule({**message, "payload": b"x"}, int(time.time()) + 60, envelope)  # type: ignore[typeddict-item,arg-type]
 
 
+def test_payloads_over_waterdrops_max_payload_size_are_refused_naming_it() -> None:
+    epoch = int(time.time()) + 60
+    envelope: Any = {"topic": "schedules"}
+
+    def message(size: int) -> Any:
+        return {"topic": "orders", "payload": b"x" * size}
+
+    assert schedule(message(1_000_012), epoch, envelope).value == b"x" * 1_000_012
+    with pytest.raises(ScheduleError, match=r"max_payload_size\) exceeds the limit of 1000012"):
+        schedule(message(1_000_013), epoch, envelope)
+    bigger = schedule(message(2_000_000), epoch, envelope, max_payload_size=2_000_000)
+    assert len(bigger.value or b"") == 2_000_000
+    with pytest.raises(ScheduleError, match=r"limit of 10$"):
+        schedule(message(11), epoch, envelope, max_payload_size=10)
+    assert schedule({"topic": "orders"}, epoch, envelope, max_payload_size=0).value is None
+
+
 def test_cancel_applies_the_envelope_rules() -> None:
     with pytest.raises(ScheduleError, match="not a legal topic name"):
         cancel("k", {"topic": "bad topic"})
@@ -121,7 +138,9 @@ def test_schema_versions_compare_as_karafka_does() -> None:
         parse_proxy_headers({**headers, "schedule_schema_version": "1.0.1"})
 
 
-def test_cli_passes_instance_and_dead_letter_options(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_passes_instance_dead_letter_and_hashing_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from ferrokafka import cli
 
     seen: dict[str, Any] = {}
@@ -135,3 +154,6 @@ def test_cli_passes_instance_and_dead_letter_options(monkeypatch: pytest.MonkeyP
     argv = ["scheduler", "--schedules-topic", "s", "--instance-id", "sched-1"]
     cli.main([*argv, "--dead-letter-topic", "refused"])
     assert (seen["instance_id"], seen["dead_letter_topic"]) == ("sched-1", "refused")
+    assert seen["partition_key_hashing"] == "waterdrop"
+    cli.main([*argv, "--partition-key-hashing", "bytes"])
+    assert seen["partition_key_hashing"] == "bytes"

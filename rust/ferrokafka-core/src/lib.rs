@@ -14,6 +14,7 @@ pub mod deadline_queue;
 pub mod error;
 pub mod markers;
 pub mod partition_buffer;
+pub mod partition_key;
 pub mod partition_progress;
 pub mod redact;
 pub mod report_builder;
@@ -29,6 +30,7 @@ pub use markers::{
     Marker, MarkerOutcome, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
 };
 pub use partition_buffer::{BufferedRecord, LoadChange, OrderBy, PartitionBuffer, PartitionLimits};
+pub use partition_key::PartitionKeyHashing;
 pub use partition_progress::PartitionProgress;
 pub use schedule::{
     ApplyOutcome, Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig,

@@ -55,6 +55,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ferrokafka_core::PartitionKeyHashing;
 use ferrokafka_core::batch::{
     BatchBuffer, BufferLimits, DeliveryPolicy, Overflow, OverflowPolicy, PushOutcome,
 };
@@ -131,6 +132,8 @@ pub struct AsyncProducerOptions {
     pub max_retries: i64,
     /// Pause before a failed record is sent again [0].
     pub retry_backoff: Duration,
+    /// How a record's `partition_key` is hashed into its partition [as WaterDrop].
+    pub partition_key_hashing: PartitionKeyHashing,
 }
 
 impl Default for AsyncProducerOptions {
@@ -144,6 +147,7 @@ impl Default for AsyncProducerOptions {
             delivery_interval: Duration::ZERO,
             max_retries: -1,
             retry_backoff: Duration::ZERO,
+            partition_key_hashing: PartitionKeyHashing::default(),
         }
     }
 }
@@ -804,6 +808,7 @@ impl AsyncProducer {
             DeliveryMode::Plain
         };
         let (events, receiver) = channel();
+        let partitions = PartitionCounts::new(options.partition_key_hashing);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 buffer,
@@ -854,7 +859,7 @@ impl AsyncProducer {
             client_config,
             events: Mutex::new(Some(receiver)),
             worker: Mutex::new(None),
-            partitions: PartitionCounts::default(),
+            partitions,
         });
         let worker_engine = Arc::clone(&engine);
         let handle = std::thread::Builder::new()
@@ -1337,7 +1342,7 @@ impl AsyncProducer {
         }
     }
 
-    /// Chooses the partition of a record that has a `partition_key` (CRC32, as ruby-kafka).
+    /// Chooses the partition of a record that has a `partition_key` (by default as WaterDrop).
     fn with_partition(
         &self,
         producer: &ThreadedProducer<DeliveryTracker>,

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -206,6 +207,12 @@ impl Client {
             watch,
             existing_topics: Mutex::default(),
         })
+    }
+
+    /// This client with its partition keys hashed by `hashing` (by default as WaterDrop does).
+    pub fn with_partition_key_hashing(mut self, hashing: PartitionKeyHashing) -> Self {
+        self.partitions = PartitionCounts::new(hashing);
+        self
     }
 
     fn bootstrap(&self) -> Option<&str> {

@@ -1,7 +1,7 @@
 //! Choosing partitions without librdkafka's per-record partitioner:
-//! - from a partition key, as ruby-kafka and librdkafka's `consistent` partitioner do (CRC32 of
-//!   the key modulo the partition count), so a key lands where the Ruby and librdkafka
-//!   producers would put it;
+//! - from a partition key, by the engine's [`PartitionKeyHashing`] rule (the core's
+//!   `partition_key` module: by default as WaterDrop hashes it), so a key lands where a Ruby
+//!   producer would put it;
 //! - for a run of keyless records handed over together, one partition per run, the partitions
 //!   in turn: what librdkafka's sticky partitioner does for keyless records (one partition per
 //!   batch), without its topic lookup and lock for every record.
@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::client::{Client, ClientContext};
 
 /// How long a metadata request for a partition count may take (partition keys), unless the caller
@@ -40,15 +41,25 @@ struct TopicCount {
     next_run: u32,
 }
 
-/// Partition counts per topic, fetched on first use.
+/// Partition counts per topic, fetched on first use, and the rule that hashes partition keys.
 #[derive(Debug, Default)]
 pub struct PartitionCounts {
     topics: Mutex<HashMap<String, TopicCount>>,
+    hashing: PartitionKeyHashing,
 }
 
 impl PartitionCounts {
-    /// The partition for `key` on `topic`, or `None` when the topic's partition count cannot be
-    /// learned within `timeout` (the record then goes to librdkafka's partitioner).
+    /// Counts for an engine whose partition keys are hashed by `hashing`.
+    pub fn new(hashing: PartitionKeyHashing) -> Self {
+        Self {
+            topics: Mutex::default(),
+            hashing,
+        }
+    }
+
+    /// The partition for `key` on `topic`, or `None` for an empty key or when the topic's
+    /// partition count cannot be learned within `timeout` (the record then goes to librdkafka's
+    /// partitioner).
     pub fn partition_for<C: ClientContext>(
         &self,
         client: &Client<C>,
@@ -56,8 +67,11 @@ impl PartitionCounts {
         key: &[u8],
         timeout: Duration,
     ) -> Option<i32> {
+        if key.is_empty() {
+            return None;
+        }
         let count = self.with_count(client, topic, timeout, |count, _| count)?;
-        i32::try_from(crc32fast::hash(key) % count).ok()
+        i32::try_from(self.hashing.partition(key, count)?).ok()
     }
 
     /// The partition for the next run of keyless records of `topic`: each run the next

@@ -40,7 +40,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::CoreError;
 use ferrokafka_core::codec::envelope::{
     self, ProxyRecord, ProxySource, TargetAddress, validate_stored_epoch,
 };
@@ -48,6 +47,7 @@ use ferrokafka_core::codec::json::encode_document;
 use ferrokafka_core::schedule::{
     Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig, TrackerState,
 };
+use ferrokafka_core::{CoreError, PartitionKeyHashing};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers as _, Message, OwnedHeaders};
@@ -112,6 +112,8 @@ pub struct SchedulerOptions {
     /// Where schedules whose target is refused for good are copied (none: only counted and
     /// logged; their proxy then stays on the schedules topic).
     pub dead_letter_topic: Option<String>,
+    /// How a target's `partition_key` is hashed into its partition [as WaterDrop].
+    pub partition_key_hashing: PartitionKeyHashing,
 }
 
 impl Default for SchedulerOptions {
@@ -127,6 +129,7 @@ impl Default for SchedulerOptions {
             horizon: Duration::from_secs(3600),
             dispatch_timeout: Duration::from_secs(30),
             dead_letter_topic: None,
+            partition_key_hashing: PartitionKeyHashing::default(),
         }
     }
 }
@@ -340,8 +343,8 @@ impl SchedulerLoop {
             in_flight: VecDeque::new(),
             fetch_settings: consumer_settings,
             transactional,
+            partitions: PartitionCounts::new(options.partition_key_hashing),
             options,
-            partitions: PartitionCounts::default(),
             runs: BTreeMap::new(),
             last_commit: Instant::now(),
         })

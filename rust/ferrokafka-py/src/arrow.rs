@@ -9,7 +9,7 @@
 use ferrokafka_core::codec::columnar::{
     BatchResult, BinaryView, Column, ColumnBuilder, Int64View, StructRows,
 };
-use ferrokafka_core::codec::envelope::ScheduleLimits;
+use ferrokafka_core::codec::envelope::{ScheduleLimits, WATERDROP_MAX_PAYLOAD_SIZE};
 use ferrokafka_core::codec::rows::{self, ScheduleColumns};
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::PyValueError;
@@ -17,6 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::codec::now_secs;
+use crate::convert;
 use crate::errors::NativeResult;
 
 /// A borrowed, C-contiguous byte buffer (a `pyarrow.Buffer`, `bytes`, ...), kept exported for
@@ -241,6 +242,21 @@ pub fn deflate_batch<'py>(
 }
 
 #[pyfunction]
+#[pyo3(signature = (column, partition_count, partition_key_hashing = "waterdrop"))]
+pub fn partition_key_batch<'py>(
+    py: Python<'py>,
+    column: &Bound<'py, PyAny>,
+    partition_count: u32,
+    partition_key_hashing: &str,
+) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let hashing = convert::partition_key_hashing(partition_key_hashing)?;
+    let buffers = ArrayBuffers::extract("column", column)?;
+    let input = buffers.binary()?;
+    let result = py.detach(|| rows::partition_key_batch(&input, partition_count, hashing))?;
+    output_and_errors(py, result)
+}
+
+#[pyfunction]
 #[pyo3(signature = (column, max_inflated = 67_108_864))]
 pub fn decode_state_batch<'py>(
     py: Python<'py>,
@@ -283,7 +299,8 @@ fn optional_buffers(
 }
 
 #[pyfunction]
-#[pyo3(signature = (target_topic, epoch, key = None, partition = None, partition_key = None))]
+#[pyo3(signature = (target_topic, epoch, key = None, partition = None, partition_key = None, payload_size = None, max_payload_size = WATERDROP_MAX_PAYLOAD_SIZE))]
+#[allow(clippy::too_many_arguments)]
 pub fn schedule_headers_batch<'py>(
     py: Python<'py>,
     target_topic: &Bound<'py, PyAny>,
@@ -291,12 +308,15 @@ pub fn schedule_headers_batch<'py>(
     key: Option<&Bound<'py, PyAny>>,
     partition: Option<&Bound<'py, PyAny>>,
     partition_key: Option<&Bound<'py, PyAny>>,
+    payload_size: Option<&Bound<'py, PyAny>>,
+    max_payload_size: usize,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
     let topic = ArrayBuffers::extract("target_topic", target_topic)?;
     let epoch = ArrayBuffers::extract("epoch", epoch)?;
     let key = optional_buffers("key", key)?;
     let partition = optional_buffers("partition", partition)?;
     let partition_key = optional_buffers("partition_key", partition_key)?;
+    let payload_size = optional_buffers("payload_size", payload_size)?;
     let columns = ScheduleColumns {
         target_topic: topic.binary()?,
         epoch: epoch.int64()?,
@@ -306,6 +326,7 @@ pub fn schedule_headers_batch<'py>(
             .as_ref()
             .map(ArrayBuffers::binary)
             .transpose()?,
+        payload_size: payload_size.as_ref().map(ArrayBuffers::int64).transpose()?,
     };
     let rows = columns.target_topic.len();
     let lengths = [
@@ -313,12 +334,16 @@ pub fn schedule_headers_batch<'py>(
         columns.key.map(|c| c.len()),
         columns.partition.map(|c| c.len()),
         columns.partition_key.map(|c| c.len()),
+        columns.payload_size.map(|c| c.len()),
     ];
     if lengths.into_iter().flatten().any(|len| len != rows) {
         return Err(PyValueError::new_err("all columns must have the same length").into());
     }
     let now = now_secs();
-    let result =
-        py.detach(|| rows::schedule_headers_batch(&columns, now, &ScheduleLimits::default()));
+    let limits = ScheduleLimits {
+        max_payload_bytes: max_payload_size,
+        ..ScheduleLimits::default()
+    };
+    let result = py.detach(|| rows::schedule_headers_batch(&columns, now, &limits));
     output_and_errors(py, result)
 }

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::blocking::{ForkGuard, ReleaseOnDrop, run_detached, timeout_arg};
-use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
+use crate::convert::{self, outgoing_record, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::message::PyMessage;
 
@@ -219,10 +219,13 @@ pub struct PyClient {
 #[pymethods]
 impl PyClient {
     #[new]
-    fn new(config: &Bound<'_, PyDict>) -> NativeResult<Self> {
+    #[pyo3(signature = (config, *, partition_key_hashing="waterdrop"))]
+    fn new(config: &Bound<'_, PyDict>, partition_key_hashing: &str) -> NativeResult<Self> {
+        let hashing = convert::partition_key_hashing(partition_key_hashing)?;
         let settings = settings_from_dict(config)?;
+        let client = Client::new(settings)?.with_partition_key_hashing(hashing);
         Ok(PyClient {
-            inner: ReleaseOnDrop::new(Arc::new(Client::new(settings)?)),
+            inner: ReleaseOnDrop::new(Arc::new(client)),
             guard: ForkGuard::new("ferrokafka.Client"),
         })
     }
@@ -299,7 +302,7 @@ impl PyClient {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
-        let partition_key = optional_bytes("partition_key", partition_key)?;
+        let partition_key = convert::partition_key(partition_key)?;
         let inner = Arc::clone(&*self.inner);
         let delivered = run_detached(py, move || {
             inner.produce(&record, partition_key.as_deref(), timeout)

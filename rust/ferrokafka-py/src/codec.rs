@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ferrokafka_core::codec::envelope::{
     self, Envelope, ProxyMessage, ProxyRecord, ScheduleLimits, TargetAddress, TargetMessage,
+    WATERDROP_MAX_PAYLOAD_SIZE,
 };
 use ferrokafka_core::codec::json::{Document, decode_document, encode_json_document};
 use ferrokafka_core::codec::marker_codec;
@@ -588,10 +589,12 @@ pub(crate) fn now_secs() -> i64 {
 }
 
 #[pyfunction]
+#[pyo3(signature = (message, epoch, envelope, *, max_payload_size = WATERDROP_MAX_PAYLOAD_SIZE))]
 pub fn schedule_proxy(
     message: &Bound<'_, PyAny>,
     epoch: &Bound<'_, PyAny>,
     envelope: &Bound<'_, PyAny>,
+    max_payload_size: usize,
 ) -> NativeResult<PyProxyMessage> {
     let py = message.py();
     let epoch = epoch_secs(epoch)?;
@@ -644,7 +647,10 @@ pub fn schedule_proxy(
         &envelope,
         random,
         now_secs(),
-        &ScheduleLimits::default(),
+        &ScheduleLimits {
+            max_payload_bytes: max_payload_size,
+            ..ScheduleLimits::default()
+        },
     )
     .map_err(NativeError::Schedule)?;
     Ok(PyProxyMessage(proxy))

@@ -1,6 +1,7 @@
 //! Conversions from Python arguments to owned Rust values, done while attached so that the
 //! work after them can run detached.
 
+use ferrokafka_core::PartitionKeyHashing;
 use ferrokafka_kafka::ClientSettings;
 use ferrokafka_kafka::record::{HeaderList, OutgoingRecord};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -67,6 +68,23 @@ pub fn optional_bytes(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<
             }
         }
     }
+}
+
+/// A record's `partition_key`: bytes or str like [`optional_bytes`], never empty (WaterDrop
+/// refuses an empty one, and it would choose no partition).
+pub fn partition_key(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u8>>> {
+    let key = optional_bytes("partition_key", value)?;
+    if key.as_ref().is_some_and(Vec::is_empty) {
+        return Err(PyValueError::new_err(
+            "partition_key must not be empty (WaterDrop refuses an empty one too)",
+        ));
+    }
+    Ok(key)
+}
+
+/// The `partition_key_hashing` rule named `name` ("waterdrop" or "bytes").
+pub fn partition_key_hashing(name: &str) -> NativeResult<PartitionKeyHashing> {
+    Ok(PartitionKeyHashing::from_name(name)?)
 }
 
 /// Headers as a dict or as a list of `(str, bytes | str | None)` pairs (repeated names allowed).

@@ -101,11 +101,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::parse_proxy_headers, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::inflate_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::deflate_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow::partition_key_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::decode_state_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::decode_report_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::decode_marker_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::schedule_headers_batch, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("librdkafka_version", ferrokafka_kafka::librdkafka_version())?;
+    m.add(
+        "WATERDROP_MAX_PAYLOAD_SIZE",
+        ferrokafka_core::codec::envelope::WATERDROP_MAX_PAYLOAD_SIZE,
+    )?;
     Ok(())
 }

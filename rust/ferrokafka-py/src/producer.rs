@@ -23,7 +23,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::blocking::{
     EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
 };
-use crate::convert::{optional_bytes, outgoing_record, settings_from_dict};
+use crate::convert::{self, optional_bytes, outgoing_record, settings_from_dict};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult};
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
@@ -197,7 +197,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
                 get("headers")?.as_ref(),
                 get("timestamp")?.map(|t| t.extract()).transpose()?,
             )?;
-            let partition_key = optional_bytes("partition_key", get("partition_key")?.as_ref())?;
+            let partition_key = convert::partition_key(get("partition_key")?.as_ref())?;
             (record, partition_key)
         } else {
             return Err(PyTypeError::new_err(
@@ -216,7 +216,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
 #[pymethods]
 impl PyRawAsyncProducer {
     #[new]
-    #[pyo3(signature = (config, max_queue_size, max_queue_bytes, overflow, block_timeout, delivery_threshold, delivery_interval, max_retries, retry_backoff))]
+    #[pyo3(signature = (config, max_queue_size, max_queue_bytes, overflow, block_timeout, delivery_threshold, delivery_interval, max_retries, retry_backoff, partition_key_hashing))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -229,6 +229,7 @@ impl PyRawAsyncProducer {
         delivery_interval: f64,
         max_retries: i64,
         retry_backoff: f64,
+        partition_key_hashing: &str,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let options = AsyncProducerOptions {
@@ -240,6 +241,7 @@ impl PyRawAsyncProducer {
             delivery_interval: seconds_or_off("delivery_interval", delivery_interval)?,
             max_retries,
             retry_backoff: seconds_or_off("retry_backoff", retry_backoff)?,
+            partition_key_hashing: convert::partition_key_hashing(partition_key_hashing)?,
         };
         // Creating a transactional producer waits for the broker.
         let engine = py.detach(move || AsyncProducer::new(settings, options))?;
@@ -271,7 +273,7 @@ impl PyRawAsyncProducer {
     ) -> NativeResult<usize> {
         self.guard.check()?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
-        let partition_key = optional_bytes("partition_key", partition_key)?;
+        let partition_key = convert::partition_key(partition_key)?;
         let waiter = match (on_delivery, future) {
             (Some(callback), None) => Some(Waiter::Callback(callback)),
             (None, Some(future)) => Some(Waiter::Future(future)),

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::blocking::{DaemonHandle, timeout_arg};
-use crate::convert::settings_from_dict;
+use crate::convert::{self, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::flat_record::flat_record;
 
@@ -59,7 +59,7 @@ pub struct PyRawScheduler {
 #[pymethods]
 impl PyRawScheduler {
     #[new]
-    #[pyo3(signature = (config, schedules_topics, group_id, flush_batch_size, state_interval, states_postfix, horizon, dead_letter_topic=None))]
+    #[pyo3(signature = (config, schedules_topics, group_id, flush_batch_size, state_interval, states_postfix, horizon, dead_letter_topic=None, partition_key_hashing="waterdrop"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -71,6 +71,7 @@ impl PyRawScheduler {
         states_postfix: String,
         horizon: f64,
         dead_letter_topic: Option<String>,
+        partition_key_hashing: &str,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let options = SchedulerOptions {
@@ -81,6 +82,7 @@ impl PyRawScheduler {
             states_postfix,
             horizon: timeout_arg("horizon", horizon)?,
             dead_letter_topic,
+            partition_key_hashing: convert::partition_key_hashing(partition_key_hashing)?,
             ..SchedulerOptions::default()
         };
         // Creating a transactional producer waits for the broker.

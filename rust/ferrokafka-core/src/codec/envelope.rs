@@ -5,8 +5,9 @@
 //! - Header names and values are exactly Karafka Pro's (schema "1.0.0"), so Ruby and Python
 //!   producers and schedulers interoperate: numbers are decimal ASCII, epochs are Unix *seconds*.
 //! - Building validates (non-empty key, epoch within [now - 10 s, now + 100 years], which also
-//!   refuses millisecond epochs, payload size limit); parsing checks structure and schema version
-//!   only, because a schedule read back by the daemon may legitimately be past due.
+//!   refuses millisecond epochs, payload size: WaterDrop's `max_payload_size` by default);
+//!   parsing checks structure and schema version only, because a schedule read back by the
+//!   daemon may legitimately be past due.
 //! - A header name given twice resolves to its last value (Karafka reads headers as a hash).
 //! - Pure: the random part of a default key (a UUID v4) comes from the caller's 16 bytes.
 
@@ -67,10 +68,14 @@ impl SourceType {
     }
 }
 
+/// WaterDrop's default `max_payload_size`: the largest payload (the message value alone, in
+/// bytes) its producer accepts, so the largest a Karafka fleet's proxy can carry.
+pub const WATERDROP_MAX_PAYLOAD_SIZE: usize = 1_000_012;
+
 /// Limits applied when building a schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleLimits {
-    /// Largest accepted payload in bytes (default: 100 MiB).
+    /// Largest accepted payload in bytes (default: [`WATERDROP_MAX_PAYLOAD_SIZE`]).
     pub max_payload_bytes: usize,
     /// How far in the past an epoch may be, in seconds (default: 10).
     pub max_past_secs: i64,
@@ -81,7 +86,7 @@ pub struct ScheduleLimits {
 impl Default for ScheduleLimits {
     fn default() -> Self {
         Self {
-            max_payload_bytes: 100 << 20,
+            max_payload_bytes: WATERDROP_MAX_PAYLOAD_SIZE,
             max_past_secs: 10,
             max_future_secs: HUNDRED_YEARS_SECS,
         }
@@ -298,16 +303,7 @@ pub fn schedule_proxy(
         limits,
         message.headers.clone(),
     )?;
-    if message
-        .payload
-        .as_ref()
-        .is_some_and(|p| p.len() > limits.max_payload_bytes)
-    {
-        return Err(CoreError::TooLarge {
-            what: "scheduled payload (bytes)",
-            limit: limits.max_payload_bytes as u64,
-        });
-    }
+    check_payload_size(message.payload.as_ref().map_or(0, Vec::len), limits)?;
     let (key, partition_key) = match &envelope.key {
         Some(key) => (key.clone(), envelope.partition_key.clone()),
         None => {
@@ -330,6 +326,18 @@ pub fn schedule_proxy(
         payload: message.payload.clone(),
         headers,
     })
+}
+
+/// Refuses a scheduled payload of `bytes` over `limits.max_payload_bytes`, as WaterDrop refuses
+/// a message whose payload (the value alone; a null one is 0 bytes) is over `max_payload_size`.
+pub fn check_payload_size(bytes: usize, limits: &ScheduleLimits) -> Result<(), CoreError> {
+    if bytes > limits.max_payload_bytes {
+        return Err(CoreError::TooLarge {
+            what: "scheduled payload (bytes, max_payload_size)",
+            limit: limits.max_payload_bytes as u64,
+        });
+    }
+    Ok(())
 }
 
 /// Builds the proxy that cancels the schedule with `key`.
@@ -753,6 +761,35 @@ mod tests {
             schedule_proxy(&message(), NOW, &envelope(), [0; 16], NOW, &limits),
             Err(CoreError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn the_default_payload_limit_is_waterdrops_max_payload_size() {
+        let with_payload = |bytes: usize| TargetMessage {
+            payload: Some(vec![b'x'; bytes]),
+            ..message()
+        };
+        let build = |message: &TargetMessage| {
+            schedule_proxy(
+                message,
+                NOW + 60,
+                &envelope(),
+                [0; 16],
+                NOW,
+                &ScheduleLimits::default(),
+            )
+        };
+        assert!(build(&with_payload(1_000_012)).is_ok());
+        let err = build(&with_payload(1_000_013)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "scheduled payload (bytes, max_payload_size) exceeds the limit of 1000012"
+        );
+        let tombstone = TargetMessage {
+            payload: None,
+            ..message()
+        };
+        assert!(build(&tombstone).is_ok(), "a null payload is 0 bytes");
     }
 
     #[test]

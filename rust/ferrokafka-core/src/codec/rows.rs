@@ -1,5 +1,6 @@
 //! The codecs over whole Arrow batches, as the Spark UDFs use them: zlib, the decoded reports,
-//! states and markers as struct rows, and the schedule proxy headers.
+//! states and markers as struct rows, the schedule proxy headers, and the partitions partition
+//! keys choose.
 //!
 //! Invariants: every function turns a batch of `n` rows into columns of exactly `n` rows and
 //! never fails because of one row: a row that cannot be decoded or built gives a null value
@@ -37,6 +38,7 @@ use crate::codec::report::ConsumerReport;
 use crate::codec::state::StateReport;
 use crate::codec::zlib;
 use crate::markers::Marker;
+use crate::partition_key::PartitionKeyHashing;
 
 /// Inflates every row of `input` (at most `max_output` bytes each).
 pub fn inflate_batch(
@@ -404,6 +406,35 @@ pub fn decode_marker_batch(input: &BinaryView<'_>) -> BatchResult<MarkerRows> {
     decode_rows(input, marker_codec::decode_marker, MarkerRows::push)
 }
 
+/// The partition each row's partition key chooses among `partition_count` partitions, by
+/// `hashing` (null for a null or empty key); no partitions fails the call.
+pub fn partition_key_batch(
+    input: &BinaryView<'_>,
+    partition_count: u32,
+    hashing: PartitionKeyHashing,
+) -> Result<BatchResult<Int64Builder>, CoreError> {
+    if partition_count == 0 {
+        return Err(CoreError::InvalidArgument(
+            "partition_count must be positive".into(),
+        ));
+    }
+    Ok(BatchResult::run(
+        Int64Builder::default(),
+        input.len(),
+        |out, row| match input.get(row) {
+            Ok(key) => {
+                let partition = key.and_then(|key| hashing.partition(key, partition_count));
+                out.push(partition.map(i64::from));
+                Ok(())
+            }
+            Err(err) => {
+                out.push_null();
+                Err(err)
+            }
+        },
+    ))
+}
+
 /// The columns that describe the target of each scheduled row.
 #[derive(Debug, Clone, Copy)]
 pub struct ScheduleColumns<'a> {
@@ -417,6 +448,8 @@ pub struct ScheduleColumns<'a> {
     pub partition: Option<Int64View<'a>>,
     /// Target partition keys.
     pub partition_key: Option<BinaryView<'a>>,
+    /// Payload sizes in bytes (null: no payload), checked against the limits.
+    pub payload_size: Option<Int64View<'a>>,
 }
 
 fn optional_text(column: Option<&BinaryView<'_>>, row: usize) -> Result<Option<String>, CoreError> {
@@ -460,6 +493,11 @@ pub fn schedule_headers_batch(
                 key: optional_text(columns.key.as_ref(), row)?,
                 partition_key: optional_text(columns.partition_key.as_ref(), row)?,
             };
+            let payload_size = columns.payload_size.and_then(|column| column.get(row));
+            envelope::check_payload_size(
+                usize::try_from(payload_size.unwrap_or(0)).unwrap_or(0),
+                limits,
+            )?;
             envelope::schedule_headers(&address, epoch, now_secs, limits, Vec::new())
         })();
         match headers {
@@ -564,6 +602,7 @@ mod tests {
             key: None,
             partition: None,
             partition_key: None,
+            payload_size: None,
         };
         let limits = ScheduleLimits::default();
         let result = schedule_headers_batch(&columns, 1_700_000_000, &limits);
@@ -591,5 +630,75 @@ mod tests {
             panic!("struct expected")
         };
         assert_eq!(len, expected.len());
+    }
+
+    #[test]
+    fn a_row_whose_payload_is_over_the_limit_fails_naming_it() {
+        let mut topics = BinaryBuilder::default();
+        topics.push(Some(b"orders"));
+        topics.push(Some(b"orders"));
+        let (validity, offsets, data) = view_of(topics);
+        let epochs: Vec<u8> = [1_700_000_100i64; 2]
+            .iter()
+            .flat_map(|e| e.to_le_bytes())
+            .collect();
+        let sizes: Vec<u8> = [1_000_012i64, 1_000_013]
+            .iter()
+            .flat_map(|e| e.to_le_bytes())
+            .collect();
+        let columns = ScheduleColumns {
+            target_topic: BinaryView::new(validity.as_deref(), &offsets, &data, 0, 2, false)
+                .unwrap(),
+            epoch: Int64View::new(None, &epochs, 0, 2).unwrap(),
+            key: None,
+            partition: None,
+            partition_key: None,
+            payload_size: Some(Int64View::new(None, &sizes, 0, 2).unwrap()),
+        };
+        let result = schedule_headers_batch(&columns, 1_700_000_000, &ScheduleLimits::default());
+        let (_, errs) = result.finish().unwrap();
+        let errs = errors(errs);
+        assert_eq!(errs[0], None);
+        assert!(
+            errs[1].as_deref().unwrap().contains("max_payload_size"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn partition_keys_choose_the_partitions_the_rule_gives() {
+        let keys = [
+            Some("zamówienie-3".as_bytes()),
+            None,
+            Some(b""),
+            Some(b"customer-7"),
+        ];
+        let mut column = BinaryBuilder::default();
+        for key in keys {
+            column.push(key);
+        }
+        let (validity, offsets, data) = view_of(column);
+        let view = BinaryView::new(validity.as_deref(), &offsets, &data, 0, 4, false).unwrap();
+        for hashing in [PartitionKeyHashing::WaterDrop, PartitionKeyHashing::Bytes] {
+            let (partitions, errs) = partition_key_batch(&view, 5, hashing)
+                .unwrap()
+                .finish()
+                .unwrap();
+            assert_eq!(errors(errs), [None, None, None, None]);
+            let Column::Int64 {
+                validity, values, ..
+            } = partitions
+            else {
+                panic!("int64 expected")
+            };
+            assert_eq!(validity, Some(vec![0b1001]));
+            let partition =
+                |row: usize| i64::from_le_bytes(values[row * 8..row * 8 + 8].try_into().unwrap());
+            for row in [0, 3] {
+                let expected = hashing.partition(keys[row].unwrap(), 5).unwrap();
+                assert_eq!(partition(row), i64::from(expected));
+            }
+        }
+        assert!(partition_key_batch(&view, 0, PartitionKeyHashing::WaterDrop).is_err());
     }
 }
