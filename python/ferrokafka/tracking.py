@@ -336,6 +336,8 @@ class Reporter:
         # Status changes not reported yet, oldest first: each gets a report of its own.
         self._owed: list[ProcessStatus] = []
         self._errors: list[bytes] = []
+        # What the reporting thread is sending now: statuses and how many errors.
+        self._owed_sending: list[ProcessStatus] = []
         self._errors_sending = 0
         # Bumped when close() gives up on what is being sent: a send failing after that was
         # already counted as lost and is not tried again.
@@ -461,7 +463,7 @@ class Reporter:
             self._closed = True
             self._thread = None  # the reporting thread ends after what it is sending now
             self._wake.notify_all()
-            if not (self._owed or self._errors or self._errors_sending):
+            if not (self._owed or self._owed_sending or self._errors or self._errors_sending):
                 return
         process, sources = self._samples()  # the tracked components' last state
         with self._state:
@@ -482,12 +484,13 @@ class Reporter:
         else:
             with self._state:  # the reporting thread still waits for the broker
                 unsent = _Unsent(
-                    self._owed,
+                    self._owed_sending + self._owed,
                     len(self._errors) + self._errors_sending,
                     "an earlier send still waits for the broker",
                 )
                 # Counted as lost here, not again by a later close or the exit.
-                self._owed, self._errors, self._errors_sending = [], [], 0
+                self._owed, self._errors = [], []
+                self._owed_sending, self._errors_sending = [], 0
                 self._give_up_count += 1
         if not unsent:
             return
@@ -610,7 +613,7 @@ class Reporter:
         with self._state:
             statuses, self._owed = self._owed, []
             errors, self._errors = self._errors, []
-            self._errors_sending = len(errors)
+            self._owed_sending, self._errors_sending = statuses, len(errors)
             give_up_count = self._give_up_count
         sent_reports = sent_errors = 0
         failure: Exception | None = None
@@ -643,7 +646,7 @@ class Reporter:
                     )
         finally:
             with self._state:
-                self._errors_sending = 0
+                self._owed_sending, self._errors_sending = [], 0
                 self._counters["reports"] += sent_reports
                 self._counters["errors"] += sent_errors
                 if failure is not None:
