@@ -178,7 +178,9 @@ def _partition_sample(stats: PartitionStats, read_committed: bool) -> PartitionS
 
     librdkafka knows no lag before the group's first commit; then, like Karafka Web's enricher
     that fills it from the consumer's own position, the lag counts from where this consumer
-    began reading the partition (its first record, or the fetch position)."""
+    began reading the partition (its first record, or the fetch position). A commit the broker
+    confirmed after the latest statistics (every one a stopping consumer makes) is newer than
+    they are: the committed offset and the lag to it come from that commit."""
     broker = stats.broker
     sample = PartitionSample(
         stats.topic,
@@ -190,10 +192,14 @@ def _partition_sample(stats: PartitionStats, read_committed: bool) -> PartitionS
         return sample
     last_stable, high = broker.ls_offset, broker.hi_offset
     end = last_stable if read_committed and last_stable >= 0 else high
+    committed = stats.committed
+    if committed is not None and committed > broker.committed_offset:
+        sample.committed_offset = committed
+        sample.lag = max(0, max(end, committed) - committed)
     started = stats.first_received
     if started is None and broker.next_offset >= 0:
         started = broker.next_offset
-    if broker.lag < 0 and end >= 0 and started is not None:
+    if sample.lag is None and broker.lag < 0 and end >= 0 and started is not None:
         sample.lag = max(0, end - started)
     stored = started if stats.position is None else stats.position
     if broker.lag_stored < 0 and end >= 0 and stored is not None:

@@ -252,6 +252,10 @@ def _new_process_id() -> str:
     return f"{socket.gethostname() or 'localhost'}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+_LONGEST_WAIT = 3600.0
+"""Longest the reporting thread sleeps at once; it then looks again at what is due."""
+
+
 @dataclass
 class _Unsent:
     """What one round of sending left unsent: reports (by status), error reports, and why."""
@@ -705,7 +709,8 @@ class Reporter:
             with self._state:
                 wait = self._next_send_in()
                 while self._thread is me and wait is not None and wait > 0:
-                    self._wake.wait(wait)
+                    # In parts: a lock's timeout overflows long before `interval` may (1e308).
+                    self._wake.wait(min(wait, _LONGEST_WAIT))
                     wait = self._next_send_in()
                 if self._thread is not me:
                     break

@@ -31,7 +31,7 @@ from ferrokafka import (
 from ferrokafka.redelivery import RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, wait_until
 from tests.kafka.test_karafka_web import decoded, read_all
 from tests.tracking_samples import status_json
 
@@ -478,3 +478,54 @@ def test_a_reporter_dropped_without_close_sends_its_final_report(
         (process_id, "initialized"),
         (process_id, "stopped"),
     ]
+
+
+def test_a_stopping_consumer_reports_its_final_commits_not_stale_statistics(
+    kafka_bootstrap: str, topic_factory: TopicFactory, report_topics: tuple[str, str]
+) -> None:
+    topic = topic_factory(partitions=2)
+    group = f"final-{topic}"
+    # Statistics every 5 s: the records below are handled and committed between two of them.
+    reporter = Reporter(
+        {"bootstrap.servers": kafka_bootstrap},
+        reports_topic=report_topics[0],
+        errors_topic=report_topics[1],
+        interval=5.0,
+    )
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": group},
+        [topic],
+        lambda batch: None,
+        commit_interval=0.1,
+        reporter=reporter,
+    )
+    with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+        consumer.start()
+        tail.wait_for(
+            lambda rs: any(
+                len(topics_of(r, group).get(topic, {}).get("partitions", {})) == 2 for r in rs
+            ),
+            "a report with the partitions' statistics",
+        )
+        Client({"bootstrap.servers": kafka_bootstrap}).produce(topic, b"x", partition=0)
+        with AsyncProducer({"bootstrap.servers": kafka_bootstrap}) as producer:
+            producer.produce_many([{"value": b"r", "partition": 1}] * 300, topic=topic)
+            producer.flush()
+
+        def committed() -> list[int | None]:
+            return [p["committed"] for p in consumer.stats()["partitions"]]
+
+        wait_until(lambda: committed() == [1, 300], WAIT, "every record committed")
+        consumer.stop()
+        reporter.close()
+        reports = tail.wait_for(
+            lambda rs: bool(rs) and rs[-1]["process"]["status"] == "stopped",
+            "the final stopped report",
+        )
+    # The consumer's last report (sent as it stopped; the final one lists no component).
+    last = [r for r in reports if topic in topics_of(r, group)][-1]
+    partitions = topics_of(last, group)[topic]["partitions"]
+    assert {p: (f["committed_offset"], f["lag"]) for p, f in partitions.items()} == {
+        "0": (1, 0),
+        "1": (300, 0),
+    }

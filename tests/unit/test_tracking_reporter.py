@@ -226,3 +226,21 @@ def test_an_exit_with_the_broker_unreachable_keeps_its_bound_and_says_what_was_n
     [warning] = [line for line in run.stderr.splitlines() if "not sent" in line]
     assert "at interpreter exit" in warning, warning
     assert "3 error report(s) to audit-errors" in warning, warning
+
+
+def test_a_huge_interval_keeps_the_reporting_thread_alive() -> None:
+    # Waiting 1e308 s at once overflows the lock's timeout: the thread must wait in parts.
+    reporter = Reporter(CONFIG, interval=1e308, send_timeout=0.2)
+    reporter.track(FixedSource(SourceSample(group="billing")))
+    wait_until(lambda: reporter.stats()["send_failures"] >= 1, 10.0, "the first report tried")
+    thread = reporter._thread
+    assert thread is not None
+    # CPython's Condition keeps one lock per waiting thread: the reporting thread sleeps there
+    # until the next report is due (before, it died of OverflowError on the way).
+    wait_until(
+        lambda: bool(reporter._wake._waiters) or not thread.is_alive(),  # type: ignore[attr-defined]
+        10.0,
+        "the reporting thread waiting for the next report",
+    )
+    assert thread.is_alive()
+    reporter.close(timeout=0)
