@@ -11,6 +11,7 @@ import pytest
 from ferrokafka import ConfigError, KafkaTimeoutError
 from ferrokafka.cli import build_parser
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
+from ferrokafka.scheduling import Scheduler
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -139,3 +140,14 @@ def test_cli_redelivery_command() -> None:
         ["redelivery", "--queue-topic", "q", "--markers-topic", "m"]
     )
     assert (defaults.max_redeliveries, defaults.dead_letter_topic) == (3, None)
+
+
+def test_an_empty_group_id_is_refused_by_name() -> None:
+    config = {"bootstrap.servers": "127.0.0.1:1"}
+    for start in (
+        lambda: QueueConsumer(config, "jobs", "jobs-markers", group_id=""),
+        lambda: RedeliveryTracker(config, "jobs", "jobs-markers", group_id="").start(),
+        lambda: Scheduler(config, ["schedules"], group_id=""),
+    ):
+        with pytest.raises(ValueError, match="group_id must be a non-empty consumer group name"):
+            start()

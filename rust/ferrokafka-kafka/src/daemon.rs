@@ -151,6 +151,17 @@ pub(crate) fn publish<S>(slot: &Mutex<S>, status: S) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = status;
 }
 
+/// Refuses an empty `group.id`, which librdkafka would only report as a consumer without a
+/// queue ("rdkafka consumer queue not available").
+pub(crate) fn require_group_id(group_id: &str) -> KafkaResult<()> {
+    if group_id.is_empty() {
+        return Err(KafkaIoError::InvalidArgument(
+            "group_id must be a non-empty consumer group name".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// A daemon's group consumer settings: `settings` without producer-only keys, in `group_id`,
 /// committing itself, told about partition ends, starting at the earliest offset when the group
 /// has none.

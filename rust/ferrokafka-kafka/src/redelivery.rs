@@ -50,7 +50,7 @@ use crate::client::Client;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, creation_error,
-    flush_before, group_consumer_settings, now_ms, publish, send_all,
+    flush_before, group_consumer_settings, now_ms, publish, require_group_id, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 pub use crate::marker_writer::markers_partition;
@@ -202,6 +202,7 @@ impl QueueConsumer {
                 "queue_topic and markers_topic must be non-empty".to_owned(),
             ));
         }
+        require_group_id(&options.group_id)?;
         if options.queue_topic == options.markers_topic {
             return Err(KafkaIoError::InvalidArgument(
                 "queue_topic and markers_topic must differ".to_owned(),
@@ -495,6 +496,7 @@ impl RedeliveryTracker {
                 "queue_topic and markers_topic must be non-empty".to_owned(),
             ));
         }
+        require_group_id(&options.group_id)?;
         if options.dead_letter_topic.as_deref() == Some("") {
             return Err(KafkaIoError::InvalidArgument(
                 "dead_letter_topic must be None or a non-empty topic name".to_owned(),

@@ -61,7 +61,7 @@ use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, at_partition_end,
     creation_error, enqueue_with, flush_before, group_consumer_settings, now_ms, publish,
-    send_waiting_for_room,
+    require_group_id, send_waiting_for_room,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::packed_headers::PackedHeaders;
@@ -249,6 +249,7 @@ impl Scheduler {
                 "at least one non-empty schedules topic is required".to_owned(),
             ));
         }
+        require_group_id(&options.group_id)?;
         if let Some(topic) = &options.dead_letter_topic {
             // Caught now, not when the broker first refuses a dead-letter copy.
             envelope::require_topic_name("dead_letter_topic", topic)
