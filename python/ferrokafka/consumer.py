@@ -195,7 +195,7 @@ def _partition_sample(stats: PartitionStats, read_committed: bool) -> PartitionS
     committed = stats.committed
     if committed is not None and committed > broker.committed_offset:
         sample.committed_offset = committed
-        sample.lag = max(0, max(end, committed) - committed)
+        sample.lag = max(0, end - committed)
     started = stats.first_received
     if started is None and broker.next_offset >= 0:
         started = broker.next_offset
