@@ -49,8 +49,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::client::Client;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, creation_error,
-    flush_before, group_consumer_settings, now_ms, publish, require_group_id, send_all,
+    Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, commit_and_close,
+    creation_error, flush_before, group_consumer_settings, now_ms, publish, require_group_id,
+    send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 pub use crate::marker_writer::markers_partition;
@@ -568,19 +569,10 @@ impl Tracker {
             self.poll_markers(sleep)?;
             self.handle_assignments();
             self.redeliver_due();
-            self.commit(false);
+            self.commit();
             publish(status, self.status());
         }
-        let deadline = Instant::now() + SHUTDOWN_BUDGET;
-        self.commit(true);
-        flush_before(
-            &self.producer,
-            deadline,
-            "redelivery tracker",
-            "redelivered message(s)",
-        );
-        publish(status, self.status());
-        log::info!("redelivery tracker stopped");
+        self.shutdown(status);
         Ok(())
     }
 
@@ -836,16 +828,30 @@ impl Tracker {
         Some((record, true))
     }
 
-    /// Commits each partition up to its smallest open START, when enough markers were read,
-    /// when the interval passed, or (synchronously) when `force`.
-    fn commit(&mut self, force: bool) {
+    /// Commits (asynchronously) each partition up to its smallest open START, when enough
+    /// markers were read or the interval passed.
+    fn commit(&mut self) {
+        let (offsets, committed) = self.commit_positions(false);
+        if committed.is_empty() {
+            return;
+        }
+        if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
+            log::warn!("markers offsets not committed: {e}");
+            return;
+        }
+        self.note_committed(committed);
+    }
+
+    /// The offsets to commit (each partition's smallest open START, when due or `all`) and the
+    /// (partition, position) pairs they stand for.
+    fn commit_positions(&self, all: bool) -> (TopicPartitionList, Vec<(i32, u64)>) {
         let mut offsets = TopicPartitionList::new();
         let mut committed = Vec::new();
-        for (partition, run) in &mut self.partitions {
+        for (partition, run) in &self.partitions {
             let Some(position) = run.queue.smallest_open_marker_offset() else {
                 continue;
             };
-            let due = force
+            let due = all
                 || run.applied_since_commit >= self.options.num_offsets_per_commit
                 || run.last_commit.elapsed() >= self.options.commit_interval;
             if !due || run.status.committed == Some(position) {
@@ -865,18 +871,10 @@ impl Tracker {
                 committed.push((*partition, position));
             }
         }
-        if committed.is_empty() {
-            return;
-        }
-        let mode = if force {
-            CommitMode::Sync
-        } else {
-            CommitMode::Async
-        };
-        if let Err(e) = self.consumer.commit(&offsets, mode) {
-            log::warn!("markers offsets not committed: {e}");
-            return;
-        }
+        (offsets, committed)
+    }
+
+    fn note_committed(&mut self, committed: Vec<(i32, u64)>) {
         for (partition, position) in committed {
             if let Some(run) = self.partitions.get_mut(&partition) {
                 run.status.committed = Some(position);
@@ -884,6 +882,41 @@ impl Tracker {
                 run.last_commit = Instant::now();
             }
         }
+    }
+
+    /// Stops within [`SHUTDOWN_BUDGET`] (and the close's grace) whatever the broker does:
+    /// redeliveries on their way are flushed, then every partition's position is committed
+    /// and the group left; the status is published with what the commit confirmed.
+    fn shutdown(self, status: &Mutex<Vec<TrackerPartitionStatus>>) {
+        let deadline = Instant::now() + SHUTDOWN_BUDGET;
+        flush_before(
+            &self.producer,
+            deadline,
+            "redelivery tracker",
+            "redelivered message(s)",
+        );
+        let (offsets, committed) = self.commit_positions(true);
+        let mut rows = self.status();
+        let Tracker { consumer, .. } = self;
+        let final_commit = move |consumer: &BaseConsumer<GroupContext>| {
+            if offsets.count() == 0 {
+                return Ok(());
+            }
+            consumer.commit(&offsets, CommitMode::Sync)
+        };
+        match commit_and_close(consumer, final_commit, deadline, "redelivery tracker") {
+            Some(Ok(())) => {
+                for (partition, position) in committed {
+                    if let Some(row) = rows.iter_mut().find(|row| row.partition == partition) {
+                        row.committed = Some(position);
+                    }
+                }
+            }
+            Some(Err(e)) => log::warn!("markers offsets not committed: {e}"),
+            None => {}
+        }
+        publish(status, rows);
+        log::info!("redelivery tracker stopped");
     }
 
     fn status(&self) -> Vec<TrackerPartitionStatus> {

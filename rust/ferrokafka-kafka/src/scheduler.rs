@@ -60,8 +60,8 @@ use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
     Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, at_partition_end,
-    creation_error, enqueue_with, flush_before, group_consumer_settings, now_ms, publish,
-    require_group_id, send_waiting_for_room,
+    commit_and_close, creation_error, enqueue_with, flush_before, group_consumer_settings, now_ms,
+    publish, require_group_id, send_waiting_for_room,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::packed_headers::PackedHeaders;
@@ -387,8 +387,7 @@ impl SchedulerLoop {
             self.commit_progress();
             publish(status, self.status());
         }
-        self.shutdown();
-        publish(status, self.status());
+        self.shutdown(status);
         Ok(())
     }
 
@@ -1199,7 +1198,10 @@ impl SchedulerLoop {
         }
     }
 
-    fn shutdown(&mut self) {
+    /// Stops within [`SHUTDOWN_BUDGET`] (and the close's grace) whatever the broker does:
+    /// chunks on their way settle, final state reports and dispatches are flushed, the status
+    /// is published, then the offsets are committed and the group left.
+    fn shutdown(mut self, status: &Mutex<Vec<PartitionStatus>>) {
         let deadline = Instant::now() + SHUTDOWN_BUDGET;
         self.drain_pipeline(deadline);
         for run in self.runs.values_mut() {
@@ -1212,19 +1214,25 @@ impl SchedulerLoop {
             "scheduler",
             "final state report(s)",
         );
-        if !self.runs.is_empty()
-            && let Err(e) = self
-                .consumer
-                .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
-        {
-            log::debug!("final offset commit: {e}");
-        }
         flush_before(
             &self.dispatcher,
             deadline,
             "scheduler",
             "dispatched message(s)",
         );
+        publish(status, self.status());
+        let applied_any = !self.runs.is_empty();
+        let SchedulerLoop { consumer, .. } = self;
+        let final_commit = move |consumer: &BaseConsumer<GroupContext>| {
+            if applied_any {
+                consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(Err(e)) = commit_and_close(consumer, final_commit, deadline, "scheduler") {
+            log::debug!("final offset commit: {e}");
+        }
         log::info!("scheduler stopped");
     }
 
