@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import threading
@@ -17,6 +18,7 @@ from ferrokafka import (
     KafkaTimeoutError,
     NewTopic,
 )
+from tests.conftest import wait_until
 
 UNREACHABLE = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -108,6 +110,26 @@ def test_waiting_releases_the_gil() -> None:
 def test_timeouts_must_be_positive_and_finite(timeout: float) -> None:
     with pytest.raises(ValueError, match="timeout"):
         Client(UNREACHABLE).list_topics(timeout=timeout)
+
+
+def test_a_refused_connection_is_logged_once_not_again_as_a_global_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """librdkafka logs a refused connection (its FAIL line) and hands the same text to the error
+    callback; only librdkafka's line reaches the log at ERROR."""
+    client = Client(UNREACHABLE)
+    with pytest.raises(KafkaTimeoutError):
+        client.list_topics(timeout=0.5)
+
+    def refused_errors() -> list[logging.LogRecord]:
+        return [
+            r
+            for r in caplog.records
+            if r.levelno >= logging.ERROR and "Connection refused" in r.getMessage()
+        ]
+
+    wait_until(lambda: bool(refused_errors()), 5.0, "the refused connection in the log")
+    assert {r.name for r in refused_errors()} == {"librdkafka"}
 
 
 def test_produce_checks_arguments_before_sending() -> None:

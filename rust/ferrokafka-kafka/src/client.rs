@@ -111,7 +111,7 @@ struct DeliveryRouter {
 impl ClientContext for DeliveryRouter {
     fn error(&self, error: KafkaError, reason: &str) {
         self.watch.observe(&error, reason);
-        log::error!("librdkafka: {error}: {}", self.watch.redact(reason));
+        log_unless_end(error, &self.watch.redact(reason));
     }
 }
 
@@ -154,10 +154,19 @@ impl ClientContext for EndIsExpected {
 }
 
 /// Logs a client error, except the end-of-partition events of `enable.partition.eof`.
+///
+/// A broker connection failure (`BrokerTransportFailure`) is logged at DEBUG only: librdkafka
+/// hands it to the error callback and logs the same text itself (its FAIL line, at ERROR), so
+/// an outage printed every refused connection twice.
 pub(crate) fn log_unless_end(error: KafkaError, reason: &str) {
-    let end = matches!(error, KafkaError::PartitionEOF(_))
-        || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
-    if !end {
+    let code = error.rdkafka_error_code();
+    if matches!(error, KafkaError::PartitionEOF(_)) || code == Some(RDKafkaErrorCode::PartitionEOF)
+    {
+        return;
+    }
+    if code == Some(RDKafkaErrorCode::BrokerTransportFailure) {
+        log::debug!("librdkafka: {error}: {reason}");
+    } else {
         log::error!("librdkafka: {error}: {reason}");
     }
 }

@@ -406,7 +406,12 @@ impl FlushTracker {
     }
 }
 
-impl ClientContext for FlushTracker {}
+impl ClientContext for FlushTracker {
+    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
+    fn error(&self, error: KafkaError, reason: &str) {
+        crate::client::log_unless_end(error, reason);
+    }
+}
 
 impl ProducerContext for FlushTracker {
     type DeliveryOpaque = ();

@@ -56,7 +56,12 @@ struct Context {
     resend: Arc<Mutex<Vec<(Instant, Delivery)>>>,
 }
 
-impl ClientContext for Context {}
+impl ClientContext for Context {
+    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::client::log_unless_end(error, reason);
+    }
+}
 
 impl ProducerContext for Context {
     type DeliveryOpaque = Box<Delivery>;

@@ -20,7 +20,7 @@ pub enum KafkaIoError {
     #[error("invalid configuration: {0}")]
     Config(String),
     /// An operation did not finish within its deadline.
-    #[error("{operation} timed out after {:.1} s{}", timeout.as_secs_f64(), hint(.bootstrap))]
+    #[error("{operation} timed out{}{}", after(.timeout), hint(.bootstrap))]
     Timeout {
         /// What was attempted, e.g. "list_topics".
         operation: String,
@@ -51,6 +51,16 @@ pub enum KafkaIoError {
     /// An argument was refused before anything was sent.
     #[error("{0}")]
     InvalidArgument(String),
+}
+
+/// " after N s", or nothing when the deadline is not known (librdkafka's own timeouts, such as a
+/// record's `message.timeout.ms`, reach the engines as a bare timeout code: "after 0.0 s" misled).
+fn after(timeout: &Duration) -> String {
+    if timeout.is_zero() {
+        String::new()
+    } else {
+        format!(" after {:.1} s", timeout.as_secs_f64())
+    }
 }
 
 fn hint(bootstrap: &Option<String>) -> String {

@@ -69,7 +69,12 @@ impl UpdateTracker {
     }
 }
 
-impl ClientContext for UpdateTracker {}
+impl ClientContext for UpdateTracker {
+    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::client::log_unless_end(error, reason);
+    }
+}
 
 impl ProducerContext for UpdateTracker {
     type DeliveryOpaque = ();

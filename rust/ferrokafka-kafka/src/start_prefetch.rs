@@ -159,7 +159,12 @@ impl StartAcks {
     }
 }
 
-impl ClientContext for StartAcks {}
+impl ClientContext for StartAcks {
+    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
+    fn error(&self, error: KafkaError, reason: &str) {
+        crate::client::log_unless_end(error, reason);
+    }
+}
 
 impl ProducerContext for StartAcks {
     type DeliveryOpaque = usize;
