@@ -472,7 +472,7 @@ struct DeliveryTracker {
 impl ClientContext for DeliveryTracker {
     fn error(&self, error: KafkaError, reason: &str) {
         self.shared.watch.observe(&error, reason);
-        log::error!("librdkafka: {error}: {}", self.shared.watch.redact(reason));
+        crate::client::log_unless_end(error, &self.shared.watch.redact(reason));
     }
 }
 

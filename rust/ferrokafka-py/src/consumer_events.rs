@@ -3,6 +3,8 @@
 //! whose shape lives in two languages.
 
 use ferrokafka_kafka::{ConsumerEvent, WorkerId};
+use pyo3::PyTraverseError;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 
 use crate::errors::exception_of;
@@ -93,10 +95,26 @@ pub struct PyConsumerCommitted {
     error: Option<Py<PyAny>>,
 }
 
+// The error objects are the caller's to extend (attributes, `__notes__`): a cycle back to the
+// event must be visible to the GC (here and in every event that holds one).
+#[pymethods]
+impl PyConsumerCommitted {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.error)
+    }
+}
+
 /// librdkafka reported an error while consuming; the consumer keeps running.
 #[pyclass(name = "ConsumerError", module = "ferrokafka._native", frozen, get_all)]
 pub struct PyConsumerError {
     error: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyConsumerError {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.error)
+    }
 }
 
 fn assignments(

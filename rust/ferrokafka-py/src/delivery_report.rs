@@ -2,6 +2,8 @@
 //! handed to its callback once, when the last of them is settled. The positions stay in Rust
 //! vectors until asked for, so a report of 10,000 records is one Python object, not 10,000.
 
+use pyo3::PyTraverseError;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 
 /// The delivery results of one `produce_many` call, in the order of its records.
@@ -33,6 +35,14 @@ impl PyDeliveryReport {
 
 #[pymethods]
 impl PyDeliveryReport {
+    // The errors are the caller's to extend: a cycle back to the report must be visible to the GC.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for (_, error) in &self.errors {
+            visit.call(error)?;
+        }
+        Ok(())
+    }
+
     /// Records the call queued (those it accepted).
     #[getter]
     fn count(&self) -> usize {

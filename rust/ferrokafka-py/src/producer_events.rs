@@ -4,6 +4,8 @@
 //! an acknowledged record needs nothing more, so it becomes no event object at all.
 
 use ferrokafka_kafka::{AsyncProducer, KafkaIoError, Pending, ProducerEvent, ReceivedRecord};
+use pyo3::PyTraverseError;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 
 use crate::errors::{BufferOverflow, exception_of};
@@ -46,6 +48,14 @@ pub struct PyProducerRetrying {
     error: Py<PyAny>,
     #[pyo3(get)]
     attempt: u32,
+}
+
+#[pymethods]
+impl PyProducerRetrying {
+    // The error is the caller's to extend: a cycle back to the event must be visible to the GC.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.error)
+    }
 }
 
 /// The producer's last event: shutdown finished.

@@ -13,6 +13,8 @@ use ferrokafka_core::codec::report_rules::{
 use ferrokafka_core::report_builder::{
     ErrorSample, ProcessSample, ReportBuilder, SourceSample, error_report,
 };
+use pyo3::PyTraverseError;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use serde::de::DeserializeOwned;
@@ -267,6 +269,14 @@ pub struct PyErrorReportView {
     occurred_at: f64,
     process_id: String,
     tags: Vec<String>,
+}
+
+#[pymethods]
+impl PyErrorReportView {
+    // `details` is a dict the caller may put anything in, the view itself included.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.details)
+    }
 }
 
 /// Decodes a zlib JSON error report of any schema read into its view.
