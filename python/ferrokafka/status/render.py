@@ -39,6 +39,7 @@ def render_text(snapshot: StatusSnapshot, max_errors: int = 10) -> str:
     recent errors (at most ``max_errors``, newest first) and scheduler states.
 
     Example:
+        >>> from ferrokafka.status import StatusView
         >>> print(render_text(StatusView().snapshot(now=0.0)).splitlines()[0])
         Processes: 0 alive, 0 stale, 0 stopped (TTL 30 s); total lag 0
     """
@@ -191,6 +192,7 @@ def render_prometheus(snapshot: StatusSnapshot) -> str:
     """The snapshot in Prometheus' text exposition format (version 0.0.4).
 
     Example:
+        >>> from ferrokafka.status import StatusView
         >>> print(render_prometheus(StatusView().snapshot(now=0.0)).splitlines()[0])
         # HELP ferrokafka_processes Reporting processes by health.
     """

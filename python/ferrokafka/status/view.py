@@ -426,6 +426,7 @@ class StatusView:
         """Record whether the feeding reader has read every partition to its end.
 
         Example:
+            >>> view = StatusView()
             >>> view.set_caught_up(True)
         """
         with self._lock:
