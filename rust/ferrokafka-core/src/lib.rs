@@ -24,6 +24,7 @@ pub use batch::{
     BatchBuffer, BufferLimits, DeliveryPolicy, Overflow, OverflowLimit, OverflowPolicy, PushOutcome,
 };
 pub use codec::json::{Document, decode_document, encode_document, encode_json_document};
+pub use codec::state::TrackerState;
 pub use deadline_queue::DeadlineQueue;
 pub use error::CoreError;
 pub use markers::{
@@ -34,5 +35,4 @@ pub use partition_key::PartitionKeyHashing;
 pub use partition_progress::PartitionProgress;
 pub use schedule::{
     ApplyOutcome, Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig,
-    TrackerState,
 };

@@ -36,43 +36,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Deserialize, Serialize};
-
 use crate::CoreError;
 use crate::calendar::{day_of_epoch_secs, format_day};
-use crate::codec::state::{OffsetRange, STATE_SCHEMA_VERSION, StateReport};
+use crate::codec::state::{OffsetRange, STATE_SCHEMA_VERSION, StateReport, TrackerState};
 use crate::deadline_queue::DeadlineQueue;
 
 /// Karafka's loading grace period (its issue 2633): under constant writes the end of the
 /// partition may never be reached, so a record written more than this long after the tracker
 /// started shows that the replay has caught up with the present.
 pub const LOADED_GRACE_MS: u64 = 15_000;
-
-/// Lifecycle state of a [`ScheduleTracker`]; serialised as Karafka writes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TrackerState {
-    /// Created, nothing read yet.
-    Fresh,
-    /// Reading the schedules partition from the earliest offset.
-    Loading,
-    /// Caught up: dispatching due schedules.
-    Loaded,
-    /// Shut down.
-    Stopped,
-}
-
-impl TrackerState {
-    /// The name used in reports and record keys (`"<state>_state"`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Fresh => "fresh",
-            Self::Loading => "loading",
-            Self::Loaded => "loaded",
-            Self::Stopped => "stopped",
-        }
-    }
-}
 
 /// A record of the schedules topic, as the daemon decoded it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -74,10 +74,8 @@ use crate::error::{KafkaIoError, KafkaResult};
 use crate::in_flight::InFlight;
 use crate::locks::lock;
 use crate::partitioner::{METADATA_TIMEOUT, PartitionCounts};
-use crate::record::{OutgoingRecord, ReceivedRecord};
-
-/// Identifies a record whose delivery result the caller wants back; 0 means "not tracked".
-pub type Ticket = u64;
+pub use crate::pending::{POSITION_ONLY, Pending, Ticket};
+use crate::record::ReceivedRecord;
 
 /// Where a batch report's record landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,11 +87,6 @@ pub struct Acknowledgement {
     /// Its offset.
     pub offset: i64,
 }
-
-/// Set in the tickets of records whose caller wants only where each landed (a batch's delivery
-/// report): their acknowledgements are [`ProducerEvent::Acknowledged`], without a copy of the
-/// record. Ticket numbers stay below it.
-pub const POSITION_ONLY: Ticket = 1 << 45;
 
 /// How long the worker sleeps at most between checks of the interval trigger and retries.
 const WORKER_TICK: Duration = Duration::from_millis(50);
@@ -176,19 +169,6 @@ impl AsyncProducerOptions {
         }
         Ok(())
     }
-}
-
-/// A record in the producer's care, with what is needed to report on it.
-#[derive(Clone, Debug)]
-pub struct Pending {
-    /// The record.
-    pub record: OutgoingRecord,
-    /// Hashing key for choosing the partition, when it differs from the record key.
-    pub partition_key: Option<Vec<u8>>,
-    /// Delivery-result ticket (0 = untracked).
-    pub ticket: Ticket,
-    /// Sends so far that librdkafka reported failed.
-    pub failures: u32,
 }
 
 /// Something the bindings report to Python: delivery results and instrumentation.
@@ -1742,6 +1722,7 @@ impl AsyncProducer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::OutgoingRecord;
 
     fn pending(n: usize) -> Box<Pending> {
         Box::new(Pending {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaConfRes;
 
-use crate::config::{REDACTED, is_sensitive_key};
+use ferrokafka_core::redact::{REDACTED, is_sensitive_key};
 
 /// Result alias for the Kafka engines.
 pub type KafkaResult<T> = Result<T, KafkaIoError>;

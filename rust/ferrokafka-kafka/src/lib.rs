@@ -19,6 +19,7 @@ mod marker_writer;
 mod packed_headers;
 mod partition_source;
 pub mod partitioner;
+mod pending;
 pub mod record;
 pub mod redelivery;
 mod rounds;

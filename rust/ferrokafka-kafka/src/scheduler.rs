@@ -44,8 +44,9 @@ use ferrokafka_core::codec::envelope::{
     self, ProxyRecord, ProxySource, TargetAddress, validate_stored_epoch,
 };
 use ferrokafka_core::codec::json::encode_document;
+use ferrokafka_core::codec::state::TrackerState;
 use ferrokafka_core::schedule::{
-    Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig, TrackerState,
+    Dispatch, PayloadFetch, ScheduleRecord, ScheduleTracker, TrackerConfig,
 };
 use ferrokafka_core::{CoreError, PartitionKeyHashing};
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -14,7 +14,33 @@ use serde::{Deserialize, Serialize};
 use crate::CoreError;
 use crate::calendar::parse_day;
 use crate::codec::json::{Document, check_schema_version};
-use crate::schedule::TrackerState;
+
+/// Lifecycle state of a schedules partition's tracker (`crate::schedule::ScheduleTracker`);
+/// serialised as Karafka writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrackerState {
+    /// Created, nothing read yet.
+    Fresh,
+    /// Reading the schedules partition from the earliest offset.
+    Loading,
+    /// Caught up: dispatching due schedules.
+    Loaded,
+    /// Shut down.
+    Stopped,
+}
+
+impl TrackerState {
+    /// The name used in reports and record keys (`"<state>_state"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fresh => "fresh",
+            Self::Loading => "loading",
+            Self::Loaded => "loaded",
+            Self::Stopped => "stopped",
+        }
+    }
+}
 
 /// The state report schema version this build writes and the newest it reads.
 pub const STATE_SCHEMA_VERSION: &str = "1.0.0";
