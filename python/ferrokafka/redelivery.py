@@ -411,8 +411,9 @@ class RedeliveryTracker(_exit.StopsAtExit):
         num_offsets_per_commit: markers read between commits of a partition [1000].
         commit_interval: seconds between commits when fewer markers came [5].
         max_backoff: longest pause between retries of a failed write [30].
-        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per markers
-            partition, as ``lag``, the messages handed out and not yet acknowledged [None].
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: its
+            consumer group's state and per markers partition librdkafka's offsets, with the
+            messages handed out and not yet acknowledged as ``lag`` [None].
 
     Example:
         >>> tracker = RedeliveryTracker(

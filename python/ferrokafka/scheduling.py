@@ -207,8 +207,9 @@ class Scheduler(_exit.StopsAtExit):
             ``"waterdrop"`` as WaterDrop hashes it, ``"bytes"`` every byte ["waterdrop"].
         instance_id: ``group.instance.id`` (static membership): a restart under the same id
             takes this daemon's partitions back at once; unique per daemon [None].
-        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per
-            partition its state and, as ``lag``, the schedules pending [None].
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: its
+            consumer group's state and per partition librdkafka's offsets, with the schedules
+            pending as ``lag`` [None].
 
     Example:
         >>> scheduler = Scheduler(
