@@ -870,6 +870,8 @@ class _RawScheduler:
         refused before it ever worked)."""
     def status(self) -> list[SchedulerPartitionStatus]:
         """Per-partition figures."""
+    def statistics(self) -> DaemonStatistics:
+        """The group consumer's state from librdkafka's latest statistics."""
 
 @final
 class SchedulerPartitionStatus:
@@ -899,8 +901,11 @@ class SchedulerPartitionStatus:
     @property
     def applied(self) -> int:
         """Records applied."""
+    @property
+    def broker(self) -> BrokerOffsets | None:
+        """The partition's offsets from librdkafka's latest statistics; None before the first."""
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict."""
+        """The fields as a dict (``broker`` as its own dict, or None)."""
 
 _ConsumerEvent: TypeAlias = (
     ConsumerAssigned
@@ -1138,6 +1143,22 @@ class GroupStatistics:
         """The fields as a dict (a tracking report's group state)."""
 
 @final
+class DaemonStatistics:
+    """A daemon's group consumer as of librdkafka's latest statistics."""
+
+    @property
+    def bytes_received(self) -> int | None:
+        """Bytes per second received from the brokers between the latest two statistics."""
+    @property
+    def bytes_sent(self) -> int | None:
+        """Bytes per second sent to the brokers between the latest two statistics."""
+    @property
+    def group(self) -> GroupStatistics | None:
+        """The group's state; None before the first statistics."""
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (``group`` as its own dict, or None)."""
+
+@final
 class PartitionStats:
     """A snapshot of one assigned partition."""
 
@@ -1298,6 +1319,8 @@ class _RawRedeliveryTracker:
         refused before it ever worked)."""
     def status(self) -> list[RedeliveryPartitionStatus]:
         """Per markers partition figures."""
+    def statistics(self) -> DaemonStatistics:
+        """The markers consumer's state from librdkafka's latest statistics."""
 
 @final
 class RedeliveryPartitionStatus:
@@ -1330,8 +1353,11 @@ class RedeliveryPartitionStatus:
     @property
     def committed(self) -> int | None:
         """Last committed markers offset."""
+    @property
+    def broker(self) -> BrokerOffsets | None:
+        """The partition's offsets from librdkafka's latest statistics; None before the first."""
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict."""
+        """The fields as a dict (``broker`` as its own dict, or None)."""
 
 @final
 class ReportBuilder:

@@ -356,10 +356,8 @@ class _Core:
     def open(self) -> _RawConsumer:
         """Creates the engine: subscribes, or assigns (asking the broker for offsets)."""
         config = self.config
-        if self.reporter is not None and "statistics.interval.ms" not in config:
-            # Lag and offsets in the reports come from librdkafka's statistics.
-            interval_ms = int(min(self.reporter.interval, 5.0) * 1000)
-            config = {**config, "statistics.interval.ms": max(100, interval_ms)}
+        if self.reporter is not None:
+            config = self.reporter.statistics_config(config)
         self.raw = _RawConsumer(
             config,
             self.subscriptions,

@@ -411,8 +411,9 @@ class RedeliveryTracker(_exit.StopsAtExit):
         num_offsets_per_commit: markers read between commits of a partition [1000].
         commit_interval: seconds between commits when fewer markers came [5].
         max_backoff: longest pause between retries of a failed write [30].
-        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per markers
-            partition, as ``lag``, the messages handed out and not yet acknowledged [None].
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: its
+            consumer group's state and per markers partition librdkafka's offsets, with the
+            messages handed out and not yet acknowledged as ``lag`` [None].
 
     Example:
         >>> tracker = RedeliveryTracker(
@@ -447,8 +448,8 @@ class RedeliveryTracker(_exit.StopsAtExit):
         self._group_id = (
             group_id if group_id is not None else f"ferrokafka-redelivery-{markers_topic}"
         )
+        self._config = dict(config)
         self._args = (
-            dict(config),
             queue_topic,
             markers_topic,
             self._group_id,
@@ -466,7 +467,10 @@ class RedeliveryTracker(_exit.StopsAtExit):
     def start(self) -> RedeliveryTracker:
         """Start the daemon thread (once); returns self. Bad settings raise here."""
         if self._raw is None:
-            self._raw = _RawRedeliveryTracker(*self._args)
+            config = self._config
+            if self._reporter is not None:
+                config = self._reporter.statistics_config(config)
+            self._raw = _RawRedeliveryTracker(config, *self._args)
             if self._reporter is not None:
                 self._reporter.track(self)
             _exit.register(self)
@@ -516,15 +520,20 @@ class RedeliveryTracker(_exit.StopsAtExit):
 
     def status(self) -> list[dict[str, Any]]:
         """Per assigned markers partition: partition, caught_up, open, applied, redelivered,
-        dead_lettered, dropped, undecodable, committed. Empty before :meth:`start`."""
+        dead_lettered, dropped, undecodable, committed, broker (librdkafka's latest statistics
+        of the partition, a dict of :class:`ferrokafka._native.BrokerOffsets` fields, or None
+        before the first). Empty before :meth:`start`."""
         return [row.as_dict() for row in self._status()]
 
     def _status(self) -> list[RedeliveryPartitionStatus]:
         return [] if self._raw is None else self._raw.status()
 
     def report_sample(self) -> SourceSample:
-        """This daemon's part of a process report: unacknowledged messages as ``lag``."""
+        """This daemon's part of a process report: librdkafka's statistics of its markers
+        consumer, with unacknowledged messages as ``lag``."""
         rows = self._status()
+        statistics = None if self._raw is None else self._raw.statistics()
+        group = None if statistics is None else statistics.group
         return SourceSample(
             group=self._group_id,
             partitions=[
@@ -534,10 +543,13 @@ class RedeliveryTracker(_exit.StopsAtExit):
                     lag=row.open,
                     lag_stored=row.open,
                     committed_offset=row.committed,
-                    fetch_state="caught_up" if row.caught_up else "replaying",
+                    statistics=None if row.broker is None else row.broker.as_dict(),
                 )
                 for row in rows
             ],
+            group_state=None if group is None else group.as_dict(),
+            bytes_received=None if statistics is None else statistics.bytes_received,
+            bytes_sent=None if statistics is None else statistics.bytes_sent,
             messages=sum(row.applied for row in rows),
             errors=sum(row.undecodable for row in rows),
             retries=sum(row.redelivered for row in rows),

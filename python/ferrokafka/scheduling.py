@@ -207,8 +207,9 @@ class Scheduler(_exit.StopsAtExit):
             ``"waterdrop"`` as WaterDrop hashes it, ``"bytes"`` every byte ["waterdrop"].
         instance_id: ``group.instance.id`` (static membership): a restart under the same id
             takes this daemon's partitions back at once; unique per daemon [None].
-        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: per
-            partition its state and, as ``lag``, the schedules pending [None].
+        reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: its
+            consumer group's state and per partition librdkafka's offsets, with the schedules
+            pending as ``lag`` [None].
 
     Example:
         >>> scheduler = Scheduler(
@@ -245,6 +246,8 @@ class Scheduler(_exit.StopsAtExit):
         self._reporter = reporter
         self._instance_id = instance_id
         self._poll_interval = int(config.get("max.poll.interval.ms", 300_000))
+        if reporter is not None:
+            config = reporter.statistics_config(config)
         self._raw = _RawScheduler(
             config,
             list(schedules_topics),
@@ -297,12 +300,15 @@ class Scheduler(_exit.StopsAtExit):
         """Per assigned partition: topic, partition, state (loading, loaded, stopped, or
         blocked: a record with a newer schema version stopped the partition until the daemon is
         upgraded), pending, dispatched, skipped, failed (targets refused for good), applied
-        (records read)."""
+        (records read), broker (librdkafka's latest statistics of the partition, a dict of
+        :class:`ferrokafka._native.BrokerOffsets` fields, or None before the first)."""
         return [row.as_dict() for row in self._raw.status()]
 
     def report_sample(self) -> SourceSample:
-        """This daemon's part of a process report: pending schedules as ``lag``."""
+        """This daemon's part of a process report: librdkafka's statistics of its group
+        consumer, with pending schedules as ``lag``."""
         rows = self._raw.status()
+        statistics = self._raw.statistics()
         return SourceSample(
             group=self._group_id,
             partitions=[
@@ -311,10 +317,13 @@ class Scheduler(_exit.StopsAtExit):
                     row.partition,
                     lag=row.pending,
                     lag_stored=row.pending,
-                    fetch_state=row.state,
+                    statistics=None if row.broker is None else row.broker.as_dict(),
                 )
                 for row in rows
             ],
+            group_state=None if statistics.group is None else statistics.group.as_dict(),
+            bytes_received=statistics.bytes_received,
+            bytes_sent=statistics.bytes_sent,
             messages=sum(row.dispatched for row in rows),
             errors=sum(row.skipped for row in rows),
             workers=max(1, len(rows)),

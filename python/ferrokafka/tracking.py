@@ -19,7 +19,8 @@ field to where ferrokafka fills it from. An invalid report raises
 :class:`ferrokafka.Consumer`, :class:`ferrokafka.AsyncConsumer`,
 :class:`ferrokafka.scheduling.Scheduler` and :class:`ferrokafka.redelivery.RedeliveryTracker`
 take ``reporter=`` and report themselves: status ``running`` while they run, ``stopping`` and a
-final ``stopped`` report when the last tracked component stops. For the two daemons a
+final ``stopped`` report when the last tracked component stops, each with librdkafka's
+statistics of its group consumer (group state, partition offsets). For the two daemons a
 partition's ``lag`` is their pending work: schedules waiting (scheduler) or messages not yet
 acknowledged (redelivery).
 
@@ -393,6 +394,15 @@ class Reporter:
             _exit.register(self, after_the_rest=True)  # the child's exit sends its reports
 
     # -- tracked components ----------------------------------------------------------------
+
+    def statistics_config(self, config: Mapping[str, ConfigValue]) -> dict[str, ConfigValue]:
+        """A tracked component's ``config`` with librdkafka's statistics (its group's state and
+        its partitions' offsets in the reports) as often as this reporter reports, at most
+        every 5 s and at least 0.1 s apart; unchanged when it sets ``statistics.interval.ms``."""
+        if "statistics.interval.ms" in config:
+            return dict(config)
+        interval_ms = int(min(self.interval, 5.0) * 1000)
+        return {**config, "statistics.interval.ms": max(100, interval_ms)}
 
     def track(self, source: TrackedSource) -> None:
         """Include ``source`` in reports and report ``running`` at once (on the reporting

@@ -141,6 +141,29 @@ def test_cancelled_schedules_are_never_dispatched(
     assert [m.value() for m in kafka_client.read_topic(target)] == [b"sentinel"]
 
 
+def test_status_carries_librdkafkas_statistics_without_a_reporter(
+    kafka_client: Client, schedules_topic: str, daemon_config: dict[str, Any]
+) -> None:
+    """The group consumer has librdkafka's statistics by default: each row carries its
+    partition's offsets on the broker, with no reporter and no statistics.interval.ms given."""
+    for n in range(3):
+        schedule_message(
+            kafka_client,
+            {"topic": "never-dispatched", "payload": b"later"},
+            int(time.time()) + 3600,
+            {"topic": schedules_topic, "partition": 1, "key": f"later-{n}"},
+        )
+    with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
+
+        def high_watermarks() -> dict[int, int] | None:
+            rows = scheduler.status()
+            if len(rows) < 2 or any(row["broker"] is None for row in rows):
+                return None
+            return {row["partition"]: row["broker"]["hi_offset"] for row in rows}
+
+        wait_until(lambda: high_watermarks() == {0: 0, 1: 3}, 30, "the partitions' statistics")
+
+
 def test_state_reports_are_zlib_json_with_the_reference_fields(
     kafka_client: Client, schedules_topic: str, daemon_config: dict[str, Any]
 ) -> None:

@@ -29,7 +29,7 @@ from ferrokafka import (
     codecs,
 )
 from ferrokafka.redelivery import RedeliveryTracker
-from ferrokafka.scheduling import Scheduler, create_topics
+from ferrokafka.scheduling import Scheduler, create_topics, schedule
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 from tests.conftest import TopicFactory, wait_until
 from tests.kafka.test_karafka_web import decoded, read_all
@@ -255,43 +255,107 @@ def test_an_invalid_report_raises_and_sends_nothing(
     assert [r["process"]["id"] for r in reports] == [reporter.process_id]
 
 
-def test_scheduler_and_redelivery_daemons_report_their_partitions(
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's high watermark, asked by confluent-kafka as an outside observer."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+    from confluent_kafka import TopicPartition as ConfluentPartition
+
+    consumer = ConfluentConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"watermarks-{uuid.uuid4().hex}"}
+    )
+    try:
+        return {
+            p: consumer.get_watermark_offsets(ConfluentPartition(topic, p), timeout=10.0)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def subscription_of(report: dict[str, Any], group: str) -> dict[str, Any] | None:
+    """The one subscription group of consumer group ``group`` in a report, if it is there."""
+    subscriptions = report["consumer_groups"].get(group, {}).get("subscription_groups", {})
+    return next(iter(subscriptions.values()), None)
+
+
+def test_daemons_report_librdkafkas_group_state_and_partition_offsets(
     kafka_bootstrap: str,
     kafka_client: Client,
     topic_factory: TopicFactory,
     report_topics: tuple[str, str],
     reporter: Reporter,
 ) -> None:
+    """The scheduler and the redelivery tracker report their group consumer's statistics as a
+    consumer does: the joined group's state and each partition's offsets on the broker (Karafka
+    Web's pace is the high watermarks'), with their pending work as lag."""
     schedules = f"tracking-schedules-{uuid.uuid4().hex[:8]}"
     create_topics(kafka_client, schedules, num_partitions=2)
     queue, markers = topic_factory(partitions=1), topic_factory(partitions=1)
+    far = int(time.time()) + 3600
+    pending = {0: 3, 1: 5}  # schedules per partition, all an hour ahead
+    for partition, count in pending.items():
+        for n in range(count):
+            proxy = schedule(
+                {"topic": queue, "payload": b"later"},
+                far,
+                {"topic": schedules, "key": f"s-{partition}-{n}"},
+            )
+            kafka_client.produce(
+                schedules, proxy.value, proxy.key, partition=partition, headers=proxy.headers
+            )
+    opened = 4  # messages handed out and never acknowledged: START markers an hour ahead
+    for offset in range(opened):
+        start = codecs.Marker.start(0, offset, far * 1000)
+        kafka_client.produce(markers, codecs.encode_marker(start), partition=0)
+    scheduled_ends = high_watermarks(kafka_bootstrap, schedules, 2)
+    markers_end = high_watermarks(kafka_bootstrap, markers, 1)[0]
+    assert scheduled_ends == pending
+    assert markers_end == opened
     config = {"bootstrap.servers": kafka_bootstrap}
     scheduler_group = f"s-{schedules}"
     redelivery_group = f"r-{markers}"
+
+    def shows_the_statistics(report: dict[str, Any]) -> bool:
+        scheduler = subscription_of(report, scheduler_group)
+        tracker = subscription_of(report, redelivery_group)
+        if scheduler is None or tracker is None:
+            return False
+        joined = [(s["state"]["state"], s["state"]["join_state"]) for s in (scheduler, tracker)]
+        scheduled = scheduler["topics"].get(schedules, {}).get("partitions", {})
+        tracked = tracker["topics"].get(markers, {}).get("partitions", {})
+        return (
+            joined == [("up", "steady")] * 2
+            and {
+                int(p): (
+                    f["hi_offset"],
+                    f["ls_offset"],
+                    f["stored_offset"],
+                    f["committed_offset"],
+                    f["fetch_state"],
+                )
+                for p, f in scheduled.items()
+            }
+            == {p: (end, end, end, end, "active") for p, end in scheduled_ends.items()}
+            and {int(p): f["lag"] for p, f in scheduled.items()} == pending
+            and {
+                int(p): (f["hi_offset"], f["ls_offset"], f["fetch_state"], f["lag"])
+                for p, f in tracked.items()
+            }
+            == {0: (markers_end, markers_end, "active", opened)}
+        )
+
     with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
         scheduler = Scheduler(config, [schedules], group_id=scheduler_group, reporter=reporter)
         tracker = RedeliveryTracker(
             config, queue, markers, group_id=redelivery_group, reporter=reporter
         )
         tracker.start()
-
-        def both_loaded(report: dict[str, Any]) -> bool:
-            groups = report["consumer_groups"]
-            if scheduler_group not in groups or redelivery_group not in groups:
-                return False
-            scheduled = topics_of(report, scheduler_group).get(schedules, {}).get("partitions", {})
-            tracked = topics_of(report, redelivery_group).get(markers, {}).get("partitions", {})
-            return (
-                len(scheduled) == 2
-                and all(p["fetch_state"] == "loaded" for p in scheduled.values())
-                and [p["fetch_state"] for p in tracked.values()] == ["caught_up"]
-            )
-
-        loaded = tail.wait_for(
-            lambda rs: bool(rs) and both_loaded(rs[-1]), "both daemons loaded in one report"
+        shown = tail.wait_for(
+            lambda rs: bool(rs) and shows_the_statistics(rs[-1]),
+            "both daemons' group state and partition offsets in one report",
         )
         # Each daemon is a subscription group of its own consumer group, as Karafka Web shows.
-        assert codecs.consumer_report_violations_of(loaded[-1]) == []
+        assert codecs.consumer_report_violations_of(shown[-1]) == []
         assert tracker.stop()
         assert reporter.status == "running"  # the scheduler still runs
         assert scheduler.stop()

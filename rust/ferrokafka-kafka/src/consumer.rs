@@ -39,7 +39,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::report_builder::{Tracked, decorate};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
@@ -55,6 +54,7 @@ use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::lock;
 use crate::partition_source::PartitionSource;
 use crate::record::ReceivedRecord;
+use crate::statistics::{BrokerOffsets, GroupStatistics, KeptStatistics, partitions};
 
 /// Identifies one assignment of one partition; a re-assigned partition gets a new id, so a late
 /// acknowledgement from an abandoned worker can never touch the new owner's offsets.
@@ -433,62 +433,6 @@ pub struct PartitionStats {
     pub first_received: Option<i64>,
 }
 
-/// One partition's offsets as librdkafka's statistics report them; negative values are
-/// librdkafka's "not known" (-1001).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BrokerOffsets {
-    /// Low watermark on the broker.
-    pub lo_offset: i64,
-    /// High watermark on the broker.
-    pub hi_offset: i64,
-    /// Last stable offset on the broker (the end a `read_committed` consumer can reach).
-    pub ls_offset: i64,
-    /// The last offset the broker confirmed committed for the group.
-    pub committed_offset: i64,
-    /// The offset librdkafka would commit next (its offset store).
-    pub stored_offset: i64,
-    /// The next offset librdkafka fetches (where a partition with no records yet starts).
-    pub next_offset: i64,
-    /// librdkafka's fetch state (`active`, `offset-query`, `stopped`, ...).
-    pub fetch_state: String,
-    /// Offset of the last partition EOF.
-    pub eof_offset: i64,
-    /// Partitions the topic has (librdkafka's topic statistics, without the internal -1).
-    pub partitions_cnt: u64,
-    /// Karafka Web's figures: each with its change since the previous statistics and how long
-    /// it has not changed (Karafka's statistics decorator).
-    pub lag: Tracked,
-    /// `consumer_lag_stored`, tracked.
-    pub lag_stored: Tracked,
-    /// `committed_offset`, tracked.
-    pub committed: Tracked,
-    /// `stored_offset`, tracked.
-    pub stored: Tracked,
-    /// `hi_offset`, tracked.
-    pub hi: Tracked,
-    /// `ls_offset`, tracked.
-    pub ls: Tracked,
-    /// librdkafka's statistics time (`ts`, microseconds, monotonic).
-    pub ts: i64,
-}
-
-/// The consumer group's state from librdkafka's `cgrp` statistics.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GroupStatistics {
-    /// Group state (`up`, `wait-coord`, ...).
-    pub state: String,
-    /// Join state (`steady`, ...).
-    pub join_state: String,
-    /// Milliseconds in `state`.
-    pub stateage: i64,
-    /// Milliseconds since the last rebalance.
-    pub rebalance_age: i64,
-    /// Rebalances so far.
-    pub rebalance_cnt: i64,
-    /// Why the last rebalance happened.
-    pub rebalance_reason: String,
-}
-
 /// A snapshot of the whole consumer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsumerStats {
@@ -648,23 +592,13 @@ struct Shared {
     consumer: Mutex<Option<Arc<Handle>>>,
     /// Wakes the poller.
     wake: Arc<Wake>,
-    /// The group's state from the latest statistics.
-    group_statistics: Mutex<Option<GroupStatistics>>,
+    /// The group's state and the transfer rates from the latest statistics (the partitions'
+    /// figures are kept in their slots).
+    statistics: KeptStatistics,
     /// When the poller last returned from librdkafka's poll.
     polled_at: Mutex<Option<Instant>>,
-    /// Bytes received and sent over all broker connections, at the latest statistics.
-    transfers: Mutex<Transfers>,
     /// Why librdkafka cannot connect, for the error events that say so only by their code.
     watch: ConnectionWatch,
-}
-
-/// Byte counters of the latest two statistics, for the transfer rates.
-#[derive(Debug, Default)]
-struct Transfers {
-    /// `(ts µs, received, sent)` of the latest statistics.
-    latest: Option<(i64, u64, u64)>,
-    /// Bytes per second received and sent between the latest two.
-    rates: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -1003,67 +937,18 @@ impl Shared {
     }
 
     /// Keeps each assigned partition's offsets from librdkafka's statistics for `stats`, with
-    /// the changes since the previous statistics, and the group's state.
+    /// the changes since the previous statistics of its assignment, and the group's state.
     fn record_statistics(&self, statistics: &Statistics) {
-        *lock(&self.group_statistics) = statistics.cgrp.as_ref().map(|group| GroupStatistics {
-            state: group.state.clone(),
-            join_state: group.join_state.clone(),
-            stateage: group.stateage,
-            rebalance_age: group.rebalance_age,
-            rebalance_cnt: group.rebalance_cnt,
-            rebalance_reason: group.rebalance_reason.clone(),
-        });
-        let ts = statistics.ts;
-        self.record_transfers(statistics);
+        self.statistics.record_client(statistics);
         let slots = lock(&self.slots);
-        for (topic_name, topic) in &statistics.topics {
-            let partitions_cnt = topic.partitions.keys().filter(|id| **id >= 0).count() as u64;
-            for (id, partition) in &topic.partitions {
-                let Some(slot) = slots.by_partition.get(&(topic_name.clone(), *id)) else {
-                    continue;
-                };
-                let mut state = slot.lock();
-                let before = state.broker.as_ref();
-                let track = |old: Option<Tracked>, value: i64| {
-                    decorate(old.zip(before.map(|b| b.ts)), value, ts)
-                };
-                let next = BrokerOffsets {
-                    lo_offset: partition.lo_offset,
-                    hi_offset: partition.hi_offset,
-                    ls_offset: partition.ls_offset,
-                    committed_offset: partition.committed_offset,
-                    stored_offset: partition.stored_offset,
-                    next_offset: partition.next_offset,
-                    fetch_state: partition.fetch_state.clone(),
-                    eof_offset: partition.eof_offset,
-                    partitions_cnt,
-                    lag: track(before.map(|b| b.lag), partition.consumer_lag),
-                    lag_stored: track(before.map(|b| b.lag_stored), partition.consumer_lag_stored),
-                    committed: track(before.map(|b| b.committed), partition.committed_offset),
-                    stored: track(before.map(|b| b.stored), partition.stored_offset),
-                    hi: track(before.map(|b| b.hi), partition.hi_offset),
-                    ls: track(before.map(|b| b.ls), partition.ls_offset),
-                    ts,
-                };
-                state.broker = Some(next);
-            }
+        for figures in partitions(statistics) {
+            let key = (figures.topic.to_owned(), figures.partition);
+            let Some(slot) = slots.by_partition.get(&key) else {
+                continue;
+            };
+            let mut state = slot.lock();
+            state.broker = Some(figures.after(state.broker.as_ref()));
         }
-    }
-
-    /// Keeps the transfer rates between two statistics (Karafka Web's `bytes_received` and
-    /// `bytes_sent`: per second, over every broker connection).
-    fn record_transfers(&self, statistics: &Statistics) {
-        let received = statistics.brokers.values().map(|b| b.rxbytes).sum::<u64>();
-        let sent = statistics.brokers.values().map(|b| b.txbytes).sum::<u64>();
-        let mut transfers = lock(&self.transfers);
-        if let Some((before, received_before, sent_before)) = transfers.latest {
-            let seconds = (statistics.ts - before) as f64 / 1e6;
-            if seconds > 0.0 {
-                let rate = |now: u64, then: u64| (now.saturating_sub(then) as f64 / seconds) as u64;
-                transfers.rates = Some((rate(received, received_before), rate(sent, sent_before)));
-            }
-        }
-        transfers.latest = Some((statistics.ts, received, sent));
     }
 
     fn all_slots(&self) -> Vec<Arc<Slot>> {
@@ -1223,9 +1108,8 @@ impl ConcurrentConsumer {
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
             wake: Arc::new(Wake::default()),
-            group_statistics: Mutex::new(None),
+            statistics: KeptStatistics::default(),
             polled_at: Mutex::new(None),
-            transfers: Mutex::new(Transfers::default()),
             watch: ConnectionWatch::new(&settings),
         });
         let handler = RebalanceHandler {
@@ -1444,9 +1328,9 @@ impl ConcurrentConsumer {
             commits: totals.commits,
             commit_errors: totals.commit_errors,
             partitions: Vec::new(),
-            group: lock(&self.shared.group_statistics).clone(),
+            group: self.shared.statistics.group(),
             poll_age: lock(&self.shared.polled_at).map(|at| at.elapsed()),
-            transfer_rates: lock(&self.shared.transfers).rates,
+            transfer_rates: self.shared.statistics.transfer_rates(),
         };
         drop(totals);
         for slot in self.shared.all_slots() {

@@ -3,7 +3,9 @@
 //!
 //! Threading: [`GroupContext::rebalance`] and [`FlushTracker::delivery`] run on librdkafka
 //! threads; they only record events under a mutex (and signal a condvar) for the daemon thread
-//! ([`GroupContext::take_events`], [`send_all`]). No Python ever runs here.
+//! ([`GroupContext::take_events`], [`send_all`]). No Python ever runs here. librdkafka's
+//! statistics reach [`GroupContext`] inside the consumer's poll, on the daemon thread, which
+//! publishes them with its partitions' rows ([`DaemonStatus`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -21,6 +24,7 @@ use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::ConnectionWatch;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::OutgoingRecord;
+use crate::statistics::{BrokerOffsets, GroupStatistics, KeptStatistics};
 
 /// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
 pub(crate) fn now_ms() -> u64 {
@@ -116,6 +120,29 @@ impl<S: Clone + Default + Send + std::fmt::Debug + 'static> std::fmt::Debug for 
         f.debug_struct("Daemon")
             .field("status", &self.status())
             .finish_non_exhaustive()
+    }
+}
+
+/// What a daemon publishes after each loop (see [`Daemon::status`]): a row `P` per assigned
+/// partition and its group consumer's state from librdkafka's latest statistics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonStatus<P> {
+    /// One row per assigned partition.
+    pub partitions: Vec<P>,
+    /// The consumer group's state; `None` before the first statistics.
+    pub group: Option<GroupStatistics>,
+    /// Bytes per second received from and sent to the brokers by the group consumer between
+    /// the latest two statistics; `None` before the second.
+    pub transfer_rates: Option<(u64, u64)>,
+}
+
+impl<P> Default for DaemonStatus<P> {
+    fn default() -> Self {
+        DaemonStatus {
+            partitions: Vec::new(),
+            group: None,
+            transfer_rates: None,
+        }
     }
 }
 
@@ -235,8 +262,23 @@ pub(crate) fn group_consumer_settings(settings: &ClientSettings, group_id: &str)
     consumer.set("auto.offset.reset", "earliest");
     // librdkafka's 45 s default would leave a dead daemon's partitions idle that long.
     consumer.set_default("session.timeout.ms", DAEMON_SESSION_TIMEOUT_MS);
+    // The group's state and the partitions' offsets in `status` and in process reports.
+    consumer.set_default("statistics.interval.ms", DAEMON_STATISTICS_INTERVAL_MS);
     consumer
 }
+
+/// A daemon's producer settings: `settings` without consumer-only keys, and without
+/// `statistics.interval.ms`, which is for the group consumer (the producers' contexts keep no
+/// statistics: librdkafka would only build them for rdkafka to log).
+pub(crate) fn producer_settings(settings: &ClientSettings) -> ClientSettings {
+    let mut producer = settings.for_role(ClientRole::Producer);
+    producer.remove("statistics.interval.ms");
+    producer
+}
+
+/// Default statistics interval of the daemons' group consumers: the interval at which a
+/// `Consumer` with a default tracking reporter gets them.
+const DAEMON_STATISTICS_INTERVAL_MS: &str = "5000";
 
 /// Default group session timeout of the daemons: how long a dead daemon's partitions wait before
 /// another daemon takes them (a restart with the same `group.instance.id` takes them back at once).
@@ -273,6 +315,8 @@ pub(crate) struct GroupContext {
     watch: ConnectionWatch,
     /// Whether the consumer ever joined its group (a first rebalance event came).
     joined: AtomicBool,
+    /// The group's state and the partitions' offsets from librdkafka's latest statistics.
+    statistics: KeptStatistics,
 }
 
 impl GroupContext {
@@ -288,7 +332,22 @@ impl GroupContext {
             daemon,
             watch: ConnectionWatch::new(settings),
             joined: AtomicBool::new(false),
+            statistics: KeptStatistics::default(),
         }
+    }
+
+    /// `partitions`' rows with the group's state from the latest statistics.
+    pub(crate) fn status<P>(&self, partitions: Vec<P>) -> DaemonStatus<P> {
+        DaemonStatus {
+            partitions,
+            group: self.statistics.group(),
+            transfer_rates: self.statistics.transfer_rates(),
+        }
+    }
+
+    /// A partition's offsets from the latest statistics that listed it.
+    pub(crate) fn offsets(&self, topic: &str, partition: i32) -> Option<BrokerOffsets> {
+        self.statistics.partition(topic, partition)
     }
 
     /// What the daemon does with an error its consumer's poll returned. A refused connection
@@ -329,6 +388,10 @@ impl GroupContext {
 }
 
 impl ClientContext for GroupContext {
+    fn stats(&self, statistics: Statistics) {
+        self.statistics.record(&statistics);
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.watch.observe(&error, reason);
         log_unless_end(error, reason);

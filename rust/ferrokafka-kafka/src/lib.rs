@@ -25,6 +25,7 @@ pub mod redelivery;
 mod rounds;
 pub mod scheduler;
 mod start_prefetch;
+pub mod statistics;
 
 pub use async_producer::{
     Acknowledgement, AsyncProducer, AsyncProducerOptions, POSITION_ONLY, Pending, ProducerEvent,
@@ -37,7 +38,7 @@ pub use consumer::{
     Fetched, OnError, OrderBy, Outcome, PartitionCounters, PartitionStats, StartAt, Subscription,
     Verdict, WorkerId,
 };
-pub use daemon::Daemon;
+pub use daemon::{Daemon, DaemonStatus};
 pub use dead_letter::{DeadLetterWriter, Failure};
 pub use error::{KafkaIoError, KafkaResult};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
@@ -46,6 +47,7 @@ pub use redelivery::{
     Refused, Taken, TrackerPartitionStatus,
 };
 pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};
+pub use statistics::{BrokerOffsets, GroupStatistics};
 
 /// The version of the librdkafka linked into this build, e.g. `"2.12.1"`.
 pub fn librdkafka_version() -> String {

@@ -49,9 +49,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::client::Client;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, commit_and_close,
-    creation_error, flush_before, group_consumer_settings, now_ms, publish, require_group_id,
-    send_all,
+    Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET,
+    commit_and_close, creation_error, flush_before, group_consumer_settings, now_ms,
+    producer_settings, publish, require_group_id, send_all,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 pub use crate::marker_writer::markers_partition;
@@ -59,6 +59,7 @@ use crate::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
 use crate::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch};
 pub use crate::start_prefetch::{Refused, Taken};
+use crate::statistics::BrokerOffsets;
 
 /// Header carrying how many times a message was redelivered (decimal ASCII).
 pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
@@ -422,6 +423,9 @@ pub struct TrackerPartitionStatus {
     pub undecodable: u64,
     /// Last committed markers offset.
     pub committed: Option<u64>,
+    /// The partition's offsets from the markers consumer's latest statistics; `None` before
+    /// the first.
+    pub broker: Option<BrokerOffsets>,
 }
 
 struct MarkersPartition {
@@ -487,7 +491,7 @@ impl MarkersPartition {
 }
 
 /// The running tracker daemon; see the module docs.
-pub type RedeliveryTracker = Daemon<Vec<TrackerPartitionStatus>>;
+pub type RedeliveryTracker = Daemon<DaemonStatus<TrackerPartitionStatus>>;
 
 impl RedeliveryTracker {
     /// Validates the settings, creates the Kafka clients and starts the daemon thread.
@@ -534,7 +538,7 @@ impl Tracker {
         consumer
             .subscribe(&[options.markers_topic.as_str()])
             .map_err(creation_error("subscribe to the markers topic"))?;
-        let mut producer_settings = settings.for_role(ClientRole::Producer);
+        let mut producer_settings = producer_settings(&settings);
         producer_settings.remove("transactional.id");
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
@@ -556,7 +560,7 @@ impl Tracker {
     fn run(
         mut self,
         stop: &AtomicBool,
-        status: &Mutex<Vec<TrackerPartitionStatus>>,
+        status: &Mutex<DaemonStatus<TrackerPartitionStatus>>,
     ) -> KafkaResult<()> {
         log::info!(
             "redelivery tracker started for {} (markers {}, group {})",
@@ -887,7 +891,7 @@ impl Tracker {
     /// Stops within [`SHUTDOWN_BUDGET`] (and the close's grace) whatever the broker does:
     /// redeliveries on their way are flushed, then every partition's position is committed
     /// and the group left; the status is published with what the commit confirmed.
-    fn shutdown(self, status: &Mutex<Vec<TrackerPartitionStatus>>) {
+    fn shutdown(self, status: &Mutex<DaemonStatus<TrackerPartitionStatus>>) {
         let deadline = Instant::now() + SHUTDOWN_BUDGET;
         flush_before(
             &self.producer,
@@ -896,7 +900,7 @@ impl Tracker {
             "redelivered message(s)",
         );
         let (offsets, committed) = self.commit_positions(true);
-        let mut rows = self.status();
+        let mut status_now = self.status();
         let Tracker { consumer, .. } = self;
         let final_commit = move |consumer: &BaseConsumer<GroupContext>| {
             if offsets.count() == 0 {
@@ -907,6 +911,7 @@ impl Tracker {
         match commit_and_close(consumer, final_commit, deadline, "redelivery tracker") {
             Some(Ok(())) => {
                 for (partition, position) in committed {
+                    let rows = &mut status_now.partitions;
                     if let Some(row) = rows.iter_mut().find(|row| row.partition == partition) {
                         row.committed = Some(position);
                     }
@@ -915,18 +920,23 @@ impl Tracker {
             Some(Err(e)) => log::warn!("markers offsets not committed: {e}"),
             None => {}
         }
-        publish(status, rows);
+        publish(status, status_now);
         log::info!("redelivery tracker stopped");
     }
 
-    fn status(&self) -> Vec<TrackerPartitionStatus> {
-        self.partitions
+    fn status(&self) -> DaemonStatus<TrackerPartitionStatus> {
+        let context = self.consumer.context();
+        let markers = &self.options.markers_topic;
+        let rows = self
+            .partitions
             .values()
             .map(|run| TrackerPartitionStatus {
                 open: run.queue.len(),
+                broker: context.offsets(markers, run.status.partition),
                 ..run.status.clone()
             })
-            .collect()
+            .collect();
+        context.status(rows)
     }
 }
 

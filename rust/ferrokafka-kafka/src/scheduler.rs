@@ -57,12 +57,13 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::EndIsExpected;
-use crate::config::{ClientRole, ClientSettings};
+use crate::config::ClientSettings;
 use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
-    Daemon, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET, at_partition_end,
-    commit_and_close, creation_error, enqueue_with, flush_before, group_consumer_settings, now_ms,
-    publish, require_group_id, send_waiting_for_room,
+    Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, SHUTDOWN_BUDGET,
+    at_partition_end, commit_and_close, creation_error, enqueue_with, flush_before,
+    group_consumer_settings, now_ms, producer_settings, publish, require_group_id,
+    send_waiting_for_room,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::packed_headers::PackedHeaders;
@@ -70,6 +71,7 @@ use crate::partitioner::METADATA_TIMEOUT;
 use crate::partitioner::PartitionCounts;
 use crate::record::OutgoingRecord;
 use crate::rounds::{RoundId, RoundRecord, Rounds, send_round};
+use crate::statistics::BrokerOffsets;
 
 /// Longest the daemon waits in one poll, so stop requests and due schedules are noticed quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -155,6 +157,9 @@ pub struct PartitionStatus {
     pub failed: u64,
     /// Records applied.
     pub applied: u64,
+    /// The partition's offsets from the group consumer's latest statistics; `None` before
+    /// the first.
+    pub broker: Option<BrokerOffsets>,
 }
 
 /// The proxy data a dispatch needs: its payload, its headers and where the target goes.
@@ -238,7 +243,7 @@ enum ChunkStage {
 }
 
 /// The running daemon; see the module docs.
-pub type Scheduler = Daemon<Vec<PartitionStatus>>;
+pub type Scheduler = Daemon<DaemonStatus<PartitionStatus>>;
 
 impl Scheduler {
     /// Validates the settings, creates the Kafka clients and starts the daemon thread.
@@ -303,7 +308,7 @@ impl SchedulerLoop {
         consumer
             .subscribe(&topics)
             .map_err(creation_error("subscribe to schedules topics"))?;
-        let mut dispatch_settings = settings.for_role(ClientRole::Producer);
+        let mut dispatch_settings = producer_settings(&settings);
         // Pipelined (at-least-once) chunks follow each other closely, so a short linger packs
         // them into fewer, fuller produce requests: in a burst of 100,000 that cut the client
         // CPU per dispatch by about a fifth against linger.ms 0 (benches/RESULTS.md), for at
@@ -332,7 +337,7 @@ impl SchedulerLoop {
                 settings.bootstrap().ok(),
             )?;
         }
-        let mut report_settings = settings.for_role(ClientRole::Producer);
+        let mut report_settings = producer_settings(&settings);
         report_settings.remove("transactional.id");
         let reporter: ThreadedProducer<FlushTracker> = report_settings
             .to_client_config()
@@ -354,7 +359,11 @@ impl SchedulerLoop {
 
     /// Runs until `stop` is set, or until the consumer's connection is refused before it ever
     /// worked (see [`GroupContext::poll_error`]).
-    fn run(mut self, stop: &AtomicBool, status: &Mutex<Vec<PartitionStatus>>) -> KafkaResult<()> {
+    fn run(
+        mut self,
+        stop: &AtomicBool,
+        status: &Mutex<DaemonStatus<PartitionStatus>>,
+    ) -> KafkaResult<()> {
         log::info!(
             "scheduler started for {:?} (group {}, {})",
             self.options.schedules_topics,
@@ -1202,7 +1211,7 @@ impl SchedulerLoop {
     /// Stops within [`SHUTDOWN_BUDGET`] (and the close's grace) whatever the broker does:
     /// chunks on their way settle, final state reports and dispatches are flushed, the status
     /// is published, then the offsets are committed and the group left.
-    fn shutdown(mut self, status: &Mutex<Vec<PartitionStatus>>) {
+    fn shutdown(mut self, status: &Mutex<DaemonStatus<PartitionStatus>>) {
         let deadline = Instant::now() + SHUTDOWN_BUDGET;
         self.drain_pipeline(deadline);
         for run in self.runs.values_mut() {
@@ -1252,8 +1261,10 @@ impl SchedulerLoop {
         }
     }
 
-    fn status(&self) -> Vec<PartitionStatus> {
-        self.runs
+    fn status(&self) -> DaemonStatus<PartitionStatus> {
+        let context = self.consumer.context();
+        let rows = self
+            .runs
             .iter()
             .map(|((topic, partition), run)| {
                 let report = run.tracker.state_report(now_ms());
@@ -1270,9 +1281,11 @@ impl SchedulerLoop {
                     skipped: report.skipped_records,
                     failed: report.failed,
                     applied: run.applied,
+                    broker: context.offsets(topic, *partition),
                 }
             })
-            .collect()
+            .collect();
+        context.status(rows)
     }
 }
 
@@ -1596,6 +1609,8 @@ fn read_offsets(
     fetch_settings.set("group.id", "ferrokafka-scheduler-fetch");
     // A static member id here would fence the daemon's own group member.
     fetch_settings.remove("group.instance.id");
+    // The daemon's statistics come from its group consumer; this one's would only be logged.
+    fetch_settings.remove("statistics.interval.ms");
     fetch_settings.set("enable.partition.eof", "true");
     let consumer: BaseConsumer<EndIsExpected> = match fetch_settings
         .to_client_config()

@@ -1,13 +1,14 @@
-//! The concurrent consumer's statistics as typed objects: what `_RawConsumer.stats` returns.
+//! The concurrent consumer's statistics as typed objects: what `_RawConsumer.stats` returns
+//! (librdkafka's figures in it are `statistics.rs`'s).
 //! Python reads attributes; `as_dict()` gives the dict `Consumer.stats()` publishes, built from
 //! the same fields so the two cannot drift apart.
 
-use ferrokafka_kafka::consumer::{BrokerOffsets, GroupStatistics};
 use ferrokafka_kafka::{ConsumerStats, PartitionCounters, PartitionStats, WorkerId};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::flat_record::flat_record;
+use crate::statistics::{PyBrokerOffsets, PyGroupStatistics, broker_offsets, group_statistics};
 
 flat_record! {
     /// Counters of one partition since its assignment, or of the consumer over its life.
@@ -25,44 +26,6 @@ flat_record! {
     }
 }
 
-flat_record! {
-    /// One partition's offsets from librdkafka's latest statistics, negative when unknown, and
-    /// Karafka Web's tracked figures (`_d`: change since the previous statistics, `_fd`:
-    /// milliseconds unchanged).
-    "BrokerOffsets" PyBrokerOffsets {
-        lo_offset: i64,
-        hi_offset: i64,
-        ls_offset: i64,
-        committed_offset: i64,
-        stored_offset: i64,
-        next_offset: i64,
-        fetch_state: String,
-        eof_offset: i64,
-        partitions_cnt: u64,
-        lag: i64,
-        lag_d: i64,
-        lag_stored: i64,
-        lag_stored_d: i64,
-        committed_offset_fd: u64,
-        stored_offset_fd: u64,
-        hi_offset_fd: u64,
-        ls_offset_d: i64,
-        ls_offset_fd: u64,
-    }
-}
-
-flat_record! {
-    /// The consumer group's state from librdkafka's `cgrp` statistics.
-    "GroupStatistics" PyGroupStatistics {
-        state: String,
-        join_state: String,
-        stateage: i64,
-        rebalance_age: i64,
-        rebalance_cnt: i64,
-        rebalance_reason: String,
-    }
-}
-
 impl From<PartitionCounters> for PyConsumerCounters {
     fn from(c: PartitionCounters) -> Self {
         Self {
@@ -76,44 +39,6 @@ impl From<PartitionCounters> for PyConsumerCounters {
             resumes: c.resumes,
             dropped: c.dropped,
             abandoned: c.abandoned,
-        }
-    }
-}
-
-impl From<BrokerOffsets> for PyBrokerOffsets {
-    fn from(b: BrokerOffsets) -> Self {
-        Self {
-            lo_offset: b.lo_offset,
-            hi_offset: b.hi_offset,
-            ls_offset: b.ls_offset,
-            committed_offset: b.committed_offset,
-            stored_offset: b.stored_offset,
-            next_offset: b.next_offset,
-            fetch_state: b.fetch_state,
-            eof_offset: b.eof_offset,
-            partitions_cnt: b.partitions_cnt,
-            lag: b.lag.value,
-            lag_d: b.lag.delta,
-            lag_stored: b.lag_stored.value,
-            lag_stored_d: b.lag_stored.delta,
-            committed_offset_fd: b.committed.frozen_ms,
-            stored_offset_fd: b.stored.frozen_ms,
-            hi_offset_fd: b.hi.frozen_ms,
-            ls_offset_d: b.ls.delta,
-            ls_offset_fd: b.ls.frozen_ms,
-        }
-    }
-}
-
-impl From<GroupStatistics> for PyGroupStatistics {
-    fn from(g: GroupStatistics) -> Self {
-        Self {
-            state: g.state,
-            join_state: g.join_state,
-            stateage: g.stateage,
-            rebalance_age: g.rebalance_age,
-            rebalance_cnt: g.rebalance_cnt,
-            rebalance_reason: g.rebalance_reason,
         }
     }
 }
@@ -234,10 +159,7 @@ fn partition_stats(py: Python<'_>, p: PartitionStats) -> PyResult<PyPartitionSta
         position: p.position,
         committed: p.committed,
         counters: Py::new(py, PyConsumerCounters::from(p.counters))?,
-        broker: p
-            .broker
-            .map(|b| Py::new(py, PyBrokerOffsets::from(b)))
-            .transpose()?,
+        broker: broker_offsets(py, p.broker)?,
         first_received: p.first_received,
     })
 }
@@ -254,10 +176,7 @@ pub(crate) fn consumer_stats(py: Python<'_>, s: ConsumerStats) -> PyResult<PyCon
             .into_iter()
             .map(|p| Py::new(py, partition_stats(py, p)?))
             .collect::<PyResult<_>>()?,
-        group: s
-            .group
-            .map(|g| Py::new(py, PyGroupStatistics::from(g)))
-            .transpose()?,
+        group: group_statistics(py, s.group)?,
         poll_age: s.poll_age.map(|age| age.as_secs_f64()),
         bytes_received,
         bytes_sent,

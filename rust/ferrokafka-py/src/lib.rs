@@ -23,6 +23,7 @@ mod producer_waiters;
 mod redelivery;
 mod redelivery_status;
 mod scheduler;
+mod statistics;
 mod tracking;
 
 /// Every Rust allocation of the extension (see Cargo.toml for why not the system allocator).
@@ -61,8 +62,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer_stats::PyConsumerStats>()?;
     m.add_class::<consumer_stats::PyPartitionStats>()?;
     m.add_class::<consumer_stats::PyConsumerCounters>()?;
-    m.add_class::<consumer_stats::PyBrokerOffsets>()?;
-    m.add_class::<consumer_stats::PyGroupStatistics>()?;
+    m.add_class::<statistics::PyBrokerOffsets>()?;
+    m.add_class::<statistics::PyGroupStatistics>()?;
+    m.add_class::<statistics::PyDaemonStatistics>()?;
     m.add_class::<batch::PyBatch>()?;
     m.add_class::<batch::PyBatchIterator>()?;
     m.add_class::<scheduler::PyRawScheduler>()?;

@@ -11,8 +11,8 @@
 use std::sync::{Arc, Mutex};
 
 use ferrokafka_kafka::{
-    KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions, RedeliveryTracker, Taken,
-    TrackerPartitionStatus,
+    DaemonStatus, KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions,
+    RedeliveryTracker, Taken, TrackerPartitionStatus,
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -22,7 +22,10 @@ use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_
 use crate::convert::settings_from_dict;
 use crate::errors::{NativeResult, refused_message};
 use crate::message::PyMessage;
-use crate::redelivery_status::{PyQueueConsumerStats, PyRedeliveryPartitionStatus};
+use crate::redelivery_status::{
+    PyQueueConsumerStats, PyRedeliveryPartitionStatus, tracker_partition_status,
+};
+use crate::statistics::{PyDaemonStatistics, daemon_statistics};
 
 /// The native queue consumer; use `ferrokafka.redelivery.QueueConsumer`.
 #[pyclass(name = "_RawQueueConsumer", module = "ferrokafka._native", frozen)]
@@ -206,7 +209,7 @@ fn queue_position(message: &Bound<'_, PyAny>) -> PyResult<(i32, i64)> {
 #[pyclass(name = "_RawRedeliveryTracker", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyRawRedeliveryTracker {
-    daemon: DaemonHandle<Vec<TrackerPartitionStatus>>,
+    daemon: DaemonHandle<DaemonStatus<TrackerPartitionStatus>>,
 }
 
 #[pymethods]
@@ -260,7 +263,16 @@ impl PyRawRedeliveryTracker {
         self.daemon.wait(py, timeout)
     }
 
-    fn status(&self) -> Vec<PyRedeliveryPartitionStatus> {
-        self.daemon.status().into_iter().map(Into::into).collect()
+    /// Per markers partition figures.
+    fn status(&self, py: Python<'_>) -> PyResult<Vec<PyRedeliveryPartitionStatus>> {
+        let rows = self.daemon.status().partitions;
+        rows.into_iter()
+            .map(|s| tracker_partition_status(py, s))
+            .collect()
+    }
+
+    /// The markers consumer's state from librdkafka's latest statistics.
+    fn statistics(&self, py: Python<'_>) -> PyResult<PyDaemonStatistics> {
+        daemon_statistics(py, self.daemon.status())
     }
 }

@@ -3,8 +3,10 @@
 //! attributes; `as_dict()` gives the dicts the public `stats()` and `status()` return.
 
 use ferrokafka_kafka::{QueueConsumerStats, TrackerPartitionStatus};
+use pyo3::prelude::*;
 
 use crate::flat_record::flat_record;
+use crate::statistics::{PyBrokerOffsets, broker_offsets};
 
 flat_record! {
     /// Counters of a queue consumer.
@@ -46,6 +48,10 @@ flat_record! {
         /// Last committed markers offset.
         committed: Option<u64>,
     }
+    records {
+        /// The partition's offsets from librdkafka's latest statistics; None before the first.
+        broker: PyBrokerOffsets,
+    }
 }
 
 impl From<QueueConsumerStats> for PyQueueConsumerStats {
@@ -61,18 +67,21 @@ impl From<QueueConsumerStats> for PyQueueConsumerStats {
     }
 }
 
-impl From<TrackerPartitionStatus> for PyRedeliveryPartitionStatus {
-    fn from(s: TrackerPartitionStatus) -> Self {
-        Self {
-            partition: s.partition,
-            caught_up: s.caught_up,
-            open: s.open,
-            applied: s.applied,
-            redelivered: s.redelivered,
-            dead_lettered: s.dead_lettered,
-            dropped: s.dropped,
-            undecodable: s.undecodable,
-            committed: s.committed,
-        }
-    }
+/// The typed Python object of one of the tracker's partition rows.
+pub(crate) fn tracker_partition_status(
+    py: Python<'_>,
+    s: TrackerPartitionStatus,
+) -> PyResult<PyRedeliveryPartitionStatus> {
+    Ok(PyRedeliveryPartitionStatus {
+        partition: s.partition,
+        caught_up: s.caught_up,
+        open: s.open,
+        applied: s.applied,
+        redelivered: s.redelivered,
+        dead_lettered: s.dead_lettered,
+        dropped: s.dropped,
+        undecodable: s.undecodable,
+        committed: s.committed,
+        broker: broker_offsets(py, s.broker)?,
+    })
 }

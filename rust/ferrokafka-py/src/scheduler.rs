@@ -3,7 +3,7 @@
 //! GIL: the daemon runs on its own Rust thread; `wait` waits detached in slices and checks for
 //! signals between them, so `Scheduler.run()` can be stopped with Ctrl-C or SIGTERM handlers.
 
-use ferrokafka_kafka::{PartitionStatus, Scheduler, SchedulerOptions};
+use ferrokafka_kafka::{DaemonStatus, PartitionStatus, Scheduler, SchedulerOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -11,6 +11,7 @@ use crate::blocking::{DaemonHandle, timeout_arg};
 use crate::convert::{self, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::flat_record::flat_record;
+use crate::statistics::{PyBrokerOffsets, PyDaemonStatistics, broker_offsets, daemon_statistics};
 
 flat_record! {
     /// One schedules partition of a scheduler.
@@ -32,28 +33,31 @@ flat_record! {
         /// Records applied.
         applied: u64,
     }
+    records {
+        /// The partition's offsets from librdkafka's latest statistics; None before the first.
+        broker: PyBrokerOffsets,
+    }
 }
 
-impl From<PartitionStatus> for PySchedulerPartitionStatus {
-    fn from(s: PartitionStatus) -> Self {
-        Self {
-            topic: s.topic,
-            partition: s.partition,
-            state: s.state.to_owned(),
-            pending: s.pending,
-            dispatched: s.dispatched,
-            skipped: s.skipped,
-            failed: s.failed,
-            applied: s.applied,
-        }
-    }
+fn partition_status(py: Python<'_>, s: PartitionStatus) -> PyResult<PySchedulerPartitionStatus> {
+    Ok(PySchedulerPartitionStatus {
+        topic: s.topic,
+        partition: s.partition,
+        state: s.state.to_owned(),
+        pending: s.pending,
+        dispatched: s.dispatched,
+        skipped: s.skipped,
+        failed: s.failed,
+        applied: s.applied,
+        broker: broker_offsets(py, s.broker)?,
+    })
 }
 
 /// The native scheduler daemon; use `ferrokafka.scheduling.Scheduler`.
 #[pyclass(name = "_RawScheduler", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyRawScheduler {
-    daemon: DaemonHandle<Vec<PartitionStatus>>,
+    daemon: DaemonHandle<DaemonStatus<PartitionStatus>>,
 }
 
 #[pymethods]
@@ -104,7 +108,13 @@ impl PyRawScheduler {
     }
 
     /// Per-partition figures.
-    fn status(&self) -> Vec<PySchedulerPartitionStatus> {
-        self.daemon.status().into_iter().map(Into::into).collect()
+    fn status(&self, py: Python<'_>) -> PyResult<Vec<PySchedulerPartitionStatus>> {
+        let rows = self.daemon.status().partitions;
+        rows.into_iter().map(|s| partition_status(py, s)).collect()
+    }
+
+    /// The group consumer's state from librdkafka's latest statistics.
+    fn statistics(&self, py: Python<'_>) -> PyResult<PyDaemonStatistics> {
+        daemon_statistics(py, self.daemon.status())
     }
 }
