@@ -20,6 +20,7 @@ use crate::client::log_unless_end;
 use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::ConnectionWatch;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::record::OutgoingRecord;
 
 /// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
@@ -271,6 +272,7 @@ pub(crate) struct GroupContext {
     /// Names the daemon in log lines.
     daemon: &'static str,
     watch: ConnectionWatch,
+    tokens: TokenRefresh,
     /// Whether the consumer ever joined its group (a first rebalance event came).
     joined: AtomicBool,
 }
@@ -287,6 +289,7 @@ impl GroupContext {
             replay_from_start,
             daemon,
             watch: ConnectionWatch::new(settings),
+            tokens: settings.token_refresh(),
             joined: AtomicBool::new(false),
         }
     }
@@ -329,6 +332,8 @@ impl GroupContext {
 }
 
 impl ClientContext for GroupContext {
+    answer_token_refresh!(tokens);
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.watch.observe(&error, reason);
         log_unless_end(error, reason);
@@ -385,6 +390,7 @@ impl ConsumerContext for GroupContext {
 pub(crate) struct FlushTracker {
     state: Mutex<FlushState>,
     settled: Condvar,
+    tokens: TokenRefresh,
 }
 
 #[derive(Default)]
@@ -394,10 +400,11 @@ struct FlushState {
 }
 
 impl FlushTracker {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(tokens: TokenRefresh) -> Self {
         FlushTracker {
             state: Mutex::new(FlushState::default()),
             settled: Condvar::new(),
+            tokens,
         }
     }
 
@@ -406,7 +413,9 @@ impl FlushTracker {
     }
 }
 
-impl ClientContext for FlushTracker {}
+impl ClientContext for FlushTracker {
+    answer_token_refresh!(tokens);
+}
 
 impl ProducerContext for FlushTracker {
     type DeliveryOpaque = ();

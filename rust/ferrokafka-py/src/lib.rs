@@ -23,6 +23,7 @@ mod producer_waiters;
 mod redelivery;
 mod redelivery_status;
 mod scheduler;
+mod token_callback;
 mod tracking;
 
 /// Every Rust allocation of the extension (see Cargo.toml for why not the system allocator).
