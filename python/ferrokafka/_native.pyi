@@ -11,7 +11,10 @@ WATERDROP_MAX_PAYLOAD_SIZE: int
 accepted unless a ``max_payload_size`` says otherwise."""
 """The version of librdkafka linked into this build."""
 
-_ConfigValue: TypeAlias = str | int | float | bool
+_OAuthCallback: TypeAlias = Callable[[str | None], tuple[Any, ...]]
+"""confluent-kafka's ``oauth_cb``: given ``sasl.oauthbearer.config``, returns ``(token,
+expiry_epoch_seconds)`` or ``(token, expiry, principal, extensions)``."""
+_ConfigValue: TypeAlias = str | int | float | bool | _OAuthCallback
 _HeaderValue: TypeAlias = bytes | str | None
 _Headers: TypeAlias = Mapping[str, _HeaderValue] | Sequence[tuple[str, _HeaderValue]]
 

@@ -29,10 +29,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from ferrokafka import _native
+from ferrokafka._extras import missing_extra
+
+try:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+except ModuleNotFoundError as e:
+    raise missing_extra("ferrokafka.arrow", "spark", e) from e
+
 from ferrokafka.exceptions import CodecError, ScheduleError
 
 __all__ = [

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ferrokafka import __version__
+from ferrokafka._extras import install_hint
 from ferrokafka._native import Client, NewTopic
 from ferrokafka.exceptions import KafkaError
 from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, Reporter
@@ -274,10 +275,7 @@ def _require(extra: str, *modules: str) -> None:
     """A usage error unless ``modules`` can be imported (they come with ``extra``)."""
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        raise _UsageError(
-            f"needs {', '.join(missing)}, from the '{extra}' extra: "
-            f"pip install 'ferrokafka[{extra}]'"
-        )
+        raise _UsageError(install_hint(extra, *missing))
 
 
 def _add_status_options(sub: argparse.ArgumentParser) -> None:

@@ -34,11 +34,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
-
-from confluent_kafka import KafkaException
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ferrokafka import _exit
+from ferrokafka._extras import missing_extra
 from ferrokafka._native import (
     Message,
     RedeliveryPartitionStatus,
@@ -47,8 +46,10 @@ from ferrokafka._native import (
     redact_secrets,
 )
 from ferrokafka.exceptions import ClosedError, ConfigError, KafkaError
-from ferrokafka.share_queue import ShareMessage, ShareQueue, configure_share_group
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
+
+if TYPE_CHECKING:
+    from ferrokafka.share_queue import ShareMessage, ShareQueue
 
 __all__ = [
     "ORIGINAL_OFFSET_HEADER",
@@ -72,7 +73,7 @@ ORIGINAL_OFFSET_HEADER = "ferrokafka_original_offset"
 
 _Config = Mapping[str, str | int | float | bool]
 
-QueueMessage = Message | ShareMessage
+QueueMessage: TypeAlias = "Message | ShareMessage"
 """A message handed out by :class:`QueueConsumer`: ferrokafka's (markers backend) or
 confluent-kafka's (share backend); both have ``topic()``, ``partition()``, ``offset()``,
 ``key()``, ``value()``, ``headers()`` and ``timestamp()``."""
@@ -200,30 +201,16 @@ class QueueConsumer:
         self._share: ShareQueue | None = None
         self._raw: _RawQueueConsumer | None = None
         if backend != "markers":
-            share_group = (
-                group_id if group_id is not None else f"ferrokafka-share-queue-{queue_topic}"
+            self._share = _share_queue(
+                config,
+                queue_topic,
+                group_id if group_id is not None else f"ferrokafka-share-queue-{queue_topic}",
+                redelivery_timeout,
+                marker_timeout,
+                max_redeliveries,
+                dead_letter_topic,
+                required=backend == "share",
             )
-            try:
-                configure_share_group(
-                    config, share_group, redelivery_timeout, max_redeliveries, marker_timeout
-                )
-            except (KafkaException, ConfigError) as e:
-                if backend == "share":
-                    if isinstance(e, ConfigError):
-                        raise
-                    cause = redact_secrets(str(e))
-                    raise ConfigError(
-                        f"share group {share_group!r} cannot be set up: {cause}"
-                    ) from e
-                log.info(
-                    "share group %r not available (%s): using markers",
-                    share_group,
-                    redact_secrets(str(e)),
-                )
-            else:
-                self._share = ShareQueue(
-                    config, queue_topic, share_group, max_redeliveries, dead_letter_topic
-                )
         if self._share is None:
             self._raw = _RawQueueConsumer(
                 dict(config),
@@ -368,6 +355,48 @@ class QueueConsumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _share_queue(
+    config: _Config,
+    queue_topic: str,
+    share_group: str,
+    redelivery_timeout: float,
+    marker_timeout: float,
+    max_redeliveries: int,
+    dead_letter_topic: str | None,
+    *,
+    required: bool,
+) -> ShareQueue | None:
+    """The share-group backend, or None (``backend="auto"``) when the broker or this install
+    has no share groups; ``required`` (``backend="share"``) raises instead."""
+    try:
+        # confluent-kafka, the share backend's client, comes with the 'share' extra only.
+        from confluent_kafka import KafkaException
+
+        from ferrokafka.share_queue import ShareQueue, configure_share_group
+    except ModuleNotFoundError as e:
+        if required:
+            raise missing_extra("QueueConsumer(backend='share')", "share", e) from e
+        log.info("share groups not available (%s): using markers", e)
+        return None
+    try:
+        configure_share_group(
+            config, share_group, redelivery_timeout, max_redeliveries, marker_timeout
+        )
+    except (KafkaException, ConfigError) as e:
+        if required:
+            if isinstance(e, ConfigError):
+                raise
+            cause = redact_secrets(str(e))
+            raise ConfigError(f"share group {share_group!r} cannot be set up: {cause}") from e
+        log.info(
+            "share group %r not available (%s): using markers",
+            share_group,
+            redact_secrets(str(e)),
+        )
+        return None
+    return ShareQueue(config, queue_topic, share_group, max_redeliveries, dead_letter_topic)
 
 
 def _position(message: QueueMessage) -> tuple[int, int]:

@@ -36,22 +36,27 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import (
-    AcknowledgeType,
-    ConsumerGroupState,
-    ConsumerGroupType,
-    KafkaException,
-    Producer,
-    ShareConsumer,
-)
-from confluent_kafka import Message as ShareMessage
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
+from ferrokafka._extras import missing_extra
+
+try:
+    from confluent_kafka import (
+        AcknowledgeType,
+        ConsumerGroupState,
+        ConsumerGroupType,
+        KafkaException,
+        Producer,
+        ShareConsumer,
+    )
+    from confluent_kafka import Message as ShareMessage
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+except ModuleNotFoundError as e:
+    raise missing_extra("ferrokafka.share_queue", "share", e) from e
 
 from ferrokafka._native import redact_secrets
 from ferrokafka.exceptions import ClosedError, ConfigError, KafkaError, KafkaTimeoutError

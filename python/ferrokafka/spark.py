@@ -31,13 +31,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.pandas import functions as _pandas_functions
-from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.types import DataType
+from ferrokafka._extras import missing_extra
+
+try:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas import functions as _pandas_functions
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.types import DataType
+except ModuleNotFoundError as e:
+    raise missing_extra("ferrokafka.spark", "spark", e) from e
 
 from ferrokafka import arrow as _arrow
 from ferrokafka._native import WATERDROP_MAX_PAYLOAD_SIZE

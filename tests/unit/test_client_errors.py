@@ -57,13 +57,20 @@ def test_config_value_of_wrong_type_is_named() -> None:
         Client({"bootstrap.servers": "127.0.0.1:9092", "error_cb": print})  # type: ignore[dict-item]
 
 
-def test_an_oauth_callback_is_refused_pointing_to_the_oidc_settings() -> None:
-    def oauth_cb(config: str) -> tuple[str, float]:
+def test_oauth_cb_must_be_a_callable_and_the_only_token_maker() -> None:
+    def oauth_cb(config: str | None) -> tuple[str, float]:
         return "token", 0.0
 
+    base = {"bootstrap.servers": "127.0.0.1:9092", "sasl.mechanism": "OAUTHBEARER"}
     for make in (Client, ferrokafka.AsyncProducer):
-        with pytest.raises(ConfigError, match=r"oauth_cb.*sasl\.oauthbearer\.method=oidc"):
-            make({"bootstrap.servers": "127.0.0.1:9092", "oauth_cb": oauth_cb})  # type: ignore[dict-item]
+        with pytest.raises(ConfigError, match=r"oauth_cb must be a callable.*got str"):
+            make({**base, "oauth_cb": "get_token"})
+        for own_maker in (
+            {"sasl.oauthbearer.method": "oidc"},
+            {"enable.sasl.oauthbearer.unsecure.jwt": True},
+        ):
+            with pytest.raises(ConfigError, match=r"oauth_cb and .* give one of them"):
+                make({**base, **own_maker, "oauth_cb": oauth_cb})  # type: ignore[dict-item]
 
 
 def test_missing_bootstrap_servers_is_a_config_error() -> None:

@@ -24,11 +24,16 @@ import logging
 import socket
 from pathlib import Path
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from ferrokafka._extras import missing_extra
+
+try:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+except ModuleNotFoundError as e:
+    raise missing_extra("ferrokafka.dashboard", "dashboard", e) from e
 
 from ferrokafka.status import StatusReader, render_prometheus
 
@@ -102,7 +107,10 @@ def serve(
     Example:
         >>> serve(reader, port=8080)  # doctest: +SKIP
     """
-    import uvicorn
+    try:
+        import uvicorn
+    except ModuleNotFoundError as e:
+        raise missing_extra("ferrokafka.dashboard.serve", "dashboard", e) from e
 
     if listening is None:
         listening = listen(host, port)

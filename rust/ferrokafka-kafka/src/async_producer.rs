@@ -73,6 +73,7 @@ use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::in_flight::InFlight;
 use crate::locks::lock;
+use crate::oauth::{self, TokenRefresh, answer_token_refresh};
 use crate::partitioner::{METADATA_TIMEOUT, PartitionCounts};
 pub use crate::pending::{POSITION_ONLY, Pending, Ticket};
 use crate::record::ReceivedRecord;
@@ -330,6 +331,7 @@ struct Shared {
     next_ticket: AtomicU64,
     /// Why librdkafka cannot connect (refused TLS or SASL), given to records that then fail.
     watch: ConnectionWatch,
+    tokens: TokenRefresh,
 }
 
 impl Shared {
@@ -450,6 +452,8 @@ struct DeliveryTracker {
 }
 
 impl ClientContext for DeliveryTracker {
+    answer_token_refresh!(shared.tokens);
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.shared.watch.observe(&error, reason);
         crate::client::log_unless_end(error, &self.shared.watch.redact(reason));
@@ -754,11 +758,13 @@ fn create_producer(
     config: &ClientConfig,
     shared: &Arc<Shared>,
 ) -> KafkaResult<ThreadedProducer<DeliveryTracker>> {
-    config
-        .create_with_context(DeliveryTracker {
+    oauth::create(
+        config,
+        DeliveryTracker {
             shared: Arc::clone(shared),
-        })
-        .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))
+        },
+    )
+    .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))
 }
 
 impl AsyncProducer {
@@ -814,6 +820,7 @@ impl AsyncProducer {
             delivered: AtomicU64::new(0),
             acknowledged: Mutex::new(Vec::new()),
             watch: ConnectionWatch::new(&settings),
+            tokens: settings.token_refresh(),
         });
         let client_config = settings.for_role(ClientRole::Producer).to_client_config();
         let producer = create_producer(&client_config, &shared)?;

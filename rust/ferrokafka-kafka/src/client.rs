@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -28,6 +27,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, MainQueueWatcher, Waited};
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth::{self, TokenContext, TokenRefresh, answer_token_refresh};
 use crate::partitioner::PartitionCounts;
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
@@ -106,9 +106,12 @@ struct DeliverySlot {
 /// Routes each delivery report to the slot of the call that produced the record.
 struct DeliveryRouter {
     watch: Arc<ConnectionWatch>,
+    tokens: TokenRefresh,
 }
 
 impl ClientContext for DeliveryRouter {
+    answer_token_refresh!(tokens);
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.watch.observe(&error, reason);
         log_unless_end(error, &self.watch.redact(reason));
@@ -142,9 +145,12 @@ impl ProducerContext for DeliveryRouter {
 pub(crate) struct EndIsExpected {
     /// Where the consumer's refused connections go, when someone waits on it.
     pub(crate) watch: Option<Arc<ConnectionWatch>>,
+    pub(crate) tokens: TokenRefresh,
 }
 
 impl ClientContext for EndIsExpected {
+    answer_token_refresh!(tokens);
+
     fn error(&self, error: KafkaError, reason: &str) {
         if let Some(watch) = &self.watch {
             watch.observe(&error, reason);
@@ -178,7 +184,7 @@ pub struct Client {
     settings: ClientSettings,
     /// Reads the admin client's error events; declared before `admin` so it stops first.
     _admin_errors: MainQueueWatcher,
-    admin: AdminClient<DefaultClientContext>,
+    admin: AdminClient<TokenContext>,
     producer: OnceLock<ThreadedProducer<DeliveryRouter>>,
     partitions: PartitionCounts,
     /// The connection failure of the admin client, the producer or `read_topic`'s consumer.
@@ -199,11 +205,11 @@ impl Client {
     /// Creates a client; librdkafka validates every key now, so a typo fails here.
     pub fn new(settings: ClientSettings) -> KafkaResult<Self> {
         settings.bootstrap()?;
-        let admin: AdminClient<DefaultClientContext> = settings
-            .for_role(ClientRole::Producer)
-            .to_client_config()
-            .create()
-            .map_err(|e| KafkaIoError::from_rdkafka("create client", e, Duration::ZERO, None))?;
+        let admin: AdminClient<TokenContext> = oauth::create(
+            &settings.for_role(ClientRole::Producer).to_client_config(),
+            TokenContext::new(settings.token_refresh()),
+        )
+        .map_err(|e| KafkaIoError::from_rdkafka("create client", e, Duration::ZERO, None))?;
         let watch = Arc::new(ConnectionWatch::new(&settings));
         let admin_errors = MainQueueWatcher::start(admin.inner(), Arc::clone(&watch))
             .map_err(|e| KafkaIoError::Config(format!("cannot start a client thread: {e}")))?;
@@ -515,11 +521,14 @@ impl Client {
         if self.settings.get("message.timeout.ms").is_none() {
             config.set("message.timeout.ms", "30000");
         }
-        let producer = config
-            .create_with_context(DeliveryRouter {
+        let producer = oauth::create(
+            &config,
+            DeliveryRouter {
                 watch: Arc::clone(&self.watch),
-            })
-            .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))?;
+                tokens: self.settings.token_refresh(),
+            },
+        )
+        .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))?;
         Ok(self.producer.get_or_init(|| producer))
     }
 
@@ -662,11 +671,14 @@ impl Client {
             .set("enable.partition.eof", "true")
             .set("enable.auto.commit", "false")
             .set("group.id", "ferrokafka-read-topic");
-        let consumer: BaseConsumer<EndIsExpected> = config
-            .create_with_context(EndIsExpected {
+        let consumer: BaseConsumer<EndIsExpected> = oauth::create(
+            &config,
+            EndIsExpected {
                 watch: Some(Arc::clone(&self.watch)),
-            })
-            .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
+                tokens: self.settings.token_refresh(),
+            },
+        )
+        .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
         let mut assignment = TopicPartitionList::new();
         for &p in &partitions {
             assignment

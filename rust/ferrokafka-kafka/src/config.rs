@@ -7,11 +7,12 @@
 //! fails to connect, so every call would time out instead of saying what is wrong.
 
 use std::borrow::Cow;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use rdkafka::ClientConfig;
 
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth::{TokenRefresh, TokenSource};
 
 pub use ferrokafka_core::redact::{REDACTED, is_sensitive_key};
 
@@ -211,11 +212,26 @@ const TRUSTED_CA_KEYS: &[(&str, &[&str])] = &[
     ("https.ca.location", &["https.ca.location", "https.ca.pem"]),
 ];
 
-/// An ordered list of librdkafka properties. Its `Debug` form hides sensitive values.
-#[derive(Clone, Default, PartialEq, Eq)]
+/// An ordered list of librdkafka properties, and where OAUTHBEARER tokens come from when the
+/// application makes them. Its `Debug` form hides sensitive values.
+#[derive(Clone, Default)]
 pub struct ClientSettings {
     entries: Vec<(String, String)>,
+    token_source: Option<TokenSource>,
 }
+
+impl PartialEq for ClientSettings {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+            && match (&self.token_source, &other.token_source) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for ClientSettings {}
 
 impl std::fmt::Debug for ClientSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -257,6 +273,37 @@ impl ClientSettings {
             Some(entry) => entry.1 = value,
             None => self.entries.push((key, value)),
         }
+    }
+
+    /// These settings with OAUTHBEARER tokens made by `source` (confluent-kafka's `oauth_cb`),
+    /// for every client created with them. librdkafka's own token makers would never ask it, so
+    /// `sasl.oauthbearer.method=oidc` and `enable.sasl.oauthbearer.unsecure.jwt` are refused.
+    pub fn with_token_source(mut self, source: TokenSource) -> KafkaResult<Self> {
+        let own_maker = if self
+            .get("sasl.oauthbearer.method")
+            .is_some_and(|m| m.eq_ignore_ascii_case("oidc"))
+        {
+            Some("sasl.oauthbearer.method=oidc")
+        } else if self
+            .get("enable.sasl.oauthbearer.unsecure.jwt")
+            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"))
+        {
+            Some("enable.sasl.oauthbearer.unsecure.jwt")
+        } else {
+            None
+        };
+        if let Some(setting) = own_maker {
+            return Err(KafkaIoError::Config(format!(
+                "oauth_cb and {setting} both make OAUTHBEARER tokens: give one of them"
+            )));
+        }
+        self.token_source = Some(source);
+        Ok(self)
+    }
+
+    /// The token source of these settings' clients, for their contexts.
+    pub(crate) fn token_refresh(&self) -> TokenRefresh {
+        TokenRefresh::new(self.token_source.clone())
     }
 
     /// Removes `key`, e.g. a producer-only setting before creating a consumer.
@@ -313,6 +360,7 @@ impl ClientSettings {
                 .filter(|(key, _)| !other_only.contains(&key.as_str()))
                 .cloned()
                 .collect(),
+            token_source: self.token_source.clone(),
         }
     }
 

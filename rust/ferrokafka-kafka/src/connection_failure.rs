@@ -265,9 +265,16 @@ struct MainQueue(*mut rdsys::rd_kafka_queue_t);
 // watcher thread and destroyed there.
 unsafe impl Send for MainQueue {}
 
+/// The librdkafka handle of the watched client, for the token refreshes it asks for.
+struct Handle(*mut rdsys::rd_kafka_t);
+
+// SAFETY: librdkafka handles are thread-safe; the watcher thread is joined before the client
+// is dropped (see [`MainQueueWatcher`]).
+unsafe impl Send for Handle {}
+
 /// A thread that reads the error events of a client whose main queue rdkafka never polls (the
-/// admin client) into a [`ConnectionWatch`]. Dropping it stops and joins the thread; it must be
-/// dropped before the client.
+/// admin client) into a [`ConnectionWatch`], and answers its OAUTHBEARER token refreshes.
+/// Dropping it stops and joins the thread; it must be dropped before the client.
 pub(crate) struct MainQueueWatcher {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -279,19 +286,21 @@ const WATCH_SLICE: Duration = Duration::from_millis(100);
 impl MainQueueWatcher {
     /// Starts watching the main queue of `client` (whose log events, never forwarded by rdkafka
     /// for an admin client, are dropped).
-    pub(crate) fn start<C: rdkafka::ClientContext>(
+    pub(crate) fn start<C: rdkafka::ClientContext + 'static>(
         client: &rdkafka::client::Client<C>,
         watch: Arc<ConnectionWatch>,
     ) -> std::io::Result<Self> {
         // SAFETY: `client` is a live handle; the queue reference is destroyed by the thread,
         // which is joined before the handle can be dropped (see the type's contract).
         let queue = MainQueue(unsafe { rdsys::rd_kafka_queue_get_main(client.native_ptr()) });
+        let handle = Handle(client.native_ptr());
+        let context = Arc::clone(client.context());
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("ferrokafka-client-errors".to_owned())
             .spawn(move || {
-                let queue = queue;
+                let (queue, handle) = (queue, handle);
                 while !stopping.load(Ordering::Acquire) {
                     // SAFETY: the queue reference is live until destroyed below; each event is
                     // destroyed after its code and description were read.
@@ -301,12 +310,18 @@ impl MainQueueWatcher {
                         if event.is_null() {
                             continue;
                         }
-                        if rdsys::rd_kafka_event_type(event) == rdsys::RD_KAFKA_EVENT_ERROR {
-                            let text = rdsys::rd_kafka_event_error_string(event);
-                            if !text.is_null() {
-                                let text = std::ffi::CStr::from_ptr(text).to_string_lossy();
-                                watch.record(rdsys::rd_kafka_event_error(event).into(), &text);
+                        match rdsys::rd_kafka_event_type(event) {
+                            rdsys::RD_KAFKA_EVENT_ERROR => {
+                                let text = rdsys::rd_kafka_event_error_string(event);
+                                if !text.is_null() {
+                                    let text = std::ffi::CStr::from_ptr(text).to_string_lossy();
+                                    watch.record(rdsys::rd_kafka_event_error(event).into(), &text);
+                                }
                             }
+                            rdsys::RD_KAFKA_EVENT_OAUTHBEARER_TOKEN_REFRESH => {
+                                crate::oauth::answer_refresh_event(handle.0, &*context, event);
+                            }
+                            _ => {}
                         }
                         rdsys::rd_kafka_event_destroy(event);
                     }

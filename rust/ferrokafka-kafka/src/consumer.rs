@@ -52,6 +52,7 @@ use crate::connection_failure::ConnectionWatch;
 use crate::dead_letter::{DeadLetterWriter, Failure};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::lock;
+use crate::oauth::{self, TokenRefresh, answer_token_refresh};
 use crate::partition_source::PartitionSource;
 use crate::record::ReceivedRecord;
 use crate::statistics::{BrokerOffsets, GroupStatistics, KeptStatistics, partitions};
@@ -975,9 +976,12 @@ pub struct RebalanceHandler {
     shared: Arc<Shared>,
     /// How long a revoked partition's running batch may take before it is abandoned.
     drain: Duration,
+    tokens: TokenRefresh,
 }
 
 impl ClientContext for RebalanceHandler {
+    answer_token_refresh!(tokens);
+
     fn stats(&self, statistics: Statistics) {
         self.shared.record_statistics(&statistics);
     }
@@ -1115,9 +1119,9 @@ impl ConcurrentConsumer {
         let handler = RebalanceHandler {
             shared: Arc::clone(&shared),
             drain,
+            tokens: settings.token_refresh(),
         };
-        let mut consumer: Handle = config
-            .create_with_context(handler)
+        let mut consumer: Handle = oauth::create(&config, handler)
             .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
         let wake = Arc::clone(&shared.wake);
         consumer.set_nonempty_callback(move || wake.notify());

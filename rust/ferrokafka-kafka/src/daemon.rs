@@ -23,6 +23,7 @@ use crate::client::log_unless_end;
 use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::ConnectionWatch;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::record::OutgoingRecord;
 use crate::statistics::{BrokerOffsets, GroupStatistics, KeptStatistics};
 
@@ -313,6 +314,7 @@ pub(crate) struct GroupContext {
     /// Names the daemon in log lines.
     daemon: &'static str,
     watch: ConnectionWatch,
+    tokens: TokenRefresh,
     /// Whether the consumer ever joined its group (a first rebalance event came).
     joined: AtomicBool,
     /// The group's state and the partitions' offsets from librdkafka's latest statistics.
@@ -331,6 +333,7 @@ impl GroupContext {
             replay_from_start,
             daemon,
             watch: ConnectionWatch::new(settings),
+            tokens: settings.token_refresh(),
             joined: AtomicBool::new(false),
             statistics: KeptStatistics::default(),
         }
@@ -388,6 +391,8 @@ impl GroupContext {
 }
 
 impl ClientContext for GroupContext {
+    answer_token_refresh!(tokens);
+
     fn stats(&self, statistics: Statistics) {
         self.statistics.record(&statistics);
     }
@@ -448,6 +453,7 @@ impl ConsumerContext for GroupContext {
 pub(crate) struct FlushTracker {
     state: Mutex<FlushState>,
     settled: Condvar,
+    tokens: TokenRefresh,
 }
 
 #[derive(Default)]
@@ -457,10 +463,11 @@ struct FlushState {
 }
 
 impl FlushTracker {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(tokens: TokenRefresh) -> Self {
         FlushTracker {
             state: Mutex::new(FlushState::default()),
             settled: Condvar::new(),
+            tokens,
         }
     }
 
@@ -470,6 +477,8 @@ impl FlushTracker {
 }
 
 impl ClientContext for FlushTracker {
+    answer_token_refresh!(tokens);
+
     // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
     fn error(&self, error: KafkaError, reason: &str) {
         crate::client::log_unless_end(error, reason);

@@ -24,6 +24,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::lock;
+use crate::oauth::{self, TokenRefresh, answer_token_refresh};
 use crate::record::ReceivedRecord;
 
 /// How long a refused record waits before it is sent again.
@@ -54,9 +55,12 @@ struct Delivery {
 
 struct Context {
     resend: Arc<Mutex<Vec<(Instant, Delivery)>>>,
+    tokens: TokenRefresh,
 }
 
 impl ClientContext for Context {
+    answer_token_refresh!(tokens);
+
     // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         crate::client::log_unless_end(error, reason);
@@ -107,15 +111,17 @@ impl DeadLetterWriter {
     /// A writer to `topic` with the producer settings derived from the consumer's.
     pub fn new(settings: &ClientSettings, topic: String) -> KafkaResult<Self> {
         let resend = Arc::new(Mutex::new(Vec::new()));
-        let producer = settings
-            .for_role(ClientRole::Producer)
-            .to_client_config()
-            .create_with_context(Context {
+        let config = settings.for_role(ClientRole::Producer).to_client_config();
+        let producer = oauth::create(
+            &config,
+            Context {
                 resend: Arc::clone(&resend),
-            })
-            .map_err(|e| {
-                KafkaIoError::from_rdkafka("create dead-letter producer", e, Duration::ZERO, None)
-            })?;
+                tokens: settings.token_refresh(),
+            },
+        )
+        .map_err(|e| {
+            KafkaIoError::from_rdkafka("create dead-letter producer", e, Duration::ZERO, None)
+        })?;
         Ok(DeadLetterWriter {
             topic,
             producer,

@@ -16,6 +16,7 @@ pub mod error;
 mod in_flight;
 mod locks;
 mod marker_writer;
+pub mod oauth;
 mod packed_headers;
 mod partition_source;
 pub mod partitioner;
@@ -41,6 +42,7 @@ pub use consumer::{
 pub use daemon::{Daemon, DaemonStatus};
 pub use dead_letter::{DeadLetterWriter, Failure};
 pub use error::{KafkaIoError, KafkaResult};
+pub use oauth::{BearerToken, TokenSource};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
 pub use redelivery::{
     QueueConsumer, QueueConsumerOptions, QueueConsumerStats, RedeliveryOptions, RedeliveryTracker,

@@ -30,6 +30,7 @@ use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProdu
 use crate::batch_produce::{BatchTopic, Payloads};
 use crate::daemon::now_ms;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth::{TokenRefresh, answer_token_refresh};
 
 /// Shortest pause of the keepalive thread, so a failing write cannot make it spin.
 const MIN_KEEPALIVE_WAIT: Duration = Duration::from_millis(10);
@@ -59,17 +60,21 @@ const FLUSH_POLL: Duration = Duration::from_millis(1);
 /// would cost more than the marker itself.
 pub(crate) struct UpdateTracker {
     failed: AtomicU64,
+    tokens: TokenRefresh,
 }
 
 impl UpdateTracker {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(tokens: TokenRefresh) -> Self {
         UpdateTracker {
             failed: AtomicU64::new(0),
+            tokens,
         }
     }
 }
 
 impl ClientContext for UpdateTracker {
+    answer_token_refresh!(tokens);
+
     // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         crate::client::log_unless_end(error, reason);

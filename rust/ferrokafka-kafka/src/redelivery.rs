@@ -56,6 +56,7 @@ use crate::daemon::{
 use crate::error::{KafkaIoError, KafkaResult};
 pub use crate::marker_writer::markers_partition;
 use crate::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id, millis};
+use crate::oauth::{self, TokenContext};
 use crate::record::{HeaderList, OutgoingRecord, ReceivedRecord};
 use crate::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch};
 pub use crate::start_prefetch::{Refused, Taken};
@@ -219,11 +220,13 @@ impl QueueConsumer {
         consumer_settings.set("group.id", options.group_id.as_str());
         consumer_settings.set("enable.auto.commit", "false");
         consumer_settings.set_default("auto.offset.reset", "earliest");
-        let consumer: BaseConsumer = consumer_settings
-            .for_role(ClientRole::Consumer)
-            .to_client_config()
-            .create()
-            .map_err(creation_error("create queue consumer"))?;
+        let consumer: BaseConsumer<TokenContext> = oauth::create(
+            &consumer_settings
+                .for_role(ClientRole::Consumer)
+                .to_client_config(),
+            TokenContext::new(settings.token_refresh()),
+        )
+        .map_err(creation_error("create queue consumer"))?;
         let metadata = Client::new(settings.clone())?;
         consumer
             .subscribe(&[options.queue_topic.as_str()])
@@ -235,19 +238,21 @@ impl QueueConsumer {
         let mut start_settings = producer_settings.clone();
         // START markers are written synchronously per batch: linger only adds latency.
         start_settings.set_default("linger.ms", "1");
-        let starts = start_settings
-            .to_client_config()
-            .create_with_context(StartAcks::new())
-            .map_err(creation_error("create markers producer"))?;
+        let starts = oauth::create(
+            &start_settings.to_client_config(),
+            StartAcks::new(settings.token_refresh()),
+        )
+        .map_err(creation_error("create markers producer"))?;
         // END and KEEPALIVE markers are not waited for: a longer linger packs more of them into
         // one produce request.
         producer_settings.set_default("linger.ms", "5");
         // Only failures are reported (and counted); `flush` asks librdkafka what is left.
         producer_settings.set("delivery.report.only.error", "true");
-        let updates = producer_settings
-            .to_client_config()
-            .create_with_context(UpdateTracker::new())
-            .map_err(creation_error("create markers producer"))?;
+        let updates = oauth::create(
+            &producer_settings.to_client_config(),
+            UpdateTracker::new(settings.token_refresh()),
+        )
+        .map_err(creation_error("create markers producer"))?;
         let writer = Arc::new(MarkerWriter::new(
             updates,
             options.markers_topic.clone(),
@@ -530,11 +535,11 @@ impl Tracker {
     fn new(settings: ClientSettings, options: RedeliveryOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
         // The tracker's state is the markers after the committed offset, not the whole topic.
-        let consumer: BaseConsumer<GroupContext> =
-            group_consumer_settings(&settings, &options.group_id)
-                .to_client_config()
-                .create_with_context(GroupContext::new("redelivery tracker", &settings, false))
-                .map_err(creation_error("create markers consumer"))?;
+        let consumer: BaseConsumer<GroupContext> = oauth::create(
+            &group_consumer_settings(&settings, &options.group_id).to_client_config(),
+            GroupContext::new("redelivery tracker", &settings, false),
+        )
+        .map_err(creation_error("create markers consumer"))?;
         consumer
             .subscribe(&[options.markers_topic.as_str()])
             .map_err(creation_error("subscribe to the markers topic"))?;
@@ -543,10 +548,11 @@ impl Tracker {
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
         producer_settings.set_default("linger.ms", "1");
-        let producer = producer_settings
-            .to_client_config()
-            .create_with_context(FlushTracker::new())
-            .map_err(creation_error("create redelivery producer"))?;
+        let producer = oauth::create(
+            &producer_settings.to_client_config(),
+            FlushTracker::new(settings.token_refresh()),
+        )
+        .map_err(creation_error("create redelivery producer"))?;
         Ok(Tracker {
             consumer,
             producer,

@@ -25,6 +25,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::client::log_unless_end;
 use crate::connection_failure::ConnectionWatch;
+use crate::oauth::{TokenRefresh, answer_token_refresh};
 
 /// A record a round can produce.
 pub(crate) trait RoundRecord {
@@ -47,6 +48,7 @@ pub(crate) struct Rounds {
     progress: Condvar,
     /// The producer's refused connections, so its `init_transactions` ends with their cause.
     watch: ConnectionWatch,
+    tokens: TokenRefresh,
 }
 
 #[derive(Default)]
@@ -71,11 +73,12 @@ impl Round {
 
 impl Rounds {
     /// The context of a producer whose refused connections `watch` keeps.
-    pub(crate) fn new(watch: ConnectionWatch) -> Self {
+    pub(crate) fn new(watch: ConnectionWatch, tokens: TokenRefresh) -> Self {
         Rounds {
             state: Mutex::default(),
             progress: Condvar::new(),
             watch,
+            tokens,
         }
     }
 
@@ -200,6 +203,8 @@ impl Rounds {
 }
 
 impl ClientContext for Rounds {
+    answer_token_refresh!(tokens);
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.watch.observe(&error, reason);
         log_unless_end(error, reason);

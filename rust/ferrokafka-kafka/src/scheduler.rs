@@ -66,6 +66,7 @@ use crate::daemon::{
     send_waiting_for_room,
 };
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth;
 use crate::packed_headers::PackedHeaders;
 use crate::partitioner::METADATA_TIMEOUT;
 use crate::partitioner::PartitionCounts;
@@ -296,10 +297,11 @@ impl SchedulerLoop {
         consumer_settings.set_default("isolation.level", "read_committed");
         // Offsets are stored once acted upon (see `commit_progress`), not when merely polled.
         consumer_settings.set("enable.auto.offset.store", "false");
-        let consumer: BaseConsumer<GroupContext> = consumer_settings
-            .to_client_config()
-            .create_with_context(GroupContext::new("scheduler", &settings, true))
-            .map_err(creation_error("create scheduler consumer"))?;
+        let consumer: BaseConsumer<GroupContext> = oauth::create(
+            &consumer_settings.to_client_config(),
+            GroupContext::new("scheduler", &settings, true),
+        )
+        .map_err(creation_error("create scheduler consumer"))?;
         let topics: Vec<&str> = options
             .schedules_topics
             .iter()
@@ -325,10 +327,11 @@ impl SchedulerLoop {
                 &options.dispatch_timeout.as_millis().to_string(),
             );
         }
-        let dispatcher: ThreadedProducer<Rounds> = dispatch_settings
-            .to_client_config()
-            .create_with_context(Rounds::new(ConnectionWatch::new(&settings)))
-            .map_err(creation_error("create dispatch producer"))?;
+        let dispatcher: ThreadedProducer<Rounds> = oauth::create(
+            &dispatch_settings.to_client_config(),
+            Rounds::new(ConnectionWatch::new(&settings), settings.token_refresh()),
+        )
+        .map_err(creation_error("create dispatch producer"))?;
         if transactional {
             init_transactions(
                 &dispatcher,
@@ -339,10 +342,11 @@ impl SchedulerLoop {
         }
         let mut report_settings = producer_settings(&settings);
         report_settings.remove("transactional.id");
-        let reporter: ThreadedProducer<FlushTracker> = report_settings
-            .to_client_config()
-            .create_with_context(FlushTracker::new())
-            .map_err(creation_error("create state report producer"))?;
+        let reporter: ThreadedProducer<FlushTracker> = oauth::create(
+            &report_settings.to_client_config(),
+            FlushTracker::new(settings.token_refresh()),
+        )
+        .map_err(creation_error("create state report producer"))?;
         Ok(SchedulerLoop {
             consumer,
             dispatcher,
@@ -1612,10 +1616,13 @@ fn read_offsets(
     // The daemon's statistics come from its group consumer; this one's would only be logged.
     fetch_settings.remove("statistics.interval.ms");
     fetch_settings.set("enable.partition.eof", "true");
-    let consumer: BaseConsumer<EndIsExpected> = match fetch_settings
-        .to_client_config()
-        .create_with_context(EndIsExpected { watch: None })
-    {
+    let consumer: BaseConsumer<EndIsExpected> = match oauth::create(
+        &fetch_settings.to_client_config(),
+        EndIsExpected {
+            watch: None,
+            tokens: fetch_settings.token_refresh(),
+        },
+    ) {
         Ok(consumer) => consumer,
         Err(e) => {
             log::error!("cannot create the payload fetch consumer: {e}");

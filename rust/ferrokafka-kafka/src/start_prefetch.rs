@@ -63,6 +63,7 @@ use crate::client::Client;
 use crate::daemon::enqueue_with;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::marker_writer::{MarkerWriter, message_id};
+use crate::oauth::{TokenContext, TokenRefresh, answer_token_refresh};
 use crate::record::ReceivedRecord;
 use crate::redelivery::{dead_letter, redelivery_count};
 
@@ -94,6 +95,7 @@ const SETTLE_POLL: Duration = Duration::from_millis(1);
 pub(crate) struct StartAcks {
     batches: Mutex<HashMap<usize, BatchAcks>>,
     settled: Condvar,
+    tokens: TokenRefresh,
 }
 
 #[derive(Default)]
@@ -103,10 +105,11 @@ struct BatchAcks {
 }
 
 impl StartAcks {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(tokens: TokenRefresh) -> Self {
         StartAcks {
             batches: Mutex::new(HashMap::new()),
             settled: Condvar::new(),
+            tokens,
         }
     }
 
@@ -160,6 +163,8 @@ impl StartAcks {
 }
 
 impl ClientContext for StartAcks {
+    answer_token_refresh!(tokens);
+
     // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
     fn error(&self, error: KafkaError, reason: &str) {
         crate::client::log_unless_end(error, reason);
@@ -234,7 +239,7 @@ impl Handoff {
 
 /// The queue topic, where its markers go, and how the prefetch threads write them.
 pub(crate) struct PrefetchSetup {
-    pub(crate) consumer: BaseConsumer,
+    pub(crate) consumer: BaseConsumer<TokenContext>,
     pub(crate) starts: ThreadedProducer<StartAcks>,
     pub(crate) writer: Arc<MarkerWriter>,
     /// Reads the markers topic's partition count; dropped once it is known.
@@ -403,7 +408,7 @@ enum Room {
 
 /// The prefetch thread: polls batches and writes their START markers.
 struct Prefetcher {
-    consumer: Arc<BaseConsumer>,
+    consumer: Arc<BaseConsumer<TokenContext>>,
     starts: BatchTopic<StartAcks>,
     writer: Arc<MarkerWriter>,
     queue_topic: String,
@@ -843,7 +848,7 @@ impl Prefetcher {
 /// The commit thread: commits the offsets of batches whose STARTs are acknowledged, in order,
 /// and makes them ready.
 struct Committer {
-    consumer: Arc<BaseConsumer>,
+    consumer: Arc<BaseConsumer<TokenContext>>,
     writer: Arc<MarkerWriter>,
     queue_topic: String,
     handoff: Arc<Handoff>,

@@ -9,14 +9,28 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::errors::{ConfigError, NativeResult};
+use crate::token_callback::token_source;
 
-/// A librdkafka config dict: keys are `str`, values `str`, `int`, `float` or `bool`.
+/// A librdkafka config dict: keys are `str`, values `str`, `int`, `float` or `bool`; and
+/// `oauth_cb`, a callable making OAUTHBEARER tokens (see [`crate::token_callback`]).
 pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSettings> {
     let mut entries = Vec::with_capacity(config.len());
+    let mut oauth_cb = None;
     for (key, value) in config.iter() {
         let key: String = key.extract().map_err(|_| {
             ConfigError::new_err(format!("config keys must be str, got {}", type_name(&key)))
         })?;
+        if key == "oauth_cb" {
+            if !value.is_callable() {
+                return Err(ConfigError::new_err(format!(
+                    "oauth_cb must be a callable returning (token, expiry_epoch_seconds), got {}",
+                    type_name(&value)
+                ))
+                .into());
+            }
+            oauth_cb = Some(value.unbind());
+            continue;
+        }
         let value = if value.is_instance_of::<PyBool>() {
             if value.is_truthy()? { "true" } else { "false" }.to_owned()
         } else if value.is_instance_of::<PyString>()
@@ -24,13 +38,6 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
             || value.is_instance_of::<PyFloat>()
         {
             value.str()?.to_string()
-        } else if key == "oauth_cb" {
-            return Err(ConfigError::new_err(
-                "oauth_cb (a Python OAUTHBEARER token callback) is not supported: use \
-                 librdkafka's OIDC settings (sasl.oauthbearer.method=oidc, \
-                 sasl.oauthbearer.token.endpoint.url, sasl.oauthbearer.client.id, ...)",
-            )
-            .into());
         } else {
             return Err(ConfigError::new_err(format!(
                 "config value for {key:?} must be str, int, float or bool, got {}",
@@ -40,7 +47,11 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
         };
         entries.push((key, value));
     }
-    Ok(ClientSettings::new(entries)?)
+    let settings = ClientSettings::new(entries)?;
+    Ok(match oauth_cb {
+        Some(callback) => settings.with_token_source(token_source(callback))?,
+        None => settings,
+    })
 }
 
 pub fn type_name(value: &Bound<'_, PyAny>) -> String {

@@ -56,6 +56,11 @@ impl Log for EngineLogger {
     fn flush(&self) {}
 }
 
+/// Whether the `atexit` hook ran: no engine thread may attach to the interpreter any more.
+pub fn interpreter_exiting() -> bool {
+    EXITING.load(Ordering::Acquire)
+}
+
 /// The `atexit` hook: from now on no engine thread attaches to the interpreter to log.
 #[pyfunction]
 fn _interpreter_exiting() {

@@ -23,6 +23,8 @@ mod producer_waiters;
 mod redelivery;
 mod redelivery_status;
 mod scheduler;
+mod token_callback;
+
 mod statistics;
 mod tracking;
 

@@ -1,0 +1,251 @@
+"""``oauth_cb``, confluent-kafka's OAUTHBEARER token callback (how AWS MSK IAM is reached from
+Python), for every client of every component, against the SASL_SSL listener of the session's
+``secure_broker``, whose unsecured validator accepts unsigned JWTs.
+
+The callback here makes such a JWT (header ``{"alg": "none"}``, claims ``sub``/``iat``/``exp``,
+empty signature); what arrived is counted over PLAINTEXT by an independent confluent-kafka
+consumer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from ferrokafka import AsyncProducer, Client, Consumer, KafkaError
+from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
+from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.tracking import Reporter
+from tests.conftest import ROOT, SecureBroker, wait_until
+from tests.kafka.test_security import WAIT, new_topic, take, values_on
+
+pytestmark = pytest.mark.kafka
+
+PROMPT = 5.0
+
+
+def unsecured_jwt(subject: str, lifetime: float) -> tuple[str, float]:
+    """An unsigned JWT for ``subject`` that expires ``lifetime`` seconds from now, and when."""
+    issued = int(time.time())
+    expires = math.ceil(time.time() + lifetime)
+
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    claims = {"sub": subject, "iat": issued, "exp": expires}
+    return f"{part({'alg': 'none'})}.{part(claims)}.", float(expires)
+
+
+class TokenCallback:
+    """An ``oauth_cb`` that counts its calls and what it was given."""
+
+    def __init__(self, lifetime: float = 3600.0, fails: Exception | None = None) -> None:
+        self.lifetime = lifetime
+        self.fails = fails
+        self.configs: list[str | None] = []
+        self.lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        with self.lock:
+            return len(self.configs)
+
+    def __call__(self, config: str | None) -> tuple[str, float, str, dict[str, str]]:
+        with self.lock:
+            self.configs.append(config)
+        if self.fails is not None:
+            raise self.fails
+        token, expires = unsecured_jwt("ferrokafka-oauth-cb", self.lifetime)
+        return token, expires, "ferrokafka-oauth-cb", {}
+
+
+def oauth_config(broker: SecureBroker, callback: TokenCallback) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": broker.sasl_ssl,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": broker.ca,
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.config": "scope=kafka",
+        "oauth_cb": callback,
+    }
+
+
+def test_every_component_signs_in_with_the_callbacks_tokens(secure_broker: SecureBroker) -> None:
+    callback = TokenCallback()
+    config = oauth_config(secure_broker, callback)
+    client = Client(config)
+    topic = new_topic(config, partitions=1)
+    client.produce(topic, b"from the client")
+    assert [m.value() for m in client.read_topic(topic, timeout=WAIT)] == [b"from the client"]
+
+    producer = AsyncProducer(config)
+    producer.produce(b"from the producer", topic)
+    assert producer.shutdown(timeout=WAIT) == []
+
+    received: list[bytes] = []
+    group = {**config, "group.id": f"g-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}
+    with Consumer(group, [topic], lambda batch: received.extend(m.value() or b"" for m in batch)):
+        wait_until(lambda: len(received) >= 2, WAIT, "both records consumed")
+
+    schedules, target = f"oauth-schedules-{uuid.uuid4().hex[:8]}", new_topic(config, 1)
+    create_topics(client, schedules, num_partitions=1)
+    schedule_message(
+        client,
+        {"topic": target, "payload": b"due", "key": "k"},
+        int(time.time()) - 1,
+        {"topic": schedules, "key": "proxy-1"},
+    )
+    daemon = {**config, "session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+    with Scheduler(daemon, [schedules], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2):
+        wait_until(lambda: len(client.read_topic(target)) >= 1, WAIT, "the dispatch")
+
+    queue_topic, markers = new_topic(config), new_topic(config)
+    client.produce(queue_topic, b"queued", key="q", partition=0)
+    with (
+        RedeliveryTracker(config, queue_topic, markers, group_id=f"t-{uuid.uuid4().hex}"),
+        QueueConsumer(config, queue_topic, markers, group_id=f"q-{uuid.uuid4().hex}") as queue,
+    ):
+        (message,) = take(queue, 1)
+        queue.ack(message)
+
+    reports, errors = new_topic(config, 1), new_topic(config, 1)
+    reporter = Reporter(config, reports_topic=reports, errors_topic=errors)
+    try:
+        assert reporter.report(force=True)
+    finally:
+        reporter.close()
+
+    observer = secure_broker.bootstrap
+    assert sorted(values_on(observer, topic, 2)) == [b"from the client", b"from the producer"]
+    assert values_on(observer, target, 1) == [b"due"]
+    assert values_on(observer, reports, 1)  # the report and the final one of close()
+    # One token per client: the components above create well over a dozen, and every one
+    # asked the callback, with the sasl.oauthbearer.config string.
+    assert callback.calls >= 12
+    assert set(callback.configs) == {"scope=kafka"}
+
+
+def test_a_token_that_expires_is_refreshed_before_it_does(secure_broker: SecureBroker) -> None:
+    # librdkafka asks again at 80 % of a token's life: every ~2.4 s for 3 s tokens.
+    callback = TokenCallback(lifetime=3.0)
+    config = oauth_config(secure_broker, callback)
+    topic = new_topic(oauth_config(secure_broker, TokenCallback()), partitions=1)
+    producer = AsyncProducer(config)
+    producer.produce(b"first token", topic)
+    producer.flush(timeout=WAIT)
+    first = callback.calls
+    wait_until(lambda: callback.calls >= first + 2, 12.0, "two refreshes of the token")
+    producer.produce(b"after the refresh", topic)
+    assert producer.shutdown(timeout=WAIT) == []
+    values = values_on(secure_broker.bootstrap, topic, 2)
+    assert sorted(values) == [b"after the refresh", b"first token"]
+
+
+def test_a_callback_that_raises_is_an_authentication_failure_naming_it(
+    secure_broker: SecureBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    callback = TokenCallback(fails=RuntimeError("no credentials in this region"))
+    config = oauth_config(secure_broker, callback)
+    caplog.set_level(logging.ERROR, logger="ferrokafka.oauth")
+    for call in (
+        lambda: Client(config).list_topics(timeout=20.0),
+        lambda: Client(config).produce("never", b"v", timeout=20.0),
+    ):
+        started = time.monotonic()
+        with pytest.raises(KafkaError, match="no credentials in this region") as refused:
+            call()
+        assert time.monotonic() - started < PROMPT
+        assert "Failed to acquire SASL OAUTHBEARER token" in str(refused.value)
+        assert "RuntimeError" in str(refused.value)
+    scheduler = Scheduler(config, [f"never-{uuid.uuid4().hex}"], group_id=f"g-{uuid.uuid4().hex}")
+    started = time.monotonic()
+    with pytest.raises(KafkaError, match="no credentials in this region"):
+        scheduler.run()
+    assert time.monotonic() - started < PROMPT
+    assert scheduler.stop(timeout=PROMPT)
+    # Logged with the callback's traceback.
+    logged = [r for r in caplog.records if r.name == "ferrokafka.oauth"]
+    assert logged
+    assert logged[0].exc_info is not None
+    assert "in __call__" in caplog.text
+    assert "raise self.fails" in caplog.text
+
+
+def test_a_callback_of_the_wrong_shape_is_an_authentication_failure_naming_the_shape(
+    secure_broker: SecureBroker,
+) -> None:
+    config = {**oauth_config(secure_broker, TokenCallback()), "oauth_cb": lambda config: "token"}
+    with pytest.raises(KafkaError, match=r"oauth_cb must return \(token, expiry"):
+        Client(config).list_topics(timeout=20.0)
+
+
+# The engines' log levels are cached per process on first use: librdkafka's debug lines are
+# looked at in a fresh interpreter that asks for them from the start.
+DEBUG_LOG = """
+import logging, sys, time
+logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(name)s %(message)s")
+from ferrokafka import Client
+from tests.kafka.test_oauth_callback import unsecured_jwt
+made = []
+def remember(config):
+    made.append(unsecured_jwt("ferrokafka-oauth-cb", 3600.0))
+    return made[-1]
+config = {{"bootstrap.servers": sys.argv[1], "security.protocol": "SASL_SSL",
+    "ssl.ca.location": sys.argv[2], "sasl.mechanism": "OAUTHBEARER", "debug": "security", {extra}}}
+client = Client(config)
+client.produce(sys.argv[3], b"v", timeout=30)
+deadline = time.monotonic() + {wait}
+while time.monotonic() < deadline:
+    time.sleep(0.1)
+print("TOKENS=" + " ".join(token for token, _ in made))
+"""
+
+
+def debug_log(broker: SecureBroker, topic: str, extra: str, wait: float) -> str:
+    """What a Client logs (librdkafka's security debug lines too) producing to ``topic`` and
+    running ``wait`` seconds more, with the settings ``extra`` adds."""
+    script = DEBUG_LOG.format(extra=extra, wait=wait)
+    ran = subprocess.run(
+        [sys.executable, "-c", script, broker.sasl_ssl, broker.ca, topic],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=ROOT,
+    )
+    return ran.stdout + ran.stderr
+
+
+def test_a_token_is_never_shown(secure_broker: SecureBroker) -> None:
+    topic = new_topic(oauth_config(secure_broker, TokenCallback()), partitions=1)
+    shown = debug_log(secure_broker, topic, '"oauth_cb": remember', 0.0)
+    assert "SASL OAUTHBEARER authentication successful" in shown, shown
+    tokens = shown.split("TOKENS=")[-1].split()
+    assert tokens, shown
+    for token in tokens:
+        assert shown.count(token) == tokens.count(token), shown  # only where printed
+
+
+def test_librdkafkas_unsecured_tokens_are_still_refreshed_without_a_callback(
+    secure_broker: SecureBroker,
+) -> None:
+    # Contexts answer token refreshes for oauth_cb; librdkafka's built-in unsecured-JWT maker
+    # must keep refreshing its own tokens (on its background thread), never failing for want
+    # of a callback. The first token is made when a client starts, the next at 80 % of its life.
+    topic = new_topic(oauth_config(secure_broker, TokenCallback()), partitions=1)
+    extra = '"enable.sasl.oauthbearer.unsecure.jwt": "true", '
+    extra += '"sasl.oauthbearer.config": "principal=ferrokafka-unsecured lifeSeconds=3"'
+    shown = debug_log(secure_broker, topic, extra, 4.0)
+    assert "[thrd:background]: Creating unsecured token" in shown, shown
+    assert "Failed to acquire SASL OAUTHBEARER token" not in shown, shown
+    assert values_on(secure_broker.bootstrap, topic, 1) == [b"v"]
