@@ -335,9 +335,7 @@ def _spark_demo(args: argparse.Namespace) -> int:
     _require("spark", "pyspark", "pyarrow", "pandas")
     from ferrokafka.spark_demo import run_spark_demo
 
-    run_spark_demo(
-        args.bootstrap_servers, rows=args.rows, timeout=args.timeout, master=args.master
-    )
+    run_spark_demo(args.bootstrap_servers, rows=args.rows, timeout=args.timeout, master=args.master)
     return 0
 
 

@@ -692,9 +692,13 @@ def stream_lag(
         writer = writer.option("checkpointLocation", checkpoint_location)
     # A query takes the session's settings when it starts (and keeps them in its checkpoint):
     # the shuffle-partition count is set for this start only, then given back.
-    previous = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    setting = "spark.sql.shuffle.partitions"
+    previous = spark.conf.get(setting)
+    spark.conf.set(setting, str(shuffle_partitions))
     try:
         return writer.start()
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", previous)
+        if previous is None:
+            spark.conf.unset(setting)
+        else:
+            spark.conf.set(setting, previous)

@@ -276,7 +276,9 @@ def test_stream_lag_as_the_readme_calls_it_returns_while_a_daemon_keeps_reportin
     assert not query.isActive
     assert reporting_daemon.reporter.stats()["reports"] > sent  # it kept reporting meanwhile
     # One state-store partition for the small lag table, whatever the session's setting.
-    assert query.lastProgress["stateOperators"][0]["numShufflePartitions"] == 1
+    progress = query.lastProgress
+    assert progress is not None
+    assert progress["stateOperators"][0]["numShufflePartitions"] == 1
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
 
 
