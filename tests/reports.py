@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ferrokafka import Client, codecs
+
 _ROW_FIELDS = (
     "lag",
     "lag_stored",
@@ -139,3 +141,13 @@ def flat_partitions(report: dict[str, Any]) -> list[dict[str, Any]]:
                         }
                     )
     return rows
+
+
+def produce_report(client: Client, topic: str, report: dict[str, Any]) -> None:
+    """Send ``report`` to ``topic`` as a Reporter sends one: zlib JSON keyed by process id."""
+    client.produce(
+        topic,
+        codecs.encode_process_report(report),
+        key=report["process"]["id"],
+        headers={"zlib": "true"},
+    )

@@ -333,7 +333,7 @@ def _spark_demo(args: argparse.Namespace) -> int:
     _require("spark", "pyspark", "pyarrow", "pandas")
     from ferrokafka.spark_demo import run_spark_demo
 
-    run_spark_demo(args.bootstrap_servers, rows=args.rows, timeout=args.timeout)
+    run_spark_demo(args.bootstrap_servers, rows=args.rows, timeout=args.timeout, master=args.master)
     return 0
 
 
@@ -657,7 +657,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     spark_demo = command(
         "spark-demo",
-        "Run a small Spark job (local[2]) against a broker: UDFs, scheduling, reports.",
+        "Run a small Spark job against a broker: UDFs, scheduling, reports.",
+    )
+    spark_demo.add_argument(
+        "--master",
+        type=_non_empty,
+        default="local[2]",
+        metavar="URL",
+        help="Spark master URL, e.g. spark://host:7077 (default: local[2]); the executors run "
+        "this Python (or PYSPARK_PYTHON), so it needs ferrokafka there",
     )
     spark_demo.add_argument(
         "--rows",

@@ -645,18 +645,35 @@ def stream_lag(
     options: Mapping[str, str] | None = None,
     checkpoint_location: str | None = None,
     config: ClientConfig | None = None,
+    available_now: bool = False,
+    processing_time: str | None = None,
+    shuffle_partitions: int = 1,
 ) -> StreamingQuery:
     """Start a structured-streaming query that keeps the latest lag per process, consumer
     group, topic and partition from the reports ``topic`` (:func:`lag_table`), in complete
     output mode, into ``sink`` (``"memory"``: the table ``query_name``; ``"console"``; any
     sink that supports complete mode). Returns the running query.
 
+    ``available_now=True`` reads what the topic holds when the query starts, then the query
+    stops: its ``processAllAvailable()`` (or ``awaitTermination()``) returns even while
+    processes keep reporting. ``processing_time`` (``"10 seconds"``) starts a micro-batch at
+    most that often; by default each starts as soon as the previous one ended. The lag table
+    has one row per process and partition, so its aggregation uses ``shuffle_partitions``
+    partitions (1), not the session's ``spark.sql.shuffle.partitions`` (200 unless set, which
+    makes each micro-batch run 200 state-store tasks); a query restarted from
+    ``checkpoint_location`` keeps the count it started with.
+
     Example:
         >>> reports = "karafka_consumers_reports"
-        >>> query = stream_lag(spark, "127.0.0.1:9092", reports)  # doctest: +SKIP
+        >>> query = stream_lag(spark, "127.0.0.1:9092", reports, available_now=True)
+        ... # doctest: +SKIP
         >>> query.processAllAvailable()  # doctest: +SKIP
         >>> spark.table("ferrokafka_lag").show()  # doctest: +SKIP
     """
+    if available_now and processing_time is not None:
+        raise ValueError("pass at most one of available_now=True and processing_time")
+    if shuffle_partitions < 1:
+        raise ValueError(f"shuffle_partitions must be at least 1, got {shuffle_partitions}")
     raw = (
         spark.readStream.format("kafka")
         .options(**kafka_options(config or {}))
@@ -672,6 +689,21 @@ def stream_lag(
         .format(sink)
         .queryName(query_name)
     )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif processing_time is not None:
+        writer = writer.trigger(processingTime=processing_time)
     if checkpoint_location is not None:
         writer = writer.option("checkpointLocation", checkpoint_location)
-    return writer.start()
+    # A query takes the session's settings when it starts (and keeps them in its checkpoint):
+    # the shuffle-partition count is set for this start only, then given back.
+    setting = "spark.sql.shuffle.partitions"
+    previous = spark.conf.get(setting)
+    spark.conf.set(setting, str(shuffle_partitions))
+    try:
+        return writer.start()
+    finally:
+        if previous is None:
+            spark.conf.unset(setting)
+        else:
+            spark.conf.set(setting, previous)

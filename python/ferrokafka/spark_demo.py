@@ -1,5 +1,5 @@
-"""A small Spark job on a local SparkSession and a live broker: ``ferrokafka spark-demo`` (or
-``python -m ferrokafka.spark_demo``).
+"""A small Spark job on a SparkSession (local[2], or the cluster ``--master`` names) and a live
+broker: ``ferrokafka spark-demo`` (or ``python -m ferrokafka.spark_demo``).
 
 It compresses and decodes a DataFrame with the Rust Arrow UDFs, schedules one message per row
 with :func:`ferrokafka.spark.schedule_dataframe` while a scheduler daemon runs, consumes the
@@ -9,6 +9,7 @@ connector is fetched from Maven Central on first use.
 
 Example:
     $ ferrokafka spark-demo --bootstrap-servers 127.0.0.1:9092
+    $ ferrokafka spark-demo --bootstrap-servers 127.0.0.1:9092 --master spark://127.0.0.1:7077
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ log = logging.getLogger("ferrokafka.spark_demo")
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 
 
-def _session(app: str) -> object:
+def _session(app: str, master: str) -> object:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import pyspark
@@ -51,7 +52,7 @@ def _session(app: str) -> object:
     # warns that pandas 3 is "not yet fully supported"; the demo's UDFs use Arrow, not pandas.
     warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -63,14 +64,17 @@ def _session(app: str) -> object:
     return spark
 
 
-def run_spark_demo(bootstrap_servers: str, rows: int = 1000, timeout: float = 60.0) -> None:
-    """Run the demo job; raises if a scheduled message does not arrive within ``timeout``."""
+def run_spark_demo(
+    bootstrap_servers: str, rows: int = 1000, timeout: float = 60.0, master: str = "local[2]"
+) -> None:
+    """Run the demo job on the Spark ``master``; raises if a scheduled message does not arrive
+    within ``timeout``."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from ferrokafka import spark as fks
 
-    spark = _session("ferrokafka-spark-demo")
+    spark = _session("ferrokafka-spark-demo", master)
     assert isinstance(spark, SparkSession)
     client = Client({"bootstrap.servers": bootstrap_servers, "client.id": "ferrokafka-spark-demo"})
     suffix = uuid.uuid4().hex[:8]

@@ -1,4 +1,5 @@
-"""`ferrokafka spark-demo` runs end to end on a local SparkSession and the real broker."""
+"""`ferrokafka spark-demo` runs end to end on the real broker, on the standalone cluster its
+``--master`` names."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.conftest import wait_until
+from tests.spark.conftest import StandaloneCluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,9 +37,9 @@ def _ivy_missing_slf4j(to: Path) -> Path:
 ISO_UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-@pytest.mark.timeout(300)  # a Spark job in a child process besides the session's SparkSession
-def test_spark_demo_runs_its_three_steps(
-    kafka_bootstrap: str, spark: SparkSession, tmp_path: Path
+@pytest.mark.timeout(600)  # a Spark job in a child process, its executor on the cluster
+def test_spark_demo_runs_its_three_steps_on_the_master_it_is_given(
+    kafka_bootstrap: str, spark: SparkSession, spark_cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     ivy = _ivy_missing_slf4j(tmp_path / "ivy")
     env = {
@@ -45,6 +49,7 @@ def test_spark_demo_runs_its_three_steps(
         "PYSPARK_SUBMIT_ARGS": f"--conf spark.jars.ivy={ivy} pyspark-shell",
     }
     env.pop("DEFAULT_ARTIFACT_REPOSITORY", None)
+    spark_cluster.wait_ready()
     shown = subprocess.run(
         [
             sys.executable,
@@ -55,11 +60,13 @@ def test_spark_demo_runs_its_three_steps(
             kafka_bootstrap,
             "--rows",
             "200",
+            "--master",
+            spark_cluster.master_url,
         ],
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=540,
         check=False,
     )
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -76,3 +83,9 @@ def test_spark_demo_runs_its_three_steps(
     assert "proxy server" not in shown.stderr
     assert not re.search(r"Host \S+ not found", shown.stderr)
     assert "FutureWarning" not in shown.stderr
+    # It ran on the cluster, not in a local[2] of its own.
+    wait_until(
+        lambda: "ferrokafka-spark-demo" in spark_cluster.completed_apps(),
+        30,
+        "the master to list the demo as a completed application",
+    )

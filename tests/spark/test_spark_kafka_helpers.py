@@ -8,6 +8,8 @@ import uuid
 import zlib
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,8 +17,9 @@ import pytest
 from ferrokafka import Client, codecs
 from ferrokafka import spark as fks
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.tracking import Reporter
 from tests.conftest import TopicFactory, wait_until
-from tests.reports import process_report
+from tests.reports import process_report, produce_report
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,15 +169,6 @@ def test_cancel_dataframe_cancels_what_schedule_dataframe_scheduled(
     assert values == sorted([*odd, b"sentinel"])
 
 
-def produce_report(client: Client, topic: str, report: dict[str, Any]) -> None:
-    client.produce(
-        topic,
-        codecs.encode_process_report(report),
-        key=report["process"]["id"],
-        headers={"zlib": "true"},
-    )
-
-
 def test_read_reports_gives_process_ids_and_lags(
     spark: SparkSession, kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
 ) -> None:
@@ -233,6 +227,90 @@ def test_stream_lag_follows_new_reports(
         assert lag() == {0: 0, 1: 9}
     finally:
         query.stop()
+
+
+@dataclass(frozen=True)
+class ReportingDaemon:
+    """A scheduler daemon whose reporter sends a report every 0.2 s to ``reports``; its lag
+    (the schedules pending) per schedules partition is ``lags``."""
+
+    reports: str
+    lags: dict[tuple[str, int], int]
+    reporter: Reporter
+
+
+@pytest.fixture
+def reporting_daemon(
+    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory, schedules_topic: str
+) -> Iterator[ReportingDaemon]:
+    reports, errors = topic_factory(partitions=1), topic_factory(partitions=1)
+    for n in range(3):
+        schedule_message(
+            kafka_client,
+            {"topic": "anywhere", "payload": b"x"},
+            int(time.time()) + 3600,
+            {"topic": schedules_topic, "key": f"later-{n}", "partition": n % 2},
+        )
+    config = {"bootstrap.servers": kafka_bootstrap}
+    reporter = Reporter(config, reports_topic=reports, errors_topic=errors, interval=0.2)
+    scheduler = Scheduler(
+        config, [schedules_topic], group_id=f"g-{uuid.uuid4().hex}", reporter=reporter
+    )
+    try:
+        wait_until(lambda: [s["pending"] for s in scheduler.status()] == [2, 1], 30, "3 pending")
+        assert reporter.report(force=True)  # a report with these figures is on the topic
+        yield ReportingDaemon(reports, {(schedules_topic, 0): 2, (schedules_topic, 1): 1}, reporter)
+    finally:
+        scheduler.stop()
+        reporter.close()
+
+
+def test_stream_lag_as_the_readme_calls_it_returns_while_a_daemon_keeps_reporting(
+    spark: SparkSession, kafka_bootstrap: str, reporting_daemon: ReportingDaemon
+) -> None:
+    sent = reporting_daemon.reporter.stats()["reports"]
+    query = fks.stream_lag(spark, kafka_bootstrap, reporting_daemon.reports, available_now=True)
+    query.processAllAvailable()
+    lags = {(r.topic, r.partition): r.lag for r in spark.table("ferrokafka_lag").collect()}
+    assert lags == reporting_daemon.lags
+    assert not query.isActive
+    assert reporting_daemon.reporter.stats()["reports"] > sent  # it kept reporting meanwhile
+    # One state-store partition for the small lag table, whatever the session's setting.
+    progress = query.lastProgress
+    assert progress is not None
+    assert progress["stateOperators"][0]["numShufflePartitions"] == 1
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+
+def test_stream_lag_processing_time_spaces_its_micro_batches(
+    spark: SparkSession, kafka_bootstrap: str, reporting_daemon: ReportingDaemon
+) -> None:
+    name = f"lag_{uuid.uuid4().hex[:8]}"
+    query = fks.stream_lag(
+        spark,
+        kafka_bootstrap,
+        reporting_daemon.reports,
+        query_name=name,
+        processing_time="10 seconds",
+    )
+    try:
+        # New reports every 0.2 s: every trigger has data, so the interval alone spaces them
+        # (from the second on: the first starts at once, the second on a multiple of 10 s, or
+        # at once if the first ran past it; a batch here takes a few seconds at most).
+        wait_until(lambda: len(query.recentProgress) >= 3, 60, "three micro-batches")
+        second, third = (datetime.fromisoformat(p["timestamp"]) for p in query.recentProgress[1:3])
+        assert third - second >= timedelta(seconds=9.9)
+        lags = {(r.topic, r.partition): r.lag for r in spark.table(name).collect()}
+        assert lags == reporting_daemon.lags
+    finally:
+        query.stop()
+
+
+def test_stream_lag_takes_one_trigger(spark: SparkSession) -> None:
+    with pytest.raises(ValueError, match="at most one of available_now=True and processing_time"):
+        fks.stream_lag(spark, "127.0.0.1:1", "reports", available_now=True, processing_time="1 s")
+    with pytest.raises(ValueError, match="shuffle_partitions must be at least 1, got 0"):
+        fks.stream_lag(spark, "127.0.0.1:1", "reports", shuffle_partitions=0)
 
 
 def test_read_states_after_a_scheduler_ran(

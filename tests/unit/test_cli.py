@@ -216,6 +216,7 @@ def test_a_dashboard_port_in_use_fails_before_announcing_its_url() -> None:
         (["status", "--show-errors", "-1"], "--show-errors"),
         (["demo", "--timeout", "abc"], "--timeout"),
         (["spark-demo", "--rows", "0"], "--rows"),
+        (["spark-demo", "--master", ""], "--master"),
         (["topics", "list", "--timeout", "0"], "--timeout"),
         (["topics", "create", "t", "--partitions", "0"], "--partitions"),
         (["topics", "create", "t", "--replication-factor", "-2"], "--replication-factor"),
@@ -239,3 +240,6 @@ def test_good_arguments_are_parsed_into_their_types() -> None:
     assert (args.partitions, args.config, args.timeout) == (-1, [("a", "b=c")], 1.5)
     args = build_parser().parse_args(["dashboard", "--port", "65535", "--max-errors", "1"])
     assert (args.port, args.max_errors) == (65535, 1)
+    assert build_parser().parse_args(["spark-demo"]).master == "local[2]"
+    args = build_parser().parse_args(["spark-demo", "--master", "spark://10.0.0.5:7077"])
+    assert args.master == "spark://10.0.0.5:7077"
