@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 import warnings
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ferrokafka._native import Batch, Client, NewTopic
@@ -117,7 +117,7 @@ def run_spark_demo(bootstrap_servers: str, rows: int = 1000, timeout: float = 60
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"scheduled messages did not all arrive in {timeout} s")
                 time.sleep(0.5)
-            since = datetime.fromtimestamp(epoch, UTC).isoformat()
+            since = datetime.fromtimestamp(epoch, timezone.utc).isoformat()
             print(f"   all {rows} dispatched by the scheduler, due from {since} on")
         finally:
             daemon.stop()
