@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds every release artefact into dist/ and smoke-tests each one against a real broker:
-#   - ferrokafka-<v>-cp310-abi3-manylinux_2_17_x86_64.whl   (setup.sh builds it, with zig)
-#   - ferrokafka-<v>-cp310-abi3-manylinux_2_17_aarch64.whl  (cross-built with zig)
+#   - ferrokafka-<v>-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl (setup.sh, zig)
+#   - ferrokafka-<v>-cp310-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl (zig, cross)
 #   - ferrokafka-<v>.tar.gz                                  (maturin sdist)
 # Both wheels pass `auditwheel show` as manylinux2014 (tests/packaging/test_wheel_policy.py); the
 # x86_64 wheel is installed into a fresh venv of every pyenv CPython 3.10+, the aarch64 one into
@@ -37,7 +37,7 @@ KAFKA_BOOTSTRAP=$bootstrap FERROKAFKA_WHEEL_PYTHONS=all \
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/packaging
 
 step "the aarch64 wheel on aarch64 (qemu)"
-bash scripts/aarch64_smoke.sh dist/ferrokafka-*-manylinux_2_17_aarch64*.whl "$bootstrap"
+bash scripts/aarch64_smoke.sh dist/ferrokafka-*_aarch64.whl "$bootstrap"
 
 step "the sdist, built by pip in a clean venv"
 sdist_venv=$(mktemp -d)/venv
