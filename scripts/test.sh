@@ -12,12 +12,10 @@ bash scripts/setup.sh
 
 step "cargo fmt --check"
 cargo fmt --all --check
-# Clippy and the Rust tests use the release profile, target and zig compilers of the wheel
-# setup.sh just built, so the bundled librdkafka and OpenSSL are compiled once, not once more.
-# shellcheck source=scripts/zig_env.sh
-source scripts/zig_env.sh
+# Clippy and the Rust tests use the release profile of the wheel setup.sh just built, so the
+# bundled librdkafka and OpenSSL are compiled once, not once more for the debug profile.
 step "cargo clippy -D warnings"
-cargo clippy --release --target "$ZIG_TARGET" --workspace --all-targets -- -D warnings
+cargo clippy --release --workspace --all-targets -- -D warnings
 step "the core stays pure: no pyo3 or rdkafka under ferrokafka-core"
 for dep in pyo3 rdkafka; do
     if cargo tree -p ferrokafka-core -e normal --prefix none | grep -q "^$dep "; then
@@ -26,9 +24,9 @@ for dep in pyo3 rdkafka; do
     fi
 done
 step "cargo test (ferrokafka-py is covered by pytest)"
-cargo test --release --target "$ZIG_TARGET" --workspace --exclude ferrokafka-py
+cargo test --release --workspace --exclude ferrokafka-py
 step "cargo bench --no-run"
-cargo bench --target "$ZIG_TARGET" -p ferrokafka-benches --no-run
+cargo bench -p ferrokafka-benches --no-run
 
 step "ruff"
 .venv/bin/ruff check python tests benches
