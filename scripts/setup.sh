@@ -37,8 +37,11 @@ step "installing pinned tools (requirements-dev.txt)"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements-dev.txt
 
-step "building the release wheel (maturin build --release)"
+# The one wheel, the one users get: abi3 (CPython 3.10+) and manylinux2014, i.e. linked by zig
+# against glibc 2.17's symbols rather than this machine's newer glibc.
+step "building the release wheel (maturin build --release --zig, abi3, manylinux2014)"
 rm -rf dist
-.venv/bin/maturin build --release --out dist --interpreter .venv/bin/python
+PATH="$root/.venv/bin:$PATH" .venv/bin/maturin build --release --zig --compatibility manylinux2014 \
+    --out dist --interpreter .venv/bin/python
 .venv/bin/python -m pip install -q --force-reinstall --no-deps dist/ferrokafka-*.whl
 step "installed $(.venv/bin/python -c 'import ferrokafka; print("ferrokafka", ferrokafka.__version__)')"

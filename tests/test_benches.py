@@ -14,6 +14,7 @@ BENCHES = Path(__file__).resolve().parent.parent / "benches"
 
 # Every script, with what it needs besides Python: a new bench must be added here.
 NEEDS = {
+    "abi3_bench.py": "kafka",
     "core_bench.py": None,
     "producer_bench.py": "kafka",
     "producer_instructions.py": "kafka",

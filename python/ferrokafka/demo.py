@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ferrokafka._native import Client, Message, NewTopic
@@ -105,7 +105,8 @@ def _scheduler_demo(client: Client, bootstrap_servers: str, timeout: float) -> N
         epoch,
         {"topic": schedules},
     )
-    print(f"scheduler: scheduled {proxy.key} for {datetime.fromtimestamp(epoch, UTC).isoformat()}")
+    due = datetime.fromtimestamp(epoch, timezone.utc).isoformat()
+    print(f"scheduler: scheduled {proxy.key} for {due}")
     with Scheduler(
         {"bootstrap.servers": bootstrap_servers},
         [schedules],

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 import warnings
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ferrokafka._native import Batch, Client, NewTopic
@@ -121,7 +121,7 @@ def run_spark_demo(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"scheduled messages did not all arrive in {timeout} s")
                 time.sleep(0.5)
-            since = datetime.fromtimestamp(epoch, UTC).isoformat()
+            since = datetime.fromtimestamp(epoch, timezone.utc).isoformat()
             print(f"   all {rows} dispatched by the scheduler, due from {since} on")
         finally:
             daemon.stop()

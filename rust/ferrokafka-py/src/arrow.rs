@@ -1,8 +1,8 @@
 //! The batch codecs over Arrow buffers (`ferrokafka.arrow`, used by the Spark UDFs): one call per
 //! Arrow batch, whatever its row count.
 //!
-//! GIL: the input buffers are borrowed through the buffer protocol (no copy) and held for the
-//! whole call; the row loop always runs detached (a batch is thousands of rows). The result
+//! GIL: the input buffers are borrowed (read in place at pyarrow's address, no copy) and held for
+//! the whole call; the row loop always runs detached (a batch is thousands of rows). The result
 //! columns are copied into `bytes` objects once, while attached, and rebuilt into pyarrow arrays
 //! by `ferrokafka/arrow.py`.
 
@@ -11,8 +11,7 @@ use ferrokafka_core::codec::columnar::{
 };
 use ferrokafka_core::codec::envelope::{ScheduleLimits, WATERDROP_MAX_PAYLOAD_SIZE};
 use ferrokafka_core::codec::rows::{self, ScheduleColumns};
-use pyo3::buffer::PyUntypedBuffer;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
@@ -20,34 +19,49 @@ use crate::codec::now_secs;
 use crate::convert;
 use crate::errors::NativeResult;
 
-/// A borrowed, C-contiguous byte buffer (a `pyarrow.Buffer`, `bytes`, ...), kept exported for
-/// as long as this value lives.
-struct ByteBuffer(Option<PyUntypedBuffer>);
+/// The bytes of a CPU `pyarrow.Buffer`, read at its `address` for `size` bytes and kept alive by
+/// the reference held here for as long as this value lives. pyarrow's own address and size
+/// rather than the buffer protocol: that protocol is not in CPython 3.10's limited API, which the
+/// abi3 wheel targets, and pyarrow buffers are contiguous by construction.
+struct ByteBuffer(Option<(Py<PyAny>, usize, usize)>);
 
 impl ByteBuffer {
     fn get(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let Some(value) = value.filter(|value| !value.is_none()) else {
             return Ok(ByteBuffer(None));
         };
-        let buffer = PyUntypedBuffer::get(value)?;
-        if !buffer.is_c_contiguous() {
+        let fields = (
+            value.getattr("is_cpu"),
+            value.getattr("address"),
+            value.getattr("size"),
+        );
+        let (Ok(is_cpu), Ok(address), Ok(size)) = fields else {
+            return Err(PyTypeError::new_err(format!(
+                "{name} buffers must be pyarrow.Buffer objects, got {}",
+                value.get_type().name()?
+            )));
+        };
+        if !is_cpu.extract::<bool>()? {
             return Err(PyValueError::new_err(format!(
-                "{name} must be a contiguous buffer"
+                "{name} buffers must be in CPU memory"
             )));
         }
-        Ok(ByteBuffer(Some(buffer)))
+        Ok(ByteBuffer(Some((
+            value.clone().unbind(),
+            address.extract()?,
+            size.extract()?,
+        ))))
     }
 
     fn bytes(&self) -> Option<&[u8]> {
-        let buffer = self.0.as_ref()?;
-        let len = buffer.len_bytes();
-        if len == 0 || buffer.buf_ptr().is_null() {
+        let (_, address, len) = self.0.as_ref()?;
+        if *len == 0 || *address == 0 {
             return Some(&[]);
         }
-        // SAFETY: the exporter keeps `len` readable bytes at `buf_ptr` until the buffer is
-        // released, which happens only when `self` drops; the slice borrows `self`. Arrow
-        // buffers are immutable once built, so nothing writes to them while we read.
-        Some(unsafe { std::slice::from_raw_parts(buffer.buf_ptr().cast::<u8>(), len) })
+        // SAFETY: a CPU pyarrow.Buffer owns `size` readable bytes at `address` for as long as
+        // it lives, and `self` holds a reference to it; the slice borrows `self`. Arrow buffers
+        // are immutable once built, so nothing writes to them while we read.
+        Some(unsafe { std::slice::from_raw_parts(*address as *const u8, *len) })
     }
 }
 
