@@ -1,4 +1,5 @@
-"""Every wheel in dist/ (setup.sh's x86_64 one; the aarch64 one too after scripts/wheels.sh) is
+"""Run by scripts/wheels.sh (not by the suite: setup.sh's development wheel is linked against this
+machine's glibc): every wheel in dist/, x86_64 and aarch64, is
 manylinux2014 by auditwheel's own reading: no glibc symbol version above 2.17 and no shared
 library outside the policy (OpenSSL, libcurl, zlib and librdkafka are linked in statically)."""
 
