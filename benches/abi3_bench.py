@@ -52,9 +52,9 @@ def sample(bootstrap: str, topic: str, count: int) -> dict[str, float]:
     values = [b"x" * 100] * count
     producer = AsyncProducer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5},
-        max_queue_size=count,
+        max_queue_size=max(count, BATCH),
         max_queue_bytes=2**31,
-        delivery_threshold=BATCH,
+        delivery_threshold=min(count, BATCH),
     )
     started = time.perf_counter()
     for start in range(0, count, BATCH):
