@@ -12,6 +12,7 @@ means the same thing, the class derives from it too, so ``except TimeoutError`` 
     ├── BufferOverflow                  a producer queue is full
     └── KafkaError                      an error reported by Kafka or librdkafka
         ├── KafkaTimeoutError (TimeoutError)
+        ├── KafkaFatalError                 the client can no longer be used
         ├── ProduceError
         │   └── MarkerRefusedError          a queue message handed back: START refused
         └── ConsumeError
@@ -27,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "ConsumeError",
     "FerrokafkaError",
     "KafkaError",
+    "KafkaFatalError",
     "KafkaTimeoutError",
     "MarkerRefusedError",
     "ProduceError",
@@ -74,6 +77,9 @@ class BufferOverflow(FerrokafkaError):
             (the first ``accepted`` ones, in batch order: they will be delivered like any
             queued record; the rest were not queued, so those are the ones to send again);
             ``None`` for a single ``produce``. The message says it too.
+        future: for ``produce_many_future``, the future of the batch report covering the
+            ``accepted`` records (``None`` when none was queued, or for other calls); it is
+            not pickled.
     """
 
     def __init__(
@@ -83,6 +89,7 @@ class BufferOverflow(FerrokafkaError):
         self.topic = topic
         self.limit = limit
         self.accepted = accepted
+        self.future: Future[Any] | None = None
 
     def __reduce__(self) -> tuple[type[BufferOverflow], tuple[str, str, str, int | None]]:
         return (type(self), (str(self), self.topic, self.limit, self.accepted))
@@ -114,6 +121,17 @@ class KafkaError(FerrokafkaError):
 
     def __reduce__(self) -> tuple[type[KafkaError], tuple[str, int, str, bool, bool]]:
         return (type(self), (str(self), self.code, self.name, self.retriable, self.fatal))
+
+
+class KafkaFatalError(KafkaError):
+    """A fatal error: the client that raised it can no longer be used (``fatal`` is true).
+
+    librdkafka raises one when, for example, a transactional producer is fenced by a newer
+    instance with the same ``transactional.id`` or the broker refuses it the id. The component
+    then hands back what it still holds (``shutdown()``) and raises this on every later call:
+    shut it down and create a new one. Catch it before ``KafkaError`` to tell "try again" from
+    "start over".
+    """
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):

@@ -267,13 +267,19 @@ class AsyncProducer:
     ) -> Future[DeliveryReport]:
         """Like :meth:`produce_many`, returning a future of the batch's
         :class:`~ferrokafka.DeliveryReport` (one future per batch). Overflow raises as in
-        :meth:`produce_many`; the future then covers the records queued before it.
+        :meth:`produce_many`; the :class:`~ferrokafka.BufferOverflow` then carries, as
+        ``future``, the future of the report covering the ``accepted`` records queued before it
+        (``None`` if there were none).
 
         In asyncio code: ``report = await asyncio.wrap_future(producer.produce_many_future(...))``.
         """
         future: Future[DeliveryReport] = Future()
         future.set_running_or_notify_cancel()
-        self.produce_many(records, topic, on_delivery=future.set_result)
+        try:
+            self.produce_many(records, topic, on_delivery=future.set_result)
+        except BufferOverflow as overflow:
+            overflow.future = future if overflow.accepted else None
+            raise
         return future
 
     def _publish_enqueued(self, topic: str, queue_size: int) -> None:

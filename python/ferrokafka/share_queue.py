@@ -59,7 +59,13 @@ except ModuleNotFoundError as e:
     raise missing_extra("ferrokafka.share_queue", "share", e) from e
 
 from ferrokafka._native import redact_secrets
-from ferrokafka.exceptions import ClosedError, ConfigError, KafkaError, KafkaTimeoutError
+from ferrokafka.exceptions import (
+    ClosedError,
+    ConfigError,
+    KafkaError,
+    KafkaFatalError,
+    KafkaTimeoutError,
+)
 from ferrokafka.tracking import _CONSUMER_ONLY_KEYS  # one list of a producer's foreign keys
 
 __all__ = ["ShareMessage", "ShareQueue", "configure_share_group"]
@@ -131,7 +137,8 @@ def _share_consumer_settings(config: _Config, group_id: str) -> dict[str, Any]:
 def _ferrokafka_error(error: Any, what: str) -> KafkaError:
     """confluent-kafka's ``KafkaError`` as ferrokafka's, keeping code, name and flags."""
     try:
-        return KafkaError(
+        kind = KafkaFatalError if error.fatal() else KafkaError
+        return kind(
             redact_secrets(f"{what}: {error.str()}"),
             error.code(),
             error.name(),

@@ -19,7 +19,7 @@ from ferrokafka import (
     BufferOverflow,
     Client,
     DeliveryReport,
-    KafkaError,
+    KafkaFatalError,
     Message,
     NewTopic,
 )
@@ -398,10 +398,10 @@ def test_a_fenced_transactional_producer_raises_and_hands_everything_back(
     first.flush(timeout=30.0)
     second = AsyncProducer(config)
     first.produce_many([f"fenced-{n}" for n in range(10)], topic=topic)
-    with pytest.raises(KafkaError) as raised:
+    with pytest.raises(KafkaFatalError) as raised:
         first.flush(timeout=30.0)
     assert raised.value.fatal
-    with pytest.raises(KafkaError):
+    with pytest.raises(KafkaFatalError):
         first.produce(b"after", topic=topic)
     handed_back = first.take_failed() + first.shutdown(timeout=5.0)
     assert sorted(m.value() or b"" for m in handed_back) == sorted(
@@ -430,7 +430,7 @@ def test_buffer_overflow_of_a_batch_counts_exactly_the_records_that_will_be_deli
     producer.flush(timeout=30.0)
     batch = [f"v{n}".encode() for n in range(1000)]
     with outage(env), pytest.raises(BufferOverflow) as refused:
-        producer.produce_many(batch, topic=topic)
+        producer.produce_many_future(batch, topic=topic)
     accepted = refused.value.accepted
     assert accepted is not None
     assert 0 < accepted < len(batch)
@@ -438,6 +438,10 @@ def test_buffer_overflow_of_a_batch_counts_exactly_the_records_that_will_be_deli
         f"the batch's first {accepted} record(s) were queued, the {len(batch) - accepted} "
         f"from index {accepted} on were not"
     ) in str(refused.value)
+    # produce_many_future's caller still gets the report of what was queued.
+    assert refused.value.future is not None
+    report = refused.value.future.result(timeout=60.0)
+    assert (report.count, report.delivered, report.failed) == (accepted, accepted, 0)
     producer.flush(timeout=60.0)
     assert producer.shutdown(timeout=5.0) == []
     on_topic = [value for _, value in read_all(bootstrap, topic, partitions=1)]

@@ -15,6 +15,7 @@ from ferrokafka import (
     ConfigError,
     FerrokafkaError,
     KafkaError,
+    KafkaFatalError,
     KafkaTimeoutError,
     NewTopic,
 )
@@ -184,3 +185,11 @@ def test_client_refuses_use_after_fork() -> None:
         reported = pipe.read().decode()
     os.waitpid(pid, 0)
     assert "cannot be used after fork" in reported
+
+
+def test_a_fatal_kafka_error_is_its_own_class_and_survives_pickle() -> None:
+    err = KafkaFatalError("flush failed", 47, "INVALID_PRODUCER_EPOCH", False, True)
+    copy = pickle.loads(pickle.dumps(err))
+    assert type(copy) is KafkaFatalError
+    assert isinstance(copy, KafkaError)
+    assert (copy.code, copy.name, copy.fatal) == (47, "INVALID_PRODUCER_EPOCH", True)

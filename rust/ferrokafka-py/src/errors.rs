@@ -14,6 +14,7 @@ pyo3::import_exception!(ferrokafka.exceptions, ConfigError);
 pyo3::import_exception!(ferrokafka.exceptions, ClosedError);
 pyo3::import_exception!(ferrokafka.exceptions, BufferOverflow);
 pyo3::import_exception!(ferrokafka.exceptions, KafkaError);
+pyo3::import_exception!(ferrokafka.exceptions, KafkaFatalError);
 pyo3::import_exception!(ferrokafka.exceptions, KafkaTimeoutError);
 pyo3::import_exception!(ferrokafka.exceptions, CodecError);
 pyo3::import_exception!(ferrokafka.exceptions, ScheduleError);
@@ -112,9 +113,16 @@ impl From<NativeError> for PyErr {
                         code,
                         name,
                         retriable,
-                        fatal,
+                        fatal: true,
                         ..
-                    } => KafkaError::new_err((message, code, name, retriable, fatal)),
+                    } => KafkaFatalError::new_err((message, code, name, retriable, true)),
+                    KafkaIoError::Broker {
+                        code,
+                        name,
+                        retriable,
+                        fatal: false,
+                        ..
+                    } => KafkaError::new_err((message, code, name, retriable, false)),
                 }
             }
         }
