@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 import zlib
 from typing import Any
 
@@ -506,3 +508,27 @@ def test_exhausted_retries_hand_messages_back() -> None:
     stats = producer.stats()
     assert (stats["failed"], stats["retried"], stats["delivered"]) == (5, 5, 0)
     producer.shutdown(timeout=2.0)
+
+
+def test_a_users_statistics_interval_is_not_logged_by_producers_and_clients(
+    config: dict[str, Any],
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """librdkafka's statistics go only to the contexts that read them (a Consumer's, the
+    daemons' group consumers): an AsyncProducer's or a Client's would reach rdkafka's default
+    handler, which logs the whole document at INFO once per interval."""
+    topic = topic_factory(partitions=1)
+    caplog.set_level(logging.INFO)
+    with_statistics = {**config, "statistics.interval.ms": 20}
+    producer = AsyncProducer(with_statistics)
+    client = Client(with_statistics)
+    producer.produce(b"x", topic=topic)
+    producer.flush(timeout=30.0)
+    assert [m.value() for m in client.read_topic(topic, timeout=20.0)] == [b"x"]
+    # Absence needs a window: ten intervals more with both clients connected.
+    time.sleep(0.2)
+    producer.shutdown(timeout=5.0)
+    logged = [r for r in caplog.records if "stats" in r.getMessage().lower()]
+    assert logged == [], logged[0].getMessage()[:200]

@@ -663,10 +663,7 @@ impl Client {
                 "topic {topic:?} does not exist"
             )));
         }
-        let mut config = self
-            .settings
-            .for_role(ClientRole::Consumer)
-            .to_client_config();
+        let mut config = self.settings.for_plain_consumer().to_client_config();
         config
             .set("enable.partition.eof", "true")
             .set("enable.auto.commit", "false")

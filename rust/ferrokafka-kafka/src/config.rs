@@ -202,6 +202,9 @@ const PRODUCER_ONLY: &[&str] = &[
     "partitioner",
 ];
 
+/// librdkafka's statistics interval: only contexts that read the statistics may set it.
+const STATISTICS_INTERVAL: &str = "statistics.interval.ms";
+
 /// The CA location settings of the brokers' TLS and of HTTPS (the OIDC token endpoint), each
 /// with the settings that say which CA certificates to trust instead.
 const TRUSTED_CA_KEYS: &[(&str, &[&str])] = &[
@@ -348,20 +351,38 @@ impl ClientSettings {
 
     /// These settings without the properties librdkafka only knows for the other role, so one
     /// config dict can serve every client a component creates without CONFWARN lines.
+    ///
+    /// A producer (or admin client) never gets `statistics.interval.ms`: no producer context
+    /// reads librdkafka's statistics, so they would only reach rdkafka's default handler, which
+    /// logs the whole document at INFO once per interval.
     pub fn for_role(&self, role: ClientRole) -> ClientSettings {
-        let other_only = match role {
+        let other_only: &[&str] = match role {
             ClientRole::Producer => CONSUMER_ONLY,
             ClientRole::Consumer => PRODUCER_ONLY,
+        };
+        let unread: &[&str] = match role {
+            ClientRole::Producer => &[STATISTICS_INTERVAL],
+            ClientRole::Consumer => &[],
         };
         ClientSettings {
             entries: self
                 .entries
                 .iter()
                 .filter(|(key, _)| !other_only.contains(&key.as_str()))
+                .filter(|(key, _)| !unread.contains(&key.as_str()))
                 .cloned()
                 .collect(),
             token_source: self.token_source.clone(),
         }
+    }
+
+    /// These settings for a consumer whose context reads no statistics (a reader that joins no
+    /// group, a prefetching consumer): without `statistics.interval.ms`, for the reason given
+    /// at [`ClientSettings::for_role`].
+    pub(crate) fn for_plain_consumer(&self) -> ClientSettings {
+        let mut consumer = self.for_role(ClientRole::Consumer);
+        consumer.remove(STATISTICS_INTERVAL);
+        consumer
     }
 
     /// The rdkafka configuration holding these settings.
@@ -413,6 +434,22 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn only_a_consumer_that_reads_statistics_keeps_their_interval() {
+        let settings = ClientSettings::new([
+            ("bootstrap.servers".to_owned(), "b:9092".to_owned()),
+            ("statistics.interval.ms".to_owned(), "100".to_owned()),
+        ])
+        .unwrap();
+        let interval = |s: ClientSettings| s.get("statistics.interval.ms").map(str::to_owned);
+        assert_eq!(interval(settings.for_role(ClientRole::Producer)), None);
+        assert_eq!(interval(settings.for_plain_consumer()), None);
+        assert_eq!(
+            interval(settings.for_role(ClientRole::Consumer)).as_deref(),
+            Some("100")
+        );
+    }
 
     #[test]
     fn system_ca_certificates_are_probed_unless_a_ca_is_given() {
