@@ -38,6 +38,7 @@ env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (port+1) KAFKA_HEAP_OPTS (-Xms512m 
        and a broker certificate for 127.0.0.1 are made with openssl in the data dir; start prints
        ssl=, sasl_ssl=, ca= (the CA to verify with), untrusted_ca= (one that signed nothing),
        user= and password= lines before the bootstrap line.
+     KAFKA_AUTO_CREATE_TOPICS (true; start only): the broker's auto.create.topics.enable.
 EOF
 }
 
@@ -252,7 +253,7 @@ inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$data/kraft-logs
 num.partitions=3
-auto.create.topics.enable=true
+auto.create.topics.enable=${KAFKA_AUTO_CREATE_TOPICS:-true}
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1

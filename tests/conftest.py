@@ -195,12 +195,12 @@ def secure_broker() -> Iterator[SecureBroker]:
 Broker = tuple[str, dict[str, str]]
 
 
-@pytest.fixture(scope="module")
-def outage_broker() -> Iterator[Broker]:
-    """A broker of the module's own, which its tests pause (an outage) and resume, on
-    FERROKAFKA_OUTAGE_KAFKA_PORT (default 19292)."""
+@contextmanager
+def module_broker(**settings: str) -> Iterator[Broker]:
+    """A broker of one test module's own on FERROKAFKA_OUTAGE_KAFKA_PORT (default 19292; modules
+    run one after another, so they share the port), started with kafka.sh's ``settings``."""
     port = os.environ.get("FERROKAFKA_OUTAGE_KAFKA_PORT", "19292")
-    env = {**os.environ, "KAFKA_PORT": port}
+    env = {**os.environ, "KAFKA_PORT": port, **settings}
     started = subprocess.run(
         ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=True
     )
@@ -208,6 +208,13 @@ def outage_broker() -> Iterator[Broker]:
         yield started.stdout.strip().splitlines()[-1], env
     finally:
         subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def outage_broker() -> Iterator[Broker]:
+    """A broker of the module's own, which its tests pause (an outage) and resume."""
+    with module_broker() as broker:
+        yield broker
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ferrokafka import Client, KafkaError, NewTopic
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, module_broker
 
 pytestmark = pytest.mark.kafka
 
@@ -108,9 +108,15 @@ def test_tombstones_and_empty_values_are_distinct(
     assert values == [(b"gone", None), (b"empty", b"")]
 
 
-def test_read_topic_of_unknown_topic_is_a_clear_error(kafka_client: Client) -> None:
-    with pytest.raises((ValueError, KafkaError), match="no-such-topic"):
-        kafka_client.read_topic("no-such-topic-ferrokafka", timeout=5.0)
+def test_read_topic_of_unknown_topic_is_a_clear_error_and_creates_nothing(
+    kafka_client: Client,
+) -> None:
+    # The test broker creates topics a producer asks for: asking about one must not.
+    missing = f"no-such-topic-{uuid.uuid4().hex[:8]}"
+    with pytest.raises((ValueError, KafkaError), match=missing):
+        kafka_client.read_topic(missing, timeout=5.0)
+    assert kafka_client.list_topics(missing, timeout=5.0).topics == {}
+    assert missing not in kafka_client.list_topics(timeout=5.0).topics
 
 
 def test_confluent_kafka_reads_what_ferrokafka_wrote_and_back(
@@ -170,8 +176,9 @@ def test_partition_key_chooses_the_partition_as_waterdrop_does(
         assert delivered.key() == b"k"  # the partition key is not the record key
     explicit = kafka_client.produce(topic, b"v", partition=4, partition_key="customer-0")
     assert explicit.partition() == 4
-    with pytest.raises(ValueError, match="partition_key"):
-        kafka_client.produce(f"missing-{uuid.uuid4().hex}", b"v", partition_key="x", timeout=5.0)
+    # A topic the broker creates on first use (num.partitions=3): the key still chooses.
+    created = kafka_client.produce(f"missing-{uuid.uuid4().hex}", b"v", partition_key="x")
+    assert created.partition() == zlib.crc32(b"x") % 3
 
 
 def test_produce_to_a_missing_topic_without_auto_create_says_so_at_once(
@@ -186,3 +193,20 @@ def test_produce_to_a_missing_topic_without_auto_create_says_so_at_once(
     assert not isinstance(refused.value, TimeoutError)
     assert missing in str(refused.value)
     assert missing not in client.list_topics(timeout=10.0).topics
+
+
+def test_produce_to_a_missing_topic_on_brokers_that_create_none_says_so_at_once() -> None:
+    """The client asks for auto-creation (librdkafka's producer default) but the brokers do not
+    create topics, as on most managed clusters: librdkafka alone would wait 30 s."""
+    with module_broker(KAFKA_AUTO_CREATE_TOPICS="false") as (bootstrap, _):
+        client = Client({"bootstrap.servers": bootstrap})
+        existing = f"test-existing-{uuid.uuid4().hex[:8]}"
+        client.create_topics([NewTopic(existing, num_partitions=1)], timeout=20.0)
+        assert client.produce(existing, b"v", timeout=20.0).offset() == 0
+        missing = f"test-missing-{uuid.uuid4().hex[:8]}"
+        started = time.monotonic()
+        with pytest.raises(KafkaError, match=r"auto\.create\.topics\.enable=false") as refused:
+            client.produce(missing, b"v", timeout=20.0)
+        assert time.monotonic() - started < 5.0
+        assert not isinstance(refused.value, TimeoutError)
+        assert missing in str(refused.value)

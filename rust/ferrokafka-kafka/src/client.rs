@@ -17,7 +17,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::PartitionKeyHashing;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -93,6 +93,9 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// The longest one metadata attempt waits for a usable broker: librdkafka's wait for one cannot
 /// be woken, so a refusal recorded meanwhile is seen after at most this long.
 const METADATA_SLICE: Duration = Duration::from_millis(200);
+
+/// The broker setting that says whether a producer's metadata request creates a missing topic.
+const AUTO_CREATE_TOPICS: &str = "auto.create.topics.enable";
 
 /// Where a produced record landed.
 type DeliveryOutcome = KafkaResult<ReceivedRecord>;
@@ -191,6 +194,8 @@ pub struct Client {
     watch: Arc<ConnectionWatch>,
     /// Topics the brokers said exist, so `produce` asks about each only once.
     existing_topics: Mutex<HashSet<String>>,
+    /// The brokers' `auto.create.topics.enable`, once asked.
+    brokers_create_topics: Mutex<Option<bool>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -205,8 +210,12 @@ impl Client {
     /// Creates a client; librdkafka validates every key now, so a typo fails here.
     pub fn new(settings: ClientSettings) -> KafkaResult<Self> {
         settings.bootstrap()?;
+        let mut admin_settings = settings.for_role(ClientRole::Producer);
+        // Its metadata requests (list_topics, read_topic's lookup) must not create the topic
+        // they ask about, as a producer's would on brokers with auto.create.topics.enable.
+        admin_settings.set("allow.auto.create.topics", "false");
         let admin: AdminClient<TokenContext> = oauth::create(
-            &settings.for_role(ClientRole::Producer).to_client_config(),
+            &admin_settings.to_client_config(),
             TokenContext::new(settings.token_refresh()),
         )
         .map_err(|e| KafkaIoError::from_rdkafka("create client", e, Duration::ZERO, None))?;
@@ -221,6 +230,7 @@ impl Client {
             partitions: PartitionCounts::default(),
             watch,
             existing_topics: Mutex::default(),
+            brokers_create_topics: Mutex::default(),
         })
     }
 
@@ -532,10 +542,11 @@ impl Client {
         Ok(self.producer.get_or_init(|| producer))
     }
 
-    /// Refuses a topic the brokers say does not exist when this client does not ask them to
-    /// create it (`allow.auto.create.topics` off): librdkafka would hold a record for it
-    /// `topic.metadata.propagation.max.ms` (30 s) before failing it. With auto-creation asked
-    /// for, librdkafka's own request creates the topic, if the brokers allow it.
+    /// Refuses a topic the brokers say does not exist when it will not be created: this client
+    /// does not ask for it (`allow.auto.create.topics` off), or the brokers do not create topics
+    /// (`auto.create.topics.enable=false`, as on most managed clusters). librdkafka would hold
+    /// the record `topic.metadata.propagation.max.ms` (30 s) before failing it. Otherwise
+    /// librdkafka's own request creates the topic.
     fn check_topic_exists(
         &self,
         producer: &ThreadedProducer<DeliveryRouter>,
@@ -550,25 +561,81 @@ impl Client {
         if existing.contains(topic) {
             return Ok(());
         }
+        let missing = |metadata: &rdkafka::metadata::Metadata| {
+            metadata.topics().iter().any(|t| {
+                t.name() == topic
+                    && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+            })
+        };
         let metadata =
             self.fetch_metadata("produce", producer.client(), Some(topic), deadline, timeout)?;
-        let missing = metadata.topics().iter().any(|t| {
-            t.name() == topic
-                && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
-        });
-        if !missing {
+        if !missing(&metadata) {
             existing.insert(topic.to_owned());
-        } else if !self.auto_creates_topics() {
+            return Ok(());
+        }
+        let why_not_created = if !self.auto_creates_topics() {
+            Some("allow.auto.create.topics is off")
+        } else if !self.brokers_create_topics(&metadata, deadline) {
+            Some("the brokers do not create topics: auto.create.topics.enable=false")
+        } else {
+            None
+        };
+        if let Some(why) = why_not_created {
             return Err(KafkaIoError::from_code(
                 "produce",
                 RDKafkaErrorCode::UnknownTopicOrPartition,
                 Some(format!(
-                    "unknown topic or partition: topic {topic:?} does not exist \
-                     (allow.auto.create.topics is off)"
+                    "unknown topic or partition: topic {topic:?} does not exist ({why})"
                 )),
             ));
         }
-        Ok(())
+        // The request above made the brokers create it: wait until it has partitions, so that
+        // a partition key finds them.
+        loop {
+            let pause = (Instant::now() + RETRY_PAUSE).min(deadline);
+            if let Waited::Refused(failure) = self.watch.wait_until(pause, || None::<()>) {
+                return Err(failure.error("produce"));
+            }
+            let metadata =
+                self.fetch_metadata("produce", producer.client(), Some(topic), deadline, timeout)?;
+            if !missing(&metadata) {
+                existing.insert(topic.to_owned());
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether the brokers create a topic a producer asks for (`auto.create.topics.enable`),
+    /// asked of the broker that answered `metadata` once per client. Anything but a clear
+    /// "false" (no answer in time, no right to describe configs) counts as yes: librdkafka's
+    /// own wait then decides, as before.
+    fn brokers_create_topics(
+        &self,
+        metadata: &rdkafka::metadata::Metadata,
+        deadline: Instant,
+    ) -> bool {
+        let mut known = self
+            .brokers_create_topics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(known) = *known {
+            return known;
+        }
+        let broker = ResourceSpecifier::Broker(metadata.orig_broker_id());
+        let left = deadline.saturating_duration_since(Instant::now());
+        let pending = self
+            .admin
+            .describe_configs([&broker], &Self::admin_options(left));
+        let Waited::Done(Ok(results)) = self.watch.block_on(pending, deadline) else {
+            return true;
+        };
+        let creates = results
+            .iter()
+            .flatten()
+            .filter_map(|resource| resource.get(AUTO_CREATE_TOPICS))
+            .all(|entry| entry.value.as_deref() != Some("false"));
+        *known = Some(creates);
+        creates
     }
 
     /// Whether this client's producer asks the brokers to create topics it produces to
