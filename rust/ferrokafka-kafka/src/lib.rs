@@ -16,7 +16,6 @@ mod locks;
 mod marker_writer;
 pub mod oauth;
 mod packed_headers;
-mod partition_source;
 pub mod partitioner;
 pub mod producer;
 pub mod record;
