@@ -4,7 +4,6 @@
 //! and rdkafka callbacks never leave Rust: they push events into channels that the bindings drain
 //! on a Python thread.
 
-pub mod async_producer;
 mod batch_produce;
 pub mod client;
 pub mod config;
@@ -13,14 +12,12 @@ pub mod consumer;
 mod daemon;
 pub mod dead_letter;
 pub mod error;
-mod in_flight;
 mod locks;
 mod marker_writer;
 pub mod oauth;
 mod packed_headers;
-mod partition_source;
 pub mod partitioner;
-mod pending;
+pub mod producer;
 pub mod record;
 pub mod redelivery;
 mod rounds;
@@ -28,10 +25,6 @@ pub mod scheduler;
 mod start_prefetch;
 pub mod statistics;
 
-pub use async_producer::{
-    Acknowledgement, AsyncProducer, AsyncProducerOptions, POSITION_ONLY, Pending, ProducerEvent,
-    ProducerStats, Refusal, Ticket,
-};
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::{ClientRole, ClientSettings, redact};
 pub use consumer::{
@@ -43,6 +36,10 @@ pub use daemon::{Daemon, DaemonStatus};
 pub use dead_letter::{DeadLetterWriter, Failure};
 pub use error::{KafkaIoError, KafkaResult};
 pub use oauth::{BearerToken, TokenSource};
+pub use producer::{
+    Acknowledgement, AsyncProducer, AsyncProducerOptions, POSITION_ONLY, Pending, ProducerEvent,
+    ProducerStats, Refusal, Ticket,
+};
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
 pub use redelivery::{
     QueueConsumer, QueueConsumerOptions, QueueConsumerStats, RedeliveryOptions, RedeliveryTracker,

@@ -1,6 +1,6 @@
 //! A record in the AsyncProducer's care ([`Pending`]) and the ticket its caller waits on: the
-//! vocabulary the producer engine (`async_producer`) and its delivery-opaque packing
-//! (`in_flight`) share, in a room of its own so neither imports the other.
+//! vocabulary every room of the producer shares, its delivery-opaque packing (`in_flight`)
+//! included, in a room of its own so that none of them imports another for it.
 
 use crate::record::OutgoingRecord;
 

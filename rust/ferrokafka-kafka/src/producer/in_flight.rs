@@ -26,10 +26,10 @@ use std::ffi::c_void;
 use rdkafka::message::Message;
 use rdkafka::util::IntoOpaque;
 
-use crate::pending::{Pending, Ticket};
+use super::pending::{Pending, Ticket};
 use crate::record::{OutgoingRecord, header_list};
 
-/// Tickets stay below 2^46 ([`crate::pending::POSITION_ONLY`] is bit 45), which the
+/// Tickets stay below 2^46 ([`super::pending::POSITION_ONLY`] is bit 45), which the
 /// packed word holds.
 const TICKET_SHIFT: u32 = 18;
 const PACKED: usize = 1;

@@ -1,0 +1,92 @@
+//! Commit progress: a finished batch makes its offsets committable once every batch before it
+//! finished (the core's `PartitionProgress`, inside each slot's buffer); the poller commits
+//! what is committable every `commit_interval` and on release, and records the broker's answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::events::ConsumerEvent;
+use super::state::{Handle, Shared, Slot, SlotState};
+use crate::error::KafkaIoError;
+use crate::locks::lock;
+
+impl Shared {
+    /// Marks the batch starting at `first` finished, and reports a consumer without a group
+    /// caught up once its committable offset reached the high watermark seen at start.
+    pub(super) fn finish(&self, slot: &Slot, state: &mut SlotState, first: i64) {
+        state.buffer.progress_mut().finish(first);
+        let committable = state.buffer.committable();
+        if let (Some(high), Some(next)) = (state.catch_up_to, committable)
+            && next >= high
+        {
+            state.catch_up_to = None;
+            self.emit(ConsumerEvent::CaughtUp {
+                topic: slot.topic.clone(),
+                partition: slot.partition,
+                offset: high,
+            });
+        }
+    }
+
+    /// Commits the finished offsets of `slots` not committed yet, waiting for the broker.
+    /// Synchronous on purpose: librdkafka reports asynchronous commit results only through
+    /// events this consumer does not receive when partitions are assigned explicitly, and one
+    /// round trip per `commit_interval` costs the poller little.
+    pub(super) fn commit(&self, consumer: &Handle, slots: &[Arc<Slot>]) {
+        if !self.group {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        let mut offsets = Vec::new();
+        for slot in slots {
+            let mut state = slot.lock();
+            if let Some(finished) = state.buffer.committable()
+                && state.commit_requested.is_none_or(|c| c < finished)
+            {
+                // Cannot fail: the offset is a plain non-negative offset.
+                let _ =
+                    tpl.add_partition_offset(&slot.topic, slot.partition, Offset::Offset(finished));
+                state.commit_requested = Some(finished);
+                offsets.push((slot.topic.clone(), slot.partition, finished));
+            }
+        }
+        if offsets.is_empty() {
+            return;
+        }
+        let result = consumer.commit(&tpl, CommitMode::Sync);
+        self.settle_commit(offsets, result.err());
+    }
+
+    /// Records a commit answer: confirmed offsets, or a failure that makes the next round retry.
+    fn settle_commit(&self, offsets: Vec<(String, i32, i64)>, error: Option<KafkaError>) {
+        let error = error.map(|e| KafkaIoError::from_rdkafka("commit", e, Duration::ZERO, None));
+        {
+            let slots = lock(&self.slots);
+            for (topic, partition, offset) in &offsets {
+                let Some(slot) = slots.by_partition.get(&(topic.clone(), *partition)) else {
+                    continue;
+                };
+                let mut state = slot.lock();
+                if error.is_none() {
+                    state.committed = state.committed.max(Some(*offset));
+                } else if state.commit_requested == Some(*offset) {
+                    state.commit_requested = state.committed;
+                }
+            }
+        }
+        let mut totals = lock(&self.totals);
+        match &error {
+            None => totals.commits += 1,
+            Some(e) => {
+                totals.commit_errors += 1;
+                log::warn!("commit of {offsets:?} failed: {e}");
+            }
+        }
+        drop(totals);
+        self.emit(ConsumerEvent::Committed { offsets, error });
+    }
+}

@@ -1,0 +1,192 @@
+//! The workers' side: [`ConcurrentConsumer::fetch`] hands out the next batch a worker may run
+//! ([`Fetched`]), and [`ConcurrentConsumer::ack`] / [`ConcurrentConsumer::fail`] apply its
+//! [`Outcome`] or the error policy's [`Verdict`] (retry, commit, or dead-letter).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrokafka_core::LoadChange;
+
+use super::ConcurrentConsumer;
+use super::events::WorkerId;
+use super::options::OnError;
+use super::state::{InFlight, Slot, SlotState, load_event};
+use crate::dead_letter::Failure;
+use crate::error::KafkaResult;
+use crate::record::ReceivedRecord;
+
+/// What [`ConcurrentConsumer::fetch`] found.
+#[derive(Debug)]
+pub enum Fetched {
+    /// The next records of the partition, in offset order; acknowledge or fail them by their
+    /// first offset.
+    Batch(Arc<Vec<ReceivedRecord>>),
+    /// Nothing arrived within the wait.
+    Empty,
+    /// The partition is no longer this worker's (revoked, abandoned or shutting down): exit.
+    Gone,
+}
+
+/// How a worker finished a batch (a handler exception goes to [`ConcurrentConsumer::fail`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler returned: the batch's offsets become committable.
+    Handled,
+    /// The worker gave up on the batch (stopping while retrying): nothing becomes committable,
+    /// so its records are redelivered; the partition no longer waits for it.
+    Abandoned,
+}
+
+/// What the worker does after [`ConcurrentConsumer::fail`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Call the handler again with the same batch after this wait (or abandon the batch if the
+    /// consumer stops meanwhile).
+    Retry(Duration),
+    /// The batch is settled (committed, being dead-lettered, or abandoned): fetch the next.
+    Settled,
+}
+
+impl ConcurrentConsumer {
+    /// Waits up to `wait` for the next batch of `worker`'s partition: one that may run now
+    /// (while fewer than the allowed batches of the partition run, and, ordered by key, of keys
+    /// no running batch holds).
+    pub fn fetch(&self, worker: WorkerId, wait: Duration) -> KafkaResult<Fetched> {
+        let Some(slot) = self.shared.slot(worker) else {
+            return Ok(Fetched::Gone);
+        };
+        let deadline = Instant::now() + wait;
+        let concurrency = self.shared.options.concurrency();
+        let mut state = slot.lock();
+        loop {
+            if state.closed {
+                return Ok(Fetched::Gone);
+            }
+            if state.in_flight.len() < concurrency && state.buffer.queued() > 0 {
+                let batch = self.take_batch(&slot, &mut state);
+                if !batch.is_empty() {
+                    return Ok(Fetched::Batch(batch));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Fetched::Empty);
+            }
+            state = slot
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Arc<Vec<ReceivedRecord>> {
+        let (batch, change) = state.buffer.take_batch();
+        let batch = Arc::new(batch);
+        if let Some(first) = batch.first() {
+            let running = InFlight {
+                first_offset: first.offset,
+                records: Arc::clone(&batch),
+                retries: 0,
+            };
+            state.in_flight.insert(first.offset, running);
+            state.counters.batches += 1;
+        }
+        if change == Some(LoadChange::Open) {
+            state.counters.resumes += 1;
+            self.shared.emit(load_event(slot, state, false));
+            self.shared.wake.notify();
+        }
+        batch
+    }
+
+    /// Takes the batch starting at `first` off its handler: its keys go free for other batches.
+    fn settle(state: &mut SlotState, first: i64) -> Option<InFlight> {
+        let done = state.in_flight.remove(&first)?;
+        state.buffer.release(first);
+        Some(done)
+    }
+
+    /// Marks `worker`'s batch starting at offset `first` finished (its offsets are committed
+    /// once every batch before them finished) or abandoned. Returns false when the batch no
+    /// longer counts (abandoned, or the partition was revoked).
+    pub fn ack(&self, worker: WorkerId, first: i64, outcome: Outcome) -> bool {
+        let Some(slot) = self.shared.slot(worker) else {
+            return false;
+        };
+        let mut state = slot.lock();
+        let Some(done) = Self::settle(&mut state, first) else {
+            return false;
+        };
+        match outcome {
+            Outcome::Handled => {
+                state.counters.handled += done.records.len() as u64;
+                self.shared.finish(&slot, &mut state, done.first_offset);
+            }
+            Outcome::Abandoned => {
+                state.counters.abandoned += 1;
+                state.buffer.progress_mut().abandon(done.first_offset);
+            }
+        }
+        drop(state);
+        slot.changed.notify_all();
+        true
+    }
+
+    /// Applies the error policy to `worker`'s batch starting at `first`, whose handler raised
+    /// `failure`: another try after a backoff, or the batch is settled: committed, or handed to
+    /// the dead-letter writer (its offsets become committable once the broker acknowledged the
+    /// write, and the partition moves on meanwhile). A batch of a partition being revoked, or of
+    /// a stopping consumer, is abandoned instead of retried.
+    pub fn fail(&self, worker: WorkerId, first: i64, failure: Failure) -> Verdict {
+        let Some(slot) = self.shared.slot(worker) else {
+            return Verdict::Settled;
+        };
+        let policy = &self.shared.options.errors;
+        let mut state = slot.lock();
+        let closed = state.closed;
+        let Some(in_flight) = state.in_flight.get_mut(&first) else {
+            return Verdict::Settled;
+        };
+        let retry = policy.on_error == OnError::Retry && in_flight.retries < policy.max_retries;
+        if retry && !closed {
+            let wait = policy.backoff(in_flight.retries);
+            in_flight.retries += 1;
+            state.counters.retries += 1;
+            return Verdict::Retry(wait);
+        }
+        let Some(done) = Self::settle(&mut state, first) else {
+            return Verdict::Settled;
+        };
+        let records = done.records.len() as u64;
+        if retry {
+            state.counters.abandoned += 1;
+            state.buffer.progress_mut().abandon(done.first_offset);
+        } else if let (true, Some(writer)) = (policy.dead_letters(), &self.dead_letters) {
+            state.counters.dead_lettered += records;
+            state.dead_letters_pending += 1;
+            let shared = Arc::downgrade(&self.shared);
+            let first = done.first_offset;
+            let written = move || {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let Some(slot) = shared.slot(worker) else {
+                    return;
+                };
+                let mut state = slot.lock();
+                state.dead_letters_pending = state.dead_letters_pending.saturating_sub(1);
+                shared.finish(&slot, &mut state, first);
+                drop(state);
+                slot.changed.notify_all();
+            };
+            writer.write(done.records, failure, Box::new(written));
+        } else {
+            state.counters.failed += records;
+            self.shared.finish(&slot, &mut state, done.first_offset);
+        }
+        drop(state);
+        slot.changed.notify_all();
+        Verdict::Settled
+    }
+}

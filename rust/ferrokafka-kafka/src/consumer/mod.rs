@@ -1,0 +1,228 @@
+//! [`ConcurrentConsumer`]: an ordered-per-partition, concurrent-across-partitions consumer with
+//! at-least-once commits, modelled on Elixir's `KafkaClient.Consumer`.
+//!
+//! Threads and locks:
+//! - One poller thread owns the polling of the rdkafka `BaseConsumer`. Each assigned partition
+//!   has its own librdkafka queue ([`PartitionSource`](partition_source::PartitionSource),
+//!   drained in runs) and one [`Slot`](state::Slot) whose
+//!   [`PartitionBuffer`](ferrokafka_core::PartitionBuffer) (the pure core) holds the records
+//!   handed from that queue to the worker. The poller takes from a partition's queue only as
+//!   many records as its buffer has room for: a full partition is simply not polled
+//!   (librdkafka then stops fetching it once its prefetch fills), so nothing is paused,
+//!   resumed or discarded. The poller also serves the main queue
+//!   (rebalances, statistics, errors, and records fetched before a partition's queue was split),
+//!   commits finished offsets every `commit_interval`, and, on shutdown, drains, commits and
+//!   closes the consumer. It sleeps on [`Wake`] when nothing arrived: librdkafka's
+//!   non-empty-queue callbacks and workers that free room in a full buffer wake it. librdkafka runs
+//!   the rebalance callbacks of [`RebalanceHandler`] on this thread too (inside `poll`); they stay
+//!   in Rust and push [`ConsumerEvent`]s into a channel that the bindings drain on a Python thread.
+//! - Workers (one per assigned partition, owned by the bindings) call [`ConcurrentConsumer::fetch`]
+//!   and [`ConcurrentConsumer::ack`] / [`ConcurrentConsumer::fail`]; records cross from the poller
+//!   in runs (one lock per run) and leave as one shared batch.
+//! - Lock order: the `slots` map, then one slot's state, then its source queue, then the
+//!   consumer handle. No lock is held while waiting on the network.
+//!
+//! Invariants:
+//! - Ordered by partition, a partition has at most one batch in flight and batches leave in
+//!   offset order, so its handler sees strictly increasing offsets. Ordered by key, up to
+//!   `max_concurrency` batches of a partition run at once, never two holding the same key, and
+//!   each key's records are handed out in offset order.
+//! - An offset is committed only after the batch that contains it was acknowledged, and never
+//!   for a partition whose assignment was lost. A batch still running when its drain time ends
+//!   is abandoned: its acknowledgement is ignored and its records are read again by whoever
+//!   owns the partition next.
+//! - Queued (not yet handed out) records of a revoked partition, or of a stopping consumer, are
+//!   dropped and counted; they were never committed, so they are redelivered.
+//!
+//! Rooms, one idea each: `options` (what to consume, the error policy), `events` (what the
+//! bindings hear), `state` (the slots of assigned partitions and what the threads share),
+//! `wake` (waking the poller), `partition_source` (a partition's own librdkafka queue),
+//! `start` (subscribing or assigning at start), `poller` (the poller thread and routing),
+//! `rebalance` (librdkafka's callbacks: rebalances, statistics, errors), `dispatch` (handing
+//! batches to workers and applying their outcome), `commit` (commit progress), `stats`
+//! (counters and snapshots). This file holds the engine itself, its start and its stop.
+
+mod commit;
+mod dispatch;
+mod events;
+mod options;
+mod partition_source;
+mod poller;
+mod rebalance;
+mod start;
+mod state;
+mod stats;
+mod wake;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use ferrokafka_core::OrderBy;
+
+use crate::config::{ClientRole, ClientSettings};
+use crate::connection_failure::ConnectionWatch;
+use crate::dead_letter::DeadLetterWriter;
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::locks::lock;
+use crate::oauth;
+use crate::statistics::KeptStatistics;
+
+pub use self::dispatch::{Fetched, Outcome, Verdict};
+pub use self::events::{Assignment, ConsumerEvent, WorkerId};
+pub use self::options::{ConsumerOptions, ErrorPolicy, OnError, StartAt, Subscription};
+use self::poller::run_poller;
+use self::start::start_consuming;
+use self::state::{Handle, RebalanceHandler, Shared, Shutdown, Slots};
+use self::stats::Totals;
+pub use self::stats::{ConsumerStats, PartitionCounters, PartitionStats};
+use self::wake::Wake;
+
+/// The concurrent consumer engine; see the module docs.
+#[derive(Debug)]
+pub struct ConcurrentConsumer {
+    shared: Arc<Shared>,
+    /// Writes failed batches when the error policy dead-letters; also used by the poller
+    /// (resends). Kept out of `Shared`: the writer's delivery callbacks hold `Shared` weakly.
+    dead_letters: Option<Arc<DeadLetterWriter>>,
+    events: Mutex<Option<Receiver<ConsumerEvent>>>,
+    poller: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ConcurrentConsumer {
+    /// Creates the consumer, subscribes or assigns (resolving timestamps and, without a group,
+    /// high watermarks, which waits for the broker), and starts the poller thread. `drain` is
+    /// how long a revoked partition's running batch may take.
+    pub fn new(
+        settings: ClientSettings,
+        options: ConsumerOptions,
+        drain: Duration,
+    ) -> KafkaResult<Arc<Self>> {
+        let mut settings = settings;
+        settings.bootstrap()?;
+        // Elixir's KafkaClient reads a new group's backlog: earliest unless configured.
+        settings.set_default("auto.offset.reset", "earliest");
+        let group = settings
+            .get("group.id")
+            .is_some_and(|g| !g.trim().is_empty());
+        options.validate(group)?;
+        if let Some(value) = settings.get("enable.auto.commit")
+            && !matches!(value, "false" | "0")
+        {
+            return Err(KafkaIoError::Config(format!(
+                "enable.auto.commit={value:?}: the consumer commits offsets itself, only after \
+                 the handler finished a batch (see commit_interval); leave the key out"
+            )));
+        }
+        let bootstrap = settings.bootstrap().ok().map(str::to_owned);
+        let reset_to_beginning = matches!(
+            settings.get("auto.offset.reset"),
+            Some("earliest" | "smallest" | "beginning")
+        );
+        let mut config = settings.for_role(ClientRole::Consumer).to_client_config();
+        if !group {
+            // librdkafka refuses `assign` without a group id; this one never joins a group
+            // (nothing is subscribed) and never commits.
+            config.set("group.id", "ferrokafka-without-group");
+        }
+        config.set("enable.auto.commit", "false");
+        config.set("enable.auto.offset.store", "false");
+        let dead_letters = match &options.errors.dead_letter_topic {
+            Some(topic) if options.errors.dead_letters() => {
+                Some(Arc::new(DeadLetterWriter::new(&settings, topic.clone())?))
+            }
+            _ => None,
+        };
+        let (events, receiver) = channel();
+        let shared = Arc::new(Shared {
+            options,
+            group,
+            slots: Mutex::new(Slots::default()),
+            totals: Mutex::new(Totals::default()),
+            next_worker: AtomicU64::new(1),
+            events,
+            closing: AtomicBool::new(false),
+            shutdown: Mutex::new(Shutdown::default()),
+            stopped: Condvar::new(),
+            consumer: Mutex::new(None),
+            wake: Arc::new(Wake::default()),
+            statistics: KeptStatistics::default(),
+            polled_at: Mutex::new(None),
+            watch: ConnectionWatch::new(&settings),
+        });
+        let handler = RebalanceHandler {
+            shared: Arc::clone(&shared),
+            drain,
+            tokens: settings.token_refresh(),
+        };
+        let mut consumer: Handle = oauth::create(&config, handler)
+            .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
+        let wake = Arc::clone(&shared.wake);
+        consumer.set_nonempty_callback(move || wake.notify());
+        let consumer = Arc::new(consumer);
+        *lock(&shared.consumer) = Some(Arc::clone(&consumer));
+        let started = start_consuming(&shared, &consumer, reset_to_beginning, bootstrap.as_deref());
+        if let Err(error) = started {
+            // Split queues and the stored handle refer back to the consumer: let it go.
+            shared.remove_slots(&shared.all_slots());
+            *lock(&shared.consumer) = None;
+            return Err(error);
+        }
+        let poller_shared = Arc::clone(&shared);
+        let poller_dead_letters = dead_letters.clone();
+        let poller = std::thread::Builder::new()
+            .name("ferrokafka-consumer".to_owned())
+            .spawn(move || run_poller(&poller_shared, consumer, poller_dead_letters.as_deref()))
+            .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start poller: {e}")))?;
+        Ok(Arc::new(ConcurrentConsumer {
+            shared,
+            dead_letters,
+            events: Mutex::new(Some(receiver)),
+            poller: Mutex::new(Some(poller)),
+        }))
+    }
+
+    /// Takes the event receiver; the bindings drain it on a Python thread. Only the first call
+    /// gets it.
+    pub fn take_events(&self) -> Option<Receiver<ConsumerEvent>> {
+        lock(&self.events).take()
+    }
+
+    /// Starts shutting down: no more records are routed or handed out, queued records are
+    /// dropped, and running batches get `drain` to finish before their offsets are committed.
+    /// Returns at once; [`ConcurrentConsumer::wait_stopped`] waits for the end.
+    pub fn begin_stop(&self, drain: Duration) {
+        let mut shutdown = lock(&self.shared.shutdown);
+        if !shutdown.requested {
+            shutdown.requested = true;
+            shutdown.drain = drain;
+            self.shared.closing.store(true, Ordering::Release);
+        }
+    }
+
+    /// Waits up to `wait` for the poller to finish shutting down; true when it has.
+    pub fn wait_stopped(&self, wait: Duration) -> bool {
+        let shutdown = lock(&self.shared.shutdown);
+        let (shutdown, _) = self
+            .shared
+            .stopped
+            .wait_timeout_while(shutdown, wait, |s| !s.finished)
+            .unwrap_or_else(|p| p.into_inner());
+        let finished = shutdown.finished;
+        drop(shutdown);
+        if finished && let Some(handle) = lock(&self.poller).take() {
+            let _ = handle.join();
+        }
+        finished
+    }
+}
+
+impl Drop for ConcurrentConsumer {
+    fn drop(&mut self) {
+        // Without an explicit stop, end without draining; the poller closes the consumer on its
+        // own thread so dropping never waits on the network.
+        self.begin_stop(Duration::ZERO);
+    }
+}

@@ -1,0 +1,208 @@
+//! What a [`ConcurrentConsumer`](super::ConcurrentConsumer) consumes and how: the
+//! [`ConsumerOptions`] beyond librdkafka's own (validated once, here), the subscriptions and
+//! where they start, and the [`ErrorPolicy`] for handler exceptions.
+
+use std::time::Duration;
+
+use ferrokafka_core::OrderBy;
+
+use crate::error::{KafkaIoError, KafkaResult};
+
+/// Where an explicitly assigned partition starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAt {
+    /// The group's committed offset, else `auto.offset.reset`.
+    Stored,
+    /// The first offset still in the log.
+    Beginning,
+    /// The end of the log: only records produced from now on.
+    End,
+    /// This offset.
+    Offset(i64),
+    /// The first record whose timestamp is at or after this many ms since the epoch.
+    Timestamp(i64),
+}
+
+/// What to consume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subscription {
+    /// Every partition of a topic: assigned by the group, or, without `group.id`, all of them
+    /// assigned to this consumer (starting at `auto.offset.reset`).
+    Topic(String),
+    /// One partition, assigned by this consumer alone.
+    Partition {
+        /// Topic name.
+        topic: String,
+        /// Partition number.
+        partition: i32,
+        /// Where to start.
+        start: StartAt,
+    },
+}
+
+/// Settings of a [`ConcurrentConsumer`](super::ConcurrentConsumer) beyond librdkafka's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerOptions {
+    /// What to consume: topic names, or explicit partitions, not both.
+    pub subscriptions: Vec<Subscription>,
+    /// Most records per batch handed to a worker [unbounded].
+    pub max_batch_size: Option<usize>,
+    /// How often finished offsets are committed [5 s].
+    pub commit_interval: Duration,
+    /// A partition is not polled while this many records are queued, and again at half [1000].
+    pub max_queue_records: usize,
+    /// A partition is not polled while this many bytes are queued, and again at half [1 MiB].
+    pub max_queue_bytes: usize,
+    /// What a handler exception does to its batch [commit].
+    pub errors: ErrorPolicy,
+    /// What stays in order: a partition (one batch at a time) or each key [partition].
+    pub ordering: OrderBy,
+    /// With ordering by key, most batches of one partition handled at once [8].
+    pub max_concurrency: usize,
+}
+
+/// What a handler exception does to its batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Acknowledge the batch anyway (logged and reported by the bindings).
+    Commit,
+    /// Hand the batch to the handler again after a backoff, at most `max_retries` times, while
+    /// the partition waits; then dead-letter it (with a dead-letter topic) or commit it.
+    Retry,
+    /// Write the batch to the dead-letter topic, then acknowledge it.
+    DeadLetter,
+}
+
+/// The error policy of a [`ConcurrentConsumer`](super::ConcurrentConsumer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorPolicy {
+    /// What a handler exception does.
+    pub on_error: OnError,
+    /// Retries of one batch before it is dead-lettered or committed [3].
+    pub max_retries: u32,
+    /// Wait before the first retry; doubles with each retry [1 s].
+    pub retry_backoff: Duration,
+    /// Cap of the doubling wait [30 s].
+    pub max_retry_backoff: Duration,
+    /// Where failed batches are written (`DeadLetter`, and `Retry` once retries ran out).
+    pub dead_letter_topic: Option<String>,
+}
+
+impl Default for ErrorPolicy {
+    fn default() -> Self {
+        ErrorPolicy {
+            on_error: OnError::Commit,
+            max_retries: 3,
+            retry_backoff: Duration::from_secs(1),
+            max_retry_backoff: Duration::from_secs(30),
+            dead_letter_topic: None,
+        }
+    }
+}
+
+impl ErrorPolicy {
+    /// The wait before retry number `retry + 1` (counting from 0).
+    pub(super) fn backoff(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry);
+        self.retry_backoff
+            .saturating_mul(factor)
+            .min(self.max_retry_backoff)
+    }
+
+    pub(super) fn dead_letters(&self) -> bool {
+        match self.on_error {
+            OnError::Commit => false,
+            OnError::DeadLetter => true,
+            OnError::Retry => self.dead_letter_topic.is_some(),
+        }
+    }
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions {
+            subscriptions: Vec::new(),
+            max_batch_size: None,
+            commit_interval: Duration::from_secs(5),
+            max_queue_records: 1000,
+            max_queue_bytes: 1024 * 1024,
+            errors: ErrorPolicy::default(),
+            ordering: OrderBy::Partition,
+            max_concurrency: 8,
+        }
+    }
+}
+
+impl ConsumerOptions {
+    /// Batches of one partition that may be handed out at once.
+    pub(super) fn concurrency(&self) -> usize {
+        match self.ordering {
+            OrderBy::Partition => 1,
+            OrderBy::Key => self.max_concurrency,
+        }
+    }
+
+    pub(super) fn validate(&self, group: bool) -> KafkaResult<()> {
+        let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
+        if self.subscriptions.is_empty() {
+            return invalid("subscriptions must name at least one topic or partition".to_owned());
+        }
+        let by_topic = self
+            .subscriptions
+            .iter()
+            .filter(|s| matches!(s, Subscription::Topic(_)))
+            .count();
+        // Without a group a topic name stands for all its partitions, which mix freely with
+        // explicit ones; a group assigns topics itself and cannot also take explicit partitions.
+        if group && by_topic > 0 && by_topic < self.subscriptions.len() {
+            return invalid(
+                "subscriptions cannot mix topic names (group-assigned) with explicit partitions"
+                    .to_owned(),
+            );
+        }
+        for subscription in &self.subscriptions {
+            match subscription {
+                Subscription::Topic(topic) | Subscription::Partition { topic, .. }
+                    if topic.is_empty() =>
+                {
+                    return invalid("subscription topic names must not be empty".to_owned());
+                }
+                Subscription::Partition { partition, .. } if *partition < 0 => {
+                    return invalid(format!("partition must be >= 0, got {partition}"));
+                }
+                Subscription::Partition {
+                    start: StartAt::Offset(n) | StartAt::Timestamp(n),
+                    ..
+                } if *n < 0 => {
+                    return invalid(format!("start offset or timestamp must be >= 0, got {n}"));
+                }
+                _ => {}
+            }
+        }
+        if self.max_batch_size == Some(0) {
+            return invalid("max_batch_size must be positive (or unbounded)".to_owned());
+        }
+        if self.commit_interval.is_zero() {
+            return invalid("commit_interval must be positive".to_owned());
+        }
+        if self.errors.on_error == OnError::DeadLetter
+            && self
+                .errors
+                .dead_letter_topic
+                .as_deref()
+                .is_none_or(str::is_empty)
+        {
+            return invalid("on_error='dead_letter' needs dead_letter_topic='<topic>'".to_owned());
+        }
+        if self.max_concurrency == 0 {
+            return invalid("max_concurrency must be at least 1".to_owned());
+        }
+        if self.max_queue_records < 2 || self.max_queue_bytes < 2 {
+            return invalid(
+                "max_queue_records and max_queue_bytes must be at least 2 (resume happens at half)"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,182 @@
+//! The poller thread ([`run_poller`]): it serves the main queue (rebalances, statistics,
+//! errors, records fetched before a partition's queue was split), takes from each partition's
+//! own queue as many records as its buffer has room for and routes them to their slots, commits
+//! on schedule, and on shutdown drains, commits and closes the consumer.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use ferrokafka_core::LoadChange;
+use rdkafka::Message;
+use rdkafka::error::KafkaError;
+
+use super::events::ConsumerEvent;
+use super::state::{Handle, Shared, Slot, load_event};
+use crate::dead_letter::DeadLetterWriter;
+use crate::locks::lock;
+use crate::record::ReceivedRecord;
+
+/// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// Most records taken from one librdkafka queue before routing them: one slot lock per run of
+/// records, and a turn for every other partition in between.
+const ROUTE_CHUNK: usize = 256;
+
+/// The poller thread: route records, commit on schedule, and on shutdown drain, commit and close.
+pub(super) fn run_poller(
+    shared: &Arc<Shared>,
+    consumer: Arc<Handle>,
+    dead_letters: Option<&DeadLetterWriter>,
+) {
+    let interval = shared.options.commit_interval;
+    let mut next_commit = Instant::now() + interval;
+    let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
+    while !shared.closing.load(Ordering::Acquire) {
+        // The main queue first: rebalances and statistics are served here, and records fetched
+        // before their partition's queue was split come before those in that queue.
+        shared.take_ready(&mut chunk, ROUTE_CHUNK, |wait| consumer.poll(wait));
+        *lock(&shared.polled_at) = Some(Instant::now());
+        let mut routed = chunk.len();
+        shared.route_chunk(&mut chunk);
+        for slot in shared.all_slots() {
+            routed += shared.poll_partition(&slot);
+        }
+        if routed == 0 {
+            shared.wake.wait(POLL_WAIT);
+        }
+        if let Some(writer) = dead_letters {
+            writer.resend_due(Instant::now());
+        }
+        if Instant::now() >= next_commit {
+            shared.commit(&consumer, &shared.all_slots());
+            next_commit = Instant::now() + interval;
+        }
+    }
+    let drain = lock(&shared.shutdown).drain;
+    shared.release(&consumer, shared.all_slots(), drain, false);
+    // `release` dropped the split queues; with the stored handle gone too, dropping the last
+    // reference here closes the consumer (leaving the group) on this thread, not a Python one.
+    *lock(&shared.consumer) = None;
+    drop(consumer);
+    lock(&shared.shutdown).finished = true;
+    shared.stopped.notify_all();
+}
+
+impl Shared {
+    /// Routes a chunk taken from the main queue: runs of records of the same partition go to
+    /// their slot.
+    fn route_chunk(&self, chunk: &mut Vec<ReceivedRecord>) {
+        let mut records = chunk.drain(..).peekable();
+        while let Some(first) = records.next() {
+            let (topic, partition) = (first.topic.clone(), first.partition);
+            let mut run = vec![first];
+            while let Some(next) = records.next_if(|r| r.partition == partition && r.topic == topic)
+            {
+                run.push(next);
+            }
+            let slot = lock(&self.slots)
+                .by_partition
+                .get(&(topic, partition))
+                .cloned();
+            match slot {
+                Some(slot) => self.route(&slot, run),
+                // A record fetched just before its partition was revoked: never handed out,
+                // never committed, so the partition's next owner reads it again.
+                None => lock(&self.totals).counters.dropped += run.len() as u64,
+            }
+        }
+    }
+
+    /// Takes from `slot`'s own queue as many records as its buffer has room for (at most
+    /// `ROUTE_CHUNK`) and routes them; returns how many.
+    fn poll_partition(&self, slot: &Slot) -> usize {
+        let room = {
+            let state = slot.lock();
+            if state.closed {
+                return 0;
+            }
+            state.buffer.room().min(ROUTE_CHUNK)
+        };
+        if room == 0 {
+            return 0;
+        }
+        let mut run = Vec::new();
+        {
+            let source = lock(&slot.source);
+            let Some(queue) = source.as_ref() else {
+                return 0;
+            };
+            run.reserve(room);
+            queue.drain(room, |result| {
+                // Errors were taken off the queue with the records: all are handled.
+                self.take(&mut run, result);
+            });
+        }
+        let count = run.len();
+        if count > 0 {
+            self.route(slot, run);
+        }
+        count
+    }
+
+    /// Copies the records `poll` has ready (it never waits) into `out`, up to `max` in all; an
+    /// error is reported and ends the turn.
+    fn take_ready<M: Message>(
+        &self,
+        out: &mut Vec<ReceivedRecord>,
+        max: usize,
+        poll: impl Fn(Duration) -> Option<Result<M, KafkaError>>,
+    ) {
+        while out.len() < max {
+            match poll(Duration::ZERO) {
+                None => break,
+                Some(result) => {
+                    if !self.take(out, result.as_ref().map_err(Clone::clone)) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies one polled message into `out`, or reports its error; false after an error.
+    fn take<M: Message>(
+        &self,
+        out: &mut Vec<ReceivedRecord>,
+        result: Result<&M, KafkaError>,
+    ) -> bool {
+        match result {
+            Ok(message) => out.push(ReceivedRecord::from_message(message)),
+            Err(KafkaError::PartitionEOF(_)) => {}
+            Err(err) => {
+                let err = self.watch.explain("consume", err);
+                log::warn!("consumer error: {err}");
+                self.emit(ConsumerEvent::Error(err));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Queues one run of records of `slot`'s partition; a buffer that becomes full is no longer
+    /// polled.
+    fn route(&self, slot: &Slot, run: Vec<ReceivedRecord>) {
+        let mut state = slot.lock();
+        if state.closed {
+            state.counters.dropped += run.len() as u64;
+            return;
+        }
+        state.counters.received += run.len() as u64;
+        if state.first_received.is_none() {
+            state.first_received = run.first().map(|record| record.offset);
+        }
+        if state.buffer.push(run) == Some(LoadChange::Full) {
+            state.counters.pauses += 1;
+            self.emit(load_event(slot, &state, true));
+        }
+        drop(state);
+        slot.changed.notify_all();
+    }
+}

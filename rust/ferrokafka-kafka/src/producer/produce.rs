@@ -1,0 +1,163 @@
+//! The callers' side: queueing records under one lock with the overflow policy ([`Refusal`]),
+//! tickets for the records whose delivery result they want, waiting for room, asking for a
+//! delivery, and flushing.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ferrokafka_core::batch::{Overflow, PushOutcome};
+
+use super::AsyncProducer;
+use super::options::DeliveryMode;
+use super::pending::{POSITION_ONLY, Pending, Ticket};
+use super::reports::ProducerEvent;
+use crate::error::KafkaIoError;
+
+/// Why a record was not accepted.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The queue is full; the policy refused the record (given back).
+    Overflow(Box<Overflow<Box<Pending>>>),
+    /// The producer is shutting down or shut down.
+    Closed(Box<Pending>),
+    /// The producer hit a fatal error and cannot send any more (the record is given back).
+    Fatal(Box<Pending>, KafkaIoError),
+}
+
+impl AsyncProducer {
+    /// A fresh ticket for a record whose delivery result the caller wants.
+    pub fn ticket(&self) -> Ticket {
+        self.tickets(1)
+    }
+
+    /// The first of `count` consecutive tickets for the records of one batch report, each with
+    /// [`POSITION_ONLY`] set.
+    pub fn batch_tickets(&self, count: usize) -> Ticket {
+        self.tickets(count) | POSITION_ONLY
+    }
+
+    /// The first of `count` consecutive ticket numbers, all below [`POSITION_ONLY`].
+    fn tickets(&self, count: usize) -> Ticket {
+        let count = count.max(1) as Ticket;
+        let first = self.shared.next_ticket.fetch_add(count, Ordering::Relaxed);
+        // Folded into the numbers below POSITION_ONLY, never 0, never running past it.
+        (first - 1) % (POSITION_ONLY - count) + 1
+    }
+
+    /// Queues records from the front of `items` under one lock, without waiting, until all
+    /// are queued or one is refused. Returns how many were queued, the queue size right after
+    /// (for the `enqueue_message` event: the worker may deliver at once), and the refusal, whose
+    /// record is handed back (a `block` caller puts it back in front and waits for room; a
+    /// caller that gives up reports it with [`AsyncProducer::count_overflow`]).
+    /// `drop_oldest` reports what it dropped in a `Dropped` event. With `hand_off_here` the
+    /// caller calls [`AsyncProducer::hand_off_due`] next, so a due delivery does not wake the
+    /// worker.
+    pub fn try_produce(
+        &self,
+        items: &mut VecDeque<Box<Pending>>,
+        hand_off_here: bool,
+    ) -> (usize, usize, Option<Refusal>) {
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        if let Some(error) = &state.fatal {
+            let error = error.clone();
+            let refusal = items.pop_front().map(|p| Refusal::Fatal(p, error));
+            return (0, state.buffer.len(), refusal);
+        }
+        if state.closing {
+            let refusal = items.pop_front().map(Refusal::Closed);
+            return (0, state.buffer.len(), refusal);
+        }
+        let mut accepted = 0;
+        let mut dropped = Vec::new();
+        let mut refusal = None;
+        while let Some(pending) = items.pop_front() {
+            let size = pending.record.size() + pending.partition_key.as_ref().map_or(0, Vec::len);
+            match state.buffer.push(pending, size) {
+                Ok(PushOutcome::Queued) => accepted += 1,
+                Ok(PushOutcome::QueuedAfterDropping(oldest)) => {
+                    accepted += 1;
+                    dropped.extend(oldest);
+                }
+                Err(overflow) => {
+                    refusal = Some(Refusal::Overflow(Box::new(overflow)));
+                    break;
+                }
+            }
+        }
+        state.stats.enqueued += accepted as u64;
+        state.stats.dropped += dropped.len() as u64;
+        // A caller that will call `hand_off_due` itself does not wake the worker for it.
+        let wake = state.worker_idle
+            && !(hand_off_here && shared.mode != DeliveryMode::Transactional)
+            && state.buffer.should_deliver(shared.now_ms());
+        let queue_size = state.buffer.len();
+        drop(state);
+        if !dropped.is_empty() {
+            shared.emit(ProducerEvent::Dropped { pending: dropped });
+        }
+        if wake {
+            shared.work.notify_one();
+        }
+        (accepted, queue_size, refusal)
+    }
+
+    /// Counts a record finally refused for lack of room (the `overflowed` statistic).
+    pub fn count_overflow(&self) {
+        self.shared.lock().stats.overflowed += 1;
+    }
+
+    /// Waits up to `wait` for the queue to have room (or to change); used by the `block` policy
+    /// between attempts. A full queue is delivered at once: otherwise a producer without a
+    /// delivery trigger would wait for room that nothing frees.
+    pub fn wait_for_room(&self, wait: Duration) {
+        let mut state = self.shared.lock();
+        if state.buffer.len() >= state.buffer.limits().max_count || state.closing {
+            if !state.closing && !state.deliver_requested {
+                state.deliver_requested = true;
+                self.shared.work.notify_one();
+            }
+            let _ = self.shared.progress.wait_timeout(state, wait);
+        }
+    }
+
+    /// Asks the worker to deliver everything buffered now; returns at once.
+    pub fn deliver_messages(&self) {
+        self.shared.lock().deliver_requested = true;
+        self.shared.work.notify_one();
+    }
+
+    /// The fatal error that stopped the producer, if one did.
+    pub fn fatal_error(&self) -> Option<KafkaIoError> {
+        self.shared.lock().fatal.clone()
+    }
+
+    /// Why librdkafka cannot connect (a refused TLS handshake or SASL authentication), as the
+    /// error of `operation`, while that lasts: waiting for delivery will not help.
+    pub fn connection_failure(&self, operation: &str) -> Option<KafkaIoError> {
+        self.shared
+            .watch
+            .failure()
+            .map(|failure| failure.error(operation))
+    }
+
+    /// Delivers everything buffered and waits up to `wait` for every record to settle. Returns
+    /// true when settled. Callers wait in slices to check for signals.
+    pub fn flush_step(&self, wait: Duration) -> bool {
+        let mut state = self.shared.lock();
+        if self.shared.settled(&state) {
+            return true;
+        }
+        if !state.buffer.is_empty() {
+            state.deliver_requested = true;
+            self.shared.work.notify_one();
+        }
+        let (state, _) = self
+            .shared
+            .progress
+            .wait_timeout_while(state, wait, |s| !self.shared.settled(s))
+            .unwrap_or_else(|p| p.into_inner());
+        self.shared.settled(&state)
+    }
+}

@@ -1,0 +1,84 @@
+//! The delivery worker thread: it waits for a reason to deliver (threshold, interval, explicit
+//! request, shutdown, a due retry), takes the next chunk with the hand-off lock, and sends it
+//! (in a transaction of its own in transactional mode).
+
+use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::options::DeliveryMode;
+use super::pending::Pending;
+use super::reports::ProducerEvent;
+use super::{AsyncProducer, HANDOFF_CHUNK, WORKER_TICK};
+
+impl AsyncProducer {
+    pub(super) fn run_worker(&self) {
+        loop {
+            let Some((handoff, batch)) = self.next_batch() else {
+                return;
+            };
+            let count = batch.len();
+            if self.shared.mode == DeliveryMode::Transactional {
+                self.hand_off_transactions(batch);
+            } else {
+                self.hand_off(batch, true);
+            }
+            drop(handoff);
+            self.delivered_chunk(count);
+        }
+    }
+
+    /// Reports one chunk handed to librdkafka (ruby-kafka's `deliver_messages` notification).
+    pub(super) fn delivered_chunk(&self, count: usize) {
+        let queue_size = self.shared.lock().buffer.len();
+        self.shared.emit(ProducerEvent::DeliverMessages {
+            message_count: count,
+            queue_size,
+        });
+    }
+
+    /// Waits for a reason to deliver and takes the next chunk, with the hand-off lock that is
+    /// held until the chunk is sent; `None` when the worker should stop.
+    fn next_batch(&self) -> Option<(MutexGuard<'_, ()>, Vec<Box<Pending>>)> {
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        loop {
+            if self.stopping() || state.fatal.is_some() {
+                return None;
+            }
+            let now = Instant::now();
+            // A caller handing a due chunk over itself holds the lock: wait for it to finish.
+            if let Ok(handoff) = shared.handoff.try_lock() {
+                let mut batch: Vec<Box<Pending>> = Vec::new();
+                while state.retries.front().is_some_and(|(due, _)| *due <= now) {
+                    if let Some((_, pending)) = state.retries.pop_front() {
+                        batch.push(pending);
+                    }
+                }
+                let room = HANDOFF_CHUNK - batch.len().min(HANDOFF_CHUNK);
+                batch.extend(shared.take_due(&mut state, room));
+                if !batch.is_empty() {
+                    shared.in_flight.fetch_add(batch.len(), Ordering::AcqRel);
+                    drop(state);
+                    shared.progress.notify_all();
+                    return Some((handoff, batch));
+                }
+            }
+            if state.closing && state.buffer.is_empty() && state.retries.is_empty() {
+                return None;
+            }
+            let next_retry = state
+                .retries
+                .front()
+                .map(|(due, _)| due.saturating_duration_since(now));
+            let wait = next_retry.map_or(WORKER_TICK, |d| d.min(WORKER_TICK));
+            state.worker_idle = true;
+            state = shared
+                .work
+                .wait_timeout(state, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            state.worker_idle = false;
+        }
+    }
+}
