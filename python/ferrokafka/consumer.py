@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ferrokafka import _exit
+from ferrokafka._config import ConfigValue, max_poll_interval_ms
 from ferrokafka._native import (
     Assignment,
     Batch,
@@ -80,7 +81,6 @@ Ordering: TypeAlias = Literal["partition", "key"]
 InstrumentationCallback: TypeAlias = Callable[[str, dict[str, Any]], object]
 """``callback(event_name, payload)`` for the consumer's telemetry events."""
 Partitions: TypeAlias = list[tuple[str, int]]
-ConfigValue: TypeAlias = str | int | float | bool
 
 _INT32_LIMIT = 2**31
 _INT64_LIMIT = 2**63
@@ -403,7 +403,7 @@ class _Core:
             bytes_received=stats.bytes_received,
             bytes_sent=stats.bytes_sent,
             instance_id=None if instance_id is None else str(instance_id),
-            poll_interval=int(self.config.get("max.poll.interval.ms", 300_000)),
+            poll_interval=max_poll_interval_ms(self.config),
             jobs_total=self._jobs_started,
             batches=stats.counters.batches,
             messages=stats.counters.handled,

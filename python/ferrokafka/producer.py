@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from typing import Any, Literal, TypeAlias
 
 from ferrokafka import _exit
+from ferrokafka._config import Config
 from ferrokafka._delivery_future import DeliveryFuture
 from ferrokafka._native import (
     DeliveryReport,
@@ -116,7 +117,7 @@ class AsyncProducer:
 
     def __init__(
         self,
-        config: Mapping[str, str | int | float | bool],
+        config: Config,
         *,
         max_queue_size: int = 1000,
         max_queue_bytes: int = 64 * 1024 * 1024,

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ferrokafka import _exit
+from ferrokafka._config import Config, max_poll_interval_ms
 from ferrokafka._extras import missing_extra
 from ferrokafka._native import (
     Message,
@@ -71,7 +72,7 @@ ORIGINAL_PARTITION_HEADER = "ferrokafka_original_partition"
 ORIGINAL_OFFSET_HEADER = "ferrokafka_original_offset"
 """Dead-letter header: its offset in the queue partition (decimal)."""
 
-_Config = Mapping[str, str | int | float | bool]
+_Config = Config
 
 QueueMessage: TypeAlias = "Message | ShareMessage"
 """A message handed out by :class:`QueueConsumer`: ferrokafka's (markers backend) or
@@ -491,7 +492,7 @@ class RedeliveryTracker(_exit.StopsAtExit):
         )
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter
-        self._poll_interval = int(config.get("max.poll.interval.ms", 300_000))
+        self._poll_interval = max_poll_interval_ms(config)
 
     def start(self) -> RedeliveryTracker:
         """Start the daemon thread (once); returns self. Bad settings raise here."""

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ferrokafka import _exit
+from ferrokafka._config import Config, max_poll_interval_ms
 from ferrokafka._native import (
     WATERDROP_MAX_PAYLOAD_SIZE,
     Client,
@@ -222,7 +223,7 @@ class Scheduler(_exit.StopsAtExit):
 
     def __init__(
         self,
-        config: Mapping[str, str | int | float | bool],
+        config: Config,
         schedules_topics: Sequence[str],
         *,
         group_id: str = DEFAULT_GROUP_ID,
@@ -245,7 +246,7 @@ class Scheduler(_exit.StopsAtExit):
         self._group_id = group_id
         self._reporter = reporter
         self._instance_id = instance_id
-        self._poll_interval = int(config.get("max.poll.interval.ms", 300_000))
+        self._poll_interval = max_poll_interval_ms(config)
         if reporter is not None:
             config = reporter.statistics_config(config)
         self._raw = _RawScheduler(

@@ -33,9 +33,9 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
+from ferrokafka._config import Config
 from ferrokafka._extras import missing_extra
 
 try:
@@ -86,7 +86,7 @@ class _RedactSecrets(logging.Filter):
 
 log.addFilter(_RedactSecrets())
 
-_Config = Mapping[str, str | int | float | bool]
+_Config = Config
 
 # Names shared with the markers path (ferrokafka.redelivery re-exports the same strings).
 _COUNT = "ferrokafka_redelivery_count"
@@ -373,11 +373,13 @@ class ShareQueue:
         return dict(self._stats)
 
     def close(self, timeout: float) -> None:
-        """Sends pending acknowledgements and leaves the group; buffered messages not handed
-        out are released by the broker when the consumer leaves. Idempotent."""
+        """Sends pending acknowledgements and leaves the group, then delivers pending dead
+        letters, all within ``timeout`` seconds; buffered messages not handed out are released
+        by the broker when the consumer leaves. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + timeout
         with self._lock:
             try:
                 self._consumer.commit_sync(timeout)
@@ -386,4 +388,10 @@ class ShareQueue:
             finally:
                 self._consumer.close()
                 if self._dead_letters is not None:
-                    self._dead_letters.flush(timeout)
+                    left = self._dead_letters.flush(max(deadline - time.monotonic(), 0.0))
+                    if left:
+                        log.warning(
+                            "share backend: %d dead letter(s) to %s not delivered on close",
+                            left,
+                            self._dead_letter_topic,
+                        )

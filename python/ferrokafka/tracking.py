@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 from ferrokafka import _exit
+from ferrokafka._config import ConfigValue
 from ferrokafka._native import (
     Client,
     ReportBuilder,
@@ -98,7 +99,6 @@ MAX_PENDING_ERRORS = 1000
 ProcessStatus: TypeAlias = Literal[
     "initializing", "initialized", "running", "quieting", "quiet", "stopping", "stopped"
 ]
-ConfigValue: TypeAlias = str | int | float | bool
 
 
 @dataclass

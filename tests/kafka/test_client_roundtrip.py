@@ -176,9 +176,10 @@ def test_partition_key_chooses_the_partition_as_waterdrop_does(
         assert delivered.key() == b"k"  # the partition key is not the record key
     explicit = kafka_client.produce(topic, b"v", partition=4, partition_key="customer-0")
     assert explicit.partition() == 4
-    # A topic the broker creates on first use (num.partitions=3): the key still chooses.
-    created = kafka_client.produce(f"missing-{uuid.uuid4().hex}", b"v", partition_key="x")
-    assert created.partition() == zlib.crc32(b"x") % 3
+    # Even though this broker would create the topic: with its default partition count, which
+    # nobody chose for the key.
+    with pytest.raises(ValueError, match="partition_key"):
+        kafka_client.produce(f"missing-{uuid.uuid4().hex}", b"v", partition_key="x", timeout=5.0)
 
 
 def test_produce_to_a_missing_topic_without_auto_create_says_so_at_once(

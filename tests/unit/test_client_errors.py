@@ -71,7 +71,7 @@ def test_oauth_cb_must_be_a_callable_and_the_only_token_maker() -> None:
             {"enable.sasl.oauthbearer.unsecure.jwt": True},
         ):
             with pytest.raises(ConfigError, match=r"oauth_cb and .* give one of them"):
-                make({**base, **own_maker, "oauth_cb": oauth_cb})  # type: ignore[dict-item]
+                make({**base, **own_maker, "oauth_cb": oauth_cb})
 
 
 def test_missing_bootstrap_servers_is_a_config_error() -> None:

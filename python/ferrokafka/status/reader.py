@@ -8,9 +8,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
+from ferrokafka._config import ConfigValue
 from ferrokafka._native import Client
 from ferrokafka._validation import check_config_mapping, checked_seconds
-from ferrokafka.consumer import ConfigValue, Consumer, TopicPartition
+from ferrokafka.consumer import Consumer, TopicPartition
 from ferrokafka.exceptions import FerrokafkaError
 from ferrokafka.scheduling import STATES_POSTFIX
 from ferrokafka.status.view import StatusSnapshot, StatusView

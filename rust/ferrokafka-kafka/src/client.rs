@@ -546,32 +546,30 @@ impl Client {
     /// does not ask for it (`allow.auto.create.topics` off), or the brokers do not create topics
     /// (`auto.create.topics.enable=false`, as on most managed clusters). librdkafka would hold
     /// the record `topic.metadata.propagation.max.ms` (30 s) before failing it. Otherwise
-    /// librdkafka's own request creates the topic.
+    /// librdkafka's own request creates the topic: `Ok(false)`, the topic does not exist yet.
     fn check_topic_exists(
         &self,
         producer: &ThreadedProducer<DeliveryRouter>,
         topic: &str,
         deadline: Instant,
         timeout: Duration,
-    ) -> KafkaResult<()> {
+    ) -> KafkaResult<bool> {
         let mut existing = self
             .existing_topics
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         if existing.contains(topic) {
-            return Ok(());
+            return Ok(true);
         }
-        let missing = |metadata: &rdkafka::metadata::Metadata| {
-            metadata.topics().iter().any(|t| {
-                t.name() == topic
-                    && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
-            })
-        };
         let metadata =
             self.fetch_metadata("produce", producer.client(), Some(topic), deadline, timeout)?;
-        if !missing(&metadata) {
+        let missing = metadata.topics().iter().any(|t| {
+            t.name() == topic
+                && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        });
+        if !missing {
             existing.insert(topic.to_owned());
-            return Ok(());
+            return Ok(true);
         }
         let why_not_created = if !self.auto_creates_topics() {
             Some("allow.auto.create.topics is off")
@@ -589,20 +587,7 @@ impl Client {
                 )),
             ));
         }
-        // The request above made the brokers create it: wait until it has partitions, so that
-        // a partition key finds them.
-        loop {
-            let pause = (Instant::now() + RETRY_PAUSE).min(deadline);
-            if let Waited::Refused(failure) = self.watch.wait_until(pause, || None::<()>) {
-                return Err(failure.error("produce"));
-            }
-            let metadata =
-                self.fetch_metadata("produce", producer.client(), Some(topic), deadline, timeout)?;
-            if !missing(&metadata) {
-                existing.insert(topic.to_owned());
-                return Ok(());
-            }
-        }
+        Ok(false)
     }
 
     /// Whether the brokers create a topic a producer asks for (`auto.create.topics.enable`),
@@ -662,16 +647,21 @@ impl Client {
             ));
         }
         let producer = self.producer()?;
-        self.check_topic_exists(producer, &record.topic, deadline, timeout)?;
+        let exists = self.check_topic_exists(producer, &record.topic, deadline, timeout)?;
         let partition = match (record.partition, partition_key) {
+            // A topic the brokers are about to create with their default partition count is
+            // refused too: a key's partition depends on that count, which nobody chose.
             (None, Some(partition_key)) => Some(
-                self.partitions
-                    .partition_for(
-                        producer.client(),
-                        &record.topic,
-                        partition_key,
-                        deadline.saturating_duration_since(Instant::now()),
-                    )
+                exists
+                    .then(|| {
+                        self.partitions.partition_for(
+                            producer.client(),
+                            &record.topic,
+                            partition_key,
+                            deadline.saturating_duration_since(Instant::now()),
+                        )
+                    })
+                    .flatten()
                     .ok_or_else(|| {
                         KafkaIoError::InvalidArgument(format!(
                             "cannot choose a partition for partition_key: topic {:?} does not \
