@@ -35,6 +35,8 @@ const TICKET_SHIFT: u32 = 18;
 const PACKED: usize = 1;
 const FAILURES_SHIFT: u32 = 1;
 const FAILURES_MASK: usize = 0xFFFF;
+// A transaction's positions (at most one hand-off chunk of them) fit the failed-sends field.
+const _: () = assert!(super::HANDOFF_CHUNK <= FAILURES_MASK);
 const EXPLICIT_PARTITION: usize = 1 << 17;
 
 /// A record's delivery opaque: packed ticket, failed sends and whether the partition was its

@@ -263,9 +263,8 @@ impl AsyncProducer {
             failures,
         } = std::mem::take(&mut *round);
         drop(round);
-        // The failed-sends field carries each record's position (InFlight::in_transaction);
-        // it saturates at 65,535, so in a larger round (only after that many were put back)
-        // the records past it keep librdkafka's order among themselves.
+        // The failed-sends field carries each record's position (InFlight::in_transaction); a
+        // round holds at most a hand-off chunk, so no position saturates.
         reports.sort_by_key(|report| report.pending.failures);
         for report in &mut reports {
             let position = report.pending.failures as usize;

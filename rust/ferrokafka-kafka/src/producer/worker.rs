@@ -50,7 +50,11 @@ impl AsyncProducer {
             // A caller handing a due chunk over itself holds the lock: wait for it to finish.
             if let Ok(handoff) = shared.handoff.try_lock() {
                 let mut batch: Vec<Box<Pending>> = Vec::new();
-                while state.retries.front().is_some_and(|(due, _)| *due <= now) {
+                // At most a chunk, due retries included: a transaction's records carry their
+                // position in 16 bits (InFlight::in_transaction).
+                while batch.len() < HANDOFF_CHUNK
+                    && state.retries.front().is_some_and(|(due, _)| *due <= now)
+                {
                     if let Some((_, pending)) = state.retries.pop_front() {
                         batch.push(pending);
                     }
