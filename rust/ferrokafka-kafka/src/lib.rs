@@ -23,7 +23,6 @@ pub mod partitioner;
 mod pending;
 pub mod record;
 pub mod redelivery;
-mod rounds;
 pub mod scheduler;
 mod start_prefetch;
 pub mod statistics;
