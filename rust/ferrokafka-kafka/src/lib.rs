@@ -15,7 +15,6 @@ pub mod dead_letter;
 pub mod error;
 mod in_flight;
 mod locks;
-mod marker_writer;
 pub mod oauth;
 mod packed_headers;
 mod partition_source;
@@ -24,7 +23,6 @@ mod pending;
 pub mod record;
 pub mod redelivery;
 pub mod scheduler;
-mod start_prefetch;
 pub mod statistics;
 
 pub use async_producer::{
