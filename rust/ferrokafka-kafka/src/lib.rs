@@ -22,7 +22,7 @@ pub mod partitioner;
 mod pending;
 pub mod record;
 pub mod redelivery;
-pub mod scheduler;
+pub mod scheduling;
 pub mod statistics;
 
 pub use async_producer::{
@@ -45,7 +45,7 @@ pub use redelivery::{
     QueueConsumer, QueueConsumerOptions, QueueConsumerStats, RedeliveryOptions, RedeliveryTracker,
     Refused, Taken, TrackerPartitionStatus,
 };
-pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};
+pub use scheduling::{PartitionStatus, Scheduler, SchedulerOptions};
 pub use statistics::{BrokerOffsets, GroupStatistics};
 
 /// The version of the librdkafka linked into this build, e.g. `"2.12.1"`.

@@ -57,7 +57,7 @@ impl std::fmt::Debug for QueueConsumer {
 
 impl QueueConsumer {
     /// Creates the clients and subscribes to the queue, waiting for no broker: the markers
-    /// topic's partition count is read by the prefetch thread (see `start_prefetch.rs`).
+    /// topic's partition count is read by the prefetch thread (see `start_prefetch/`).
     pub fn new(settings: ClientSettings, options: QueueConsumerOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
         if options.queue_topic.is_empty() || options.markers_topic.is_empty() {
@@ -197,7 +197,7 @@ impl QueueConsumer {
 
     /// Before a close: waits up to `timeout` for the markers, then logs how many were not
     /// written (their messages are redelivered after their deadline). Dropping the consumer
-    /// afterwards takes about a second more (see `start_prefetch.rs`) and librdkafka's close.
+    /// afterwards takes about a second more (see `start_prefetch/`) and librdkafka's close.
     pub fn finish_markers(&self, timeout: Duration) {
         if self.writer.flush(timeout).is_err() {
             log::warn!(
