@@ -38,6 +38,9 @@
 //! dead-lettered messages (and the dead letter itself); `queue_consumer.rs` the consuming side;
 //! `start_prefetch/` its START prefetch and commit threads; `marker_writer.rs` its END and
 //! KEEPALIVE markers and the keepalive thread; `tracker/` the tracker daemon.
+//!
+//! [`MarkersQueue::smallest_open_marker_offset`]:
+//!     ferrokafka_core::markers::MarkersQueue::smallest_open_marker_offset
 
 mod headers;
 mod marker_writer;
@@ -55,6 +58,3 @@ pub use options::{QueueConsumerOptions, RedeliveryOptions};
 pub use queue_consumer::{QueueConsumer, QueueConsumerStats};
 pub use start_prefetch::{Refused, Taken};
 pub use tracker::{RedeliveryTracker, TrackerPartitionStatus};
-
-#[cfg(doc)]
-use ferrokafka_core::markers::MarkersQueue;

@@ -1,11 +1,11 @@
 //! The settings of a [`QueueConsumer`] and of a [`RedeliveryTracker`] beyond librdkafka's own.
+//!
+//! [`QueueConsumer`]: super::QueueConsumer
+//! [`RedeliveryTracker`]: super::RedeliveryTracker
 
 use std::time::Duration;
 
-#[cfg(doc)]
-use super::{QueueConsumer, RedeliveryTracker};
-
-/// Settings of a [`QueueConsumer`] beyond librdkafka's own.
+/// Settings of a [`QueueConsumer`](super::QueueConsumer) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueConsumerOptions {
     /// The queue topic to consume.
@@ -28,7 +28,7 @@ pub struct QueueConsumerOptions {
     pub dead_letter_topic: Option<String>,
 }
 
-/// Settings of a [`RedeliveryTracker`] beyond librdkafka's own.
+/// Settings of a [`RedeliveryTracker`](super::RedeliveryTracker) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedeliveryOptions {
     /// Where redelivered messages go.

@@ -8,16 +8,16 @@
 //! newer schema version pauses its partition (status `blocked`) until an upgraded daemon replays it.
 //! From then on it dispatches every due schedule: the target message and a tombstone for the proxy
 //! (same key and partition), in chunks of `flush_batch_size` messages. Without transactions the
-//! chunks are pipelined: up to [`dispatcher::PIPELINE_SCHEDULES`] schedules are on their way at once, a chunk's
-//! tombstones are sent only once every target of that chunk was acknowledged, and a partition's
-//! schedules are marked dispatched in the order they were sent. With transactions each chunk is
-//! one transaction holding its targets and their tombstones, committed before the next chunk
-//! starts (one producer has one open transaction). A target the broker
+//! chunks are pipelined: up to `dispatcher::PIPELINE_SCHEDULES` schedules are on their way at
+//! once, a chunk's tombstones are sent only once every target of that chunk was acknowledged, and
+//! a partition's schedules are marked dispatched in the order they were sent. With transactions
+//! each chunk is one transaction holding its targets and their tombstones, committed before the
+//! next chunk starts (one producer has one open transaction). A target the broker
 //! refuses for good (too large, illegal or unauthorised topic) is counted as `failed`, logged
 //! with its key and, when `dead_letter_topic` is set, copied there before its tombstone is
 //! written; it never holds up the schedules behind it. Transient failures are restored and
 //! retried with exponential backoff. Offsets read and acted upon are committed every
-//! [`commit::COMMIT_INTERVAL`] so the group's lag is meaningful while running.
+//! `commit::COMMIT_INTERVAL` so the group's lag is meaningful while running.
 //!
 //! Read-back of far-future payloads (see `ScheduleTracker`'s horizon) is retried with backoff
 //! until it succeeds: a schedule leaves memory only when dispatched, cancelled or failed.

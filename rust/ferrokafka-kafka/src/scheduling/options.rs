@@ -4,10 +4,7 @@ use std::time::Duration;
 
 use ferrokafka_core::PartitionKeyHashing;
 
-#[cfg(doc)]
-use super::Scheduler;
-
-/// Settings of a [`Scheduler`] beyond librdkafka's own.
+/// Settings of a [`Scheduler`](super::Scheduler) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedulerOptions {
     /// The schedules topics to serve.
