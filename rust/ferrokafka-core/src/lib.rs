@@ -17,8 +17,8 @@ pub mod partition_buffer;
 pub mod partition_key;
 pub mod partition_progress;
 pub mod redact;
-pub mod report_builder;
 pub mod schedule;
+pub mod tracking;
 
 pub use batch::{
     BatchBuffer, BufferLimits, DeliveryPolicy, Overflow, OverflowLimit, OverflowPolicy, PushOutcome,

@@ -13,16 +13,13 @@ mod daemon;
 pub mod dead_letter;
 pub mod error;
 mod locks;
-mod marker_writer;
 pub mod oauth;
 mod packed_headers;
 pub mod partitioner;
 pub mod producer;
 pub mod record;
 pub mod redelivery;
-mod rounds;
-pub mod scheduler;
-mod start_prefetch;
+pub mod scheduling;
 pub mod statistics;
 
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
@@ -45,7 +42,7 @@ pub use redelivery::{
     QueueConsumer, QueueConsumerOptions, QueueConsumerStats, RedeliveryOptions, RedeliveryTracker,
     Refused, Taken, TrackerPartitionStatus,
 };
-pub use scheduler::{PartitionStatus, Scheduler, SchedulerOptions};
+pub use scheduling::{PartitionStatus, Scheduler, SchedulerOptions};
 pub use statistics::{BrokerOffsets, GroupStatistics};
 
 /// The version of the librdkafka linked into this build, e.g. `"2.12.1"`.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use ferrokafka_core::report_builder::{Tracked, decorate};
+use ferrokafka_core::tracking::{Tracked, decorate};
 use rdkafka::statistics::{Partition, Statistics};
 
 use crate::locks::lock;

@@ -1,6 +1,6 @@
 //! Where the engines' `log` records go: Python's `logging` (through pyo3-log, logger names
-//! following the Rust modules, e.g. `ferrokafka_kafka.scheduler`), except once the interpreter
-//! is exiting.
+//! following the Rust modules, e.g. `ferrokafka_kafka.scheduling.dispatcher`), except once the
+//! interpreter is exiting.
 //!
 //! An engine still alive when Python exits (a module global, or an object in a reference cycle
 //! collected during finalization) is dropped then, and dropping it joins librdkafka's threads.

@@ -22,7 +22,7 @@ mod producer_events;
 mod producer_waiters;
 mod redelivery;
 mod redelivery_status;
-mod scheduler;
+mod scheduling;
 mod token_callback;
 
 mod statistics;
@@ -35,7 +35,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Engine threads log through the `log` crate; this forwards their records to `logging`
-    // under the Rust module path (e.g. `ferrokafka_kafka.scheduler`), and to stderr at exit.
+    // under the Rust module path (e.g. `ferrokafka_kafka.scheduling.dispatcher`), and to stderr
+    // at exit.
     engine_log::install(m)?;
     m.add_class::<client::PyClient>()?;
     m.add_class::<client::PyNewTopic>()?;
@@ -69,8 +70,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<statistics::PyDaemonStatistics>()?;
     m.add_class::<batch::PyBatch>()?;
     m.add_class::<batch::PyBatchIterator>()?;
-    m.add_class::<scheduler::PyRawScheduler>()?;
-    m.add_class::<scheduler::PySchedulerPartitionStatus>()?;
+    m.add_class::<scheduling::PyRawScheduler>()?;
+    m.add_class::<scheduling::PySchedulerPartitionStatus>()?;
     m.add_class::<redelivery::PyRawQueueConsumer>()?;
     m.add_class::<redelivery::PyRawRedeliveryTracker>()?;
     m.add_class::<redelivery_status::PyQueueConsumerStats>()?;

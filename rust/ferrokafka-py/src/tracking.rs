@@ -10,7 +10,7 @@ use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport, hybrid_lag};
 use ferrokafka_core::codec::report_rules::{
     Violation, consumer_report_violations, error_report_violations,
 };
-use ferrokafka_core::report_builder::{
+use ferrokafka_core::tracking::{
     ErrorSample, ProcessSample, ReportBuilder, SourceSample, error_report,
 };
 use pyo3::PyTraverseError;

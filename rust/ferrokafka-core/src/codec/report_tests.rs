@@ -7,7 +7,7 @@ use super::*;
 use crate::codec::json::{decode_document, encode_document, encode_json_document};
 use crate::codec::report_rules::{consumer_report_violations, error_report_violations};
 use crate::codec::zlib;
-use crate::report_builder::{
+use crate::tracking::{
     ErrorSample, GroupSample, JobSample, PartitionSample, PartitionStatistics, ProcessSample,
     ReportBuilder, SourceSample, SourceTotals, error_report,
 };

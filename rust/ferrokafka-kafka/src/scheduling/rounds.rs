@@ -28,7 +28,7 @@ use crate::connection_failure::ConnectionWatch;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 
 /// A record a round can produce.
-pub(crate) trait RoundRecord {
+pub(super) trait RoundRecord {
     /// Hands the record to `producer` with `sequence` as its delivery opaque (waiting only for
     /// room in librdkafka's queue).
     fn enqueue(
@@ -40,10 +40,10 @@ pub(crate) trait RoundRecord {
 
 /// Identifies an open round: the sequence number of its first record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct RoundId(usize);
+pub(super) struct RoundId(usize);
 
 /// Producer context of a producer whose records are sent in rounds; see the module docs.
-pub(crate) struct Rounds {
+pub(super) struct Rounds {
     state: Mutex<RoundsState>,
     progress: Condvar,
     /// The producer's refused connections, so its `init_transactions` ends with their cause.
@@ -73,7 +73,7 @@ impl Round {
 
 impl Rounds {
     /// The context of a producer whose refused connections `watch` keeps.
-    pub(crate) fn new(watch: ConnectionWatch, tokens: TokenRefresh) -> Self {
+    pub(super) fn new(watch: ConnectionWatch, tokens: TokenRefresh) -> Self {
         Rounds {
             state: Mutex::default(),
             progress: Condvar::new(),
@@ -83,7 +83,7 @@ impl Rounds {
     }
 
     /// The producer's refused connections.
-    pub(crate) fn watch(&self) -> &ConnectionWatch {
+    pub(super) fn watch(&self) -> &ConnectionWatch {
         &self.watch
     }
 
@@ -110,7 +110,7 @@ impl Rounds {
 
     /// Produces `records` as one round that ends at the latest after `timeout`; does not wait
     /// for acknowledgements (only for room in librdkafka's queue).
-    pub(crate) fn start<R: RoundRecord>(
+    pub(super) fn start<R: RoundRecord>(
         producer: &ThreadedProducer<Rounds>,
         records: &[R],
         timeout: Duration,
@@ -140,7 +140,7 @@ impl Rounds {
 
     /// The per-record results of round `id` once it is done (every record reported, or its
     /// deadline passed: the unreported ones then count as timed out); None while in progress.
-    pub(crate) fn take_finished(&self, id: RoundId) -> Option<Vec<Result<(), KafkaError>>> {
+    pub(super) fn take_finished(&self, id: RoundId) -> Option<Vec<Result<(), KafkaError>>> {
         let mut state = self.state();
         if !state.open.get(&id.0)?.is_done(Instant::now()) {
             return None;
@@ -161,7 +161,7 @@ impl Rounds {
 
     /// Waits up to `timeout` until some open round is done (finished or past its deadline);
     /// returns at once when one already is.
-    pub(crate) fn wait_for_progress(&self, timeout: Duration) {
+    pub(super) fn wait_for_progress(&self, timeout: Duration) {
         self.wait_while(timeout, |open, now| {
             !open.values().any(|round| round.is_done(now))
         });
@@ -227,7 +227,7 @@ impl ProducerContext for Rounds {
 
 /// Produces `records` as one round and waits (up to `timeout`) for each one's delivery result;
 /// a record not confirmed in time counts as timed out.
-pub(crate) fn send_round<R: RoundRecord>(
+pub(super) fn send_round<R: RoundRecord>(
     producer: &ThreadedProducer<Rounds>,
     records: &[R],
     timeout: Duration,

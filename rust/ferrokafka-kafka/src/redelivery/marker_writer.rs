@@ -41,14 +41,14 @@ pub fn markers_partition(queue_partition: i32, markers_partitions: i32) -> i32 {
 }
 
 /// The id of the queue message at `partition` / `offset`.
-pub(crate) fn message_id(partition: i32, offset: i64) -> MessageId {
+pub(super) fn message_id(partition: i32, offset: i64) -> MessageId {
     MessageId {
         partition: u32::try_from(partition).unwrap_or(0),
         offset: u64::try_from(offset).unwrap_or(0),
     }
 }
 
-pub(crate) fn millis(duration: Duration) -> u64 {
+pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -58,13 +58,13 @@ const FLUSH_POLL: Duration = Duration::from_millis(1);
 /// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline).
 /// The producer reports only failures (`delivery.report.only.error`): a report per marker
 /// would cost more than the marker itself.
-pub(crate) struct UpdateTracker {
+pub(super) struct UpdateTracker {
     failed: AtomicU64,
     tokens: TokenRefresh,
 }
 
 impl UpdateTracker {
-    pub(crate) fn new(tokens: TokenRefresh) -> Self {
+    pub(super) fn new(tokens: TokenRefresh) -> Self {
         UpdateTracker {
             failed: AtomicU64::new(0),
             tokens,
@@ -93,7 +93,7 @@ impl ProducerContext for UpdateTracker {
 }
 
 /// Writes the markers that follow a START, and remembers the messages in flight.
-pub(crate) struct MarkerWriter {
+pub(super) struct MarkerWriter {
     producer: BatchTopic<UpdateTracker>,
     markers_topic: String,
     /// Read from the broker by the prefetch thread before the first START is written, so that
@@ -107,7 +107,7 @@ pub(crate) struct MarkerWriter {
 }
 
 impl MarkerWriter {
-    pub(crate) fn new(
+    pub(super) fn new(
         producer: ThreadedProducer<UpdateTracker>,
         markers_topic: String,
         redelivery_timeout: Duration,
@@ -128,18 +128,18 @@ impl MarkerWriter {
     }
 
     /// The markers topic.
-    pub(crate) fn markers_topic(&self) -> &str {
+    pub(super) fn markers_topic(&self) -> &str {
         &self.markers_topic
     }
 
     /// The markers topic's partition count, once known; set before the first START is written.
-    pub(crate) fn set_markers_partitions(&self, count: i32) {
+    pub(super) fn set_markers_partitions(&self, count: i32) {
         let _ = self.markers_partitions.set(count);
     }
 
     /// The markers partition of every marker of a message from `queue_partition` (called only
     /// once the partition count is known: for STARTs and the messages they made in flight).
-    pub(crate) fn markers_partition_of(&self, queue_partition: i32) -> i32 {
+    pub(super) fn markers_partition_of(&self, queue_partition: i32) -> i32 {
         markers_partition(
             queue_partition,
             *self.markers_partitions.get().unwrap_or(&1),
@@ -147,7 +147,7 @@ impl MarkerWriter {
     }
 
     /// A deadline one redelivery timeout from now, milliseconds.
-    pub(crate) fn next_deadline(&self) -> u64 {
+    pub(super) fn next_deadline(&self) -> u64 {
         now_ms().saturating_add(millis(self.redelivery_timeout))
     }
 
@@ -177,7 +177,7 @@ impl MarkerWriter {
     }
 
     /// The messages of a batch are in flight; their deadline was set at `set_at`.
-    pub(crate) fn begin(&self, messages: impl IntoIterator<Item = MessageId>, set_at: Instant) {
+    pub(super) fn begin(&self, messages: impl IntoIterator<Item = MessageId>, set_at: Instant) {
         self.in_flight()
             .extend(messages.into_iter().map(|id| (id, set_at)));
     }
@@ -186,7 +186,7 @@ impl MarkerWriter {
     /// (none when it returns `None`), all in one write. Should librdkafka refuse it, the
     /// messages whose marker was not written come back after their deadline. Refused whole,
     /// before anything changes, when one of them is not in flight.
-    pub(crate) fn finish(
+    pub(super) fn finish(
         &self,
         messages: &[MessageId],
         marker: impl Fn(MessageId) -> Option<Marker>,
@@ -206,7 +206,7 @@ impl MarkerWriter {
     }
 
     /// Moves the deadline of the in-flight `message` to now + the redelivery timeout.
-    pub(crate) fn keepalive(&self, message: MessageId) -> KafkaResult<()> {
+    pub(super) fn keepalive(&self, message: MessageId) -> KafkaResult<()> {
         let mut in_flight = self.in_flight();
         let Some(last) = in_flight.get_mut(&message) else {
             return Err(not_in_flight(message));
@@ -253,24 +253,24 @@ impl MarkerWriter {
     }
 
     /// Keepalive markers written (by `keepalive` and automatically).
-    pub(crate) fn keepalives(&self) -> u64 {
+    pub(super) fn keepalives(&self) -> u64 {
         self.keepalives.load(Ordering::Relaxed)
     }
 
     /// END or KEEPALIVE markers that librdkafka could not deliver.
-    pub(crate) fn failed(&self) -> u64 {
+    pub(super) fn failed(&self) -> u64 {
         self.tracker().failed.load(Ordering::Relaxed)
     }
 
     /// END or KEEPALIVE markers librdkafka still holds (not yet acknowledged or failed).
-    pub(crate) fn unwritten(&self) -> i32 {
+    pub(super) fn unwritten(&self) -> i32 {
         self.producer.producer().in_flight_count()
     }
 
     /// Waits up to `timeout` until every marker written so far is acknowledged: until
     /// librdkafka holds none of them any more (neither unsent, unacknowledged nor with a
     /// failure report not yet counted).
-    pub(crate) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
+    pub(super) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
         let deadline = Instant::now() + timeout;
         while self.producer.producer().in_flight_count() > 0 {
             if Instant::now() >= deadline {
@@ -296,13 +296,13 @@ fn not_in_flight(message: MessageId) -> KafkaIoError {
 }
 
 /// The thread that keeps in-flight messages alive; dropping this stops and joins it.
-pub(crate) struct KeepaliveThread {
+pub(super) struct KeepaliveThread {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl KeepaliveThread {
-    pub(crate) fn spawn(writer: Arc<MarkerWriter>) -> KafkaResult<Self> {
+    pub(super) fn spawn(writer: Arc<MarkerWriter>) -> KafkaResult<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("ferrokafka-keepalive".to_owned())

@@ -1,0 +1,90 @@
+//! The headers a redelivered or dead-lettered queue message carries, and the dead letter built
+//! with them.
+
+use ferrokafka_core::markers::MessageId;
+
+use crate::record::{HeaderList, OutgoingRecord};
+
+/// Header carrying how many times a message was redelivered (decimal ASCII).
+pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
+
+/// Dead-letter headers naming where the message was in the queue topic.
+pub const ORIGINAL_TOPIC_HEADER: &str = "ferrokafka_original_topic";
+/// See [`ORIGINAL_TOPIC_HEADER`].
+pub const ORIGINAL_PARTITION_HEADER: &str = "ferrokafka_original_partition";
+/// See [`ORIGINAL_TOPIC_HEADER`].
+pub const ORIGINAL_OFFSET_HEADER: &str = "ferrokafka_original_offset";
+
+/// The redelivery count a message carries (0 when the header is missing or unreadable).
+pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {
+    headers
+        .iter()
+        .rev()
+        .find(|(name, _)| name == REDELIVERY_COUNT_HEADER)
+        .and_then(|(_, value)| value.as_deref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The dead letter of the queue message `id` of `queue_topic` (its key, value and headers):
+/// to `topic`, with the redelivery `count` and the `ferrokafka_original_*` headers.
+pub(super) fn dead_letter(
+    topic: &str,
+    queue_topic: &str,
+    id: MessageId,
+    count: u32,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: &HeaderList,
+) -> OutgoingRecord {
+    let mut headers: HeaderList = headers
+        .iter()
+        .filter(|(name, _)| name != REDELIVERY_COUNT_HEADER)
+        .cloned()
+        .collect();
+    headers.extend([
+        (
+            REDELIVERY_COUNT_HEADER.to_owned(),
+            Some(count.to_string().into_bytes()),
+        ),
+        (
+            ORIGINAL_TOPIC_HEADER.to_owned(),
+            Some(queue_topic.as_bytes().to_vec()),
+        ),
+        (
+            ORIGINAL_PARTITION_HEADER.to_owned(),
+            Some(id.partition.to_string().into_bytes()),
+        ),
+        (
+            ORIGINAL_OFFSET_HEADER.to_owned(),
+            Some(id.offset.to_string().into_bytes()),
+        ),
+    ]);
+    OutgoingRecord {
+        topic: topic.to_owned(),
+        partition: None,
+        key,
+        value,
+        headers,
+        timestamp_ms: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redelivery_count_reads_the_last_header_and_defaults_to_zero() {
+        let header = |v: &str| {
+            (
+                REDELIVERY_COUNT_HEADER.to_owned(),
+                Some(v.as_bytes().to_vec()),
+            )
+        };
+        assert_eq!(redelivery_count(&[]), 0);
+        assert_eq!(redelivery_count(&[header("1"), header("2")]), 2);
+        assert_eq!(redelivery_count(&[header("x")]), 0);
+    }
+}

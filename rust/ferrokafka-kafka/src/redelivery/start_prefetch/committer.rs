@@ -1,0 +1,69 @@
+//! The commit thread: commits the queue offsets of confirmed batches in poll order and makes
+//! them ready for `take`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{Dispatched, Handoff};
+use crate::oauth::TokenContext;
+use crate::redelivery::marker_writer::{MarkerWriter, message_id};
+
+/// The commit thread: commits the offsets of batches whose STARTs are acknowledged, in order,
+/// and makes them ready.
+pub(super) struct Committer {
+    pub(super) consumer: Arc<BaseConsumer<TokenContext>>,
+    pub(super) writer: Arc<MarkerWriter>,
+    pub(super) queue_topic: String,
+    pub(super) handoff: Arc<Handoff>,
+    pub(super) received: Arc<AtomicU64>,
+}
+
+impl Committer {
+    /// Runs until the prefetch thread drops its sender.
+    pub(super) fn run(self, batches: &mpsc::Receiver<Dispatched>) {
+        for batch in batches {
+            let positions = batch.records.iter().map(|r| (r.partition, r.offset));
+            self.commit(positions.chain(batch.passed.iter().copied()));
+            self.writer.begin(
+                batch
+                    .records
+                    .iter()
+                    .map(|r| message_id(r.partition, r.offset)),
+                batch.set_at,
+            );
+            self.received
+                .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+            let mut state = self.handoff.lock();
+            state.ahead = state.ahead.saturating_sub(batch.passed.len());
+            state.ready.extend(batch.records);
+            state.refused.extend(batch.handed_back);
+            drop(state);
+            self.handoff.changed.notify_all();
+        }
+    }
+
+    /// Commits the queue offsets after a batch whose START markers are confirmed (and past the
+    /// messages of it refused for good).
+    fn commit(&self, positions: impl Iterator<Item = (i32, i64)>) {
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        for (partition, offset) in positions {
+            let slot = next.entry(partition).or_insert(0);
+            *slot = (*slot).max(offset + 1);
+        }
+        let mut commit = TopicPartitionList::new();
+        for (partition, offset) in next {
+            let _ =
+                commit.add_partition_offset(&self.queue_topic, partition, Offset::Offset(offset));
+        }
+        // The START markers are durable: should the commit fail, a restart reads these messages
+        // again and their new START supersedes the old one (at-least-once, nothing lost).
+        if let Err(e) = self.consumer.commit(&commit, CommitMode::Sync) {
+            log::warn!("queue offsets not committed: {e}");
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! [`Scheduler`]: the scheduled-messages daemon, wire-compatible with Karafka Pro's.
+//!
+//! One daemon thread owns a group consumer of the schedules topics and two producers (one for
+//! dispatches, transactional when `transactional.id` is set; one for state reports). For each
+//! assigned partition it replays the partition from the earliest offset into a
+//! [`ScheduleTracker`] (state `loading`); the first end-of-partition event (or a record written
+//! more than Karafka's 15 s grace after the load started) marks it `loaded`. A record with a
+//! newer schema version pauses its partition (status `blocked`) until an upgraded daemon replays it.
+//! From then on it dispatches every due schedule: the target message and a tombstone for the proxy
+//! (same key and partition), in chunks of `flush_batch_size` messages. Without transactions the
+//! chunks are pipelined: up to `dispatcher::PIPELINE_SCHEDULES` schedules are on their way at
+//! once, a chunk's tombstones are sent only once every target of that chunk was acknowledged, and
+//! a partition's schedules are marked dispatched in the order they were sent. With transactions
+//! each chunk is one transaction holding its targets and their tombstones, committed before the
+//! next chunk starts (one producer has one open transaction). A target the broker
+//! refuses for good (too large, illegal or unauthorised topic) is counted as `failed`, logged
+//! with its key and, when `dead_letter_topic` is set, copied there before its tombstone is
+//! written; it never holds up the schedules behind it. Transient failures are restored and
+//! retried with exponential backoff. Offsets read and acted upon are committed every
+//! `commit::COMMIT_INTERVAL` so the group's lag is meaningful while running.
+//!
+//! Read-back of far-future payloads (see `ScheduleTracker`'s horizon) is retried with backoff
+//! until it succeeds: a schedule leaves memory only when dispatched, cancelled or failed.
+//!
+//! Delivery guarantee: with a transactional producer (and the consumer reading `read_committed`)
+//! the target and its tombstone commit together, so a restart never dispatches a schedule twice.
+//! Without transactions it is at-least-once: a crash after the target was written but before its
+//! tombstone was can dispatch it again on restart.
+//!
+//! The daemon sleeps until the next due schedule (at most [`MAX_SLEEP`]), so dispatch lateness
+//! is bounded by the poll slice, not by a fixed tick. State reports go to
+//! `<topic><states_postfix>`, same partition, key `<state>_state`, zlib JSON, at most every
+//! `state_interval`, and at once when a partition becomes loaded and on shutdown.
+//!
+//! Threading: rdkafka callbacks (rebalance, delivery) only record events in mutex-protected
+//! lists that the daemon thread drains after each poll; no Python ever runs here.
+//!
+//! Rooms: this file holds the daemon thread (its clients, its loop and its stop) and the state
+//! of a partition's run; `options.rs` the settings; `loading.rs` the replay of the schedules
+//! topic (decoding records, rebalances, the partition end); `read_back.rs` the read-back of
+//! far-future payloads; `dispatcher.rs` the at-least-once pipeline of chunks; `records.rs` the
+//! records it writes (targets, tombstones, dead-letter copies); `refused.rs` a chunk whose targets
+//! failed; `transactions.rs` the transactional dispatch; `rounds.rs` the delivery results per
+//! record; `commit.rs` the offsets; `status.rs` the state reports and `status()`.
+
+mod commit;
+mod dispatcher;
+mod loading;
+mod options;
+mod read_back;
+mod records;
+mod refused;
+mod rounds;
+mod status;
+mod transactions;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrokafka_core::codec::envelope::{self, TargetAddress};
+use ferrokafka_core::codec::state::TrackerState;
+use ferrokafka_core::schedule::{PayloadFetch, ScheduleTracker};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{Producer, ThreadedProducer};
+
+use crate::config::ClientSettings;
+use crate::connection_failure::{ConnectionWatch, init_transactions};
+use crate::daemon::{
+    Daemon, DaemonStatus, FlushTracker, GroupContext, SHUTDOWN_BUDGET, commit_and_close,
+    creation_error, flush_before, group_consumer_settings, now_ms, producer_settings, publish,
+    require_group_id,
+};
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth;
+use crate::packed_headers::PackedHeaders;
+use crate::partitioner::PartitionCounts;
+use dispatcher::ChunkInFlight;
+use rounds::Rounds;
+
+pub use options::SchedulerOptions;
+pub use refused::DEAD_LETTER_REASON_HEADER;
+pub use status::PartitionStatus;
+
+/// Longest the daemon waits in one poll, so stop requests and due schedules are noticed quickly.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// First pause before retrying after a transient failure (dispatch or read-back); doubled after
+/// each further failure up to [`MAX_RETRY_PAUSE`].
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(200);
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
+
+/// The proxy data a dispatch needs: its payload, its headers and where the target goes.
+#[derive(Clone, Debug)]
+struct ProxyPayload {
+    value: Option<Vec<u8>>,
+    headers: PackedHeaders,
+    target: TargetAddress,
+}
+
+struct PartitionRun {
+    tracker: ScheduleTracker<ProxyPayload>,
+    next_offset: i64,
+    /// The offset last stored for commit.
+    stored_offset: i64,
+    applied: u64,
+    last_report: Option<Instant>,
+    dispatch_backoff: Backoff,
+    /// Why the partition is stopped (a record with a newer schema), if it is.
+    blocked: Option<String>,
+    /// Schedules whose payload read-back failed; retried under `read_back_backoff`.
+    unread: Vec<PayloadFetch>,
+    read_back_backoff: Backoff,
+}
+
+/// Exponential backoff after transient failures.
+#[derive(Default)]
+struct Backoff {
+    retry_at: Option<Instant>,
+    pause: Duration,
+}
+
+impl Backoff {
+    fn waiting(&self) -> bool {
+        self.retry_at.is_some_and(|at| Instant::now() < at)
+    }
+
+    /// Records a failure; returns the pause before the next try.
+    fn failed(&mut self) -> Duration {
+        self.pause = (self.pause * 2).clamp(FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE);
+        self.retry_at = Some(Instant::now() + self.pause);
+        self.pause
+    }
+
+    fn succeeded(&mut self) {
+        *self = Backoff::default();
+    }
+}
+
+/// The running daemon; see the module docs.
+pub type Scheduler = Daemon<DaemonStatus<PartitionStatus>>;
+
+impl Scheduler {
+    /// Validates the settings, creates the Kafka clients and starts the daemon thread.
+    pub fn start(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
+        if options.schedules_topics.is_empty()
+            || options.schedules_topics.iter().any(String::is_empty)
+        {
+            return Err(KafkaIoError::InvalidArgument(
+                "at least one non-empty schedules topic is required".to_owned(),
+            ));
+        }
+        require_group_id(&options.group_id)?;
+        if let Some(topic) = &options.dead_letter_topic {
+            // Caught now, not when the broker first refuses a dead-letter copy.
+            envelope::require_topic_name("dead_letter_topic", topic)
+                .map_err(|e| KafkaIoError::InvalidArgument(e.to_string()))?;
+        }
+        if options.flush_batch_size < 2 {
+            return Err(KafkaIoError::InvalidArgument(format!(
+                "flush_batch_size must be >= 2 (a target and its tombstone), got {}",
+                options.flush_batch_size
+            )));
+        }
+        let daemon = SchedulerLoop::new(settings, options)?;
+        Daemon::spawn("ferrokafka-scheduler", move |stop, status| {
+            daemon.run(stop, status)
+        })
+    }
+}
+
+struct SchedulerLoop {
+    consumer: BaseConsumer<GroupContext>,
+    dispatcher: ThreadedProducer<Rounds>,
+    reporter: ThreadedProducer<FlushTracker>,
+    /// At-least-once chunks on their way, oldest first (transactional chunks are synchronous).
+    in_flight: VecDeque<ChunkInFlight>,
+    fetch_settings: ClientSettings,
+    transactional: bool,
+    options: SchedulerOptions,
+    partitions: PartitionCounts,
+    runs: BTreeMap<(String, i32), PartitionRun>,
+    last_commit: Instant,
+}
+
+impl SchedulerLoop {
+    fn new(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
+        settings.bootstrap()?;
+        let transactional = settings.get("transactional.id").is_some();
+        let mut consumer_settings = group_consumer_settings(&settings, &options.group_id);
+        consumer_settings.set_default("isolation.level", "read_committed");
+        // Offsets are stored once acted upon (see `commit_progress`), not when merely polled.
+        consumer_settings.set("enable.auto.offset.store", "false");
+        let consumer: BaseConsumer<GroupContext> = oauth::create(
+            &consumer_settings.to_client_config(),
+            GroupContext::new("scheduler", &settings, true),
+        )
+        .map_err(creation_error("create scheduler consumer"))?;
+        let topics: Vec<&str> = options
+            .schedules_topics
+            .iter()
+            .map(String::as_str)
+            .collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(creation_error("subscribe to schedules topics"))?;
+        let mut dispatch_settings = producer_settings(&settings);
+        // Pipelined (at-least-once) chunks follow each other closely, so a short linger packs
+        // them into fewer, fuller produce requests: in a burst of 100,000 that cut the client
+        // CPU per dispatch by about a fifth against linger.ms 0 (benches/RESULTS.md), for at
+        // most 5 ms more per dispatch. A transaction's records are awaited before the next chunk
+        // is sent: there lingering would only add to every chunk.
+        dispatch_settings.set_default("linger.ms", if transactional { "0" } else { "5" });
+        if !transactional {
+            // librdkafka gives up on a record before its round does (see `round_timeout`), so
+            // a record whose round timed out and that is sent again is not also delivered late.
+            // (In a transaction an abort settles that, and librdkafka bounds the timeout by
+            // transaction.timeout.ms itself.)
+            dispatch_settings.set_default(
+                "message.timeout.ms",
+                &options.dispatch_timeout.as_millis().to_string(),
+            );
+        }
+        let dispatcher: ThreadedProducer<Rounds> = oauth::create(
+            &dispatch_settings.to_client_config(),
+            Rounds::new(ConnectionWatch::new(&settings), settings.token_refresh()),
+        )
+        .map_err(creation_error("create dispatch producer"))?;
+        if transactional {
+            init_transactions(
+                &dispatcher,
+                dispatcher.context().watch(),
+                options.dispatch_timeout,
+                settings.bootstrap().ok(),
+            )?;
+        }
+        let mut report_settings = producer_settings(&settings);
+        report_settings.remove("transactional.id");
+        let reporter: ThreadedProducer<FlushTracker> = oauth::create(
+            &report_settings.to_client_config(),
+            FlushTracker::new(settings.token_refresh()),
+        )
+        .map_err(creation_error("create state report producer"))?;
+        Ok(SchedulerLoop {
+            consumer,
+            dispatcher,
+            reporter,
+            in_flight: VecDeque::new(),
+            fetch_settings: consumer_settings,
+            transactional,
+            partitions: PartitionCounts::new(options.partition_key_hashing),
+            options,
+            runs: BTreeMap::new(),
+            last_commit: Instant::now(),
+        })
+    }
+
+    /// Runs until `stop` is set, or until the consumer's connection is refused before it ever
+    /// worked (see [`GroupContext::poll_error`]).
+    fn run(
+        mut self,
+        stop: &AtomicBool,
+        status: &Mutex<DaemonStatus<PartitionStatus>>,
+    ) -> KafkaResult<()> {
+        log::info!(
+            "scheduler started for {:?} (group {}, {})",
+            self.options.schedules_topics,
+            self.options.group_id,
+            if self.transactional {
+                "transactional"
+            } else {
+                "at-least-once"
+            }
+        );
+        while !stop.load(Ordering::Acquire) {
+            let sleep = self.sleep_budget();
+            if self.in_flight.is_empty() {
+                self.poll_records(sleep)?;
+            } else {
+                // Woken by the acknowledgements the pipeline waits for, not only by records;
+                // a full pipeline has nothing to do before one arrives.
+                let sleep = if self.pipeline_full() {
+                    MAX_SLEEP
+                } else {
+                    sleep
+                };
+                self.dispatcher.context().wait_for_progress(sleep);
+                self.poll_records(Duration::ZERO)?;
+            }
+            self.handle_assignments();
+            self.settle_chunks();
+            self.dispatch_due();
+            self.advance_horizons();
+            self.report_states(false);
+            self.commit_progress();
+            publish(status, self.status());
+        }
+        self.shutdown(status);
+        Ok(())
+    }
+
+    /// How long the next poll may block: until the earliest due schedule, at most `MAX_SLEEP`.
+    fn sleep_budget(&self) -> Duration {
+        let now = now_ms();
+        self.runs
+            .values()
+            .filter(|run| {
+                // A blocked partition dispatches nothing: its due schedules must not keep the
+                // thread from sleeping.
+                run.tracker.state() == TrackerState::Loaded
+                    && run.blocked.is_none()
+                    && !run.dispatch_backoff.waiting()
+            })
+            .filter_map(|run| run.tracker.next_due_ms())
+            .min()
+            .map_or(MAX_SLEEP, |due| {
+                Duration::from_millis(due.saturating_sub(now)).min(MAX_SLEEP)
+            })
+    }
+
+    /// Stops within [`SHUTDOWN_BUDGET`] (and the close's grace) whatever the broker does:
+    /// chunks on their way settle, final state reports and dispatches are flushed, the status
+    /// is published, then the offsets are committed and the group left.
+    fn shutdown(mut self, status: &Mutex<DaemonStatus<PartitionStatus>>) {
+        let deadline = Instant::now() + SHUTDOWN_BUDGET;
+        self.drain_pipeline(deadline);
+        for run in self.runs.values_mut() {
+            run.tracker.stop();
+        }
+        self.report_states(true);
+        flush_before(
+            &self.reporter,
+            deadline,
+            "scheduler",
+            "final state report(s)",
+        );
+        flush_before(
+            &self.dispatcher,
+            deadline,
+            "scheduler",
+            "dispatched message(s)",
+        );
+        publish(status, self.status());
+        let applied_any = !self.runs.is_empty();
+        let SchedulerLoop { consumer, .. } = self;
+        let final_commit = move |consumer: &BaseConsumer<GroupContext>| {
+            if applied_any {
+                consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(Err(e)) = commit_and_close(consumer, final_commit, deadline, "scheduler") {
+            log::debug!("final offset commit: {e}");
+        }
+        log::info!("scheduler stopped");
+    }
+}

@@ -1,0 +1,47 @@
+//! [`SchedulerOptions`]: the settings of a scheduler beyond librdkafka's own.
+
+use std::time::Duration;
+
+use ferrokafka_core::PartitionKeyHashing;
+
+/// Settings of a [`Scheduler`](super::Scheduler) beyond librdkafka's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulerOptions {
+    /// The schedules topics to serve.
+    pub schedules_topics: Vec<String>,
+    /// Consumer group of the daemons serving these topics.
+    pub group_id: String,
+    /// Most messages (targets plus tombstones) per dispatched chunk [1000].
+    pub flush_batch_size: usize,
+    /// Least time between two periodic state reports of a partition.
+    pub state_interval: Duration,
+    /// Appended to a schedules topic's name to name its states topic ["_states"].
+    pub states_postfix: String,
+    /// How far ahead schedules keep their payload in memory (see `ScheduleTracker`).
+    pub horizon: Duration,
+    /// Deadline of one round of sends (or of a transaction commit).
+    pub dispatch_timeout: Duration,
+    /// Where schedules whose target is refused for good are copied (none: only counted and
+    /// logged; their proxy then stays on the schedules topic).
+    pub dead_letter_topic: Option<String>,
+    /// How a target's `partition_key` is hashed into its partition [as WaterDrop].
+    pub partition_key_hashing: PartitionKeyHashing,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            schedules_topics: Vec::new(),
+            // Karafka's group: Ruby and Python daemons on one topic share its partitions.
+            group_id: "karafka_scheduled_messages".to_owned(),
+            flush_batch_size: 1000,
+            // Karafka's tick.
+            state_interval: Duration::from_secs(5),
+            states_postfix: "_states".to_owned(),
+            horizon: Duration::from_secs(3600),
+            dispatch_timeout: Duration::from_secs(30),
+            dead_letter_topic: None,
+            partition_key_hashing: PartitionKeyHashing::default(),
+        }
+    }
+}
