@@ -31,9 +31,7 @@ pub(crate) use closing::{SHUTDOWN_BUDGET, commit_and_close, flush_before};
 pub(crate) use group::{
     GroupContext, RebalanceEvent, at_partition_end, group_consumer_settings, require_group_id,
 };
-pub(crate) use sending::{
-    FlushTracker, enqueue_with, producer_settings, send_all, send_waiting_for_room,
-};
+pub(crate) use sending::{FlushTracker, enqueue_with, send_all, send_waiting_for_room};
 
 /// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
 pub(crate) fn now_ms() -> u64 {

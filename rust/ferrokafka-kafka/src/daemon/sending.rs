@@ -8,19 +8,9 @@ use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
-use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::record::OutgoingRecord;
-
-/// A daemon's producer settings: `settings` without consumer-only keys, and without
-/// `statistics.interval.ms`, which is for the group consumer (the producers' contexts keep no
-/// statistics: librdkafka would only build them for rdkafka to log).
-pub(crate) fn producer_settings(settings: &ClientSettings) -> ClientSettings {
-    let mut producer = settings.for_role(ClientRole::Producer);
-    producer.remove("statistics.interval.ms");
-    producer
-}
 
 /// Producer context that counts records in flight and collects delivery failures, so that
 /// [`send_all`] can wait for its own records. (rdkafka's `flush` on a `ThreadedProducer` waits in

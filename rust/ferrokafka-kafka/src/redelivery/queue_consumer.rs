@@ -81,9 +81,7 @@ impl QueueConsumer {
         consumer_settings.set("enable.auto.commit", "false");
         consumer_settings.set_default("auto.offset.reset", "earliest");
         let consumer: BaseConsumer<TokenContext> = oauth::create(
-            &consumer_settings
-                .for_role(ClientRole::Consumer)
-                .to_client_config(),
+            &consumer_settings.for_plain_consumer().to_client_config(),
             TokenContext::new(settings.token_refresh()),
         )
         .map_err(creation_error("create queue consumer"))?;

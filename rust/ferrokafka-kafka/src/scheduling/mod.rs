@@ -65,12 +65,11 @@ use ferrokafka_core::schedule::{PayloadFetch, ScheduleTracker};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{Producer, ThreadedProducer};
 
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
     Daemon, DaemonStatus, FlushTracker, GroupContext, SHUTDOWN_BUDGET, commit_and_close,
-    creation_error, flush_before, group_consumer_settings, now_ms, producer_settings, publish,
-    require_group_id,
+    creation_error, flush_before, group_consumer_settings, now_ms, publish, require_group_id,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
@@ -205,7 +204,7 @@ impl SchedulerLoop {
         consumer
             .subscribe(&topics)
             .map_err(creation_error("subscribe to schedules topics"))?;
-        let mut dispatch_settings = producer_settings(&settings);
+        let mut dispatch_settings = settings.for_role(ClientRole::Producer);
         // Pipelined (at-least-once) chunks follow each other closely, so a short linger packs
         // them into fewer, fuller produce requests: in a burst of 100,000 that cut the client
         // CPU per dispatch by about a fifth against linger.ms 0 (benches/RESULTS.md), for at
@@ -235,7 +234,7 @@ impl SchedulerLoop {
                 settings.bootstrap().ok(),
             )?;
         }
-        let mut report_settings = producer_settings(&settings);
+        let mut report_settings = settings.for_role(ClientRole::Producer);
         report_settings.remove("transactional.id");
         let reporter: ThreadedProducer<FlushTracker> = oauth::create(
             &report_settings.to_client_config(),

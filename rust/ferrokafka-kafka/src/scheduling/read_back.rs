@@ -123,12 +123,11 @@ fn read_offsets(
     let Some(&first) = offsets.first() else {
         return read;
     };
-    let mut fetch_settings = settings.clone();
+    // The daemon's statistics come from its group consumer: this one reads none.
+    let mut fetch_settings = settings.for_plain_consumer();
     fetch_settings.set("group.id", "ferrokafka-scheduler-fetch");
     // A static member id here would fence the daemon's own group member.
     fetch_settings.remove("group.instance.id");
-    // The daemon's statistics come from its group consumer; this one's would only be logged.
-    fetch_settings.remove("statistics.interval.ms");
     fetch_settings.set("enable.partition.eof", "true");
     let consumer: BaseConsumer<EndIsExpected> = match oauth::create(
         &fetch_settings.to_client_config(),

@@ -22,10 +22,10 @@ use rdkafka::producer::ThreadedProducer;
 
 use super::RedeliveryOptions;
 use super::marker_writer::millis;
-use crate::config::ClientSettings;
+use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
     Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, creation_error,
-    group_consumer_settings, now_ms, producer_settings, publish, require_group_id,
+    group_consumer_settings, now_ms, publish, require_group_id,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
@@ -174,7 +174,7 @@ impl Tracker {
         consumer
             .subscribe(&[options.markers_topic.as_str()])
             .map_err(creation_error("subscribe to the markers topic"))?;
-        let mut producer_settings = producer_settings(&settings);
+        let mut producer_settings = settings.for_role(ClientRole::Producer);
         producer_settings.remove("transactional.id");
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
