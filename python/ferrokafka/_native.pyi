@@ -6,10 +6,21 @@ from typing import Any, Literal, Required, TypeAlias, TypedDict, final, overload
 
 __version__: str
 librdkafka_version: str
+"""The version of librdkafka linked into this build."""
 WATERDROP_MAX_PAYLOAD_SIZE: int
 """WaterDrop's default ``max_payload_size`` (1,000,012 bytes): the largest scheduled payload
 accepted unless a ``max_payload_size`` says otherwise."""
-"""The version of librdkafka linked into this build."""
+REDELIVERY_COUNT_HEADER: str
+"""``ferrokafka_redelivery_count``: how many times a queue message was redelivered (decimal)."""
+ORIGINAL_TOPIC_HEADER: str
+"""``ferrokafka_original_topic``: a dead letter's topic before it was dead-lettered."""
+ORIGINAL_PARTITION_HEADER: str
+"""``ferrokafka_original_partition``: a dead letter's partition (decimal)."""
+ORIGINAL_OFFSET_HEADER: str
+"""``ferrokafka_original_offset``: a dead letter's offset (decimal)."""
+DEAD_LETTER_HEADERS: tuple[str, str, str, str, str]
+"""The headers a Consumer's dead letter carries after the record's own, in order:
+``ferrokafka_error_class``, ``ferrokafka_error_message`` and the three ``ferrokafka_original_*``."""
 
 _OAuthCallback: TypeAlias = Callable[[str | None], tuple[Any, ...]]
 """confluent-kafka's ``oauth_cb``: given ``sasl.oauthbearer.config``, returns ``(token,

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from ferrokafka import _exit
 from ferrokafka._config import ConfigValue, max_poll_interval_ms
 from ferrokafka._native import (
+    DEAD_LETTER_HEADERS,
     Assignment,
     Batch,
     ConsumerAssigned,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from ferrokafka._native import _ConsumerEvent
 
 __all__ = [
+    "DEAD_LETTER_HEADERS",
     "AsyncConsumer",
     "Consumer",
     "ConsumerOptions",
@@ -89,14 +91,6 @@ _EVENT_SECONDS = 0.1
 _WORKER_JOIN_SECONDS = 1.0
 # What the final commit and leaving the group may take at interpreter exit, after the drain.
 _EXIT_CLOSE_SECONDS = 5.0
-DEAD_LETTER_HEADERS = (
-    "ferrokafka_error_class",
-    "ferrokafka_error_message",
-    "ferrokafka_original_topic",
-    "ferrokafka_original_partition",
-    "ferrokafka_original_offset",
-)
-"""Headers added to a record written to the dead-letter topic (after its own headers)."""
 
 
 @dataclass(frozen=True)

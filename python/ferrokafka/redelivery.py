@@ -40,6 +40,10 @@ from ferrokafka import _exit
 from ferrokafka._config import Config, max_poll_interval_ms
 from ferrokafka._extras import missing_extra
 from ferrokafka._native import (
+    ORIGINAL_OFFSET_HEADER,
+    ORIGINAL_PARTITION_HEADER,
+    ORIGINAL_TOPIC_HEADER,
+    REDELIVERY_COUNT_HEADER,
     Message,
     RedeliveryPartitionStatus,
     _RawQueueConsumer,
@@ -63,14 +67,10 @@ __all__ = [
     "redelivery_count",
 ]
 
-REDELIVERY_COUNT_HEADER = "ferrokafka_redelivery_count"
-"""Header of a redelivered or dead-lettered message: how often it was redelivered (decimal)."""
-ORIGINAL_TOPIC_HEADER = "ferrokafka_original_topic"
-"""Dead-letter header: the queue topic the message came from."""
-ORIGINAL_PARTITION_HEADER = "ferrokafka_original_partition"
-"""Dead-letter header: its queue partition (decimal)."""
-ORIGINAL_OFFSET_HEADER = "ferrokafka_original_offset"
-"""Dead-letter header: its offset in the queue partition (decimal)."""
+# The header names are the engines' (ferrokafka-kafka's headers.rs), for both backends:
+# REDELIVERY_COUNT_HEADER on a redelivered or dead-lettered message (how often it was
+# redelivered), and a dead letter's ORIGINAL_TOPIC_HEADER, ORIGINAL_PARTITION_HEADER and
+# ORIGINAL_OFFSET_HEADER (where it was in the queue topic).
 
 _Config = Config
 

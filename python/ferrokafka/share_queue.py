@@ -58,7 +58,13 @@ try:
 except ModuleNotFoundError as e:
     raise missing_extra("ferrokafka.share_queue", "share", e) from e
 
-from ferrokafka._native import redact_secrets
+from ferrokafka._native import (
+    ORIGINAL_OFFSET_HEADER,
+    ORIGINAL_PARTITION_HEADER,
+    ORIGINAL_TOPIC_HEADER,
+    REDELIVERY_COUNT_HEADER,
+    redact_secrets,
+)
 from ferrokafka.exceptions import (
     ClosedError,
     ConfigError,
@@ -88,11 +94,6 @@ log.addFilter(_RedactSecrets())
 
 _Config = Config
 
-# Names shared with the markers path (ferrokafka.redelivery re-exports the same strings).
-_COUNT = "ferrokafka_redelivery_count"
-_ORIGINAL_TOPIC = "ferrokafka_original_topic"
-_ORIGINAL_PARTITION = "ferrokafka_original_partition"
-_ORIGINAL_OFFSET = "ferrokafka_original_offset"
 
 # The longest one poll holds the consumer's lock, so close() from another thread gets in.
 _POLL_SLICE = 0.2
@@ -264,7 +265,9 @@ class ShareQueue:
                     failure = failure or e
                 continue
             if count > 0:
-                message.set_headers([*(message.headers() or []), (_COUNT, str(count).encode())])
+                message.set_headers(
+                    [*(message.headers() or []), (REDELIVERY_COUNT_HEADER, str(count).encode())]
+                )
             self._buffer.append(message)
             self._stats["received"] += 1
         if failure is not None:
@@ -300,7 +303,7 @@ class ShareQueue:
                 "share backend: nack(redeliver='after_timeout') is not available (an "
                 "unacknowledged record blocks the next poll); use redeliver='now'"
             )
-        count = int(dict(message.headers() or []).get(_COUNT, b"0"))
+        count = int(dict(message.headers() or []).get(REDELIVERY_COUNT_HEADER, b"0"))
         with self._lock:
             self._check_open()
             if count >= self._max_redeliveries:
@@ -323,12 +326,12 @@ class ShareQueue:
                 message.key(),
             )
         else:
-            headers = [(k, v) for k, v in (message.headers() or []) if k != _COUNT]
+            headers = [(k, v) for k, v in (message.headers() or []) if k != REDELIVERY_COUNT_HEADER]
             headers += [
-                (_COUNT, str(count).encode()),
-                (_ORIGINAL_TOPIC, self._queue_topic.encode()),
-                (_ORIGINAL_PARTITION, str(partition).encode()),
-                (_ORIGINAL_OFFSET, str(offset).encode()),
+                (REDELIVERY_COUNT_HEADER, str(count).encode()),
+                (ORIGINAL_TOPIC_HEADER, self._queue_topic.encode()),
+                (ORIGINAL_PARTITION_HEADER, str(partition).encode()),
+                (ORIGINAL_OFFSET_HEADER, str(offset).encode()),
             ]
             failures: list[Any] = []
             self._dead_letters.produce(

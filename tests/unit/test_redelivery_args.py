@@ -151,3 +151,28 @@ def test_an_empty_group_id_is_refused_by_name() -> None:
     ):
         with pytest.raises(ValueError, match="group_id must be a non-empty consumer group name"):
             start()
+
+
+def test_header_names_are_the_contract_other_tools_read() -> None:
+    # One spelling, the engines', for the markers and share backends and the Consumer's dead
+    # letters; these strings are what dashboards and other languages' consumers match on.
+    from ferrokafka import consumer, redelivery
+
+    assert (
+        redelivery.REDELIVERY_COUNT_HEADER,
+        redelivery.ORIGINAL_TOPIC_HEADER,
+        redelivery.ORIGINAL_PARTITION_HEADER,
+        redelivery.ORIGINAL_OFFSET_HEADER,
+    ) == (
+        "ferrokafka_redelivery_count",
+        "ferrokafka_original_topic",
+        "ferrokafka_original_partition",
+        "ferrokafka_original_offset",
+    )
+    assert consumer.DEAD_LETTER_HEADERS == (
+        "ferrokafka_error_class",
+        "ferrokafka_error_message",
+        "ferrokafka_original_topic",
+        "ferrokafka_original_partition",
+        "ferrokafka_original_offset",
+    )

@@ -23,6 +23,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::headers::DEAD_LETTER_HEADERS;
 use crate::locks::lock;
 use crate::oauth::{self, TokenRefresh, answer_token_refresh};
 use crate::record::ReceivedRecord;
@@ -177,23 +178,26 @@ impl DeadLetterWriter {
         let failure = &letter.failure;
         let partition = record.partition.to_string();
         let offset = record.offset.to_string();
-        let added: [(&str, &[u8]); 5] = [
-            ("ferrokafka_error_class", failure.class.as_bytes()),
-            ("ferrokafka_error_message", failure.message.as_bytes()),
-            ("ferrokafka_original_topic", record.topic.as_bytes()),
-            ("ferrokafka_original_partition", partition.as_bytes()),
-            ("ferrokafka_original_offset", offset.as_bytes()),
+        let values: [&[u8]; 5] = [
+            failure.class.as_bytes(),
+            failure.message.as_bytes(),
+            record.topic.as_bytes(),
+            partition.as_bytes(),
+            offset.as_bytes(),
         ];
         let own = record.headers.iter().map(|(k, v)| Header {
             key: k.as_str(),
             value: v.as_deref(),
         });
-        let extra = added.iter().map(|(k, v)| Header {
-            key: k,
-            value: Some(*v),
-        });
+        let extra = DEAD_LETTER_HEADERS
+            .into_iter()
+            .zip(values)
+            .map(|(key, value)| Header {
+                key,
+                value: Some(value),
+            });
         let headers = own.chain(extra).fold(
-            OwnedHeaders::new_with_capacity(record.headers.len() + added.len()),
+            OwnedHeaders::new_with_capacity(record.headers.len() + DEAD_LETTER_HEADERS.len()),
             OwnedHeaders::insert,
         );
         let mut out = BaseRecord::<[u8], [u8], Box<Delivery>>::with_opaque_to(

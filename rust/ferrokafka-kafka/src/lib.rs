@@ -12,6 +12,7 @@ pub mod consumer;
 mod daemon;
 pub mod dead_letter;
 pub mod error;
+pub mod headers;
 mod locks;
 pub mod oauth;
 mod packed_headers;

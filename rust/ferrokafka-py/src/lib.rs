@@ -117,5 +117,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "WATERDROP_MAX_PAYLOAD_SIZE",
         ferrokafka_core::codec::envelope::WATERDROP_MAX_PAYLOAD_SIZE,
     )?;
+    use ferrokafka_kafka::headers;
+    m.add("REDELIVERY_COUNT_HEADER", headers::REDELIVERY_COUNT_HEADER)?;
+    m.add("ORIGINAL_TOPIC_HEADER", headers::ORIGINAL_TOPIC_HEADER)?;
+    m.add(
+        "ORIGINAL_PARTITION_HEADER",
+        headers::ORIGINAL_PARTITION_HEADER,
+    )?;
+    m.add("ORIGINAL_OFFSET_HEADER", headers::ORIGINAL_OFFSET_HEADER)?;
+    m.add(
+        "DEAD_LETTER_HEADERS",
+        pyo3::types::PyTuple::new(m.py(), headers::DEAD_LETTER_HEADERS)?,
+    )?;
     Ok(())
 }

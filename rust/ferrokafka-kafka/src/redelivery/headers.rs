@@ -3,17 +3,11 @@
 
 use ferrokafka_core::markers::MessageId;
 
+use crate::headers::{
+    ORIGINAL_OFFSET_HEADER, ORIGINAL_PARTITION_HEADER, ORIGINAL_TOPIC_HEADER,
+    REDELIVERY_COUNT_HEADER,
+};
 use crate::record::{HeaderList, OutgoingRecord};
-
-/// Header carrying how many times a message was redelivered (decimal ASCII).
-pub const REDELIVERY_COUNT_HEADER: &str = "ferrokafka_redelivery_count";
-
-/// Dead-letter headers naming where the message was in the queue topic.
-pub const ORIGINAL_TOPIC_HEADER: &str = "ferrokafka_original_topic";
-/// See [`ORIGINAL_TOPIC_HEADER`].
-pub const ORIGINAL_PARTITION_HEADER: &str = "ferrokafka_original_partition";
-/// See [`ORIGINAL_TOPIC_HEADER`].
-pub const ORIGINAL_OFFSET_HEADER: &str = "ferrokafka_original_offset";
 
 /// The redelivery count a message carries (0 when the header is missing or unreadable).
 pub fn redelivery_count(headers: &[(String, Option<Vec<u8>>)]) -> u32 {

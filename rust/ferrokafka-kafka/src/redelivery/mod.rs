@@ -17,7 +17,7 @@
 //!   commits a markers partition only up to its smallest open START
 //!   ([`MarkersQueue::smallest_open_marker_offset`]), so a restart never forgets an open message.
 //! - A due message is re-produced to its original queue partition with the
-//!   [`REDELIVERY_COUNT_HEADER`] incremented, or, once the count reached `max_redeliveries`,
+//!   [`REDELIVERY_COUNT_HEADER`](crate::headers::REDELIVERY_COUNT_HEADER) incremented, or, once the count reached `max_redeliveries`,
 //!   produced to the dead-letter topic (or, without one, logged at error level and counted as
 //!   dropped); only when that write is acknowledged is its END written. A failed write is
 //!   retried with exponential backoff. Delivery is at-least-once: a tracker killed between the
@@ -49,10 +49,7 @@ mod queue_consumer;
 mod start_prefetch;
 mod tracker;
 
-pub use headers::{
-    ORIGINAL_OFFSET_HEADER, ORIGINAL_PARTITION_HEADER, ORIGINAL_TOPIC_HEADER,
-    REDELIVERY_COUNT_HEADER, redelivery_count,
-};
+pub use headers::redelivery_count;
 pub use marker_writer::markers_partition;
 pub use options::{QueueConsumerOptions, RedeliveryOptions};
 pub use queue_consumer::{QueueConsumer, QueueConsumerStats};

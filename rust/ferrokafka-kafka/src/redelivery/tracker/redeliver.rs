@@ -9,8 +9,9 @@ use ferrokafka_core::markers::{Marker, MessageId, Redelivery};
 use super::{FIRST_BACKOFF, Tracker};
 use crate::daemon::send_all;
 use crate::error::KafkaResult;
+use crate::headers::REDELIVERY_COUNT_HEADER;
 use crate::record::{HeaderList, OutgoingRecord};
-use crate::redelivery::headers::{REDELIVERY_COUNT_HEADER, dead_letter, redelivery_count};
+use crate::redelivery::headers::{dead_letter, redelivery_count};
 
 impl Tracker {
     /// Redelivers every due message of every caught-up partition not backing off.
