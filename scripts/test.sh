@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from nothing but the machine's toolchains: set-up, Rust checks and tests,
 # Python lint and type checks, then pytest with the real Kafka broker and a local Spark session.
-# The broker is started by the pytest session fixture (or reused from KAFKA_BOOTSTRAP).
+# One test broker serves the run: started here with scripts/kafka.sh (unless KAFKA_BOOTSTRAP names
+# one already) on FERROKAFKA_TEST_KAFKA_PORT (19092), the port pytest's fixtures would use, and
+# exported as KAFKA_BOOTSTRAP, so the Rust engine tests and pytest both use it; stopped on exit.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -23,7 +25,15 @@ for dep in pyo3 rdkafka; do
         exit 1
     fi
 done
-step "cargo test (ferrokafka-py is covered by pytest)"
+if [[ -z ${KAFKA_BOOTSTRAP:-} ]]; then
+    export FERROKAFKA_TEST_KAFKA_PORT=${FERROKAFKA_TEST_KAFKA_PORT:-19092}
+    step "Kafka test broker on 127.0.0.1:$FERROKAFKA_TEST_KAFKA_PORT"
+    trap 'KAFKA_PORT=$FERROKAFKA_TEST_KAFKA_PORT bash scripts/kafka.sh stop' EXIT
+    KAFKA_BOOTSTRAP=$(KAFKA_PORT=$FERROKAFKA_TEST_KAFKA_PORT bash scripts/kafka.sh start | tail -n 1)
+    export KAFKA_BOOTSTRAP
+fi
+
+step "cargo test (the engines against the broker; ferrokafka-py is covered by pytest)"
 cargo test --release --workspace --exclude ferrokafka-py
 step "cargo bench --no-run"
 cargo bench -p ferrokafka-benches --no-run

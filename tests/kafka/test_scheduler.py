@@ -489,10 +489,14 @@ def confluent_messages(bootstrap: str, topic: str, expected: int, timeout: float
 
 @pytest.fixture
 def broker_control() -> Iterator[Any]:
-    """Pauses (an outage) and resumes the session's own broker; resumes it after the test."""
-    if os.environ.get("KAFKA_BOOTSTRAP"):
-        pytest.fail("outage tests need the broker the session starts; unset KAFKA_BOOTSTRAP")
-    env = {**os.environ, "KAFKA_PORT": os.environ.get("FERROKAFKA_TEST_KAFKA_PORT", "19092")}
+    """Pauses (an outage) and resumes the test broker, the one scripts/kafka.sh runs on
+    FERROKAFKA_TEST_KAFKA_PORT (started by scripts/test.sh or the session); resumes it after."""
+    port = os.environ.get("FERROKAFKA_TEST_KAFKA_PORT", "19092")
+    if os.environ.get("KAFKA_BOOTSTRAP", f"127.0.0.1:{port}") != f"127.0.0.1:{port}":
+        pytest.fail(
+            f"outage tests pause the test broker on 127.0.0.1:{port}; KAFKA_BOOTSTRAP names another"
+        )
+    env = {**os.environ, "KAFKA_PORT": port}
 
     def control(action: str) -> None:
         subprocess.run(
