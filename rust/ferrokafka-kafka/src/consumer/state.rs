@@ -171,6 +171,12 @@ impl Shared {
             ordering: options.ordering,
         };
         let mut slots = lock(&self.slots);
+        // Closing the consumer can deliver an assignment after the poller released every slot:
+        // a slot added then would never be released, and its worker would fetch forever.
+        // Checked under the slots lock, which the final release takes too.
+        if self.closing.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         let mut assigned = Vec::with_capacity(partitions.len());
         for (topic, partition, catch_up_to) in partitions {
             let key = (topic.clone(), partition);

@@ -352,3 +352,30 @@ fn commits_carry_over_a_rebalance_and_reach_the_end() {
         }
     }
 }
+
+#[test]
+fn a_member_stopped_while_an_assignment_is_on_its_way_hands_nothing_out_after() {
+    let mut topics = Topics::new();
+    let topic = topics.create("consumer-stop-in-rebalance", PARTITIONS, &[]);
+    let group = unique("consumer-stop-group");
+    let progress = Arc::new(Progress::default());
+    let first = Member::join(0, &topic, &group, None, &progress);
+    progress.wait_for("the first member to hold every partition", |s| {
+        s.assigned.get(&0).map_or(0, BTreeSet::len) == PARTITIONS as usize
+    });
+    let second = Member::join(1, &topic, &group, None, &progress);
+    progress.wait_for("the second member to hold a partition", |s| {
+        s.assigned.get(&1).is_some_and(|held| !held.is_empty())
+    });
+    // The second member's leaving starts a rebalance: the first gives up all it holds (the
+    // eager protocol), and stops while its new assignment is on its way. Closing its consumer
+    // may deliver that assignment after the engine released every partition: `Worker::run`
+    // fails on a partition still handed out after the stop.
+    second.leave();
+    progress.wait_for("the first member to give its partitions up", |s| {
+        s.assigned.get(&0).is_some_and(BTreeSet::is_empty)
+    });
+    first.leave();
+    let state = progress.state.lock().expect("progress lock");
+    assert!(state.failures.is_empty(), "{:?}", state.failures);
+}
