@@ -29,6 +29,8 @@ import timeit
 import uuid
 from pathlib import Path
 
+from _common import start_broker, stop_broker
+
 BENCHES = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHES))
 
@@ -95,17 +97,7 @@ def main() -> int:
 
     from ferrokafka import Client
 
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = {**os.environ, "KAFKA_PORT": "19592"}
-    started = not bootstrap
-    if not bootstrap:
-        bootstrap = subprocess.run(
-            ["bash", str(BENCHES.parent / "scripts" / "kafka.sh"), "start"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.split()[-1]
+    bootstrap = start_broker()
     try:
         topic = fill(Client({"bootstrap.servers": bootstrap}), bootstrap, 6, args.messages, 100)
         load_before = load()
@@ -132,8 +124,7 @@ def main() -> int:
         for name in names:
             print(f"{name} samples: " + json.dumps(results[name]))
     finally:
-        if started:
-            subprocess.run(["bash", str(BENCHES.parent / "scripts" / "kafka.sh"), "stop"], env=env)
+        stop_broker()
     return 0
 
 

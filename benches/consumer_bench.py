@@ -38,13 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+from _common import add_smoke_option, records_on, start_broker, stop_broker
 from confluent_kafka import Consumer as ConfluentConsumer
-from confluent_kafka import TopicPartition as ConfluentPartition
 
 from ferrokafka import AsyncProducer, Batch, Client, Consumer, NewTopic
 
-ROOT = Path(__file__).resolve().parent.parent
-KAFKA = ROOT / "scripts" / "kafka.sh"
 KAFKA_HOME = Path(os.environ.get("FERROKAFKA_CACHE", Path.home() / ".cache" / "ferrokafka"))
 LIMIT = 300.0
 CONFLUENT = "confluent-kafka consume(1000), len(m.value())"
@@ -70,25 +68,10 @@ def fill(
             batch = [(payload, f"k{n % keys if keys else n}") for n in numbers]
             producer.produce_many(batch, topic=topic)
             producer.flush(60.0)
-    stored = count_on_topic(bootstrap, topic, partitions)
+    stored = records_on(bootstrap, topic, partitions)
     if stored != count:
         raise RuntimeError(f"{topic} holds {stored} records, expected {count}")
     return topic
-
-
-def count_on_topic(bootstrap: str, topic: str, partitions: int) -> int:
-    """Records in the topic, from its watermarks (confluent-kafka as an outside observer)."""
-    observer = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-counter"})
-    try:
-        total = 0
-        for partition in range(partitions):
-            low, high = observer.get_watermark_offsets(
-                ConfluentPartition(topic, partition), timeout=10.0
-            )
-            total += high - low
-        return total
-    finally:
-        observer.close()
 
 
 def group_config(bootstrap: str) -> dict[str, str | int | float | bool]:
@@ -201,23 +184,13 @@ def main() -> int:
     parser.add_argument("--io", type=int, default=20_000, help="records for the 1 ms handler")
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--no-java", action="store_true", help="skip ConsumerPerformance")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes that run in seconds, no Java: checks the bench works",
-    )
+    add_smoke_option(parser, ", no Java")
     args = parser.parse_args()
     if args.smoke:
         args.messages, args.io, args.samples, args.no_java = 2_000, 200, 1, True
     java = not args.no_java and shutil.which("java") is not None
 
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = {**os.environ, "KAFKA_PORT": "19592"}
-    started = not bootstrap
-    if not bootstrap:
-        bootstrap = subprocess.run(
-            ["bash", str(KAFKA), "start"], env=env, check=True, capture_output=True, text=True
-        ).stdout.split()[-1]
+    bootstrap = start_broker()
     try:
         client = Client({"bootstrap.servers": bootstrap})
         n, m = args.messages, args.io
@@ -265,8 +238,7 @@ def main() -> int:
         )
         load_after = os.getloadavg()
     finally:
-        if started:
-            subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=False)
+        stop_broker()
 
     def load(values: tuple[float, float, float]) -> str:
         return " / ".join(f"{v:.2f}" for v in values)

@@ -92,41 +92,37 @@ class Workload:
         return TICKS * (TICK + TICK // CANCEL_EVERY) + TICKS  # pushes, cancels, pop_due calls
 
 
+def one_at_a_time(
+    queue: LazyHeap | DeadlineQueue, cancel: Callable[[int], object], work: Workload
+) -> Callable[[], int]:
+    """The per-record API: a call per push and per cancel, then one pop_due per tick."""
+
+    def run() -> int:
+        popped = 0
+        for now, pushes, cancels in work.ticks:
+            for id, deadline, item in pushes:
+                queue.push(id, deadline, item)
+            for id in cancels:
+                cancel(id)
+            popped += len(queue.pop_due(now))
+        return popped
+
+    return run
+
+
 def run_heapq(work: Workload) -> Callable[[], int]:
     queue = LazyHeap()
     queue.heap = [(deadline, id, id) for id, deadline, _ in work.prefill]
     heapq.heapify(queue.heap)
     queue.live = {id: (id, item) for id, _, item in work.prefill}
     queue.seq = work.pending
-
-    def run() -> int:
-        popped = 0
-        for now, pushes, cancels in work.ticks:
-            for id, deadline, item in pushes:
-                queue.push(id, deadline, item)
-            for id in cancels:
-                queue.cancel(id)
-            popped += len(queue.pop_due(now))
-        return popped
-
-    return run
+    return one_at_a_time(queue, queue.cancel, work)
 
 
 def run_single(work: Workload) -> Callable[[], int]:
     queue = DeadlineQueue()
     queue.push_many(work.prefill)
-
-    def run() -> int:
-        popped = 0
-        for now, pushes, cancels in work.ticks:
-            for id, deadline, item in pushes:
-                queue.push(id, deadline, item)
-            for id in cancels:
-                queue.discard(id)
-            popped += len(queue.pop_due(now))
-        return popped
-
-    return run
+    return one_at_a_time(queue, queue.discard, work)
 
 
 def run_batch(work: Workload) -> Callable[[], int]:

@@ -31,12 +31,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from _common import add_smoke_option, records_on, start_broker, stop_broker
+from confluent_kafka import Producer
 
 from ferrokafka import AsyncProducer, Client, DeliveryReport, Message, NewTopic
 
-ROOT = Path(__file__).resolve().parent.parent
-KAFKA = ROOT / "scripts" / "kafka.sh"
 BATCH = 10_000
 PARTITIONS = 3
 
@@ -71,25 +70,15 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--samples", type=int, default=3, help="samples per case (median)")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes that run in seconds: checks the bench works",
-    )
+    add_smoke_option(parser)
     args = parser.parse_args()
     if args.smoke:
         args.messages, args.samples = 2 * BATCH, 1
     n, payload = args.messages, b"x" * args.size
     values = [payload] * n
 
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = {**os.environ, "KAFKA_PORT": "19592"}
-    if not bootstrap:
-        bootstrap = subprocess.run(
-            ["bash", str(KAFKA), "start"], env=env, check=True, capture_output=True, text=True
-        ).stdout.split()[-1]
+    bootstrap = start_broker()
     client = Client({"bootstrap.servers": bootstrap})
-    counter = Consumer({"bootstrap.servers": bootstrap, "group.id": "producer-bench-counter"})
     base = {
         "bootstrap.servers": bootstrap,
         "linger.ms": 5,
@@ -100,12 +89,6 @@ def main() -> int:
         name = f"bench-{uuid.uuid4().hex[:8]}"
         client.create_topics([NewTopic(name, num_partitions=PARTITIONS)])
         return name
-
-    def records_on(topic: str) -> int:
-        return sum(
-            counter.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        )
 
     def ferrokafka_many(
         max_queue_size: int, overflow: str, with_reports: bool = False
@@ -208,7 +191,7 @@ def main() -> int:
             seconds, cpu_used = time.perf_counter() - start, cpu_now() - cpu
             close()
             del close
-            on_topic = records_on(topic)
+            on_topic = records_on(bootstrap, topic, PARTITIONS)
             assert on_topic == n, f"{case.name}: {on_topic} records on the topic, not {n}"
             case.rates.append(n / seconds)
             case.cpu_per_message.append(cpu_used / n)
@@ -242,10 +225,8 @@ def main() -> int:
     summary = perf.stdout.strip().splitlines()[-1]
     java_rate = float(re.search(r"([\d.]+) records/sec", summary).group(1))  # type: ignore[union-attr]
     after = load()
-    counter.close()
 
-    if not os.environ.get("KAFKA_BOOTSTRAP"):
-        subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=True, capture_output=True)
+    stop_broker()
 
     with_cb, without_cb = cases[0], cases[1]
     print(

@@ -28,10 +28,9 @@ import statistics
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-KAFKA = ROOT / "scripts" / "kafka.sh"
+from _common import records_on, start_broker, stop_broker
+
 PARTITIONS = 3
 BASELINE = 10
 BATCH = 10_000
@@ -133,19 +132,6 @@ def instructions(case: str, bootstrap: str, n: int) -> tuple[int, str]:
     return int(found.group(1)), topic
 
 
-def on_topic(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    counter = Consumer({"bootstrap.servers": bootstrap, "group.id": "instructions-counter"})
-    try:
-        return sum(
-            counter.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        )
-    finally:
-        counter.close()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
@@ -162,12 +148,7 @@ def main() -> int:
     if args.smoke:
         args.messages, args.samples = 2_000, 1
     n = args.messages
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = {**os.environ, "KAFKA_PORT": "19592"}
-    if not bootstrap:
-        bootstrap = subprocess.run(
-            ["bash", str(KAFKA), "start"], env=env, check=True, capture_output=True, text=True
-        ).stdout.split()[-1]
+    bootstrap = start_broker()
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     per_message: dict[str, list[float]] = {case: [] for case in CASES}
     for sample in range(args.samples):
@@ -180,12 +161,11 @@ def main() -> int:
                 base, base_topic = instructions(case, bootstrap, BASELINE)
                 runs.append((base_topic, BASELINE))
             for name, expected in runs:
-                counted = on_topic(bootstrap, name)
+                counted = records_on(bootstrap, name, PARTITIONS)
                 if counted != expected:
                     raise SystemExit(f"{case}: {counted} records on {name}, expected {expected}")
             per_message[case].append((full - base) / (n - BASELINE))
-    if not os.environ.get("KAFKA_BOOTSTRAP"):
-        subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=True, capture_output=True)
+    stop_broker()
     peer = statistics.median(per_message["confluent"])
     callback_peer = statistics.median(per_message["confluent_callbacks"])
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -40,7 +40,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
+from _common import add_smoke_option, records_on
+from confluent_kafka import Consumer, Producer, ShareConsumer
 
 from ferrokafka import Client, NewTopic
 from ferrokafka.codecs import decode_marker
@@ -155,17 +156,6 @@ def share_peer_loop(bootstrap: str, topic: str, count: int) -> float:
     return count / elapsed
 
 
-def records_on(bootstrap: str, topic: str, partitions: int = 3) -> int:
-    counter = Consumer({"bootstrap.servers": bootstrap, "group.id": "redelivery-bench-counter"})
-    try:
-        return sum(
-            counter.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        )
-    finally:
-        counter.close()
-
-
 def process_cpu() -> float:
     """CPU seconds of every thread of this process (the clients' librdkafka threads too)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -265,11 +255,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=3, help="samples per case (median)")
     parser.add_argument("--late", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=2.0)
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes that run in seconds: checks the bench works",
-    )
+    add_smoke_option(parser)
     args = parser.parse_args()
     if args.smoke:
         args.messages, args.samples, args.late, args.timeout = 1_000, 1, 20, 1.0
@@ -301,7 +287,7 @@ def main() -> int:
             before = process_cpu()
             rates[name].append(cases[name]())
             cpu[name].append((process_cpu() - before) / args.messages * 1e6)
-    marked = records_on(bootstrap, markers)
+    marked = records_on(bootstrap, markers, 3)
     expected = 2 * args.messages * args.samples
     assert marked == expected, f"{marked} markers on the topic, expected {expected}"
     client.delete_topics([queue_topic, markers])

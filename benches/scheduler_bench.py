@@ -26,17 +26,14 @@ import argparse
 import os
 import resource
 import statistics
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
+
+from _common import add_smoke_option, start_broker, stop_broker
 
 from ferrokafka import AsyncProducer, Client
 from ferrokafka.scheduling import Scheduler, create_topics, schedule
-
-ROOT = Path(__file__).resolve().parent.parent
-KAFKA = ROOT / "scripts" / "kafka.sh"
 
 
 def rss_bytes() -> int:
@@ -104,23 +101,14 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=10_000)
     parser.add_argument("--seconds", type=int, default=30, help="lateness run length")
     parser.add_argument("--samples", type=int, default=3, help="runs per measurement (median)")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes that run in seconds: checks the bench works",
-    )
+    add_smoke_option(parser)
     args = parser.parse_args()
     # Lateness is measured over `seconds` of epochs that start `lead` seconds after producing.
     lead = 10
     if args.smoke:
         args.load, args.burst, args.rate, args.seconds, args.samples = 1_000, 1_000, 200, 1, 1
         lead = 3
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = {**os.environ, "KAFKA_PORT": "19592"}
-    if not bootstrap:
-        bootstrap = subprocess.run(
-            ["bash", str(KAFKA), "start"], env=env, check=True, capture_output=True, text=True
-        ).stdout.split()[-1]
+    bootstrap = start_broker()
     client = Client({"bootstrap.servers": bootstrap})
     config = {"bootstrap.servers": bootstrap}
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -189,8 +177,7 @@ def main() -> int:
         for step in steps if sample % 2 == 0 else steps[::-1]:
             step()
 
-    if not os.environ.get("KAFKA_BOOTSTRAP"):
-        subprocess.run(["bash", str(KAFKA), "stop"], env=env, check=True, capture_output=True)
+    stop_broker()
     median = statistics.median
     load_s = median(x for x, _ in loads)
     rows = [

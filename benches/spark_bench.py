@@ -32,6 +32,7 @@ import zlib
 from collections.abc import Callable
 
 import pandas as pd
+from _common import add_smoke_option
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
@@ -126,11 +127,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--only", choices=["inflate", "deflate"], default=None)
     parser.add_argument("--limit", type=float, default=600.0, help="cancel a case after N s")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes that run in seconds: checks the bench works",
-    )
+    add_smoke_option(parser)
     args = parser.parse_args()
     if args.smoke:
         args.rows, args.partitions = 1_000, 2

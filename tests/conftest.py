@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import ferrokafka
+from ferrokafka.scheduling import create_topics, schedule_message
 
 if TYPE_CHECKING:
     from confluent_kafka import Message as ConfluentMessage
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = ROOT / "scripts" / "kafka.sh"
 TopicFactory = Callable[..., str]
+# Short group timeouts, so that a killed daemon's or process's partitions move within seconds.
+GROUP_SETTINGS: dict[str, str | int | float | bool] = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+}
 
 
 def wait_until(
@@ -102,6 +108,30 @@ def topic_factory(
     yield make
     if created:
         kafka_client.delete_topics(created, timeout=30.0)
+
+
+@pytest.fixture
+def schedules_topic(kafka_client: ferrokafka.Client) -> Iterator[str]:
+    """A schedules topic of two partitions; deleted afterwards with the states topic of the
+    Scheduler that read it."""
+    name = f"test-schedules-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_client, name, num_partitions=2)
+    yield name
+    kafka_client.delete_topics([name, f"{name}_states"])
+
+
+def schedule_later(client: ferrokafka.Client, schedules_topic: str, count: int) -> int:
+    """Schedules ``count`` messages an hour ahead on partition 1 of ``schedules_topic`` (keys
+    ``later-N``, so none is due during a test); returns their epoch."""
+    future = int(time.time()) + 3600
+    for n in range(count):
+        schedule_message(
+            client,
+            {"topic": "anywhere", "payload": b"x"},
+            future,
+            {"topic": schedules_topic, "key": f"later-{n}", "partition": 1},
+        )
+    return future
 
 
 @pytest.fixture(scope="session")

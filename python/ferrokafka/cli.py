@@ -106,6 +106,21 @@ def _run_until_signalled(start: Callable[[], _Daemon]) -> int:
     return 0
 
 
+def _add_settings_option(
+    parser: argparse.ArgumentParser, flag: str, help_text: str, dest: str | None = None
+) -> None:
+    """A repeatable ``flag KEY=VALUE`` option: librdkafka or topic settings, as a list of pairs."""
+    parser.add_argument(
+        flag,
+        dest=dest,
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help=help_text,
+    )
+
+
 def _add_reporter_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("tracking reports (for `ferrokafka status` / dashboard)")
     group.add_argument(
@@ -318,14 +333,13 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
         metavar="N",
         help="newest errors kept (default: 100)",
     )
-    sub.add_argument(
+    _add_settings_option(
+        sub,
         "--config",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable; see "
-        "'ferrokafka --help')",
+        (
+            "extra librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable; see "
+            "'ferrokafka --help')"
+        ),
     )
 
 
@@ -544,14 +558,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=5000,
         help="least milliseconds between periodic state reports (default: 5000)",
     )
-    scheduler.add_argument(
+    _add_settings_option(
+        scheduler,
         "--config",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra librdkafka setting, e.g. transactional.id=scheduler-1 or "
-        "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')",
+        (
+            "extra librdkafka setting, e.g. transactional.id=scheduler-1 or "
+            "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')"
+        ),
     )
     _add_reporter_options(scheduler)
     scheduler.set_defaults(run=_scheduler)
@@ -588,14 +601,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=5_000,
         help="most milliseconds between markers offset commits (default: 5000)",
     )
-    redelivery.add_argument(
+    _add_settings_option(
+        redelivery,
         "--config",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra librdkafka setting, e.g. session.timeout.ms=6000 or "
-        "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')",
+        (
+            "extra librdkafka setting, e.g. session.timeout.ms=6000 or "
+            "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')"
+        ),
     )
     _add_reporter_options(redelivery)
     redelivery.set_defaults(run=_redelivery)
@@ -685,14 +697,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--bootstrap-servers", type=_non_empty, default="127.0.0.1:9092", metavar="HOST:PORT"
     )
     listing.add_argument("--timeout", type=_positive_seconds, default=30.0)
-    listing.add_argument(
+    _add_settings_option(
+        listing,
         "--config",
+        "librdkafka setting, e.g. security.protocol=SSL (repeatable)",
         dest="client_config",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting, e.g. security.protocol=SSL (repeatable)",
     )
     listing.set_defaults(run=_topics_list)
     create = topic_commands.add_parser("create", help="Create a topic.")
@@ -700,21 +709,13 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name", type=_topic)
     create.add_argument("--partitions", type=_partition_count, default=-1)
     create.add_argument("--replication-factor", type=_replication_factor, default=-1)
-    create.add_argument(
-        "--config",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="topic setting, e.g. cleanup.policy=compact (repeatable)",
+    _add_settings_option(
+        create, "--config", "topic setting, e.g. cleanup.policy=compact (repeatable)"
     )
-    create.add_argument(
+    _add_settings_option(
+        create,
         "--client-config",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting of the client, e.g. security.protocol=SSL (repeatable)",
+        "librdkafka setting of the client, e.g. security.protocol=SSL (repeatable)",
     )
     create.add_argument("--exist-ok", action="store_true")
     create.add_argument(

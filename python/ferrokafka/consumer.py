@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from ferrokafka import _exit
+from ferrokafka import _exit, _instrumentation
 from ferrokafka._config import ConfigValue, max_poll_interval_ms
 from ferrokafka._native import (
     DEAD_LETTER_HEADERS,
@@ -414,11 +414,7 @@ class _Core:
     # -- telemetry -------------------------------------------------------------------------
 
     def publish(self, name: str, payload: dict[str, Any]) -> None:
-        for subscriber in self.subscribers:
-            try:
-                subscriber(name, payload)
-            except Exception:
-                log.exception("instrumentation subscriber failed on %s", name)
+        _instrumentation.publish(self.subscribers, name, payload, log)
 
     def batch_payload(self, topic: str, partition: int, batch: Batch) -> dict[str, Any]:
         return {

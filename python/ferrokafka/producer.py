@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal, TypeAlias
 
-from ferrokafka import _exit
+from ferrokafka import _exit, _instrumentation
 from ferrokafka._config import Config
 from ferrokafka._delivery_future import DeliveryFuture
 from ferrokafka._native import (
@@ -495,8 +495,4 @@ class _ProducerEvents:
         return shut_down
 
     def publish(self, name: str, payload: dict[str, Any]) -> None:
-        for subscriber in self.subscribers:
-            try:
-                subscriber(name, payload)
-            except Exception:
-                log.exception("instrumentation subscriber failed on %s", name)
+        _instrumentation.publish(self.subscribers, name, payload, log)

@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from ferrokafka import _exit
+from ferrokafka import _daemon, _exit
 from ferrokafka._config import Config, max_poll_interval_ms
 from ferrokafka._extras import missing_extra
 from ferrokafka._native import (
@@ -50,7 +50,7 @@ from ferrokafka._native import (
     _RawRedeliveryTracker,
     redact_secrets,
 )
-from ferrokafka.exceptions import ClosedError, ConfigError, KafkaError
+from ferrokafka.exceptions import ClosedError, ConfigError
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
 if TYPE_CHECKING:
@@ -536,17 +536,7 @@ class RedeliveryTracker(_exit.StopsAtExit):
         """Stop: commit the markers offsets and leave the group. True once stopped."""
         if self._raw is None:
             return True
-        if self._reporter is not None:
-            self._reporter.stopping(self)
-        self._raw.request_stop()
-        try:
-            stopped = self._raw.wait(timeout)
-        except KafkaError:
-            stopped = True  # it ended on its own; run() raises why, and the log says it
-        if self._reporter is not None:
-            self._reporter.untrack(self)
-        _exit.unregister(self)
-        return stopped
+        return _daemon.stop(self, self._raw, self._reporter, timeout)
 
     def status(self) -> list[dict[str, Any]]:
         """Per assigned markers partition: partition, caught_up, open, applied, redelivered,

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ferrokafka import _exit
+from ferrokafka import _daemon, _exit
 from ferrokafka._config import Config, max_poll_interval_ms
 from ferrokafka._native import (
     WATERDROP_MAX_PAYLOAD_SIZE,
@@ -38,7 +38,6 @@ from ferrokafka._native import (
     cancel_proxy,
     schedule_proxy,
 )
-from ferrokafka.exceptions import KafkaError
 from ferrokafka.producer import AsyncProducer
 from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
 
@@ -285,17 +284,7 @@ class Scheduler(_exit.StopsAtExit):
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop: final state reports, offsets committed, group left. True once stopped."""
-        if self._reporter is not None:
-            self._reporter.stopping(self)
-        self._raw.request_stop()
-        try:
-            stopped = self._raw.wait(timeout)
-        except KafkaError:
-            stopped = True  # it ended on its own; run() raises why, and the log says it
-        if self._reporter is not None:
-            self._reporter.untrack(self)
-        _exit.unregister(self)
-        return stopped
+        return _daemon.stop(self, self._raw, self._reporter, timeout)
 
     def status(self) -> list[dict[str, Any]]:
         """Per assigned partition: topic, partition, state (loading, loaded, stopped, or

@@ -21,30 +21,9 @@ from ferrokafka import (
     Message,
 )
 from tests.conftest import TopicFactory, wait_until
+from tests.kafka.recorder import Recorder
 
 pytestmark = pytest.mark.kafka
-
-
-class Recorder:
-    """Collects instrumentation events and lets a test wait for one."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self._changed = threading.Condition()
-
-    def __call__(self, name: str, payload: dict[str, Any]) -> None:
-        with self._changed:
-            self.events.append((name, payload))
-            self._changed.notify_all()
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        with self._changed:
-            return [payload for event, payload in self.events if event == name]
-
-    def wait_for(self, name: str, timeout: float = 15.0) -> dict[str, Any]:
-        with self._changed:
-            assert self._changed.wait_for(lambda: self.named(name), timeout), f"no {name} event"
-            return self.named(name)[0]
 
 
 def values(client: Client, topic: str) -> list[bytes | None]:
@@ -68,7 +47,7 @@ def test_threshold_delivers_only_when_reached(
         assert values(kafka_client, topic) == []
         assert producer.stats()["deliveries"] == 0
         producer.produce("m9", topic=topic)
-        assert recorder.wait_for("deliver_messages")["message_count"] == 10
+        assert recorder.first("deliver_messages")["message_count"] == 10
         producer.flush()
         assert values(kafka_client, topic) == [f"m{n}".encode() for n in range(10)]
     enqueued = recorder.named("enqueue_message")
@@ -99,7 +78,7 @@ def test_interval_delivers_without_being_asked(
         # The interval runs from the producer's creation: nothing has been handed over yet.
         stats = producer.stats()
         assert (stats["deliveries"], stats["in_flight"], stats["queue_size"]) == (0, 0, 3)
-        assert recorder.wait_for("deliver_messages")["message_count"] == 3
+        assert recorder.first("deliver_messages")["message_count"] == 3
         producer.flush()
         assert values(kafka_client, topic) == [b"a", b"b", b"c"]
 
@@ -114,7 +93,7 @@ def test_nothing_is_delivered_until_deliver_messages(
     producer.produce_many([f"v{n}" for n in range(50)], topic=topic)
     assert values(kafka_client, topic) == []
     producer.deliver_messages()
-    assert recorder.wait_for("deliver_messages")["message_count"] == 50
+    assert recorder.first("deliver_messages")["message_count"] == 50
     producer.flush()
     assert len(values(kafka_client, topic)) == 50
     assert producer.stats()["delivered"] == 50

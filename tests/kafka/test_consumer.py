@@ -30,31 +30,13 @@ from ferrokafka import (
     TopicPartition,
 )
 from tests.conftest import TopicFactory, committed_offsets, read_messages
+from tests.kafka.recorder import Recorder
 
 pytestmark = pytest.mark.kafka
 
 WAIT = 30.0
-
-
-class Recorder:
-    """Collects telemetry events and lets a test wait for a condition on them."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self.changed = threading.Condition()
-
-    def __call__(self, name: str, payload: dict[str, Any]) -> None:
-        with self.changed:
-            self.events.append((name, payload))
-            self.changed.notify_all()
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        with self.changed:
-            return [payload for event, payload in self.events if event == name]
-
-    def wait_for(self, predicate: Callable[[], object], what: str) -> None:
-        with self.changed:
-            assert self.changed.wait_for(predicate, WAIT), f"timed out waiting for {what}"
+# Batch.to_arrow()'s columns, in order.
+ARROW_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
 
 
 class Handled:
@@ -986,15 +968,7 @@ def test_batch_columns_and_arrow_equal_its_messages(
     assert offsets == [m.offset() for m in messages] == list(range(5))
     assert timestamps == [m.timestamp()[1] for m in messages] == [base + n for n in range(5)]
     assert isinstance(arrow, pa.RecordBatch)
-    assert arrow.schema.names == [
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "headers",
-    ]
+    assert arrow.schema.names == ARROW_COLUMNS
     assert arrow.schema.field("partition").type == pa.int32()
     assert arrow.schema.field("timestamp").type == pa.timestamp("ms")
     columns = arrow.to_pydict()

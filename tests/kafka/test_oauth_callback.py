@@ -24,10 +24,10 @@ import pytest
 
 from ferrokafka import AsyncProducer, Client, Consumer, KafkaError
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
-from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.scheduling import Scheduler
 from ferrokafka.tracking import Reporter
 from tests.conftest import ROOT, SecureBroker, wait_until
-from tests.kafka.test_security import WAIT, new_topic, take, values_on
+from tests.kafka.test_security import WAIT, dispatch_one_schedule, new_topic, take, values_on
 
 pytestmark = pytest.mark.kafka
 
@@ -97,17 +97,7 @@ def test_every_component_signs_in_with_the_callbacks_tokens(secure_broker: Secur
     with Consumer(group, [topic], lambda batch: received.extend(m.value() or b"" for m in batch)):
         wait_until(lambda: len(received) >= 2, WAIT, "both records consumed")
 
-    schedules, target = f"oauth-schedules-{uuid.uuid4().hex[:8]}", new_topic(config, 1)
-    create_topics(client, schedules, num_partitions=1)
-    schedule_message(
-        client,
-        {"topic": target, "payload": b"due", "key": "k"},
-        int(time.time()) - 1,
-        {"topic": schedules, "key": "proxy-1"},
-    )
-    daemon = {**config, "session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
-    with Scheduler(daemon, [schedules], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2):
-        wait_until(lambda: len(client.read_topic(target)) >= 1, WAIT, "the dispatch")
+    target = dispatch_one_schedule(config, client)
 
     queue_topic, markers = new_topic(config), new_topic(config)
     client.produce(queue_topic, b"queued", key="q", partition=0)

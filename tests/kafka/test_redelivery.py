@@ -30,15 +30,10 @@ from ferrokafka.redelivery import (
     RedeliveryTracker,
     redelivery_count,
 )
-from tests.conftest import TopicFactory, outage, wait_until
+from tests.conftest import GROUP_SETTINGS, TopicFactory, outage, wait_until
 
 pytestmark = pytest.mark.kafka
 
-# Short group timeouts so that a killed process's partitions move within seconds.
-GROUP_SETTINGS: dict[str, str | int | float | bool] = {
-    "session.timeout.ms": 6000,
-    "heartbeat.interval.ms": 500,
-}
 TIMEOUT = 2.0
 
 

@@ -31,27 +31,20 @@ from ferrokafka.scheduling import (
     schedule,
     schedule_message,
 )
-from tests.conftest import KAFKA_SCRIPT, TopicFactory, committed_offsets, wait_until
+from tests.conftest import (
+    GROUP_SETTINGS,
+    KAFKA_SCRIPT,
+    TopicFactory,
+    committed_offsets,
+    schedule_later,
+    wait_until,
+)
 
 pytestmark = pytest.mark.kafka
-
-# Short group timeouts so that a killed daemon's partitions move within seconds.
-GROUP_SETTINGS: dict[str, str | int | float | bool] = {
-    "session.timeout.ms": 6000,
-    "heartbeat.interval.ms": 500,
-}
 
 
 def header(message: Message, name: str) -> bytes | None:
     return dict(message.headers() or []).get(name)
-
-
-@pytest.fixture
-def schedules_topic(kafka_client: Client) -> Iterator[str]:
-    name = f"test-schedules-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, name, num_partitions=2)
-    yield name
-    kafka_client.delete_topics([name, f"{name}_states"])
 
 
 @pytest.fixture
@@ -167,14 +160,7 @@ def test_status_carries_librdkafkas_statistics_without_a_reporter(
 def test_state_reports_are_zlib_json_with_the_reference_fields(
     kafka_client: Client, schedules_topic: str, daemon_config: dict[str, Any]
 ) -> None:
-    future = int(time.time()) + 3600
-    for n in range(3):
-        schedule_message(
-            kafka_client,
-            {"topic": "anywhere", "payload": b"x"},
-            future,
-            {"topic": schedules_topic, "key": f"later-{n}", "partition": 1},
-        )
+    future = schedule_later(kafka_client, schedules_topic, 3)
     scheduler = start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}")
     wait_until(lambda: {s["state"] for s in scheduler.status()} == {"loaded"}, 30, "loaded")
     assert scheduler.stop()
@@ -347,6 +333,13 @@ def count_values(client: Client, topic: str) -> Counter[bytes | None]:
     return Counter(m.value() for m in client.read_topic(topic, timeout=30.0))
 
 
+def assert_burst_dispatched_once(client: Client, target: str, count: int) -> None:
+    """Every schedule of a :func:`burst` of ``count`` is on ``target``, and none twice."""
+    seen = count_values(client, target)
+    assert set(seen) == {str(n).encode() for n in range(count)}
+    assert max(seen.values()) == 1, "a schedule was dispatched twice"
+
+
 @pytest.mark.parametrize("how", ["sigterm", "kill -9"])
 def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
     how: str,
@@ -379,9 +372,7 @@ def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
     }
     with Scheduler(config, [schedules_topic], group_id=group, state_interval=0.2):
         wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
-    seen = count_values(kafka_client, target)
-    assert set(seen) == {str(n).encode() for n in range(count)}
-    assert max(seen.values()) == 1, "a schedule was dispatched twice"
+    assert_burst_dispatched_once(kafka_client, target, count)
 
 
 def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twice(
@@ -411,9 +402,7 @@ def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twi
     assert stopped_at < count, "the burst ended before the stop; the test needs a larger one"
     with start_scheduler(daemon_config, schedules_topic, group):
         wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
-    seen = count_values(kafka_client, target)
-    assert set(seen) == {str(n).encode() for n in range(count)}
-    assert max(seen.values()) == 1, "a schedule was dispatched twice"
+    assert_burst_dispatched_once(kafka_client, target, count)
 
 
 def test_two_daemons_split_partitions_and_survive_a_kill(

@@ -137,9 +137,9 @@ def test_sasl_plain_and_oauthbearer_over_sasl_ssl(secure_broker: SecureBroker) -
         assert [m.value() for m in client.read_topic(topic, timeout=WAIT)] == [b"hello"]
 
 
-def test_scheduler_dispatches_over_sasl_ssl(secure_broker: SecureBroker) -> None:
-    config = secure_broker.scram_config()
-    client = Client(config)
+def dispatch_one_schedule(config: dict[str, Any], client: Client) -> str:
+    """Runs a Scheduler over the secured listener ``config`` names until it dispatched one due
+    schedule (payload ``b"due"``); returns the schedule's target topic."""
     schedules = f"secure-schedules-{uuid.uuid4().hex[:8]}"
     create_topics(client, schedules, num_partitions=1)
     target = new_topic(config, partitions=1)
@@ -152,6 +152,13 @@ def test_scheduler_dispatches_over_sasl_ssl(secure_broker: SecureBroker) -> None
     daemon = {**config, "session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
     with Scheduler(daemon, [schedules], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2):
         wait_until(lambda: len(client.read_topic(target)) >= 1, WAIT, "the dispatch")
+    return target
+
+
+def test_scheduler_dispatches_over_sasl_ssl(secure_broker: SecureBroker) -> None:
+    config = secure_broker.scram_config()
+    client = Client(config)
+    target = dispatch_one_schedule(config, client)
     assert [m.value() for m in client.read_topic(target)] == [b"due"]
 
 

@@ -12,14 +12,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ferrokafka import Client
-from ferrokafka.scheduling import Scheduler, create_topics
+from ferrokafka.scheduling import Scheduler
 from tests.conftest import ROOT, TopicFactory, read_all, wait_until
 from tests.reports import process_report, produce_report
 from tests.spark import cluster_job
@@ -70,14 +69,6 @@ def run_logged(script: str, cwd: Path, env: dict[str, str], log: Path, timeout: 
             check=False,
         )
     assert run.returncode == 0, f"{script}\nfailed:\n{log.read_text()[-5000:]}"
-
-
-@pytest.fixture
-def schedules_topic(kafka_client: Client) -> Iterator[str]:
-    name = f"test-cluster-schedules-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, name, num_partitions=2)
-    yield name
-    kafka_client.delete_topics([name, f"{name}_states"])
 
 
 @pytest.mark.timeout(900)  # a minute or two; more on a busy machine

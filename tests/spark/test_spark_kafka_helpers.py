@@ -16,9 +16,9 @@ import pytest
 
 from ferrokafka import Client, codecs
 from ferrokafka import spark as fks
-from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.scheduling import Scheduler, schedule_message
 from ferrokafka.tracking import Reporter
-from tests.conftest import TopicFactory, wait_until
+from tests.conftest import TopicFactory, schedule_later, wait_until
 from tests.reports import process_report, produce_report
 
 if TYPE_CHECKING:
@@ -32,14 +32,6 @@ LEAD = 8
 
 def header(headers: list[tuple[str, bytes | None]] | None, name: str) -> bytes | None:
     return dict(headers or []).get(name)
-
-
-@pytest.fixture
-def schedules_topic(kafka_client: Client) -> Iterator[str]:
-    name = f"test-spark-schedules-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, name, num_partitions=2)
-    yield name
-    kafka_client.delete_topics([name, f"{name}_states"])
 
 
 def loaded_scheduler(bootstrap: str, topic: str) -> Scheduler:
@@ -316,14 +308,7 @@ def test_stream_lag_takes_one_trigger(spark: SparkSession) -> None:
 def test_read_states_after_a_scheduler_ran(
     spark: SparkSession, kafka_bootstrap: str, kafka_client: Client, schedules_topic: str
 ) -> None:
-    future = int(time.time()) + 3600
-    for n in range(3):
-        schedule_message(
-            kafka_client,
-            {"topic": "anywhere", "payload": b"x"},
-            future,
-            {"topic": schedules_topic, "key": f"later-{n}", "partition": 1},
-        )
+    future = schedule_later(kafka_client, schedules_topic, 3)
     scheduler = loaded_scheduler(kafka_bootstrap, schedules_topic)
     assert scheduler.stop()
     states = fks.read_states(spark, kafka_bootstrap, f"{schedules_topic}_states").collect()

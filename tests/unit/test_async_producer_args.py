@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 
 import pytest
 
 from ferrokafka import AsyncProducer, BufferOverflow, ConfigError, FerrokafkaError
+from tests.unit.forked import outcome_in_child
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -78,20 +78,7 @@ def test_shutdown_hands_back_undelivered_messages() -> None:
 
 
 def test_producer_refuses_use_after_fork(producer: AsyncProducer) -> None:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            producer.produce(b"v", topic="t")
-            outcome = b"no error"
-        except FerrokafkaError as err:
-            outcome = str(err).encode()
-        os.write(write_end, outcome)
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        reported = pipe.read().decode()
-    os.waitpid(pid, 0)
+    reported = outcome_in_child(lambda: producer.produce(b"v", topic="t"))
     assert "cannot be used after fork" in reported
     producer.shutdown(timeout=1.0)
 

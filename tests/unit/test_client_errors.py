@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import threading
 
@@ -20,6 +19,7 @@ from ferrokafka import (
     NewTopic,
 )
 from tests.conftest import wait_until
+from tests.unit.forked import outcome_in_child
 
 UNREACHABLE = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -168,22 +168,7 @@ def test_new_topic_validates_counts() -> None:
 
 def test_client_refuses_use_after_fork() -> None:
     client = Client(UNREACHABLE)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            client.list_topics(timeout=0.5)
-            outcome = b"no error"
-        except FerrokafkaError as err:
-            outcome = str(err).encode()
-        except BaseException as err:
-            outcome = repr(err).encode()
-        os.write(write_end, outcome)
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        reported = pipe.read().decode()
-    os.waitpid(pid, 0)
+    reported = outcome_in_child(lambda: client.list_topics(timeout=0.5))
     assert "cannot be used after fork" in reported
 
 

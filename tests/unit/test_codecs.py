@@ -371,15 +371,13 @@ def test_invalid_process_and_error_reports_never_encode() -> None:
     with pytest.raises(CodecError, match=r"process\.id: required String with at least two ':'"):
         codecs.encode_process_report(report)
     error = {
-        "schema_version": "1.2.0",
-        "id": "0f6c1d2e-4b3a-4c5d-8e9f-001122334455",
-        "type": "consumer.consume.error",
-        "error_class": "ValueError",
-        "error_message": "boom",
+        **tracking_samples.error_report(
+            "0f6c1d2e-4b3a-4c5d-8e9f-001122334455",
+            occurred_at=1_700_000_000.0,
+            process_id="host-1:4242:ab12cd",
+        ),
         "backtrace": "line 1",
         "details": {"partition": 0, "nested": {"offsets": [1, 2]}},
-        "occurred_at": 1_700_000_000.0,
-        "process": {"id": "host-1:4242:ab12cd", "tags": []},
     }
     assert codecs.decode_error_report(codecs.encode_error_report(error)) == error
     with pytest.raises(CodecError, match="error_message: longer than 10000 characters"):

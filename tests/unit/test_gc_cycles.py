@@ -11,6 +11,7 @@ from typing import Any
 
 from ferrokafka import AsyncProducer, DeliveryReport
 from ferrokafka._native import encode_error_report, view_error_report
+from tests.tracking_samples import error_report
 
 UNREACHABLE = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -32,15 +33,12 @@ def assert_collected(build_cycle: Callable[[Holder], None]) -> None:
 
 def test_a_cycle_through_an_error_reports_details_is_collected() -> None:
     error = {
-        "schema_version": "1.2.0",
-        "id": "0f6c1d2e-4b3a-4c5d-8e9f-001122334455",
-        "type": "consumer.consume.error",
-        "error_class": "ValueError",
-        "error_message": "boom",
-        "backtrace": "",
+        **error_report(
+            "0f6c1d2e-4b3a-4c5d-8e9f-001122334455",
+            occurred_at=1_700_000_000.0,
+            process_id="host-1:4242:ab12cd",
+        ),
         "details": {},
-        "occurred_at": 1_700_000_000.0,
-        "process": {"id": "host-1:4242:ab12cd", "tags": []},
     }
 
     def cycle(holder: Holder) -> None:

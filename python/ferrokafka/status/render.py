@@ -271,23 +271,18 @@ def render_prometheus(snapshot: StatusSnapshot) -> str:
             for s in snapshot.schedulers
         ],
     )
+    schedulers = [(_labels(topic=s.topic, partition=s.partition), s) for s in snapshot.schedulers]
     metric(
         "ferrokafka_scheduler_dispatched_total",
         "counter",
         "Schedules dispatched since the scheduler started.",
-        [
-            (_labels(topic=s.topic, partition=s.partition), float(s.dispatched))
-            for s in snapshot.schedulers
-        ],
+        [(labels, float(s.dispatched)) for labels, s in schedulers],
     )
     metric(
         "ferrokafka_scheduler_failed_total",
         "counter",
         "Schedules whose target the broker refused for good since the scheduler started.",
-        [
-            (_labels(topic=s.topic, partition=s.partition), float(s.failed))
-            for s in snapshot.schedulers
-        ],
+        [(labels, float(s.failed)) for labels, s in schedulers],
     )
     metric(
         "ferrokafka_status_skipped_records_total",

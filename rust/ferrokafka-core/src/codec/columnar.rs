@@ -32,25 +32,45 @@ fn is_valid(validity: Option<&[u8]>, index: usize) -> bool {
     })
 }
 
-fn check_validity(validity: Option<&[u8]>, offset: usize, len: usize) -> Result<(), CoreError> {
-    let needed = offset.saturating_add(len).div_ceil(8);
-    if validity.is_some_and(|bits| bits.len() < needed) {
-        return Err(CoreError::corrupt(format!(
-            "Arrow validity bitmap: {needed} bytes needed"
-        )));
+/// The rows an array view covers: `len` rows from the array's slice `offset`, with their
+/// validity bitmap. What every view shares: the length and which rows hold a value.
+#[derive(Debug, Clone, Copy)]
+struct Rows<'a> {
+    validity: Option<&'a [u8]>,
+    offset: usize,
+    len: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// Fails if the bitmap is too short for the rows.
+    fn new(validity: Option<&'a [u8]>, offset: usize, len: usize) -> Result<Self, CoreError> {
+        let needed = offset.saturating_add(len).div_ceil(8);
+        if validity.is_some_and(|bits| bits.len() < needed) {
+            return Err(CoreError::corrupt(format!(
+                "Arrow validity bitmap: {needed} bytes needed"
+            )));
+        }
+        Ok(Self {
+            validity,
+            offset,
+            len,
+        })
     }
-    Ok(())
+
+    /// The array index of row `row`, `None` when the row is null (or past the end).
+    fn index(&self, row: usize) -> Option<usize> {
+        let index = self.offset + row;
+        (row < self.len && is_valid(self.validity, index)).then_some(index)
+    }
 }
 
 /// A read-only view of an Arrow `binary`/`utf8` (or `large_*`) array's buffers.
 #[derive(Debug, Clone, Copy)]
 pub struct BinaryView<'a> {
-    validity: Option<&'a [u8]>,
+    rows: Rows<'a>,
     offsets: &'a [u8],
     width: usize,
     data: &'a [u8],
-    offset: usize,
-    len: usize,
 }
 
 impl<'a> BinaryView<'a> {
@@ -74,33 +94,29 @@ impl<'a> BinaryView<'a> {
                 "Arrow offsets buffer: too short for {len} rows at offset {offset}"
             )));
         }
-        check_validity(validity, offset, len)?;
         Ok(Self {
-            validity,
+            rows: Rows::new(validity, offset, len)?,
             offsets,
             width,
             data,
-            offset,
-            len,
         })
     }
 
     /// Number of rows.
     pub fn len(&self) -> usize {
-        self.len
+        self.rows.len
     }
 
     /// Whether the view has no rows.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.rows.len == 0
     }
 
     /// Row `row`'s bytes, `None` when null (or past the end).
     pub fn get(&self, row: usize) -> Result<Option<&'a [u8]>, CoreError> {
-        let index = self.offset + row;
-        if row >= self.len || !is_valid(self.validity, index) {
+        let Some(index) = self.rows.index(row) else {
             return Ok(None);
-        }
+        };
         let bounds = read_offset(self.offsets, self.width, index)
             .zip(read_offset(self.offsets, self.width, index + 1))
             .and_then(|(start, end)| {
@@ -126,10 +142,8 @@ impl<'a> BinaryView<'a> {
 /// A read-only view of an Arrow `int64` array's buffers.
 #[derive(Debug, Clone, Copy)]
 pub struct Int64View<'a> {
-    validity: Option<&'a [u8]>,
+    rows: Rows<'a>,
     values: &'a [u8],
-    offset: usize,
-    len: usize,
 }
 
 impl<'a> Int64View<'a> {
@@ -146,32 +160,25 @@ impl<'a> Int64View<'a> {
                 "Arrow int64 buffer: too short for {len} rows at offset {offset}"
             )));
         }
-        check_validity(validity, offset, len)?;
         Ok(Self {
-            validity,
+            rows: Rows::new(validity, offset, len)?,
             values,
-            offset,
-            len,
         })
     }
 
     /// Number of rows.
     pub fn len(&self) -> usize {
-        self.len
+        self.rows.len
     }
 
     /// Whether the view has no rows.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.rows.len == 0
     }
 
     /// Row `row`'s value, `None` when null (or past the end).
     pub fn get(&self, row: usize) -> Option<i64> {
-        let index = self.offset + row;
-        if row >= self.len || !is_valid(self.validity, index) {
-            return None;
-        }
-        read_offset(self.values, 8, index)
+        read_offset(self.values, 8, self.rows.index(row)?)
     }
 }
 
@@ -699,7 +706,7 @@ pub fn decode_rows<B: StructRows, T>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn binary(values: &[Option<&[u8]>]) -> (Option<Vec<u8>>, Vec<u8>, Vec<u8>) {
@@ -707,6 +714,11 @@ mod tests {
         for value in values {
             builder.push(*value);
         }
+        buffers_of(builder)
+    }
+
+    /// The validity, offsets and data buffers a binary builder wrote.
+    pub(crate) fn buffers_of(builder: BinaryBuilder) -> (Option<Vec<u8>>, Vec<u8>, Vec<u8>) {
         match builder.finish().unwrap() {
             Column::Bytes {
                 validity,

@@ -520,18 +520,7 @@ pub fn schedule_headers_batch(
 mod tests {
     use super::*;
     use crate::codec::columnar::Column;
-
-    fn view_of(builder: BinaryBuilder) -> (Option<Vec<u8>>, Vec<u8>, Vec<u8>) {
-        match builder.finish().unwrap() {
-            Column::Bytes {
-                validity,
-                offsets,
-                data,
-                ..
-            } => (validity, offsets, data),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    use crate::codec::columnar::tests::buffers_of;
 
     fn errors(column: Column) -> Vec<Option<String>> {
         let Column::Bytes {
@@ -558,7 +547,7 @@ mod tests {
             input.push(row.map(|r| zlib::deflate(r, 6).unwrap()).as_deref());
         }
         input.push(Some(b"corrupt"));
-        let (validity, offsets, data) = view_of(input);
+        let (validity, offsets, data) = buffers_of(input);
         let view = BinaryView::new(validity.as_deref(), &offsets, &data, 0, 5, false).unwrap();
         let (output, errs) = inflate_batch(&view, 100, true).finish().unwrap();
         let Column::Bytes {
@@ -590,7 +579,7 @@ mod tests {
         topics.push(Some(b"orders"));
         topics.push(None);
         topics.push(Some(b"orders"));
-        let (validity, offsets, data) = view_of(topics);
+        let (validity, offsets, data) = buffers_of(topics);
         let epochs: Vec<u8> = [1_700_000_100i64, 1_700_000_100, 5]
             .iter()
             .flat_map(|e| e.to_le_bytes())
@@ -637,7 +626,7 @@ mod tests {
         let mut topics = BinaryBuilder::default();
         topics.push(Some(b"orders"));
         topics.push(Some(b"orders"));
-        let (validity, offsets, data) = view_of(topics);
+        let (validity, offsets, data) = buffers_of(topics);
         let epochs: Vec<u8> = [1_700_000_100i64; 2]
             .iter()
             .flat_map(|e| e.to_le_bytes())
@@ -677,7 +666,7 @@ mod tests {
         for key in keys {
             column.push(key);
         }
-        let (validity, offsets, data) = view_of(column);
+        let (validity, offsets, data) = buffers_of(column);
         let view = BinaryView::new(validity.as_deref(), &offsets, &data, 0, 4, false).unwrap();
         for hashing in [PartitionKeyHashing::WaterDrop, PartitionKeyHashing::Bytes] {
             let (partitions, errs) = partition_key_batch(&view, 5, hashing)

@@ -1,0 +1,37 @@
+"""How a daemon (:class:`~ferrokafka.scheduling.Scheduler`,
+:class:`~ferrokafka.redelivery.RedeliveryTracker`) stops, in one order for both: its reporter
+learns first (the process's last report says ``stopping``), then the engine is asked to stop and
+waited for, then the reporter and the exit hook let the daemon go."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ferrokafka import _exit
+from ferrokafka.exceptions import KafkaError
+from ferrokafka.tracking import Reporter, TrackedSource
+
+
+class _Engine(Protocol):
+    def request_stop(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Daemon(TrackedSource, _exit.ClosesAtExit, Protocol):
+    """A daemon: sampled by a reporter, finished by the exit hook when its owner did not."""
+
+
+def stop(daemon: Daemon, engine: _Engine, reporter: Reporter | None, timeout: float) -> bool:
+    """Stops ``daemon``'s ``engine`` within ``timeout`` seconds; True once it stopped."""
+    if reporter is not None:
+        reporter.stopping(daemon)
+    engine.request_stop()
+    try:
+        stopped = engine.wait(timeout)
+    except KafkaError:
+        stopped = True  # it ended on its own; run() raises why, and the log says it
+    if reporter is not None:
+        reporter.untrack(daemon)
+    _exit.unregister(daemon)
+    return stopped

@@ -1,0 +1,22 @@
+"""Handing an instrumentation event to a component's subscribers (``subscribe`` callbacks)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def publish(
+    subscribers: Iterable[Callable[[str, dict[str, Any]], object]],
+    name: str,
+    payload: dict[str, Any],
+    log: logging.Logger,
+) -> None:
+    """Calls every subscriber with the event; one that raises is logged on ``log`` and the
+    others still get the event (a subscriber's bug must not stop the publishing thread)."""
+    for subscriber in subscribers:
+        try:
+            subscriber(name, payload)
+        except Exception:
+            log.exception("instrumentation subscriber failed on %s", name)
