@@ -15,8 +15,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 started=$(date +%s)
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+# Each step is stamped with the wall-clock time, so the log shows how long every step took.
+step() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*" >&2; }
 
+step "scripts/setup.sh (the development venv and wheel)"
 bash scripts/setup.sh
 export PATH="$root/.venv/bin:$PATH" # maturin --zig runs `python -m ziglang`
 
