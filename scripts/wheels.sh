@@ -3,10 +3,12 @@
 #   - ferrokafka-<v>-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl (zig)
 #   - ferrokafka-<v>-cp310-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl (zig, cross)
 #   - ferrokafka-<v>.tar.gz                                  (maturin sdist)
-# Both wheels pass `auditwheel show` as manylinux2014 (scripts/wheel_policy_test.py); the
-# x86_64 wheel is installed into a fresh venv of every pyenv CPython 3.10+, the aarch64 one into
-# an arm64 Debian root under qemu (scripts/aarch64_smoke.sh), and the sdist is built by pip in a
-# clean venv; each round-trips messages (scripts/wheel_smoke.py), counted by confluent-kafka.
+# Both wheels pass `auditwheel show` as manylinux2014 and ldd, run on each wheel's architecture,
+# lists only the policy's libraries (scripts/wheel_policy_test.py; the aarch64 ldd runs in the
+# arm64 root, so after its smoke test); the x86_64 wheel is installed into a fresh venv of every
+# pyenv CPython 3.10+, the aarch64 one into an arm64 Debian root under qemu
+# (scripts/aarch64_smoke.sh), and the sdist is built by pip in a clean venv; each round-trips
+# messages (scripts/wheel_smoke.py), counted by confluent-kafka.
 # Slow (compiles librdkafka and OpenSSL twice more, for aarch64 and inside pip): not run by
 # .ci/run, which checks setup.sh's abi3 wheel (native glibc) on the oldest and newest CPython
 # (tests/packaging).
@@ -15,8 +17,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 started=$(date +%s)
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+# Each step is stamped with the wall-clock time, so the log shows how long every step took.
+step() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*" >&2; }
 
+step "scripts/setup.sh (the development venv and wheel)"
 bash scripts/setup.sh
 export PATH="$root/.venv/bin:$PATH" # maturin --zig runs `python -m ziglang`
 
@@ -38,12 +42,12 @@ export KAFKA_PORT=${KAFKA_PORT:-19692}
 bootstrap=$(bash scripts/kafka.sh start | tail -n 1)
 trap 'bash scripts/kafka.sh stop' EXIT
 
-step "both wheels' policy; the x86_64 wheel on every CPython 3.10+ (fresh venvs)"
-KAFKA_BOOTSTRAP=$bootstrap FERROKAFKA_WHEEL_PYTHONS=all \
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests/packaging scripts/wheel_policy_test.py
-
 step "the aarch64 wheel on aarch64 (qemu)"
 bash scripts/aarch64_smoke.sh dist/ferrokafka-*_aarch64.whl "$bootstrap"
+
+step "both wheels' policy (auditwheel, ldd); the x86_64 wheel on every CPython 3.10+ (fresh venvs)"
+KAFKA_BOOTSTRAP=$bootstrap FERROKAFKA_WHEEL_PYTHONS=all \
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/packaging scripts/wheel_policy_test.py
 
 step "the sdist, built by pip in a clean venv"
 sdist_venv=$(mktemp -d)/venv
