@@ -72,8 +72,6 @@ __all__ = [
 # redelivered), and a dead letter's ORIGINAL_TOPIC_HEADER, ORIGINAL_PARTITION_HEADER and
 # ORIGINAL_OFFSET_HEADER (where it was in the queue topic).
 
-_Config = Config
-
 QueueMessage: TypeAlias = "Message | ShareMessage"
 """A message handed out by :class:`QueueConsumer`: ferrokafka's (markers backend) or
 confluent-kafka's (share backend); both have ``topic()``, ``partition()``, ``offset()``,
@@ -180,7 +178,7 @@ class QueueConsumer:
 
     def __init__(
         self,
-        config: _Config,
+        config: Config,
         queue_topic: str,
         markers_topic: str,
         redelivery_timeout: float = 60.0,
@@ -359,7 +357,7 @@ class QueueConsumer:
 
 
 def _share_queue(
-    config: _Config,
+    config: Config,
     queue_topic: str,
     share_group: str,
     redelivery_timeout: float,
@@ -459,7 +457,7 @@ class RedeliveryTracker(_exit.StopsAtExit):
 
     def __init__(
         self,
-        config: _Config,
+        config: Config,
         queue_topic: str,
         markers_topic: str,
         max_redeliveries: int = 3,

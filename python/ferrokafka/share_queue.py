@@ -92,8 +92,6 @@ class _RedactSecrets(logging.Filter):
 
 log.addFilter(_RedactSecrets())
 
-_Config = Config
-
 
 # The longest one poll holds the consumer's lock, so close() from another thread gets in.
 _POLL_SLICE = 0.2
@@ -118,12 +116,12 @@ _SHARE_REFUSED = frozenset(
 )
 
 
-def _connection(config: _Config) -> dict[str, Any]:
+def _connection(config: Config) -> dict[str, Any]:
     """The settings for the dead-letter producer and the admin client (no consumer keys)."""
     return {k: v for k, v in config.items() if k not in _CONSUMER_ONLY_KEYS}
 
 
-def _share_consumer_settings(config: _Config, group_id: str) -> dict[str, Any]:
+def _share_consumer_settings(config: Config, group_id: str) -> dict[str, Any]:
     dropped = sorted(k for k in config if k in _SHARE_REFUSED)
     if dropped:
         log.info("share backend: ignoring consumer-group settings %s", ", ".join(dropped))
@@ -151,7 +149,7 @@ def _ferrokafka_error(error: Any, what: str) -> KafkaError:
 
 
 def configure_share_group(
-    config: _Config,
+    config: Config,
     group_id: str,
     redelivery_timeout: float,
     max_redeliveries: int,
@@ -197,7 +195,7 @@ class ShareQueue:
 
     def __init__(
         self,
-        config: _Config,
+        config: Config,
         queue_topic: str,
         group_id: str,
         max_redeliveries: int,
