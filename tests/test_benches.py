@@ -15,7 +15,7 @@ BENCHES = Path(__file__).resolve().parent.parent / "benches"
 # Every script, with what it needs besides Python: a new bench must be added here (_common.py
 # holds what they share and is no bench).
 NEEDS = {
-    "abi3_bench.py": "kafka",
+    "builds_bench.py": "kafka",
     "core_bench.py": None,
     "producer_bench.py": "kafka",
     "producer_instructions.py": "kafka",
