@@ -10,7 +10,8 @@ Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). In one run, on
    confluent-kafka's ``consume(batch)`` + synchronous ``commit()``
    per batch; ferrokafka is ``QueueConsumer`` (START markers written and acknowledged, then a
    synchronous commit, per batch; the next batch prepared while this one is acked) plus
-   ``ack_many`` (END markers) per batch and a final ``flush``. Beside them, on a KIP-932 share
+   ``ack_many`` (END markers) per batch and a final ``flush``; and the README's loop,
+   ``for job in queue: queue.ack(job)``, one ``ack`` per message. Beside them, on a KIP-932 share
    group: confluent-kafka's ``ShareConsumer`` (explicit mode, ``acknowledge`` per record, one
    ``commit_sync`` at the end) and ``QueueConsumer(backend="share")`` (``consume`` +
    ``ack_many``, ``flush`` at the end). The cases run interleaved,
@@ -123,6 +124,29 @@ def queue_loop(
         started = started or time.perf_counter()
         queue.ack_many(messages)
         seen += len(messages)
+    queue.flush(60)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    queue.close()
+    return count / elapsed
+
+
+def queue_each_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int) -> float:
+    """The README's loop on ferrokafka's QueueConsumer (markers backend): ``for job in queue``
+    and ``queue.ack(job)`` per message, flush at the end."""
+    queue = QueueConsumer(
+        {"bootstrap.servers": bootstrap},
+        topic,
+        markers,
+        60.0,
+        group_id=f"bench-each-{uuid.uuid4().hex}",
+        max_batch_size=batch,
+    )
+    started = None
+    for seen, job in enumerate(queue, start=1):
+        started = started or time.perf_counter()
+        queue.ack(job)
+        if seen == count:
+            break
     queue.flush(60)
     elapsed = time.perf_counter() - (started or time.perf_counter())
     queue.close()
@@ -272,6 +296,9 @@ def main() -> int:
         "ferrokafka QueueConsumer (START + commit + ack_many)": lambda: queue_loop(
             bootstrap, queue_topic, markers, args.messages, args.batch, "markers"
         ),
+        "ferrokafka QueueConsumer, README loop (for job in queue: ack(job))": lambda: (
+            queue_each_loop(bootstrap, queue_topic, markers, args.messages, args.batch)
+        ),
         "confluent-kafka ShareConsumer (acknowledge each, commit at end)": lambda: share_peer_loop(
             bootstrap, queue_topic, args.messages
         ),
@@ -288,14 +315,15 @@ def main() -> int:
             rates[name].append(cases[name]())
             cpu[name].append((process_cpu() - before) / args.messages * 1e6)
     marked = records_on(bootstrap, markers, 3)
-    expected = 2 * args.messages * args.samples
+    # A START and an END per message, sample and markers-backend case (batched and per message).
+    expected = 2 * 2 * args.messages * args.samples
     assert marked == expected, f"{marked} markers on the topic, expected {expected}"
     client.delete_topics([queue_topic, markers])
     late = lateness(bootstrap, client, args.late, args.timeout)
     share_late = share_lateness(bootstrap, client, args.late, args.timeout)
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
-    plain, ours, share_peer, share_ours = medians.values()
+    plain, ours, ours_each, share_peer, share_ours = medians.values()
     print(
         f"| measure ({args.messages} msgs of {args.size} B, batch {args.batch}, "
         f"median of {args.samples}) | value |"
@@ -308,6 +336,10 @@ def main() -> int:
             f"{statistics.median(cpu[name]):.2f} µs/msg |"
         )
     print(f"| ratio markers QueueConsumer / confluent consume + commit | {ours / plain:.2f}x |")
+    print(
+        f"| ratio README loop (ack per message) / confluent consume + commit | "
+        f"{ours_each / plain:.2f}x |"
+    )
     print(
         f"| ratio share QueueConsumer / confluent ShareConsumer | {share_ours / share_peer:.2f}x |"
     )

@@ -1267,6 +1267,9 @@ class _RawQueueConsumer:
         """Up to ``max_messages`` messages whose START markers are written and offsets
         committed; ``[]`` when none came within ``timeout`` seconds (None: wait for one).
         Raises ``MarkerRefusedError`` carrying a message whose START was refused for good."""
+    def ack(self, message: Any) -> None:
+        """Write the END marker of this message (``Message`` or anything with ``partition()``
+        and ``offset()``; ValueError when it is not in flight)."""
     def ack_many(self, messages: Sequence[Any]) -> None:
         """Write the END markers of these messages (``Message`` or anything with
         ``partition()`` and ``offset()``; ValueError for one not in flight)."""

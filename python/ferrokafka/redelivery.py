@@ -269,19 +269,24 @@ class QueueConsumer:
     def __iter__(self) -> Iterator[QueueMessage]:
         """Yields messages, waiting for new ones in between, until the consumer is closed
         (for example by :meth:`close` from another thread)."""
+        buffer = self._buffer
         while True:
+            # Drain the buffer first, one deque operation per message; `close` empties it.
+            while buffer:
+                yield buffer.popleft()
             try:
-                message = self.poll(timeout=None)
+                buffer.extend(self._fetch(self._max_batch_size, None))
             except ClosedError:
                 return
-            if message is not None:
-                yield message
 
     def ack(self, message: QueueMessage) -> None:
         """Processing of ``message`` succeeded: it will not be redelivered. ``message`` must be
         one this consumer handed out and not yet acked or nacked (``ValueError`` otherwise;
         ``TypeError`` for anything but a message)."""
-        self.ack_many([message])
+        if self._share is not None:
+            self._share.ack_many([_position(message)])
+        else:
+            self._markers().ack(message)
 
     def ack_many(self, messages: list[QueueMessage]) -> None:
         """:meth:`ack` for a whole batch in one native call.

@@ -123,6 +123,13 @@ impl PyRawQueueConsumer {
         }
     }
 
+    /// The END marker of one message: the README's `for job in queue: ... queue.ack(job)` loop
+    /// crosses here once per message, without a list around it.
+    fn ack(&self, message: Bound<'_, PyAny>) -> NativeResult<()> {
+        let (partition, offset) = queue_position(&message)?;
+        Ok(self.engine()?.ack(partition, offset)?)
+    }
+
     /// One call (one lock, no GIL release) for a whole batch of END markers.
     fn ack_many(&self, messages: Vec<Bound<'_, PyAny>>) -> NativeResult<()> {
         let positions = messages

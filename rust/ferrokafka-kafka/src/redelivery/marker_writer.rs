@@ -16,7 +16,6 @@
 //! Threading: every method may be called from any thread; the keepalive thread ends when its
 //! [`KeepaliveThread`] is dropped (the drop joins it). No Python runs here.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::thread::JoinHandle;
@@ -26,6 +25,7 @@ use ferrokafka_core::codec::marker_codec::append_marker;
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::ClientContext;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rustc_hash::FxHashMap;
 
 use crate::batch_produce::{BatchTopic, Payloads};
 use crate::daemon::now_ms;
@@ -101,8 +101,9 @@ pub(super) struct MarkerWriter {
     markers_partitions: OnceLock<i32>,
     redelivery_timeout: Duration,
     marker_timeout: Duration,
-    /// In-flight messages and when their deadline was last set.
-    in_flight: Mutex<HashMap<MessageId, Instant>>,
+    /// In-flight messages and when their deadline was last set (FxHash: ids are not chosen by
+    /// an attacker, and every ack hashes one).
+    in_flight: Mutex<FxHashMap<MessageId, Instant>>,
     keepalives: AtomicU64,
 }
 
@@ -122,7 +123,7 @@ impl MarkerWriter {
             markers_partitions: OnceLock::new(),
             redelivery_timeout,
             marker_timeout,
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(FxHashMap::default()),
             keepalives: AtomicU64::new(0),
         })
     }
@@ -151,7 +152,7 @@ impl MarkerWriter {
         now_ms().saturating_add(millis(self.redelivery_timeout))
     }
 
-    fn in_flight(&self) -> MutexGuard<'_, HashMap<MessageId, Instant>> {
+    fn in_flight(&self) -> MutexGuard<'_, FxHashMap<MessageId, Instant>> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
