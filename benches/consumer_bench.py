@@ -14,6 +14,8 @@ because the figures mean little on a busy machine. Every handler touches every v
 
 - ferrokafka, ``sum(len(v) for v in batch.values())``, default bounds and 200k-record bounds;
 - ferrokafka, ``batch.to_arrow()`` and the summed value lengths computed by pyarrow;
+- ferrokafka's ``AsyncConsumer`` with a coroutine handler doing the same sum, default bounds
+  (printed also as a ratio to the thread-based ``Consumer``);
 - confluent-kafka, ``consume(num_messages=1000)`` and ``sum(len(m.value()))``, with librdkafka's
   defaults and with ``fetch.queue.backoff.ms=0`` (see ``CONFLUENT_TUNED``);
 - Java ``ConsumerPerformance`` (its fetch-only rate, from the jars scripts/kafka.sh fetched).
@@ -26,6 +28,7 @@ one, and on one partition with 1,000 keys ``ordering="key"`` (``max_concurrency=
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -41,7 +44,7 @@ import pyarrow.compute as pc
 from _common import add_smoke_option, records_on, start_broker, stop_broker
 from confluent_kafka import Consumer as ConfluentConsumer
 
-from ferrokafka import AsyncProducer, Batch, Client, Consumer, NewTopic
+from ferrokafka import AsyncConsumer, AsyncProducer, Batch, Client, Consumer, NewTopic
 
 KAFKA_HOME = Path(os.environ.get("FERROKAFKA_CACHE", Path.home() / ".cache" / "ferrokafka"))
 LIMIT = 300.0
@@ -50,6 +53,8 @@ CONFLUENT = "confluent-kafka consume(1000), len(m.value())"
 # prefetch holds queued.min.messages (100,000); a loop slower than the broker then idles for most
 # of each second on topics that large. The tuned peer turns that pause off.
 CONFLUENT_TUNED = "confluent-kafka consume(1000), len(m.value()), fetch.queue.backoff.ms=0"
+SYNC = "ferrokafka values(), default bounds"
+ASYNC = "ferrokafka AsyncConsumer, async handler, values(), default bounds"
 ROOMY: dict[str, Any] = {"max_queue_records": 200_000, "max_queue_bytes": 256 * 1024 * 1024}
 
 
@@ -99,6 +104,33 @@ def ferrokafka_rate(
             raise TimeoutError(f"ferrokafka consumer saw {seen} of {count}")
         elapsed = time.perf_counter() - first
     return count / elapsed
+
+
+def async_rate(bootstrap: str, topic: str, count: int, work: Callable[[Batch], object]) -> float:
+    """ferrokafka_rate for an AsyncConsumer whose coroutine handler does ``work``."""
+
+    async def measure() -> float:
+        done = asyncio.Event()
+        seen, first = 0, 0.0
+
+        async def handle(batch: Batch) -> None:
+            nonlocal seen, first
+            work(batch)
+            if not seen:
+                first = time.perf_counter()
+            seen += len(batch)
+            if seen >= count:
+                done.set()
+
+        async with AsyncConsumer(group_config(bootstrap), [topic], handle):
+            try:
+                await asyncio.wait_for(done.wait(), LIMIT)
+            except TimeoutError:
+                raise TimeoutError(f"ferrokafka AsyncConsumer saw {seen} of {count}") from None
+            elapsed = time.perf_counter() - first
+        return count / elapsed
+
+    return asyncio.run(measure())
 
 
 def confluent_rate(bootstrap: str, topic: str, count: int, **tuning: str | int) -> float:
@@ -200,15 +232,14 @@ def main() -> int:
         io_keys = fill(client, bootstrap, 1, m, args.size, keys=1000)
         load_before = os.getloadavg()
         cases: dict[str, Callable[[], float]] = {
-            "ferrokafka values(), default bounds": lambda: ferrokafka_rate(
-                bootstrap, topic, n, touch_values
-            ),
+            SYNC: lambda: ferrokafka_rate(bootstrap, topic, n, touch_values),
             "ferrokafka values(), bounds 200k rec / 256 MiB": lambda: ferrokafka_rate(
                 bootstrap, topic, n, touch_values, **ROOMY
             ),
             "ferrokafka to_arrow(), default bounds": lambda: ferrokafka_rate(
                 bootstrap, topic, n, touch_arrow
             ),
+            ASYNC: lambda: async_rate(bootstrap, topic, n, touch_values),
             CONFLUENT: lambda: confluent_rate(bootstrap, topic, n),
             CONFLUENT_TUNED: lambda: confluent_rate(
                 bootstrap, topic, n, **{"fetch.queue.backoff.ms": 0}
@@ -255,6 +286,7 @@ def main() -> int:
             f"| {name} | {rate:,.0f} | {rate / consume:.2f}x | {rate / tuned:.2f}x "
             f"| {versus_java} |"
         )
+    print(f"\nAsyncConsumer / Consumer (same handler work): {rates[ASYNC] / rates[SYNC]:.2f}x")
     print(f"\n{m:,} records, handler sleeps 1 ms per batch, max_batch_size=10\n")
     print("| case | records/s | speed-up |")
     print("|---|---:|---:|")
