@@ -4,8 +4,10 @@ returns, made cheaply.
 Why: a plain ``Future`` builds a ``threading.Condition`` with six bound methods and a deque per
 instance, a dozen objects the cyclic garbage collector walks again and again while a million
 futures wait for their messages; that walking was most of ``produce_future``'s cost. This
-subclass gives each future a small slotted condition (its waiters list made only when someone
-waits) and starts it running, and is otherwise the standard class: ``result``, ``exception``,
+subclass starts running and makes nothing more until it is used: its small slotted condition
+and its waiter and callback lists come into being when someone first waits on it, asks about
+it or adds a callback, so a future that is only settled and then read stays one object for the
+garbage collector. Otherwise it is the standard class: ``result``, ``exception``,
 ``add_done_callback``, ``cancel``, ``concurrent.futures.wait`` / ``as_completed`` and
 ``asyncio.wrap_future`` all work on it (tests/unit/test_delivery_future.py holds them to that).
 """
@@ -14,9 +16,8 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures._base import RUNNING
+from concurrent.futures._base import FINISHED, RUNNING
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -73,13 +74,71 @@ class _Condition:
 
 
 class DeliveryFuture(Future[T]):
-    """A running ``concurrent.futures.Future`` with a light condition (see the module docs)."""
+    """A running ``concurrent.futures.Future`` whose condition and lists are made on first use
+    (see the module docs)."""
+
+    # Read from the class until set on the instance: a future nobody looked at is this one
+    # object, and settling it sets two attributes.
+    _state = RUNNING
+    _result = None
+    _exception = None
+    # Set (before anything is made) by the first use of the condition or of the waiter and
+    # callback lists: from then on settling goes through them as the base class does.
+    _looked_at = False
 
     def __init__(self) -> None:
-        # The base class's state, set directly (its __init__ would build the heavy condition).
-        self._condition = _Condition()  # type: ignore[assignment]
-        self._state = RUNNING
-        self._result = None
-        self._exception = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[Future[T]], object]] = []
+        # The base class's __init__ would build the heavy condition; the class holds the state.
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when the instance does not have the attribute yet (first use). The
+        # dict's setdefault is atomic: two threads asking at once get the same object.
+        if name == "_condition":
+            self._looked_at = True
+            return self.__dict__.setdefault(name, _Condition())
+        if name in ("_waiters", "_done_callbacks"):
+            self._looked_at = True
+            return self.__dict__.setdefault(name, [])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # Settling sets the state first and then looks whether anyone looked: a thread that starts
+    # to wait or add a callback afterwards marks the future first and then reads the state, so
+    # it sees the result; one that marked it before is notified under the condition, as by the
+    # base class. A delivery future is settled once, by the producer (no InvalidStateError).
+    def set_result(self, result: T) -> None:
+        self._result = result
+        self._state = FINISHED
+        if self._looked_at:
+            self._notify(failed=False)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._exception = exception
+        self._state = FINISHED
+        if self._looked_at:
+            self._notify(failed=True)
+
+    # FINISHED is final, so a settled future answers without its condition (nothing to make).
+    def done(self) -> bool:
+        return self._state == FINISHED or super().done()
+
+    def result(self, timeout: float | None = None) -> T:
+        if self._state == FINISHED:
+            if self._exception is not None:
+                raise self._exception
+            return self._result  # type: ignore[return-value]
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def _notify(self, *, failed: bool) -> None:
+        with self._condition:
+            for waiter in self._waiters:
+                if failed:
+                    waiter.add_exception(self)
+                else:
+                    waiter.add_result(self)
+            self._condition.notify_all()
+        self._invoke_callbacks()

@@ -4,8 +4,10 @@ condition must keep the standard class's waiting, callbacks, cancellation and in
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 
 import pytest
@@ -116,3 +118,43 @@ def test_an_asyncio_cancel_does_not_cancel_the_delivery() -> None:
     assert not future.cancelled()  # the record is still in flight; its result still comes
     future.set_result(1)
     assert future.result(timeout=0) == 1
+
+
+def test_a_future_only_settled_and_read_is_one_object_for_the_garbage_collector() -> None:
+    # Why the class exists: a million futures waiting for their messages must not be a million
+    # conditions and lists for the cyclic collector to walk.
+    gc.collect()
+    before = len(gc.get_objects())
+    futures: list[DeliveryFuture[int]] = [DeliveryFuture() for _ in range(1000)]
+    for n, future in enumerate(futures):
+        future.set_result(n)
+    assert [f.result(timeout=0) for f in futures] == list(range(1000))
+    assert all(f.done() and f.exception(timeout=0) is None for f in futures)
+    assert len(gc.get_objects()) - before <= 1000 + 10
+
+
+def test_callbacks_and_waiters_racing_the_settlement_each_see_it_once() -> None:
+    # Settling sets the state without the condition unless someone looked: a callback added or
+    # a wait begun while another thread settles must still run or wake exactly once.
+    futures: list[DeliveryFuture[int]] = [DeliveryFuture() for _ in range(5000)]
+    calls = [0] * len(futures)
+
+    def settle_all() -> None:
+        for n, future in enumerate(futures):
+            future.set_result(n)
+
+    def count(n: int) -> Callable[[Future[int]], None]:
+        def called(future: Future[int]) -> None:
+            assert future.result(timeout=0) == n
+            calls[n] += 1
+
+        return called
+
+    settler = threading.Thread(target=settle_all)
+    settler.start()
+    for n, future in enumerate(futures):
+        future.add_done_callback(count(n))
+    done = sorted(f.result(timeout=0) for f in as_completed(futures, timeout=5))
+    assert done == list(range(len(futures)))
+    settler.join(5)
+    assert calls == [1] * len(futures)
