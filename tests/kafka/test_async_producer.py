@@ -511,3 +511,30 @@ def test_a_users_statistics_interval_is_not_logged_by_producers_and_clients(
     producer.shutdown(timeout=5.0)
     logged = [r for r in caplog.records if "stats" in r.getMessage().lower()]
     assert logged == [], logged[0].getMessage()[:200]
+
+
+def test_flush_settles_every_future_and_callback_beyond_one_chunk_of_deliveries(
+    config: dict[str, Any], topic_factory: TopicFactory
+) -> None:
+    # flush promises that every record's callback ran and future is settled when it returns.
+    # Deliveries settle in the binding and return no event to Python, so a drain that stopped
+    # at the first empty answer left all but the first 10,000 of them waiting. The event
+    # thread is stopped first so that every delivery is left to flush's own drain.
+    topic = topic_factory(partitions=3)
+    producer = AsyncProducer(config, max_queue_size=30_000)
+    producer._events._closed.set()
+    producer._events._thread.join(5)
+    called = 0
+
+    def count(_error: object, _message: object) -> None:
+        nonlocal called
+        called += 1
+
+    futures = [producer.produce_future(b"x", topic) for _ in range(15_000)]
+    for _ in range(15_000):
+        producer.produce(b"y", topic, on_delivery=count)
+    producer.flush(timeout=30)
+    assert sum(not f.done() for f in futures) == 0
+    assert called == 15_000
+    assert all(f.result(timeout=0).offset() >= 0 for f in futures)
+    producer.shutdown()

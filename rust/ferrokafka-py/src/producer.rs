@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
 use ferrokafka_kafka::{
@@ -388,9 +388,12 @@ impl PyRawAsyncProducer {
         }
     }
 
-    /// Waits up to `timeout` seconds for events, takes at most `max_events` of them, settles the
+    /// Waits up to `timeout` seconds for events, takes them `max_events` at a time, settles the
     /// delivery results among them (callbacks and futures, in the order the results came), and
-    /// returns the events Python still handles (failures, drops, instrumentation).
+    /// returns the events Python still handles (failures, drops, instrumentation). It returns as
+    /// soon as there are such events, or once it found the inbox empty: so `[]` means every
+    /// event so far was settled, which `flush` relies on (deliveries alone return no objects, and
+    /// stopping after one full chunk of them left the rest unsettled).
     #[pyo3(signature = (timeout, max_events=10_000))]
     fn poll_events(
         &self,
@@ -398,13 +401,20 @@ impl PyRawAsyncProducer {
         timeout: f64,
         max_events: usize,
     ) -> NativeResult<Vec<Py<PyAny>>> {
-        let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
-        let events = self.events.drain(py, wait, max_events);
+        let mut wait = seconds_or_off("timeout", timeout)?.min(SLICE);
+        let max_events = max_events.max(1);
         let mut for_python = Vec::new();
-        for event in events {
-            for_python.extend(event_object(py, event, &self.engine, &self.waiters)?);
+        loop {
+            let events = self.events.drain(py, wait, max_events);
+            let inbox_emptied = events.len() < max_events;
+            for event in events {
+                for_python.extend(event_object(py, event, &self.engine, &self.waiters)?);
+            }
+            if inbox_emptied || !for_python.is_empty() {
+                return Ok(for_python);
+            }
+            wait = Duration::ZERO;
         }
-        Ok(for_python)
     }
 
     /// Hands a record returned by `shutdown` to its waiter with the message's error.
