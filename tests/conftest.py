@@ -71,16 +71,24 @@ def kafka_bootstrap() -> Iterator[str]:
         yield existing
         return
     env = {**os.environ, "KAFKA_PORT": os.environ.get("FERROKAFKA_TEST_KAFKA_PORT", "19092")}
-    started = subprocess.run(
-        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=False
-    )
+    with session_broker(env, "the Kafka broker") as lines:
+        yield lines[-1]
+
+
+@contextmanager
+def session_broker(env: dict[str, str], what: str) -> Iterator[list[str]]:
+    """kafka.sh's broker for ``env`` (its output lines); stopped afterwards only when this
+    session started it: a broker that was already running on the port is someone else's."""
+    kafka = ["bash", str(KAFKA_SCRIPT)]
+    ours = subprocess.run([*kafka, "status"], env=env, capture_output=True).returncode != 0
+    started = subprocess.run([*kafka, "start"], env=env, capture_output=True, text=True)
     if started.returncode != 0:
-        pytest.fail(f"could not start the Kafka broker:\n{started.stderr}", pytrace=False)
-    bootstrap = started.stdout.strip().splitlines()[-1]
+        pytest.fail(f"could not start {what}:\n{started.stderr}", pytrace=False)
     try:
-        yield bootstrap
+        yield started.stdout.strip().splitlines()
     finally:
-        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
+        if ours:
+            subprocess.run([*kafka, "stop"], env=env, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -209,17 +217,10 @@ def secure_broker() -> Iterator[SecureBroker]:
         str(int(os.environ.get("FERROKAFKA_TEST_KAFKA_PORT", "19092")) + 20),
     )
     env = {**os.environ, "KAFKA_PORT": port, "KAFKA_SECURITY": "1"}
-    started = subprocess.run(
-        ["bash", str(KAFKA_SCRIPT), "start"], env=env, capture_output=True, text=True, check=False
-    )
-    if started.returncode != 0:
-        pytest.fail(f"could not start the secured Kafka broker:\n{started.stderr}", pytrace=False)
-    *settings, bootstrap = started.stdout.strip().splitlines()
-    fields = dict(line.split("=", 1) for line in settings)
-    try:
+    with session_broker(env, "the secured Kafka broker") as lines:
+        *settings, bootstrap = lines
+        fields = dict(line.split("=", 1) for line in settings)
         yield SecureBroker(bootstrap=bootstrap, **fields)
-    finally:
-        subprocess.run(["bash", str(KAFKA_SCRIPT), "stop"], env=env, check=False)
 
 
 Broker = tuple[str, dict[str, str]]
