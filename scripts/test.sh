@@ -33,8 +33,9 @@ if [[ -z ${KAFKA_BOOTSTRAP:-} ]]; then
     export KAFKA_BOOTSTRAP
 fi
 
-step "cargo test (the engines against the broker; ferrokafka-py is covered by pytest)"
+step "cargo test (the engines against the broker; the binding's few Rust tests, its unsafe Arrow C export)"
 cargo test --release --workspace --exclude ferrokafka-py
+cargo test --release -p ferrokafka-py --lib
 step "cargo bench --no-run"
 cargo bench -p ferrokafka-benches --no-run
 

@@ -116,28 +116,9 @@ def _to_arrow(parts: tuple[Any, ...]) -> pa.Array:
     raise ValueError(f"unknown column kind {kind!r}")  # pragma: no cover - Rust returns the above
 
 
-_TIMESTAMP_MS = pa.timestamp("ms")
-_PARTITION = pa.int32()
-
-
-def _record_batch(parts: tuple[Any, ...]) -> pa.RecordBatch:
-    """A consumer ``Batch`` as a ``pyarrow.RecordBatch``, from the struct column Rust built
-    (its rows are never null); partition becomes int32 and timestamp timestamp[ms], as Spark's
-    Kafka source types them.
-
-    Each pyarrow call here is paid once per batch and may hand the GIL to another partition's
-    worker, so the struct's children become the columns directly, and the timestamp is a
-    zero-copy view of its int64 buffer rather than a cast."""
-    names, columns = [], []
-    for name, child in parts[3]:
-        column = _to_arrow(child)
-        if name == "timestamp":
-            column = column.view(_TIMESTAMP_MS)
-        elif name == "partition":
-            column = column.cast(_PARTITION)
-        names.append(name)
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, names=names)
+# How Batch.to_arrow takes the record batch it built in Rust (the Arrow C data interface's
+# PyCapsules), looked up by the binding once.
+_import_record_batch = pa.RecordBatch._import_from_c_capsule
 
 
 def _first_error(errors: pa.Array) -> tuple[int, str] | None:

@@ -125,7 +125,7 @@ fn optional_bytes<'py>(py: Python<'py>, bytes: Option<Vec<u8>>) -> Option<Bound<
 }
 
 /// A finished column as nested tuples: `(type, length, validity, buffers...)`.
-pub(crate) fn column_parts<'py>(py: Python<'py>, column: Column) -> PyResult<Bound<'py, PyTuple>> {
+fn column_parts<'py>(py: Python<'py>, column: Column) -> PyResult<Bound<'py, PyTuple>> {
     match column {
         Column::Int64 {
             len,

@@ -3,21 +3,26 @@
 //! A `Message` object is created only when a record is accessed (indexing or iterating), and
 //! shares the batch's memory; the columnar accessors build one Python list per call and
 //! `to_arrow` builds the Arrow buffers with the GIL released (one copy per value, no Python
-//! object per record).
+//! object per record) and hands them to pyarrow through the Arrow C data interface (`arrow_c`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ferrokafka_core::codec::columnar::ColumnBuilder;
 use ferrokafka_core::codec::records::{RecordFields, RecordRows};
+use ferrokafka_core::error::CoreError;
 use ferrokafka_kafka::{ReceivedRecord, TimestampKind};
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PySlice};
 
-use crate::arrow::column_parts;
+use crate::arrow_c::Node;
 use crate::errors::NativeResult;
 use crate::message::PyMessage;
+
+/// `pyarrow.RecordBatch._import_from_c_capsule`, looked up once.
+static IMPORT_RECORD_BATCH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// The records of one partition handed to a handler, in offset order; a sequence of `Message`.
 #[pyclass(name = "Batch", module = "ferrokafka._native", frozen, sequence)]
@@ -116,7 +121,7 @@ impl PyBatch {
     fn to_arrow(&self, py: Python<'_>) -> NativeResult<Py<PyAny>> {
         let records = Arc::clone(&self.records);
         // Building the columns scales with the batch: done detached.
-        let column = py.detach(move || {
+        let columns = py.detach(move || -> Result<Node, CoreError> {
             let mut rows = RecordRows::default();
             for record in records.iter() {
                 let available = record.timestamp_kind != TimestampKind::NotAvailable;
@@ -133,11 +138,24 @@ impl PyBatch {
                         .map(|(k, v)| (k.as_str(), v.as_deref())),
                 });
             }
-            rows.finish()
+            // As Spark's Kafka source types them: partition int32, timestamp timestamp[ms].
+            let mut columns = Node::new("", rows.finish()?);
+            if let Some(partition) = columns.child_mut("partition") {
+                partition.narrow_int64_to_int32();
+            }
+            if let Some(timestamp) = columns.child_mut("timestamp") {
+                timestamp.view_int64_as(c"tsm:");
+            }
+            Ok(columns)
         })?;
-        let parts = column_parts(py, column)?;
-        let arrow = py.import("ferrokafka.arrow")?;
-        Ok(arrow.call_method1("_record_batch", (parts,))?.unbind())
+        let (schema, array) = columns.into_capsules(py)?;
+        let import = IMPORT_RECORD_BATCH.get_or_try_init(py, || {
+            // ferrokafka.arrow imports pyarrow, or says which extra installs it.
+            py.import("ferrokafka.arrow")?
+                .getattr("_import_record_batch")
+                .map(Bound::unbind)
+        })?;
+        Ok(import.call1(py, (schema, array))?)
     }
 
     fn __repr__(&self) -> String {

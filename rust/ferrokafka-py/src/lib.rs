@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 
 mod arrow;
+mod arrow_c;
 mod batch;
 mod blocking;
 mod client;
