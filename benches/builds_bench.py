@@ -17,7 +17,9 @@ a build is a fresh process of its Python that measures, in turn:
   target's create time until it counts them all dispatched (scheduler_bench.py's burst);
 - a ``QueueConsumer`` (markers backend) reading Q records of a 3-partition topic filled once, in
   batches of 500 with ``ack_many`` and a final ``flush`` (redelivery_bench.py's loop);
-- one codec call, ``codecs.encode_process_report`` of a 10 KB report (best of 20; core_bench.py).
+- one codec call, ``codecs.encode_process_report`` of a 10 KB report (best of 20; core_bench.py);
+- one ``Batch.to_arrow()`` of a 300-record batch of that topic inside a ``Consumer``'s handler
+  (best of 5 runs of 2,000 calls).
 Samples run A-B-B-A, then B-A-A-B, ... (``--rounds``); the table gives each build's medians and
 B/A; the load average is printed before and after. Each sample counts the records afterwards:
 every produced record on its topic (confluent-kafka's watermarks), every schedule's target on
@@ -50,7 +52,9 @@ METRICS = {
     "Scheduler burst dispatches/s": "dispatch",
     "QueueConsumer + ack_many msgs/s": "redeliver",
     "encode_process_report µs (10 KB)": "codec_us",
+    "Batch.to_arrow µs (300 records)": "to_arrow_us",
 }
+ARROW_BATCH = 300
 
 
 def produce_rate(bootstrap: str, count: int) -> float:
@@ -105,6 +109,30 @@ def redeliver_rate(bootstrap: str, queue_topic: str, count: int) -> float:
     return queue_loop(bootstrap, queue_topic, markers, count, QUEUE_BATCH, "markers")
 
 
+def to_arrow_us(bootstrap: str, topic: str, calls: int) -> float:
+    """Best time of one ``Batch.to_arrow()`` on a batch of 300 records, over 5 runs of
+    ``calls`` calls, inside a Consumer's handler."""
+    import threading
+
+    from consumer_bench import group_config
+
+    from ferrokafka import Batch, Consumer
+
+    timed: list[float] = []
+    done = threading.Event()
+
+    def handle(batch: Batch) -> None:
+        if done.is_set() or len(batch) < min(ARROW_BATCH, calls):
+            return
+        timed.append(min(timeit.repeat(batch.to_arrow, number=calls, repeat=5)) / calls)
+        done.set()
+
+    with Consumer(group_config(bootstrap), [topic], handle, max_batch_size=ARROW_BATCH):
+        if not done.wait(120):
+            raise TimeoutError("no batch of 300 records came")
+    return timed[0] * 1e6
+
+
 def sample(bootstrap: str, topics: dict[str, str], sizes: dict[str, int]) -> dict[str, float]:
     """One sample of the installed build (run in that build's venv)."""
     from consumer_bench import ferrokafka_rate, touch_values
@@ -118,12 +146,14 @@ def sample(bootstrap: str, topics: dict[str, str], sizes: dict[str, int]) -> dic
     redeliver = redeliver_rate(bootstrap, topics["queue"], sizes["queued"])
     report = process_report(10_000)
     codec = min(timeit.repeat(lambda: codecs.encode_process_report(report), number=1, repeat=20))
+    arrow = to_arrow_us(bootstrap, topics["consume"], 2_000 if sizes["messages"] >= 100_000 else 20)
     return {
         "produce": produce,
         "consume": consume,
         "dispatch": dispatch,
         "redeliver": redeliver,
         "codec_us": codec * 1e6,
+        "to_arrow_us": arrow,
     }
 
 
