@@ -771,9 +771,9 @@ _ArrowParts = tuple[Any, Any, Any, int, int, bool]
 array (any buffer-protocol objects; ``None`` for an absent buffer), its slice offset and length,
 and whether its offsets are 64-bit."""
 
-_Column = tuple[Any, ...]
-"""A result column: ``(type, length, validity, buffers..., children)``, rebuilt into a pyarrow
-array by ``ferrokafka.arrow``."""
+_Column = tuple[Any, Any]
+"""A result column as the Arrow C data interface's ``(schema, array)`` PyCapsules, which
+``ferrokafka.arrow`` imports with ``pyarrow.Array._import_from_c_capsule`` (no copy)."""
 
 def inflate_batch(
     column: _ArrowParts, max_output: int = 67108864, large: bool = False
@@ -782,7 +782,7 @@ def inflate_batch(
 
     Returns the output column (binary; 64-bit offsets if ``large``) and a string column with
     each failed row's error (the output row is then null). Use :func:`ferrokafka.arrow.inflate`,
-    which passes the buffers and rebuilds the arrays. Example:
+    which passes the buffers and imports the arrays. Example:
         >>> import zlib, pyarrow as pa
         >>> from ferrokafka import arrow
         >>> arrow.inflate(pa.array([zlib.compress(b"a"), b"junk"])).to_pylist()

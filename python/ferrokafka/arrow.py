@@ -92,28 +92,10 @@ def _int64_parts(name: str, values: pa.Array | pa.ChunkedArray) -> _Parts:
     return validity, data, None, array.offset, len(array), False
 
 
-def _to_arrow(parts: tuple[Any, ...]) -> pa.Array:
-    """Rebuilds a column the Rust side returned as ``(type, length, validity, buffers...)``."""
-    kind, length, validity = parts[0], parts[1], parts[2]
-    bitmap = None if validity is None else pa.py_buffer(validity)
-    if kind in ("int64", "float64"):
-        arrow_type = pa.int64() if kind == "int64" else pa.float64()
-        return pa.Array.from_buffers(arrow_type, length, [bitmap, pa.py_buffer(parts[3])])
-    if kind in ("binary", "string", "large_binary", "large_string"):
-        buffers = [bitmap, pa.py_buffer(parts[3]), pa.py_buffer(parts[4])]
-        return pa.Array.from_buffers(getattr(pa, kind)(), length, buffers)
-    if kind == "list":
-        item = _to_arrow(parts[4])
-        return pa.Array.from_buffers(
-            pa.list_(item.type), length, [bitmap, pa.py_buffer(parts[3])], children=[item]
-        )
-    if kind == "struct":
-        children = [_to_arrow(child) for _, child in parts[3]]
-        fields = [
-            pa.field(name, child.type) for (name, _), child in zip(parts[3], children, strict=True)
-        ]
-        return pa.Array.from_buffers(pa.struct(fields), length, [bitmap], children=children)
-    raise ValueError(f"unknown column kind {kind!r}")  # pragma: no cover - Rust returns the above
+def _to_arrow(capsules: tuple[Any, Any]) -> pa.Array:
+    """A column the Rust side returned as Arrow C data interface capsules (schema, array),
+    imported without a copy."""
+    return pa.Array._import_from_c_capsule(*capsules)
 
 
 # How Batch.to_arrow takes the record batch it built in Rust (the Arrow C data interface's

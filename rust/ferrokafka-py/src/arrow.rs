@@ -3,8 +3,8 @@
 //!
 //! GIL: the input buffers are borrowed (read in place at pyarrow's address, no copy) and held for
 //! the whole call; the row loop always runs detached (a batch is thousands of rows). The result
-//! columns are copied into `bytes` objects once, while attached, and rebuilt into pyarrow arrays
-//! by `ferrokafka/arrow.py`.
+//! columns go back as Arrow C data interface capsules (`arrow_c`), which `ferrokafka/arrow.py`
+//! imports into pyarrow arrays without a copy.
 
 use ferrokafka_core::codec::columnar::{
     BatchResult, BinaryView, Column, ColumnBuilder, Int64View, StructRows,
@@ -13,8 +13,9 @@ use ferrokafka_core::codec::envelope::{ScheduleLimits, WATERDROP_MAX_PAYLOAD_SIZ
 use ferrokafka_core::codec::rows::{self, ScheduleColumns};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::PyTuple;
 
+use crate::arrow_c::Node;
 use crate::codec::now_secs;
 use crate::convert;
 use crate::errors::NativeResult;
@@ -120,89 +121,10 @@ impl ArrayBuffers {
     }
 }
 
-fn optional_bytes<'py>(py: Python<'py>, bytes: Option<Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
-    bytes.map(|bytes| PyBytes::new(py, &bytes))
-}
-
-/// A finished column as nested tuples: `(type, length, validity, buffers...)`.
-fn column_parts<'py>(py: Python<'py>, column: Column) -> PyResult<Bound<'py, PyTuple>> {
-    match column {
-        Column::Int64 {
-            len,
-            validity,
-            values,
-        } => (
-            "int64",
-            len,
-            optional_bytes(py, validity),
-            PyBytes::new(py, &values),
-        )
-            .into_pyobject(py),
-        Column::Float64 {
-            len,
-            validity,
-            values,
-        } => (
-            "float64",
-            len,
-            optional_bytes(py, validity),
-            PyBytes::new(py, &values),
-        )
-            .into_pyobject(py),
-        Column::Bytes {
-            len,
-            validity,
-            utf8,
-            large,
-            offsets,
-            data,
-        } => {
-            let kind = match (utf8, large) {
-                (true, false) => "string",
-                (true, true) => "large_string",
-                (false, false) => "binary",
-                (false, true) => "large_binary",
-            };
-            (
-                kind,
-                len,
-                optional_bytes(py, validity),
-                PyBytes::new(py, &offsets),
-                PyBytes::new(py, &data),
-            )
-                .into_pyobject(py)
-        }
-        Column::List {
-            len,
-            validity,
-            offsets,
-            item,
-        } => (
-            "list",
-            len,
-            optional_bytes(py, validity),
-            PyBytes::new(py, &offsets),
-            column_parts(py, *item)?,
-        )
-            .into_pyobject(py),
-        Column::Struct {
-            len,
-            validity,
-            fields,
-        } => {
-            let children = fields
-                .into_iter()
-                .map(|(name, child)| Ok((name, column_parts(py, child)?)))
-                .collect::<PyResult<Vec<_>>>()?;
-            (
-                "struct",
-                len,
-                optional_bytes(py, validity),
-                PyList::new(py, children)?,
-            )
-                .into_pyobject(py)
-        }
-    }
+/// A finished column as the Arrow C data interface's `(schema, array)` capsules, which
+/// `ferrokafka/arrow.py` imports into pyarrow without a copy.
+fn column_capsules<'py>(py: Python<'py>, column: Column) -> PyResult<Bound<'py, PyTuple>> {
+    Node::new("", column).into_capsules(py)?.into_pyobject(py)
 }
 
 /// `(output, errors)` of a batch whose output is a plain column.
@@ -211,7 +133,7 @@ fn output_and_errors<'py, B: ColumnBuilder>(
     result: BatchResult<B>,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
     let (output, errors) = result.finish()?;
-    Ok((column_parts(py, output)?, column_parts(py, errors)?))
+    Ok((column_capsules(py, output)?, column_capsules(py, errors)?))
 }
 
 /// Decodes the binary `column` with `decode` (detached) into a struct column with its `error`
@@ -224,7 +146,7 @@ fn decode_struct<'py, B: StructRows + Send>(
     let buffers = ArrayBuffers::extract("column", column)?;
     let input = buffers.binary()?;
     let result = py.detach(|| decode(&input));
-    Ok(column_parts(py, result.finish_with_error_field()?)?)
+    Ok(column_capsules(py, result.finish_with_error_field()?)?)
 }
 
 #[pyfunction]
