@@ -281,7 +281,7 @@ class StatusSnapshot:
             >>> document["processes"][0]["id"], document["processes"][0]["alive"]
             ('host-1:4242:ab12cd', True)
             >>> json.dumps(document["totals"])
-            '{"processes": 2, "alive": 2, "stale": 0, "stopped": 0, "partitions": 2, "lag": 130, ...}'
+            '{"processes": 2, "alive": 2, "stale": 0, "stopped": 0, "partitions": 2, ...}'
         """
         document = dataclasses.asdict(self)
         for process in document["processes"]:
