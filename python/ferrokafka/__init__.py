@@ -3,8 +3,10 @@
 Example:
     >>> import ferrokafka
     >>> client = ferrokafka.Client({"bootstrap.servers": "127.0.0.1:9092"})
-    >>> sorted(client.list_topics(timeout=5.0).topics)  # doctest: +SKIP
+    >>> client.create_topics([ferrokafka.NewTopic("orders", 3), "payments"])
     ['orders', 'payments']
+    >>> len(client.list_topics("orders", timeout=5.0).topics["orders"].partitions)
+    3
 """
 
 from __future__ import annotations

@@ -16,13 +16,21 @@ never for a partition whose assignment was lost. Records handled but not yet com
 process dies are handled again by the next owner of their partition.
 
 Example:
+    >>> import threading
     >>> import ferrokafka
+    >>> client = ferrokafka.Client({"bootstrap.servers": "127.0.0.1:9092"})
+    >>> client.produce("orders", b"paid", partition=1).offset()
+    0
+    >>> handled = threading.Event()
     >>> def handle(batch: ferrokafka.Batch) -> None:
     ...     for message in batch:
     ...         print(message.partition(), message.offset(), message.value())
+    ...     handled.set()
     >>> config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
-    >>> with ferrokafka.Consumer(config, ["orders"], handle):  # doctest: +SKIP
-    ...     input("consuming; press Enter to stop")
+    >>> with ferrokafka.Consumer(config, ["orders"], handle):
+    ...     handled.wait(timeout=30.0)  # your service runs here
+    1 0 b'paid'
+    True
 """
 
 from __future__ import annotations
@@ -629,8 +637,8 @@ class Consumer:
         ...     lambda batch: seen.extend(m.offset() for m in batch),
         ...     commit_interval=1.0,
         ... )
-        >>> consumer.start()  # doctest: +SKIP
-        >>> consumer.stop()  # doctest: +SKIP
+        >>> consumer.start()
+        >>> consumer.stop()
     """
 
     def __init__(
@@ -825,13 +833,19 @@ class AsyncConsumer:
 
     Example:
         >>> import asyncio, ferrokafka
-        >>> async def handle(batch: ferrokafka.Batch) -> None:
-        ...     await asyncio.sleep(0)
+        >>> client = ferrokafka.Client({"bootstrap.servers": "127.0.0.1:9092"})
+        >>> client.produce("orders", b"paid").offset()
+        0
         >>> async def main() -> None:
+        ...     handled = asyncio.Event()
+        ...     async def handle(batch: ferrokafka.Batch) -> None:
+        ...         print(batch.values())
+        ...         handled.set()
         ...     config = {"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"}
         ...     async with ferrokafka.AsyncConsumer(config, ["orders"], handle):
-        ...         await asyncio.sleep(10)
-        >>> asyncio.run(main())  # doctest: +SKIP
+        ...         await asyncio.wait_for(handled.wait(), timeout=30.0)  # your service runs here
+        >>> asyncio.run(main())
+        [b'paid']
     """
 
     def __init__(

@@ -2,7 +2,22 @@
 
 Example:
     >>> from ferrokafka.demo import run_demo
-    >>> run_demo("127.0.0.1:9092")  # doctest: +SKIP
+    >>> run_demo("127.0.0.1:9092")
+    produced  Lisbon   -> partition 0 offset 0
+    produced  Nairobi  -> partition 2 offset 0
+    produced  Osaka    -> partition 0 offset 1
+    read back 'hello from Lisbon' from partition 0 @ 0
+    read back 'hello from Osaka' from partition 0 @ 1
+    read back 'hello from Nairobi' from partition 2 @ 0
+    producer: queued 2500 messages, ... still buffered
+    producer: delivered 2500 in ... background rounds (... messages per round)
+    producer: messages per partition {0: 1071, 1: 715, 2: 714}
+    scheduler: scheduled ferrokafka-demo-reminders-... for ...
+    scheduler: dispatched b'time to call back' to ferrokafka-demo-reminders-... ms after its epoch
+    redelivery: received b'resize photo 42', crashing before ack
+    redelivery: received b'resize photo 42' again, redelivery count 1
+    tracking: ... alive, lag ...
+    tracking: ... is stopped (status stopped)
 """
 
 from __future__ import annotations

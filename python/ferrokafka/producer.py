@@ -10,9 +10,12 @@ Example:
     >>> from ferrokafka import AsyncProducer
     >>> with AsyncProducer(
     ...     {"bootstrap.servers": "127.0.0.1:9092"}, delivery_threshold=100, delivery_interval=1.0
-    ... ) as producer:  # doctest: +SKIP
+    ... ) as producer:
     ...     producer.produce(b"hello", topic="greetings")
     ...     producer.produce_many([b"a", b"b", b"c"], topic="greetings")
+    3
+    >>> producer.stats()["delivered"]  # leaving the block delivered what was still queued
+    4
 """
 
 from __future__ import annotations
@@ -105,14 +108,17 @@ class AsyncProducer:
     not deliver.
 
     Example:
-        >>> producer = AsyncProducer({"bootstrap.servers": "127.0.0.1:9092"})  # doctest: +SKIP
-        >>> producer.subscribe(lambda name, payload: print(name, payload))  # doctest: +SKIP
-        >>> future = producer.produce_future(b"v", topic="t")  # doctest: +SKIP
-        >>> producer.deliver_messages()  # doctest: +SKIP
-        >>> future.result(timeout=10).offset()  # doctest: +SKIP
+        >>> producer = AsyncProducer({"bootstrap.servers": "127.0.0.1:9092"})
+        >>> events: list[str] = []
+        >>> producer.subscribe(lambda name, payload: events.append(name))
+        >>> future = producer.produce_future(b"v", topic="orders")
+        >>> producer.deliver_messages()
+        >>> future.result(timeout=10).offset()
         0
-        >>> producer.shutdown()  # doctest: +SKIP
+        >>> producer.shutdown()
         []
+        >>> events
+        ['enqueue_message', 'deliver_messages']
     """
 
     def __init__(

@@ -20,13 +20,22 @@ every marker of a message goes to markers partition ``queue partition % markers 
 so give the markers topic as many partitions as the queue topic (or a divisor of it).
 
 Example:
-    >>> from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
+    >>> from ferrokafka import Client, NewTopic
+    >>> from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker, redelivery_count
     >>> config = {"bootstrap.servers": "127.0.0.1:9092"}
+    >>> client = Client(config)
+    >>> client.create_topics([NewTopic("jobs", 3), NewTopic("jobs-markers", 3)])
+    ['jobs', 'jobs-markers']
+    >>> client.produce("jobs", b"resize image 7").offset()
+    0
     >>> tracker = RedeliveryTracker(config, "jobs", "jobs-markers", dead_letter_topic="jobs-dlq")
-    >>> with tracker, QueueConsumer(config, "jobs", "jobs-markers") as queue:  # doctest: +SKIP
-    ...     for message in queue:
-    ...         handle(message)
-    ...         queue.ack(message)
+    >>> with tracker, QueueConsumer(config, "jobs", "jobs-markers") as queue:
+    ...     message = queue.poll(timeout=30.0)
+    ...     queue.nack(message)  # handling failed: the tracker hands it out again
+    ...     again = queue.poll(timeout=30.0)
+    ...     queue.ack(again)  # handled: never handed out again
+    >>> again.value(), redelivery_count(again)
+    (b'resize image 7', 1)
 """
 
 from __future__ import annotations
@@ -84,7 +93,10 @@ def redelivery_count(message: QueueMessage) -> int:
     """How many times ``message`` was redelivered: 0 for a first delivery.
 
     Example:
-        >>> redelivery_count(message)  # doctest: +SKIP
+        >>> redelivery_count(client.produce("jobs", b"resize image 7"))
+        0
+        >>> redelivered = {REDELIVERY_COUNT_HEADER: "1"}
+        >>> redelivery_count(client.produce("jobs", b"resize image 7", headers=redelivered))
         1
     """
     value = dict(message.headers() or []).get(REDELIVERY_COUNT_HEADER)
@@ -170,10 +182,12 @@ class QueueConsumer:
     Example:
         >>> queue = QueueConsumer(
         ...     {"bootstrap.servers": "127.0.0.1:9092"}, "jobs", "jobs-markers", 30.0
-        ... )  # doctest: +SKIP
-        >>> message = queue.poll(timeout=5.0)  # doctest: +SKIP
-        >>> queue.ack(message)  # doctest: +SKIP
-        >>> queue.close()  # doctest: +SKIP
+        ... )
+        >>> message = queue.poll(timeout=30.0)
+        >>> message.value()
+        b'job-...'
+        >>> queue.ack(message)
+        >>> queue.close()
     """
 
     def __init__(
@@ -230,8 +244,11 @@ class QueueConsumer:
         seconds (None: until one comes) for the first; ``[]`` when none came.
 
         Example:
-            >>> for message in queue.consume(100, timeout=1.0):  # doctest: +SKIP
+            >>> for message in queue.consume(100, timeout=30.0):
             ...     queue.ack(message)
+            >>> queue.flush()
+            >>> queue.stats()["acked"] > 0
+            True
         """
         if num_messages < 1:
             raise ValueError(f"num_messages must be >= 1, got {num_messages}")
@@ -260,7 +277,9 @@ class QueueConsumer:
         """The next message, or ``None`` when none came within ``timeout`` seconds.
 
         Example:
-            >>> message = queue.poll(timeout=1.0)  # doctest: +SKIP
+            >>> message = queue.poll(timeout=30.0)
+            >>> message.topic(), message.value()
+            ('jobs', b'job-...')
         """
         if not self._buffer:
             self._buffer.extend(self._fetch(self._max_batch_size, timeout))
@@ -292,8 +311,11 @@ class QueueConsumer:
         """:meth:`ack` for a whole batch in one native call.
 
         Example:
-            >>> batch = queue.consume(100, timeout=1.0)  # doctest: +SKIP
-            >>> queue.ack_many(batch)  # doctest: +SKIP
+            >>> batch = queue.consume(100, timeout=30.0)
+            >>> queue.ack_many(batch)
+            >>> queue.flush()
+            >>> queue.stats()["acked"] == len(batch) > 0
+            True
         """
         if self._share is not None:
             self._share.ack_many([_position(m) for m in messages])
@@ -310,7 +332,10 @@ class QueueConsumer:
         ``redelivery_timeout`` from now).
 
         Example:
-            >>> queue.nack(message, redeliver="after_timeout")  # doctest: +SKIP
+            >>> queue.nack(message, redeliver="after_timeout")
+            >>> queue.flush()
+            >>> queue.stats()["nacked"]
+            1
         """
         if redeliver not in ("now", "after_timeout"):
             raise ValueError(f"redeliver must be 'now' or 'after_timeout', got {redeliver!r}")
@@ -449,14 +474,16 @@ class RedeliveryTracker(_exit.StopsAtExit):
             messages handed out and not yet acknowledged as ``lag`` [None].
 
     Example:
+        >>> import time
         >>> tracker = RedeliveryTracker(
         ...     {"bootstrap.servers": "127.0.0.1:9092"}, "jobs", "jobs-markers",
         ...     dead_letter_topic="jobs-dlq",
-        ... )  # doctest: +SKIP
-        >>> tracker.start()  # doctest: +SKIP
-        >>> tracker.status()[0]["caught_up"]  # doctest: +SKIP
-        True
-        >>> tracker.stop()  # doctest: +SKIP
+        ... ).start()
+        >>> while len([row for row in tracker.status() if row["caught_up"]]) < 3:
+        ...     time.sleep(0.1)  # the group assigns the markers partitions; each is replayed
+        >>> [(row["partition"], row["open"]) for row in tracker.status()]
+        [(0, 0), (1, 0), (2, 0)]
+        >>> tracker.stop()
         True
     """
 

@@ -6,19 +6,31 @@ the schedules topic, dispatches each due message to its target, and writes a tom
 proxy. :func:`cancel` removes a pending schedule.
 
 Example:
-    >>> import time
-    >>> from ferrokafka import Client
+    >>> import threading, time
+    >>> from ferrokafka import Client, Consumer, NewTopic
     >>> from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
-    >>> client = Client({"bootstrap.servers": "127.0.0.1:9092"})  # doctest: +SKIP
-    >>> create_topics(client, "schedules")  # doctest: +SKIP
-    >>> schedule_message(  # doctest: +SKIP
+    >>> client = Client({"bootstrap.servers": "127.0.0.1:9092"})
+    >>> create_topics(client, "schedules")
+    ['schedules', 'schedules_states']
+    >>> client.create_topics([NewTopic("reminders", 1)])
+    ['reminders']
+    >>> proxy = schedule_message(
     ...     client,
     ...     {"topic": "reminders", "payload": b"call back", "key": "user-7"},
-    ...     int(time.time()) + 30,
+    ...     int(time.time()) + 2,
     ...     {"topic": "schedules"},
     ... )
-    >>> with Scheduler({"bootstrap.servers": "127.0.0.1:9092"}, ["schedules"]):  # doctest: +SKIP
-    ...     time.sleep(35)  # the reminder is dispatched 30 s after it was scheduled
+    >>> reminded = threading.Event()
+    >>> def remind(batch) -> None:
+    ...     print(batch.keys(), batch.values())
+    ...     reminded.set()
+    >>> reminders = Consumer(
+    ...     {"bootstrap.servers": "127.0.0.1:9092", "group.id": "reminders"}, ["reminders"], remind
+    ... )
+    >>> with Scheduler({"bootstrap.servers": "127.0.0.1:9092"}, ["schedules"]), reminders:
+    ...     reminded.wait(timeout=30.0)  # the reminder is dispatched 2 s after it was scheduled
+    [b'user-7'] [b'call back']
+    True
 """
 
 from __future__ import annotations
@@ -86,7 +98,7 @@ def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> No
     """Produce a proxy built by :func:`schedule` or :func:`cancel` to its schedules topic.
 
     Example:
-        >>> send_proxy(client, cancel("orders-1", {"topic": "schedules"}))  # doctest: +SKIP
+        >>> send_proxy(client, cancel("orders-1", {"topic": "schedules"}))
     """
     if isinstance(sender, AsyncProducer):
         sender.produce(
@@ -134,7 +146,8 @@ def cancel_message(sender: Sender, key: str, envelope: Mapping[str, Any]) -> Pro
     """Build the proxy that cancels the schedule with proxy ``key`` and send it; returns it.
 
     Example:
-        >>> cancel_message(client, "orders-1", {"topic": "schedules"})  # doctest: +SKIP
+        >>> cancel_message(client, "orders-1", {"topic": "schedules"})
+        ProxyMessage(topic="schedules", key="orders-1", partition=None, value_len=0, headers=2)
     """
     proxy = cancel_proxy(key, envelope)  # type: ignore[arg-type]
     send_proxy(sender, proxy)
@@ -155,7 +168,7 @@ def create_topics(
     that exist are left alone; returns the names created.
 
     Example:
-        >>> create_topics(client, "schedules", num_partitions=3)  # doctest: +SKIP
+        >>> create_topics(client, "schedules", num_partitions=3)
         ['schedules', 'schedules_states']
     """
     topics = [
@@ -212,12 +225,16 @@ class Scheduler(_exit.StopsAtExit):
             pending as ``lag`` [None].
 
     Example:
-        >>> scheduler = Scheduler(
-        ...     {"bootstrap.servers": "127.0.0.1:9092"}, ["schedules"]
-        ... )  # doctest: +SKIP
-        >>> scheduler.status()[0]["state"]  # doctest: +SKIP
-        'loaded'
-        >>> scheduler.stop()  # doctest: +SKIP
+        >>> import time
+        >>> create_topics(client, "schedules", num_partitions=2)
+        ['schedules', 'schedules_states']
+        >>> scheduler = Scheduler({"bootstrap.servers": "127.0.0.1:9092"}, ["schedules"])
+        >>> while len([row for row in scheduler.status() if row["state"] == "loaded"]) < 2:
+        ...     time.sleep(0.1)  # the group assigns the partitions; each is replayed
+        >>> [(row["partition"], row["state"]) for row in scheduler.status()]
+        [(0, 'loaded'), (1, 'loaded')]
+        >>> scheduler.stop()
+        True
     """
 
     def __init__(

@@ -34,8 +34,11 @@ Example:
     ...     print,
     ...     reporter=reporter,
     ... )
-    >>> with consumer:  # doctest: +SKIP
-    ...     input("reporting; press Enter to stop")
+    >>> with consumer:
+    ...     reporter.report(force=True)  # also sent at start, then every interval
+    True
+    >>> reporter.status  # the final report, sent when the consumer stopped
+    'stopped'
 """
 
 from __future__ import annotations
@@ -301,9 +304,9 @@ class Reporter:
         >>> reporter = Reporter({"bootstrap.servers": "127.0.0.1:9092"}, interval=5.0)
         >>> reporter.process_id.count(":")
         2
-        >>> reporter.report()  # doctest: +SKIP
+        >>> reporter.report()
         True
-        >>> reporter.close()  # doctest: +SKIP
+        >>> reporter.close()
     """
 
     def __init__(

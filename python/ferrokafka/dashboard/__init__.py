@@ -15,7 +15,7 @@ Example:
     >>> from ferrokafka.status import StatusReader
     >>> reader = StatusReader({"bootstrap.servers": "127.0.0.1:9092"})
     >>> with reader:  # doctest: +SKIP
-    ...     serve(reader, port=8080)  # until Ctrl-C
+    ...     serve(reader, port=8080)  # serves until Ctrl-C
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ def create_app(reader: StatusReader, refresh_seconds: float = 2.0) -> Starlette:
 
     Example:
         >>> import uvicorn
-        >>> app = create_app(reader)  # doctest: +SKIP
+        >>> app = create_app(reader)
+        >>> [route.path for route in app.routes]
+        ['/', '/api/status', '/metrics', '/static']
         >>> uvicorn.run(app, host="127.0.0.1", port=8080)  # doctest: +SKIP
     """
     if not refresh_seconds > 0:

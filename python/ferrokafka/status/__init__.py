@@ -29,9 +29,11 @@ and ``ferrokafka dashboard`` are built on it.
 
 Example:
     >>> from ferrokafka.status import StatusReader, render_text
-    >>> with StatusReader({"bootstrap.servers": "127.0.0.1:9092"}) as reader:  # doctest: +SKIP
+    >>> with StatusReader({"bootstrap.servers": "127.0.0.1:9092"}, **topics) as reader:
     ...     reader.wait_caught_up(timeout=30.0)
-    ...     print(render_text(reader.snapshot()))
+    ...     print(render_text(reader.snapshot()).splitlines()[0])
+    True
+    Processes: 2 alive, 0 stale, 0 stopped (TTL 30 s); total lag 130
 """
 
 from __future__ import annotations

@@ -42,13 +42,14 @@ class StatusReader:
 
     Example:
         >>> from ferrokafka.status import StatusReader
-        >>> reader = StatusReader({"bootstrap.servers": "127.0.0.1:9092"}, ttl=60.0)
-        >>> reader.start()  # doctest: +SKIP
-        >>> reader.wait_caught_up(timeout=30.0)  # doctest: +SKIP
+        >>> reader = StatusReader({"bootstrap.servers": "127.0.0.1:9092"}, ttl=60.0, **topics)
+        >>> reader.start() is reader
         True
-        >>> reader.snapshot().totals.alive  # doctest: +SKIP
+        >>> reader.wait_caught_up(timeout=30.0)
+        True
+        >>> reader.snapshot().totals.alive
         2
-        >>> reader.stop()  # doctest: +SKIP
+        >>> reader.stop()
     """
 
     def __init__(
@@ -107,7 +108,9 @@ class StatusReader:
 
         Example:
             >>> config = {"bootstrap.servers": "127.0.0.1:9092"}
-            >>> reader = StatusReader(config).start()  # doctest: +SKIP
+            >>> reader = StatusReader(config, **topics).start()
+            >>> reader.missing_topics
+            []
         """
         with self._lifecycle:
             if self._thread is not None:
@@ -125,7 +128,7 @@ class StatusReader:
         """Stop reading; the view keeps what was read. Calling it again is a no-op.
 
         Example:
-            >>> reader.stop()  # doctest: +SKIP
+            >>> reader.stop()
         """
         self._stopping.set()
         with self._lifecycle:
@@ -146,8 +149,8 @@ class StatusReader:
         """The view now (see :meth:`StatusView.snapshot`).
 
         Example:
-            >>> reader.snapshot().to_dict()["totals"]["alive"]  # doctest: +SKIP
-            1
+            >>> reader.snapshot().to_dict()["totals"]["alive"]
+            2
         """
         return self.view.snapshot(now)
 
@@ -157,8 +160,10 @@ class StatusReader:
         given) that did not exist at the last look-up, sorted.
 
         Example:
-            >>> StatusReader(config, reports_topic="typo").start().missing_topics  # doctest: +SKIP
+            >>> reader = StatusReader(config, **{**topics, "reports_topic": "typo"}).start()
+            >>> reader.missing_topics
             ['typo']
+            >>> reader.stop()
         """
         return list(self._missing)
 
@@ -167,7 +172,7 @@ class StatusReader:
         added; False if that took longer than ``timeout`` seconds.
 
         Example:
-            >>> reader.wait_caught_up(timeout=30.0)  # doctest: +SKIP
+            >>> reader.wait_caught_up(timeout=30.0)
             True
         """
         deadline = time.monotonic() + timeout
@@ -184,7 +189,7 @@ class StatusReader:
         of partitions read changed. :meth:`start` calls it, then every ``discover_interval``.
 
         Example:
-            >>> reader.refresh()  # doctest: +SKIP
+            >>> reader.refresh()
             False
         """
         client = self._client

@@ -106,7 +106,7 @@ class ProcessView:
     committed lag); ``totals`` sum the counts of every report read from the process.
 
     Example:
-        >>> snapshot.processes[0].health  # doctest: +SKIP
+        >>> snapshot.processes[0].health
         'alive'
     """
 
@@ -141,7 +141,7 @@ class ProcessView:
         """True while the process reports within the TTL and has not stopped.
 
         Example:
-            >>> snapshot.processes[0].alive  # doctest: +SKIP
+            >>> snapshot.processes[0].alive
             True
         """
         return self.health == "alive"
@@ -155,7 +155,7 @@ class SchedulerView:
     pending schedules per UTC day; ``low``/``high`` are the schedules offsets seen (-1: none).
 
     Example:
-        >>> snapshot.schedulers[0].state  # doctest: +SKIP
+        >>> snapshot.schedulers[0].state
         'loaded'
     """
 
@@ -182,7 +182,7 @@ class ErrorView:
     values).
 
     Example:
-        >>> snapshot.errors[0].error_class  # doctest: +SKIP
+        >>> snapshot.errors[0].error_class
         'ValueError'
     """
 
@@ -202,9 +202,9 @@ class LagSeries:
     ``history_window``: ``points`` are ``(dispatched_at, lag)`` pairs, oldest first.
 
     Example:
-        >>> series = snapshot.lag_history[0]  # doctest: +SKIP
-        >>> series.topic, series.partition, series.points[-1]  # doctest: +SKIP
-        ('orders', 0, (1700000000.5, 3))
+        >>> series = snapshot.lag_history[0]
+        >>> series.topic, series.partition, series.points[-1]
+        ('orders', 0, (..., 100))
     """
 
     process_id: str
@@ -219,7 +219,7 @@ class StatusTotals:
     """Sums over the processes in a snapshot; lag and busy count alive processes only.
 
     Example:
-        >>> snapshot.totals.alive, snapshot.totals.lag  # doctest: +SKIP
+        >>> snapshot.totals.alive, snapshot.totals.lag
         (2, 130)
     """
 
@@ -252,9 +252,9 @@ class StatusSnapshot:
     ``partitions`` and ``lag_series`` not listed (see :class:`StatusView`).
 
     Example:
-        >>> snapshot = reader.snapshot()  # doctest: +SKIP
-        >>> [p.id for p in snapshot.processes if p.alive]  # doctest: +SKIP
-        ['host-1:4242:ab12cd']
+        >>> snapshot = reader.snapshot()
+        >>> [p.id for p in snapshot.processes if p.alive]
+        ['host-1:4242:ab12cd', 'host-2:4243:cd34ef']
     """
 
     generated_at: float
@@ -277,7 +277,11 @@ class StatusSnapshot:
 
         Example:
             >>> import json
-            >>> print(json.dumps(reader.snapshot().to_dict(), indent=2))  # doctest: +SKIP
+            >>> document = reader.snapshot().to_dict()
+            >>> document["processes"][0]["id"], document["processes"][0]["alive"]
+            ('host-1:4242:ab12cd', True)
+            >>> json.dumps(document["totals"])
+            '{"processes": 2, "alive": 2, "stale": 0, "stopped": 0, "partitions": 2, ...}'
         """
         document = dataclasses.asdict(self)
         for process in document["processes"]:
@@ -317,10 +321,10 @@ class StatusView:
     Example:
         >>> from ferrokafka.status import StatusView
         >>> view = StatusView()
-        >>> view.add_record("ferrokafka_consumers_reports", 0, 0, b"not zlib")
+        >>> view.add_record("karafka_consumers_reports", 0, 0, b"not zlib")
         False
         >>> view.snapshot().skipped
-        {'ferrokafka_consumers_reports': 1}
+        {'karafka_consumers_reports': 1}
     """
 
     def __init__(
@@ -368,9 +372,9 @@ class StatusView:
         """Fold a batch of Kafka messages in; returns how many were used (not skipped).
 
         Example:
-            >>> records = client.read_topic("ferrokafka_consumers_reports")  # doctest: +SKIP
-            >>> view.add_messages(records)  # doctest: +SKIP
-            12
+            >>> records = client.read_topic(view.reports_topic)
+            >>> view.add_messages(records)
+            2
         """
         used = 0
         for message in messages:
@@ -384,8 +388,8 @@ class StatusView:
 
         Example:
             >>> from ferrokafka import codecs
-            >>> blob = codecs.encode_error_report(error)  # doctest: +SKIP
-            >>> view.add_record("ferrokafka_errors", 0, 7, blob)  # doctest: +SKIP
+            >>> blob = codecs.encode_error_report(error)
+            >>> view.add_record(view.errors_topic, 0, 7, blob)
             True
         """
         with self._lock:
@@ -416,8 +420,10 @@ class StatusView:
         """The next offset to read per ``(topic, partition)`` seen so far.
 
         Example:
-            >>> view.positions()  # doctest: +SKIP
-            {('ferrokafka_consumers_reports', 0): 12}
+            >>> view.add_messages(client.read_topic(view.reports_topic))
+            2
+            >>> view.positions()[(view.reports_topic, 0)]
+            2
         """
         with self._lock:
             return dict(self._positions)
