@@ -48,6 +48,15 @@ def test_topics_and_partitions_cannot_be_mixed() -> None:
         consumer.start()
 
 
+def test_an_empty_dead_letter_topic_is_refused() -> None:
+    # Under "retry" the failed batch would be written to "" for ever and never committed.
+    with (
+        pytest.raises(ValueError, match="dead_letter_topic must name a topic"),
+        Consumer(NOWHERE, ["orders"], noop, on_error="retry", dead_letter_topic=""),
+    ):
+        pass
+
+
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [

@@ -12,6 +12,7 @@ pub mod calendar;
 pub mod codec;
 pub mod deadline_queue;
 pub mod error;
+pub mod error_policy;
 pub mod markers;
 pub mod partition_buffer;
 pub mod partition_key;
@@ -27,6 +28,7 @@ pub use codec::json::{Document, decode_document, encode_document, encode_json_do
 pub use codec::state::TrackerState;
 pub use deadline_queue::DeadlineQueue;
 pub use error::CoreError;
+pub use error_policy::{ErrorPolicy, OnError};
 pub use markers::{
     Marker, MarkerOutcome, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
 };

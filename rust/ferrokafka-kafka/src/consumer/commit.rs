@@ -15,10 +15,15 @@ use crate::error::KafkaIoError;
 use crate::locks::lock;
 
 impl Shared {
-    /// Marks the batch starting at `first` finished, and reports a consumer without a group
-    /// caught up once its committable offset reached the high watermark seen at start.
+    /// Marks the batch starting at `first` finished; see [`Shared::report_caught_up`].
     pub(super) fn finish(&self, slot: &Slot, state: &mut SlotState, first: i64) {
         state.buffer.progress_mut().finish(first);
+        self.report_caught_up(slot, state);
+    }
+
+    /// Reports a consumer without a group caught up once its committable offset reached the
+    /// high watermark seen at start; called after the progress changed.
+    pub(super) fn report_caught_up(&self, slot: &Slot, state: &mut SlotState) {
         let committable = state.buffer.committable();
         if let (Some(high), Some(next)) = (state.catch_up_to, committable)
             && next >= high

@@ -1,15 +1,16 @@
 //! The workers' side: [`ConcurrentConsumer::fetch`] hands out the next batch a worker may run
 //! ([`Fetched`]), and [`ConcurrentConsumer::ack`] / [`ConcurrentConsumer::fail`] apply its
-//! [`Outcome`] or the error policy's [`Verdict`] (retry, commit, or dead-letter).
+//! [`Outcome`] or the error policy's [`Verdict`] (retry, commit, dead-letter or abandon): the
+//! core's [`ErrorPolicy`](ferrokafka_core::ErrorPolicy) decides, this room does what it says.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::LoadChange;
+use ferrokafka_core::error_policy::{Decision, Settlement};
 
 use super::ConcurrentConsumer;
 use super::events::WorkerId;
-use super::options::OnError;
 use super::state::{InFlight, Slot, SlotState, load_event};
 use crate::dead_letter::Failure;
 use crate::error::KafkaResult;
@@ -133,58 +134,62 @@ impl ConcurrentConsumer {
         true
     }
 
-    /// Applies the error policy to `worker`'s batch starting at `first`, whose handler raised
-    /// `failure`: another try after a backoff, or the batch is settled: committed, or handed to
-    /// the dead-letter writer (its offsets become committable once the broker acknowledged the
-    /// write, and the partition moves on meanwhile). A batch of a partition being revoked, or of
-    /// a stopping consumer, is abandoned instead of retried.
+    /// Applies the error policy (the core's
+    /// [`ErrorPolicy::decide`](ferrokafka_core::ErrorPolicy::decide)) to `worker`'s batch
+    /// starting at `first`, whose handler raised `failure`: another try after a backoff, or the
+    /// batch is settled: committed, handed to the dead-letter writer (its offsets become
+    /// committable once the broker acknowledged the write, and the partition moves on
+    /// meanwhile), or, when it would be retried while its partition is revoked or the consumer
+    /// stops, abandoned.
     pub fn fail(&self, worker: WorkerId, first: i64, failure: Failure) -> Verdict {
         let Some(slot) = self.shared.slot(worker) else {
             return Verdict::Settled;
         };
-        let policy = &self.shared.options.errors;
         let mut state = slot.lock();
         let closed = state.closed;
         let Some(in_flight) = state.in_flight.get_mut(&first) else {
             return Verdict::Settled;
         };
-        let retry = policy.on_error == OnError::Retry && in_flight.retries < policy.max_retries;
-        if retry && !closed {
-            let wait = policy.backoff(in_flight.retries);
-            in_flight.retries += 1;
-            state.counters.retries += 1;
-            return Verdict::Retry(wait);
-        }
+        let settlement = match self.shared.options.errors.decide(in_flight.retries, closed) {
+            Decision::Retry(wait) => {
+                in_flight.retries += 1;
+                state.counters.retries += 1;
+                return Verdict::Retry(wait);
+            }
+            Decision::Settle(settlement) => settlement,
+        };
         let Some(done) = Self::settle(&mut state, first) else {
             return Verdict::Settled;
         };
         let records = done.records.len() as u64;
-        if retry {
-            state.counters.abandoned += 1;
-            state.buffer.progress_mut().abandon(done.first_offset);
-        } else if let (true, Some(writer)) = (policy.dead_letters(), &self.dead_letters) {
-            state.counters.dead_lettered += records;
-            state.dead_letters_pending += 1;
-            let shared = Arc::downgrade(&self.shared);
-            let first = done.first_offset;
-            let written = move || {
-                let Some(shared) = shared.upgrade() else {
-                    return;
+        match (settlement, &self.dead_letters) {
+            (Settlement::Commit, _) => state.counters.failed += records,
+            (Settlement::Abandon, _) => state.counters.abandoned += 1,
+            (Settlement::DeadLetter, Some(writer)) => {
+                state.counters.dead_lettered += records;
+                state.dead_letters_pending += 1;
+                let shared = Arc::downgrade(&self.shared);
+                let written = move || {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    let Some(slot) = shared.slot(worker) else {
+                        return;
+                    };
+                    let mut state = slot.lock();
+                    state.dead_letters_pending = state.dead_letters_pending.saturating_sub(1);
+                    shared.finish(&slot, &mut state, first);
+                    drop(state);
+                    slot.changed.notify_all();
                 };
-                let Some(slot) = shared.slot(worker) else {
-                    return;
-                };
-                let mut state = slot.lock();
-                state.dead_letters_pending = state.dead_letters_pending.saturating_sub(1);
-                shared.finish(&slot, &mut state, first);
-                drop(state);
-                slot.changed.notify_all();
-            };
-            writer.write(done.records, failure, Box::new(written));
-        } else {
-            state.counters.failed += records;
-            self.shared.finish(&slot, &mut state, done.first_offset);
+                writer.write(done.records, failure, Box::new(written));
+            }
+            (Settlement::DeadLetter, None) => {
+                unreachable!("`new` creates the writer whenever the policy names a topic")
+            }
         }
+        settlement.apply(state.buffer.progress_mut(), first);
+        self.shared.report_caught_up(&slot, &mut state);
         drop(state);
         slot.changed.notify_all();
         Verdict::Settled

@@ -84,8 +84,9 @@ use self::wake::Wake;
 #[derive(Debug)]
 pub struct ConcurrentConsumer {
     shared: Arc<Shared>,
-    /// Writes failed batches when the error policy dead-letters; also used by the poller
-    /// (resends). Kept out of `Shared`: the writer's delivery callbacks hold `Shared` weakly.
+    /// Writes failed batches when the error policy dead-letters (present exactly when it can);
+    /// also used by the poller (resends). Kept out of `Shared`: the writer's delivery callbacks
+    /// hold `Shared` weakly.
     dead_letters: Option<Arc<DeadLetterWriter>>,
     events: Mutex<Option<Receiver<ConsumerEvent>>>,
     poller: Mutex<Option<JoinHandle<()>>>,
@@ -129,11 +130,13 @@ impl ConcurrentConsumer {
         }
         config.set("enable.auto.commit", "false");
         config.set("enable.auto.offset.store", "false");
-        let dead_letters = match &options.errors.dead_letter_topic {
-            Some(topic) if options.errors.dead_letters() => {
-                Some(Arc::new(DeadLetterWriter::new(&settings, topic.clone())?))
-            }
-            _ => None,
+        // Exactly when the error policy can decide to dead-letter.
+        let dead_letters = match options.errors.dead_letter_topic() {
+            Some(topic) => Some(Arc::new(DeadLetterWriter::new(
+                &settings,
+                topic.to_owned(),
+            )?)),
+            None => None,
         };
         let (events, receiver) = channel();
         let shared = Arc::new(Shared {

@@ -1,10 +1,12 @@
 //! What a [`ConcurrentConsumer`](super::ConcurrentConsumer) consumes and how: the
 //! [`ConsumerOptions`] beyond librdkafka's own (validated once, here), the subscriptions and
-//! where they start, and the [`ErrorPolicy`] for handler exceptions.
+//! where they start. The [`ErrorPolicy`] for handler exceptions, a pure rule, lives in the core;
+//! it is validated here with the rest.
 
 use std::time::Duration;
 
 use ferrokafka_core::OrderBy;
+pub use ferrokafka_core::{ErrorPolicy, OnError};
 
 use crate::error::{KafkaIoError, KafkaResult};
 
@@ -59,63 +61,6 @@ pub struct ConsumerOptions {
     pub ordering: OrderBy,
     /// With ordering by key, most batches of one partition handled at once [8].
     pub max_concurrency: usize,
-}
-
-/// What a handler exception does to its batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnError {
-    /// Acknowledge the batch anyway (logged and reported by the bindings).
-    Commit,
-    /// Hand the batch to the handler again after a backoff, at most `max_retries` times, while
-    /// the partition waits; then dead-letter it (with a dead-letter topic) or commit it.
-    Retry,
-    /// Write the batch to the dead-letter topic, then acknowledge it.
-    DeadLetter,
-}
-
-/// The error policy of a [`ConcurrentConsumer`](super::ConcurrentConsumer).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ErrorPolicy {
-    /// What a handler exception does.
-    pub on_error: OnError,
-    /// Retries of one batch before it is dead-lettered or committed [3].
-    pub max_retries: u32,
-    /// Wait before the first retry; doubles with each retry [1 s].
-    pub retry_backoff: Duration,
-    /// Cap of the doubling wait [30 s].
-    pub max_retry_backoff: Duration,
-    /// Where failed batches are written (`DeadLetter`, and `Retry` once retries ran out).
-    pub dead_letter_topic: Option<String>,
-}
-
-impl Default for ErrorPolicy {
-    fn default() -> Self {
-        ErrorPolicy {
-            on_error: OnError::Commit,
-            max_retries: 3,
-            retry_backoff: Duration::from_secs(1),
-            max_retry_backoff: Duration::from_secs(30),
-            dead_letter_topic: None,
-        }
-    }
-}
-
-impl ErrorPolicy {
-    /// The wait before retry number `retry + 1` (counting from 0).
-    pub(super) fn backoff(&self, retry: u32) -> Duration {
-        let factor = 2u32.saturating_pow(retry);
-        self.retry_backoff
-            .saturating_mul(factor)
-            .min(self.max_retry_backoff)
-    }
-
-    pub(super) fn dead_letters(&self) -> bool {
-        match self.on_error {
-            OnError::Commit => false,
-            OnError::DeadLetter => true,
-            OnError::Retry => self.dead_letter_topic.is_some(),
-        }
-    }
 }
 
 impl Default for ConsumerOptions {
@@ -193,6 +138,11 @@ impl ConsumerOptions {
                 .is_none_or(str::is_empty)
         {
             return invalid("on_error='dead_letter' needs dead_letter_topic='<topic>'".to_owned());
+        }
+        // An empty name would be written to for ever (librdkafka refuses it and the writer
+        // sends again), and the batch's offsets never committed.
+        if self.errors.dead_letter_topic.as_deref() == Some("") {
+            return invalid("dead_letter_topic must name a topic (or be None), got ''".to_owned());
         }
         if self.max_concurrency == 0 {
             return invalid("max_concurrency must be at least 1".to_owned());
