@@ -11,8 +11,10 @@
 //! chunks are pipelined: up to `dispatcher::PIPELINE_SCHEDULES` schedules are on their way at
 //! once, a chunk's tombstones are sent only once every target of that chunk was acknowledged, and
 //! a partition's schedules are marked dispatched in the order they were sent. With transactions
-//! each chunk is one transaction holding its targets and their tombstones, committed before the
-//! next chunk starts (one producer has one open transaction). A target the broker
+//! the chunks due, up to `PIPELINE_SCHEDULES` schedules, share one transaction holding their
+//! targets and their tombstones, all sent before the first acknowledgement is awaited and
+//! committed once every record is acknowledged; the next transaction begins after that commit
+//! (one producer has one open transaction). A target the broker
 //! refuses for good (too large, illegal or unauthorised topic) is counted as `failed`, logged
 //! with its key and, when `dead_letter_topic` is set, copied there before its tombstone is
 //! written; it never holds up the schedules behind it. Transient failures are restored and
