@@ -3,6 +3,7 @@
 Usage:
     .venv/bin/python benches/scheduler_bench.py [--load 1000000] [--burst 100000] [--rate 10000]
         [--seconds 30] [--samples 3]
+(--load 0 leaves the load measurement out.)
 
 Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Each sample
 runs the measurements below once (in alternating order); the table gives medians and the load
@@ -13,11 +14,13 @@ average before and after. Every dispatched message is counted on its target topi
    transactional), from the first target's create time until the daemon counts all M dispatched
    (targets and tombstones acknowledged, or transactions committed); and this process's CPU time
    (all threads: loading the M schedules, dispatching them, reading back the tombstones) per
-   dispatch, from the daemon's start until that moment.
-3. lateness: schedules at R per second for S seconds (1 s with --smoke) while the daemon runs;
-   lateness = the dispatched message's create time minus its epoch (epochs are whole seconds,
-   as in Karafka), p50 / p99.
-Prints a markdown table.
+   dispatch, from the daemon's start until that moment. The transactional rate is also given
+   against the at-least-once one of the same sample (median of the per-sample ratios).
+3. lateness: schedules at R per second for S seconds (1 s with --smoke) while the daemon runs,
+   at-least-once and transactional; lateness = the dispatched message's create time minus its
+   epoch (epochs are whole seconds, as in Karafka), p50 / p99.
+The at-least-once and transactional cases alternate A-B, B-A between samples. Prints a markdown
+table with every sample's figure after the median.
 """
 
 from __future__ import annotations
@@ -131,7 +134,11 @@ def main() -> int:
     def burst(transactional: bool) -> tuple[float, float]:
         """Dispatches per second for M schedules all due at once, and CPU µs per dispatch."""
         topic, target = fresh_topics(client)
-        produce_schedules(bootstrap, topic, target, [int(time.time())] * args.burst, b"x" * 100)
+        # Due `lead` seconds from now, not now: producing M proxies can take longer than the
+        # 10 s in the past that `schedule` accepts when the machine is busy. The rate is timed
+        # from the first dispatch, so the wait for the epoch is not counted.
+        due = int(time.time()) + lead
+        produce_schedules(bootstrap, topic, target, [due] * args.burst, b"x" * 100)
         settings = dict(config)
         if transactional:
             settings["transactional.id"] = f"bench-{uuid.uuid4().hex}"
@@ -147,10 +154,13 @@ def main() -> int:
         assert len(stamps) == args.burst, f"{len(stamps)} dispatched, not {args.burst}"
         return args.burst / max(confirmed - min(stamps) / 1000, 0.001), cpu / args.burst * 1e6
 
-    def lateness() -> tuple[float, float]:
+    def lateness(transactional: bool) -> tuple[float, float]:
         """p50 and p99 of dispatch time minus epoch at R schedules/s."""
         topic, target = fresh_topics(client)
-        with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+        settings = dict(config)
+        if transactional:
+            settings["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+        with Scheduler(settings, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
             wait_until(lambda: all_loaded(daemon), 120)
             # Lead time so that every proxy is on the topic before its epoch: lateness is the
             # daemon's alone, not the benchmark's producing.
@@ -165,49 +175,76 @@ def main() -> int:
         assert len(late) == len(epochs), f"{len(late)} dispatched, not {len(epochs)}"
         return statistics.median(late), late[int(len(late) * 0.99) - 1]
 
-    loads, bursts, txn_bursts, lates = [], [], [], []
+    loads: list[tuple[float, float]] = []
+    bursts: list[tuple[float, float]] = []
+    txn_bursts: list[tuple[float, float]] = []
+    lates: list[tuple[float, float]] = []
+    txn_lates: list[tuple[float, float]] = []
+    sample_loads: list[float] = []
     for sample in range(args.samples):
         # Interleaved: every sample runs each measurement once, in alternating order.
         steps = [
-            lambda: loads.append(load()),
+            lambda: loads.append(load()) if args.load else None,
             lambda: bursts.append(burst(False)),
             lambda: txn_bursts.append(burst(True)),
-            lambda: lates.append(lateness()),
+            lambda: lates.append(lateness(False)),
+            lambda: txn_lates.append(lateness(True)),
         ]
         for step in steps if sample % 2 == 0 else steps[::-1]:
             step()
+        sample_loads.append(os.getloadavg()[0])
 
     stop_broker()
     median = statistics.median
-    load_s = median(x for x, _ in loads)
-    rows = [
-        (
-            f"load {args.load:,} future schedules (4 partitions)",
-            f"{load_s:.1f} s, {args.load / load_s:,.0f} records/s",
-        ),
-        (
-            "RSS growth per future schedule (payload 100 B, beyond horizon)",
-            f"{median(y for _, y in loads):.0f} bytes",
-        ),
+
+    def each(values: list[float], form: str) -> str:
+        """The median, then every sample's figure in run order."""
+        return f"{median(values):{form}} ({', '.join(f'{v:{form}}' for v in values)})"
+
+    rows = []
+    if loads:
+        load_s = median(x for x, _ in loads)
+        rows += [
+            (
+                f"load {args.load:,} future schedules (4 partitions)",
+                f"{load_s:.1f} s, {args.load / load_s:,.0f} records/s",
+            ),
+            (
+                "RSS growth per future schedule (payload 100 B, beyond horizon)",
+                f"{median(y for _, y in loads):.0f} bytes",
+            ),
+        ]
+    rows += [
         (
             f"dispatch {args.burst:,} due at once",
-            f"{median(r for r, _ in bursts):,.0f} dispatches/s, "
-            f"client CPU {median(c for _, c in bursts):.1f} µs per dispatch",
+            f"{each([r for r, _ in bursts], ',.0f')} dispatches/s, "
+            f"client CPU {each([c for _, c in bursts], '.1f')} µs per dispatch",
         ),
         (
             f"dispatch {args.burst:,} due at once, transactional",
-            f"{median(r for r, _ in txn_bursts):,.0f} dispatches/s, "
-            f"client CPU {median(c for _, c in txn_bursts):.1f} µs per dispatch",
+            f"{each([r for r, _ in txn_bursts], ',.0f')} dispatches/s, "
+            f"client CPU {each([c for _, c in txn_bursts], '.1f')} µs per dispatch",
+        ),
+        (
+            "transactional / at-least-once dispatch rate, same sample",
+            f"{each([t / a for (t, _), (a, _) in zip(txn_bursts, bursts, strict=True)], '.2f')}x",
         ),
         (
             f"lateness at {args.rate:,} schedules/s for {args.seconds} s",
-            f"p50 {median(p for p, _ in lates):.0f} ms, p99 {median(q for _, q in lates):.0f} ms",
+            f"p50 {each([p for p, _ in lates], '.0f')} ms, "
+            f"p99 {each([q for _, q in lates], '.0f')} ms",
+        ),
+        (
+            f"lateness at {args.rate:,} schedules/s for {args.seconds} s, transactional",
+            f"p50 {each([p for p, _ in txn_lates], '.0f')} ms, "
+            f"p99 {each([q for _, q in txn_lates], '.0f')} ms",
         ),
     ]
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"median of {args.samples} interleaved run(s) each; "
-        f"load average before {load_before}, after {load_after}\n"
+        f"load average before {load_before}, after {load_after}; "
+        f"1-minute load average after each sample: {', '.join(f'{x:.2f}' for x in sample_loads)}\n"
     )
     print("| measurement | result |\n|---|---|")
     for name, value in rows:

@@ -448,10 +448,12 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
     assert took < 6 + 5, f"the survivor dispatched the dead daemon's schedules after {took:.1f} s"
 
 
-def confluent_messages(bootstrap: str, topic: str, expected: int, timeout: float) -> list[Any]:
+def confluent_messages(
+    bootstrap: str, topic: str, expected: int, timeout: float, *, uncommitted: bool = False
+) -> list[Any]:
     """Every record of `topic` read by an independent confluent-kafka consumer (committed
-    transactions only): waits until `expected` arrived, then drains briefly so that
-    duplicates would show."""
+    transactions only, unless `uncommitted`): waits until `expected` arrived, then drains
+    briefly so that duplicates would show."""
     from confluent_kafka import Consumer as ConfluentConsumer
 
     observer = ConfluentConsumer(
@@ -460,6 +462,7 @@ def confluent_messages(bootstrap: str, topic: str, expected: int, timeout: float
             "group.id": f"observer-{uuid.uuid4().hex}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted" if uncommitted else "read_committed",
         }
     )
     observer.subscribe([topic])
@@ -647,6 +650,68 @@ def test_refused_targets_fail_alone_and_never_block_the_others(
             reason = dict(message.headers())["schedule_dead_letter_reason"].decode()
             assert re.search("too large|topic", reason, re.IGNORECASE), reason
             assert dict(message.headers())["schedule_source_topic"] == schedules_topic.encode()
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["all-accepted", "one-refused"])
+def test_chunks_due_together_share_transactions_and_an_abort_sends_them_again(
+    refused: bool,
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    """Transactional, in chunks of one schedule (flush_batch_size 2): schedules due together
+    go out in a few transactions, not one commit per chunk. A target refused for good dooms
+    the transaction it shares with the others: the abort leaves read_committed readers none of
+    its records, and the others are dispatched again, once each."""
+    target = topic_factory(partitions=1)
+    refusing = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
+    count = 100
+    now = int(time.time())
+    plan = [(f"s{n}", target, str(n).encode()) for n in range(count)]
+    if refused:
+        plan.insert(count // 2, ("too-big", refusing, b"x" * 5000))
+    for key, topic, payload in plan:
+        proxy = schedule(
+            {"topic": topic, "payload": payload},
+            now,
+            {"topic": schedules_topic, "key": key, "partition": 0},
+        )
+        kafka_client.produce(
+            schedules_topic, proxy.value, key=key, partition=0, headers=proxy.headers
+        )
+    config = {**daemon_config, "transactional.id": f"txn-{uuid.uuid4().hex}"}
+    with Scheduler(
+        config,
+        [schedules_topic],
+        group_id=f"g-{uuid.uuid4().hex}",
+        state_interval=0.2,
+        flush_batch_size=2,
+    ) as scheduler:
+        committed = confluent_messages(kafka_bootstrap, target, count, 30)
+        wait_until(
+            lambda: (
+                [(s["dispatched"], s["failed"]) for s in scheduler.status() if s["partition"] == 0]
+                == [(count, int(refused))]
+            ),
+            30,
+            "every schedule settled",
+        )
+    assert sorted(int(m.value() or b"-1") for m in committed) == list(range(count))
+    written = confluent_messages(kafka_bootstrap, target, count, 5, uncommitted=True)
+    from confluent_kafka import Consumer as ConfluentConsumer
+    from confluent_kafka import TopicPartition
+
+    observer = ConfluentConsumer({"bootstrap.servers": kafka_bootstrap, "group.id": "observer"})
+    try:
+        low, high = observer.get_watermark_offsets(TopicPartition(target, 0), timeout=10)
+    finally:
+        observer.close()
+    # Every offset holds a record (committed, or aborted and seen only read_uncommitted) or a
+    # transaction's commit or abort marker.
+    markers = high - low - len(written)
+    assert markers < count // 10, f"{markers} transactions for {count} chunks"
 
 
 def test_out_of_range_epochs_are_skipped_and_state_reports_stay_valid(

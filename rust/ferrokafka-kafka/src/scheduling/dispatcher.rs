@@ -8,16 +8,18 @@ use std::time::{Duration, Instant};
 use ferrokafka_core::schedule::Dispatch;
 use rdkafka::producer::Producer;
 
-use super::records::{DispatchRecord, refused_for_good, source_of, tombstone_record};
+use super::records::{
+    DispatchRecord, refused_for_good, source_of, tombstone_record, tombstones_of,
+};
 use super::rounds::{RoundId, Rounds};
 use super::{MAX_SLEEP, ProxyPayload, SchedulerLoop};
 use crate::daemon::now_ms;
 use crate::partitioner::METADATA_TIMEOUT;
 
-/// Schedules of the at-least-once dispatcher on their way at once (targets or tombstones sent,
-/// not yet acknowledged; at least one chunk): enough that a second's worth of due schedules is
+/// Schedules on their way at once (targets or tombstones sent, not yet acknowledged; at least one
+/// chunk), at-least-once or in one transaction: enough that a second's worth of due schedules is
 /// handed to the producer at once, well within librdkafka's default queue of 100,000 messages.
-const PIPELINE_SCHEDULES: usize = 25_000;
+pub(super) const PIPELINE_SCHEDULES: usize = 25_000;
 
 /// Sends of a tombstone (its target acknowledged) before its failure is only logged: a restart
 /// may then dispatch that schedule again.
@@ -71,29 +73,44 @@ impl SchedulerLoop {
     /// Sends due chunks, one per partition in turn, while the pipeline has room (see
     /// [`ChunkInFlight`]); [`Self::settle_chunks`] moves them on as the broker answers.
     fn start_due_chunks(&mut self) {
+        if self.pipeline_full() {
+            return;
+        }
+        self.take_due_chunks(|daemon, partition, due| {
+            let round = Rounds::start(
+                &daemon.dispatcher,
+                &daemon.targets_of(&partition.0, partition.1, &due),
+                daemon.round_timeout(),
+            );
+            daemon.in_flight.push_back(ChunkInFlight {
+                partition,
+                due,
+                stage: ChunkStage::Targets(round),
+            });
+            !daemon.pipeline_full()
+        });
+    }
+
+    /// Takes due chunks of `flush_batch_size / 2` schedules, one partition's in turn, and hands
+    /// each to `take` as soon as it is taken (so the first goes out before the last is taken),
+    /// until nothing is due or `take` answers that there is no room for another.
+    pub(super) fn take_due_chunks(
+        &mut self,
+        mut take: impl FnMut(&mut Self, (String, i32), Vec<Dispatch<ProxyPayload>>) -> bool,
+    ) {
         let per_chunk = self.options.flush_batch_size / 2;
         let keys: Vec<(String, i32)> = self.runs.keys().cloned().collect();
-        let mut started = true;
-        while started {
-            started = false;
+        let mut taken = true;
+        while taken {
+            taken = false;
             for key in &keys {
-                if self.pipeline_full() {
-                    return;
-                }
                 let Some(due) = self.take_due(key, per_chunk) else {
                     continue;
                 };
-                let round = Rounds::start(
-                    &self.dispatcher,
-                    &self.targets_of(&key.0, key.1, &due),
-                    self.round_timeout(),
-                );
-                self.in_flight.push_back(ChunkInFlight {
-                    partition: key.clone(),
-                    due,
-                    stage: ChunkStage::Targets(round),
-                });
-                started = true;
+                if !take(self, key.clone(), due) {
+                    return;
+                }
+                taken = true;
             }
         }
     }
@@ -111,11 +128,7 @@ impl SchedulerLoop {
 
     /// Up to `max` schedules of `key`'s partition due now, unless the partition is blocked or
     /// waits out a backoff.
-    pub(super) fn take_due(
-        &mut self,
-        key: &(String, i32),
-        max: usize,
-    ) -> Option<Vec<Dispatch<ProxyPayload>>> {
+    fn take_due(&mut self, key: &(String, i32), max: usize) -> Option<Vec<Dispatch<ProxyPayload>>> {
         let run = self.runs.get_mut(key)?;
         if run.dispatch_backoff.waiting() || run.blocked.is_some() {
             return None;
@@ -171,11 +184,7 @@ impl SchedulerLoop {
                     return;
                 };
                 if sent.iter().all(Result::is_ok) {
-                    let records: Vec<DispatchRecord<'_>> = chunk
-                        .due
-                        .iter()
-                        .map(|dispatch| tombstone_record(topic, partition, dispatch))
-                        .collect();
+                    let records = tombstones_of(topic, partition, &chunk.due);
                     chunk.stage = ChunkStage::Tombstones {
                         round: Rounds::start(&self.dispatcher, &records, timeout),
                         of: (0..records.len()).collect(),

@@ -38,6 +38,17 @@ pub(super) fn tombstone_record<'a>(
     }
 }
 
+/// The tombstones of every schedule of `due`, in order.
+pub(super) fn tombstones_of<'a>(
+    topic: &'a str,
+    partition: i32,
+    due: &'a [Dispatch<ProxyPayload>],
+) -> Vec<DispatchRecord<'a>> {
+    due.iter()
+        .map(|dispatch| tombstone_record(topic, partition, dispatch))
+        .collect()
+}
+
 /// A record the dispatcher produces. Targets and tombstones are written straight from their
 /// schedule's proxy data into librdkafka's message (headers included), with no owned copy:
 /// they are most of what the daemon sends.
@@ -148,5 +159,15 @@ pub(super) fn refused_for_good(error: &KafkaError) -> bool {
                 | Code::UnknownPartition
                 | Code::UnknownTopic
         )
+    )
+}
+
+/// Whether a record failed only because its transaction was doomed by another record's failure:
+/// refused while the transaction could only be aborted, or purged by the abort.
+pub(super) fn failed_with_its_transaction(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(Code::State | Code::PurgeQueue | Code::PurgeInflight)
     )
 }

@@ -7,9 +7,10 @@
 //!
 //! Several rounds can be open at once, so the daemon can send chunk n+1 while chunk n is still
 //! being acknowledged: [`Rounds::start`] enqueues without waiting, [`Rounds::take_finished`] hands
-//! back the results of a round once every report arrived (or its deadline passed), and
-//! [`Rounds::wait_for_progress`] sleeps until some round finishes. [`send_round`] is the blocking
-//! form for the rare paths that settle one record at a time.
+//! back the results of a round once every report arrived (or its deadline passed),
+//! [`Rounds::wait_for_progress`] sleeps until some round finishes and [`Rounds::wait_for`] until a
+//! given one does (a transaction's rounds, all started before the first is awaited).
+//! [`send_round`] is the blocking form for the rare paths that settle one record at a time.
 //!
 //! A record not reported by its round's deadline counts as timed out (a transient failure);
 //! reports arriving after their round was taken are ignored.
@@ -62,12 +63,26 @@ struct RoundsState {
 struct Round {
     results: Vec<Option<Result<(), KafkaError>>>,
     unreported: usize,
+    /// Whether a record of the round failed.
+    failed: bool,
     deadline: Instant,
 }
 
 impl Round {
     fn is_done(&self, now: Instant) -> bool {
         self.unreported == 0 || now >= self.deadline
+    }
+
+    /// Each record's result, a record not reported counting as timed out.
+    fn into_results(self) -> Vec<Result<(), KafkaError>> {
+        self.results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or(Err(KafkaError::MessageProduction(
+                    RDKafkaErrorCode::MessageTimedOut,
+                )))
+            })
+            .collect()
     }
 }
 
@@ -100,9 +115,12 @@ impl Rounds {
             return;
         };
         if slot.is_none() {
+            // A round's first failure is news too: it dooms its transaction.
+            let first_failure = result.is_err() && !round.failed;
+            round.failed |= result.is_err();
             *slot = Some(result);
             round.unreported -= 1;
-            if round.unreported == 0 {
+            if round.unreported == 0 || first_failure {
                 self.progress.notify_all();
             }
         }
@@ -125,6 +143,7 @@ impl Rounds {
                 Round {
                     results: vec![None; records.len()],
                     unreported: records.len(),
+                    failed: false,
                     deadline: Instant::now() + timeout,
                 },
             );
@@ -145,18 +164,36 @@ impl Rounds {
         if !state.open.get(&id.0)?.is_done(Instant::now()) {
             return None;
         }
-        let round = state.open.remove(&id.0)?;
-        Some(
-            round
-                .results
-                .into_iter()
-                .map(|result| {
-                    result.unwrap_or(Err(KafkaError::MessageProduction(
-                        RDKafkaErrorCode::MessageTimedOut,
-                    )))
-                })
-                .collect(),
-        )
+        state.open.remove(&id.0).map(Round::into_results)
+    }
+
+    /// Waits (up to `timeout`, at least the round's own deadline when started with the same
+    /// timeout) until round `id` is done, and takes its per-record results: a record not
+    /// confirmed by then counts as timed out.
+    pub(super) fn wait_for(&self, id: RoundId, timeout: Duration) -> Vec<Result<(), KafkaError>> {
+        self.wait_while(timeout, |open, now| {
+            open.get(&id.0).is_some_and(|round| !round.is_done(now))
+        });
+        self.state()
+            .open
+            .remove(&id.0)
+            .map_or_else(Vec::new, Round::into_results)
+    }
+
+    /// Waits up to `timeout` until every round of `ids` is done or a record of one of them
+    /// failed; whether every record of every one was acknowledged. The rounds stay open.
+    pub(super) fn all_acknowledged(&self, ids: &[RoundId], timeout: Duration) -> bool {
+        self.wait_while(timeout, |open, now| {
+            let rounds = || ids.iter().filter_map(|id| open.get(&id.0));
+            !rounds().any(|round| round.failed) && rounds().any(|round| !round.is_done(now))
+        });
+        let state = self.state();
+        ids.iter().all(|id| {
+            state
+                .open
+                .get(&id.0)
+                .is_some_and(|round| round.unreported == 0 && !round.failed)
+        })
     }
 
     /// Waits up to `timeout` until some open round is done (finished or past its deadline);
@@ -233,20 +270,5 @@ pub(super) fn send_round<R: RoundRecord>(
     timeout: Duration,
 ) -> Vec<Result<(), KafkaError>> {
     let id = Rounds::start(producer, records, timeout);
-    let rounds = producer.context();
-    rounds.wait_while(timeout, |open, now| {
-        open.get(&id.0).is_some_and(|round| !round.is_done(now))
-    });
-    // The round is done by now (its deadline is no later than the wait's); should it not be,
-    // every record counts as timed out, so each record still gets a result.
-    rounds.take_finished(id).unwrap_or_else(|| {
-        records
-            .iter()
-            .map(|_| {
-                Err(KafkaError::MessageProduction(
-                    RDKafkaErrorCode::MessageTimedOut,
-                ))
-            })
-            .collect()
-    })
+    producer.context().wait_for(id, timeout)
 }

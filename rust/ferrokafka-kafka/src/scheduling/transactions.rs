@@ -1,5 +1,12 @@
-//! Transactional dispatch: one transaction per chunk holding its targets and their tombstones,
-//! committed before the next chunk.
+//! Transactional dispatch: the chunks due now, up to [`PIPELINE_SCHEDULES`] schedules, go out in
+//! one transaction. Each chunk's targets are sent as soon as the chunk is taken, then every
+//! chunk's tombstones, none waiting for an acknowledgement, so the broker acknowledges the first
+//! chunks while the later ones are still being handed over; once every record is acknowledged,
+//! one commit. (A producer has one transaction open at a time: the next begins once this one is
+//! committed.) A transaction that fails is aborted, so a `read_committed` reader sees none of its
+//! records, and its schedules are restored to be dispatched again: at once when they failed only
+//! with the abort, after a backoff when their own records failed. A target refused for good is
+//! confirmed alone, in a transaction of its own, and failed without holding up the others.
 
 use std::time::Instant;
 
@@ -7,86 +14,214 @@ use ferrokafka_core::schedule::Dispatch;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 
-use super::dispatcher::DispatchResult;
-use super::records::{DispatchRecord, refused_for_good, tombstone_record};
-use super::rounds::send_round;
+use super::dispatcher::{DispatchResult, PIPELINE_SCHEDULES};
+use super::records::{
+    DispatchRecord, failed_with_its_transaction, refused_for_good, tombstone_record, tombstones_of,
+};
+use super::rounds::{RoundId, Rounds, send_round};
 use super::{ProxyPayload, SchedulerLoop};
 
+/// One partition's chunk in the open transaction; its targets sent as `targets`.
+struct TransactionChunk {
+    partition: (String, i32),
+    due: Vec<Dispatch<ProxyPayload>>,
+    targets: RoundId,
+}
+
+type SendResult = Result<(), KafkaError>;
+
+/// The first failure of a chunk's records that is not only its transaction's.
+fn own_error<'a>(sent: &'a [SendResult], tombstones: &'a [SendResult]) -> Option<&'a KafkaError> {
+    sent.iter()
+        .chain(tombstones)
+        .filter_map(|result| result.as_ref().err())
+        .find(|error| !failed_with_its_transaction(error))
+}
+
+/// Every schedule of `due` to be retried, after a backoff when `transient` names an error.
+fn retry_all(due: &[Dispatch<ProxyPayload>], transient: Option<String>) -> Vec<DispatchResult> {
+    due.iter()
+        .map(|_| DispatchResult::Retry {
+            transient: transient.clone(),
+        })
+        .collect()
+}
+
 impl SchedulerLoop {
-    /// One transaction per chunk, each committed before the next is sent.
+    /// Dispatches everything due, one transaction after the other (see the module docs).
     pub(super) fn dispatch_due_transactional(&mut self) {
-        let per_chunk = self.options.flush_batch_size / 2;
-        let keys: Vec<(String, i32)> = self.runs.keys().cloned().collect();
-        for key in keys {
-            while let Some(due) = self.take_due(&key, per_chunk) {
-                let started = Instant::now();
-                let results = self.flush_chunk_transactional(&key, &due);
-                log::debug!(
-                    "{}-{}: {} schedules handled in {:?}",
-                    key.0,
-                    key.1,
-                    due.len(),
-                    started.elapsed()
-                );
-                if !self.settle(&key, due, results) {
-                    break;
+        loop {
+            let started = Instant::now();
+            let mut chunks: Vec<TransactionChunk> = Vec::new();
+            let mut schedules = 0;
+            let mut begin_failed = false;
+            self.take_due_chunks(|daemon, partition, due| {
+                if chunks.is_empty()
+                    && let Err(e) = daemon.dispatcher.begin_transaction()
+                {
+                    // This partition waits out a backoff; the others try again in turn.
+                    let results = retry_all(&due, Some(format!("begin_transaction: {e}")));
+                    daemon.settle(&partition, due, results);
+                    begin_failed = true;
+                    return false;
                 }
+                let targets = Rounds::start(
+                    &daemon.dispatcher,
+                    &daemon.targets_of(&partition.0, partition.1, &due),
+                    daemon.round_timeout(),
+                );
+                schedules += due.len();
+                chunks.push(TransactionChunk {
+                    partition,
+                    due,
+                    targets,
+                });
+                schedules < PIPELINE_SCHEDULES
+            });
+            if chunks.is_empty() {
+                if begin_failed {
+                    continue;
+                }
+                return;
+            }
+            let targets_sent = started.elapsed();
+            let tombstones: Vec<RoundId> = chunks
+                .iter()
+                .map(|chunk| {
+                    let (topic, partition) = (&chunk.partition.0, chunk.partition.1);
+                    let records = tombstones_of(topic, partition, &chunk.due);
+                    Rounds::start(&self.dispatcher, &records, self.round_timeout())
+                })
+                .collect();
+            let sent = started.elapsed();
+            let results = self.finish_chunks(&chunks, &tombstones);
+            log::debug!(
+                "transaction of {schedules} schedules in {} chunks: targets handed over after {targets_sent:?}, tombstones after {sent:?}, settled after {:?}",
+                chunks.len(),
+                started.elapsed()
+            );
+            for (chunk, results) in chunks.into_iter().zip(results) {
+                self.settle(&chunk.partition, chunk.due, results);
             }
         }
     }
 
-    /// Dispatches `due` in one transaction: targets and tombstones are sent together (the
-    /// transaction commits a tombstone only with its target), then committed.
-    fn flush_chunk_transactional(
+    /// Waits for every record of the open transaction, then commits it; or, as soon as a
+    /// record failed (librdkafka then sends nothing more of the transaction), aborts it and
+    /// tells what to do with each chunk's schedules.
+    fn finish_chunks(
         &self,
-        (topic, partition): &(String, i32),
-        due: &[Dispatch<ProxyPayload>],
-    ) -> Vec<DispatchResult> {
-        let (topic, partition) = (topic.as_str(), *partition);
-        let retry_all = |error: String| {
-            due.iter()
-                .map(|_| DispatchResult::Retry {
-                    transient: Some(error.clone()),
-                })
-                .collect()
-        };
-        let mut records = self.targets_of(topic, partition, due);
-        records.extend(
-            due.iter()
-                .map(|dispatch| tombstone_record(topic, partition, dispatch)),
-        );
-        let mut sent = match self.in_transaction(&records) {
-            Ok(sent) => sent,
-            Err(error) => return retry_all(error),
-        };
-        if sent.iter().all(Result::is_ok) {
-            return match self.finish_transaction(&[]) {
-                Ok(()) => due.iter().map(|_| DispatchResult::Dispatched).collect(),
-                Err(error) => retry_all(error),
+        chunks: &[TransactionChunk],
+        tombstones: &[RoundId],
+    ) -> Vec<Vec<DispatchResult>> {
+        let rounds = self.dispatcher.context();
+        let timeout = self.round_timeout();
+        let started = Instant::now();
+        let ids: Vec<RoundId> = chunks
+            .iter()
+            .map(|chunk| chunk.targets)
+            .chain(tombstones.iter().copied())
+            .collect();
+        if rounds.all_acknowledged(&ids, timeout) {
+            let acknowledged = started.elapsed();
+            for id in ids {
+                rounds.wait_for(id, timeout);
+            }
+            let committed = self
+                .dispatcher
+                .commit_transaction(self.options.dispatch_timeout);
+            log::debug!(
+                "records acknowledged after {acknowledged:?}, transaction committed after {:?}",
+                started.elapsed()
+            );
+            return match committed {
+                Ok(()) => chunks
+                    .iter()
+                    .map(|chunk| {
+                        chunk
+                            .due
+                            .iter()
+                            .map(|_| DispatchResult::Dispatched)
+                            .collect()
+                    })
+                    .collect(),
+                Err(e) => {
+                    let _ = self
+                        .dispatcher
+                        .abort_transaction(self.options.dispatch_timeout);
+                    let error = format!("commit_transaction: {e}");
+                    chunks
+                        .iter()
+                        .map(|chunk| retry_all(&chunk.due, Some(error.clone())))
+                        .collect()
+                }
             };
         }
-        // What became of the tombstones does not matter: the transaction is aborted below.
-        sent.truncate(due.len());
-        records.truncate(due.len());
-        let targets = &records;
-        // A failed record makes the whole transaction abortable.
+        // The abort purges what is still queued, so every round is done right after it.
         let _ = self
             .dispatcher
             .abort_transaction(self.options.dispatch_timeout);
-        if !sent
+        let outcomes: Vec<(Vec<SendResult>, Vec<SendResult>)> = chunks
             .iter()
-            .any(|result| result.as_ref().is_err_and(refused_for_good))
+            .zip(tombstones)
+            .map(|(chunk, tombstones)| {
+                (
+                    rounds.wait_for(chunk.targets, timeout),
+                    rounds.wait_for(*tombstones, timeout),
+                )
+            })
+            .collect();
+        // When no record failed on its own (the transaction timed out, or failed as a whole),
+        // every chunk waits out a backoff, so that the next try is not at once.
+        let doomed = if outcomes
+            .iter()
+            .any(|(sent, tombstones)| own_error(sent, tombstones).is_some())
         {
-            let error = sent
-                .iter()
-                .find_map(|r| r.as_ref().err())
-                .map(ToString::to_string);
-            return retry_all(error.unwrap_or_default());
-        }
+            None
+        } else {
+            Some(
+                outcomes
+                    .iter()
+                    .flat_map(|(sent, tombstones)| sent.iter().chain(tombstones))
+                    .find_map(|result| result.as_ref().err())
+                    .map_or_else(
+                        || format!("transaction not acknowledged within {timeout:?}"),
+                        |e| format!("transaction aborted: {e}"),
+                    ),
+            )
+        };
+        chunks
+            .iter()
+            .zip(outcomes)
+            .map(|(chunk, (sent, tombstones))| {
+                if sent
+                    .iter()
+                    .any(|result| result.as_ref().is_err_and(refused_for_good))
+                {
+                    return self.settle_refused(&chunk.partition, &chunk.due, &sent);
+                }
+                // None: the chunk failed only with a transaction another chunk doomed; it is
+                // sent again at once.
+                let error = own_error(&sent, &tombstones).map(ToString::to_string);
+                retry_all(&chunk.due, error.or_else(|| doomed.clone()))
+            })
+            .collect()
+    }
+
+    /// The schedules of a chunk some of whose targets were refused for good (`sent`: each
+    /// target's result in the aborted transaction).
+    fn settle_refused(
+        &self,
+        (topic, partition): &(String, i32),
+        due: &[Dispatch<ProxyPayload>],
+        sent: &[SendResult],
+    ) -> Vec<DispatchResult> {
+        let (topic, partition) = (topic.as_str(), *partition);
+        let targets = self.targets_of(topic, partition, due);
         // Settle the refused ones (dead-letter copy and tombstone in a transaction of their own)
         // and retry the rest at once: they failed only with the aborted transaction.
         let mut settled = Vec::new();
-        for ((dispatch, target), result) in due.iter().zip(targets).zip(&sent) {
+        for ((dispatch, target), result) in due.iter().zip(&targets).zip(sent) {
             if !result.as_ref().is_err_and(refused_for_good) {
                 settled.push(DispatchResult::Retry { transient: None });
                 continue;
@@ -163,10 +298,7 @@ impl SchedulerLoop {
     }
 
     /// Begins a transaction and sends `records` in it; the per-record results.
-    fn in_transaction(
-        &self,
-        records: &[DispatchRecord<'_>],
-    ) -> Result<Vec<Result<(), KafkaError>>, String> {
+    fn in_transaction(&self, records: &[DispatchRecord<'_>]) -> Result<Vec<SendResult>, String> {
         self.dispatcher
             .begin_transaction()
             .map_err(|e| format!("begin_transaction: {e}"))?;
