@@ -15,12 +15,3 @@ booleans are turned into librdkafka's strings), or the ``oauth_cb`` callable."""
 
 Config: TypeAlias = Mapping[str, ConfigValue]
 """A librdkafka configuration dict."""
-
-
-def max_poll_interval_ms(config: Config) -> int:
-    """``max.poll.interval.ms`` as librdkafka reads it (default 300,000): a process report's
-    poll interval. librdkafka itself refuses a value that is not a number."""
-    value = config.get("max.poll.interval.ms", 300_000)
-    if callable(value):
-        raise TypeError("max.poll.interval.ms must be a number of milliseconds, not a callable")
-    return int(value)

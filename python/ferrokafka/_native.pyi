@@ -886,8 +886,9 @@ class _RawScheduler:
         refused before it ever worked)."""
     def status(self) -> list[SchedulerPartitionStatus]:
         """Per-partition figures."""
-    def statistics(self) -> DaemonStatistics:
-        """The group consumer's state from librdkafka's latest statistics."""
+    def report_sample(self) -> SourceSample:
+        """This daemon's part of a process report, as of its last loop: librdkafka's
+        statistics of its group consumer, with pending schedules as each partition's lag."""
 
 @final
 class SchedulerPartitionStatus:
@@ -974,6 +975,13 @@ class _RawConsumer:
         """Drop queued records, give running batches ``drain`` seconds, commit, close."""
     def stats(self) -> ConsumerStats:
         """A snapshot of the counters, the assigned partitions and the group."""
+    def report_sample(
+        self, jobs: list[JobSample], jobs_started: int, errors: int, busy_seconds: float
+    ) -> SourceSample:
+        """This consumer's part of a process report, built from the engine's own figures
+        (librdkafka's statistics per partition with the lags the consumer knows better, its
+        counters, its group), with the handlers' own: the batches running now, jobs started,
+        handler errors and seconds in handlers."""
 
 @final
 class Assignment:
@@ -1159,22 +1167,6 @@ class GroupStatistics:
         """The fields as a dict (a tracking report's group state)."""
 
 @final
-class DaemonStatistics:
-    """A daemon's group consumer as of librdkafka's latest statistics."""
-
-    @property
-    def bytes_received(self) -> int | None:
-        """Bytes per second received from the brokers between the latest two statistics."""
-    @property
-    def bytes_sent(self) -> int | None:
-        """Bytes per second sent to the brokers between the latest two statistics."""
-    @property
-    def group(self) -> GroupStatistics | None:
-        """The group's state; None before the first statistics."""
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict (``group`` as its own dict, or None)."""
-
-@final
 class PartitionStats:
     """A snapshot of one assigned partition."""
 
@@ -1338,8 +1330,10 @@ class _RawRedeliveryTracker:
         refused before it ever worked)."""
     def status(self) -> list[RedeliveryPartitionStatus]:
         """Per markers partition figures."""
-    def statistics(self) -> DaemonStatistics:
-        """The markers consumer's state from librdkafka's latest statistics."""
+    def report_sample(self) -> SourceSample:
+        """This daemon's part of a process report, as of its last loop: librdkafka's
+        statistics of its markers consumer, with unacknowledged messages as each partition's
+        lag."""
 
 @final
 class RedeliveryPartitionStatus:
@@ -1379,14 +1373,117 @@ class RedeliveryPartitionStatus:
         """The fields as a dict (``broker`` as its own dict, or None)."""
 
 @final
+class PartitionSample:
+    """One partition as a tracked component sees it: librdkafka's ``statistics`` of it where
+    the component has them, and what the component knows better (a daemon's pending work as
+    ``lag``, its own ``fetch_state``; ``None``: take the statistics'). What nobody knows stays
+    librdkafka's "unknown" in the report. ``statistics`` takes the fields of
+    :class:`BrokerOffsets` (any of them; a field it does not have raises
+    :class:`ferrokafka.CodecError` naming it)."""
+
+    def __new__(
+        cls,
+        topic: str,
+        partition: int,
+        lag: int | None = None,
+        lag_stored: int | None = None,
+        committed_offset: int | None = None,
+        fetch_state: str | None = None,
+        paused: bool = False,
+        statistics: Mapping[str, Any] | None = None,
+    ) -> PartitionSample: ...
+
+@final
+class JobSample:
+    """A batch a component's handler is running now (Unix seconds; the last record's
+    timestamp in Unix ms when it has one)."""
+
+    def __new__(
+        cls,
+        handler: str,
+        topic: str,
+        partition: int,
+        first_offset: int,
+        last_offset: int,
+        messages: int,
+        started_at: float,
+        last_timestamp_ms: int | None = None,
+    ) -> JobSample: ...
+
+@final
+class SourceSample:
+    """What one tracked component contributes to a report: one subscription group of consumer
+    group ``group``.
+
+    Counts are cumulative since the component started (the report carries the change since
+    the previous report, as Karafka Web expects). ``busy`` counts handlers running now,
+    ``enqueued`` records waiting for a handler, ``busy_seconds`` the handler time spent (for
+    utilization). ``group_state`` is librdkafka's ``cgrp`` statistics, the fields of
+    :class:`GroupStatistics` (``None``: no group; a field it does not have raises
+    :class:`ferrokafka.CodecError` naming it)."""
+
+    def __new__(
+        cls,
+        group: str,
+        partitions: list[PartitionSample] = ...,
+        jobs_total: int | None = None,
+        batches: int = 0,
+        messages: int = 0,
+        errors: int = 0,
+        retries: int = 0,
+        dead: int = 0,
+        busy: int = 0,
+        enqueued: int = 0,
+        workers: int = 1,
+        listeners: int = 1,
+        busy_seconds: float = 0.0,
+        jobs: list[JobSample] = ...,
+        subscription_group: str | None = None,
+        instance_id: str | None = None,
+        group_state: Mapping[str, Any] | None = None,
+        bytes_received: int | None = None,
+        bytes_sent: int | None = None,
+        poll_age: float = 0.0,
+        poll_interval: int = 300000,
+    ) -> SourceSample: ...
+
+@final
+class ProcessFacts:
+    """The process's own facts for a report (memory in KiB; ``load_average`` ``None`` where
+    the platform has none; ``runtime``, ``ferrokafka`` and ``librdkafka`` default to the
+    running interpreter, e.g. ``CPython 3.12.1``, and the versions of this build). The report
+    builder maps them to Karafka Web's fields (see the README's table)."""
+
+    def __new__(
+        cls,
+        id: str,
+        status: str,
+        started_at: float,
+        rss_kib: int,
+        host_used_kib: int,
+        memory_limit_kib: int,
+        cpus: int,
+        threads: int,
+        load_average: tuple[float, float, float] | None,
+        tags: list[str],
+        runtime: str | None = None,
+        ferrokafka: str | None = None,
+        librdkafka: str | None = None,
+    ) -> ProcessFacts: ...
+    @property
+    def id(self) -> str:
+        """``"host:pid:random"``."""
+    def with_status(self, status: str) -> ProcessFacts:
+        """The same facts with process status ``status``."""
+
+@final
 class ReportBuilder:
-    """Builds the Reporter's Karafka Web reports from its samples (dicts of the sample
-    dataclasses of :mod:`ferrokafka.tracking`); keeps the counts of the last report, since a
-    report carries the counts since the previous one."""
+    """Builds the Reporter's Karafka Web reports from its samples; keeps the counts of the
+    last report, since a report carries the counts since the previous one."""
 
     def __init__(self) -> None: ...
     def consumer_report(
-        self, process: Mapping[str, Any], sources: list[Any], now: float, level: int = 6
+        self, process: ProcessFacts, sources: list[SourceSample], now: float, level: int = 6
     ) -> bytes:
         """The consumer report at ``now``, checked against Karafka Web's contracts and
         zlib-compressed; a broken rule raises :class:`ferrokafka.CodecError`."""
@@ -1468,6 +1565,27 @@ def view_consumer_report(data: bytes, max_inflated: int = 67108864) -> ConsumerR
 
 def view_error_report(data: bytes, max_inflated: int = 67108864) -> ErrorReportView:
     """Decode a zlib JSON error report (schemas 1.0.0 to 1.2.0)."""
+
+@final
+class StateReportView:
+    """A scheduler state report, as ``ferrokafka status`` shows it: ``daily`` counts pending
+    schedules per UTC day, ``low``/``high`` are the schedules offsets seen (-1: none), and
+    ferrokafka's own counters are 0 where an older tracker wrote none."""
+
+    schema_version: str
+    dispatched_at: float
+    state: str
+    low: int
+    high: int
+    daily: dict[str, int]
+    started_at: int
+    reloads: int
+    skipped_records: int
+    dispatched: int
+    failed: int
+
+def view_state_report(data: bytes, max_inflated: int = 67108864) -> StateReportView:
+    """Decode a zlib JSON scheduler state report (schema 1.0.0) into its view."""
 
 def consumer_report_violations_of(report: Any) -> list[tuple[str, str]]:
     """``(field, rule)`` for every rule of Karafka Web's consumer report contracts (Report,

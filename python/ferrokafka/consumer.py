@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ferrokafka import _exit, _instrumentation
-from ferrokafka._config import ConfigValue, max_poll_interval_ms
+from ferrokafka._config import ConfigValue
 from ferrokafka._native import (
     DEAD_LETTER_HEADERS,
     Assignment,
@@ -61,11 +61,10 @@ from ferrokafka._native import (
     ConsumerError,
     ConsumerLoadControl,
     ConsumerUnassigned,
-    PartitionStats,
     _RawConsumer,
 )
 from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
-from ferrokafka.tracking import JobSample, PartitionSample, Reporter, SourceSample
+from ferrokafka.tracking import JobSample, Reporter, SourceSample
 
 if TYPE_CHECKING:
     from ferrokafka._native import _ConsumerEvent
@@ -172,41 +171,6 @@ def _int64(name: str, value: int) -> int:
             f"got {value!r}"
         )
     return value
-
-
-def _partition_sample(stats: PartitionStats, read_committed: bool) -> PartitionSample:
-    """A partition for a process report: librdkafka's statistics of it as the engine keeps them
-    (with their changes between statistics) and whether load control paused it.
-
-    librdkafka knows no lag before the group's first commit; then, like Karafka Web's enricher
-    that fills it from the consumer's own position, the lag counts from where this consumer
-    began reading the partition (its first record, or the fetch position). A commit the broker
-    confirmed after the latest statistics (every one a stopping consumer makes) is newer than
-    they are: the committed offset and the lag to it come from that commit."""
-    broker = stats.broker
-    sample = PartitionSample(
-        stats.topic,
-        stats.partition,
-        paused=stats.paused,
-        statistics=None if broker is None else broker.as_dict(),
-    )
-    if broker is None:
-        return sample
-    last_stable, high = broker.ls_offset, broker.hi_offset
-    end = last_stable if read_committed and last_stable >= 0 else high
-    committed = stats.committed
-    if committed is not None and committed > broker.committed_offset:
-        sample.committed_offset = committed
-        sample.lag = max(0, end - committed)
-    started = stats.first_received
-    if started is None and broker.next_offset >= 0:
-        started = broker.next_offset
-    if sample.lag is None and broker.lag < 0 and end >= 0 and started is not None:
-        sample.lag = max(0, end - started)
-    stored = started if stats.position is None else stats.position
-    if broker.lag_stored < 0 and end >= 0 and stored is not None:
-        sample.lag_stored = max(0, end - stored)
-    return sample
 
 
 def _partitions(assignments: list[Assignment]) -> Partitions:
@@ -346,8 +310,6 @@ class _Core:
         self.subscribers: list[InstrumentationCallback] = []
         self.raw: _RawConsumer | None = None
         self.reporter = options.reporter
-        # The consumer group reports name; a group-less consumer reports under this one.
-        self.report_group = str(self.config.get("group.id") or "ferrokafka-without-group")
         self._handler_errors = 0
         self._busy_seconds = 0.0
         self._running_jobs: dict[tuple[str, int, int], JobSample] = {}
@@ -391,32 +353,14 @@ class _Core:
             self.reporter.untrack(self)
 
     def report_sample(self) -> SourceSample:
-        """This consumer's part of a process report (see :mod:`ferrokafka.tracking`)."""
-        stats = self.require_raw().stats()
-        read_committed = self.config.get("isolation.level", "read_committed") == "read_committed"
-        partitions = [_partition_sample(p, read_committed) for p in stats.partitions]
-        jobs = list(self._running_jobs.values())
-        instance_id = self.config.get("group.instance.id")
-        return SourceSample(
-            group=self.report_group,
-            partitions=partitions,
-            group_state=None if stats.group is None else stats.group.as_dict(),
-            poll_age=stats.poll_age or 0.0,
-            bytes_received=stats.bytes_received,
-            bytes_sent=stats.bytes_sent,
-            instance_id=None if instance_id is None else str(instance_id),
-            poll_interval=max_poll_interval_ms(self.config),
-            jobs_total=self._jobs_started,
-            batches=stats.counters.batches,
-            messages=stats.counters.handled,
-            errors=self._handler_errors,
-            retries=stats.counters.retries,
-            dead=stats.counters.dead_lettered,
-            busy=len(jobs),
-            enqueued=sum(p.queued for p in stats.partitions),
-            workers=max(1, len(partitions)),
-            busy_seconds=self._busy_seconds,
-            jobs=jobs,
+        """This consumer's part of a process report (see :mod:`ferrokafka.tracking`): the
+        engine builds it from its own figures; this adds the handlers' (the batches running
+        now, jobs started, handler errors, seconds in handlers)."""
+        return self.require_raw().report_sample(
+            list(self._running_jobs.values()),
+            self._jobs_started,
+            self._handler_errors,
+            self._busy_seconds,
         )
 
     # -- telemetry -------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ferrokafka import _daemon, _exit
-from ferrokafka._config import Config, max_poll_interval_ms
+from ferrokafka._config import Config
 from ferrokafka._extras import missing_extra
 from ferrokafka._native import (
     ORIGINAL_OFFSET_HEADER,
@@ -60,7 +60,7 @@ from ferrokafka._native import (
     redact_secrets,
 )
 from ferrokafka.exceptions import ClosedError, ConfigError
-from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
+from ferrokafka.tracking import Reporter, SourceSample
 
 if TYPE_CHECKING:
     from ferrokafka.share_queue import ShareMessage, ShareQueue
@@ -504,15 +504,11 @@ class RedeliveryTracker(_exit.StopsAtExit):
     ) -> None:
         if max_redeliveries < 0:
             raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
-        self._markers_topic = markers_topic
-        self._group_id = (
-            group_id if group_id is not None else f"ferrokafka-redelivery-{markers_topic}"
-        )
         self._config = dict(config)
         self._args = (
             queue_topic,
             markers_topic,
-            self._group_id,
+            group_id if group_id is not None else f"ferrokafka-redelivery-{markers_topic}",
             max_redeliveries,
             dead_letter_topic,
             use_now_if_no_marker_seen,
@@ -522,7 +518,6 @@ class RedeliveryTracker(_exit.StopsAtExit):
         )
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter
-        self._poll_interval = max_poll_interval_ms(config)
 
     def start(self) -> RedeliveryTracker:
         """Start the daemon thread (once); returns self. Bad settings raise here."""
@@ -579,34 +574,10 @@ class RedeliveryTracker(_exit.StopsAtExit):
         return [] if self._raw is None else self._raw.status()
 
     def report_sample(self) -> SourceSample:
-        """This daemon's part of a process report: librdkafka's statistics of its markers
-        consumer, with unacknowledged messages as ``lag``."""
-        rows = self._status()
-        statistics = None if self._raw is None else self._raw.statistics()
-        group = None if statistics is None else statistics.group
-        return SourceSample(
-            group=self._group_id,
-            partitions=[
-                PartitionSample(
-                    self._markers_topic,
-                    row.partition,
-                    lag=row.open,
-                    lag_stored=row.open,
-                    committed_offset=row.committed,
-                    statistics=None if row.broker is None else row.broker.as_dict(),
-                )
-                for row in rows
-            ],
-            group_state=None if group is None else group.as_dict(),
-            bytes_received=None if statistics is None else statistics.bytes_received,
-            bytes_sent=None if statistics is None else statistics.bytes_sent,
-            messages=sum(row.applied for row in rows),
-            errors=sum(row.undecodable for row in rows),
-            retries=sum(row.redelivered for row in rows),
-            dead=sum(row.dead_lettered + row.dropped for row in rows),
-            workers=max(1, len(rows)),
-            poll_interval=self._poll_interval,
-        )
+        """This daemon's part of a process report, built by the engine: librdkafka's
+        statistics of its markers consumer, with unacknowledged messages as ``lag``. Only a
+        started tracker is tracked by its reporter."""
+        return self._started().report_sample()
 
     def __enter__(self) -> RedeliveryTracker:
         return self.start()

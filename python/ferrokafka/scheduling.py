@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ferrokafka import _daemon, _exit
-from ferrokafka._config import Config, max_poll_interval_ms
+from ferrokafka._config import Config
 from ferrokafka._native import (
     WATERDROP_MAX_PAYLOAD_SIZE,
     Client,
@@ -51,7 +51,7 @@ from ferrokafka._native import (
     schedule_proxy,
 )
 from ferrokafka.producer import AsyncProducer
-from ferrokafka.tracking import PartitionSample, Reporter, SourceSample
+from ferrokafka.tracking import Reporter, SourceSample
 
 __all__ = [
     "DEFAULT_GROUP_ID",
@@ -259,10 +259,7 @@ class Scheduler(_exit.StopsAtExit):
             if not instance_id:
                 raise ValueError("instance_id must not be empty (leave it None for none)")
             config["group.instance.id"] = instance_id
-        self._group_id = group_id
         self._reporter = reporter
-        self._instance_id = instance_id
-        self._poll_interval = max_poll_interval_ms(config)
         if reporter is not None:
             config = reporter.statistics_config(config)
         self._raw = _RawScheduler(
@@ -312,31 +309,9 @@ class Scheduler(_exit.StopsAtExit):
         return [row.as_dict() for row in self._raw.status()]
 
     def report_sample(self) -> SourceSample:
-        """This daemon's part of a process report: librdkafka's statistics of its group
-        consumer, with pending schedules as ``lag``."""
-        rows = self._raw.status()
-        statistics = self._raw.statistics()
-        return SourceSample(
-            group=self._group_id,
-            partitions=[
-                PartitionSample(
-                    row.topic,
-                    row.partition,
-                    lag=row.pending,
-                    lag_stored=row.pending,
-                    statistics=None if row.broker is None else row.broker.as_dict(),
-                )
-                for row in rows
-            ],
-            group_state=None if statistics.group is None else statistics.group.as_dict(),
-            bytes_received=statistics.bytes_received,
-            bytes_sent=statistics.bytes_sent,
-            messages=sum(row.dispatched for row in rows),
-            errors=sum(row.skipped for row in rows),
-            workers=max(1, len(rows)),
-            instance_id=self._instance_id,
-            poll_interval=self._poll_interval,
-        )
+        """This daemon's part of a process report, built by the engine: librdkafka's
+        statistics of its group consumer, with pending schedules as ``lag``."""
+        return self._raw.report_sample()
 
     def __enter__(self) -> Scheduler:
         return self

@@ -43,11 +43,9 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
-import platform
 import secrets
 import socket
 import sys
@@ -63,10 +61,12 @@ from ferrokafka import _exit
 from ferrokafka._config import ConfigValue
 from ferrokafka._native import (
     Client,
+    JobSample,
+    PartitionSample,
+    ProcessFacts,
     ReportBuilder,
-    __version__,
+    SourceSample,
     decode_process_report,
-    librdkafka_version,
 )
 from ferrokafka._validation import check_config_mapping, checked_seconds
 from ferrokafka.exceptions import CodecError, KafkaTimeoutError
@@ -104,74 +104,12 @@ ProcessStatus: TypeAlias = Literal[
 ]
 
 
-@dataclass
-class PartitionSample:
-    """One partition as a tracked component sees it: librdkafka's ``statistics`` of it where the
-    component has them (as the consumer engine keeps them), and what the component knows
-    better (a daemon's pending work as ``lag``, its own ``fetch_state``; ``None``: take the
-    statistics'). What nobody knows stays librdkafka's "unknown" in the report."""
-
-    topic: str
-    partition: int
-    lag: int | None = None
-    lag_stored: int | None = None
-    committed_offset: int | None = None
-    fetch_state: str | None = None
-    paused: bool = False
-    statistics: dict[str, Any] | None = None
-
-
-@dataclass
-class JobSample:
-    """A batch a component's handler is running now (Unix seconds; the last record's timestamp
-    in Unix ms when it has one)."""
-
-    handler: str
-    topic: str
-    partition: int
-    first_offset: int
-    last_offset: int
-    messages: int
-    started_at: float
-    last_timestamp_ms: int | None = None
-
-
-@dataclass
-class SourceSample:
-    """What one tracked component contributes to a report: one subscription group of consumer
-    group ``group``.
-
-    Counts are cumulative since the component started (the report carries the change since
-    the previous report, as Karafka Web expects). ``busy`` counts handlers running now,
-    ``enqueued`` records waiting for a handler, ``busy_seconds`` the handler time spent (for
-    utilization). ``group_state`` is librdkafka's ``cgrp`` statistics (``None``: no group).
-    """
-
-    group: str
-    partitions: list[PartitionSample] = field(default_factory=list)
-    jobs_total: int | None = None
-    batches: int = 0
-    messages: int = 0
-    errors: int = 0
-    retries: int = 0
-    dead: int = 0
-    busy: int = 0
-    enqueued: int = 0
-    workers: int = 1
-    listeners: int = 1
-    busy_seconds: float = 0.0
-    jobs: list[JobSample] = field(default_factory=list)
-    subscription_group: str | None = None
-    instance_id: str | None = None
-    group_state: dict[str, Any] | None = None
-    bytes_received: int | None = None
-    bytes_sent: int | None = None
-    poll_age: float = 0.0
-    poll_interval: int = 300_000
-
-
 class TrackedSource(Protocol):
-    """A component a :class:`Reporter` samples: consumers and ferrokafka's daemons."""
+    """A component a :class:`Reporter` samples: consumers and ferrokafka's daemons, whose
+    engines build their :class:`SourceSample` in Rust from their own figures (a consumer adds
+    only its handlers' jobs, errors and time). ``SourceSample``, ``PartitionSample``,
+    ``JobSample`` and ``ProcessFacts`` are the Rust report builder's own sample types; a
+    component written in Python builds its sample with their constructors."""
 
     def report_sample(self) -> SourceSample:
         """The component's current state; called on the reporter's thread, without locks of
@@ -203,27 +141,6 @@ def _memory_size(machine_total: int) -> int:
     except OSError:
         return machine_total
     return machine_total if limit == "max" else int(limit) // 1024
-
-
-@dataclass
-class ProcessFacts:
-    """The process's own facts for a report (memory in KiB; ``load_average`` ``None`` where
-    the platform has none). The Rust report builder maps them to Karafka Web's fields (see
-    the README's table)."""
-
-    id: str
-    status: str
-    started_at: float
-    rss_kib: int
-    host_used_kib: int
-    memory_limit_kib: int
-    cpus: int
-    threads: int
-    load_average: tuple[float, float, float] | None
-    tags: list[str]
-    runtime: str = f"{platform.python_implementation()} {platform.python_version()}"
-    ferrokafka: str = __version__
-    librdkafka: str = librdkafka_version
 
 
 def _process_facts(
@@ -574,19 +491,25 @@ class Reporter:
         with self._state:
             return dict(self._counters)
 
-    def _samples(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _samples(self) -> tuple[ProcessFacts, list[SourceSample]]:
         with self._state:
             self._refresh_after_fork()
             sources = list(self._sources)
             process_id, status = self._process_id, self._status
-        samples: list[dict[str, Any]] = []
+        samples: list[SourceSample] = []
         for source in sources:
             try:
-                samples.append(dataclasses.asdict(source.report_sample()))
+                sample = source.report_sample()
+                if not isinstance(sample, SourceSample):
+                    raise TypeError(
+                        "report_sample() must return a ferrokafka.tracking.SourceSample, got "
+                        f"{type(sample).__name__}"
+                    )
+                samples.append(sample)
             except Exception:
                 log.exception("sampling %r for the process report failed", source)
         facts = _process_facts(process_id, status, self._started_at, self.tags)
-        return dataclasses.asdict(facts), samples
+        return facts, samples
 
     def sample(self) -> dict[str, Any]:
         """The consumer report as it would be sent now, counting since each source started
@@ -620,7 +543,12 @@ class Reporter:
         self._wake_sender()
 
     def _send_pending(
-        self, process: dict[str, Any], sources: list[dict[str, Any]], *, deadline: float, keep: bool
+        self,
+        process: ProcessFacts,
+        sources: list[SourceSample],
+        *,
+        deadline: float,
+        keep: bool,
     ) -> _Unsent:
         """Sends a report for each owed status, then the queued errors, each waiting for the
         broker at most ``send_timeout`` and never past ``deadline``; stops at the first failure.
@@ -638,15 +566,15 @@ class Reporter:
             if statuses:
                 self._reported_at = time.monotonic()
             reports = [
-                self._builder.consumer_report({**process, "status": status}, sources, time.time())
+                self._builder.consumer_report(process.with_status(status), sources, time.time())
                 for status in statuses
             ]
             try:
                 for blob in reports:  # partition 0: the only one Karafka Web's processing reads
-                    self._produce(self.reports_topic, blob, process["id"], 0, deadline)
+                    self._produce(self.reports_topic, blob, process.id, 0, deadline)
                     sent_reports += 1
                 for blob in errors:
-                    self._produce(self.errors_topic, blob, process["id"], None, deadline)
+                    self._produce(self.errors_topic, blob, process.id, None, deadline)
                     sent_errors += 1
             except Exception as error:
                 failure = error

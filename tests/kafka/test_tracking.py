@@ -311,7 +311,11 @@ def test_daemons_report_librdkafkas_group_state_and_partition_offsets(
     markers_end = high_watermarks(kafka_bootstrap, markers, 1)[0]
     assert scheduled_ends == pending
     assert markers_end == opened
-    config = {"bootstrap.servers": kafka_bootstrap}
+    # The engines read their report's poll interval from their own settings.
+    config: dict[str, str | int] = {
+        "bootstrap.servers": kafka_bootstrap,
+        "max.poll.interval.ms": 45_000,
+    }
     scheduler_group = f"s-{schedules}"
     redelivery_group = f"r-{markers}"
 
@@ -356,6 +360,8 @@ def test_daemons_report_librdkafkas_group_state_and_partition_offsets(
         )
         # Each daemon is a subscription group of its own consumer group, as Karafka Web shows.
         assert codecs.consumer_report_violations_of(shown[-1]) == []
+        daemons = [subscription_of(shown[-1], g) for g in (scheduler_group, redelivery_group)]
+        assert [d["state"]["poll_interval"] for d in daemons if d] == [45_000, 45_000]
         assert tracker.stop()
         assert reporter.status == "running"  # the scheduler still runs
         assert scheduler.stop()

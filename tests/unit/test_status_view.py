@@ -9,6 +9,7 @@ import zlib
 import pytest
 
 from ferrokafka import codecs
+from ferrokafka._native import view_state_report
 from ferrokafka.cli import build_parser
 from ferrokafka.status import StatusView, render_prometheus, render_text
 from tests.tracking_samples import (
@@ -152,6 +153,18 @@ def test_state_reports_latest_per_partition(view: StatusView) -> None:
         7,
         {"2030-01-01": 3, "2030-01-02": 4},
     )
+
+
+def test_a_state_report_is_read_into_a_typed_view() -> None:
+    # As an older Karafka tracker writes it: no offsets, none of ferrokafka's counters.
+    older = state_report(dispatched_at=NOW)
+    for name in ("offsets", "skipped_records", "dispatched"):
+        del older[name]
+    report = view_state_report(packed(older))
+    assert (report.state, report.dispatched_at, report.started_at) == ("loaded", NOW, NOW - 60)
+    assert (report.low, report.high) == (-1, -1)
+    assert (report.dispatched, report.skipped_records, report.failed) == (0, 0, 0)
+    assert report.daily == {"2030-01-01": 3, "2030-01-02": 4}
 
 
 def test_corrupt_foreign_and_tombstone_records_are_counted_not_raised(

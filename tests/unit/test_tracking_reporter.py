@@ -101,6 +101,22 @@ def test_sample_merges_sources_into_a_valid_report() -> None:
     assert decoded["process"]["execution_mode"] == "embedded"
 
 
+def test_a_sample_refuses_a_figure_it_does_not_know() -> None:
+    with pytest.raises(CodecError, match="hi_ofset"):
+        PartitionSample("orders", 0, statistics={"lag": 5, "hi_ofset": 9})
+    group_state = {
+        "state": "up",
+        "join_state": "steady",
+        "stateage": 1000,
+        "rebalance_age": 900,
+        "rebalance_cnt": 1,
+        "rebalance_reason": "initial assignment",
+    }
+    SourceSample(group="billing", group_state=group_state)
+    with pytest.raises(CodecError, match="colour"):
+        SourceSample(group="billing", group_state={**group_state, "colour": "red"})
+
+
 def test_a_failing_source_is_logged_and_left_out(caplog: pytest.LogCaptureFixture) -> None:
     class Broken:
         def report_sample(self) -> SourceSample:

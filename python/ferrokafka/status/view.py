@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -17,9 +17,10 @@ from ferrokafka._native import (
     ConsumerReportView,
     ErrorReportView,
     Message,
-    decode_state_report,
+    StateReportView,
     view_consumer_report,
     view_error_report,
+    view_state_report,
 )
 from ferrokafka._validation import checked_seconds, positive_count
 from ferrokafka.exceptions import FerrokafkaError
@@ -407,9 +408,7 @@ class StatusView:
                     self._add_error_report(view_error_report(value, MAX_INFLATED))
                 elif topic.endswith(STATES_POSTFIX):
                     self._states_topics.add(topic)
-                    self._add_state_report(
-                        topic, partition, decode_state_report(value, MAX_INFLATED)
-                    )
+                    self._add_state_report(topic, partition, view_state_report(value, MAX_INFLATED))
                 else:
                     return self._skip(topic, partition, offset, "not a tracking topic")
             except (FerrokafkaError, ValueError, TypeError, KeyError) as error:
@@ -508,7 +507,7 @@ class StatusView:
         while len(self._errors) > self.max_errors:
             self._error_ids.discard(self._errors.pop(0)[1])
 
-    def _add_state_report(self, topic: str, partition: int, report: dict[str, Any]) -> None:
+    def _add_state_report(self, topic: str, partition: int, report: StateReportView) -> None:
         scheduler = _scheduler_of(topic, partition, report)
         current = self._states.get((topic, partition))
         if current is None or scheduler.dispatched_at >= current.dispatched_at:
@@ -666,27 +665,20 @@ def _listed_partitions(processes: list[ProcessView]) -> tuple[list[ProcessView],
     return listed, omitted
 
 
-def _scheduler_of(topic: str, partition: int, report: Mapping[str, Any]) -> SchedulerView:
+def _scheduler_of(topic: str, partition: int, report: StateReportView) -> SchedulerView:
     """The bounded view of a state report (its age is set by each snapshot)."""
-    daily = {
-        bounded_text(str(day), 32): int(count)
-        for day, count in sorted(report["daily"].items())[:MAX_DAYS]
-    }
-    return SchedulerView(
+    daily = {bounded_text(day, 32): count for day, count in sorted(report.daily.items())[:MAX_DAYS]}
+    return _copied(
+        SchedulerView,
+        report,
         topic=bounded_text(topic.removesuffix(STATES_POSTFIX)),
         partition=partition,
-        state=bounded_text(str(report["state"])),
-        dispatched_at=checked_time("dispatched_at", report["dispatched_at"]),
+        state=bounded_text(report.state),
+        dispatched_at=checked_time("dispatched_at", report.dispatched_at),
         age=0.0,
-        started_at=int(checked_time("started_at", report["started_at"])),
-        low=int(report["offsets"]["low"]),
-        high=int(report["offsets"]["high"]),
+        started_at=int(checked_time("started_at", report.started_at)),
         daily=daily,
-        pending=sum(int(count) for count in report["daily"].values()),
-        dispatched=int(report.get("dispatched", 0)),
-        reloads=int(report["reloads"]),
-        skipped_records=int(report.get("skipped_records", 0)),
-        failed=int(report.get("failed", 0)),
+        pending=sum(report.daily.values()),
     )
 
 

@@ -10,6 +10,7 @@
 pub mod batch;
 pub mod calendar;
 pub mod codec;
+pub mod consumer_lag;
 pub mod deadline_queue;
 pub mod error;
 pub mod error_policy;

@@ -20,11 +20,12 @@ use serde::Deserialize;
 use crate::codec::report::{
     CONSUMER_SCHEMA_VERSION, ConsumerGroupReport, ConsumerReport, ERROR_SCHEMA_VERSION,
     ErrorProcess, ErrorReport, GroupState, JobReport, Listeners, PartitionReport, ProcessInfo,
-    ProcessStats, SubscriptionGroupReport, TopicReport, Totals, Versions, cut_error_message,
+    ProcessStats, SubscriptionGroupReport, TopicReport, Totals, UNKNOWN_OFFSET, Versions,
+    cut_error_message,
 };
 
 /// The process's own facts, as a Python process knows them.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProcessSample {
     /// `"host:pid:random"`.
     pub id: String,
@@ -71,8 +72,10 @@ impl ProcessSample {
     }
 }
 
-/// A subscription group's librdkafka `cgrp` statistics.
+/// A subscription group's librdkafka `cgrp` statistics (decoded where a source gives them
+/// itself, refusing a field this does not know).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GroupSample {
     /// Group state.
     pub state: String,
@@ -88,43 +91,96 @@ pub struct GroupSample {
     pub rebalance_reason: String,
 }
 
-/// librdkafka's statistics of a partition as the consumer engine keeps them: Karafka Web's
-/// partition figures under their own names, and the topic's partition count.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+/// librdkafka's statistics of a partition as the engines keep them: Karafka Web's partition
+/// figures under their own names (`_d`: change since the previous statistics, `_fd`:
+/// milliseconds unchanged), the next fetch offset and the topic's partition count. A field
+/// not given is librdkafka's "unknown"; a field this does not know is refused, so a misspelt
+/// figure never silently reports as unknown.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PartitionStatistics {
-    /// Partitions the topic has.
-    #[serde(default)]
-    pub partitions_cnt: Option<u64>,
-    /// The figures (unknown keys, such as the engine's own, are ignored).
-    #[serde(flatten)]
-    pub figures: PartitionReport,
+    /// Partitions the topic has (0: not known).
+    pub partitions_cnt: u64,
+    /// The next offset librdkafka fetches (where a partition with no records yet starts).
+    pub next_offset: i64,
+    /// librdkafka `consumer_lag`: lag to the committed offset (-1: unknown).
+    pub lag: i64,
+    /// Change of `lag`.
+    pub lag_d: i64,
+    /// librdkafka `consumer_lag_stored`: lag to the stored offset (-1: unknown).
+    pub lag_stored: i64,
+    /// Change of `lag_stored`.
+    pub lag_stored_d: i64,
+    /// The last offset the broker confirmed committed for the group.
+    pub committed_offset: i64,
+    /// Milliseconds `committed_offset` has not changed.
+    pub committed_offset_fd: u64,
+    /// The offset librdkafka would commit next (its offset store).
+    pub stored_offset: i64,
+    /// Milliseconds `stored_offset` has not changed.
+    pub stored_offset_fd: u64,
+    /// librdkafka's fetch state (`active`, `offset-query`, `stopped`, ...).
+    pub fetch_state: String,
+    /// High watermark.
+    pub hi_offset: i64,
+    /// Milliseconds `hi_offset` has not changed.
+    pub hi_offset_fd: u64,
+    /// Low watermark.
+    pub lo_offset: i64,
+    /// Offset of the last partition EOF.
+    pub eof_offset: i64,
+    /// Last stable offset (the end a `read_committed` consumer can reach).
+    pub ls_offset: i64,
+    /// Change of `ls_offset`.
+    pub ls_offset_d: i64,
+    /// Milliseconds `ls_offset` has not changed.
+    pub ls_offset_fd: u64,
+}
+
+impl Default for PartitionStatistics {
+    fn default() -> Self {
+        Self {
+            partitions_cnt: 0,
+            next_offset: UNKNOWN_OFFSET,
+            lag: -1,
+            lag_d: 0,
+            lag_stored: -1,
+            lag_stored_d: 0,
+            committed_offset: UNKNOWN_OFFSET,
+            committed_offset_fd: 0,
+            stored_offset: UNKNOWN_OFFSET,
+            stored_offset_fd: 0,
+            fetch_state: String::new(),
+            hi_offset: UNKNOWN_OFFSET,
+            hi_offset_fd: 0,
+            lo_offset: UNKNOWN_OFFSET,
+            eof_offset: UNKNOWN_OFFSET,
+            ls_offset: UNKNOWN_OFFSET,
+            ls_offset_d: 0,
+            ls_offset_fd: 0,
+        }
+    }
 }
 
 /// One partition of a source: librdkafka's statistics where the source has them, and what the
 /// source knows better (a daemon's pending work as `lag`, its own fetch state).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionSample {
     /// Topic.
     pub topic: String,
     /// Partition.
     pub partition: u32,
     /// Lag to the committed offset, overriding the statistics'.
-    #[serde(default)]
     pub lag: Option<i64>,
     /// Lag to the stored offset, overriding the statistics'.
-    #[serde(default)]
     pub lag_stored: Option<i64>,
     /// Committed offset, overriding the statistics'.
-    #[serde(default)]
     pub committed_offset: Option<i64>,
     /// Fetch state, overriding the statistics'.
-    #[serde(default)]
     pub fetch_state: Option<String>,
     /// Whether the source holds the partition paused.
-    #[serde(default)]
     pub paused: bool,
     /// librdkafka's statistics of the partition, when the source has them.
-    #[serde(default)]
     pub statistics: Option<PartitionStatistics>,
 }
 
@@ -132,29 +188,41 @@ impl PartitionSample {
     /// The topic's partition count (when known) and Karafka Web's figures of the partition:
     /// the statistics, then what the source set; unknown stays librdkafka's unknown.
     pub fn into_report(self) -> (Option<u64>, PartitionReport) {
-        let PartitionStatistics {
-            partitions_cnt,
-            mut figures,
-        } = self.statistics.unwrap_or_default();
-        figures.id = self.partition;
-        figures.lag = self.lag.unwrap_or(figures.lag);
-        figures.lag_stored = self.lag_stored.unwrap_or(figures.lag_stored);
-        figures.committed_offset = self.committed_offset.unwrap_or(figures.committed_offset);
-        if let Some(state) = self.fetch_state {
-            figures.fetch_state = state;
-        }
-        if figures.fetch_state.is_empty() {
+        let partitions_cnt = self.statistics.as_ref().map(|s| s.partitions_cnt);
+        let s = self.statistics.unwrap_or_default();
+        let mut fetch_state = self.fetch_state.unwrap_or(s.fetch_state);
+        if fetch_state.is_empty() {
             // librdkafka's state of a partition it does not fetch.
-            figures.fetch_state = "none".into();
+            fetch_state = "none".into();
         }
-        figures.poll_state = if self.paused { "paused" } else { "active" }.into();
-        figures.transactional = Some(figures.transactional.unwrap_or(false));
+        let figures = PartitionReport {
+            id: self.partition,
+            lag: self.lag.unwrap_or(s.lag),
+            lag_d: s.lag_d,
+            lag_stored: self.lag_stored.unwrap_or(s.lag_stored),
+            lag_stored_d: s.lag_stored_d,
+            committed_offset: self.committed_offset.unwrap_or(s.committed_offset),
+            committed_offset_fd: s.committed_offset_fd,
+            stored_offset: s.stored_offset,
+            stored_offset_fd: s.stored_offset_fd,
+            fetch_state,
+            poll_state: if self.paused { "paused" } else { "active" }.into(),
+            poll_state_ch: 0,
+            hi_offset: s.hi_offset,
+            hi_offset_fd: s.hi_offset_fd,
+            lo_offset: s.lo_offset,
+            eof_offset: s.eof_offset,
+            ls_offset: s.ls_offset,
+            ls_offset_d: s.ls_offset_d,
+            ls_offset_fd: s.ls_offset_fd,
+            transactional: Some(false),
+        };
         (partitions_cnt, figures)
     }
 }
 
 /// A batch a source's handler is running now.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobSample {
     /// The handler's name (Karafka Web shows its consumer class there).
     pub handler: String,
@@ -171,7 +239,6 @@ pub struct JobSample {
     /// When the handler started, Unix seconds.
     pub started_at: f64,
     /// The last record's timestamp, Unix ms, when it has one.
-    #[serde(default)]
     pub last_timestamp_ms: Option<i64>,
 }
 
@@ -203,11 +270,9 @@ impl JobSample {
 }
 
 /// Cumulative counts of a source since it started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SourceTotals {
     /// Jobs run (batches plus revocations and shutdowns); `None`: one per batch.
-    #[serde(rename = "jobs_total")]
     pub jobs: Option<u64>,
     /// Batches handled.
     pub batches: u64,
@@ -223,21 +288,31 @@ pub struct SourceTotals {
     pub busy_seconds: f64,
 }
 
+/// What only a consumer's handler side knows, for its part of a process report (the engine
+/// knows the rest).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HandlerSample {
+    /// Batches the handlers are running now.
+    pub jobs: Vec<JobSample>,
+    /// Jobs started since the consumer started.
+    pub jobs_started: u64,
+    /// Handler errors since the consumer started.
+    pub errors: u64,
+    /// Seconds spent in handlers since the consumer started.
+    pub busy_seconds: f64,
+}
+
 /// A tracked component: one subscription group of a consumer group.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SourceSample {
     /// Consumer group id.
-    #[serde(rename = "group")]
     pub consumer_group: String,
     /// Subscription group id, unique in the process; `None`: `<group>_<n>`, n counting the
     /// sources of that group from 0 (Karafka's own ids end the same way).
-    #[serde(default)]
     pub subscription_group: Option<String>,
     /// `group.instance.id` of a static member.
-    #[serde(default)]
     pub instance_id: Option<String>,
     /// librdkafka group statistics; `None` for a group-less consumer.
-    #[serde(default)]
     pub group_state: Option<GroupSample>,
     /// Seconds since the source last polled.
     pub poll_age: f64,
@@ -252,23 +327,21 @@ pub struct SourceSample {
     /// Records waiting for a worker.
     pub enqueued: u64,
     /// Counts since the source started.
-    #[serde(flatten)]
     pub totals: SourceTotals,
     /// Bytes per second received from the brokers, when the source measures it.
-    #[serde(default)]
     pub bytes_received: Option<u64>,
     /// Bytes per second sent to the brokers, when the source measures it.
-    #[serde(default)]
     pub bytes_sent: Option<u64>,
     /// Assigned partitions.
     pub partitions: Vec<PartitionSample>,
     /// Jobs running now.
-    #[serde(default)]
     pub jobs: Vec<JobSample>,
 }
 
-/// What an error report is made of.
+/// What an error report is made of; decoded from what the reporter gives, refusing a field it
+/// does not know.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ErrorSample {
     /// Unique id (a UUID).
     pub id: String,
@@ -534,5 +607,27 @@ mod tests {
         assert_eq!((same.delta, same.frozen_ms), (0, 2500));
         let moved = decorate(Some((same, 3_500_000)), 14, 4_000_000);
         assert_eq!((moved.delta, moved.frozen_ms), (4, 0));
+    }
+
+    #[test]
+    fn decoded_samples_refuse_a_field_they_do_not_know() {
+        let statistics: PartitionStatistics =
+            serde_json::from_value(serde_json::json!({"lag": 5, "partitions_cnt": 2})).unwrap();
+        assert_eq!((statistics.lag, statistics.hi_offset), (5, -1001));
+        let misspelt = serde_json::from_value::<PartitionStatistics>(
+            serde_json::json!({"lag": 5, "hi_ofset": 9}),
+        )
+        .unwrap_err();
+        assert!(misspelt.to_string().contains("hi_ofset"), "{misspelt}");
+        let error = serde_json::json!({
+            "id": "0f6c1d2e-4b3a-4c5d-8e9f-001122334455", "kind": "consumer.consume.error",
+            "error_class": "ValueError", "error_message": "bad", "backtrace": "",
+            "details": {}, "occurred_at": 1.5, "process_id": "host:1:ab", "tags": [],
+        });
+        serde_json::from_value::<ErrorSample>(error.clone()).unwrap();
+        let mut unknown = error;
+        unknown["severity"] = serde_json::json!("high");
+        let refused = serde_json::from_value::<ErrorSample>(unknown).unwrap_err();
+        assert!(refused.to_string().contains("severity"), "{refused}");
     }
 }

@@ -20,6 +20,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod record;
 pub mod redelivery;
+mod report_sample;
 pub mod scheduling;
 pub mod statistics;
 

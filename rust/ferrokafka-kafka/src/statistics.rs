@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use ferrokafka_core::tracking::{Tracked, decorate};
+use ferrokafka_core::tracking::{GroupSample, PartitionStatistics, Tracked, decorate};
 use rdkafka::statistics::{Partition, Statistics};
 
 use crate::locks::lock;
@@ -56,6 +56,33 @@ pub struct BrokerOffsets {
     pub ls: Tracked,
     /// librdkafka's statistics time (`ts`, microseconds, monotonic).
     pub ts: i64,
+}
+
+impl BrokerOffsets {
+    /// The figures a process report takes: each tracked figure's value, its change and how
+    /// long it has not changed, as Karafka Web names them.
+    pub fn statistics(&self) -> PartitionStatistics {
+        PartitionStatistics {
+            partitions_cnt: self.partitions_cnt,
+            next_offset: self.next_offset,
+            lag: self.lag.value,
+            lag_d: self.lag.delta,
+            lag_stored: self.lag_stored.value,
+            lag_stored_d: self.lag_stored.delta,
+            committed_offset: self.committed_offset,
+            committed_offset_fd: self.committed.frozen_ms,
+            stored_offset: self.stored_offset,
+            stored_offset_fd: self.stored.frozen_ms,
+            fetch_state: self.fetch_state.clone(),
+            hi_offset: self.hi_offset,
+            hi_offset_fd: self.hi.frozen_ms,
+            lo_offset: self.lo_offset,
+            eof_offset: self.eof_offset,
+            ls_offset: self.ls_offset,
+            ls_offset_d: self.ls.delta,
+            ls_offset_fd: self.ls.frozen_ms,
+        }
+    }
 }
 
 /// One partition in librdkafka's statistics.
@@ -135,6 +162,20 @@ pub struct GroupStatistics {
 }
 
 impl GroupStatistics {
+    /// The group's state as a process report takes it (a negative age or count, which
+    /// librdkafka never gives, as 0).
+    pub fn sample(&self) -> GroupSample {
+        let count = |value: i64| u64::try_from(value).unwrap_or(0);
+        GroupSample {
+            state: self.state.clone(),
+            join_state: self.join_state.clone(),
+            stateage: count(self.stateage),
+            rebalance_age: count(self.rebalance_age),
+            rebalance_cnt: count(self.rebalance_cnt),
+            rebalance_reason: self.rebalance_reason.clone(),
+        }
+    }
+
     /// The group's state in `statistics`; `None` for a client without a group.
     fn of(statistics: &Statistics) -> Option<Self> {
         statistics.cgrp.as_ref().map(|group| GroupStatistics {

@@ -12,6 +12,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
+use ferrokafka_core::tracking::SourceSample;
 use ferrokafka_kafka::Daemon;
 use pyo3::prelude::*;
 
@@ -300,6 +301,11 @@ impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> DaemonHandle<
     /// The status as of the daemon's last loop.
     pub fn status(&self) -> S {
         self.daemon.status()
+    }
+
+    /// The daemon's part of a process report, as of its last loop.
+    pub fn report_sample(&self) -> SourceSample {
+        self.daemon.report_sample()
     }
 }
 

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrokafka_core::tracking::HandlerSample;
 use ferrokafka_kafka::{
     ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched, OnError,
     OrderBy, Outcome, StartAt, Subscription, Verdict, WorkerId,
@@ -25,6 +26,7 @@ use crate::consumer_events::event_object;
 use crate::consumer_stats::{PyConsumerStats, consumer_stats};
 use crate::convert::settings_from_dict;
 use crate::errors::{NativeError, NativeResult};
+use crate::report_samples::{PyJobSample, PySourceSample, jobs_of};
 
 /// The native concurrent consumer engine; use `ferrokafka.Consumer` or `ferrokafka.AsyncConsumer`.
 #[pyclass(name = "_RawConsumer", module = "ferrokafka._native", frozen)]
@@ -249,5 +251,22 @@ impl PyRawConsumer {
 
     fn stats(&self, py: Python<'_>) -> PyResult<PyConsumerStats> {
         consumer_stats(py, self.engine.stats())
+    }
+
+    /// This consumer's part of a process report: the engine's figures with the handlers' own
+    /// (the batches running now, jobs started, handler errors, seconds in handlers).
+    fn report_sample(
+        &self,
+        jobs: Vec<PyRef<'_, PyJobSample>>,
+        jobs_started: u64,
+        errors: u64,
+        busy_seconds: f64,
+    ) -> PySourceSample {
+        PySourceSample(self.engine.report_sample(HandlerSample {
+            jobs: jobs_of(&jobs),
+            jobs_started,
+            errors,
+            busy_seconds,
+        }))
     }
 }

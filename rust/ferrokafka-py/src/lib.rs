@@ -23,7 +23,9 @@ mod producer_events;
 mod producer_waiters;
 mod redelivery;
 mod redelivery_status;
+mod report_samples;
 mod scheduling;
+mod state_report_view;
 mod token_callback;
 
 mod statistics;
@@ -68,7 +70,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer_stats::PyConsumerCounters>()?;
     m.add_class::<statistics::PyBrokerOffsets>()?;
     m.add_class::<statistics::PyGroupStatistics>()?;
-    m.add_class::<statistics::PyDaemonStatistics>()?;
     m.add_class::<batch::PyBatch>()?;
     m.add_class::<batch::PyBatchIterator>()?;
     m.add_class::<scheduling::PyRawScheduler>()?;
@@ -90,11 +91,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::encode_error_report, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decode_error_report, m)?)?;
     m.add_class::<tracking::PyReportBuilder>()?;
+    m.add_class::<report_samples::PyProcessFacts>()?;
+    m.add_class::<report_samples::PySourceSample>()?;
+    m.add_class::<report_samples::PyPartitionSample>()?;
+    m.add_class::<report_samples::PyJobSample>()?;
     m.add_class::<tracking::PyConsumerReportView>()?;
     m.add_class::<tracking::PyReportPartition>()?;
     m.add_class::<tracking::PyErrorReportView>()?;
     m.add_function(wrap_pyfunction!(tracking::view_consumer_report, m)?)?;
     m.add_function(wrap_pyfunction!(tracking::view_error_report, m)?)?;
+    m.add_class::<state_report_view::PyStateReportView>()?;
+    m.add_function(wrap_pyfunction!(state_report_view::view_state_report, m)?)?;
     m.add_function(wrap_pyfunction!(
         tracking::consumer_report_violations_of,
         m

@@ -25,7 +25,7 @@ use crate::message::PyMessage;
 use crate::redelivery_status::{
     PyQueueConsumerStats, PyRedeliveryPartitionStatus, tracker_partition_status,
 };
-use crate::statistics::{PyDaemonStatistics, daemon_statistics};
+use crate::report_samples::PySourceSample;
 
 /// The native queue consumer; use `ferrokafka.redelivery.QueueConsumer`.
 #[pyclass(name = "_RawQueueConsumer", module = "ferrokafka._native", frozen)]
@@ -278,8 +278,8 @@ impl PyRawRedeliveryTracker {
             .collect()
     }
 
-    /// The markers consumer's state from librdkafka's latest statistics.
-    fn statistics(&self, py: Python<'_>) -> PyResult<PyDaemonStatistics> {
-        daemon_statistics(py, self.daemon.status())
+    /// This daemon's part of a process report, as of its last loop.
+    fn report_sample(&self) -> PySourceSample {
+        PySourceSample(self.daemon.report_sample())
     }
 }

@@ -11,7 +11,8 @@ use crate::blocking::{DaemonHandle, timeout_arg};
 use crate::convert::{self, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::flat_record::flat_record;
-use crate::statistics::{PyBrokerOffsets, PyDaemonStatistics, broker_offsets, daemon_statistics};
+use crate::report_samples::PySourceSample;
+use crate::statistics::{PyBrokerOffsets, broker_offsets};
 
 flat_record! {
     /// One schedules partition of a scheduler.
@@ -113,8 +114,8 @@ impl PyRawScheduler {
         rows.into_iter().map(|s| partition_status(py, s)).collect()
     }
 
-    /// The group consumer's state from librdkafka's latest statistics.
-    fn statistics(&self, py: Python<'_>) -> PyResult<PyDaemonStatistics> {
-        daemon_statistics(py, self.daemon.status())
+    /// This daemon's part of a process report, as of its last loop.
+    fn report_sample(&self) -> PySourceSample {
+        PySourceSample(self.daemon.report_sample())
     }
 }

@@ -1,8 +1,7 @@
 //! librdkafka's statistics as typed objects, for the concurrent consumer's `stats` and the
-//! daemons' `status` and `statistics`: a partition's offsets, the consumer group's state, and
-//! what a daemon's group consumer reports beyond its partitions.
+//! daemons' `status`: a partition's offsets and the consumer group's state.
 
-use ferrokafka_kafka::{BrokerOffsets, DaemonStatus, GroupStatistics};
+use ferrokafka_kafka::{BrokerOffsets, GroupStatistics};
 use pyo3::prelude::*;
 
 use crate::flat_record::flat_record;
@@ -45,41 +44,29 @@ flat_record! {
     }
 }
 
-flat_record! {
-    /// A daemon's group consumer as of librdkafka's latest statistics.
-    "DaemonStatistics" PyDaemonStatistics {
-        /// Bytes per second received from the brokers between the latest two statistics.
-        bytes_received: Option<u64>,
-        /// Bytes per second sent to the brokers between the latest two statistics.
-        bytes_sent: Option<u64>,
-    }
-    records {
-        /// The group's state; None before the first statistics.
-        group: PyGroupStatistics,
-    }
-}
-
 impl From<BrokerOffsets> for PyBrokerOffsets {
+    /// The figures under the names process reports use (`BrokerOffsets::statistics`).
     fn from(b: BrokerOffsets) -> Self {
+        let s = b.statistics();
         Self {
-            lo_offset: b.lo_offset,
-            hi_offset: b.hi_offset,
-            ls_offset: b.ls_offset,
-            committed_offset: b.committed_offset,
-            stored_offset: b.stored_offset,
-            next_offset: b.next_offset,
-            fetch_state: b.fetch_state,
-            eof_offset: b.eof_offset,
-            partitions_cnt: b.partitions_cnt,
-            lag: b.lag.value,
-            lag_d: b.lag.delta,
-            lag_stored: b.lag_stored.value,
-            lag_stored_d: b.lag_stored.delta,
-            committed_offset_fd: b.committed.frozen_ms,
-            stored_offset_fd: b.stored.frozen_ms,
-            hi_offset_fd: b.hi.frozen_ms,
-            ls_offset_d: b.ls.delta,
-            ls_offset_fd: b.ls.frozen_ms,
+            lo_offset: s.lo_offset,
+            hi_offset: s.hi_offset,
+            ls_offset: s.ls_offset,
+            committed_offset: s.committed_offset,
+            stored_offset: s.stored_offset,
+            next_offset: s.next_offset,
+            fetch_state: s.fetch_state,
+            eof_offset: s.eof_offset,
+            partitions_cnt: s.partitions_cnt,
+            lag: s.lag,
+            lag_d: s.lag_d,
+            lag_stored: s.lag_stored,
+            lag_stored_d: s.lag_stored_d,
+            committed_offset_fd: s.committed_offset_fd,
+            stored_offset_fd: s.stored_offset_fd,
+            hi_offset_fd: s.hi_offset_fd,
+            ls_offset_d: s.ls_offset_d,
+            ls_offset_fd: s.ls_offset_fd,
         }
     }
 }
@@ -115,17 +102,4 @@ pub(crate) fn group_statistics(
     group
         .map(|g| Py::new(py, PyGroupStatistics::from(g)))
         .transpose()
-}
-
-/// What a daemon's `statistics` returns: its status without the partitions' rows.
-pub(crate) fn daemon_statistics<P>(
-    py: Python<'_>,
-    status: DaemonStatus<P>,
-) -> PyResult<PyDaemonStatistics> {
-    let (bytes_received, bytes_sent) = status.transfer_rates.unzip();
-    Ok(PyDaemonStatistics {
-        bytes_received,
-        bytes_sent,
-        group: group_statistics(py, status.group)?,
-    })
 }

@@ -1,42 +1,28 @@
-//! Karafka Web reports for Python: the report builder the `Reporter` hands its samples to, the
-//! contract check, and the typed views `ferrokafka status` reads reports into. The schema
-//! lives in the core (`ferrokafka_core::codec::report`); this only converts.
+//! Karafka Web reports for Python: the report builder the `Reporter` hands its samples to
+//! (`report_samples.rs`), the contract check, and the typed views `ferrokafka status` reads
+//! reports into. The schema lives in the core (`ferrokafka_core::codec::report`); this only
+//! converts.
 
 use std::collections::BTreeMap;
 
-use ferrokafka_core::CoreError;
 use ferrokafka_core::codec::json::{decode_document, encode_document};
 use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport, hybrid_lag};
 use ferrokafka_core::codec::report_rules::{
     Violation, consumer_report_violations, error_report_violations,
 };
-use ferrokafka_core::tracking::{
-    ErrorSample, ProcessSample, ReportBuilder, SourceSample, error_report,
-};
+use ferrokafka_core::tracking::{ErrorSample, ReportBuilder, error_report};
 use pyo3::PyTraverseError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::codec::{json_of, python_of};
 use crate::errors::NativeResult;
+use crate::report_samples::{PyProcessFacts, PySourceSample, sample_of};
 
-fn sample_of<T: DeserializeOwned>(what: &str, value: &Bound<'_, PyAny>) -> NativeResult<T> {
-    let mut nodes = 0;
-    let json = json_of(value, &mut nodes).map_err(|err| err.into_err(what))?;
-    serde_json::from_value(json).map_err(|err| {
-        CoreError::InvalidField {
-            field: what.to_owned(),
-            reason: err.to_string(),
-        }
-        .into()
-    })
-}
-
-/// Builds the Reporter's consumer and error reports from its samples (dicts of the sample
-/// dataclasses of `ferrokafka.tracking`); remembers the counts of the last report.
+/// Builds the Reporter's consumer and error reports from its samples; remembers the counts of
+/// the last report.
 #[pyclass(name = "ReportBuilder", module = "ferrokafka._native")]
 pub struct PyReportBuilder(ReportBuilder);
 
@@ -52,19 +38,14 @@ impl PyReportBuilder {
     #[pyo3(signature = (process, sources, now, level = 6))]
     fn consumer_report<'py>(
         &mut self,
-        process: &Bound<'py, PyAny>,
-        sources: Vec<Bound<'py, PyAny>>,
+        py: Python<'py>,
+        process: PyRef<'py, PyProcessFacts>,
+        sources: Vec<PyRef<'py, PySourceSample>>,
         now: f64,
         level: u32,
     ) -> NativeResult<Bound<'py, PyBytes>> {
-        let py = process.py();
-        let process: ProcessSample = sample_of("process", process)?;
-        let sources = sources
-            .iter()
-            .enumerate()
-            .map(|(i, source)| sample_of::<SourceSample>(&format!("sources[{i}]"), source))
-            .collect::<NativeResult<Vec<_>>>()?;
-        let report = self.0.consumer_report(process, sources, now);
+        let sources = sources.iter().map(|source| source.0.clone()).collect();
+        let report = self.0.consumer_report(process.0.clone(), sources, now);
         Ok(PyBytes::new(py, &encode_document(&report, level)?))
     }
 

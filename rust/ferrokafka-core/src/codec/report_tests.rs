@@ -401,19 +401,17 @@ fn partition_sample(id: u32, lag: i64) -> PartitionSample {
         fetch_state: None,
         paused: false,
         statistics: Some(PartitionStatistics {
-            partitions_cnt: Some(2),
-            figures: PartitionReport {
-                lag,
-                lag_stored: lag,
-                committed_offset: 10,
-                stored_offset: 10,
-                hi_offset: 10 + lag,
-                lo_offset: 0,
-                ls_offset: 10 + lag,
-                eof_offset: 10 + lag,
-                fetch_state: "active".into(),
-                ..PartitionReport::default()
-            },
+            partitions_cnt: 2,
+            lag,
+            lag_stored: lag,
+            committed_offset: 10,
+            stored_offset: 10,
+            hi_offset: 10 + lag,
+            lo_offset: 0,
+            ls_offset: 10 + lag,
+            eof_offset: 10 + lag,
+            fetch_state: "active".into(),
+            ..PartitionStatistics::default()
         }),
     }
 }

@@ -40,7 +40,8 @@
 //! `start` (subscribing or assigning at start), `poller` (the poller thread and routing),
 //! `rebalance` (librdkafka's callbacks: rebalances, statistics, errors), `dispatch` (handing
 //! batches to workers and applying their outcome), `commit` (commit progress), `stats`
-//! (counters and snapshots). This file holds the engine itself, its start and its stop.
+//! (counters and snapshots), `report_sample` (its part of a process report). This file holds
+//! the engine itself, its start and its stop.
 
 mod commit;
 mod dispatch;
@@ -49,6 +50,7 @@ mod options;
 mod partition_source;
 mod poller;
 mod rebalance;
+mod report_sample;
 mod start;
 mod state;
 mod stats;
@@ -68,6 +70,7 @@ use crate::dead_letter::DeadLetterWriter;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::lock;
 use crate::oauth;
+use crate::report_sample::GroupMember;
 use crate::statistics::KeptStatistics;
 
 pub use self::dispatch::{Fetched, Outcome, Verdict};
@@ -90,7 +93,16 @@ pub struct ConcurrentConsumer {
     dead_letters: Option<Arc<DeadLetterWriter>>,
     events: Mutex<Option<Receiver<ConsumerEvent>>>,
     poller: Mutex<Option<JoinHandle<()>>>,
+    /// Who the consumer is in process reports.
+    member: GroupMember,
+    /// Whether it reads only committed transactions (`isolation.level`, librdkafka's default
+    /// `read_committed`): its lag then ends at the last stable offset.
+    read_committed: bool,
 }
+
+/// The group id of a consumer without a group: librdkafka refuses `assign` without one, and
+/// process reports list the consumer under it.
+const WITHOUT_GROUP: &str = "ferrokafka-without-group";
 
 impl ConcurrentConsumer {
     /// Creates the consumer, subscribes or assigns (resolving timestamps and, without a group,
@@ -122,11 +134,21 @@ impl ConcurrentConsumer {
             settings.get("auto.offset.reset"),
             Some("earliest" | "smallest" | "beginning")
         );
+        let member = GroupMember::new(
+            settings
+                .get("group.id")
+                .filter(|_| group)
+                .unwrap_or(WITHOUT_GROUP),
+            &settings,
+        );
+        let read_committed = settings
+            .get("isolation.level")
+            .is_none_or(|level| level == "read_committed");
         let mut config = settings.for_role(ClientRole::Consumer).to_client_config();
         if !group {
             // librdkafka refuses `assign` without a group id; this one never joins a group
             // (nothing is subscribed) and never commits.
-            config.set("group.id", "ferrokafka-without-group");
+            config.set("group.id", WITHOUT_GROUP);
         }
         config.set("enable.auto.commit", "false");
         config.set("enable.auto.offset.store", "false");
@@ -184,6 +206,8 @@ impl ConcurrentConsumer {
             dead_letters,
             events: Mutex::new(Some(receiver)),
             poller: Mutex::new(Some(poller)),
+            member,
+            read_committed,
         }))
     }
 

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use ferrokafka_core::tracking::SourceSample;
 use rdkafka::error::KafkaError;
 
 use crate::error::{KafkaIoError, KafkaResult};
@@ -49,13 +50,17 @@ pub struct Daemon<S> {
     status: Arc<Mutex<S>>,
     /// Why the daemon ended on its own, if it did (see [`Daemon::failure`]).
     failure: Arc<Mutex<Option<KafkaIoError>>>,
+    /// Its part of a process report, made from a status.
+    sampler: Box<dyn Fn(S) -> SourceSample + Send + Sync>,
 }
 
 impl<S: Clone + Default + Send + 'static> Daemon<S> {
     /// Starts `run(stop, status)` on a thread called `name`; `run` returns once `stop` is set,
-    /// or with the error that ended the daemon before.
+    /// or with the error that ended the daemon before. `sampler` makes the daemon's part of a
+    /// process report from a status.
     pub(crate) fn spawn(
         name: &str,
+        sampler: impl Fn(S) -> SourceSample + Send + Sync + 'static,
         run: impl FnOnce(&AtomicBool, &Mutex<S>) -> KafkaResult<()> + Send + 'static,
     ) -> KafkaResult<Self> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -76,6 +81,7 @@ impl<S: Clone + Default + Send + 'static> Daemon<S> {
             thread: Mutex::new(Some(thread)),
             status,
             failure,
+            sampler: Box::new(sampler),
         })
     }
 
@@ -119,6 +125,11 @@ impl<S: Clone + Default + Send + 'static> Daemon<S> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The daemon's part of a process report, as of its last loop.
+    pub fn report_sample(&self) -> SourceSample {
+        (self.sampler)(self.status())
     }
 }
 

@@ -43,7 +43,8 @@
 //! far-future payloads; `dispatcher.rs` the at-least-once pipeline of chunks; `records.rs` the
 //! records it writes (targets, tombstones, dead-letter copies); `refused.rs` a chunk whose targets
 //! failed; `transactions.rs` the transactional dispatch; `rounds.rs` the delivery results per
-//! record; `commit.rs` the offsets; `status.rs` the state reports and `status()`.
+//! record; `commit.rs` the offsets; `status.rs` the state reports and `status()`;
+//! `report_sample.rs` its part of a process report.
 
 mod commit;
 mod dispatcher;
@@ -52,6 +53,7 @@ mod options;
 mod read_back;
 mod records;
 mod refused;
+mod report_sample;
 mod rounds;
 mod status;
 mod transactions;
@@ -77,7 +79,9 @@ use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::packed_headers::PackedHeaders;
 use crate::partitioner::PartitionCounts;
+use crate::report_sample::GroupMember;
 use dispatcher::ChunkInFlight;
+use report_sample::report_sample;
 use rounds::Rounds;
 
 pub use options::SchedulerOptions;
@@ -164,10 +168,13 @@ impl Scheduler {
                 options.flush_batch_size
             )));
         }
+        let member = GroupMember::new(&options.group_id, &settings);
         let daemon = SchedulerLoop::new(settings, options)?;
-        Daemon::spawn("ferrokafka-scheduler", move |stop, status| {
-            daemon.run(stop, status)
-        })
+        Daemon::spawn(
+            "ferrokafka-scheduler",
+            move |status| report_sample(&member, status),
+            move |stop, status| daemon.run(stop, status),
+        )
     }
 }
 

@@ -4,10 +4,11 @@
 //!
 //! Rooms: this file holds the daemon thread (its clients, its loop, the markers it applies) and
 //! a markers partition's state and clock; `redeliver.rs` the redelivery writes; `commit.rs` the
-//! markers offsets and the stop.
+//! markers offsets and the stop; `report_sample.rs` its part of a process report.
 
 mod commit;
 mod redeliver;
+mod report_sample;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -20,6 +21,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::ThreadedProducer;
 
+use self::report_sample::report_sample;
 use super::RedeliveryOptions;
 use super::marker_writer::millis;
 use crate::config::{ClientRole, ClientSettings};
@@ -30,6 +32,7 @@ use crate::daemon::{
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::record::ReceivedRecord;
+use crate::report_sample::GroupMember;
 use crate::statistics::BrokerOffsets;
 
 /// Longest the tracker waits in one poll, so stop requests and due messages are noticed quickly.
@@ -148,10 +151,14 @@ impl RedeliveryTracker {
                 "num_offsets_per_commit must be >= 1".to_owned(),
             ));
         }
+        let member = GroupMember::new(&options.group_id, &settings);
+        let markers_topic = options.markers_topic.clone();
         let daemon = Tracker::new(settings, options)?;
-        Daemon::spawn("ferrokafka-redelivery", move |stop, status| {
-            daemon.run(stop, status)
-        })
+        Daemon::spawn(
+            "ferrokafka-redelivery",
+            move |status| report_sample(&member, &markers_topic, status),
+            move |stop, status| daemon.run(stop, status),
+        )
     }
 }
 

@@ -1,0 +1,52 @@
+//! A scheduler's state report as `ferrokafka status` reads it: the core decodes and checks the
+//! document (`ferrokafka_core::codec::state`), this hands its fields to Python as attributes.
+
+use std::collections::BTreeMap;
+
+use ferrokafka_core::codec::json::decode_document;
+use ferrokafka_core::codec::state::StateReport;
+use pyo3::prelude::*;
+
+use crate::errors::NativeResult;
+
+/// One scheduler state report (ferrokafka's counters 0 where an older tracker wrote none;
+/// `low`/`high` -1 where it reported no offsets).
+#[pyclass(
+    name = "StateReportView",
+    module = "ferrokafka._native",
+    frozen,
+    get_all
+)]
+pub struct PyStateReportView {
+    schema_version: String,
+    dispatched_at: f64,
+    state: String,
+    low: i64,
+    high: i64,
+    daily: BTreeMap<String, u64>,
+    started_at: i64,
+    reloads: u64,
+    skipped_records: u64,
+    dispatched: u64,
+    failed: u64,
+}
+
+/// Decodes a zlib JSON scheduler state report into its view.
+#[pyfunction]
+#[pyo3(signature = (data, max_inflated = 67_108_864))]
+pub fn view_state_report(data: &[u8], max_inflated: usize) -> NativeResult<PyStateReportView> {
+    let report: StateReport = decode_document(data, max_inflated)?;
+    Ok(PyStateReportView {
+        schema_version: report.schema_version,
+        dispatched_at: report.dispatched_at,
+        state: report.state.as_str().to_owned(),
+        low: report.offsets.low,
+        high: report.offsets.high,
+        daily: report.daily,
+        started_at: report.started_at,
+        reloads: report.reloads,
+        skipped_records: report.skipped_records,
+        dispatched: report.dispatched,
+        failed: report.failed,
+    })
+}
