@@ -10,6 +10,12 @@ use rdkafka::types::RDKafkaConfRes;
 
 use ferrokafka_core::redact::{REDACTED, is_sensitive_key};
 
+/// librdkafka's code for a local timeout (`RD_KAFKA_RESP_ERR__TIMED_OUT`), which every
+/// [`KafkaIoError::Timeout`] reports; the bindings export it as `ferrokafka._native.TIMED_OUT_CODE`.
+pub const TIMED_OUT_CODE: i32 = RDKafkaErrorCode::OperationTimedOut as i32;
+/// The name of [`TIMED_OUT_CODE`], as [`code_name`] spells it.
+pub const TIMED_OUT_NAME: &str = "_TIMED_OUT";
+
 /// Result alias for the Kafka engines.
 pub type KafkaResult<T> = Result<T, KafkaIoError>;
 
@@ -221,6 +227,15 @@ mod tests {
             Some("b:9092"),
         );
         assert!(matches!(err, KafkaIoError::Timeout { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn the_timeout_code_is_librdkafkas() {
+        assert_eq!(TIMED_OUT_CODE, -185);
+        assert_eq!(
+            code_name(RDKafkaErrorCode::OperationTimedOut),
+            TIMED_OUT_NAME
+        );
     }
 
     #[test]
