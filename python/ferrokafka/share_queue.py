@@ -323,12 +323,15 @@ class ShareQueue:
                 message.key(),
             )
         else:
-            headers = queue_dead_letter_headers(
-                message.headers(),
-                queue_topic=self._queue_topic,
-                partition=partition,
-                offset=offset,
-                count=count,
+            # The tracker's headers, built by its own function (one layout for both backends).
+            headers: list[tuple[str, str | bytes | None]] = list(
+                queue_dead_letter_headers(
+                    message.headers(),
+                    queue_topic=self._queue_topic,
+                    partition=partition,
+                    offset=offset,
+                    count=count,
+                )
             )
             failures: list[Any] = []
             self._dead_letters.produce(

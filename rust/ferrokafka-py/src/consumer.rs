@@ -85,6 +85,16 @@ fn batch_id(batch: &PyBatch) -> PyResult<i64> {
         .ok_or_else(|| PyValueError::new_err("an empty batch has nothing to acknowledge"))
 }
 
+/// The error policies by name.
+const ERROR_POLICIES: [(&str, OnError); 3] = [
+    ("commit", OnError::Commit),
+    ("retry", OnError::Retry),
+    ("dead_letter", OnError::DeadLetter),
+];
+
+/// What stays in order, by name.
+const ORDERINGS: [(&str, OrderBy); 2] = [("partition", OrderBy::Partition), ("key", OrderBy::Key)];
+
 /// What the engine takes from a `ferrokafka.ConsumerOptions` (its callbacks and reporter stay in
 /// Python), converted once.
 struct ConsumerArgs {
@@ -102,23 +112,13 @@ impl ConsumerArgs {
             max_queue_records: fields.count("max_queue_records")?,
             max_queue_bytes: fields.count("max_queue_bytes")?,
             errors: ErrorPolicy {
-                on_error: fields.choice(
-                    "on_error",
-                    &[
-                        ("commit", OnError::Commit),
-                        ("retry", OnError::Retry),
-                        ("dead_letter", OnError::DeadLetter),
-                    ],
-                )?,
+                on_error: fields.choice("on_error", &ERROR_POLICIES)?,
                 max_retries: fields.count("max_retries")?,
                 retry_backoff: fields.seconds_or_off("retry_backoff")?,
                 max_retry_backoff: fields.seconds_or_off("max_retry_backoff")?,
                 dead_letter_topic: fields.optional_text("dead_letter_topic")?,
             },
-            ordering: fields.choice(
-                "ordering",
-                &[("partition", OrderBy::Partition), ("key", OrderBy::Key)],
-            )?,
+            ordering: fields.choice("ordering", &ORDERINGS)?,
             max_concurrency: fields.count("max_concurrency")?,
         };
         let drain = fields.seconds_or_off("drain")?;

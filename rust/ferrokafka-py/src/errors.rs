@@ -104,15 +104,13 @@ impl From<NativeError> for PyErr {
                     KafkaIoError::Config(_) => ConfigError::new_err(message),
                     KafkaIoError::InvalidArgument(_) => PyValueError::new_err(message),
                     KafkaIoError::Closed(_) => ClosedError::new_err(message),
-                    KafkaIoError::Timeout { .. } => {
-                        KafkaTimeoutError::new_err((
+                    KafkaIoError::Timeout { .. } => KafkaTimeoutError::new_err((
                         message,
                         TIMED_OUT_CODE,
                         TIMED_OUT_NAME,
                         true,
                         false,
-                    ))
-                    }
+                    )),
                     KafkaIoError::Broker {
                         code,
                         name,

@@ -1,7 +1,8 @@
 //! Reading a component's options: each native constructor takes its options as one value (the
 //! attributes of a Python options object such as `ferrokafka.ConsumerOptions`, or its keyword
-//! arguments) and converts it once into the engine's options type, whose `validate` holds the
-//! rules. Here each field is converted to its Rust type, with errors that name the field:
+//! arguments, read by the engine options' [`FromKeywords`] impl in the component's binding) and
+//! converts it once into the engine's options type, whose `validate` holds the rules. Here each
+//! field is converted to its Rust type, with errors that name the field:
 //! `TypeError` for a value of the wrong kind, `ValueError` for one the Rust type cannot hold (a
 //! negative count) or a name that is not one of a choice. Python keeps only the keyword
 //! arguments, their defaults and their docs.
@@ -9,12 +10,39 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
+use ferrokafka_core::PartitionKeyHashing;
+use ferrokafka_kafka::ClientSettings;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
 use crate::blocking::{seconds_or_off, timeout_arg};
-use crate::convert::type_name;
+use crate::convert::{self, settings_from_dict, type_name};
+use crate::errors::NativeResult;
+
+/// The librdkafka `config` dict of a native constructor.
+pub type Config<'a, 'py> = &'a Bound<'py, PyDict>;
+/// The `**options` of a native constructor.
+pub type Keywords<'a, 'py> = &'a Bound<'py, PyDict>;
+
+/// An engine's options, read from a native constructor's keyword arguments.
+pub trait FromKeywords: Sized {
+    /// Converts each field; the engine validates the whole when it is created.
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self>;
+}
+
+/// A native constructor's `config` and `**options`: the client settings and the engine's
+/// options, every keyword argument read (an unknown one is refused).
+pub fn constructor_args<T: FromKeywords>(
+    config: Config<'_, '_>,
+    options: Option<Keywords<'_, '_>>,
+) -> NativeResult<(ClientSettings, T)> {
+    let settings = settings_from_dict(config)?;
+    let fields = Fields::keywords(options);
+    let options = T::read(&fields)?;
+    fields.finish()?;
+    Ok((settings, options))
+}
 
 /// The fields of one component's options, read by name.
 pub struct Fields<'a, 'py> {
@@ -25,7 +53,7 @@ pub struct Fields<'a, 'py> {
 
 enum Source<'a, 'py> {
     Attributes(&'a Bound<'py, PyAny>),
-    Keywords(Option<&'a Bound<'py, PyDict>>),
+    Keywords(Option<Keywords<'a, 'py>>),
 }
 
 impl<'a, 'py> Fields<'a, 'py> {
@@ -37,8 +65,8 @@ impl<'a, 'py> Fields<'a, 'py> {
         }
     }
 
-    /// The keyword arguments of a native constructor (`**options`).
-    pub fn keywords(options: Option<&'a Bound<'py, PyDict>>) -> Self {
+    /// The keyword arguments of a native constructor.
+    fn keywords(options: Option<Keywords<'a, 'py>>) -> Self {
         Fields {
             source: Source::Keywords(options),
             read: RefCell::default(),
@@ -57,7 +85,7 @@ impl<'a, 'py> Fields<'a, 'py> {
     }
 
     /// Refuses keyword arguments that no field read: a misspelt option is never ignored.
-    pub fn finish(self) -> PyResult<()> {
+    fn finish(self) -> PyResult<()> {
         if let Source::Keywords(Some(options)) = self.source {
             let read = self.read.borrow();
             for name in options.keys() {
@@ -150,6 +178,12 @@ impl<'a, 'py> Fields<'a, 'py> {
         value.extract().map_err(|_| refused())
     }
 
+    /// `partition_key_hashing`: a rule of the core's, by its name.
+    pub fn partition_key_hashing(&self) -> PyResult<PartitionKeyHashing> {
+        let name = self.text("partition_key_hashing")?;
+        Ok(convert::partition_key_hashing(&name)?)
+    }
+
     /// One of `choices`, by its name: the one place a Python string becomes the engine's enum.
     pub fn choice<T: Copy>(&self, name: &str, choices: &[(&str, T)]) -> PyResult<T> {
         let value = self.value(name)?;
@@ -161,10 +195,12 @@ impl<'a, 'py> Fields<'a, 'py> {
             return Ok(found.1);
         }
         let names: Vec<String> = choices.iter().map(|(n, _)| format!("'{n}'")).collect();
-        let (last, first) = names.split_last().expect("a choice has names");
+        let listed = match names.as_slice() {
+            [first @ .., last] if !first.is_empty() => format!("{} or {last}", first.join(", ")),
+            only => only.join(""),
+        };
         Err(PyValueError::new_err(format!(
-            "{name} must be {} or {last}, got {}",
-            first.join(", "),
+            "{name} must be {listed}, got {}",
             value.repr()?
         )))
     }

@@ -24,11 +24,11 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::blocking::{
     EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
 };
-use crate::convert::{self, optional_bytes, outgoing_record, settings_from_dict};
+use crate::convert::{self, optional_bytes, outgoing_record};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult};
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
-use crate::options::Fields;
+use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::producer_events::{event_object, message_of};
 use crate::producer_waiters::{DeliveryWaiters, Waiter};
 
@@ -42,31 +42,28 @@ pub struct PyRawAsyncProducer {
     guard: ForkGuard,
 }
 
-/// The producer's options, from the keyword arguments of `AsyncProducer`, converted once.
-fn producer_options(options: Option<&Bound<'_, PyDict>>) -> NativeResult<AsyncProducerOptions> {
-    let fields = Fields::keywords(options);
-    let options = AsyncProducerOptions {
-        max_queue_size: fields.count("max_queue_size")?,
-        max_queue_bytes: fields.count("max_queue_bytes")?,
-        overflow: fields.choice(
-            "overflow",
-            &[
-                ("raise", OverflowPolicy::Raise),
-                ("block", OverflowPolicy::Block),
-                ("drop_oldest", OverflowPolicy::DropOldest),
-            ],
-        )?,
-        block_timeout: fields.seconds("block_timeout")?,
-        delivery_threshold: fields.count("delivery_threshold")?,
-        delivery_interval: fields.seconds_or_off("delivery_interval")?,
-        max_retries: fields.int("max_retries")?,
-        retry_backoff: fields.seconds_or_off("retry_backoff")?,
-        partition_key_hashing: convert::partition_key_hashing(
-            &fields.text("partition_key_hashing")?,
-        )?,
-    };
-    fields.finish()?;
-    Ok(options)
+/// The overflow policies by name.
+const OVERFLOW_POLICIES: [(&str, OverflowPolicy); 3] = [
+    ("raise", OverflowPolicy::Raise),
+    ("block", OverflowPolicy::Block),
+    ("drop_oldest", OverflowPolicy::DropOldest),
+];
+
+/// The keyword arguments of `AsyncProducer` the engine takes.
+impl FromKeywords for AsyncProducerOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        Ok(AsyncProducerOptions {
+            max_queue_size: fields.count("max_queue_size")?,
+            max_queue_bytes: fields.count("max_queue_bytes")?,
+            overflow: fields.choice("overflow", &OVERFLOW_POLICIES)?,
+            block_timeout: fields.seconds("block_timeout")?,
+            delivery_threshold: fields.count("delivery_threshold")?,
+            delivery_interval: fields.seconds_or_off("delivery_interval")?,
+            max_retries: fields.int("max_retries")?,
+            retry_backoff: fields.seconds_or_off("retry_backoff")?,
+            partition_key_hashing: fields.partition_key_hashing()?,
+        })
+    }
 }
 
 impl PyRawAsyncProducer {
@@ -235,13 +232,8 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
 impl PyRawAsyncProducer {
     #[new]
     #[pyo3(signature = (config, **options))]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        options: Option<&Bound<'_, PyDict>>,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let options = producer_options(options)?;
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<AsyncProducerOptions>(config, options)?;
         // Creating a transactional producer waits for the broker.
         let engine = py.detach(move || AsyncProducer::new(settings, options))?;
         let events = engine.take_events();

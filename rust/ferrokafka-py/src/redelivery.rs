@@ -18,17 +18,60 @@ use ferrokafka_kafka::{
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyBytes;
 
 use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
-use crate::convert::{self, settings_from_dict};
+use crate::convert;
 use crate::errors::{NativeResult, refused_message};
 use crate::message::PyMessage;
-use crate::options::Fields;
+use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::redelivery_status::{
     PyQueueConsumerStats, PyRedeliveryPartitionStatus, tracker_partition_status,
 };
 use crate::statistics::{PyDaemonStatistics, daemon_statistics};
+
+/// The topics and group both engines name: `(queue_topic, markers_topic, group_id)`.
+fn topics_and_group(fields: &Fields<'_, '_>) -> PyResult<(String, String, String)> {
+    let queue_topic = fields.text("queue_topic")?;
+    let markers_topic = fields.text("markers_topic")?;
+    Ok((queue_topic, markers_topic, fields.text("group_id")?))
+}
+
+/// The keyword arguments of `QueueConsumer` (markers backend) the engine takes.
+impl FromKeywords for QueueConsumerOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        let (queue_topic, markers_topic, group_id) = topics_and_group(fields)?;
+        Ok(QueueConsumerOptions {
+            redelivery_timeout: fields.seconds("redelivery_timeout")?,
+            marker_timeout: fields.seconds("marker_timeout")?,
+            max_batch_size: fields.count("max_batch_size")?,
+            auto_keepalive: fields.flag("auto_keepalive")?,
+            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
+            queue_topic,
+            markers_topic,
+            group_id,
+        })
+    }
+}
+
+/// The keyword arguments of `RedeliveryTracker` the engine takes.
+impl FromKeywords for RedeliveryOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        let (queue_topic, markers_topic, group_id) = topics_and_group(fields)?;
+        Ok(RedeliveryOptions {
+            max_redeliveries: fields.count("max_redeliveries")?,
+            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
+            use_now_if_no_marker_seen: fields.seconds("use_now_if_no_marker_seen")?,
+            num_offsets_per_commit: fields.count("num_offsets_per_commit")?,
+            commit_interval: fields.seconds("commit_interval")?,
+            max_backoff: fields.seconds("max_backoff")?,
+            queue_topic,
+            markers_topic,
+            group_id,
+            ..RedeliveryOptions::default()
+        })
+    }
+}
 
 /// The native queue consumer; use `ferrokafka.redelivery.QueueConsumer`.
 #[pyclass(name = "_RawQueueConsumer", module = "ferrokafka._native", frozen)]
@@ -60,24 +103,8 @@ impl PyRawQueueConsumer {
 impl PyRawQueueConsumer {
     #[new]
     #[pyo3(signature = (config, **options))]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        options: Option<&Bound<'_, PyDict>>,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let fields = Fields::keywords(options);
-        let options = QueueConsumerOptions {
-            queue_topic: fields.text("queue_topic")?,
-            markers_topic: fields.text("markers_topic")?,
-            group_id: fields.text("group_id")?,
-            redelivery_timeout: fields.seconds("redelivery_timeout")?,
-            marker_timeout: fields.seconds("marker_timeout")?,
-            max_batch_size: fields.count("max_batch_size")?,
-            auto_keepalive: fields.flag("auto_keepalive")?,
-            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
-        };
-        fields.finish()?;
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<QueueConsumerOptions>(config, options)?;
         // Creating librdkafka clients takes a few milliseconds.
         let engine = py.detach(move || QueueConsumer::new(settings, options))?;
         Ok(PyRawQueueConsumer {
@@ -247,26 +274,8 @@ pub struct PyRawRedeliveryTracker {
 impl PyRawRedeliveryTracker {
     #[new]
     #[pyo3(signature = (config, **options))]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        options: Option<&Bound<'_, PyDict>>,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let fields = Fields::keywords(options);
-        let options = RedeliveryOptions {
-            queue_topic: fields.text("queue_topic")?,
-            markers_topic: fields.text("markers_topic")?,
-            group_id: fields.text("group_id")?,
-            max_redeliveries: fields.count("max_redeliveries")?,
-            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
-            use_now_if_no_marker_seen: fields.seconds("use_now_if_no_marker_seen")?,
-            num_offsets_per_commit: fields.count("num_offsets_per_commit")?,
-            commit_interval: fields.seconds("commit_interval")?,
-            max_backoff: fields.seconds("max_backoff")?,
-            ..RedeliveryOptions::default()
-        };
-        fields.finish()?;
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<RedeliveryOptions>(config, options)?;
         let daemon = py.detach(move || RedeliveryTracker::start(settings, options))?;
         Ok(PyRawRedeliveryTracker {
             daemon: DaemonHandle::new(daemon, "ferrokafka.redelivery.RedeliveryTracker"),

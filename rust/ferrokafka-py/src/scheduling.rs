@@ -5,13 +5,11 @@
 
 use ferrokafka_kafka::{DaemonStatus, PartitionStatus, Scheduler, SchedulerOptions};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
 use crate::blocking::DaemonHandle;
-use crate::convert::{self, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::flat_record::flat_record;
-use crate::options::Fields;
+use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::statistics::{PyBrokerOffsets, PyDaemonStatistics, broker_offsets, daemon_statistics};
 
 flat_record! {
@@ -54,6 +52,23 @@ fn partition_status(py: Python<'_>, s: PartitionStatus) -> PyResult<PySchedulerP
     })
 }
 
+/// The keyword arguments of `Scheduler` the engine takes.
+impl FromKeywords for SchedulerOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        Ok(SchedulerOptions {
+            schedules_topics: fields.topics("schedules_topics")?,
+            group_id: fields.text("group_id")?,
+            flush_batch_size: fields.count("flush_batch_size")?,
+            state_interval: fields.seconds("state_interval")?,
+            states_postfix: fields.text("states_postfix")?,
+            horizon: fields.seconds("horizon")?,
+            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
+            partition_key_hashing: fields.partition_key_hashing()?,
+            ..SchedulerOptions::default()
+        })
+    }
+}
+
 /// The native scheduler daemon; use `ferrokafka.scheduling.Scheduler`.
 #[pyclass(name = "_RawScheduler", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
@@ -65,27 +80,8 @@ pub struct PyRawScheduler {
 impl PyRawScheduler {
     #[new]
     #[pyo3(signature = (config, **options))]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        options: Option<&Bound<'_, PyDict>>,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let fields = Fields::keywords(options);
-        let options = SchedulerOptions {
-            schedules_topics: fields.topics("schedules_topics")?,
-            group_id: fields.text("group_id")?,
-            flush_batch_size: fields.count("flush_batch_size")?,
-            state_interval: fields.seconds("state_interval")?,
-            states_postfix: fields.text("states_postfix")?,
-            horizon: fields.seconds("horizon")?,
-            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
-            partition_key_hashing: convert::partition_key_hashing(
-                &fields.text("partition_key_hashing")?,
-            )?,
-            ..SchedulerOptions::default()
-        };
-        fields.finish()?;
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<SchedulerOptions>(config, options)?;
         // Creating a transactional producer waits for the broker.
         let daemon = py.detach(move || Scheduler::start(settings, options))?;
         Ok(PyRawScheduler {
