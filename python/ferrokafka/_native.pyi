@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, Literal, Required, TypeAlias, TypedDict, final, overload
+from typing import Any, Literal, Protocol, Required, TypeAlias, TypedDict, Unpack, final, overload
 
 __version__: str
 librdkafka_version: str
@@ -21,6 +21,11 @@ ORIGINAL_OFFSET_HEADER: str
 DEAD_LETTER_HEADERS: tuple[str, str, str, str, str]
 """The headers a Consumer's dead letter carries after the record's own, in order:
 ``ferrokafka_error_class``, ``ferrokafka_error_message`` and the three ``ferrokafka_original_*``."""
+TIMED_OUT_CODE: int
+"""librdkafka's code for a local timeout (-185, ``RD_KAFKA_RESP_ERR__TIMED_OUT``): the ``code``
+of every :class:`ferrokafka.KafkaTimeoutError`."""
+TIMED_OUT_NAME: str
+"""The name of :data:`TIMED_OUT_CODE`: ``"_TIMED_OUT"``."""
 
 _OAuthCallback: TypeAlias = Callable[[str | None], tuple[Any, ...]]
 """confluent-kafka's ``oauth_cb``: given ``sasl.oauthbearer.config``, returns ``(token,
@@ -251,22 +256,26 @@ class Client:
     ) -> list[Message]:
         """Read every partition from its start to its current end, by (partition, offset)."""
 
+class _AsyncProducerOptions(TypedDict):
+    """The options of :class:`ferrokafka.AsyncProducer` the engine takes, converted and checked
+    once by it (see that class for what each means)."""
+
+    max_queue_size: int
+    max_queue_bytes: int
+    overflow: Literal["raise", "block", "drop_oldest"]
+    block_timeout: float
+    delivery_threshold: int
+    delivery_interval: float
+    max_retries: int
+    retry_backoff: float
+    partition_key_hashing: Literal["waterdrop", "bytes"]
+
 @final
 class _RawAsyncProducer:
     """The native half of :class:`ferrokafka.AsyncProducer`; use that class instead."""
 
     def __new__(
-        cls,
-        config: Mapping[str, _ConfigValue],
-        max_queue_size: int,
-        max_queue_bytes: int,
-        overflow: str,
-        block_timeout: float,
-        delivery_threshold: int,
-        delivery_interval: float,
-        max_retries: int,
-        retry_backoff: float,
-        partition_key_hashing: str,
+        cls, config: Mapping[str, _ConfigValue], **options: Unpack[_AsyncProducerOptions]
     ) -> _RawAsyncProducer: ...
     def produce(
         self,
@@ -862,21 +871,25 @@ def schedule_headers_batch(
         b'schedule'
     """
 
+class _SchedulerOptions(TypedDict):
+    """The options of :class:`ferrokafka.scheduling.Scheduler` the engine takes, converted and
+    checked once by it."""
+
+    schedules_topics: Sequence[str]
+    group_id: str
+    flush_batch_size: int
+    state_interval: float
+    states_postfix: str
+    horizon: float
+    dead_letter_topic: str | None
+    partition_key_hashing: Literal["waterdrop", "bytes"]
+
 @final
 class _RawScheduler:
     """The native scheduler daemon; use :class:`ferrokafka.scheduling.Scheduler`."""
 
     def __new__(
-        cls,
-        config: Mapping[str, _ConfigValue],
-        schedules_topics: list[str],
-        group_id: str,
-        flush_batch_size: int,
-        state_interval: float,
-        states_postfix: str,
-        horizon: float,
-        dead_letter_topic: str | None = None,
-        partition_key_hashing: str = "waterdrop",
+        cls, config: Mapping[str, _ConfigValue], **options: Unpack[_SchedulerOptions]
     ) -> _RawScheduler: ...
     def request_stop(self) -> None:
         """Ask the daemon to stop; returns at once."""
@@ -935,6 +948,48 @@ _ConsumerEvent: TypeAlias = (
 )
 """What ``_RawConsumer.poll_events`` returns, one class per kind."""
 
+class _ConsumerOptions(Protocol):
+    """What the engine reads of a :class:`ferrokafka.ConsumerOptions` (see it for what each
+    field means); its callbacks and reporter stay in Python."""
+
+    @property
+    def max_batch_size(self) -> int | None: ...
+    @property
+    def drain(self) -> float: ...
+    @property
+    def commit_interval(self) -> float: ...
+    @property
+    def on_error(self) -> Literal["commit", "retry", "dead_letter"]: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def retry_backoff(self) -> float: ...
+    @property
+    def max_retry_backoff(self) -> float: ...
+    @property
+    def dead_letter_topic(self) -> str | None: ...
+    @property
+    def max_queue_records(self) -> int: ...
+    @property
+    def max_queue_bytes(self) -> int: ...
+    @property
+    def ordering(self) -> Literal["partition", "key"]: ...
+    @property
+    def max_concurrency(self) -> int: ...
+
+def validate_consumer_options(options: _ConsumerOptions) -> None:
+    """Check ``options`` as the consumer engine does when it starts (each field converted, then
+    the engine's rules): ``TypeError`` or ``ValueError`` naming the field. ``ConsumerOptions``
+    calls it when created.
+
+    Example:
+        >>> from ferrokafka import ConsumerOptions
+        >>> ConsumerOptions(ordering="offset")
+        Traceback (most recent call last):
+        ...
+        ValueError: ordering must be 'partition' or 'key', got 'offset'
+    """
+
 @final
 class _RawConsumer:
     """The native concurrent consumer engine; use :class:`ferrokafka.Consumer` or
@@ -943,19 +998,9 @@ class _RawConsumer:
     def __new__(
         cls,
         config: Mapping[str, _ConfigValue],
+        *,
         subscriptions: Sequence[str | tuple[str, int, str, int]],
-        max_batch_size: int | None,
-        commit_interval: float,
-        max_queue_records: int,
-        max_queue_bytes: int,
-        drain: float,
-        on_error: str,
-        max_retries: int,
-        retry_backoff: float,
-        max_retry_backoff: float,
-        dead_letter_topic: str | None,
-        ordering: str,
-        max_concurrency: int,
+        options: _ConsumerOptions,
     ) -> _RawConsumer:
         """Subscribe (topic names) or assign (``(topic, partition, kind, value)``, kind one of
         stored, beginning, end, offset, timestamp) and start the poller thread."""
@@ -1241,21 +1286,25 @@ class ConsumerStats:
         poll_age, bytes_received, bytes_sent, ``group`` (a dict or None) and ``partitions``
         (one flat dict each, see :meth:`PartitionStats.as_dict`)."""
 
+class _QueueConsumerOptions(TypedDict):
+    """The options of :class:`ferrokafka.redelivery.QueueConsumer` (markers backend) the engine
+    takes, converted and checked once by it."""
+
+    queue_topic: str
+    markers_topic: str
+    group_id: str
+    redelivery_timeout: float
+    marker_timeout: float
+    max_batch_size: int
+    auto_keepalive: bool
+    dead_letter_topic: str | None
+
 @final
 class _RawQueueConsumer:
     """The native queue consumer; use :class:`ferrokafka.redelivery.QueueConsumer`."""
 
     def __new__(
-        cls,
-        config: Mapping[str, _ConfigValue],
-        queue_topic: str,
-        markers_topic: str,
-        group_id: str,
-        redelivery_timeout: float,
-        marker_timeout: float,
-        max_batch_size: int,
-        auto_keepalive: bool,
-        dead_letter_topic: str | None,
+        cls, config: Mapping[str, _ConfigValue], **options: Unpack[_QueueConsumerOptions]
     ) -> _RawQueueConsumer: ...
     def fetch(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages whose START markers are written and offsets
@@ -1305,22 +1354,53 @@ class QueueConsumerStats:
     def as_dict(self) -> dict[str, int]:
         """The fields as a dict."""
 
+class _RedeliveryTrackerOptions(TypedDict):
+    """The options of :class:`ferrokafka.redelivery.RedeliveryTracker` the engine takes,
+    converted and checked once by it when the daemon starts."""
+
+    queue_topic: str
+    markers_topic: str
+    group_id: str
+    max_redeliveries: int
+    dead_letter_topic: str | None
+    use_now_if_no_marker_seen: float
+    num_offsets_per_commit: int
+    commit_interval: float
+    max_backoff: float
+
+def redelivery_count_in(headers: _Headers | None) -> int:
+    """How many times a queue message with these headers was redelivered: its last
+    :data:`REDELIVERY_COUNT_HEADER`, 0 when missing or unreadable (as the tracker reads it).
+
+    Example:
+        >>> redelivery_count_in([("ferrokafka_redelivery_count", b"2")])
+        2
+        >>> redelivery_count_in(None)
+        0
+    """
+
+def queue_dead_letter_headers(
+    headers: _Headers | None, *, queue_topic: str, partition: int, offset: int, count: int
+) -> list[tuple[str, bytes | None]]:
+    """The headers of a queue message's dead letter, as the tracker writes them: the message's
+    own without a redelivery count, then the count and the three ``ferrokafka_original_*``.
+
+    Example:
+        >>> queue_dead_letter_headers(
+        ...     [("trace", b"t1"), ("ferrokafka_redelivery_count", b"2")],
+        ...     queue_topic="jobs", partition=1, offset=7, count=3,
+        ... )
+        [('trace', b't1'), ('ferrokafka_redelivery_count', b'3'),
+         ('ferrokafka_original_topic', b'jobs'), ('ferrokafka_original_partition', b'1'),
+         ('ferrokafka_original_offset', b'7')]
+    """
+
 @final
 class _RawRedeliveryTracker:
     """The native redelivery tracker; use :class:`ferrokafka.redelivery.RedeliveryTracker`."""
 
     def __new__(
-        cls,
-        config: Mapping[str, _ConfigValue],
-        queue_topic: str,
-        markers_topic: str,
-        group_id: str,
-        max_redeliveries: int,
-        dead_letter_topic: str | None,
-        use_now_if_no_marker_seen: float,
-        num_offsets_per_commit: int,
-        commit_interval: float,
-        max_backoff: float,
+        cls, config: Mapping[str, _ConfigValue], **options: Unpack[_RedeliveryTrackerOptions]
     ) -> _RawRedeliveryTracker: ...
     def request_stop(self) -> None:
         """Ask the daemon to stop; returns at once."""

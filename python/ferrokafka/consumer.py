@@ -62,8 +62,9 @@ from ferrokafka._native import (
     ConsumerLoadControl,
     ConsumerUnassigned,
     _RawConsumer,
+    validate_consumer_options,
 )
-from ferrokafka._validation import check_config_mapping, checked_seconds, positive_count
+from ferrokafka._validation import check_config_mapping
 from ferrokafka.tracking import JobSample, Reporter, SourceSample
 
 if TYPE_CHECKING:
@@ -249,33 +250,8 @@ class ConsumerOptions:
     max_concurrency: int = 8
 
     def __post_init__(self) -> None:
-        if self.max_batch_size is not None:
-            positive_count("max_batch_size", self.max_batch_size)
-        for name in ("drain", "retry_backoff", "max_retry_backoff"):
-            # Normalised to float in place: the dataclass is frozen against users, not here.
-            object.__setattr__(
-                self, name, checked_seconds(name, getattr(self, name), positive=False)
-            )
-        commit_interval = checked_seconds("commit_interval", self.commit_interval, positive=True)
-        object.__setattr__(self, "commit_interval", commit_interval)
-        if self.on_error not in ("commit", "retry", "dead_letter"):
-            raise ValueError(
-                f"on_error must be 'commit', 'retry' or 'dead_letter', got {self.on_error!r}"
-            )
-        max_retries = self.max_retries
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if self.dead_letter_topic is not None and not isinstance(self.dead_letter_topic, str):
-            raise TypeError(f"dead_letter_topic must be a str, got {self.dead_letter_topic!r}")
-        if self.on_error == "dead_letter" and not self.dead_letter_topic:
-            raise ValueError("on_error='dead_letter' needs dead_letter_topic='<topic>'")
-        if self.ordering not in ("partition", "key"):
-            raise ValueError(f"ordering must be 'partition' or 'key', got {self.ordering!r}")
-        positive_count("max_concurrency", self.max_concurrency)
-        positive_count("max_queue_records", self.max_queue_records)
-        positive_count("max_queue_bytes", self.max_queue_bytes)
-        if self.max_queue_records < 2 or self.max_queue_bytes < 2:
-            raise ValueError("max_queue_records and max_queue_bytes must be at least 2")
+        # The rules are the engine's, in Rust: the same check the consumer makes when it starts.
+        validate_consumer_options(self)
         if self.reporter is not None and not isinstance(self.reporter, Reporter):
             raise TypeError(
                 f"reporter must be a ferrokafka.tracking.Reporter, got {self.reporter!r}"
@@ -322,22 +298,7 @@ class _Core:
         config = self.config
         if self.reporter is not None:
             config = self.reporter.statistics_config(config)
-        self.raw = _RawConsumer(
-            config,
-            self.subscriptions,
-            self.options.max_batch_size,
-            self.options.commit_interval,
-            self.options.max_queue_records,
-            self.options.max_queue_bytes,
-            self.options.drain,
-            self.options.on_error,
-            self.options.max_retries,
-            self.options.retry_backoff,
-            self.options.max_retry_backoff,
-            self.options.dead_letter_topic,
-            self.options.ordering,
-            self.options.max_concurrency,
-        )
+        self.raw = _RawConsumer(config, subscriptions=self.subscriptions, options=self.options)
         if self.reporter is not None:
             self.reporter.track(self)
         return self.raw

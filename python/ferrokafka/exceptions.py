@@ -31,6 +31,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+from ferrokafka._native import TIMED_OUT_CODE, TIMED_OUT_NAME
+
 __all__ = [
     "BufferOverflow",
     "ClosedError",
@@ -135,7 +137,18 @@ class KafkaFatalError(KafkaError):
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):
-    """A Kafka operation did not finish within its timeout (e.g. no broker answered)."""
+    """A Kafka operation did not finish within its timeout (e.g. no broker answered). Its code
+    is librdkafka's local timeout, ``TIMED_OUT_CODE`` (-185, ``"_TIMED_OUT"``), unless given."""
+
+    def __init__(
+        self,
+        message: str,
+        code: int = TIMED_OUT_CODE,
+        name: str = TIMED_OUT_NAME,
+        retriable: bool = True,
+        fatal: bool = False,
+    ) -> None:
+        super().__init__(message, code, name, retriable, fatal)
 
 
 class ProduceError(KafkaError):

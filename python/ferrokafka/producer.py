@@ -40,6 +40,7 @@ from ferrokafka._native import (
     ProducerShutDown,
     _RawAsyncProducer,
 )
+from ferrokafka._validation import checked_seconds
 from ferrokafka.exceptions import BufferOverflow
 
 __all__ = [
@@ -136,33 +137,20 @@ class AsyncProducer:
         partition_key_hashing: Literal["waterdrop", "bytes"] = "waterdrop",
         exit_timeout: float = 5.0,
     ) -> None:
-        for name, value in [
-            ("max_queue_size", max_queue_size),
-            ("max_queue_bytes", max_queue_bytes),
-        ]:
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name, amount in [
-            ("delivery_threshold", delivery_threshold),
-            ("delivery_interval", delivery_interval),
-            ("retry_backoff", retry_backoff),
-            ("exit_timeout", exit_timeout),
-        ]:
-            if amount < 0:
-                raise ValueError(f"{name} must be >= 0, got {amount!r}")
         self.max_queue_size = max_queue_size
-        self.exit_timeout = float(exit_timeout)
+        # The one Python-only option: it bounds the delivery at exit, which Python drives.
+        self.exit_timeout = checked_seconds("exit_timeout", exit_timeout, positive=False)
         self._raw = _RawAsyncProducer(
             dict(config),
-            max_queue_size,
-            max_queue_bytes,
-            overflow,
-            block_timeout,
-            delivery_threshold,
-            delivery_interval,
-            max_retries,
-            retry_backoff,
-            partition_key_hashing,
+            max_queue_size=max_queue_size,
+            max_queue_bytes=max_queue_bytes,
+            overflow=overflow,
+            block_timeout=block_timeout,
+            delivery_threshold=delivery_threshold,
+            delivery_interval=delivery_interval,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            partition_key_hashing=partition_key_hashing,
         )
         self._events = _ProducerEvents(self._raw)
         self._shutdown_lock = threading.Lock()

@@ -58,11 +58,13 @@ from ferrokafka._native import (
     _RawQueueConsumer,
     _RawRedeliveryTracker,
     redact_secrets,
+    redelivery_count_in,
 )
 from ferrokafka.exceptions import ClosedError, ConfigError
 from ferrokafka.tracking import Reporter, SourceSample
 
 if TYPE_CHECKING:
+    from ferrokafka._native import _RedeliveryTrackerOptions
     from ferrokafka.share_queue import ShareMessage, ShareQueue
 
 __all__ = [
@@ -99,11 +101,7 @@ def redelivery_count(message: QueueMessage) -> int:
         >>> redelivery_count(client.produce("jobs", b"resize image 7", headers=redelivered))
         1
     """
-    value = dict(message.headers() or []).get(REDELIVERY_COUNT_HEADER)
-    try:
-        return int(value or b"0")
-    except ValueError:
-        return 0
+    return redelivery_count_in(message.headers())
 
 
 class QueueConsumer:
@@ -227,14 +225,14 @@ class QueueConsumer:
         if self._share is None:
             self._raw = _RawQueueConsumer(
                 dict(config),
-                queue_topic,
-                markers_topic,
-                group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
-                redelivery_timeout,
-                marker_timeout,
-                max_batch_size,
-                auto_keepalive,
-                dead_letter_topic,
+                queue_topic=queue_topic,
+                markers_topic=markers_topic,
+                group_id=group_id if group_id is not None else f"ferrokafka-queue-{queue_topic}",
+                redelivery_timeout=redelivery_timeout,
+                marker_timeout=marker_timeout,
+                max_batch_size=max_batch_size,
+                auto_keepalive=auto_keepalive,
+                dead_letter_topic=dead_letter_topic,
             )
         self._max_batch_size = max_batch_size
         self._buffer: deque[QueueMessage] = deque()
@@ -505,17 +503,20 @@ class RedeliveryTracker(_exit.StopsAtExit):
         if max_redeliveries < 0:
             raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
         self._config = dict(config)
-        self._args = (
-            queue_topic,
-            markers_topic,
-            group_id if group_id is not None else f"ferrokafka-redelivery-{markers_topic}",
-            max_redeliveries,
-            dead_letter_topic,
-            use_now_if_no_marker_seen,
-            num_offsets_per_commit,
-            commit_interval,
-            max_backoff,
-        )
+        # Converted and checked when the daemon starts (bad settings raise in start()).
+        self._options: _RedeliveryTrackerOptions = {
+            "queue_topic": queue_topic,
+            "markers_topic": markers_topic,
+            "group_id": (
+                group_id if group_id is not None else f"ferrokafka-redelivery-{markers_topic}"
+            ),
+            "max_redeliveries": max_redeliveries,
+            "dead_letter_topic": dead_letter_topic,
+            "use_now_if_no_marker_seen": use_now_if_no_marker_seen,
+            "num_offsets_per_commit": num_offsets_per_commit,
+            "commit_interval": commit_interval,
+            "max_backoff": max_backoff,
+        }
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter
 
@@ -525,7 +526,7 @@ class RedeliveryTracker(_exit.StopsAtExit):
             config = self._config
             if self._reporter is not None:
                 config = self._reporter.statistics_config(config)
-            self._raw = _RawRedeliveryTracker(config, *self._args)
+            self._raw = _RawRedeliveryTracker(config, **self._options)
             if self._reporter is not None:
                 self._reporter.track(self)
             _exit.register(self)

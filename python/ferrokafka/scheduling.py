@@ -252,8 +252,6 @@ class Scheduler(_exit.StopsAtExit):
         instance_id: str | None = None,
         reporter: Reporter | None = None,
     ) -> None:
-        if isinstance(schedules_topics, str):
-            raise TypeError("schedules_topics must be a list of topic names, not a str")
         config = dict(config)
         if instance_id is not None:
             if not instance_id:
@@ -264,14 +262,14 @@ class Scheduler(_exit.StopsAtExit):
             config = reporter.statistics_config(config)
         self._raw = _RawScheduler(
             config,
-            list(schedules_topics),
-            group_id,
-            flush_batch_size,
-            state_interval,
-            states_postfix,
-            horizon,
-            dead_letter_topic,
-            partition_key_hashing,
+            schedules_topics=schedules_topics,
+            group_id=group_id,
+            flush_batch_size=flush_batch_size,
+            state_interval=state_interval,
+            states_postfix=states_postfix,
+            horizon=horizon,
+            dead_letter_topic=dead_letter_topic,
+            partition_key_hashing=partition_key_hashing,
         )
         if reporter is not None:
             reporter.track(self)

@@ -59,11 +59,10 @@ except ModuleNotFoundError as e:
     raise missing_extra("ferrokafka.share_queue", "share", e) from e
 
 from ferrokafka._native import (
-    ORIGINAL_OFFSET_HEADER,
-    ORIGINAL_PARTITION_HEADER,
-    ORIGINAL_TOPIC_HEADER,
     REDELIVERY_COUNT_HEADER,
+    queue_dead_letter_headers,
     redact_secrets,
+    redelivery_count_in,
 )
 from ferrokafka.exceptions import (
     ClosedError,
@@ -301,7 +300,7 @@ class ShareQueue:
                 "share backend: nack(redeliver='after_timeout') is not available (an "
                 "unacknowledged record blocks the next poll); use redeliver='now'"
             )
-        count = int(dict(message.headers() or []).get(REDELIVERY_COUNT_HEADER, b"0"))
+        count = redelivery_count_in(message.headers())
         with self._lock:
             self._check_open()
             if count >= self._max_redeliveries:
@@ -324,13 +323,16 @@ class ShareQueue:
                 message.key(),
             )
         else:
-            headers = [(k, v) for k, v in (message.headers() or []) if k != REDELIVERY_COUNT_HEADER]
-            headers += [
-                (REDELIVERY_COUNT_HEADER, str(count).encode()),
-                (ORIGINAL_TOPIC_HEADER, self._queue_topic.encode()),
-                (ORIGINAL_PARTITION_HEADER, str(partition).encode()),
-                (ORIGINAL_OFFSET_HEADER, str(offset).encode()),
-            ]
+            # The tracker's headers, built by its own function (one layout for both backends).
+            headers: list[tuple[str, str | bytes | None]] = list(
+                queue_dead_letter_headers(
+                    message.headers(),
+                    queue_topic=self._queue_topic,
+                    partition=partition,
+                    offset=offset,
+                    count=count,
+                )
+            )
             failures: list[Any] = []
             self._dead_letters.produce(
                 self._dead_letter_topic,

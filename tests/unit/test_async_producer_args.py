@@ -39,6 +39,22 @@ def test_bad_options_are_named(options: dict[str, object], message: str) -> None
         AsyncProducer(NOWHERE, **options)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"max_queue_size": True}, TypeError, "max_queue_size must be an int, got True"),
+        ({"max_retries": 2**63}, ValueError, "max_retries is out of range"),
+        ({"delivery_threshold": -1}, ValueError, "delivery_threshold must be an int >= 0"),
+        ({"retry_backoff": "1s"}, TypeError, "retry_backoff must be a number of seconds"),
+    ],
+)
+def test_options_are_converted_with_errors_naming_them(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        AsyncProducer(NOWHERE, **options)  # type: ignore[arg-type]
+
+
 def test_bad_arguments_raise_before_anything_is_queued(producer: AsyncProducer) -> None:
     with pytest.raises(TypeError, match="topic must be a str"):
         producer.produce(b"v", topic=None)  # type: ignore[arg-type]

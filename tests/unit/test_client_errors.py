@@ -92,6 +92,21 @@ def test_unreachable_broker_raises_a_timeout_naming_the_servers() -> None:
     assert caught.value.retriable
 
 
+def test_a_timeout_raised_in_python_carries_librdkafkas_timeout_code() -> None:
+    # One spelling of the code, the engines': Python-raised timeouts (the share backend's, the
+    # reporter's) report it as the engines' do.
+    raised = KafkaTimeoutError("no time left")
+    assert (raised.code, raised.name, raised.retriable) == (-185, "_TIMED_OUT", True)
+    assert (ferrokafka._native.TIMED_OUT_CODE, ferrokafka._native.TIMED_OUT_NAME) == (
+        -185,
+        "_TIMED_OUT",
+    )
+    client = Client(UNREACHABLE)
+    with pytest.raises(KafkaTimeoutError) as caught:
+        client.list_topics(timeout=0.2)
+    assert (caught.value.code, caught.value.name) == (raised.code, raised.name)
+
+
 def test_waiting_releases_the_gil() -> None:
     client = Client(UNREACHABLE)
     ticks = 0

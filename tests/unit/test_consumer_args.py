@@ -82,6 +82,24 @@ def test_bad_options_are_named(
 
 
 @pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"max_retries": 2**32}, ValueError, "max_retries is too large, got 4294967296"),
+        ({"max_queue_bytes": 2**64}, ValueError, "max_queue_bytes is out of range"),
+        ({"max_concurrency": True}, TypeError, "max_concurrency must be an int, got True"),
+        ({"max_batch_size": 2.5}, TypeError, "max_batch_size must be an int, got 2.5"),
+    ],
+)
+def test_options_the_engine_cannot_hold_are_refused_when_created(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    # Checked by the engine's own conversion when the options are created, not when the
+    # consumer starts (where such a value used to fail as an OverflowError, or pass as 1).
+    with pytest.raises(error, match=message):
+        ConsumerOptions(**options)
+
+
+@pytest.mark.parametrize(
     ("subscriptions", "error", "message"),
     [
         ([], ValueError, "at least one"),

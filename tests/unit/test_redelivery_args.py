@@ -176,3 +176,33 @@ def test_header_names_are_the_contract_other_tools_read() -> None:
         "ferrokafka_original_partition",
         "ferrokafka_original_offset",
     )
+
+
+def test_both_backends_write_one_dead_letter_header_layout() -> None:
+    # The share backend's dead letters (written by confluent-kafka) carry the headers the
+    # tracker writes, built by the tracker's own code; and both read the count the same way.
+    from ferrokafka._native import queue_dead_letter_headers
+
+    headers = queue_dead_letter_headers(
+        [("trace", b"t1"), ("ferrokafka_redelivery_count", b"2"), ("empty", None)],
+        queue_topic="jobs",
+        partition=1,
+        offset=7,
+        count=3,
+    )
+    assert headers == [
+        ("trace", b"t1"),
+        ("empty", None),
+        ("ferrokafka_redelivery_count", b"3"),
+        ("ferrokafka_original_topic", b"jobs"),
+        ("ferrokafka_original_partition", b"1"),
+        ("ferrokafka_original_offset", b"7"),
+    ]
+
+    class Redelivered:
+        def headers(self) -> list[tuple[str, bytes]]:
+            return [("ferrokafka_redelivery_count", b"1"), ("ferrokafka_redelivery_count", b" 4")]
+
+    from ferrokafka.redelivery import redelivery_count
+
+    assert redelivery_count(Redelivered()) == 4  # type: ignore[arg-type]

@@ -10,6 +10,13 @@ use rdkafka::types::RDKafkaConfRes;
 
 use ferrokafka_core::redact::{REDACTED, is_sensitive_key};
 
+/// librdkafka's code for a local timeout (`RD_KAFKA_RESP_ERR__TIMED_OUT`), which every
+/// [`KafkaIoError::Timeout`] reports; the bindings export it as `ferrokafka._native.TIMED_OUT_CODE`.
+pub const TIMED_OUT_CODE: i32 = RDKafkaErrorCode::OperationTimedOut as i32;
+/// librdkafka's name of [`TIMED_OUT_CODE`] (`rd_kafka_err2name`; rdkafka's enum calls it
+/// `OperationTimedOut`).
+pub const TIMED_OUT_NAME: &str = "_TIMED_OUT";
+
 /// Result alias for the Kafka engines.
 pub type KafkaResult<T> = Result<T, KafkaIoError>;
 
@@ -221,6 +228,11 @@ mod tests {
             Some("b:9092"),
         );
         assert!(matches!(err, KafkaIoError::Timeout { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn the_timeout_code_is_librdkafkas() {
+        assert_eq!(TIMED_OUT_CODE, -185);
     }
 
     #[test]

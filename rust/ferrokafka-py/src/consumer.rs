@@ -21,11 +21,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::batch::PyBatch;
-use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off, timeout_arg};
+use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off};
 use crate::consumer_events::event_object;
 use crate::consumer_stats::{PyConsumerStats, consumer_stats};
 use crate::convert::settings_from_dict;
 use crate::errors::{NativeError, NativeResult};
+use crate::options::Fields;
 use crate::report_samples::{PyJobSample, PySourceSample, jobs_of};
 
 /// The native concurrent consumer engine; use `ferrokafka.Consumer` or `ferrokafka.AsyncConsumer`.
@@ -79,16 +80,6 @@ fn outcome(name: &str) -> PyResult<Outcome> {
     }
 }
 
-fn ordering(name: &str) -> PyResult<OrderBy> {
-    match name {
-        "partition" => Ok(OrderBy::Partition),
-        "key" => Ok(OrderBy::Key),
-        other => Err(PyValueError::new_err(format!(
-            "ordering must be 'partition' or 'key', got {other:?}"
-        ))),
-    }
-}
-
 /// The engine's id of a fetched batch: its first offset.
 fn batch_id(batch: &PyBatch) -> PyResult<i64> {
     batch
@@ -96,61 +87,73 @@ fn batch_id(batch: &PyBatch) -> PyResult<i64> {
         .ok_or_else(|| PyValueError::new_err("an empty batch has nothing to acknowledge"))
 }
 
-fn on_error(name: &str) -> PyResult<OnError> {
-    match name {
-        "commit" => Ok(OnError::Commit),
-        "retry" => Ok(OnError::Retry),
-        "dead_letter" => Ok(OnError::DeadLetter),
-        other => Err(PyValueError::new_err(format!(
-            "on_error must be 'commit', 'retry' or 'dead_letter', got {other:?}"
-        ))),
+/// The error policies by name.
+const ERROR_POLICIES: [(&str, OnError); 3] = [
+    ("commit", OnError::Commit),
+    ("retry", OnError::Retry),
+    ("dead_letter", OnError::DeadLetter),
+];
+
+/// What stays in order, by name.
+const ORDERINGS: [(&str, OrderBy); 2] = [("partition", OrderBy::Partition), ("key", OrderBy::Key)];
+
+/// What the engine takes from a `ferrokafka.ConsumerOptions` (its callbacks and reporter stay in
+/// Python), converted once.
+struct ConsumerArgs {
+    options: ConsumerOptions,
+    drain: Duration,
+}
+
+impl ConsumerArgs {
+    fn read(options: &Bound<'_, PyAny>, subscriptions: Vec<Subscription>) -> PyResult<Self> {
+        let fields = Fields::attributes(options);
+        let options = ConsumerOptions {
+            subscriptions,
+            max_batch_size: fields.optional_count("max_batch_size")?,
+            commit_interval: fields.seconds("commit_interval")?,
+            max_queue_records: fields.count("max_queue_records")?,
+            max_queue_bytes: fields.count("max_queue_bytes")?,
+            errors: ErrorPolicy {
+                on_error: fields.choice("on_error", &ERROR_POLICIES)?,
+                max_retries: fields.count("max_retries")?,
+                retry_backoff: fields.seconds_or_off("retry_backoff")?,
+                max_retry_backoff: fields.seconds_or_off("max_retry_backoff")?,
+                dead_letter_topic: fields.optional_text("dead_letter_topic")?,
+            },
+            ordering: fields.choice("ordering", &ORDERINGS)?,
+            max_concurrency: fields.count("max_concurrency")?,
+        };
+        let drain = fields.seconds_or_off("drain")?;
+        Ok(ConsumerArgs { options, drain })
     }
+}
+
+/// Checks a `ferrokafka.ConsumerOptions` when it is created (its `__post_init__`): each field
+/// converted as the consumer converts it, then the engine's rules.
+#[pyfunction]
+pub fn validate_consumer_options(options: &Bound<'_, PyAny>) -> NativeResult<()> {
+    ConsumerArgs::read(options, Vec::new())?
+        .options
+        .validate_settings()?;
+    Ok(())
 }
 
 #[pymethods]
 impl PyRawConsumer {
     #[new]
-    #[pyo3(signature = (config, subscriptions, max_batch_size, commit_interval, max_queue_records, max_queue_bytes, drain, on_error, max_retries, retry_backoff, max_retry_backoff, dead_letter_topic, ordering, max_concurrency))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (config, *, subscriptions, options))]
     fn new(
         py: Python<'_>,
         config: &Bound<'_, PyDict>,
         subscriptions: &Bound<'_, PyAny>,
-        max_batch_size: Option<usize>,
-        commit_interval: f64,
-        max_queue_records: usize,
-        max_queue_bytes: usize,
-        drain: f64,
-        on_error: &str,
-        max_retries: u32,
-        retry_backoff: f64,
-        max_retry_backoff: f64,
-        dead_letter_topic: Option<String>,
-        ordering: &str,
-        max_concurrency: usize,
+        options: &Bound<'_, PyAny>,
     ) -> NativeResult<Self> {
         let settings = settings_from_dict(config)?;
         let subscriptions = subscriptions
             .try_iter()?
             .map(|item| subscription(&item?))
             .collect::<PyResult<Vec<_>>>()?;
-        let options = ConsumerOptions {
-            subscriptions,
-            max_batch_size,
-            commit_interval: timeout_arg("commit_interval", commit_interval)?,
-            max_queue_records,
-            max_queue_bytes,
-            errors: ErrorPolicy {
-                on_error: self::on_error(on_error)?,
-                max_retries,
-                retry_backoff: seconds_or_off("retry_backoff", retry_backoff)?,
-                max_retry_backoff: seconds_or_off("max_retry_backoff", max_retry_backoff)?,
-                dead_letter_topic,
-            },
-            ordering: self::ordering(ordering)?,
-            max_concurrency,
-        };
-        let drain = seconds_or_off("drain", drain)?;
+        let ConsumerArgs { options, drain } = ConsumerArgs::read(options, subscriptions)?;
         // Assigning explicit partitions may ask the broker for offsets and watermarks.
         let engine = py.detach(move || ConcurrentConsumer::new(settings, options, drain))?;
         let events = engine.take_events();

@@ -5,6 +5,7 @@
 //! lazily on first use. Binding code returns [`NativeResult`] and only uses `?`.
 
 use ferrokafka_core::CoreError;
+use ferrokafka_kafka::error::{TIMED_OUT_CODE, TIMED_OUT_NAME};
 use ferrokafka_kafka::{KafkaIoError, redact};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -19,9 +20,6 @@ pyo3::import_exception!(ferrokafka.exceptions, KafkaTimeoutError);
 pyo3::import_exception!(ferrokafka.exceptions, CodecError);
 pyo3::import_exception!(ferrokafka.exceptions, ScheduleError);
 pyo3::import_exception!(ferrokafka.exceptions, MarkerRefusedError);
-
-/// librdkafka's code for a local timeout, reported with every [`KafkaIoError::Timeout`].
-const TIMED_OUT: i32 = -185;
 
 /// Any error a binding can return; converted to a Python exception at the boundary.
 #[derive(Debug)]
@@ -106,9 +104,13 @@ impl From<NativeError> for PyErr {
                     KafkaIoError::Config(_) => ConfigError::new_err(message),
                     KafkaIoError::InvalidArgument(_) => PyValueError::new_err(message),
                     KafkaIoError::Closed(_) => ClosedError::new_err(message),
-                    KafkaIoError::Timeout { .. } => {
-                        KafkaTimeoutError::new_err((message, TIMED_OUT, "_TIMED_OUT", true, false))
-                    }
+                    KafkaIoError::Timeout { .. } => KafkaTimeoutError::new_err((
+                        message,
+                        TIMED_OUT_CODE,
+                        TIMED_OUT_NAME,
+                        true,
+                        false,
+                    )),
                     KafkaIoError::Broker {
                         code,
                         name,

@@ -18,6 +18,7 @@ mod engine_log;
 mod errors;
 mod flat_record;
 mod message;
+mod options;
 mod producer;
 mod producer_events;
 mod producer_waiters;
@@ -57,6 +58,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer_events::PyProducerRetrying>()?;
     m.add_class::<producer_events::PyProducerShutDown>()?;
     m.add_class::<consumer::PyRawConsumer>()?;
+    m.add_function(wrap_pyfunction!(consumer::validate_consumer_options, m)?)?;
     m.add_class::<consumer_events::PyAssignment>()?;
     m.add_class::<consumer_events::PyConsumerAssigned>()?;
     m.add_class::<consumer_events::PyConsumerDraining>()?;
@@ -76,6 +78,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<scheduling::PySchedulerPartitionStatus>()?;
     m.add_class::<redelivery::PyRawQueueConsumer>()?;
     m.add_class::<redelivery::PyRawRedeliveryTracker>()?;
+    m.add_function(wrap_pyfunction!(redelivery::queue_dead_letter_headers, m)?)?;
+    m.add_function(wrap_pyfunction!(redelivery::redelivery_count_in, m)?)?;
     m.add_class::<redelivery_status::PyQueueConsumerStats>()?;
     m.add_class::<redelivery_status::PyRedeliveryPartitionStatus>()?;
     m.add_class::<deadline_queue::PyDeadlineQueue>()?;
@@ -125,6 +129,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "WATERDROP_MAX_PAYLOAD_SIZE",
         ferrokafka_core::codec::envelope::WATERDROP_MAX_PAYLOAD_SIZE,
     )?;
+    use ferrokafka_kafka::error::{TIMED_OUT_CODE, TIMED_OUT_NAME};
+    m.add("TIMED_OUT_CODE", TIMED_OUT_CODE)?;
+    m.add("TIMED_OUT_NAME", TIMED_OUT_NAME)?;
     use ferrokafka_kafka::headers;
     m.add("REDELIVERY_COUNT_HEADER", headers::REDELIVERY_COUNT_HEADER)?;
     m.add("ORIGINAL_TOPIC_HEADER", headers::ORIGINAL_TOPIC_HEADER)?;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
+use ferrokafka_kafka::error::{TIMED_OUT_CODE, TIMED_OUT_NAME};
 use ferrokafka_kafka::{
     AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, Refusal,
 };
@@ -23,10 +24,11 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::blocking::{
     EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
 };
-use crate::convert::{self, optional_bytes, outgoing_record, settings_from_dict};
+use crate::convert::{self, optional_bytes, outgoing_record};
 use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult};
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
+use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::producer_events::{event_object, message_of};
 use crate::producer_waiters::{DeliveryWaiters, Waiter};
 
@@ -40,14 +42,27 @@ pub struct PyRawAsyncProducer {
     guard: ForkGuard,
 }
 
-fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
-    match name {
-        "raise" => Ok(OverflowPolicy::Raise),
-        "block" => Ok(OverflowPolicy::Block),
-        "drop_oldest" => Ok(OverflowPolicy::DropOldest),
-        other => Err(PyValueError::new_err(format!(
-            "overflow must be 'raise', 'block' or 'drop_oldest', got {other:?}"
-        ))),
+/// The overflow policies by name.
+const OVERFLOW_POLICIES: [(&str, OverflowPolicy); 3] = [
+    ("raise", OverflowPolicy::Raise),
+    ("block", OverflowPolicy::Block),
+    ("drop_oldest", OverflowPolicy::DropOldest),
+];
+
+/// The keyword arguments of `AsyncProducer` the engine takes.
+impl FromKeywords for AsyncProducerOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        Ok(AsyncProducerOptions {
+            max_queue_size: fields.count("max_queue_size")?,
+            max_queue_bytes: fields.count("max_queue_bytes")?,
+            overflow: fields.choice("overflow", &OVERFLOW_POLICIES)?,
+            block_timeout: fields.seconds("block_timeout")?,
+            delivery_threshold: fields.count("delivery_threshold")?,
+            delivery_interval: fields.seconds_or_off("delivery_interval")?,
+            max_retries: fields.int("max_retries")?,
+            retry_backoff: fields.seconds_or_off("retry_backoff")?,
+            partition_key_hashing: fields.partition_key_hashing()?,
+        })
     }
 }
 
@@ -216,33 +231,9 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
 #[pymethods]
 impl PyRawAsyncProducer {
     #[new]
-    #[pyo3(signature = (config, max_queue_size, max_queue_bytes, overflow, block_timeout, delivery_threshold, delivery_interval, max_retries, retry_backoff, partition_key_hashing))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        max_queue_size: usize,
-        max_queue_bytes: usize,
-        overflow: &str,
-        block_timeout: f64,
-        delivery_threshold: usize,
-        delivery_interval: f64,
-        max_retries: i64,
-        retry_backoff: f64,
-        partition_key_hashing: &str,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let options = AsyncProducerOptions {
-            max_queue_size,
-            max_queue_bytes,
-            overflow: overflow_policy(overflow)?,
-            block_timeout: timeout_arg("block_timeout", block_timeout)?,
-            delivery_threshold,
-            delivery_interval: seconds_or_off("delivery_interval", delivery_interval)?,
-            max_retries,
-            retry_backoff: seconds_or_off("retry_backoff", retry_backoff)?,
-            partition_key_hashing: convert::partition_key_hashing(partition_key_hashing)?,
-        };
+    #[pyo3(signature = (config, **options))]
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<AsyncProducerOptions>(config, options)?;
         // Creating a transactional producer waits for the broker.
         let engine = py.detach(move || AsyncProducer::new(settings, options))?;
         let events = engine.take_events();
@@ -378,8 +369,8 @@ impl PyRawAsyncProducer {
                          flight",
                         stats.queue_size, stats.in_flight
                     ),
-                    -185,
-                    "_TIMED_OUT",
+                    TIMED_OUT_CODE,
+                    TIMED_OUT_NAME,
                     true,
                     false,
                 ))

@@ -10,22 +10,68 @@
 
 use std::sync::{Arc, Mutex};
 
+use ferrokafka_core::markers::MessageId;
+use ferrokafka_kafka::redelivery::{dead_letter_headers, redelivery_count};
 use ferrokafka_kafka::{
     DaemonStatus, KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions,
     RedeliveryTracker, Taken, TrackerPartitionStatus,
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::PyBytes;
 
 use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
-use crate::convert::settings_from_dict;
+use crate::convert;
 use crate::errors::{NativeResult, refused_message};
 use crate::message::PyMessage;
+use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::redelivery_status::{
     PyQueueConsumerStats, PyRedeliveryPartitionStatus, tracker_partition_status,
 };
 use crate::report_samples::PySourceSample;
+
+/// The topics and group both engines name: `(queue_topic, markers_topic, group_id)`.
+fn topics_and_group(fields: &Fields<'_, '_>) -> PyResult<(String, String, String)> {
+    let queue_topic = fields.text("queue_topic")?;
+    let markers_topic = fields.text("markers_topic")?;
+    Ok((queue_topic, markers_topic, fields.text("group_id")?))
+}
+
+/// The keyword arguments of `QueueConsumer` (markers backend) the engine takes.
+impl FromKeywords for QueueConsumerOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        let (queue_topic, markers_topic, group_id) = topics_and_group(fields)?;
+        Ok(QueueConsumerOptions {
+            redelivery_timeout: fields.seconds("redelivery_timeout")?,
+            marker_timeout: fields.seconds("marker_timeout")?,
+            max_batch_size: fields.count("max_batch_size")?,
+            auto_keepalive: fields.flag("auto_keepalive")?,
+            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
+            queue_topic,
+            markers_topic,
+            group_id,
+        })
+    }
+}
+
+/// The keyword arguments of `RedeliveryTracker` the engine takes.
+impl FromKeywords for RedeliveryOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        let (queue_topic, markers_topic, group_id) = topics_and_group(fields)?;
+        Ok(RedeliveryOptions {
+            max_redeliveries: fields.count("max_redeliveries")?,
+            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
+            use_now_if_no_marker_seen: fields.seconds("use_now_if_no_marker_seen")?,
+            num_offsets_per_commit: fields.count("num_offsets_per_commit")?,
+            commit_interval: fields.seconds("commit_interval")?,
+            max_backoff: fields.seconds("max_backoff")?,
+            queue_topic,
+            markers_topic,
+            group_id,
+            ..RedeliveryOptions::default()
+        })
+    }
+}
 
 /// The native queue consumer; use `ferrokafka.redelivery.QueueConsumer`.
 #[pyclass(name = "_RawQueueConsumer", module = "ferrokafka._native", frozen)]
@@ -56,31 +102,9 @@ impl PyRawQueueConsumer {
 #[pymethods]
 impl PyRawQueueConsumer {
     #[new]
-    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, redelivery_timeout, marker_timeout, max_batch_size, auto_keepalive, dead_letter_topic))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        queue_topic: String,
-        markers_topic: String,
-        group_id: String,
-        redelivery_timeout: f64,
-        marker_timeout: f64,
-        max_batch_size: usize,
-        auto_keepalive: bool,
-        dead_letter_topic: Option<String>,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let options = QueueConsumerOptions {
-            queue_topic,
-            markers_topic,
-            group_id,
-            redelivery_timeout: timeout_arg("redelivery_timeout", redelivery_timeout)?,
-            marker_timeout: timeout_arg("marker_timeout", marker_timeout)?,
-            max_batch_size,
-            auto_keepalive,
-            dead_letter_topic,
-        };
+    #[pyo3(signature = (config, **options))]
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<QueueConsumerOptions>(config, options)?;
         // Creating librdkafka clients takes a few milliseconds.
         let engine = py.detach(move || QueueConsumer::new(settings, options))?;
         Ok(PyRawQueueConsumer {
@@ -212,6 +236,33 @@ fn queue_position(message: &Bound<'_, PyAny>) -> PyResult<(i32, i64)> {
     Ok((partition.unwrap_or(0), offset.unwrap_or(0)))
 }
 
+/// How many times a queue message with these headers was redelivered (0 when its count header
+/// is missing or unreadable), read as the tracker reads it: for both backends' messages.
+#[pyfunction]
+pub fn redelivery_count_in(headers: Option<&Bound<'_, PyAny>>) -> PyResult<u32> {
+    Ok(redelivery_count(&convert::headers(headers)?))
+}
+
+/// The headers of a queue message's dead letter, as the tracker writes them: for the share
+/// backend, whose dead letters confluent-kafka's producer writes.
+#[pyfunction]
+#[pyo3(signature = (headers, *, queue_topic, partition, offset, count))]
+pub fn queue_dead_letter_headers<'py>(
+    py: Python<'py>,
+    headers: Option<&Bound<'py, PyAny>>,
+    queue_topic: &str,
+    partition: u32,
+    offset: u64,
+    count: u32,
+) -> PyResult<Vec<(String, Option<Bound<'py, PyBytes>>)>> {
+    let id = MessageId { partition, offset };
+    let headers = dead_letter_headers(queue_topic, id, count, &convert::headers(headers)?);
+    Ok(headers
+        .into_iter()
+        .map(|(name, value)| (name, value.map(|v| PyBytes::new(py, &v))))
+        .collect())
+}
+
 /// The native redelivery tracker daemon; use `ferrokafka.redelivery.RedeliveryTracker`.
 #[pyclass(name = "_RawRedeliveryTracker", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
@@ -222,37 +273,9 @@ pub struct PyRawRedeliveryTracker {
 #[pymethods]
 impl PyRawRedeliveryTracker {
     #[new]
-    #[pyo3(signature = (config, queue_topic, markers_topic, group_id, max_redeliveries, dead_letter_topic, use_now_if_no_marker_seen, num_offsets_per_commit, commit_interval, max_backoff))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        queue_topic: String,
-        markers_topic: String,
-        group_id: String,
-        max_redeliveries: u32,
-        dead_letter_topic: Option<String>,
-        use_now_if_no_marker_seen: f64,
-        num_offsets_per_commit: u64,
-        commit_interval: f64,
-        max_backoff: f64,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let options = RedeliveryOptions {
-            queue_topic,
-            markers_topic,
-            group_id,
-            max_redeliveries,
-            dead_letter_topic,
-            use_now_if_no_marker_seen: timeout_arg(
-                "use_now_if_no_marker_seen",
-                use_now_if_no_marker_seen,
-            )?,
-            num_offsets_per_commit,
-            commit_interval: timeout_arg("commit_interval", commit_interval)?,
-            max_backoff: timeout_arg("max_backoff", max_backoff)?,
-            ..RedeliveryOptions::default()
-        };
+    #[pyo3(signature = (config, **options))]
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<RedeliveryOptions>(config, options)?;
         let daemon = py.detach(move || RedeliveryTracker::start(settings, options))?;
         Ok(PyRawRedeliveryTracker {
             daemon: DaemonHandle::new(daemon, "ferrokafka.redelivery.RedeliveryTracker"),

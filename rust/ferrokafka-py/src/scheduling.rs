@@ -5,12 +5,11 @@
 
 use ferrokafka_kafka::{DaemonStatus, PartitionStatus, Scheduler, SchedulerOptions};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use crate::blocking::{DaemonHandle, timeout_arg};
-use crate::convert::{self, settings_from_dict};
+use crate::blocking::DaemonHandle;
 use crate::errors::NativeResult;
 use crate::flat_record::flat_record;
+use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::report_samples::PySourceSample;
 use crate::statistics::{PyBrokerOffsets, broker_offsets};
 
@@ -54,6 +53,23 @@ fn partition_status(py: Python<'_>, s: PartitionStatus) -> PyResult<PySchedulerP
     })
 }
 
+/// The keyword arguments of `Scheduler` the engine takes.
+impl FromKeywords for SchedulerOptions {
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self> {
+        Ok(SchedulerOptions {
+            schedules_topics: fields.topics("schedules_topics")?,
+            group_id: fields.text("group_id")?,
+            flush_batch_size: fields.count("flush_batch_size")?,
+            state_interval: fields.seconds("state_interval")?,
+            states_postfix: fields.text("states_postfix")?,
+            horizon: fields.seconds("horizon")?,
+            dead_letter_topic: fields.optional_text("dead_letter_topic")?,
+            partition_key_hashing: fields.partition_key_hashing()?,
+            ..SchedulerOptions::default()
+        })
+    }
+}
+
 /// The native scheduler daemon; use `ferrokafka.scheduling.Scheduler`.
 #[pyclass(name = "_RawScheduler", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
@@ -64,32 +80,9 @@ pub struct PyRawScheduler {
 #[pymethods]
 impl PyRawScheduler {
     #[new]
-    #[pyo3(signature = (config, schedules_topics, group_id, flush_batch_size, state_interval, states_postfix, horizon, dead_letter_topic=None, partition_key_hashing="waterdrop"))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        config: &Bound<'_, PyDict>,
-        schedules_topics: Vec<String>,
-        group_id: String,
-        flush_batch_size: usize,
-        state_interval: f64,
-        states_postfix: String,
-        horizon: f64,
-        dead_letter_topic: Option<String>,
-        partition_key_hashing: &str,
-    ) -> NativeResult<Self> {
-        let settings = settings_from_dict(config)?;
-        let options = SchedulerOptions {
-            schedules_topics,
-            group_id,
-            flush_batch_size,
-            state_interval: timeout_arg("state_interval", state_interval)?,
-            states_postfix,
-            horizon: timeout_arg("horizon", horizon)?,
-            dead_letter_topic,
-            partition_key_hashing: convert::partition_key_hashing(partition_key_hashing)?,
-            ..SchedulerOptions::default()
-        };
+    #[pyo3(signature = (config, **options))]
+    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
+        let (settings, options) = constructor_args::<SchedulerOptions>(config, options)?;
         // Creating a transactional producer waits for the broker.
         let daemon = py.detach(move || Scheduler::start(settings, options))?;
         Ok(PyRawScheduler {

@@ -87,7 +87,10 @@ impl ConsumerOptions {
         }
     }
 
+    /// Checks everything: the settings and the subscriptions (which may not mix topic names
+    /// with explicit partitions in a consumer `group`).
     pub(super) fn validate(&self, group: bool) -> KafkaResult<()> {
+        self.validate_settings()?;
         let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
         if self.subscriptions.is_empty() {
             return invalid("subscriptions must name at least one topic or partition".to_owned());
@@ -124,6 +127,13 @@ impl ConsumerOptions {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// Checks the settings other than the subscriptions: the one place their rules live (the
+    /// bindings call it when a Python options object is created, before any subscription).
+    pub fn validate_settings(&self) -> KafkaResult<()> {
+        let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
         if self.max_batch_size == Some(0) {
             return invalid("max_batch_size must be positive (or unbounded)".to_owned());
         }
@@ -154,5 +164,28 @@ impl ConsumerOptions {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Python `ConsumerOptions` is checked alone when it is created; the subscriptions only
+    /// when the consumer starts.
+    #[test]
+    fn the_settings_are_checked_without_the_subscriptions() {
+        let options = ConsumerOptions::default();
+        assert!(options.validate_settings().is_ok());
+        assert!(options.validate(true).is_err(), "no subscription");
+        let dead_letter = ConsumerOptions {
+            errors: ErrorPolicy {
+                on_error: OnError::DeadLetter,
+                ..ErrorPolicy::default()
+            },
+            ..ConsumerOptions::default()
+        };
+        let refused = dead_letter.validate_settings().unwrap_err().to_string();
+        assert!(refused.contains("dead_letter_topic"), "{refused}");
     }
 }

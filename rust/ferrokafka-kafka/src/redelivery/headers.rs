@@ -32,6 +32,26 @@ pub(super) fn dead_letter(
     value: Option<Vec<u8>>,
     headers: &HeaderList,
 ) -> OutgoingRecord {
+    OutgoingRecord {
+        topic: topic.to_owned(),
+        partition: None,
+        key,
+        value,
+        headers: dead_letter_headers(queue_topic, id, count, headers),
+        timestamp_ms: None,
+    }
+}
+
+/// The headers of the dead letter of the queue message `id` of `queue_topic`: its own `headers`
+/// without a redelivery count, then the count (`count`) and the `ferrokafka_original_*` headers.
+/// Both backends write these: the tracker and the prefetch (markers), and the share backend
+/// through the bindings.
+pub fn dead_letter_headers(
+    queue_topic: &str,
+    id: MessageId,
+    count: u32,
+    headers: &HeaderList,
+) -> HeaderList {
     let mut headers: HeaderList = headers
         .iter()
         .filter(|(name, _)| name != REDELIVERY_COUNT_HEADER)
@@ -55,14 +75,7 @@ pub(super) fn dead_letter(
             Some(id.offset.to_string().into_bytes()),
         ),
     ]);
-    OutgoingRecord {
-        topic: topic.to_owned(),
-        partition: None,
-        key,
-        value,
-        headers,
-        timestamp_ms: None,
-    }
+    headers
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ mod queue_consumer;
 mod start_prefetch;
 mod tracker;
 
-pub use headers::redelivery_count;
+pub use headers::{dead_letter_headers, redelivery_count};
 pub use marker_writer::markers_partition;
 pub use options::{QueueConsumerOptions, RedeliveryOptions};
 pub use queue_consumer::{QueueConsumer, QueueConsumerStats};

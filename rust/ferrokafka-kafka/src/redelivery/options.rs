@@ -1,9 +1,13 @@
-//! The settings of a [`QueueConsumer`] and of a [`RedeliveryTracker`] beyond librdkafka's own.
+//! The settings of a [`QueueConsumer`] and of a [`RedeliveryTracker`] beyond librdkafka's own,
+//! and their rules (validated once, here, when the engine is created).
 //!
 //! [`QueueConsumer`]: super::QueueConsumer
 //! [`RedeliveryTracker`]: super::RedeliveryTracker
 
 use std::time::Duration;
+
+use crate::daemon::require_group_id;
+use crate::error::{KafkaIoError, KafkaResult};
 
 /// Settings of a [`QueueConsumer`](super::QueueConsumer) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,4 +72,49 @@ impl Default for RedeliveryOptions {
             produce_timeout: Duration::from_secs(30),
         }
     }
+}
+
+impl QueueConsumerOptions {
+    pub(super) fn validate(&self) -> KafkaResult<()> {
+        require_topics(&self.queue_topic, &self.markers_topic)?;
+        require_group_id(&self.group_id)?;
+        if self.queue_topic == self.markers_topic {
+            return Err(KafkaIoError::InvalidArgument(
+                "queue_topic and markers_topic must differ".to_owned(),
+            ));
+        }
+        require_dead_letter_topic(self.dead_letter_topic.as_deref())
+    }
+}
+
+impl RedeliveryOptions {
+    pub(super) fn validate(&self) -> KafkaResult<()> {
+        require_topics(&self.queue_topic, &self.markers_topic)?;
+        require_group_id(&self.group_id)?;
+        require_dead_letter_topic(self.dead_letter_topic.as_deref())?;
+        if self.num_offsets_per_commit == 0 {
+            return Err(KafkaIoError::InvalidArgument(
+                "num_offsets_per_commit must be >= 1".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn require_topics(queue_topic: &str, markers_topic: &str) -> KafkaResult<()> {
+    if queue_topic.is_empty() || markers_topic.is_empty() {
+        return Err(KafkaIoError::InvalidArgument(
+            "queue_topic and markers_topic must be non-empty".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+fn require_dead_letter_topic(topic: Option<&str>) -> KafkaResult<()> {
+    if topic == Some("") {
+        return Err(KafkaIoError::InvalidArgument(
+            "dead_letter_topic must be None or a non-empty topic name".to_owned(),
+        ));
+    }
+    Ok(())
 }

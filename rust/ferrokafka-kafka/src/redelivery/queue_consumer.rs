@@ -13,8 +13,8 @@ use super::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message
 use super::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch, Taken};
 use crate::client::Client;
 use crate::config::{ClientRole, ClientSettings};
-use crate::daemon::{creation_error, now_ms, require_group_id};
-use crate::error::{KafkaIoError, KafkaResult};
+use crate::daemon::{creation_error, now_ms};
+use crate::error::KafkaResult;
 use crate::oauth::{self, TokenContext};
 
 /// Counters of a [`QueueConsumer`].
@@ -60,22 +60,7 @@ impl QueueConsumer {
     /// topic's partition count is read by the prefetch thread (see `start_prefetch/`).
     pub fn new(settings: ClientSettings, options: QueueConsumerOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
-        if options.queue_topic.is_empty() || options.markers_topic.is_empty() {
-            return Err(KafkaIoError::InvalidArgument(
-                "queue_topic and markers_topic must be non-empty".to_owned(),
-            ));
-        }
-        require_group_id(&options.group_id)?;
-        if options.queue_topic == options.markers_topic {
-            return Err(KafkaIoError::InvalidArgument(
-                "queue_topic and markers_topic must differ".to_owned(),
-            ));
-        }
-        if options.dead_letter_topic.as_deref() == Some("") {
-            return Err(KafkaIoError::InvalidArgument(
-                "dead_letter_topic must be None or a non-empty topic name".to_owned(),
-            ));
-        }
+        options.validate()?;
         let mut consumer_settings = settings.clone();
         consumer_settings.set("group.id", options.group_id.as_str());
         consumer_settings.set("enable.auto.commit", "false");

@@ -63,7 +63,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::codec::envelope::{self, TargetAddress};
+use ferrokafka_core::codec::envelope::TargetAddress;
 use ferrokafka_core::codec::state::TrackerState;
 use ferrokafka_core::schedule::{PayloadFetch, ScheduleTracker};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -73,9 +73,9 @@ use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
     Daemon, DaemonStatus, FlushTracker, GroupContext, SHUTDOWN_BUDGET, commit_and_close,
-    creation_error, flush_before, group_consumer_settings, now_ms, publish, require_group_id,
+    creation_error, flush_before, group_consumer_settings, now_ms, publish,
 };
-use crate::error::{KafkaIoError, KafkaResult};
+use crate::error::KafkaResult;
 use crate::oauth;
 use crate::packed_headers::PackedHeaders;
 use crate::partitioner::PartitionCounts;
@@ -149,25 +149,7 @@ pub type Scheduler = Daemon<DaemonStatus<PartitionStatus>>;
 impl Scheduler {
     /// Validates the settings, creates the Kafka clients and starts the daemon thread.
     pub fn start(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
-        if options.schedules_topics.is_empty()
-            || options.schedules_topics.iter().any(String::is_empty)
-        {
-            return Err(KafkaIoError::InvalidArgument(
-                "at least one non-empty schedules topic is required".to_owned(),
-            ));
-        }
-        require_group_id(&options.group_id)?;
-        if let Some(topic) = &options.dead_letter_topic {
-            // Caught now, not when the broker first refuses a dead-letter copy.
-            envelope::require_topic_name("dead_letter_topic", topic)
-                .map_err(|e| KafkaIoError::InvalidArgument(e.to_string()))?;
-        }
-        if options.flush_batch_size < 2 {
-            return Err(KafkaIoError::InvalidArgument(format!(
-                "flush_batch_size must be >= 2 (a target and its tombstone), got {}",
-                options.flush_batch_size
-            )));
-        }
+        options.validate()?;
         let member = GroupMember::new(&options.group_id, &settings);
         let daemon = SchedulerLoop::new(settings, options)?;
         Daemon::spawn(

@@ -1,8 +1,13 @@
-//! [`SchedulerOptions`]: the settings of a scheduler beyond librdkafka's own.
+//! [`SchedulerOptions`]: the settings of a scheduler beyond librdkafka's own, and their rules
+//! (validated once, here, when the daemon starts).
 
 use std::time::Duration;
 
 use ferrokafka_core::PartitionKeyHashing;
+use ferrokafka_core::codec::envelope;
+
+use crate::daemon::require_group_id;
+use crate::error::{KafkaIoError, KafkaResult};
 
 /// Settings of a [`Scheduler`](super::Scheduler) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,5 +48,28 @@ impl Default for SchedulerOptions {
             dead_letter_topic: None,
             partition_key_hashing: PartitionKeyHashing::default(),
         }
+    }
+}
+
+impl SchedulerOptions {
+    pub(super) fn validate(&self) -> KafkaResult<()> {
+        if self.schedules_topics.is_empty() || self.schedules_topics.iter().any(String::is_empty) {
+            return Err(KafkaIoError::InvalidArgument(
+                "at least one non-empty schedules topic is required".to_owned(),
+            ));
+        }
+        require_group_id(&self.group_id)?;
+        if let Some(topic) = &self.dead_letter_topic {
+            // Caught now, not when the broker first refuses a dead-letter copy.
+            envelope::require_topic_name("dead_letter_topic", topic)
+                .map_err(|e| KafkaIoError::InvalidArgument(e.to_string()))?;
+        }
+        if self.flush_batch_size < 2 {
+            return Err(KafkaIoError::InvalidArgument(format!(
+                "flush_batch_size must be >= 2 (a target and its tombstone), got {}",
+                self.flush_batch_size
+            )));
+        }
+        Ok(())
     }
 }

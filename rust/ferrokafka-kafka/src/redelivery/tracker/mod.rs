@@ -27,9 +27,9 @@ use super::marker_writer::millis;
 use crate::config::{ClientRole, ClientSettings};
 use crate::daemon::{
     Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, creation_error,
-    group_consumer_settings, now_ms, publish, require_group_id,
+    group_consumer_settings, now_ms, publish,
 };
-use crate::error::{KafkaIoError, KafkaResult};
+use crate::error::KafkaResult;
 use crate::oauth;
 use crate::record::ReceivedRecord;
 use crate::report_sample::GroupMember;
@@ -135,22 +135,7 @@ pub type RedeliveryTracker = Daemon<DaemonStatus<TrackerPartitionStatus>>;
 impl RedeliveryTracker {
     /// Validates the settings, creates the Kafka clients and starts the daemon thread.
     pub fn start(settings: ClientSettings, options: RedeliveryOptions) -> KafkaResult<Self> {
-        if options.queue_topic.is_empty() || options.markers_topic.is_empty() {
-            return Err(KafkaIoError::InvalidArgument(
-                "queue_topic and markers_topic must be non-empty".to_owned(),
-            ));
-        }
-        require_group_id(&options.group_id)?;
-        if options.dead_letter_topic.as_deref() == Some("") {
-            return Err(KafkaIoError::InvalidArgument(
-                "dead_letter_topic must be None or a non-empty topic name".to_owned(),
-            ));
-        }
-        if options.num_offsets_per_commit == 0 {
-            return Err(KafkaIoError::InvalidArgument(
-                "num_offsets_per_commit must be >= 1".to_owned(),
-            ));
-        }
+        options.validate()?;
         let member = GroupMember::new(&options.group_id, &settings);
         let markers_topic = options.markers_topic.clone();
         let daemon = Tracker::new(settings, options)?;

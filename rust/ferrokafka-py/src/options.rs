@@ -1,0 +1,238 @@
+//! Reading a component's options: each native constructor takes its options as one value (the
+//! attributes of a Python options object such as `ferrokafka.ConsumerOptions`, or its keyword
+//! arguments, read by the engine options' [`FromKeywords`] impl in the component's binding) and
+//! converts it once into the engine's options type, whose `validate` holds the rules. Here each
+//! field is converted to its Rust type, with errors that name the field:
+//! `TypeError` for a value of the wrong kind, `ValueError` for one the Rust type cannot hold (a
+//! negative count) or a name that is not one of a choice. Python keeps only the keyword
+//! arguments, their defaults and their docs.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use ferrokafka_core::PartitionKeyHashing;
+use ferrokafka_kafka::ClientSettings;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+
+use crate::blocking::{seconds_or_off, timeout_arg};
+use crate::convert::{self, settings_from_dict, type_name};
+use crate::errors::NativeResult;
+
+/// The librdkafka `config` dict of a native constructor.
+pub type Config<'a, 'py> = &'a Bound<'py, PyDict>;
+/// The `**options` of a native constructor.
+pub type Keywords<'a, 'py> = &'a Bound<'py, PyDict>;
+
+/// An engine's options, read from a native constructor's keyword arguments.
+pub trait FromKeywords: Sized {
+    /// Converts each field; the engine validates the whole when it is created.
+    fn read(fields: &Fields<'_, '_>) -> PyResult<Self>;
+}
+
+/// A native constructor's `config` and `**options`: the client settings and the engine's
+/// options, every keyword argument read (an unknown one is refused).
+pub fn constructor_args<T: FromKeywords>(
+    config: Config<'_, '_>,
+    options: Option<Keywords<'_, '_>>,
+) -> NativeResult<(ClientSettings, T)> {
+    let settings = settings_from_dict(config)?;
+    let fields = Fields::keywords(options);
+    let options = T::read(&fields)?;
+    fields.finish()?;
+    Ok((settings, options))
+}
+
+/// The fields of one component's options, read by name.
+pub struct Fields<'a, 'py> {
+    source: Source<'a, 'py>,
+    /// The names read so far: a keyword argument left over is an unknown option.
+    read: RefCell<Vec<String>>,
+}
+
+enum Source<'a, 'py> {
+    Attributes(&'a Bound<'py, PyAny>),
+    Keywords(Option<Keywords<'a, 'py>>),
+}
+
+impl<'a, 'py> Fields<'a, 'py> {
+    /// The attributes of a Python options object.
+    pub fn attributes(object: &'a Bound<'py, PyAny>) -> Self {
+        Fields {
+            source: Source::Attributes(object),
+            read: RefCell::default(),
+        }
+    }
+
+    /// The keyword arguments of a native constructor.
+    fn keywords(options: Option<Keywords<'a, 'py>>) -> Self {
+        Fields {
+            source: Source::Keywords(options),
+            read: RefCell::default(),
+        }
+    }
+
+    fn value(&self, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        match &self.source {
+            Source::Attributes(object) => object.getattr(name),
+            Source::Keywords(options) => {
+                let value = options.map(|o| o.get_item(name)).transpose()?.flatten();
+                self.read.borrow_mut().push(name.to_owned());
+                value.ok_or_else(|| PyTypeError::new_err(format!("missing option {name:?}")))
+            }
+        }
+    }
+
+    /// Refuses keyword arguments that no field read: a misspelt option is never ignored.
+    fn finish(self) -> PyResult<()> {
+        if let Source::Keywords(Some(options)) = self.source {
+            let read = self.read.borrow();
+            for name in options.keys() {
+                let name: String = name.extract()?;
+                if !read.contains(&name) {
+                    return Err(PyTypeError::new_err(format!("unexpected option {name:?}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A count or size: an `int` (not a `bool`) that `T` holds.
+    pub fn count<T: TryFrom<u64>>(&self, name: &str) -> PyResult<T> {
+        count_of(name, &self.value(name)?)
+    }
+
+    /// A count that may be `None` (unbounded).
+    pub fn optional_count<T: TryFrom<u64>>(&self, name: &str) -> PyResult<Option<T>> {
+        let value = self.value(name)?;
+        if value.is_none() {
+            return Ok(None);
+        }
+        count_of(name, &value).map(Some)
+    }
+
+    /// A signed `int` (not a `bool`).
+    pub fn int(&self, name: &str) -> PyResult<i64> {
+        whole_number(name, &self.value(name)?)
+    }
+
+    /// Seconds that must be positive.
+    pub fn seconds(&self, name: &str) -> PyResult<Duration> {
+        timeout_arg(name, self.number_of_seconds(name)?)
+    }
+
+    /// Seconds where 0 means off.
+    pub fn seconds_or_off(&self, name: &str) -> PyResult<Duration> {
+        seconds_or_off(name, self.number_of_seconds(name)?)
+    }
+
+    fn number_of_seconds(&self, name: &str) -> PyResult<f64> {
+        let value = self.value(name)?;
+        if value.is_instance_of::<PyBool>()
+            || !(value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
+        {
+            return Err(PyTypeError::new_err(format!(
+                "{name} must be a number of seconds, got {}",
+                value.repr()?
+            )));
+        }
+        value.extract()
+    }
+
+    /// A `bool`.
+    pub fn flag(&self, name: &str) -> PyResult<bool> {
+        let value = self.value(name)?;
+        value.extract().map_err(|_| {
+            PyTypeError::new_err(format!("{name} must be a bool, got {}", type_name(&value)))
+        })
+    }
+
+    /// A `str`.
+    pub fn text(&self, name: &str) -> PyResult<String> {
+        let value = self.value(name)?;
+        text_of(name, &value)
+    }
+
+    /// A `str` or `None`.
+    pub fn optional_text(&self, name: &str) -> PyResult<Option<String>> {
+        let value = self.value(name)?;
+        if value.is_none() {
+            return Ok(None);
+        }
+        text_of(name, &value).map(Some)
+    }
+
+    /// A list of topic names (a single `str` is refused, not read as its characters).
+    pub fn topics(&self, name: &str) -> PyResult<Vec<String>> {
+        let value = self.value(name)?;
+        let refused = || {
+            PyTypeError::new_err(format!(
+                "{name} must be a list of topic names, got {}",
+                type_name(&value)
+            ))
+        };
+        if value.is_instance_of::<PyString>() {
+            return Err(refused());
+        }
+        value.extract().map_err(|_| refused())
+    }
+
+    /// `partition_key_hashing`: a rule of the core's, by its name.
+    pub fn partition_key_hashing(&self) -> PyResult<PartitionKeyHashing> {
+        let name = self.text("partition_key_hashing")?;
+        Ok(convert::partition_key_hashing(&name)?)
+    }
+
+    /// One of `choices`, by its name: the one place a Python string becomes the engine's enum.
+    pub fn choice<T: Copy>(&self, name: &str, choices: &[(&str, T)]) -> PyResult<T> {
+        let value = self.value(name)?;
+        let given: Option<String> = value.extract().ok();
+        if let Some(found) = choices
+            .iter()
+            .find(|(choice, _)| given.as_deref() == Some(*choice))
+        {
+            return Ok(found.1);
+        }
+        let names: Vec<String> = choices.iter().map(|(n, _)| format!("'{n}'")).collect();
+        let listed = match names.as_slice() {
+            [first @ .., last] if !first.is_empty() => format!("{} or {last}", first.join(", ")),
+            only => only.join(""),
+        };
+        Err(PyValueError::new_err(format!(
+            "{name} must be {listed}, got {}",
+            value.repr()?
+        )))
+    }
+}
+
+fn count_of<T: TryFrom<u64>>(name: &str, value: &Bound<'_, PyAny>) -> PyResult<T> {
+    let wide = whole_number(name, value)?;
+    if wide < 0 {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be an int >= 0, got {wide}"
+        )));
+    }
+    u64::try_from(wide)
+        .ok()
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| PyValueError::new_err(format!("{name} is too large, got {wide}")))
+}
+
+fn whole_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, got {}",
+            value.repr()?
+        )));
+    }
+    value
+        .extract()
+        .map_err(|_| PyValueError::new_err(format!("{name} is out of range, got {value}")))
+}
+
+fn text_of(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    value.extract().map_err(|_| {
+        PyTypeError::new_err(format!("{name} must be a str, got {}", type_name(value)))
+    })
+}
