@@ -11,6 +11,7 @@ pub mod batch;
 pub mod calendar;
 pub mod codec;
 pub mod deadline_queue;
+pub mod delivery_report;
 pub mod error;
 pub mod markers;
 pub mod partition_buffer;
@@ -26,6 +27,7 @@ pub use batch::{
 pub use codec::json::{Document, decode_document, encode_document, encode_json_document};
 pub use codec::state::TrackerState;
 pub use deadline_queue::DeadlineQueue;
+pub use delivery_report::{DeliveryReport, DeliveryReports};
 pub use error::CoreError;
 pub use markers::{
     Marker, MarkerOutcome, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,

@@ -28,7 +28,7 @@ use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
 use crate::producer_events::{event_object, message_of};
-use crate::producer_waiters::{DeliveryWaiters, Waiter};
+use crate::producer_waiters::{Waiter, Waiters, hand_over_all, settle};
 
 /// The native background producer; use `ferrokafka.AsyncProducer`.
 #[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
@@ -36,7 +36,7 @@ use crate::producer_waiters::{DeliveryWaiters, Waiter};
 pub struct PyRawAsyncProducer {
     engine: ReleaseOnDrop<Arc<AsyncProducer>>,
     events: EventInbox<ProducerEvent>,
-    waiters: DeliveryWaiters,
+    waiters: Waiters,
     guard: ForkGuard,
 }
 
@@ -249,7 +249,7 @@ impl PyRawAsyncProducer {
         Ok(PyRawAsyncProducer {
             engine: ReleaseOnDrop::new(engine),
             events: EventInbox::new(events),
-            waiters: DeliveryWaiters::default(),
+            waiters: Waiters::default(),
             guard: ForkGuard::new("ferrokafka.AsyncProducer"),
         })
     }
@@ -340,8 +340,8 @@ impl PyRawAsyncProducer {
             pending.ticket = ticket;
         }
         let (accepted, queued) = self.enqueue(py, batch, true);
-        self.waiters
-            .expect_batch(py, first, accepted, queued.is_err())?;
+        let report = self.waiters.expect_batch(first, accepted, queued.is_err());
+        hand_over_all(py, report)?;
         Ok((accepted, queued?))
     }
 
@@ -410,8 +410,13 @@ impl PyRawAsyncProducer {
     /// Hands a record returned by `shutdown` to its waiter with the message's error.
     fn settle(&self, py: Python<'_>, ticket: u64, message: Py<PyMessage>) -> PyResult<()> {
         let error = message.bind(py).call_method0("error")?;
-        let error = (!error.is_none()).then_some(error);
-        self.waiters.settle(py, ticket, error, || Ok(message))
+        let outcome = if error.is_none() {
+            let written = message.borrow(py);
+            Ok((written.partition(), written.offset()))
+        } else {
+            Err(error.unbind())
+        };
+        settle(py, &self.waiters, ticket, outcome, || Ok(message))
     }
 
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records
