@@ -11,12 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ferrokafka_core::codec::columnar::ColumnBuilder;
 use ferrokafka_core::codec::records::{RecordFields, RecordRows};
 use ferrokafka_kafka::{ReceivedRecord, TimestampKind};
-use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PySlice};
 
 use crate::arrow::column_parts;
-use crate::errors::NativeResult;
+use crate::errors::{NativeResult, index_out_of_range};
 use crate::message::PyMessage;
 
 /// The records of one partition handed to a handler, in offset order; a sequence of `Message`.
@@ -76,7 +75,7 @@ impl PyBatch {
             position
         };
         if !(0..len).contains(&resolved) {
-            return Err(PyIndexError::new_err("batch index out of range"));
+            return Err(index_out_of_range("batch"));
         }
         Ok(self.message(py, resolved as usize)?.into_any())
     }

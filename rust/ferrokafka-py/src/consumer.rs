@@ -15,7 +15,6 @@ use ferrokafka_kafka::{
     ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched, OnError,
     OrderBy, Outcome, StartAt, Subscription, Verdict, WorkerId,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -24,7 +23,7 @@ use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_of
 use crate::consumer_events::event_object;
 use crate::consumer_stats::{PyConsumerStats, consumer_stats};
 use crate::convert::settings_from_dict;
-use crate::errors::{NativeError, NativeResult};
+use crate::errors::{NativeError, NativeResult, invalid_argument, malformed, not_one_of};
 
 /// The native concurrent consumer engine; use `ferrokafka.Consumer` or `ferrokafka.AsyncConsumer`.
 #[pyclass(name = "_RawConsumer", module = "ferrokafka._native", frozen)]
@@ -43,9 +42,7 @@ fn subscription(item: &Bound<'_, PyAny>) -> PyResult<Subscription> {
     }
     let (topic, partition, kind, value): (String, i32, String, i64) =
         item.extract().map_err(|_| {
-            PyTypeError::new_err(
-                "each subscription must be a topic name or (topic, partition, kind, value)",
-            )
+            malformed("each subscription must be a topic name or (topic, partition, kind, value)")
         })?;
     let start = match kind.as_str() {
         "stored" => StartAt::Stored,
@@ -54,10 +51,8 @@ fn subscription(item: &Bound<'_, PyAny>) -> PyResult<Subscription> {
         "offset" => StartAt::Offset(value),
         "timestamp" => StartAt::Timestamp(value),
         other => {
-            return Err(PyValueError::new_err(format!(
-                "subscription start must be stored, beginning, end, offset or timestamp, got \
-                 {other:?}"
-            )));
+            let kinds = ["stored", "beginning", "end", "offset", "timestamp"];
+            return Err(not_one_of("subscription start", &kinds, other));
         }
     };
     Ok(Subscription::Partition {
@@ -71,9 +66,7 @@ fn outcome(name: &str) -> PyResult<Outcome> {
     match name {
         "handled" => Ok(Outcome::Handled),
         "abandoned" => Ok(Outcome::Abandoned),
-        other => Err(PyValueError::new_err(format!(
-            "outcome must be 'handled' or 'abandoned', got {other:?}"
-        ))),
+        other => Err(not_one_of("outcome", &["handled", "abandoned"], other)),
     }
 }
 
@@ -81,9 +74,7 @@ fn ordering(name: &str) -> PyResult<OrderBy> {
     match name {
         "partition" => Ok(OrderBy::Partition),
         "key" => Ok(OrderBy::Key),
-        other => Err(PyValueError::new_err(format!(
-            "ordering must be 'partition' or 'key', got {other:?}"
-        ))),
+        other => Err(not_one_of("ordering", &["partition", "key"], other)),
     }
 }
 
@@ -91,7 +82,7 @@ fn ordering(name: &str) -> PyResult<OrderBy> {
 fn batch_id(batch: &PyBatch) -> PyResult<i64> {
     batch
         .first_offset()
-        .ok_or_else(|| PyValueError::new_err("an empty batch has nothing to acknowledge"))
+        .ok_or_else(|| invalid_argument("an empty batch has nothing to acknowledge"))
 }
 
 fn on_error(name: &str) -> PyResult<OnError> {
@@ -99,9 +90,11 @@ fn on_error(name: &str) -> PyResult<OnError> {
         "commit" => Ok(OnError::Commit),
         "retry" => Ok(OnError::Retry),
         "dead_letter" => Ok(OnError::DeadLetter),
-        other => Err(PyValueError::new_err(format!(
-            "on_error must be 'commit', 'retry' or 'dead_letter', got {other:?}"
-        ))),
+        other => Err(not_one_of(
+            "on_error",
+            &["commit", "retry", "dead_letter"],
+            other,
+        )),
     }
 }
 

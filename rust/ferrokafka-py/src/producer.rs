@@ -16,7 +16,6 @@ use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
 use ferrokafka_kafka::{
     AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, Refusal,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
@@ -24,7 +23,10 @@ use crate::blocking::{
     EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
 };
 use crate::convert::{self, optional_bytes, outgoing_record, settings_from_dict};
-use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult};
+use crate::errors::{
+    NativeResult, buffer_overflow, flush_timed_out, invalid_argument, malformed, not_one_of,
+    producer_closed, wrong_type,
+};
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
 use crate::producer_events::{event_object, message_of};
@@ -45,9 +47,11 @@ fn overflow_policy(name: &str) -> PyResult<OverflowPolicy> {
         "raise" => Ok(OverflowPolicy::Raise),
         "block" => Ok(OverflowPolicy::Block),
         "drop_oldest" => Ok(OverflowPolicy::DropOldest),
-        other => Err(PyValueError::new_err(format!(
-            "overflow must be 'raise', 'block' or 'drop_oldest', got {other:?}"
-        ))),
+        other => Err(not_one_of(
+            "overflow",
+            &["raise", "block", "drop_oldest"],
+            other,
+        )),
     }
 }
 
@@ -91,7 +95,7 @@ impl PyRawAsyncProducer {
             let overflow = match refusal {
                 None => return Ok(queue_size),
                 Some(Refusal::Closed(_)) => {
-                    return Err(ClosedError::new_err("the producer is shut down").into());
+                    return Err(producer_closed().into());
                 }
                 Some(Refusal::Fatal(_, error)) => return Err(error.into()),
                 Some(Refusal::Overflow(overflow)) => overflow,
@@ -130,7 +134,7 @@ impl PyRawAsyncProducer {
                 ));
             }
             let limit = overflow.limit.to_string();
-            return Err(BufferOverflow::new_err((message, topic, limit, accepted)).into());
+            return Err(buffer_overflow(message, topic, limit, accepted).into());
         }
     }
 }
@@ -162,7 +166,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
     let batch_topic = || {
         topic
             .map(str::to_owned)
-            .ok_or_else(|| PyValueError::new_err("records without a 'topic' need topic=..."))
+            .ok_or_else(|| invalid_argument("records without a 'topic' need topic=..."))
     };
     let (record, partition_key) =
         if item.is_instance_of::<PyBytes>() || item.is_instance_of::<PyString>() {
@@ -174,7 +178,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
             (record, None)
         } else if let Ok(pair) = item.cast::<PyTuple>() {
             if pair.len() != 2 {
-                return Err(PyTypeError::new_err("a tuple record must be (value, key)"));
+                return Err(malformed("a tuple record must be (value, key)"));
             }
             let record = OutgoingRecord {
                 topic: batch_topic()?,
@@ -200,8 +204,9 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
             let partition_key = convert::partition_key(get("partition_key")?.as_ref())?;
             (record, partition_key)
         } else {
-            return Err(PyTypeError::new_err(
+            return Err(wrong_type(
                 "each record must be bytes, str, a (value, key) tuple or a dict",
+                item,
             ));
         };
     // Boxed once here: the engine moves the pointer until the record is handed to librdkafka.
@@ -279,7 +284,7 @@ impl PyRawAsyncProducer {
             (None, Some(future)) => Some(Waiter::Future(future)),
             (None, None) => None,
             (Some(_), Some(_)) => {
-                return Err(PyValueError::new_err("pass on_delivery or future, not both").into());
+                return Err(invalid_argument("pass on_delivery or future, not both").into());
             }
         };
         let ticket = match waiter {
@@ -372,18 +377,7 @@ impl PyRawAsyncProducer {
             }
             if Instant::now() >= deadline {
                 let stats = self.engine.stats();
-                return Err(KafkaTimeoutError::new_err((
-                    format!(
-                        "flush timed out after {timeout} s with {} record(s) buffered and {} in \
-                         flight",
-                        stats.queue_size, stats.in_flight
-                    ),
-                    -185,
-                    "_TIMED_OUT",
-                    true,
-                    false,
-                ))
-                .into());
+                return Err(flush_timed_out(timeout, stats.queue_size, stats.in_flight).into());
             }
         }
     }

@@ -8,7 +8,7 @@ use pyo3::PyTraverseError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 
-use crate::errors::{BufferOverflow, exception_of};
+use crate::errors::{dropped_by_drop_oldest, exception_of};
 use crate::message::PyMessage;
 use crate::producer_waiters::{Waiters, hand_over_all, settle};
 
@@ -106,7 +106,7 @@ pub(crate) fn event_object(
                 let ticket = p.ticket;
                 let message = Py::new(py, message_of(*p, None))?;
                 let for_waiter = message.clone_ref(py);
-                let reason = BufferOverflow::new_err("dropped by drop_oldest").into_value(py);
+                let reason = dropped_by_drop_oldest().into_value(py);
                 settle(py, waiters, ticket, Err(reason.into_any()), || {
                     Ok(for_waiter)
                 })?;
