@@ -12,6 +12,7 @@ pub mod calendar;
 pub mod codec;
 pub mod consumer_lag;
 pub mod deadline_queue;
+pub mod delivery_report;
 pub mod error;
 pub mod error_policy;
 pub mod markers;
@@ -28,6 +29,7 @@ pub use batch::{
 pub use codec::json::{Document, decode_document, encode_document, encode_json_document};
 pub use codec::state::TrackerState;
 pub use deadline_queue::DeadlineQueue;
+pub use delivery_report::{DeliveryReport, DeliveryReports};
 pub use error::CoreError;
 pub use error_policy::{ErrorPolicy, OnError};
 pub use markers::{

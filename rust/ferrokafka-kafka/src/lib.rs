@@ -36,8 +36,8 @@ pub use dead_letter::{DeadLetterWriter, Failure};
 pub use error::{KafkaIoError, KafkaResult};
 pub use oauth::{BearerToken, TokenSource};
 pub use producer::{
-    Acknowledgement, AsyncProducer, AsyncProducerOptions, POSITION_ONLY, Pending, ProducerEvent,
-    ProducerStats, Refusal, Ticket,
+    Acknowledgement, AsyncProducer, AsyncProducerOptions, DeliveryWaiters, POSITION_ONLY, Pending,
+    ProducerEvent, ProducerStats, Refusal, Settled, Ticket,
 };
 pub use record::{OutgoingRecord, ReceivedRecord, TimestampKind};
 pub use redelivery::{

@@ -11,14 +11,13 @@ use ferrokafka_core::codec::columnar::{
 };
 use ferrokafka_core::codec::envelope::{ScheduleLimits, WATERDROP_MAX_PAYLOAD_SIZE};
 use ferrokafka_core::codec::rows::{self, ScheduleColumns};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::arrow_c::Node;
 use crate::codec::now_secs;
 use crate::convert;
-use crate::errors::NativeResult;
+use crate::errors::{NativeResult, invalid_argument, wrong_type};
 
 /// The bytes of a CPU `pyarrow.Buffer`, read at its `address` for `size` bytes and kept alive by
 /// the reference held here for as long as this value lives. pyarrow's own address and size
@@ -37,13 +36,11 @@ impl ByteBuffer {
             value.getattr("size"),
         );
         let (Ok(is_cpu), Ok(address), Ok(size)) = fields else {
-            return Err(PyTypeError::new_err(format!(
-                "{name} buffers must be pyarrow.Buffer objects, got {}",
-                value.get_type().name()?
-            )));
+            let expectation = format!("{name} buffers must be pyarrow.Buffer objects");
+            return Err(wrong_type(expectation, value));
         };
         if !is_cpu.extract::<bool>()? {
-            return Err(PyValueError::new_err(format!(
+            return Err(invalid_argument(format!(
                 "{name} buffers must be in CPU memory"
             )));
         }
@@ -80,12 +77,12 @@ struct ArrayBuffers {
 impl ArrayBuffers {
     fn extract(name: &str, parts: &Bound<'_, PyAny>) -> PyResult<Self> {
         let parts = parts.cast::<PyTuple>().map_err(|_| {
-            PyValueError::new_err(format!(
+            invalid_argument(format!(
                 "{name} must be a (validity, offsets, data, offset, length, large) tuple"
             ))
         })?;
         if parts.len() != 6 {
-            return Err(PyValueError::new_err(format!(
+            return Err(invalid_argument(format!(
                 "{name} must have 6 parts, got {}",
                 parts.len()
             )));
@@ -273,7 +270,7 @@ pub fn schedule_headers_batch<'py>(
         columns.payload_size.map(|c| c.len()),
     ];
     if lengths.into_iter().flatten().any(|len| len != rows) {
-        return Err(PyValueError::new_err("all columns must have the same length").into());
+        return Err(invalid_argument("all columns must have the same length").into());
     }
     let now = now_secs();
     let limits = ScheduleLimits {

@@ -12,13 +12,12 @@ use ferrokafka_core::codec::columnar::ColumnBuilder;
 use ferrokafka_core::codec::records::{RecordFields, RecordRows};
 use ferrokafka_core::error::CoreError;
 use ferrokafka_kafka::{ReceivedRecord, TimestampKind};
-use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PySlice};
 
 use crate::arrow_c::Node;
-use crate::errors::NativeResult;
+use crate::errors::{NativeResult, index_out_of_range};
 use crate::message::PyMessage;
 
 /// `pyarrow.RecordBatch._import_from_c_capsule`, looked up once.
@@ -81,7 +80,7 @@ impl PyBatch {
             position
         };
         if !(0..len).contains(&resolved) {
-            return Err(PyIndexError::new_err("batch index out of range"));
+            return Err(index_out_of_range("batch"));
         }
         Ok(self.message(py, resolved as usize)?.into_any())
     }

@@ -16,7 +16,9 @@ use ferrokafka_core::tracking::SourceSample;
 use ferrokafka_kafka::Daemon;
 use pyo3::prelude::*;
 
-use crate::errors::{FerrokafkaError, NativeError};
+use crate::errors::{
+    NativeError, invalid_argument, used_after_fork, worker_thread_died, worker_thread_not_started,
+};
 
 /// Longest time a wait goes without checking for signals.
 pub const SLICE: Duration = Duration::from_millis(100);
@@ -34,7 +36,7 @@ where
             // The waiter may have been interrupted and gone; the result is then dropped.
             let _ = done.send(work());
         })
-        .map_err(|e| FerrokafkaError::new_err(format!("cannot start a worker thread: {e}")))?;
+        .map_err(worker_thread_not_started)?;
     loop {
         // The receiver is moved in and back out: it is Send but not Sync.
         let (received, receiver) = py.detach(move || (result.recv_timeout(SLICE), result));
@@ -43,7 +45,7 @@ where
             Ok(value) => return Ok(value),
             Err(RecvTimeoutError::Timeout) => py.check_signals()?,
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(FerrokafkaError::new_err("a ferrokafka worker thread died"));
+                return Err(worker_thread_died());
             }
         }
     }
@@ -144,13 +146,7 @@ impl ForkGuard {
         if self.in_creator() {
             Ok(())
         } else {
-            Err(FerrokafkaError::new_err(format!(
-                "{} was created in process {} and cannot be used after fork (this is process {}); \
-                 create a new one in the child",
-                self.what,
-                self.creator.0,
-                std::process::id()
-            )))
+            Err(used_after_fork(self.what, self.creator.0))
         }
     }
 }
@@ -158,10 +154,9 @@ impl ForkGuard {
 /// Converts a timeout in seconds into a [`Duration`], refusing negative, zero and non-finite values.
 pub fn timeout_arg(name: &str, seconds: f64) -> PyResult<Duration> {
     if seconds.is_finite() && seconds > 0.0 {
-        Duration::try_from_secs_f64(seconds)
-            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{name}: {e}")))
+        Duration::try_from_secs_f64(seconds).map_err(|e| invalid_argument(format!("{name}: {e}")))
     } else {
-        Err(pyo3::exceptions::PyValueError::new_err(format!(
+        Err(invalid_argument(format!(
             "{name} must be a positive number of seconds, got {seconds}"
         )))
     }

@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyString};
 
 use crate::blocking::{ForkGuard, ReleaseOnDrop, run_detached, timeout_arg};
 use crate::convert::{self, outgoing_record, settings_from_dict};
-use crate::errors::NativeResult;
+use crate::errors::{NativeResult, invalid_argument, wrong_type};
 use crate::message::PyMessage;
 
 /// A broker of the cluster.
@@ -178,17 +178,15 @@ impl PyNewTopic {
         config: Option<BTreeMap<String, String>>,
     ) -> PyResult<Self> {
         if name.is_empty() {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "topic name must not be empty",
-            ));
+            return Err(invalid_argument("topic name must not be empty"));
         }
         if num_partitions == 0 || num_partitions < -1 {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            return Err(invalid_argument(format!(
                 "num_partitions must be positive or -1 (broker default), got {num_partitions}"
             )));
         }
         if replication_factor == 0 || replication_factor < -1 {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            return Err(invalid_argument(format!(
                 "replication_factor must be positive or -1 (broker default), got {replication_factor}"
             )));
         }
@@ -261,11 +259,9 @@ impl PyClient {
                     let spec = PyNewTopic::new(name.to_str()?.to_owned(), -1, -1, None)?;
                     return Ok(spec_of(&spec));
                 }
-                let topic = t.cast::<PyNewTopic>().map_err(|_| {
-                    pyo3::exceptions::PyTypeError::new_err(
-                        "topics must be NewTopic objects or str names",
-                    )
-                })?;
+                let topic = t
+                    .cast::<PyNewTopic>()
+                    .map_err(|_| wrong_type("topics must be NewTopic objects or str names", t))?;
                 Ok(spec_of(topic.get()))
             })
             .collect::<PyResult<Vec<_>>>()?;

@@ -18,13 +18,15 @@ use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport};
 use ferrokafka_core::codec::state::StateReport;
 use ferrokafka_core::codec::zlib;
 use ferrokafka_core::{CoreError, Marker, MessageId, MessagePayload};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
-use crate::convert::{headers, optional_bytes, type_name};
-use crate::errors::{NativeError, NativeResult, ScheduleError};
+use crate::convert::{headers, optional_bytes};
+use crate::errors::{
+    NativeError, NativeResult, fractional_epoch, invalid_argument, malformed, missing_field,
+    not_json, type_name, unknown_field, wrong_field_type, wrong_type,
+};
 
 /// Inputs larger than this are processed detached (about 50 µs of zlib work or more).
 const DETACH_ABOVE: usize = 64 << 10;
@@ -84,12 +86,7 @@ impl Located {
 
     pub(crate) fn into_err(self, root: &str) -> PyErr {
         let path: String = self.path.into_iter().rev().collect();
-        let message = format!("{root}{path}: {}", self.message);
-        if self.bad_type {
-            PyTypeError::new_err(message)
-        } else {
-            PyValueError::new_err(message)
-        }
+        not_json(format!("{root}{path}: {}", self.message), self.bad_type)
     }
 }
 
@@ -529,19 +526,15 @@ impl<'a, 'py> Fields<'a, 'py> {
         what: &'static str,
         allowed: &[&str],
     ) -> NativeResult<Self> {
-        let dict = value.cast::<PyDict>().map_err(|_| {
-            PyTypeError::new_err(format!("{what} must be a dict, got {}", type_name(value)))
-        })?;
+        let dict = value
+            .cast::<PyDict>()
+            .map_err(|_| wrong_type(format!("{what} must be a dict"), value))?;
         for key in dict.keys() {
             let known = key
                 .extract::<&str>()
                 .is_ok_and(|key| allowed.contains(&key));
             if !known {
-                return Err(ScheduleError::new_err(format!(
-                    "unknown {what} field {key:?} (expected one of: {})",
-                    allowed.join(", ")
-                ))
-                .into());
+                return Err(unknown_field(what, &key, allowed).into());
             }
         }
         Ok(Fields { dict, what })
@@ -551,11 +544,7 @@ impl<'a, 'py> Fields<'a, 'py> {
         match self.dict.get_item(name)? {
             Some(value) if !value.is_none() => match value.extract::<T>() {
                 Ok(value) => Ok(Some(value)),
-                Err(err) => Err(PyTypeError::new_err(format!(
-                    "{}[{name:?}]: {}",
-                    self.what,
-                    Into::<PyErr>::into(err)
-                ))),
+                Err(err) => Err(wrong_field_type(self.what, name, err.into())),
             },
             _ => Ok(None),
         }
@@ -563,7 +552,7 @@ impl<'a, 'py> Fields<'a, 'py> {
 
     fn required(&self, name: &str) -> PyResult<String> {
         self.get(name)?
-            .ok_or_else(|| ScheduleError::new_err(format!("{} needs a {name:?} field", self.what)))
+            .ok_or_else(|| missing_field(self.what, name))
     }
 }
 
@@ -625,7 +614,7 @@ pub fn schedule_proxy(
             .into_iter()
             .map(|(name, value)| {
                 value.map(|value| (name, value)).ok_or_else(|| {
-                    PyTypeError::new_err("scheduled message headers must be bytes or str, not None")
+                    malformed("scheduled message headers must be bytes or str, not None")
                 })
             })
             .collect::<PyResult<_>>()?,
@@ -639,7 +628,7 @@ pub fn schedule_proxy(
             .extract::<&[u8]>()
             .map_err(PyErr::from)?
             .try_into()
-            .map_err(|_| PyValueError::new_err("os.urandom(16) did not return 16 bytes"))?;
+            .map_err(|_| invalid_argument("os.urandom(16) did not return 16 bytes"))?;
     }
     let proxy = envelope::schedule_proxy(
         &target,
@@ -664,13 +653,11 @@ fn epoch_secs(epoch: &Bound<'_, PyAny>) -> PyResult<i64> {
     }
     match epoch.extract::<f64>() {
         Ok(seconds) if seconds.fract() == 0.0 && seconds.abs() < 9.0e18 => Ok(seconds as i64),
-        Ok(seconds) => Err(ScheduleError::new_err(format!(
-            "epoch must be whole Unix seconds, got {seconds}"
-        ))),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "epoch must be an int or an integral float, not {}",
-            epoch.get_type().name()?
-        ))),
+        Ok(seconds) => Err(fractional_epoch(seconds)),
+        Err(_) => Err(wrong_type(
+            "epoch must be an int or an integral float",
+            epoch,
+        )),
     }
 }
 

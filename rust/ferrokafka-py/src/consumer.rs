@@ -16,7 +16,6 @@ use ferrokafka_kafka::{
     ConcurrentConsumer, ConsumerEvent, ConsumerOptions, ErrorPolicy, Failure, Fetched, OnError,
     OrderBy, Outcome, StartAt, Subscription, Verdict, WorkerId,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -25,7 +24,7 @@ use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_of
 use crate::consumer_events::event_object;
 use crate::consumer_stats::{PyConsumerStats, consumer_stats};
 use crate::convert::settings_from_dict;
-use crate::errors::{NativeError, NativeResult};
+use crate::errors::{NativeError, NativeResult, invalid_argument, malformed, not_one_of};
 use crate::options::Fields;
 use crate::report_samples::{PyJobSample, PySourceSample, jobs_of};
 
@@ -46,9 +45,7 @@ fn subscription(item: &Bound<'_, PyAny>) -> PyResult<Subscription> {
     }
     let (topic, partition, kind, value): (String, i32, String, i64) =
         item.extract().map_err(|_| {
-            PyTypeError::new_err(
-                "each subscription must be a topic name or (topic, partition, kind, value)",
-            )
+            malformed("each subscription must be a topic name or (topic, partition, kind, value)")
         })?;
     let start = match kind.as_str() {
         "stored" => StartAt::Stored,
@@ -57,10 +54,8 @@ fn subscription(item: &Bound<'_, PyAny>) -> PyResult<Subscription> {
         "offset" => StartAt::Offset(value),
         "timestamp" => StartAt::Timestamp(value),
         other => {
-            return Err(PyValueError::new_err(format!(
-                "subscription start must be stored, beginning, end, offset or timestamp, got \
-                 {other:?}"
-            )));
+            let kinds = ["stored", "beginning", "end", "offset", "timestamp"];
+            return Err(not_one_of("subscription start", &kinds, other));
         }
     };
     Ok(Subscription::Partition {
@@ -74,9 +69,7 @@ fn outcome(name: &str) -> PyResult<Outcome> {
     match name {
         "handled" => Ok(Outcome::Handled),
         "abandoned" => Ok(Outcome::Abandoned),
-        other => Err(PyValueError::new_err(format!(
-            "outcome must be 'handled' or 'abandoned', got {other:?}"
-        ))),
+        other => Err(not_one_of("outcome", &["handled", "abandoned"], other)),
     }
 }
 
@@ -84,7 +77,7 @@ fn outcome(name: &str) -> PyResult<Outcome> {
 fn batch_id(batch: &PyBatch) -> PyResult<i64> {
     batch
         .first_offset()
-        .ok_or_else(|| PyValueError::new_err("an empty batch has nothing to acknowledge"))
+        .ok_or_else(|| invalid_argument("an empty batch has nothing to acknowledge"))
 }
 
 /// The error policies by name.

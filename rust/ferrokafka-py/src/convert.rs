@@ -4,11 +4,10 @@
 use ferrokafka_core::PartitionKeyHashing;
 use ferrokafka_kafka::ClientSettings;
 use ferrokafka_kafka::record::{HeaderList, OutgoingRecord};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
-use crate::errors::{ConfigError, NativeResult};
+use crate::errors::{NativeResult, bad_config, invalid_argument, malformed, wrong_type};
 use crate::token_callback::token_source;
 
 /// A librdkafka config dict: keys are `str`, values `str`, `int`, `float` or `bool`; and
@@ -17,16 +16,14 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
     let mut entries = Vec::with_capacity(config.len());
     let mut oauth_cb = None;
     for (key, value) in config.iter() {
-        let key: String = key.extract().map_err(|_| {
-            ConfigError::new_err(format!("config keys must be str, got {}", type_name(&key)))
-        })?;
+        let key: String = key
+            .extract()
+            .map_err(|_| bad_config("config keys must be str", &key))?;
         if key == "oauth_cb" {
             if !value.is_callable() {
-                return Err(ConfigError::new_err(format!(
-                    "oauth_cb must be a callable returning (token, expiry_epoch_seconds), got {}",
-                    type_name(&value)
-                ))
-                .into());
+                let expectation =
+                    "oauth_cb must be a callable returning (token, expiry_epoch_seconds)";
+                return Err(bad_config(expectation, &value).into());
             }
             oauth_cb = Some(value.unbind());
             continue;
@@ -39,11 +36,8 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
         {
             value.str()?.to_string()
         } else {
-            return Err(ConfigError::new_err(format!(
-                "config value for {key:?} must be str, int, float or bool, got {}",
-                type_name(&value)
-            ))
-            .into());
+            let expectation = format!("config value for {key:?} must be str, int, float or bool");
+            return Err(bad_config(expectation, &value).into());
         };
         entries.push((key, value));
     }
@@ -52,13 +46,6 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
         Some(callback) => settings.with_token_source(token_source(callback))?,
         None => settings,
     })
-}
-
-pub fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value
-        .get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
 }
 
 /// `bytes`, `str` (encoded as UTF-8) or `None`, for the argument called `name`.
@@ -72,10 +59,7 @@ pub fn optional_bytes(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<
             } else if let Ok(text) = v.cast::<PyString>() {
                 Ok(Some(text.to_str()?.as_bytes().to_vec()))
             } else {
-                Err(PyTypeError::new_err(format!(
-                    "{name} must be bytes, str or None, got {}",
-                    type_name(v)
-                )))
+                Err(wrong_type(format!("{name} must be bytes, str or None"), v))
             }
         }
     }
@@ -86,7 +70,7 @@ pub fn optional_bytes(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<
 pub fn partition_key(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u8>>> {
     let key = optional_bytes("partition_key", value)?;
     if key.as_ref().is_some_and(Vec::is_empty) {
-        return Err(PyValueError::new_err(
+        return Err(invalid_argument(
             "partition_key must not be empty (WaterDrop refuses an empty one too)",
         ));
     }
@@ -110,27 +94,24 @@ pub fn headers(value: Option<&Bound<'_, PyAny>>) -> PyResult<HeaderList> {
         value
             .try_iter()
             .map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "headers must be a dict or a list of (name, value) pairs, got {}",
-                    type_name(value)
-                ))
+                wrong_type(
+                    "headers must be a dict or a list of (name, value) pairs",
+                    value,
+                )
             })?
             .map(|item| {
                 item?
                     .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
-                    .map_err(|_| PyTypeError::new_err("each header must be a (name, value) pair"))
+                    .map_err(|_| malformed("each header must be a (name, value) pair"))
             })
             .collect::<PyResult<_>>()?
     };
     pairs
         .into_iter()
         .map(|(name, value)| {
-            let name: String = name.extract().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "header names must be str, got {}",
-                    type_name(&name)
-                ))
-            })?;
+            let name: String = name
+                .extract()
+                .map_err(|_| wrong_type("header names must be str", &name))?;
             let value = optional_bytes(&format!("header {name:?}"), Some(&value))?;
             Ok((name, value))
         })
@@ -147,19 +128,17 @@ pub fn outgoing_record(
     header_arg: Option<&Bound<'_, PyAny>>,
     timestamp: Option<i64>,
 ) -> PyResult<OutgoingRecord> {
-    let topic: String = topic.extract().map_err(|_| {
-        PyTypeError::new_err(format!("topic must be a str, got {}", type_name(topic)))
-    })?;
+    let topic: String = topic
+        .extract()
+        .map_err(|_| wrong_type("topic must be a str", topic))?;
     if topic.is_empty() {
-        return Err(PyValueError::new_err("topic must be a non-empty str"));
+        return Err(invalid_argument("topic must be a non-empty str"));
     }
     if let Some(p) = partition.filter(|p| *p < 0) {
-        return Err(PyValueError::new_err(format!(
-            "partition must be >= 0, got {p}"
-        )));
+        return Err(invalid_argument(format!("partition must be >= 0, got {p}")));
     }
     if let Some(ts) = timestamp.filter(|ts| *ts < 0) {
-        return Err(PyValueError::new_err(format!(
+        return Err(invalid_argument(format!(
             "timestamp must be milliseconds since the epoch (>= 0), got {ts}"
         )));
     }

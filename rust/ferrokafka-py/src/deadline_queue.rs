@@ -13,12 +13,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use ferrokafka_core::{CoreError, DeadlineQueue};
 use pyo3::PyTraverseError;
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyString, PyTuple};
 
-use crate::errors::NativeResult;
+use crate::errors::{NativeResult, malformed, no_such_key, not_a_number, wrong_type};
 
 #[derive(Debug, Hash, PartialEq, Eq)]
 enum Key {
@@ -32,10 +31,7 @@ fn key_of(id: &Bound<'_, PyAny>) -> PyResult<Key> {
     } else if id.is_instance_of::<PyInt>() {
         Ok(Key::Int(id.extract()?))
     } else {
-        Err(PyTypeError::new_err(format!(
-            "DeadlineQueue ids must be int or str, got {}",
-            id.get_type().name()?
-        )))
+        Err(wrong_type("DeadlineQueue ids must be int or str", id))
     }
 }
 
@@ -43,7 +39,7 @@ fn key_of(id: &Bound<'_, PyAny>) -> PyResult<Key> {
 /// negatives), so the core's integer heap orders any finite or infinite deadline exactly.
 fn deadline_key(name: &str, seconds: f64) -> PyResult<u64> {
     if seconds.is_nan() {
-        return Err(PyValueError::new_err(format!("{name} must not be NaN")));
+        return Err(not_a_number(name));
     }
     // -0.0 + 0.0 == +0.0: both zeros must map to the same key.
     let bits = (seconds + 0.0).to_bits();
@@ -180,13 +176,13 @@ impl PyDeadlineQueue {
         for entry in entries.try_iter()? {
             let entry = entry?;
             let tuple = entry.cast::<PyTuple>().map_err(|_| {
-                PyTypeError::new_err("push_many entries must be (id, deadline[, item]) tuples")
+                malformed("push_many entries must be (id, deadline[, item]) tuples")
             })?;
             let item = match tuple.len() {
                 2 => None,
                 3 => Some(tuple.get_item(2)?),
                 n => {
-                    return Err(PyTypeError::new_err(format!(
+                    return Err(malformed(format!(
                         "push_many entries must be (id, deadline[, item]) tuples, got {n} fields"
                     ))
                     .into());
@@ -226,7 +222,7 @@ impl PyDeadlineQueue {
     fn remove(&self, id: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         match self.take_one(id)? {
             Some(stored) => Ok(stored.item),
-            None => Err(PyKeyError::new_err(id.clone().unbind())),
+            None => Err(no_such_key(id.clone().unbind())),
         }
     }
 

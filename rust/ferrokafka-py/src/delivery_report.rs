@@ -18,13 +18,12 @@ pub struct PyDeliveryReport {
 
 impl PyDeliveryReport {
     /// A report of `count` records: `partitions`/`offsets` filled for the delivered ones (-1 for
-    /// the others), `errors` for the failed ones in any order.
+    /// the others), `errors` for the failed ones by index (as the engine's report has them).
     pub(crate) fn new(
         partitions: Vec<i32>,
         offsets: Vec<i64>,
-        mut errors: Vec<(usize, Py<PyAny>)>,
+        errors: Vec<(usize, Py<PyAny>)>,
     ) -> Self {
-        errors.sort_by_key(|(index, _)| *index);
         PyDeliveryReport {
             partitions,
             offsets,

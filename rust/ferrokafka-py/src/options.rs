@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use ferrokafka_core::PartitionKeyHashing;
 use ferrokafka_kafka::ClientSettings;
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
 use crate::blocking::{seconds_or_off, timeout_arg};
-use crate::convert::{self, settings_from_dict, type_name};
+use crate::convert::{self, settings_from_dict};
 use crate::errors::NativeResult;
+use crate::errors::{invalid_argument, malformed, wrong_type};
 
 /// The librdkafka `config` dict of a native constructor.
 pub type Config<'a, 'py> = &'a Bound<'py, PyDict>;
@@ -79,7 +79,7 @@ impl<'a, 'py> Fields<'a, 'py> {
             Source::Keywords(options) => {
                 let value = options.map(|o| o.get_item(name)).transpose()?.flatten();
                 self.read.borrow_mut().push(name.to_owned());
-                value.ok_or_else(|| PyTypeError::new_err(format!("missing option {name:?}")))
+                value.ok_or_else(|| malformed(format!("missing option {name:?}")))
             }
         }
     }
@@ -91,7 +91,7 @@ impl<'a, 'py> Fields<'a, 'py> {
             for name in options.keys() {
                 let name: String = name.extract()?;
                 if !read.contains(&name) {
-                    return Err(PyTypeError::new_err(format!("unexpected option {name:?}")));
+                    return Err(malformed(format!("unexpected option {name:?}")));
                 }
             }
         }
@@ -132,7 +132,7 @@ impl<'a, 'py> Fields<'a, 'py> {
         if value.is_instance_of::<PyBool>()
             || !(value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
         {
-            return Err(PyTypeError::new_err(format!(
+            return Err(malformed(format!(
                 "{name} must be a number of seconds, got {}",
                 value.repr()?
             )));
@@ -143,9 +143,9 @@ impl<'a, 'py> Fields<'a, 'py> {
     /// A `bool`.
     pub fn flag(&self, name: &str) -> PyResult<bool> {
         let value = self.value(name)?;
-        value.extract().map_err(|_| {
-            PyTypeError::new_err(format!("{name} must be a bool, got {}", type_name(&value)))
-        })
+        value
+            .extract()
+            .map_err(|_| wrong_type(format_args!("{name} must be a bool"), &value))
     }
 
     /// A `str`.
@@ -166,12 +166,7 @@ impl<'a, 'py> Fields<'a, 'py> {
     /// A list of topic names (a single `str` is refused, not read as its characters).
     pub fn topics(&self, name: &str) -> PyResult<Vec<String>> {
         let value = self.value(name)?;
-        let refused = || {
-            PyTypeError::new_err(format!(
-                "{name} must be a list of topic names, got {}",
-                type_name(&value)
-            ))
-        };
+        let refused = || wrong_type(format_args!("{name} must be a list of topic names"), &value);
         if value.is_instance_of::<PyString>() {
             return Err(refused());
         }
@@ -199,7 +194,7 @@ impl<'a, 'py> Fields<'a, 'py> {
             [first @ .., last] if !first.is_empty() => format!("{} or {last}", first.join(", ")),
             only => only.join(""),
         };
-        Err(PyValueError::new_err(format!(
+        Err(invalid_argument(format!(
             "{name} must be {listed}, got {}",
             value.repr()?
         )))
@@ -209,30 +204,30 @@ impl<'a, 'py> Fields<'a, 'py> {
 fn count_of<T: TryFrom<u64>>(name: &str, value: &Bound<'_, PyAny>) -> PyResult<T> {
     let wide = whole_number(name, value)?;
     if wide < 0 {
-        return Err(PyValueError::new_err(format!(
+        return Err(invalid_argument(format!(
             "{name} must be an int >= 0, got {wide}"
         )));
     }
     u64::try_from(wide)
         .ok()
         .and_then(|n| T::try_from(n).ok())
-        .ok_or_else(|| PyValueError::new_err(format!("{name} is too large, got {wide}")))
+        .ok_or_else(|| invalid_argument(format!("{name} is too large, got {wide}")))
 }
 
 fn whole_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
+        return Err(malformed(format!(
             "{name} must be an int, got {}",
             value.repr()?
         )));
     }
     value
         .extract()
-        .map_err(|_| PyValueError::new_err(format!("{name} is out of range, got {value}")))
+        .map_err(|_| invalid_argument(format!("{name} is out of range, got {value}")))
 }
 
 fn text_of(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    value.extract().map_err(|_| {
-        PyTypeError::new_err(format!("{name} must be a str, got {}", type_name(value)))
-    })
+    value
+        .extract()
+        .map_err(|_| wrong_type(format_args!("{name} must be a str"), value))
 }

@@ -13,11 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{OverflowLimit, OverflowPolicy};
-use ferrokafka_kafka::error::{TIMED_OUT_CODE, TIMED_OUT_NAME};
 use ferrokafka_kafka::{
     AsyncProducer, AsyncProducerOptions, OutgoingRecord, Pending, ProducerEvent, Refusal,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
@@ -25,12 +23,15 @@ use crate::blocking::{
     EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
 };
 use crate::convert::{self, optional_bytes, outgoing_record};
-use crate::errors::{BufferOverflow, ClosedError, KafkaTimeoutError, NativeResult};
+use crate::errors::{
+    NativeResult, buffer_overflow, flush_timed_out, invalid_argument, malformed, producer_closed,
+    wrong_type,
+};
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
 use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::producer_events::{event_object, message_of};
-use crate::producer_waiters::{DeliveryWaiters, Waiter};
+use crate::producer_waiters::{Waiter, Waiters, hand_over_all, settle};
 
 /// The native background producer; use `ferrokafka.AsyncProducer`.
 #[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
@@ -38,7 +39,7 @@ use crate::producer_waiters::{DeliveryWaiters, Waiter};
 pub struct PyRawAsyncProducer {
     engine: ReleaseOnDrop<Arc<AsyncProducer>>,
     events: EventInbox<ProducerEvent>,
-    waiters: DeliveryWaiters,
+    waiters: Waiters,
     guard: ForkGuard,
 }
 
@@ -106,7 +107,7 @@ impl PyRawAsyncProducer {
             let overflow = match refusal {
                 None => return Ok(queue_size),
                 Some(Refusal::Closed(_)) => {
-                    return Err(ClosedError::new_err("the producer is shut down").into());
+                    return Err(producer_closed().into());
                 }
                 Some(Refusal::Fatal(_, error)) => return Err(error.into()),
                 Some(Refusal::Overflow(overflow)) => overflow,
@@ -145,7 +146,7 @@ impl PyRawAsyncProducer {
                 ));
             }
             let limit = overflow.limit.to_string();
-            return Err(BufferOverflow::new_err((message, topic, limit, accepted)).into());
+            return Err(buffer_overflow(message, topic, limit, accepted).into());
         }
     }
 }
@@ -177,7 +178,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
     let batch_topic = || {
         topic
             .map(str::to_owned)
-            .ok_or_else(|| PyValueError::new_err("records without a 'topic' need topic=..."))
+            .ok_or_else(|| invalid_argument("records without a 'topic' need topic=..."))
     };
     let (record, partition_key) =
         if item.is_instance_of::<PyBytes>() || item.is_instance_of::<PyString>() {
@@ -189,7 +190,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
             (record, None)
         } else if let Ok(pair) = item.cast::<PyTuple>() {
             if pair.len() != 2 {
-                return Err(PyTypeError::new_err("a tuple record must be (value, key)"));
+                return Err(malformed("a tuple record must be (value, key)"));
             }
             let record = OutgoingRecord {
                 topic: batch_topic()?,
@@ -215,8 +216,9 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
             let partition_key = convert::partition_key(get("partition_key")?.as_ref())?;
             (record, partition_key)
         } else {
-            return Err(PyTypeError::new_err(
+            return Err(wrong_type(
                 "each record must be bytes, str, a (value, key) tuple or a dict",
+                item,
             ));
         };
     // Boxed once here: the engine moves the pointer until the record is handed to librdkafka.
@@ -240,7 +242,7 @@ impl PyRawAsyncProducer {
         Ok(PyRawAsyncProducer {
             engine: ReleaseOnDrop::new(engine),
             events: EventInbox::new(events),
-            waiters: DeliveryWaiters::default(),
+            waiters: Waiters::default(),
             guard: ForkGuard::new("ferrokafka.AsyncProducer"),
         })
     }
@@ -270,7 +272,7 @@ impl PyRawAsyncProducer {
             (None, Some(future)) => Some(Waiter::Future(future)),
             (None, None) => None,
             (Some(_), Some(_)) => {
-                return Err(PyValueError::new_err("pass on_delivery or future, not both").into());
+                return Err(invalid_argument("pass on_delivery or future, not both").into());
             }
         };
         let ticket = match waiter {
@@ -331,8 +333,8 @@ impl PyRawAsyncProducer {
             pending.ticket = ticket;
         }
         let (accepted, queued) = self.enqueue(py, batch, true);
-        self.waiters
-            .expect_batch(py, first, accepted, queued.is_err())?;
+        let report = self.waiters.expect_batch(first, accepted, queued.is_err());
+        hand_over_all(py, report)?;
         Ok((accepted, queued?))
     }
 
@@ -363,18 +365,7 @@ impl PyRawAsyncProducer {
             }
             if Instant::now() >= deadline {
                 let stats = self.engine.stats();
-                return Err(KafkaTimeoutError::new_err((
-                    format!(
-                        "flush timed out after {timeout} s with {} record(s) buffered and {} in \
-                         flight",
-                        stats.queue_size, stats.in_flight
-                    ),
-                    TIMED_OUT_CODE,
-                    TIMED_OUT_NAME,
-                    true,
-                    false,
-                ))
-                .into());
+                return Err(flush_timed_out(timeout, stats.queue_size, stats.in_flight).into());
             }
         }
     }
@@ -411,8 +402,13 @@ impl PyRawAsyncProducer {
     /// Hands a record returned by `shutdown` to its waiter with the message's error.
     fn settle(&self, py: Python<'_>, ticket: u64, message: Py<PyMessage>) -> PyResult<()> {
         let error = message.bind(py).call_method0("error")?;
-        let error = (!error.is_none()).then_some(error);
-        self.waiters.settle(py, ticket, error, || Ok(message))
+        let outcome = if error.is_none() {
+            let written = message.borrow(py);
+            Ok((written.partition(), written.offset()))
+        } else {
+            Err(error.unbind())
+        };
+        settle(py, &self.waiters, ticket, outcome, || Ok(message))
     }
 
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records

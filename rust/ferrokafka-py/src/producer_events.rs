@@ -8,9 +8,9 @@ use pyo3::PyTraverseError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 
-use crate::errors::{BufferOverflow, exception_of};
+use crate::errors::{dropped_by_drop_oldest, exception_of};
 use crate::message::PyMessage;
-use crate::producer_waiters::DeliveryWaiters;
+use crate::producer_waiters::{Waiters, hand_over_all, settle};
 
 /// A record that finally failed (retries exhausted, refused for good, or purged at shutdown);
 /// its message carries the error. Its waiter already got the error.
@@ -78,15 +78,18 @@ pub(crate) fn event_object(
     py: Python<'_>,
     event: ProducerEvent,
     engine: &AsyncProducer,
-    waiters: &DeliveryWaiters,
+    waiters: &Waiters,
 ) -> PyResult<Option<Py<PyAny>>> {
     Ok(Some(match event {
         ProducerEvent::Delivered { ticket, record } => {
-            waiters.settle(py, ticket, None, || Py::new(py, PyMessage::from(record)))?;
+            let written = Ok((record.partition, record.offset));
+            settle(py, waiters, ticket, written, || {
+                Py::new(py, PyMessage::from(record))
+            })?;
             return Ok(None);
         }
         ProducerEvent::Acknowledged => {
-            waiters.acknowledge(py, engine.take_acknowledged())?;
+            hand_over_all(py, waiters.acknowledge(engine.take_acknowledged()))?;
             return Ok(None);
         }
         ProducerEvent::Failed { pending, error } => {
@@ -94,7 +97,7 @@ pub(crate) fn event_object(
             let reason = exception_of(py, error.clone());
             let message = Py::new(py, message_of(*pending, Some(error)))?;
             let for_waiter = message.clone_ref(py);
-            waiters.settle(py, ticket, Some(reason.into_bound(py)), || Ok(for_waiter))?;
+            settle(py, waiters, ticket, Err(reason), || Ok(for_waiter))?;
             Py::new(py, PyProducerFailed { message, attempts })?.into_any()
         }
         ProducerEvent::Dropped { pending } => {
@@ -103,8 +106,8 @@ pub(crate) fn event_object(
                 let ticket = p.ticket;
                 let message = Py::new(py, message_of(*p, None))?;
                 let for_waiter = message.clone_ref(py);
-                let reason = BufferOverflow::new_err("dropped by drop_oldest").into_value(py);
-                waiters.settle(py, ticket, Some(reason.into_bound(py).into_any()), || {
+                let reason = dropped_by_drop_oldest().into_value(py);
+                settle(py, waiters, ticket, Err(reason.into_any()), || {
                     Ok(for_waiter)
                 })?;
                 messages.push(message);

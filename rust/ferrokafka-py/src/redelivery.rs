@@ -16,13 +16,12 @@ use ferrokafka_kafka::{
     DaemonStatus, KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions,
     RedeliveryTracker, Taken, TrackerPartitionStatus,
 };
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
 use crate::convert;
-use crate::errors::{NativeResult, refused_message};
+use crate::errors::{NativeResult, refused_message, wrong_type};
 use crate::message::PyMessage;
 use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::redelivery_status::{
@@ -224,14 +223,11 @@ fn queue_position(message: &Bound<'_, PyAny>) -> PyResult<(i32, i64)> {
         ))
     };
     let (partition, offset) = read().map_err(|_| {
-        let kind = message
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        PyTypeError::new_err(format!(
+        wrong_type(
             "QueueConsumer.ack, ack_many, nack and keepalive take the messages it handed out \
-             (with partition() and offset()), got {kind}"
-        ))
+             (with partition() and offset())",
+            message,
+        )
     })?;
     Ok((partition.unwrap_or(0), offset.unwrap_or(0)))
 }

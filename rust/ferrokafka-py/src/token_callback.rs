@@ -14,8 +14,8 @@ use ferrokafka_kafka::{BearerToken, TokenSource};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::convert::type_name;
 use crate::engine_log::interpreter_exiting;
+use crate::errors::{invalid_argument, wrong_type};
 
 /// The principal of a token whose callback names none (librdkafka refuses an empty one;
 /// confluent-kafka's own default for a 2-tuple is the same).
@@ -50,11 +50,11 @@ pub fn token_source(callback: Py<PyAny>) -> TokenSource {
 /// `(token, expiry)` or `(token, expiry, principal, extensions)`.
 fn bearer_token(returned: &Bound<'_, PyAny>) -> PyResult<BearerToken> {
     let shape_error = || {
-        pyo3::exceptions::PyTypeError::new_err(format!(
+        wrong_type(
             "oauth_cb must return (token, expiry_epoch_seconds) or (token, expiry, principal, \
-             extensions), got {}",
-            type_name(returned)
-        ))
+             extensions)",
+            returned,
+        )
     };
     let tuple = returned.cast::<PyTuple>().map_err(|_| shape_error())?;
     if tuple.len() != 2 && tuple.len() != 4 {
@@ -67,7 +67,7 @@ fn bearer_token(returned: &Bound<'_, PyAny>) -> PyResult<BearerToken> {
         let has_extensions =
             !extensions.is_none() && extensions.cast::<PyDict>().map_or(true, |d| !d.is_empty());
         if has_extensions {
-            return Err(pyo3::exceptions::PyValueError::new_err(
+            return Err(invalid_argument(
                 "oauth_cb returned SASL extensions, which ferrokafka cannot send (rdkafka sets \
                  tokens without them): return an empty dict or None",
             ));
@@ -77,7 +77,7 @@ fn bearer_token(returned: &Bound<'_, PyAny>) -> PyResult<BearerToken> {
         None
     };
     if !expiry.is_finite() {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+        return Err(invalid_argument(format!(
             "oauth_cb returned the expiry {expiry}, not seconds since the epoch"
         )));
     }

@@ -51,8 +51,9 @@
 //! (the delivery worker), `handoff` (moving records to librdkafka), `delivery` (librdkafka's
 //! delivery reports), `round` (the open transaction's reports), `transactions` (a round as a
 //! transaction), `fatal` (a new instance, or everything handed back), `shutdown`, `reports`
-//! (events, acknowledgements and counters for the bindings). This file holds the engine itself
-//! and its start.
+//! (events, acknowledgements and counters for the bindings), `waiters` (who waits for which
+//! tracked record: its own waiter or its batch's report, for the bindings to run). This file
+//! holds the engine itself and its start.
 
 // A record is boxed once when accepted and then moves as a pointer through the buffer, the
 // worker and librdkafka (the box is its delivery opaque): `Vec<Box<Pending>>` is deliberate.
@@ -70,6 +71,7 @@ mod round;
 mod shutdown;
 mod state;
 mod transactions;
+mod waiters;
 mod worker;
 
 use std::collections::VecDeque;
@@ -98,6 +100,7 @@ pub use self::produce::Refusal;
 pub use self::reports::{Acknowledgement, ProducerEvent, ProducerStats};
 use self::round::OpenRound;
 use self::state::{Shared, State};
+pub use self::waiters::{DeliveryWaiters, Settled};
 
 /// How long the worker sleeps at most between checks of the interval trigger and retries.
 const WORKER_TICK: Duration = Duration::from_millis(50);
