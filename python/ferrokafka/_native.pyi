@@ -1014,6 +1014,9 @@ class _RawConsumer:
         """Apply the error policy to the worker's batch, whose handler raised: seconds to wait
         before handling it again, or None when it is settled (committed, dead-lettered in the
         background, or abandoned)."""
+    def backoff(self, worker: int, seconds: float) -> bool:
+        """Sleep the worker's retry backoff; True when cut short because its partition is no
+        longer the worker's (revoked, or the consumer is stopping): abandon the batch then."""
     def poll_events(self, timeout: float, max_events: int = 10_000) -> list[_ConsumerEvent]:
         """Wait up to ``timeout`` seconds for assignment, load-control and commit events."""
     def stop(self, drain: float) -> None:

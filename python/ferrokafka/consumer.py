@@ -193,8 +193,9 @@ class ConsumerOptions:
         on_error: what a handler exception does (every exception is logged and published as
             ``handler.exception``): ``"commit"`` acknowledges the batch [default];
             ``"retry"`` calls the handler again with the same batch after ``retry_backoff``
-            seconds, doubling up to ``max_retry_backoff``, while the partition waits, at most
-            ``max_retries`` times, then dead-letters the batch if ``dead_letter_topic`` is set
+            seconds, doubling up to ``max_retry_backoff``, while the partition waits (a
+            revocation or a stop cuts the wait short and abandons the batch, for the
+            partition's next owner), at most ``max_retries`` times, then dead-letters the batch if ``dead_letter_topic`` is set
             and commits it otherwise; ``"dead_letter"`` writes the batch to
             ``dead_letter_topic``. Dead-letter writes run in the background, batched, each record
             with its own headers followed by those in ``DEAD_LETTER_HEADERS``; the partition
@@ -720,8 +721,9 @@ class Consumer:
                 return
             if retry_in is None:
                 return
-            # The partition waits: its next batch is fetched only after this one is settled.
-            if self._stopping.wait(retry_in):
+            # The partition waits: its next batch is fetched only after this one is settled. A
+            # revocation (or a stop) cuts the wait short: the batch goes to the next owner.
+            if raw.backoff(worker, retry_in):
                 raw.ack(worker, batch, "abandoned")
                 return
             attempt += 1
@@ -872,8 +874,7 @@ class AsyncConsumer:
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
     ) -> None:
-        core, stopping, attempt = self._core, self._stopping, 0
-        assert stopping is not None
+        core, attempt, loop = self._core, 0, asyncio.get_running_loop()
         try:
             while True:
                 started = core.handler_started(topic, partition, batch)
@@ -887,7 +888,8 @@ class AsyncConsumer:
                     return
                 if retry_in is None:
                     return
-                if await _stopped_within(stopping, retry_in):
+                # A revocation (or a stop) cuts the backoff short: see Consumer._handle.
+                if await loop.run_in_executor(self._executor, raw.backoff, worker, retry_in):
                     raw.ack(worker, batch, "abandoned")
                     return
                 attempt += 1
@@ -895,12 +897,3 @@ class AsyncConsumer:
             # Cancelled by stop() after the drain time: nothing of this batch is committed.
             raw.ack(worker, batch, "abandoned")
             raise
-
-
-async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
-    """Waits up to ``seconds``; true when the consumer started stopping meanwhile."""
-    try:
-        await asyncio.wait_for(stopping.wait(), seconds)
-    except asyncio.TimeoutError:
-        return False
-    return True

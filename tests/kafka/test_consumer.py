@@ -591,6 +591,59 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
     assert (stats["retries"], stats["handled"], stats["failed"]) == (2, 8, 0)
 
 
+@pytest.mark.parametrize("kind", ["thread", "async"])
+def test_a_revocation_cuts_a_retry_backoff_short(
+    kind: str, base_config: dict[str, Any], topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # A partition revoked while its batch sleeps out a retry backoff is given up at once: the
+    # group does not wait for the backoff or the drain time (a minute each here), and the
+    # batch is abandoned, so its records go to whoever owns the partition next.
+    topic = topic_factory(partitions=1)
+    produced = produce(topic, [{"value": f"v{n}"} for n in range(5)])
+    handled, failed_once, unassigned = Handled(), threading.Event(), threading.Event()
+    recorder = Recorder()
+
+    def fail_first(batch: Batch) -> None:
+        if not failed_once.is_set():
+            failed_once.set()
+            raise ConnectionError("downstream unavailable")
+        handled.add(batch)
+
+    async def fail_first_async(batch: Batch) -> None:
+        fail_first(batch)
+
+    options: dict[str, Any] = {
+        "on_error": "retry",
+        "retry_backoff": 60.0,
+        "max_retry_backoff": 60.0,
+        "drain": 60.0,
+        "on_unassigned": lambda _: unassigned.set(),
+    }
+
+    def take_over() -> None:
+        assert recorder.first("handler.exception", timeout=WAIT)["retry_in"] == 60.0
+        second = {**options, "on_unassigned": None}
+        with Consumer(base_config, [topic], handled.add, **second):
+            assert unassigned.wait(WAIT), "the revocation waited for the backoff"
+            handled.wait_for(lambda records: set(records) >= produced, "every record")
+
+    if kind == "thread":
+        with Consumer(base_config, [topic], fail_first, **options) as first:
+            first.subscribe(recorder)
+            take_over()
+            stats = first.stats()
+    else:
+
+        async def main() -> dict[str, Any]:
+            async with AsyncConsumer(base_config, [topic], fail_first_async, **options) as first:
+                first.subscribe(recorder)
+                await asyncio.get_running_loop().run_in_executor(None, take_over)
+                return first.stats()
+
+        stats = asyncio.run(main())
+    assert stats["abandoned"] == 1
+
+
 def test_dead_letter_policy_writes_the_record_with_error_headers(
     base_config: dict[str, Any],
     kafka_bootstrap: str,

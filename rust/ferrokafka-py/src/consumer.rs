@@ -9,7 +9,7 @@
 //! dispatcher thread calls `poll_events`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrokafka_core::tracking::HandlerSample;
 use ferrokafka_kafka::{
@@ -212,6 +212,24 @@ impl PyRawConsumer {
             Verdict::Retry(wait) => Some(wait.as_secs_f64()),
             Verdict::Settled => None,
         })
+    }
+
+    /// Sleeps `worker`'s retry backoff of `seconds`; true when cut short because its partition
+    /// is no longer its own (revoked, or the consumer is stopping): the batch is then abandoned.
+    fn backoff(&self, py: Python<'_>, worker: WorkerId, seconds: f64) -> NativeResult<bool> {
+        self.guard.check()?;
+        let deadline = Instant::now() + seconds_or_off("seconds", seconds)?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let engine = Arc::clone(&*self.engine);
+            if py.detach(move || engine.wait_gone(worker, left.min(SLICE))) {
+                return Ok(true);
+            }
+            if left <= SLICE {
+                return Ok(false);
+            }
+            py.check_signals()?;
+        }
     }
 
     /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.

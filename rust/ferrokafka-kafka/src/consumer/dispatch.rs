@@ -81,6 +81,22 @@ impl ConcurrentConsumer {
         }
     }
 
+    /// Waits up to `wait` (a retry's backoff) for `worker`'s partition to stop being its own:
+    /// true once it is (revoked, abandoned or shutting down), so the worker abandons its batch
+    /// at once instead of sleeping through the revocation's drain time and calling the handler
+    /// again on records the partition's next owner gets.
+    pub fn wait_gone(&self, worker: WorkerId, wait: Duration) -> bool {
+        let Some(slot) = self.shared.slot(worker) else {
+            return true;
+        };
+        let state = slot.lock();
+        let (state, _) = slot
+            .changed
+            .wait_timeout_while(state, wait, |state| !state.closed)
+            .unwrap_or_else(|p| p.into_inner());
+        state.closed
+    }
+
     fn take_batch(&self, slot: &Slot, state: &mut SlotState) -> Arc<Vec<ReceivedRecord>> {
         let (batch, change) = state.buffer.take_batch();
         let batch = Arc::new(batch);
