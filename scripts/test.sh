@@ -48,4 +48,5 @@ step "mypy and stubtest"
 
 step "pytest (unit, real Kafka broker, local Spark)"
 export PYSPARK_PYTHON="$root/.venv/bin/python"
-.venv/bin/python -m pytest "$@"
+# The slowest tests are listed, to keep the suite fast (aim: 15 minutes).
+.venv/bin/python -m pytest --durations=25 "$@"
