@@ -39,6 +39,7 @@ env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (port+1) KAFKA_HEAP_OPTS (-Xms512m 
        ssl=, sasl_ssl=, ca= (the CA to verify with), untrusted_ca= (one that signed nothing),
        user= and password= lines before the bootstrap line.
      KAFKA_AUTO_CREATE_TOPICS (true; start only): the broker's auto.create.topics.enable.
+     KAFKA_START_TIMEOUT (180; start and resume): seconds the broker gets to answer.
 EOF
 }
 
@@ -214,9 +215,12 @@ launch() {
   pid=$!
   echo "$pid" >"$PID_FILE"
   log "broker pid $pid starting on 127.0.0.1:$PORT (controller $CPORT), log $data/kafka.log"
-  wait_ready "$pid" 60 || rc=$?
+  # A ready broker answers in seconds; the bound is for a machine busy with other builds (a
+  # JVM starting at load 30 on two cores took over a minute), where failing early fails CI.
+  local bound=${KAFKA_START_TIMEOUT:-180}
+  wait_ready "$pid" "$bound" || rc=$?
   if ((rc != 0)); then
-    log "broker $( ((rc == 2)) && echo exited || echo 'not ready after 60 s'); last log lines:"
+    log "broker $( ((rc == 2)) && echo exited || echo "not ready after $bound s"); last log lines:"
     tail -n 40 "$data/kafka.log" >&2
     stop >/dev/null 2>&1 || true
     die "Kafka broker failed to start on 127.0.0.1:$PORT"
