@@ -5,17 +5,14 @@ waited for, then the reporter and the exit hook let the daemon go."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ferrokafka import _exit
 from ferrokafka.exceptions import KafkaError
 from ferrokafka.tracking import Reporter, TrackedSource
 
-
-class _Engine(Protocol):
-    def request_stop(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> bool: ...
+if TYPE_CHECKING:
+    from ferrokafka._native import _Daemon as _Engine
 
 
 class Daemon(TrackedSource, _exit.ClosesAtExit, Protocol):

@@ -871,6 +871,17 @@ def schedule_headers_batch(
         b'schedule'
     """
 
+class _Daemon(Protocol):
+    """How Python stops a native daemon (:class:`_RawScheduler`, :class:`_RawRedeliveryTracker`);
+    stub-only: the two pyclasses share this contract, not a Python base."""
+
+    def request_stop(self) -> None:
+        """Ask the daemon to stop; returns at once."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has.
+        Raises the ``KafkaError`` that ended it if it ended on its own (its connection was
+        refused before it ever worked)."""
+
 class _SchedulerOptions(TypedDict):
     """The options of :class:`ferrokafka.scheduling.Scheduler` the engine takes, converted and
     checked once by it."""
@@ -885,18 +896,12 @@ class _SchedulerOptions(TypedDict):
     partition_key_hashing: Literal["waterdrop", "bytes"]
 
 @final
-class _RawScheduler:
+class _RawScheduler(_Daemon):
     """The native scheduler daemon; use :class:`ferrokafka.scheduling.Scheduler`."""
 
     def __new__(
         cls, config: Mapping[str, _ConfigValue], **options: Unpack[_SchedulerOptions]
     ) -> _RawScheduler: ...
-    def request_stop(self) -> None:
-        """Ask the daemon to stop; returns at once."""
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has.
-        Raises the ``KafkaError`` that ended it if it ended on its own (its connection was
-        refused before it ever worked)."""
     def status(self) -> list[SchedulerPartitionStatus]:
         """Per-partition figures."""
     def report_sample(self) -> SourceSample:
@@ -1399,18 +1404,12 @@ def queue_dead_letter_headers(
     """
 
 @final
-class _RawRedeliveryTracker:
+class _RawRedeliveryTracker(_Daemon):
     """The native redelivery tracker; use :class:`ferrokafka.redelivery.RedeliveryTracker`."""
 
     def __new__(
         cls, config: Mapping[str, _ConfigValue], **options: Unpack[_RedeliveryTrackerOptions]
     ) -> _RawRedeliveryTracker: ...
-    def request_stop(self) -> None:
-        """Ask the daemon to stop; returns at once."""
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the daemon to end (forever when ``timeout`` is None); True once it has.
-        Raises the ``KafkaError`` that ended it if it ended on its own (its connection was
-        refused before it ever worked)."""
     def status(self) -> list[RedeliveryPartitionStatus]:
         """Per markers partition figures."""
     def report_sample(self) -> SourceSample:

@@ -121,15 +121,44 @@ def _add_settings_option(
     )
 
 
+def _add_extra_config_option(parser: argparse.ArgumentParser, example: str) -> None:
+    """A command's ``--config``: librdkafka settings added to the ones it builds itself."""
+    _add_settings_option(
+        parser,
+        "--config",
+        f"extra librdkafka setting, e.g. {example} (repeatable; see 'ferrokafka --help')",
+    )
+
+
+def _add_topic_option(
+    parser: argparse._ActionsContainer,
+    flag: str,
+    help_text: str | None = None,
+    *,
+    default: str | None = None,
+    required: bool = False,
+    repeatable: bool = False,
+) -> None:
+    """A ``flag NAME`` option naming a topic, checked by :func:`_topic`; a repeatable one
+    collects a list."""
+    parser.add_argument(
+        flag,
+        action="append" if repeatable else "store",
+        type=_topic,
+        default=default,
+        required=required,
+        metavar="NAME",
+        help=help_text,
+    )
+
+
 def _add_reporter_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("tracking reports (for `ferrokafka status` / dashboard)")
     group.add_argument(
         "--report", action="store_true", help="send process reports and errors to Kafka"
     )
-    group.add_argument(
-        "--reports-topic", type=_topic, default=DEFAULT_REPORTS_TOPIC, metavar="NAME"
-    )
-    group.add_argument("--errors-topic", type=_topic, default=DEFAULT_ERRORS_TOPIC, metavar="NAME")
+    _add_topic_option(group, "--reports-topic", default=DEFAULT_REPORTS_TOPIC)
+    _add_topic_option(group, "--errors-topic", default=DEFAULT_ERRORS_TOPIC)
     group.add_argument(
         "--report-interval",
         type=_positive_seconds,
@@ -297,27 +326,23 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
     """The options ``status`` and ``dashboard`` share: topics, TTL, extra librdkafka settings."""
     from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, REPORT_TTL
 
-    sub.add_argument(
+    _add_topic_option(
+        sub,
         "--reports-topic",
-        type=_topic,
+        f"process reports topic (default: {DEFAULT_REPORTS_TOPIC})",
         default=DEFAULT_REPORTS_TOPIC,
-        metavar="NAME",
-        help=f"process reports topic (default: {DEFAULT_REPORTS_TOPIC})",
     )
-    sub.add_argument(
+    _add_topic_option(
+        sub,
         "--errors-topic",
-        type=_topic,
+        f"error reports topic (default: {DEFAULT_ERRORS_TOPIC})",
         default=DEFAULT_ERRORS_TOPIC,
-        metavar="NAME",
-        help=f"error reports topic (default: {DEFAULT_ERRORS_TOPIC})",
     )
-    sub.add_argument(
+    _add_topic_option(
+        sub,
         "--states-topic",
-        action="append",
-        type=_topic,
-        default=None,
-        metavar="NAME",
-        help="scheduler states topic to read (repeatable; default: every topic ending in _states)",
+        "scheduler states topic to read (repeatable; default: every topic ending in _states)",
+        repeatable=True,
     )
     sub.add_argument(
         "--ttl",
@@ -333,14 +358,7 @@ def _add_status_options(sub: argparse.ArgumentParser) -> None:
         metavar="N",
         help="newest errors kept (default: 100)",
     )
-    _add_settings_option(
-        sub,
-        "--config",
-        (
-            "extra librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable; see "
-            "'ferrokafka --help')"
-        ),
-    )
+    _add_extra_config_option(sub, "security.protocol=SASL_SSL")
 
 
 def _spark_demo(args: argparse.Namespace) -> int:
@@ -511,13 +529,12 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduler",
         "Run the scheduled-messages daemon until SIGTERM/SIGINT (Karafka-compatible topics).",
     )
-    scheduler.add_argument(
+    _add_topic_option(
+        scheduler,
         "--schedules-topic",
-        action="append",
-        type=_topic,
+        "a schedules topic to serve (repeat for several)",
         required=True,
-        metavar="NAME",
-        help="a schedules topic to serve (repeat for several)",
+        repeatable=True,
     )
     scheduler.add_argument(
         "--group-id",
@@ -532,11 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="group.instance.id (static membership): a restart under the same id takes its "
         "partitions back at once instead of after the session timeout; unique per daemon",
     )
-    scheduler.add_argument(
+    _add_topic_option(
+        scheduler,
         "--dead-letter-topic",
-        type=_topic,
-        metavar="NAME",
-        help="copy schedules whose target the broker refuses for good here (default: none; "
+        "copy schedules whose target the broker refuses for good here (default: none; "
         "they are counted as failed and logged)",
     )
     scheduler.add_argument(
@@ -558,13 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=5000,
         help="least milliseconds between periodic state reports (default: 5000)",
     )
-    _add_settings_option(
-        scheduler,
-        "--config",
-        (
-            "extra librdkafka setting, e.g. transactional.id=scheduler-1 or "
-            "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')"
-        ),
+    _add_extra_config_option(
+        scheduler, "transactional.id=scheduler-1 or security.protocol=SASL_SSL"
     )
     _add_reporter_options(scheduler)
     scheduler.set_defaults(run=_scheduler)
@@ -574,20 +585,18 @@ def build_parser() -> argparse.ArgumentParser:
         "Run the redelivery tracker (KMQ pattern) until SIGTERM/SIGINT: redeliver queue "
         "messages whose markers were not acknowledged in time.",
     )
-    redelivery.add_argument("--queue-topic", type=_topic, required=True, metavar="NAME")
-    redelivery.add_argument("--markers-topic", type=_topic, required=True, metavar="NAME")
+    _add_topic_option(redelivery, "--queue-topic", required=True)
+    _add_topic_option(redelivery, "--markers-topic", required=True)
     redelivery.add_argument(
         "--max-redeliveries",
         type=_redeliveries,
         default=3,
         help="redeliveries before a message is dead-lettered (default: 3)",
     )
-    redelivery.add_argument(
+    _add_topic_option(
+        redelivery,
         "--dead-letter-topic",
-        type=_topic,
-        default=None,
-        metavar="NAME",
-        help="where messages go after --max-redeliveries (default: none; logged and dropped)",
+        "where messages go after --max-redeliveries (default: none; logged and dropped)",
     )
     redelivery.add_argument(
         "--group-id",
@@ -601,14 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=5_000,
         help="most milliseconds between markers offset commits (default: 5000)",
     )
-    _add_settings_option(
-        redelivery,
-        "--config",
-        (
-            "extra librdkafka setting, e.g. session.timeout.ms=6000 or "
-            "security.protocol=SASL_SSL (repeatable; see 'ferrokafka --help')"
-        ),
-    )
+    _add_extra_config_option(redelivery, "session.timeout.ms=6000 or security.protocol=SASL_SSL")
     _add_reporter_options(redelivery)
     redelivery.set_defaults(run=_redelivery)
 

@@ -181,15 +181,8 @@ class AsyncProducer:
         ``block`` after ``block_timeout``), ``TypeError``/``ValueError`` for bad arguments before
         anything is queued, and :class:`~ferrokafka.ClosedError` after :meth:`shutdown`.
         """
-        try:  # the binding keeps on_delivery until the record's result comes
-            queue_size = self._raw.produce(
-                topic, value, key, partition, partition_key, headers, timestamp, on_delivery
-            )
-        except BufferOverflow as overflow:
-            self._events.publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
-            raise
-        if self._events.subscribers:
-            self._publish_enqueued(topic, queue_size)
+        # The binding keeps on_delivery until the record's result comes.
+        self._queue(topic, value, key, partition, partition_key, headers, timestamp, on_delivery)
 
     def produce_future(
         self,
@@ -206,16 +199,35 @@ class AsyncProducer:
         In asyncio code: ``await asyncio.wrap_future(producer.produce_future(...))``.
         """
         future: Future[Message] = DeliveryFuture()
+        self._queue(topic, value, key, partition, partition_key, headers, timestamp, None, future)
+        return future
+
+    def _queue(
+        self,
+        topic: str,
+        value: Value,
+        key: Value,
+        partition: int | None,
+        partition_key: Value,
+        headers: Headers | None,
+        timestamp: int | None,
+        on_delivery: DeliveryCallback | None,
+        future: Future[Message] | None = None,
+    ) -> None:
+        """Queue one record in the binding and publish what it did to the instrumentation
+        subscribers: a ``buffer_overflow`` (then re-raised) or an ``enqueue_message``."""
         try:
             queue_size = self._raw.produce(
-                topic, value, key, partition, partition_key, headers, timestamp, None, future
+                topic, value, key, partition, partition_key, headers, timestamp, on_delivery, future
             )
         except BufferOverflow as overflow:
             self._events.publish("buffer_overflow", {"topic": topic, "limit": overflow.limit})
             raise
         if self._events.subscribers:
-            self._publish_enqueued(topic, queue_size)
-        return future
+            self._events.publish(
+                "enqueue_message",
+                {"topic": topic, "queue_size": queue_size, "max_queue_size": self.max_queue_size},
+            )
 
     def produce_many(
         self,
@@ -276,12 +288,6 @@ class AsyncProducer:
             overflow.future = future if overflow.accepted else None
             raise
         return future
-
-    def _publish_enqueued(self, topic: str, queue_size: int) -> None:
-        self._events.publish(
-            "enqueue_message",
-            {"topic": topic, "queue_size": queue_size, "max_queue_size": self.max_queue_size},
-        )
 
     # -- delivery control ------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -100,25 +101,20 @@ def send_proxy(sender: Sender, proxy: ProxyMessage, timeout: float = 30.0) -> No
     Example:
         >>> send_proxy(client, cancel("orders-1", {"topic": "schedules"}))
     """
-    if isinstance(sender, AsyncProducer):
-        sender.produce(
-            proxy.value,
-            proxy.topic,
-            key=proxy.key,
-            partition=proxy.partition,
-            partition_key=proxy.partition_key,
-            headers=proxy.headers,
-        )
-    else:
-        sender.produce(
-            proxy.topic,
-            proxy.value,
-            key=proxy.key,
-            partition=proxy.partition,
-            partition_key=proxy.partition_key,
-            headers=proxy.headers,
-            timeout=timeout,
-        )
+    # Only the blocking client waits for the acknowledgement, so only it takes the timeout.
+    produce = (
+        sender.produce
+        if isinstance(sender, AsyncProducer)
+        else functools.partial(sender.produce, timeout=timeout)
+    )
+    produce(
+        topic=proxy.topic,
+        value=proxy.value,
+        key=proxy.key,
+        partition=proxy.partition,
+        partition_key=proxy.partition_key,
+        headers=proxy.headers,
+    )
 
 
 def schedule_message(

@@ -35,11 +35,12 @@ from ferrokafka._extras import missing_extra
 
 try:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.pandas import functions as _pandas_functions
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamReader
     from pyspark.sql.types import DataType
 except ModuleNotFoundError as e:
     raise missing_extra("ferrokafka.spark", "spark", e) from e
@@ -96,9 +97,19 @@ def _value_type(errors: str, value: pa.DataType | None = None) -> pa.DataType:
     raise ValueError(f"errors must be 'null', 'struct' or 'raise', got {errors!r}")
 
 
-def _check_struct_errors(errors: str) -> None:
+def _decoder_udf(
+    decode: Callable[..., pa.Array], column: ColumnOrName, errors: str, **options: int
+) -> Column:
+    """The struct column the :mod:`ferrokafka.arrow` decoder ``decode`` makes of ``column``
+    (its Spark type: the decoder's result type on no rows)."""
     if errors not in ("field", "raise"):
         raise ValueError(f"errors must be 'field' or 'raise', got {errors!r}")
+
+    def run(values: pa.Array) -> pa.Array:
+        return decode(values, errors=errors, **options)
+
+    arrow_type = decode(_empty_binary()).type
+    return _arrow_udf(run, arrow_type, decode.__name__)(_col(column))
 
 
 def _empty_binary() -> pa.Array:
@@ -157,14 +168,7 @@ def decode_report(
         >>> decoded.select("r.process.id", "r.stats.lag").first()
         Row(id='host-1:4242:ab12cd', lag=3)
     """
-
-    _check_struct_errors(errors)
-
-    def run(values: pa.Array) -> pa.Array:
-        return _arrow.decode_report(values, max_inflated=max_inflated, errors=errors)
-
-    arrow_type = _arrow.decode_report(_empty_binary()).type
-    return _arrow_udf(run, arrow_type, "decode_report")(_col(column))
+    return _decoder_udf(_arrow.decode_report, column, errors, max_inflated=max_inflated)
 
 
 def decode_state(
@@ -175,27 +179,13 @@ def decode_state(
 ) -> Column:
     """Decode a column of zlib JSON scheduler state reports into a struct (fields: see
     :func:`ferrokafka.arrow.decode_state`)."""
-
-    _check_struct_errors(errors)
-
-    def run(values: pa.Array) -> pa.Array:
-        return _arrow.decode_state(values, max_inflated=max_inflated, errors=errors)
-
-    arrow_type = _arrow.decode_state(_empty_binary()).type
-    return _arrow_udf(run, arrow_type, "decode_state")(_col(column))
+    return _decoder_udf(_arrow.decode_state, column, errors, max_inflated=max_inflated)
 
 
 def decode_marker(column: ColumnOrName, *, errors: StructErrors = "field") -> Column:
     """Decode a column of redelivery markers (the markers topic) into a struct: ``kind``,
     ``partition``, ``offset``, ``deadline``, ``key``, ``value``, ``headers``, ``error``."""
-
-    _check_struct_errors(errors)
-
-    def run(values: pa.Array) -> pa.Array:
-        return _arrow.decode_marker(values, errors=errors)
-
-    arrow_type = _arrow.decode_marker(_empty_binary()).type
-    return _arrow_udf(run, arrow_type, "decode_marker")(_col(column))
+    return _decoder_udf(_arrow.decode_marker, column, errors)
 
 
 def schedule_headers(
@@ -521,21 +511,21 @@ def cancel_dataframe(
 
 
 def _read(
-    spark: SparkSession,
+    reader: DataFrameReader | DataStreamReader,
     bootstrap_servers: str,
     topic: str,
-    starting_offsets: str,
-    ending_offsets: str,
+    offsets: Mapping[str, str],
     options: Mapping[str, str] | None,
     config: ClientConfig | None,
 ) -> DataFrame:
+    """``topic`` through Spark's Kafka source, batch or streaming: ``config`` as its options,
+    then ``offsets`` (``startingOffsets``, ...), then the caller's raw ``options``, which win."""
     return (
-        spark.read.format("kafka")
+        reader.format("kafka")
         .options(**kafka_options(config or {}))
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("subscribe", topic)
-        .option("startingOffsets", starting_offsets)
-        .option("endingOffsets", ending_offsets)
+        .options(**offsets)
         .options(**dict(options or {}))
         .load()
     )
@@ -598,7 +588,8 @@ def read_reports(
         +------------------+---------+---+
         <BLANKLINE>
     """
-    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options, config)
+    offsets = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets}
+    raw = _read(spark.read, bootstrap_servers, topic, offsets, options, config)
     return _reports(raw, max_inflated)
 
 
@@ -629,7 +620,8 @@ def read_states(
         +---------------+----------------------------+
         <BLANKLINE>
     """
-    raw = _read(spark, bootstrap_servers, topic, starting_offsets, ending_offsets, options, config)
+    offsets = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets}
+    raw = _read(spark.read, bootstrap_servers, topic, offsets, options, config)
     state = decode_state("value", max_inflated=max_inflated).alias("state_report")
     return raw.select(*_kafka_columns(), state).select(
         "key", "kafka_partition", "kafka_offset", "kafka_timestamp", "state_report.*"
@@ -713,15 +705,8 @@ def stream_lag(
         raise ValueError("pass at most one of available_now=True and processing_time")
     if shuffle_partitions < 1:
         raise ValueError(f"shuffle_partitions must be at least 1, got {shuffle_partitions}")
-    raw = (
-        spark.readStream.format("kafka")
-        .options(**kafka_options(config or {}))
-        .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", starting_offsets)
-        .options(**dict(options or {}))
-        .load()
-    )
+    offsets = {"startingOffsets": starting_offsets}
+    raw = _read(spark.readStream, bootstrap_servers, topic, offsets, options, config)
     writer = (
         lag_table(_reports(raw, max_inflated))
         .writeStream.outputMode("complete")
