@@ -195,12 +195,12 @@ class ConsumerOptions:
             ``"retry"`` calls the handler again with the same batch after ``retry_backoff``
             seconds, doubling up to ``max_retry_backoff``, while the partition waits (a
             revocation or a stop cuts the wait short and abandons the batch, for the
-            partition's next owner), at most ``max_retries`` times, then dead-letters the batch if ``dead_letter_topic`` is set
-            and commits it otherwise; ``"dead_letter"`` writes the batch to
-            ``dead_letter_topic``. Dead-letter writes run in the background, batched, each record
-            with its own headers followed by those in ``DEAD_LETTER_HEADERS``; the partition
-            moves on at once, and the batch's offsets are committed once the broker
-            acknowledged the write.
+            partition's next owner), at most ``max_retries`` times, then dead-letters the
+            batch if ``dead_letter_topic`` is set and commits it otherwise; ``"dead_letter"``
+            writes the batch to ``dead_letter_topic``. Dead-letter writes run in the background,
+            batched, each record with its own headers followed by those in
+            ``DEAD_LETTER_HEADERS``; the partition moves on at once, and the batch's offsets are
+            committed once the broker acknowledged the write.
         max_retries: handler retries of one batch under ``"retry"`` [3].
         retry_backoff, max_retry_backoff: seconds before the first retry, and the cap of the
             doubling [1, 30].

@@ -166,23 +166,11 @@ class MarkerRefusedError(ProduceError):
         message: the refused message.
     """
 
-    def __init__(
-        self,
-        message: str,
-        code: int = -1,
-        name: str = "_UNKNOWN",
-        retriable: bool = False,
-        fatal: bool = False,
-        refused: Any = None,
-    ) -> None:
-        super().__init__(message, code, name, retriable, fatal)
-        self.message = refused
+    message: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            type(self),
-            (str(self), self.code, self.name, self.retriable, self.fatal, self.message),
-        )
+        # KafkaError's arguments, and the message handed back as the state to restore.
+        return (*super().__reduce__(), {"message": self.message})
 
 
 class ConsumeError(KafkaError):

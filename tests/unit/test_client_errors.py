@@ -16,6 +16,7 @@ from ferrokafka import (
     KafkaError,
     KafkaFatalError,
     KafkaTimeoutError,
+    MarkerRefusedError,
     NewTopic,
 )
 from tests.conftest import wait_until
@@ -185,6 +186,18 @@ def test_client_refuses_use_after_fork() -> None:
     client = Client(UNREACHABLE)
     reported = outcome_in_child(lambda: client.list_topics(timeout=0.5))
     assert "cannot be used after fork" in reported
+
+
+def test_a_marker_refused_error_keeps_the_message_it_hands_back_through_pickle() -> None:
+    err = MarkerRefusedError("the markers topic refused", 10, "MESSAGE_SIZE_TOO_LARGE")
+    err.message = ("queue", 0, 5)  # the raiser sets the Message handed back
+    copy = pickle.loads(pickle.dumps(err))
+    assert (type(copy), str(copy), copy.name, copy.message) == (
+        MarkerRefusedError,
+        "the markers topic refused",
+        "MESSAGE_SIZE_TOO_LARGE",
+        ("queue", 0, 5),
+    )
 
 
 def test_a_fatal_kafka_error_is_its_own_class_and_survives_pickle() -> None:

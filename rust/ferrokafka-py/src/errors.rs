@@ -57,7 +57,7 @@ pub fn exception_of(py: Python<'_>, error: KafkaIoError) -> Py<PyAny> {
 
 /// The `MarkerRefusedError` handing `message` back: its START marker was refused for good with
 /// `error` (its code, name and flags kept).
-pub fn refused_message(error: KafkaIoError, message: Py<PyAny>) -> PyErr {
+pub fn refused_message(py: Python<'_>, error: KafkaIoError, message: Py<PyAny>) -> PyResult<PyErr> {
     let text = format!("the markers topic refused the START marker of this message: {error}");
     let (code, name, retriable, fatal) = match error {
         KafkaIoError::Broker {
@@ -69,7 +69,12 @@ pub fn refused_message(error: KafkaIoError, message: Py<PyAny>) -> PyErr {
         } => (code, name, retriable, fatal),
         _ => (-1, "_UNKNOWN".to_owned(), false, false),
     };
-    MarkerRefusedError::new_err((text, code, name, retriable, fatal, message))
+    // Raised with `KafkaError`'s arguments; the message handed back is an attribute.
+    let refused = MarkerRefusedError::new_err((text, code, name, retriable, fatal));
+    refused
+        .value(py)
+        .setattr(pyo3::intern!(py, "message"), message)?;
+    Ok(refused)
 }
 
 impl From<KafkaIoError> for NativeError {

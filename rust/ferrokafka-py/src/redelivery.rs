@@ -141,7 +141,7 @@ impl PyRawQueueConsumer {
             Some(Taken::Records(records)) => Ok(records.into_iter().map(PyMessage::from).collect()),
             Some(Taken::Refused(refused)) => {
                 let message = Py::new(py, PyMessage::from(refused.record))?;
-                Err(refused_message(refused.error, message.into_any()).into())
+                Err(refused_message(py, refused.error, message.into_any())?.into())
             }
         }
     }
