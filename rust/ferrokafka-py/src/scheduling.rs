@@ -8,10 +8,10 @@ use pyo3::prelude::*;
 
 use crate::blocking::DaemonHandle;
 use crate::errors::NativeResult;
-use crate::flat_record::flat_record;
+use crate::flat_record::{flat_record, record_of};
 use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
 use crate::report_samples::PySourceSample;
-use crate::statistics::{PyBrokerOffsets, broker_offsets};
+use crate::statistics::PyBrokerOffsets;
 
 flat_record! {
     /// One schedules partition of a scheduler.
@@ -49,7 +49,7 @@ fn partition_status(py: Python<'_>, s: PartitionStatus) -> PyResult<PySchedulerP
         skipped: s.skipped,
         failed: s.failed,
         applied: s.applied,
-        broker: broker_offsets(py, s.broker)?,
+        broker: record_of(py, s.broker)?,
     })
 }
 
