@@ -12,6 +12,7 @@ mod consumer;
 mod consumer_events;
 mod consumer_stats;
 mod convert;
+mod daemon_class;
 mod deadline_queue;
 mod delivery_report;
 mod engine_log;
