@@ -218,7 +218,7 @@ impl Node {
             n_children,
             children: schema_data.children.as_mut_ptr(),
             dictionary: ptr::null_mut(),
-            release: Some(release_schema),
+            release: Some(release::<ArrowSchema>),
             private_data: Box::into_raw(schema_data).cast(),
         };
         let pointers = buffers
@@ -245,7 +245,7 @@ impl Node {
             buffers: array_data.pointers.as_mut_ptr(),
             children: array_data.children.as_mut_ptr(),
             dictionary: ptr::null_mut(),
-            release: Some(release_array),
+            release: Some(release::<ArrowArray>),
             private_data: Box::into_raw(array_data).cast(),
         };
         (schema, array)
@@ -257,30 +257,25 @@ impl Node {
         py: Python<'_>,
     ) -> PyResult<(Bound<'_, PyCapsule>, Bound<'_, PyCapsule>)> {
         let (schema, array) = self.export();
-        let schema = PyCapsule::new_with_value_and_destructor(
-            py,
-            Exported(schema),
-            c"arrow_schema",
-            |mut schema, _| {
-                if let Some(release) = schema.0.release {
-                    // SAFETY: not imported (release still set): ours to release, once.
-                    unsafe { release(&raw mut schema.0) };
-                }
-            },
-        )?;
-        let array = PyCapsule::new_with_value_and_destructor(
-            py,
-            Exported(array),
-            c"arrow_array",
-            |mut array, _| {
-                if let Some(release) = array.0.release {
-                    // SAFETY: as for the schema.
-                    unsafe { release(&raw mut array.0) };
-                }
-            },
-        )?;
-        Ok((schema, array))
+        Ok((
+            capsule(py, schema, c"arrow_schema")?,
+            capsule(py, array, c"arrow_array")?,
+        ))
     }
+}
+
+/// `exported` in a capsule named `name`, whose destructor releases it unless it was imported.
+fn capsule<'py, T: CStruct + 'static>(
+    py: Python<'py>,
+    exported: T,
+    name: &'static CStr,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    PyCapsule::new_with_value_and_destructor(py, Exported(exported), name, |mut exported, _| {
+        if let Some(release) = *exported.0.release_slot() {
+            // SAFETY: not imported (release still set): ours to release, once.
+            unsafe { release(&raw mut exported.0) };
+        }
+    })
 }
 
 /// What an exported `ArrowSchema` owns.
@@ -296,40 +291,53 @@ struct ArrayData {
     children: Vec<*mut ArrowArray>,
 }
 
-unsafe extern "C" fn release_schema(schema: *mut ArrowSchema) {
-    // SAFETY: called once by the struct's owner on a struct `export` made, whose private data
-    // is a boxed SchemaData and whose children are boxed structs of ours.
-    unsafe {
-        let Some(schema) = schema.as_mut() else {
-            return;
-        };
-        let data = Box::from_raw(schema.private_data.cast::<SchemaData>());
-        for &child in &data.children {
-            if let Some(release) = (*child).release {
-                release(child);
-            }
-            drop(Box::from_raw(child));
-        }
-        drop(data);
-        schema.release = None;
-    }
+/// A C data interface struct as `export` builds it: its private data is a boxed `Self::Data`,
+/// which owns the struct's children (boxed structs of the same kind).
+trait CStruct: Sized {
+    type Data;
+    fn release_slot(&mut self) -> &mut Option<unsafe extern "C" fn(*mut Self)>;
+    fn private_data(&self) -> *mut c_void;
+    fn children(data: &Self::Data) -> &[*mut Self];
 }
 
-unsafe extern "C" fn release_array(array: *mut ArrowArray) {
-    // SAFETY: as for release_schema, with a boxed ArrayData.
+/// Implements [`CStruct`] for a C struct whose private data is a boxed `$data`.
+macro_rules! c_struct {
+    ($struct:ty, $data:ty) => {
+        impl CStruct for $struct {
+            type Data = $data;
+            fn release_slot(&mut self) -> &mut Option<unsafe extern "C" fn(*mut Self)> {
+                &mut self.release
+            }
+            fn private_data(&self) -> *mut c_void {
+                self.private_data
+            }
+            fn children(data: &$data) -> &[*mut Self] {
+                &data.children
+            }
+        }
+    };
+}
+
+c_struct!(ArrowSchema, SchemaData);
+c_struct!(ArrowArray, ArrayData);
+
+/// The release callback of every struct `export` makes (schemas and arrays alike).
+unsafe extern "C" fn release<T: CStruct>(exported: *mut T) {
+    // SAFETY: called once by the struct's owner on a struct `export` made, whose private data
+    // is a boxed `T::Data` and whose children are boxed structs of ours.
     unsafe {
-        let Some(array) = array.as_mut() else {
+        let Some(exported) = exported.as_mut() else {
             return;
         };
-        let data = Box::from_raw(array.private_data.cast::<ArrayData>());
-        for &child in &data.children {
-            if let Some(release) = (*child).release {
+        let data = Box::from_raw(exported.private_data().cast::<T::Data>());
+        for &child in T::children(&data) {
+            if let Some(release) = *(*child).release_slot() {
                 release(child);
             }
             drop(Box::from_raw(child));
         }
         drop(data);
-        array.release = None;
+        *exported.release_slot() = None;
     }
 }
 
@@ -388,8 +396,8 @@ mod tests {
             let bytes = &**array.children.add(1);
             assert_eq!((bytes.n_buffers, bytes.null_count), (3, -1));
             assert!(!(*bytes.buffers).is_null(), "the validity bitmap travels");
-            release_schema(&raw mut schema);
-            release_array(&raw mut array);
+            release(&raw mut schema);
+            release(&raw mut array);
         }
         assert!(schema.release.is_none() && array.release.is_none());
     }
@@ -410,8 +418,8 @@ mod tests {
             assert!((*array.buffers).is_null());
             let data = *array.buffers.add(2);
             assert!(!data.is_null() && data.cast::<u64>().is_aligned());
-            release_schema(&raw mut schema);
-            release_array(&raw mut array);
+            release(&raw mut schema);
+            release(&raw mut array);
         }
     }
 }

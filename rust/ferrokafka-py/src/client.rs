@@ -13,57 +13,47 @@ use pyo3::types::{PyDict, PyString};
 use crate::blocking::{ForkGuard, ReleaseOnDrop, run_detached, timeout_arg};
 use crate::convert::{self, outgoing_record, settings_from_dict};
 use crate::errors::{NativeResult, invalid_argument, wrong_type};
+use crate::flat_record::frozen_record;
 use crate::message::PyMessage;
 
-/// A broker of the cluster.
-#[pyclass(
-    name = "BrokerMetadata",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-#[derive(Debug)]
-pub struct PyBrokerMetadata {
-    id: i32,
-    host: String,
-    port: i32,
+frozen_record! {
+    /// A broker of the cluster.
+    #[derive(Debug)]
+    "BrokerMetadata" PyBrokerMetadata {
+        id: i32,
+        host: String,
+        port: i32,
+    }
 }
 
-/// A partition of a topic.
-#[pyclass(
-    name = "PartitionMetadata",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-#[derive(Debug)]
-pub struct PyPartitionMetadata {
-    id: i32,
-    leader: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
+frozen_record! {
+    /// A partition of a topic.
+    #[derive(Debug)]
+    "PartitionMetadata" PyPartitionMetadata {
+        id: i32,
+        leader: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+    }
 }
 
-/// A topic and its partitions.
-#[pyclass(name = "TopicMetadata", module = "ferrokafka._native", frozen, get_all)]
-#[derive(Debug)]
-pub struct PyTopicMetadata {
-    name: String,
-    partitions: Vec<Py<PyPartitionMetadata>>,
+frozen_record! {
+    /// A topic and its partitions.
+    #[derive(Debug)]
+    "TopicMetadata" PyTopicMetadata {
+        name: String,
+        partitions: Vec<Py<PyPartitionMetadata>>,
+    }
 }
 
-/// What one metadata request returned.
-#[pyclass(
-    name = "ClusterMetadata",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-#[derive(Debug)]
-pub struct PyClusterMetadata {
-    orig_broker_id: i32,
-    brokers: Vec<Py<PyBrokerMetadata>>,
-    topics: BTreeMap<String, Py<PyTopicMetadata>>,
+frozen_record! {
+    /// What one metadata request returned.
+    #[derive(Debug)]
+    "ClusterMetadata" PyClusterMetadata {
+        orig_broker_id: i32,
+        brokers: Vec<Py<PyBrokerMetadata>>,
+        topics: BTreeMap<String, Py<PyTopicMetadata>>,
+    }
 }
 
 #[pymethods]
@@ -156,14 +146,15 @@ fn cluster_to_py(py: Python<'_>, cluster: ClusterInfo) -> PyResult<PyClusterMeta
     })
 }
 
-/// A topic to create with `Client.create_topics`.
-#[pyclass(name = "NewTopic", module = "ferrokafka._native", frozen, get_all)]
-#[derive(Debug)]
-pub struct PyNewTopic {
-    name: String,
-    num_partitions: i32,
-    replication_factor: i32,
-    config: BTreeMap<String, String>,
+frozen_record! {
+    /// A topic to create with `Client.create_topics`.
+    #[derive(Debug)]
+    "NewTopic" PyNewTopic {
+        name: String,
+        num_partitions: i32,
+        replication_factor: i32,
+        config: BTreeMap<String, String>,
+    }
 }
 
 #[pymethods]

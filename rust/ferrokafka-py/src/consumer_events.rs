@@ -8,91 +8,69 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 
 use crate::errors::exception_of;
+use crate::flat_record::frozen_record;
 
-/// One partition handed to a worker: fetch and acknowledge its batches with `worker`.
-#[pyclass(name = "Assignment", module = "ferrokafka._native", frozen, get_all)]
-pub struct PyAssignment {
-    topic: String,
-    partition: i32,
-    worker: WorkerId,
+frozen_record! {
+    /// One partition handed to a worker: fetch and acknowledge its batches with `worker`.
+    "Assignment" PyAssignment {
+        topic: String,
+        partition: i32,
+        worker: WorkerId,
+    }
 }
 
-/// Partitions were assigned; start their workers.
-#[pyclass(
-    name = "ConsumerAssigned",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyConsumerAssigned {
-    partitions: Vec<Py<PyAssignment>>,
+frozen_record! {
+    /// Partitions were assigned; start their workers.
+    "ConsumerAssigned" PyConsumerAssigned {
+        partitions: Vec<Py<PyAssignment>>,
+    }
 }
 
-/// Partitions stopped handing out batches (revoked, or the consumer is stopping): `dropped`
-/// queued records were dropped, and running batches get the drain time.
-#[pyclass(
-    name = "ConsumerDraining",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyConsumerDraining {
-    partitions: Vec<Py<PyAssignment>>,
-    dropped: usize,
+frozen_record! {
+    /// Partitions stopped handing out batches (revoked, or the consumer is stopping): `dropped`
+    /// queued records were dropped, and running batches get the drain time.
+    "ConsumerDraining" PyConsumerDraining {
+        partitions: Vec<Py<PyAssignment>>,
+        dropped: usize,
+    }
 }
 
-/// Partitions were taken away after their workers drained; `lost` when their offsets were not
-/// committed.
-#[pyclass(
-    name = "ConsumerUnassigned",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyConsumerUnassigned {
-    partitions: Vec<Py<PyAssignment>>,
-    lost: bool,
+frozen_record! {
+    /// Partitions were taken away after their workers drained; `lost` when their offsets were not
+    /// committed.
+    "ConsumerUnassigned" PyConsumerUnassigned {
+        partitions: Vec<Py<PyAssignment>>,
+        lost: bool,
+    }
 }
 
-/// A consumer without a group handled its partition up to the high watermark seen at start.
-#[pyclass(
-    name = "ConsumerCaughtUp",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyConsumerCaughtUp {
-    topic: String,
-    partition: i32,
-    offset: i64,
+frozen_record! {
+    /// A consumer without a group handled its partition up to the high watermark seen at start.
+    "ConsumerCaughtUp" PyConsumerCaughtUp {
+        topic: String,
+        partition: i32,
+        offset: i64,
+    }
 }
 
-/// Load control stopped polling a full partition (`paused`), or polls it again.
-#[pyclass(
-    name = "ConsumerLoadControl",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyConsumerLoadControl {
-    topic: String,
-    partition: i32,
-    paused: bool,
-    queued: usize,
-    queued_bytes: usize,
+frozen_record! {
+    /// Load control stopped polling a full partition (`paused`), or polls it again.
+    "ConsumerLoadControl" PyConsumerLoadControl {
+        topic: String,
+        partition: i32,
+        paused: bool,
+        queued: usize,
+        queued_bytes: usize,
+    }
 }
 
-/// The broker answered a commit of `offsets` (`(topic, partition, next_offset)`, the shape the
-/// `commit` payload publishes); `error` when it failed.
-#[pyclass(
-    name = "ConsumerCommitted",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyConsumerCommitted {
-    offsets: Vec<(String, i32, i64)>,
-    error: Option<Py<PyAny>>,
+frozen_record! {
+    /// The broker answered a commit of `offsets` (`(topic, partition, next_offset)`, the shape the
+    /// `commit` payload publishes); `error` when it failed.
+    "ConsumerCommitted" PyConsumerCommitted {
+        offsets: Vec<(String, i32, i64)>,
+        error: Option<Py<PyAny>>,
+    }
 }
 
 // The error objects are the caller's to extend (attributes, `__notes__`): a cycle back to the
@@ -104,10 +82,11 @@ impl PyConsumerCommitted {
     }
 }
 
-/// librdkafka reported an error while consuming; the consumer keeps running.
-#[pyclass(name = "ConsumerError", module = "ferrokafka._native", frozen, get_all)]
-pub struct PyConsumerError {
-    error: Py<PyAny>,
+frozen_record! {
+    /// librdkafka reported an error while consuming; the consumer keeps running.
+    "ConsumerError" PyConsumerError {
+        error: Py<PyAny>,
+    }
 }
 
 #[pymethods]

@@ -7,8 +7,8 @@ use ferrokafka_kafka::{ConsumerStats, PartitionCounters, PartitionStats, WorkerI
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::flat_record::flat_record;
-use crate::statistics::{PyBrokerOffsets, PyGroupStatistics, broker_offsets, group_statistics};
+use crate::flat_record::{flat_record, record_of};
+use crate::statistics::{PyBrokerOffsets, PyGroupStatistics};
 
 flat_record! {
     /// Counters of one partition since its assignment, or of the consumer over its life.
@@ -159,7 +159,7 @@ fn partition_stats(py: Python<'_>, p: PartitionStats) -> PyResult<PyPartitionSta
         position: p.position,
         committed: p.committed,
         counters: Py::new(py, PyConsumerCounters::from(p.counters))?,
-        broker: broker_offsets(py, p.broker)?,
+        broker: record_of(py, p.broker)?,
         first_received: p.first_received,
     })
 }
@@ -176,7 +176,7 @@ pub(crate) fn consumer_stats(py: Python<'_>, s: ConsumerStats) -> PyResult<PyCon
             .into_iter()
             .map(|p| Py::new(py, partition_stats(py, p)?))
             .collect::<PyResult<_>>()?,
-        group: group_statistics(py, s.group)?,
+        group: record_of(py, s.group)?,
         poll_age: s.poll_age.map(|age| age.as_secs_f64()),
         bytes_received,
         bytes_sent,

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use ferrokafka_core::PartitionKeyHashing;
-use ferrokafka_kafka::ClientSettings;
+use ferrokafka_kafka::{ClientSettings, KafkaResult};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
@@ -31,17 +31,20 @@ pub trait FromKeywords: Sized {
     fn read(fields: &Fields<'_, '_>) -> PyResult<Self>;
 }
 
-/// A native constructor's `config` and `**options`: the client settings and the engine's
-/// options, every keyword argument read (an unknown one is refused).
-pub fn constructor_args<T: FromKeywords>(
+/// The engine a native constructor makes from its `config` and `**options` (every keyword
+/// argument read, an unknown one refused): `build` runs detached, as creating librdkafka clients
+/// takes milliseconds and a transactional producer waits for the broker.
+pub fn build_engine<T: FromKeywords + Send, E: Send>(
+    py: Python<'_>,
     config: Config<'_, '_>,
     options: Option<Keywords<'_, '_>>,
-) -> NativeResult<(ClientSettings, T)> {
+    build: impl FnOnce(ClientSettings, T) -> KafkaResult<E> + Send,
+) -> NativeResult<E> {
     let settings = settings_from_dict(config)?;
     let fields = Fields::keywords(options);
     let options = T::read(&fields)?;
     fields.finish()?;
-    Ok((settings, options))
+    Ok(py.detach(move || build(settings, options))?)
 }
 
 /// The fields of one component's options, read by name.

@@ -29,7 +29,7 @@ use crate::errors::{
 };
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
-use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
+use crate::options::{Config, Fields, FromKeywords, Keywords, build_engine};
 use crate::producer_events::{event_object, message_of};
 use crate::producer_waiters::{Waiter, Waiters, hand_over_all, settle};
 
@@ -235,9 +235,7 @@ impl PyRawAsyncProducer {
     #[new]
     #[pyo3(signature = (config, **options))]
     fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
-        let (settings, options) = constructor_args::<AsyncProducerOptions>(config, options)?;
-        // Creating a transactional producer waits for the broker.
-        let engine = py.detach(move || AsyncProducer::new(settings, options))?;
+        let engine = build_engine(py, config, options, AsyncProducer::new)?;
         let events = engine.take_events();
         Ok(PyRawAsyncProducer {
             engine: ReleaseOnDrop::new(engine),

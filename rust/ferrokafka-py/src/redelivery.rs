@@ -13,21 +13,21 @@ use std::sync::{Arc, Mutex};
 use ferrokafka_core::markers::MessageId;
 use ferrokafka_kafka::redelivery::{dead_letter_headers, redelivery_count};
 use ferrokafka_kafka::{
-    DaemonStatus, KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions,
-    RedeliveryTracker, Taken, TrackerPartitionStatus,
+    KafkaIoError, QueueConsumer, QueueConsumerOptions, RedeliveryOptions, RedeliveryTracker, Taken,
+    TrackerPartitionStatus,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::blocking::{DaemonHandle, ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
+use crate::blocking::{ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
 use crate::convert;
+use crate::daemon_class::daemon_class;
 use crate::errors::{NativeResult, refused_message, wrong_type};
 use crate::message::PyMessage;
-use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
+use crate::options::{Config, Fields, FromKeywords, Keywords, build_engine};
 use crate::redelivery_status::{
     PyQueueConsumerStats, PyRedeliveryPartitionStatus, tracker_partition_status,
 };
-use crate::report_samples::PySourceSample;
 
 /// The topics and group both engines name: `(queue_topic, markers_topic, group_id)`.
 fn topics_and_group(fields: &Fields<'_, '_>) -> PyResult<(String, String, String)> {
@@ -103,9 +103,7 @@ impl PyRawQueueConsumer {
     #[new]
     #[pyo3(signature = (config, **options))]
     fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
-        let (settings, options) = constructor_args::<QueueConsumerOptions>(config, options)?;
-        // Creating librdkafka clients takes a few milliseconds.
-        let engine = py.detach(move || QueueConsumer::new(settings, options))?;
+        let engine = build_engine(py, config, options, QueueConsumer::new)?;
         Ok(PyRawQueueConsumer {
             engine: Mutex::new(Some(ReleaseOnDrop::new(Arc::new(engine)))),
             guard: ForkGuard::new("ferrokafka.redelivery.QueueConsumer"),
@@ -259,46 +257,11 @@ pub fn queue_dead_letter_headers<'py>(
         .collect())
 }
 
-/// The native redelivery tracker daemon; use `ferrokafka.redelivery.RedeliveryTracker`.
-#[pyclass(name = "_RawRedeliveryTracker", module = "ferrokafka._native", frozen)]
-#[derive(Debug)]
-pub struct PyRawRedeliveryTracker {
-    daemon: DaemonHandle<DaemonStatus<TrackerPartitionStatus>>,
-}
-
-#[pymethods]
-impl PyRawRedeliveryTracker {
-    #[new]
-    #[pyo3(signature = (config, **options))]
-    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
-        let (settings, options) = constructor_args::<RedeliveryOptions>(config, options)?;
-        let daemon = py.detach(move || RedeliveryTracker::start(settings, options))?;
-        Ok(PyRawRedeliveryTracker {
-            daemon: DaemonHandle::new(daemon, "ferrokafka.redelivery.RedeliveryTracker"),
-        })
-    }
-
-    /// Asks the daemon to stop; returns at once.
-    fn request_stop(&self) -> PyResult<()> {
-        self.daemon.request_stop()
-    }
-
-    /// Waits up to `timeout` seconds (forever when None) for the daemon to end; True once it has.
-    #[pyo3(signature = (timeout=None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        self.daemon.wait(py, timeout)
-    }
-
-    /// Per markers partition figures.
-    fn status(&self, py: Python<'_>) -> PyResult<Vec<PyRedeliveryPartitionStatus>> {
-        let rows = self.daemon.status().partitions;
-        rows.into_iter()
-            .map(|s| tracker_partition_status(py, s))
-            .collect()
-    }
-
-    /// This daemon's part of a process report, as of its last loop.
-    fn report_sample(&self) -> PySourceSample {
-        PySourceSample(self.daemon.report_sample())
+daemon_class! {
+    /// The native redelivery tracker daemon; use `ferrokafka.redelivery.RedeliveryTracker`.
+    "_RawRedeliveryTracker" PyRawRedeliveryTracker for "ferrokafka.redelivery.RedeliveryTracker" {
+        start: RedeliveryTracker::start,
+        /// Per markers partition figures.
+        status: TrackerPartitionStatus => PyRedeliveryPartitionStatus, by tracker_partition_status,
     }
 }

@@ -5,8 +5,8 @@
 use ferrokafka_kafka::{QueueConsumerStats, TrackerPartitionStatus};
 use pyo3::prelude::*;
 
-use crate::flat_record::flat_record;
-use crate::statistics::{PyBrokerOffsets, broker_offsets};
+use crate::flat_record::{flat_record, record_of};
+use crate::statistics::PyBrokerOffsets;
 
 flat_record! {
     /// Counters of a queue consumer.
@@ -82,6 +82,6 @@ pub(crate) fn tracker_partition_status(
         dropped: s.dropped,
         undecodable: s.undecodable,
         committed: s.committed,
-        broker: broker_offsets(py, s.broker)?,
+        broker: record_of(py, s.broker)?,
     })
 }

@@ -3,15 +3,13 @@
 //! GIL: the daemon runs on its own Rust thread; `wait` waits detached in slices and checks for
 //! signals between them, so `Scheduler.run()` can be stopped with Ctrl-C or SIGTERM handlers.
 
-use ferrokafka_kafka::{DaemonStatus, PartitionStatus, Scheduler, SchedulerOptions};
+use ferrokafka_kafka::{PartitionStatus, Scheduler, SchedulerOptions};
 use pyo3::prelude::*;
 
-use crate::blocking::DaemonHandle;
-use crate::errors::NativeResult;
-use crate::flat_record::flat_record;
-use crate::options::{Config, Fields, FromKeywords, Keywords, constructor_args};
-use crate::report_samples::PySourceSample;
-use crate::statistics::{PyBrokerOffsets, broker_offsets};
+use crate::daemon_class::daemon_class;
+use crate::flat_record::{flat_record, record_of};
+use crate::options::{Fields, FromKeywords};
+use crate::statistics::PyBrokerOffsets;
 
 flat_record! {
     /// One schedules partition of a scheduler.
@@ -49,7 +47,7 @@ fn partition_status(py: Python<'_>, s: PartitionStatus) -> PyResult<PySchedulerP
         skipped: s.skipped,
         failed: s.failed,
         applied: s.applied,
-        broker: broker_offsets(py, s.broker)?,
+        broker: record_of(py, s.broker)?,
     })
 }
 
@@ -70,45 +68,11 @@ impl FromKeywords for SchedulerOptions {
     }
 }
 
-/// The native scheduler daemon; use `ferrokafka.scheduling.Scheduler`.
-#[pyclass(name = "_RawScheduler", module = "ferrokafka._native", frozen)]
-#[derive(Debug)]
-pub struct PyRawScheduler {
-    daemon: DaemonHandle<DaemonStatus<PartitionStatus>>,
-}
-
-#[pymethods]
-impl PyRawScheduler {
-    #[new]
-    #[pyo3(signature = (config, **options))]
-    fn new(py: Python<'_>, config: Config, options: Option<Keywords>) -> NativeResult<Self> {
-        let (settings, options) = constructor_args::<SchedulerOptions>(config, options)?;
-        // Creating a transactional producer waits for the broker.
-        let daemon = py.detach(move || Scheduler::start(settings, options))?;
-        Ok(PyRawScheduler {
-            daemon: DaemonHandle::new(daemon, "ferrokafka.scheduling.Scheduler"),
-        })
-    }
-
-    /// Asks the daemon to stop; returns at once.
-    fn request_stop(&self) -> PyResult<()> {
-        self.daemon.request_stop()
-    }
-
-    /// Waits up to `timeout` seconds (forever when None) for the daemon to end; True once it has.
-    #[pyo3(signature = (timeout=None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        self.daemon.wait(py, timeout)
-    }
-
-    /// Per-partition figures.
-    fn status(&self, py: Python<'_>) -> PyResult<Vec<PySchedulerPartitionStatus>> {
-        let rows = self.daemon.status().partitions;
-        rows.into_iter().map(|s| partition_status(py, s)).collect()
-    }
-
-    /// This daemon's part of a process report, as of its last loop.
-    fn report_sample(&self) -> PySourceSample {
-        PySourceSample(self.daemon.report_sample())
+daemon_class! {
+    /// The native scheduler daemon; use `ferrokafka.scheduling.Scheduler`.
+    "_RawScheduler" PyRawScheduler for "ferrokafka.scheduling.Scheduler" {
+        start: Scheduler::start,
+        /// Per-partition figures.
+        status: PartitionStatus => PySchedulerPartitionStatus, by partition_status,
     }
 }

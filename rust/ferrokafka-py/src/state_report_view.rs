@@ -8,27 +8,24 @@ use ferrokafka_core::codec::state::StateReport;
 use pyo3::prelude::*;
 
 use crate::errors::NativeResult;
+use crate::flat_record::frozen_record;
 
-/// One scheduler state report (ferrokafka's counters 0 where an older tracker wrote none;
-/// `low`/`high` -1 where it reported no offsets).
-#[pyclass(
-    name = "StateReportView",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyStateReportView {
-    schema_version: String,
-    dispatched_at: f64,
-    state: String,
-    low: i64,
-    high: i64,
-    daily: BTreeMap<String, u64>,
-    started_at: i64,
-    reloads: u64,
-    skipped_records: u64,
-    dispatched: u64,
-    failed: u64,
+frozen_record! {
+    /// One scheduler state report (ferrokafka's counters 0 where an older tracker wrote none;
+    /// `low`/`high` -1 where it reported no offsets).
+    "StateReportView" PyStateReportView {
+        schema_version: String,
+        dispatched_at: f64,
+        state: String,
+        low: i64,
+        high: i64,
+        daily: BTreeMap<String, u64>,
+        started_at: i64,
+        reloads: u64,
+        skipped_records: u64,
+        dispatched: u64,
+        failed: u64,
+    }
 }
 
 /// Decodes a zlib JSON scheduler state report into its view.

@@ -2,7 +2,6 @@
 //! daemons' `status`: a partition's offsets and the consumer group's state.
 
 use ferrokafka_kafka::{BrokerOffsets, GroupStatistics};
-use pyo3::prelude::*;
 
 use crate::flat_record::flat_record;
 
@@ -82,24 +81,4 @@ impl From<GroupStatistics> for PyGroupStatistics {
             rebalance_reason: g.rebalance_reason,
         }
     }
-}
-
-/// A partition's offsets as a Python object, None when unknown.
-pub(crate) fn broker_offsets(
-    py: Python<'_>,
-    offsets: Option<BrokerOffsets>,
-) -> PyResult<Option<Py<PyBrokerOffsets>>> {
-    offsets
-        .map(|b| Py::new(py, PyBrokerOffsets::from(b)))
-        .transpose()
-}
-
-/// A consumer group's state as a Python object, None when unknown.
-pub(crate) fn group_statistics(
-    py: Python<'_>,
-    group: Option<GroupStatistics>,
-) -> PyResult<Option<Py<PyGroupStatistics>>> {
-    group
-        .map(|g| Py::new(py, PyGroupStatistics::from(g)))
-        .transpose()
 }

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::codec::{json_of, python_of};
 use crate::errors::NativeResult;
+use crate::flat_record::frozen_record;
 use crate::report_samples::{PyProcessFacts, PySourceSample, sample_of};
 
 /// Builds the Reporter's consumer and error reports from its samples; remembers the counts of
@@ -86,66 +87,58 @@ pub fn error_report_violations_of(report: &Bound<'_, PyAny>) -> PyResult<Vec<(St
     violations_of(report, error_report_violations)
 }
 
-/// One assigned partition of a consumer report.
-#[pyclass(
-    name = "ReportPartition",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyReportPartition {
-    consumer_group: String,
-    subscription_group: String,
-    topic: String,
-    partition: u32,
-    lag: i64,
-    lag_stored: i64,
-    lag_hybrid: i64,
-    committed_offset: i64,
-    stored_offset: i64,
-    hi_offset: i64,
-    lo_offset: i64,
-    ls_offset: i64,
-    fetch_state: String,
-    poll_state: String,
+frozen_record! {
+    /// One assigned partition of a consumer report.
+    "ReportPartition" PyReportPartition {
+        consumer_group: String,
+        subscription_group: String,
+        topic: String,
+        partition: u32,
+        lag: i64,
+        lag_stored: i64,
+        lag_hybrid: i64,
+        committed_offset: i64,
+        stored_offset: i64,
+        hi_offset: i64,
+        lo_offset: i64,
+        ls_offset: i64,
+        fetch_state: String,
+        poll_state: String,
+    }
 }
 
-/// A consumer report of any schema read (Karafka Web's or ferrokafka's), as `ferrokafka
-/// status` shows it. `totals_*` count since the process's previous report.
-#[pyclass(
-    name = "ConsumerReportView",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyConsumerReportView {
-    schema_version: String,
-    newer_schema: bool,
-    dispatched_at: f64,
-    id: String,
-    status: String,
-    execution_mode: Option<String>,
-    started_at: f64,
-    memory_usage: u64,
-    memory_total_usage: u64,
-    memory_size: u64,
-    cpus: u64,
-    threads: u64,
-    workers: u64,
-    listeners_active: u64,
-    listeners_standby: u64,
-    cpu_usage: Vec<f64>,
-    tags: Vec<String>,
-    versions: BTreeMap<String, String>,
-    busy: u64,
-    enqueued: u64,
-    waiting: u64,
-    utilization: f64,
-    lag: i64,
-    lag_committed: i64,
-    totals: BTreeMap<String, u64>,
-    jobs: usize,
-    partitions: Vec<Py<PyReportPartition>>,
+frozen_record! {
+    /// A consumer report of any schema read (Karafka Web's or ferrokafka's), as `ferrokafka
+    /// status` shows it. `totals_*` count since the process's previous report.
+    "ConsumerReportView" PyConsumerReportView {
+        schema_version: String,
+        newer_schema: bool,
+        dispatched_at: f64,
+        id: String,
+        status: String,
+        execution_mode: Option<String>,
+        started_at: f64,
+        memory_usage: u64,
+        memory_total_usage: u64,
+        memory_size: u64,
+        cpus: u64,
+        threads: u64,
+        workers: u64,
+        listeners_active: u64,
+        listeners_standby: u64,
+        cpu_usage: Vec<f64>,
+        tags: Vec<String>,
+        versions: BTreeMap<String, String>,
+        busy: u64,
+        enqueued: u64,
+        waiting: u64,
+        utilization: f64,
+        lag: i64,
+        lag_committed: i64,
+        totals: BTreeMap<String, u64>,
+        jobs: usize,
+        partitions: Vec<Py<PyReportPartition>>,
+    }
 }
 
 fn consumer_view(py: Python<'_>, report: ConsumerReport) -> PyResult<PyConsumerReportView> {
@@ -232,24 +225,20 @@ pub fn view_consumer_report(
     Ok(consumer_view(py, report)?)
 }
 
-/// An error report of any schema read (1.0.0 and 1.1.0 have no `id`: `None`).
-#[pyclass(
-    name = "ErrorReportView",
-    module = "ferrokafka._native",
-    frozen,
-    get_all
-)]
-pub struct PyErrorReportView {
-    schema_version: String,
-    id: Option<String>,
-    kind: String,
-    error_class: String,
-    error_message: String,
-    backtrace: String,
-    details: Py<PyAny>,
-    occurred_at: f64,
-    process_id: String,
-    tags: Vec<String>,
+frozen_record! {
+    /// An error report of any schema read (1.0.0 and 1.1.0 have no `id`: `None`).
+    "ErrorReportView" PyErrorReportView {
+        schema_version: String,
+        id: Option<String>,
+        kind: String,
+        error_class: String,
+        error_message: String,
+        backtrace: String,
+        details: Py<PyAny>,
+        occurred_at: f64,
+        process_id: String,
+        tags: Vec<String>,
+    }
 }
 
 #[pymethods]
