@@ -119,6 +119,12 @@ def topic_factory(
 
 
 @pytest.fixture
+def topic(topic_factory: TopicFactory) -> str:
+    """A topic of one partition, named after the test; deleted afterwards."""
+    return topic_factory(partitions=1)
+
+
+@pytest.fixture
 def schedules_topic(kafka_client: ferrokafka.Client) -> Iterator[str]:
     """A schedules topic of two partitions; deleted afterwards with the states topic of the
     Scheduler that read it."""
