@@ -213,6 +213,17 @@ class SecureBroker:
             "sasl.password": self.password if password is None else password,
         }
 
+    def oauthbearer_config(self, token: dict[str, str]) -> dict[str, str]:
+        """Settings for the SASL_SSL listener with the OAUTHBEARER mechanism, plus the ``token``
+        settings that say where its token comes from."""
+        return {
+            "bootstrap.servers": self.sasl_ssl,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": self.ca,
+            "sasl.mechanism": "OAUTHBEARER",
+            **token,
+        }
+
 
 @pytest.fixture(scope="session")
 def secure_broker() -> Iterator[SecureBroker]:
