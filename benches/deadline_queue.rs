@@ -11,7 +11,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::hint::black_box;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use ferrokafka_benches::Rng;
 use ferrokafka_core::DeadlineQueue;
 use rustc_hash::FxHashMap;
@@ -130,29 +131,26 @@ impl Workload {
     }
 }
 
+/// Fills `queue` with `pending` entries once (not per sample: the closure keeps stepping the
+/// same queue) and benches the workload's steps on it; the queue is dropped before the next.
+fn bench_filled<S: Scheduler>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    mut queue: S,
+    pending: u64,
+) {
+    let mut workload = Workload::fill(&mut queue, pending);
+    group.bench_with_input(BenchmarkId::new(name, pending), &pending, |b, _| {
+        b.iter(|| black_box(workload.step(&mut queue)));
+    });
+}
+
 fn mixed_workload(c: &mut Criterion) {
     let mut group = c.benchmark_group("deadline_queue_mixed");
     for pending in [10_000u64, 100_000, 1_000_000] {
-        // Filled once per size (not per sample): the closures keep stepping the same queue.
-        let mut queue = DeadlineQueue::<u64, u64>::with_capacity(pending as usize + 16);
-        let mut workload = Workload::fill(&mut queue, pending);
-        group.bench_with_input(
-            BenchmarkId::new("DeadlineQueue", pending),
-            &pending,
-            |b, _| {
-                b.iter(|| black_box(workload.step(&mut queue)));
-            },
-        );
-        drop(queue);
-        let mut heap = LazyHeap::default();
-        let mut workload = Workload::fill(&mut heap, pending);
-        group.bench_with_input(
-            BenchmarkId::new("BinaryHeap+lazy", pending),
-            &pending,
-            |b, _| {
-                b.iter(|| black_box(workload.step(&mut heap)));
-            },
-        );
+        let queue = DeadlineQueue::<u64, u64>::with_capacity(pending as usize + 16);
+        bench_filled(&mut group, "DeadlineQueue", queue, pending);
+        bench_filled(&mut group, "BinaryHeap+lazy", LazyHeap::default(), pending);
     }
     group.finish();
 }

@@ -40,6 +40,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from _common import add_smoke_option, records_on
 from confluent_kafka import Consumer, Producer, ShareConsumer
@@ -78,6 +79,27 @@ def fill(bootstrap: str, topic: str, count: int, size: int) -> None:
     producer.flush(60)
 
 
+def batch_rate(
+    count: int,
+    take: Callable[[], list[Any]],
+    handle: Callable[[list[Any]], int],
+    finish: Callable[[], object] = lambda: None,
+) -> float:
+    """Messages per second of a consume loop: ``take`` a batch, ``handle`` it (returns how many
+    of its messages count) until ``count`` are handled, then ``finish``; timed from the first
+    non-empty batch to the end of ``finish``."""
+    seen = 0
+    started = None
+    while seen < count:
+        messages = take()
+        if not messages:
+            continue
+        started = started or time.perf_counter()
+        seen += handle(messages)
+    finish()
+    return count / (time.perf_counter() - (started or time.perf_counter()))
+
+
 def plain_loop(bootstrap: str, topic: str, count: int, batch: int) -> float:
     consumer = Consumer(
         {
@@ -88,18 +110,14 @@ def plain_loop(bootstrap: str, topic: str, count: int, batch: int) -> float:
         }
     )
     consumer.subscribe([topic])
-    seen = 0
-    started = None
-    while seen < count:
-        messages = consumer.consume(batch, timeout=1.0)
-        if not messages:
-            continue
-        started = started or time.perf_counter()
-        seen += sum(1 for m in messages if m.error() is None)
+
+    def commit(messages: list[Any]) -> int:
         consumer.commit(asynchronous=False)
-    elapsed = time.perf_counter() - (started or time.perf_counter())
+        return sum(1 for m in messages if m.error() is None)
+
+    rate = batch_rate(count, lambda: consumer.consume(batch, timeout=1.0), commit)
     consumer.close()
-    return count / elapsed
+    return rate
 
 
 def queue_loop(
@@ -115,19 +133,16 @@ def queue_loop(
         max_batch_size=batch,
         backend="share" if backend == "share" else "markers",
     )
-    seen = 0
-    started = None
-    while seen < count:
-        messages = queue.consume(batch, timeout=1.0)
-        if not messages:
-            continue
-        started = started or time.perf_counter()
+
+    def ack(messages: list[Any]) -> int:
         queue.ack_many(messages)
-        seen += len(messages)
-    queue.flush(60)
-    elapsed = time.perf_counter() - (started or time.perf_counter())
+        return len(messages)
+
+    rate = batch_rate(
+        count, lambda: queue.consume(batch, timeout=1.0), ack, lambda: queue.flush(60)
+    )
     queue.close()
-    return count / elapsed
+    return rate
 
 
 def queue_each_loop(bootstrap: str, topic: str, markers: str, count: int, batch: int) -> float:
@@ -163,21 +178,18 @@ def share_peer_loop(bootstrap: str, topic: str, count: int) -> float:
         {**config, "group.id": group, "share.acknowledgement.mode": "explicit"}
     )
     consumer.subscribe([topic])
-    seen = 0
-    started = None
-    while seen < count:
-        messages = consumer.poll(1.0)
-        if not messages:
-            continue
-        started = started or time.perf_counter()
-        for message in messages:
-            if message.error() is None:
-                consumer.acknowledge(message)
-                seen += 1
-    consumer.commit_sync(60)
-    elapsed = time.perf_counter() - (started or time.perf_counter())
+
+    def acknowledge(messages: list[Any]) -> int:
+        good = [m for m in messages if m.error() is None]
+        for message in good:
+            consumer.acknowledge(message)
+        return len(good)
+
+    rate = batch_rate(
+        count, lambda: consumer.poll(1.0), acknowledge, lambda: consumer.commit_sync(60)
+    )
     consumer.close()
-    return count / elapsed
+    return rate
 
 
 def process_cpu() -> float:

@@ -119,6 +119,12 @@ def topic_factory(
 
 
 @pytest.fixture
+def topic(topic_factory: TopicFactory) -> str:
+    """A topic of one partition, named after the test; deleted afterwards."""
+    return topic_factory(partitions=1)
+
+
+@pytest.fixture
 def schedules_topic(kafka_client: ferrokafka.Client) -> Iterator[str]:
     """A schedules topic of two partitions; deleted afterwards with the states topic of the
     Scheduler that read it."""
@@ -205,6 +211,17 @@ class SecureBroker:
             "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.username": self.user,
             "sasl.password": self.password if password is None else password,
+        }
+
+    def oauthbearer_config(self, token: dict[str, str]) -> dict[str, str]:
+        """Settings for the SASL_SSL listener with the OAUTHBEARER mechanism, plus the ``token``
+        settings that say where its token comes from."""
+        return {
+            "bootstrap.servers": self.sasl_ssl,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": self.ca,
+            "sasl.mechanism": "OAUTHBEARER",
+            **token,
         }
 
 

@@ -16,6 +16,13 @@ class Recorder:
         self.events: list[tuple[str, dict[str, Any]]] = []
         self._changed = threading.Condition()
 
+    @classmethod
+    def subscribed(cls, client: Any) -> Recorder:
+        """A Recorder subscribed to ``client`` (anything with ``subscribe(callback)``)."""
+        recorder = cls()
+        client.subscribe(recorder)
+        return recorder
+
     def __call__(self, name: str, payload: dict[str, Any]) -> None:
         with self._changed:
             self.events.append((name, payload))

@@ -36,12 +36,10 @@ def config(kafka_bootstrap: str) -> dict[str, str | int | bool]:
 
 
 def test_threshold_delivers_only_when_reached(
-    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+    config: dict[str, Any], kafka_client: Client, topic: str
 ) -> None:
-    topic = topic_factory(partitions=1)
-    recorder = Recorder()
     with AsyncProducer(config, delivery_threshold=10) as producer:
-        producer.subscribe(recorder)
+        recorder = Recorder.subscribed(producer)
         for n in range(9):
             producer.produce(f"m{n}", topic=topic)
         assert values(kafka_client, topic) == []
@@ -56,10 +54,9 @@ def test_threshold_delivers_only_when_reached(
 
 
 def test_reaching_the_threshold_delivers_the_whole_buffer(
-    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+    config: dict[str, Any], kafka_client: Client, topic: str
 ) -> None:
     """As ruby-kafka: the trigger delivers everything buffered, not one hand-off chunk."""
-    topic = topic_factory(partitions=1)
     with AsyncProducer(config, max_queue_size=5000, delivery_threshold=2500) as producer:
         producer.produce_many([f"m{n}".encode() for n in range(2500)], topic=topic)
         wait_until(lambda: producer.stats()["delivered"] == 2500, 20, "the whole buffer delivered")
@@ -68,12 +65,10 @@ def test_reaching_the_threshold_delivers_the_whole_buffer(
 
 
 def test_interval_delivers_without_being_asked(
-    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+    config: dict[str, Any], kafka_client: Client, topic: str
 ) -> None:
-    topic = topic_factory(partitions=1)
-    recorder = Recorder()
     with AsyncProducer(config, delivery_interval=2.0) as producer:
-        producer.subscribe(recorder)
+        recorder = Recorder.subscribed(producer)
         producer.produce_many([b"a", b"b", b"c"], topic=topic)
         # The interval runs from the producer's creation: nothing has been handed over yet.
         stats = producer.stats()
@@ -84,12 +79,10 @@ def test_interval_delivers_without_being_asked(
 
 
 def test_nothing_is_delivered_until_deliver_messages(
-    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+    config: dict[str, Any], kafka_client: Client, topic: str
 ) -> None:
-    topic = topic_factory(partitions=1)
-    recorder = Recorder()
     producer = AsyncProducer(config)
-    producer.subscribe(recorder)
+    recorder = Recorder.subscribed(producer)
     producer.produce_many([f"v{n}" for n in range(50)], topic=topic)
     assert values(kafka_client, topic) == []
     producer.deliver_messages()
@@ -113,9 +106,8 @@ def test_shutdown_delivers_everything_buffered(
 
 
 def test_raise_policy_raises_buffer_overflow_with_event(config: dict[str, Any]) -> None:
-    recorder = Recorder()
     producer = AsyncProducer(config, max_queue_size=3)
-    producer.subscribe(recorder)
+    recorder = Recorder.subscribed(producer)
     producer.produce_many([b"1", b"2", b"3"], topic="orders")
     with pytest.raises(BufferOverflow, match=r"max queue size \(3 messages\)") as caught:
         producer.produce(b"4", topic="orders")
@@ -141,11 +133,10 @@ def test_bytes_limit_and_oversize_message(config: dict[str, Any]) -> None:
 
 
 def test_block_policy_delivers_a_full_queue_instead_of_waiting(
-    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+    config: dict[str, Any], kafka_client: Client, topic: str
 ) -> None:
     # No delivery trigger at all: waiting for room would wait forever, so a full queue is
     # delivered at once and the blocked record goes in behind it.
-    topic = topic_factory(partitions=1)
     producer = AsyncProducer(config, max_queue_size=5, overflow="block", block_timeout=30.0)
     producer.produce_many([f"v{n}" for n in range(5)], topic=topic)
     producer.produce(b"v5", topic=topic)
@@ -183,12 +174,10 @@ def test_block_policy_gives_up_after_its_timeout_and_counts_the_refusal() -> Non
 
 
 def test_drop_oldest_counts_and_hands_back_drops(
-    config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
+    config: dict[str, Any], kafka_client: Client, topic: str
 ) -> None:
-    topic = topic_factory(partitions=1)
-    recorder = Recorder()
     producer = AsyncProducer(config, max_queue_size=3, overflow="drop_oldest")
-    producer.subscribe(recorder)
+    recorder = Recorder.subscribed(producer)
     dropped_future = producer.produce_future(b"0", topic=topic)
     producer.produce_many([b"1", b"2", b"3", b"4"], topic=topic)
     assert producer.stats()["dropped"] == 2
@@ -409,9 +398,8 @@ def test_a_transactional_batch_report_comes_once_its_transactions_committed(
 
 
 def test_a_batch_report_names_the_records_that_failed_and_the_rest_are_delivered(
-    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+    kafka_bootstrap: str, kafka_client: Client, topic: str
 ) -> None:
-    topic = topic_factory(partitions=1)
     producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2000})
     future = producer.produce_many_future([b"ok-0", b"x" * 5000, b"ok-2"], topic=topic)
     producer.deliver_messages()
@@ -427,9 +415,8 @@ def test_a_batch_report_names_the_records_that_failed_and_the_rest_are_delivered
 
 
 def test_batch_reports_cover_what_was_queued_and_await_in_asyncio(
-    config: dict[str, Any], topic_factory: TopicFactory
+    config: dict[str, Any], topic: str
 ) -> None:
-    topic = topic_factory(partitions=1)
     producer = AsyncProducer(config, max_queue_size=10)
     reports: list[DeliveryReport] = []
     with pytest.raises(BufferOverflow) as overflow:
@@ -452,12 +439,10 @@ def test_batch_reports_cover_what_was_queued_and_await_in_asyncio(
 
 
 def test_a_bad_message_fails_alone_and_is_handed_back(
-    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+    kafka_bootstrap: str, kafka_client: Client, topic: str
 ) -> None:
-    topic = topic_factory(partitions=1)
-    recorder = Recorder()
     producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2000})
-    producer.subscribe(recorder)
+    recorder = Recorder.subscribed(producer)
     failed_future = producer.produce_future(b"x" * 5000, topic=topic, key="big")
     producer.produce_many([b"ok-1", b"ok-2"], topic=topic)
     producer.flush()
@@ -492,13 +477,12 @@ def test_exhausted_retries_hand_messages_back() -> None:
 def test_a_users_statistics_interval_is_not_logged_by_producers_and_clients(
     config: dict[str, Any],
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    topic: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """librdkafka's statistics go only to the contexts that read them (a Consumer's, the
     daemons' group consumers): an AsyncProducer's or a Client's would reach rdkafka's default
     handler, which logs the whole document at INFO once per interval."""
-    topic = topic_factory(partitions=1)
     caplog.set_level(logging.INFO)
     with_statistics = {**config, "statistics.interval.ms": 20}
     producer = AsyncProducer(with_statistics)

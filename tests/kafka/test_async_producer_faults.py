@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -38,6 +38,37 @@ def make_topic(bootstrap: str, name: str, partitions: int = 3) -> str:
 
 def wait_for(event: threading.Event, what: str, timeout: float = 30.0) -> None:
     assert event.wait(timeout), f"timed out waiting for {what}"
+
+
+def idempotent_producer(
+    bootstrap: str, settings: dict[str, str | int | bool] | None = None, **options: Any
+) -> AsyncProducer:
+    """An idempotent AsyncProducer lingering 5 ms with room for 10,000 records, plus
+    librdkafka ``settings`` and AsyncProducer ``options``."""
+    return AsyncProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            **(settings or {}),
+        },
+        max_queue_size=10_000,
+        **options,
+    )
+
+
+def assert_each_once_in_order_per_key(
+    on_topic: list[tuple[bytes, bytes]], count: int, handed_back: list[bytes] | None = None
+) -> None:
+    """Values ``00000000`` to ``count - 1`` produced in order: each one is on the topic (as
+    (key, value), in offset order) or handed back, once, and each key's are in order."""
+    values = [value for _, value in on_topic]
+    assert len(values) == len(set(values)), "a record twice on the topic"
+    expected = [f"{n:08d}".encode() for n in range(count)]
+    assert sorted(values + (handed_back or [])) == expected, "each record exactly once"
+    for key in {k for k, _ in on_topic}:
+        per_key = [value for k, value in on_topic if k == key]
+        assert per_key == sorted(per_key), f"records of {key!r} out of order"
 
 
 def test_batch_reports_settle_every_record_when_shutdown_cuts_an_outage_short(
@@ -128,16 +159,7 @@ def test_idempotent_producer_keeps_order_per_key_when_messages_time_out(
 ) -> None:
     bootstrap, env = outage_broker
     topic = make_topic(bootstrap, "idempotent-order")
-    producer = AsyncProducer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "message.timeout.ms": 3000,
-            "linger.ms": 5,
-        },
-        max_queue_size=10_000,
-        delivery_interval=0.05,
-    )
+    producer = idempotent_producer(bootstrap, {"message.timeout.ms": 3000}, delivery_interval=0.05)
     timed_out = threading.Event()
     producer.subscribe(lambda name, payload: timed_out.set() if name == "delivery_error" else None)
     sequence = 0
@@ -158,14 +180,9 @@ def test_idempotent_producer_keeps_order_per_key_when_messages_time_out(
     producer.flush(timeout=60.0)
     handed_back = producer.shutdown(timeout=10.0)
     on_topic = read_all(bootstrap, topic)
-    values = [value for _, value in on_topic]
     returned = [m.value() or b"" for m in handed_back]
-    assert len(values) == len(set(values))
-    assert sorted(values + returned) == [f"{n:08d}".encode() for n in range(sequence)]
     assert returned, "the outage was meant to outlast message.timeout.ms"
-    for key in {k for k, _ in on_topic}:
-        per_key = [value for k, value in on_topic if k == key]
-        assert per_key == sorted(per_key), f"records of {key!r} out of order"
+    assert_each_once_in_order_per_key(on_topic, sequence, returned)
 
 
 def test_transactional_producer_outlives_an_outage_longer_than_its_transaction_timeout(
@@ -237,11 +254,7 @@ def test_transactional_producer_outlives_an_outage_longer_than_its_transaction_t
     on_topic = read_all(bootstrap, topic)
     assert sum(r.delivered for r in reports) == producer.stats()["delivered"] == len(on_topic)
     assert sum(r.failed for r in reports) == 0
-    values = sorted(value for _, value in on_topic)
-    assert values == [f"{n:08d}".encode() for n in range(produced)], "each record exactly once"
-    for key in {k for k, _ in on_topic}:
-        per_key = [value for k, value in on_topic if k == key]
-        assert per_key == sorted(per_key), f"records of {key!r} out of order"
+    assert_each_once_in_order_per_key(on_topic, produced)
 
 
 def test_outage_shorter_than_message_timeout_loses_and_duplicates_nothing(
@@ -249,10 +262,7 @@ def test_outage_shorter_than_message_timeout_loses_and_duplicates_nothing(
 ) -> None:
     bootstrap, env = outage_broker
     topic = make_topic(bootstrap, "outage")
-    producer = AsyncProducer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5},
-        max_queue_size=10_000,
-    )
+    producer = idempotent_producer(bootstrap)
     producer.produce_many([f"before-{n}" for n in range(100)], topic=topic)
     producer.flush(timeout=30.0)
     with outage(env):
@@ -324,15 +334,8 @@ def test_batches_handed_off_by_the_caller_keep_their_order_when_librdkafka_is_fu
     # buffer, in order, for the worker: nothing lost, nothing twice, order kept per partition.
     bootstrap, env = outage_broker
     topic = make_topic(bootstrap, "caller-hand-off", partitions=1)
-    producer = AsyncProducer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "queue.buffering.max.messages": 500,
-            "linger.ms": 5,
-        },
-        max_queue_size=10_000,
-        delivery_threshold=200,
+    producer = idempotent_producer(
+        bootstrap, {"queue.buffering.max.messages": 500}, delivery_threshold=200
     )
     values = [f"{n:06d}" for n in range(3000)]
     with outage(env):

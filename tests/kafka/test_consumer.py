@@ -389,9 +389,8 @@ def test_key_ordering_holds_across_a_rebalance(
 
 
 def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
-    base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+    base_config: dict[str, Any], kafka_bootstrap: str, topic: str, produce: Produce
 ) -> None:
-    topic = topic_factory(partitions=1)
     produce(topic, [{"value": f"v{n}"} for n in range(100)])
     release, running = threading.Event(), threading.Event()
     handled = Handled()
@@ -403,7 +402,6 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
         handled.add(batch)
         order.append("handled")
 
-    recorder = Recorder()
     consumer = Consumer(
         base_config,
         [TopicPartition(topic, 0)],
@@ -412,7 +410,7 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
         drain=20.0,
         on_unassigned=lambda partitions: order.append("unassigned"),
     )
-    consumer.subscribe(recorder)
+    recorder = Recorder.subscribed(consumer)
     consumer.start()
     assert running.wait(WAIT)
     eventually(lambda: consumer.stats()["partitions"][0]["queued"] == 90, "90 queued records")
@@ -438,9 +436,8 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
 
 
 def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
-    base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+    base_config: dict[str, Any], kafka_bootstrap: str, topic: str, produce: Produce
 ) -> None:
-    topic = topic_factory(partitions=1)
     produce(topic, [{"value": f"v{n}"} for n in range(20)])
     release, running = threading.Event(), threading.Event()
 
@@ -520,11 +517,10 @@ def test_rebalance_moves_partitions_without_skipping_records(
 def test_commit_policy_logs_publishes_and_moves_on(
     base_config: dict[str, Any],
     kafka_bootstrap: str,
-    topic_factory: TopicFactory,
+    topic: str,
     produce: Produce,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = topic_factory(partitions=1)
     produce(topic, [{"value": f"v{n}"} for n in range(10)])
     handled = Handled()
 
@@ -533,11 +529,10 @@ def test_commit_policy_logs_publishes_and_moves_on(
             raise RuntimeError("boom at 3")
         handled.add(batch)
 
-    recorder = Recorder()
     with Consumer(
         base_config, [TopicPartition(topic, 0)], handle, max_batch_size=1, commit_interval=0.2
     ) as consumer:
-        consumer.subscribe(recorder)
+        recorder = Recorder.subscribed(consumer)
         handled.wait_count(9)
         recorder.wait_for(
             lambda: any(c["offsets"] == [(topic, 0, 10)] for c in recorder.named("commit")),
@@ -557,9 +552,8 @@ def test_commit_policy_logs_publishes_and_moves_on(
 
 
 def test_retry_policy_backs_off_and_blocks_the_partition(
-    base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+    base_config: dict[str, Any], kafka_bootstrap: str, topic: str, produce: Produce
 ) -> None:
-    topic = topic_factory(partitions=1)
     produce(topic, [{"value": f"v{n}"} for n in range(8)])
     calls: list[int] = []
     handled = Handled()
@@ -572,7 +566,6 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
             raise ConnectionError("downstream unavailable")
         handled.add(batch)
 
-    recorder = Recorder()
     with Consumer(
         base_config,
         [TopicPartition(topic, 0)],
@@ -581,7 +574,7 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
         on_error="retry",
         retry_backoff=0.05,
     ) as consumer:
-        consumer.subscribe(recorder)
+        recorder = Recorder.subscribed(consumer)
         handled.wait_count(8)
         stats = consumer.stats()
     # Offset 4 waits until 3 succeeded: the partition is blocked while retrying.
@@ -782,7 +775,6 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
         snapshots.append(consumer.stats()["partitions"][0])
         handled.add(batch)
 
-    recorder = Recorder()
     consumer = Consumer(
         base_config,
         [TopicPartition(topic, 0)],
@@ -790,7 +782,7 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
         max_batch_size=20,
         max_queue_records=100,
     )
-    consumer.subscribe(recorder)
+    recorder = Recorder.subscribed(consumer)
     with consumer:
         handled.wait_count(total)
     assert any(s["paused"] for s in snapshots)
@@ -822,9 +814,8 @@ COUNTERS = {
 
 
 def test_stats_dict_keeps_its_shape_and_agrees_with_the_typed_snapshot(
-    base_config: dict[str, Any], topic_factory: TopicFactory, produce: Produce
+    base_config: dict[str, Any], topic: str, produce: Produce
 ) -> None:
-    topic = topic_factory(partitions=1)
     produce(topic, [{"value": f"v{n}"} for n in range(5)])
     handled = Handled()
     config = {**base_config, "statistics.interval.ms": 100}
@@ -985,10 +976,9 @@ def test_consumer_without_group_names_a_missing_topic(kafka_bootstrap: str) -> N
 
 
 def test_batch_columns_and_arrow_equal_its_messages(
-    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+    kafka_bootstrap: str, topic: str, produce: Produce
 ) -> None:
     pa = pytest.importorskip("pyarrow")
-    topic = topic_factory(partitions=1)
     base = 1_700_000_000_000
     records: list[dict[str, Any]] = [
         {"value": f"v{n}", "key": f"k{n}", "timestamp": base + n, "headers": {"h": f"{n}"}}

@@ -101,7 +101,7 @@ def backend(
     """Each backend with what it needs to redeliver: a tracker for the markers, the broker
     for share groups; both dead-letter after two redeliveries."""
     if request.param == "share":
-        yield Backend("share", None)
+        yield Backend("share", None, config, topics, dead_letters)
         return
     queue, markers = topics
     with RedeliveryTracker(
@@ -113,31 +113,29 @@ def backend(
         group_id=f"t-{uuid.uuid4().hex}",
         commit_interval=0.2,
     ) as daemon:
-        yield Backend("markers", daemon)
+        yield Backend("markers", daemon, config, topics, dead_letters)
 
 
 class Backend(NamedTuple):
+    """A backend with the test's config, (queue, markers) topics and dead-letter topic."""
+
     name: Literal["markers", "share"]
     tracker: RedeliveryTracker | None
+    config: dict[str, Any]
+    topics: tuple[str, str]
+    dead_letters: str
 
-    def open(
-        self,
-        config: dict[str, Any],
-        topics: tuple[str, str],
-        dead_letters: str,
-        timeout: float,
-        group: str,
-    ) -> QueueConsumer:
-        queue_topic, markers = topics
+    def open(self, timeout: float, group: str) -> QueueConsumer:
+        queue_topic, markers = self.topics
         return QueueConsumer(
-            config,
+            self.config,
             queue_topic,
             markers,
             timeout,
             group_id=group,
             backend=self.name,
             max_redeliveries=2,
-            dead_letter_topic=dead_letters,
+            dead_letter_topic=self.dead_letters,
         )
 
 
@@ -168,12 +166,7 @@ CONSUMER_SCRIPT = textwrap.dedent(
 
 
 def test_killed_consumer_unacked_come_back_acked_never(
-    kafka_bootstrap: str,
-    config: dict[str, Any],
-    kafka_client: Client,
-    topics: tuple[str, str],
-    dead_letters: str,
-    backend: Backend,
+    kafka_bootstrap: str, kafka_client: Client, topics: tuple[str, str], backend: Backend
 ) -> None:
     queue_topic, markers = topics
     values = [str(n) for n in range(20)]
@@ -200,7 +193,7 @@ def test_killed_consumer_unacked_come_back_acked_never(
     # Everything not acked comes back once: the held ones as a redelivery, the rest (never
     # handed out) as a first delivery or, if the child had marked them already, a redelivery.
     came: dict[str, int] = {}
-    with backend.open(config, topics, dead_letters, TIMEOUT, group) as queue:
+    with backend.open(TIMEOUT, group) as queue:
         deadline = time.monotonic() + 45
         while set(came) != set(values) - acked:
             assert time.monotonic() < deadline, f"came back: {sorted(came)}"
@@ -252,15 +245,11 @@ def test_automatic_keepalive_holds_a_slow_handler_nack_after_timeout_lets_go(
 
 
 def test_nack_now_redelivers_at_once_dead_letter_after_max_redeliveries(
-    config: dict[str, Any],
-    kafka_client: Client,
-    topics: tuple[str, str],
-    dead_letters: str,
-    backend: Backend,
+    kafka_client: Client, topics: tuple[str, str], dead_letters: str, backend: Backend
 ) -> None:
     produce(kafka_client, topics[0], ["poison"])
     counts: list[int] = []
-    with backend.open(config, topics, dead_letters, 30.0, f"g-{uuid.uuid4().hex}") as queue:
+    with backend.open(30.0, f"g-{uuid.uuid4().hex}") as queue:
         # Every attempt fails: nack makes it due at once, long before the 30 s timeout.
         while len(counts) < 3:
             message = queue.poll(timeout=20.0)
@@ -364,10 +353,8 @@ def test_tracker_killed_and_restarted_forgets_nothing_and_bursts_nothing(
     assert sum(s["redelivered"] for s in status) == len(unacked)
 
 
-def test_close_from_another_thread_ends_iteration(
-    config: dict[str, Any], topics: tuple[str, str], dead_letters: str, backend: Backend
-) -> None:
-    queue = backend.open(config, topics, dead_letters, TIMEOUT, f"g-{uuid.uuid4().hex}")
+def test_close_from_another_thread_ends_iteration(backend: Backend) -> None:
+    queue = backend.open(TIMEOUT, f"g-{uuid.uuid4().hex}")
     closer = threading.Timer(0.5, queue.close)
     closer.start()
     assert list(queue) == []

@@ -52,6 +52,12 @@ def daemon_config(kafka_bootstrap: str) -> dict[str, str | int | float | bool]:
     return {"bootstrap.servers": kafka_bootstrap, **GROUP_SETTINGS}
 
 
+@pytest.fixture
+def target(topic: str) -> str:
+    """The one-partition topic the test's schedules are dispatched to."""
+    return topic
+
+
 def start_scheduler(config: dict[str, Any], topic: str, group: str) -> Scheduler:
     return Scheduler(config, [topic], group_id=group, state_interval=0.2)
 
@@ -107,11 +113,10 @@ def test_schedules_are_dispatched_once_not_before_their_epoch(
 
 def test_cancelled_schedules_are_never_dispatched(
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    target: str,
     schedules_topic: str,
     daemon_config: dict[str, Any],
 ) -> None:
-    target = topic_factory(partitions=1)
     now = int(time.time())
     envelope = {"topic": schedules_topic, "partition": 0}
     schedule_message(
@@ -185,11 +190,10 @@ def test_state_reports_are_zlib_json_with_the_reference_fields(
 
 def test_bad_records_are_counted_and_skipped(
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    target: str,
     schedules_topic: str,
     daemon_config: dict[str, Any],
 ) -> None:
-    target = topic_factory(partitions=1)
     kafka_client.produce(schedules_topic, b"no headers at all", key="junk", partition=0)
     kafka_client.produce(
         schedules_topic,
@@ -214,13 +218,12 @@ def test_bad_records_are_counted_and_skipped(
 def test_a_newer_schema_stops_its_partition_instead_of_losing_the_schedule(
     kafka_bootstrap: str,
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    target: str,
     schedules_topic: str,
     daemon_config: dict[str, Any],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    target = topic_factory(partitions=1)
     now = int(time.time())
     newer = schedule(
         {"topic": target, "payload": b"newer"}, now, {"topic": schedules_topic, "key": "newer"}
@@ -347,6 +350,7 @@ def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
     kafka_client: Client,
     topic_factory: TopicFactory,
     schedules_topic: str,
+    daemon_config: dict[str, Any],
 ) -> None:
     target = topic_factory(partitions=2)
     group, txn_id = f"g-{uuid.uuid4().hex}", f"txn-{uuid.uuid4().hex}"
@@ -365,12 +369,8 @@ def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
     if how == "sigterm":
         assert daemon.returncode == 0, stderr
         assert "scheduler stopped" in stderr
-    config: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": kafka_bootstrap,
-        "transactional.id": txn_id,
-        **GROUP_SETTINGS,
-    }
-    with Scheduler(config, [schedules_topic], group_id=group, state_interval=0.2):
+    config = {**daemon_config, "transactional.id": txn_id}
+    with start_scheduler(config, schedules_topic, group):
         wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
     assert_burst_dispatched_once(kafka_client, target, count)
 
@@ -406,21 +406,14 @@ def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twi
 
 
 def test_two_daemons_split_partitions_and_survive_a_kill(
-    kafka_bootstrap: str,
-    kafka_client: Client,
-    topic_factory: TopicFactory,
+    kafka_bootstrap: str, kafka_client: Client, target: str, daemon_config: dict[str, Any]
 ) -> None:
     topic = f"test-schedules-pair-{uuid.uuid4().hex[:8]}"
     create_topics(kafka_client, topic, num_partitions=4)
-    target = topic_factory(partitions=1)
     group = f"g-{uuid.uuid4().hex}"
     other = run_daemon_process(kafka_bootstrap, topic, group, f"txn-{uuid.uuid4().hex}")
-    config: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": kafka_bootstrap,
-        **GROUP_SETTINGS,
-    }
     try:
-        with Scheduler(config, [topic], group_id=group, state_interval=0.2) as scheduler:
+        with Scheduler(daemon_config, [topic], group_id=group, state_interval=0.2) as scheduler:
             wait_until(lambda: 0 < len(scheduler.status()) < 4, 30, "a split of the partitions")
             other.kill()
             killed = time.monotonic()
@@ -502,14 +495,13 @@ def broker_control() -> Iterator[Any]:
 def test_far_future_read_back_is_retried_through_a_broker_outage(
     kafka_bootstrap: str,
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    target: str,
     broker_control: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
     topic = f"test-schedules-outage-{uuid.uuid4().hex[:8]}"
     create_topics(kafka_client, topic, num_partitions=1)
-    target = topic_factory(partitions=1)
     count = 20
     # A long session: the group must not rebalance during the outage (a reload would hide the
     # loss this test is about).
@@ -658,6 +650,7 @@ def test_chunks_due_together_share_transactions_and_an_abort_sends_them_again(
     kafka_bootstrap: str,
     kafka_client: Client,
     topic_factory: TopicFactory,
+    target: str,
     schedules_topic: str,
     daemon_config: dict[str, Any],
 ) -> None:
@@ -665,7 +658,6 @@ def test_chunks_due_together_share_transactions_and_an_abort_sends_them_again(
     go out in a few transactions, not one commit per chunk. A target refused for good dooms
     the transaction it shares with the others: the abort leaves read_committed readers none of
     its records, and the others are dispatched again, once each."""
-    target = topic_factory(partitions=1)
     refusing = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
     count = 100
     now = int(time.time())
@@ -716,11 +708,10 @@ def test_chunks_due_together_share_transactions_and_an_abort_sends_them_again(
 
 def test_out_of_range_epochs_are_skipped_and_state_reports_stay_valid(
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    target: str,
     schedules_topic: str,
     daemon_config: dict[str, Any],
 ) -> None:
-    target = topic_factory(partitions=1)
     now = int(time.time())
     proxy = schedule(
         {"topic": target, "payload": b"odd"}, now + 60, {"topic": schedules_topic, "partition": 0}
@@ -755,9 +746,8 @@ def test_out_of_range_epochs_are_skipped_and_state_reports_stay_valid(
 
 
 def test_static_member_restarted_after_kill_dispatches_within_seconds(
-    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory, schedules_topic: str
+    kafka_bootstrap: str, kafka_client: Client, target: str, schedules_topic: str
 ) -> None:
-    target = topic_factory(partitions=1)
     group = f"g-{uuid.uuid4().hex}"
     # A session far longer than the target: only static membership can bring the partitions
     # back in time.
@@ -793,11 +783,10 @@ def test_static_member_restarted_after_kill_dispatches_within_seconds(
 def test_offsets_are_committed_while_running(
     kafka_bootstrap: str,
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    target: str,
     schedules_topic: str,
     daemon_config: dict[str, Any],
 ) -> None:
-    target = topic_factory(partitions=1)
     group = f"g-{uuid.uuid4().hex}"
     for n in range(3):
         schedule_message(
@@ -821,7 +810,8 @@ def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
     kafka_bootstrap: str,
     kafka_client: Client,
     confluent_admin: Any,
-    topic_factory: TopicFactory,
+    target: str,
+    daemon_config: dict[str, Any],
 ) -> None:
     from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
@@ -830,17 +820,12 @@ def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
     resource = ConfigResource("topic", topic)
     described = confluent_admin.describe_configs([resource])[resource].result(timeout=10)
     assert described["segment.bytes"].value == "52428800"
-    target = topic_factory(partitions=1)
-    config: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": kafka_bootstrap,
-        **GROUP_SETTINGS,
-    }
     count = 40
     try:
         # No group_id: both join Karafka's group, karafka_scheduled_messages.
         with (
-            Scheduler(config, [topic], state_interval=0.2) as first,
-            Scheduler(config, [topic], state_interval=0.2) as second,
+            Scheduler(daemon_config, [topic], state_interval=0.2) as first,
+            Scheduler(daemon_config, [topic], state_interval=0.2) as second,
         ):
 
             def split_and_loaded() -> bool:
@@ -876,13 +861,13 @@ def test_proxies_land_where_karafka_and_confluent_producers_put_them(
     kafka_bootstrap: str,
     kafka_client: Client,
     topic_factory: TopicFactory,
+    target: str,
     daemon_config: dict[str, Any],
 ) -> None:
     from confluent_kafka import Producer as ConfluentProducer
 
     topic = f"test-schedules-parity-{uuid.uuid4().hex[:8]}"
     create_topics(kafka_client, topic, num_partitions=5)
-    target = topic_factory(partitions=1)
     probe_topic = topic_factory(partitions=5)
     peer = ConfluentProducer({"bootstrap.servers": kafka_bootstrap})
     landed: dict[str, int] = {}

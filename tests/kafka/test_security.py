@@ -42,6 +42,12 @@ pytestmark = pytest.mark.kafka
 WAIT = 30.0
 
 
+@pytest.fixture
+def wrong_password() -> str:
+    """A password that is not the SCRAM user's, unique to the test: no message may show it."""
+    return f"not-the-password-{uuid.uuid4().hex}"
+
+
 def new_topic(config: dict[str, str], partitions: int = 2) -> str:
     """A fresh topic, created over the secured listener ``config`` names."""
     name = f"secure-{uuid.uuid4().hex[:10]}"
@@ -99,22 +105,21 @@ def test_produce_and_consume_over_sasl_ssl_with_scram_sha_512(
 
 
 def test_a_wrong_password_fails_with_the_reason_and_without_the_password(
-    secure_broker: SecureBroker, caplog: pytest.LogCaptureFixture
+    secure_broker: SecureBroker, wrong_password: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    wrong = f"not-the-password-{uuid.uuid4().hex}"
-    config = secure_broker.scram_config(password=wrong)
+    config = secure_broker.scram_config(password=wrong_password)
     caplog.set_level(logging.DEBUG)
     with pytest.raises(KafkaError, match="Authentication failed") as refused:
         Client(config).list_topics(timeout=3.0)
     shown = f"{refused.value} {refused.value!r}"
     assert "SCRAM-SHA-512" in shown
-    assert wrong not in shown
+    assert wrong_password not in shown
     # The producer keeps retrying in the background and logs why; the log shows no password.
     producer = AsyncProducer({**config, "message.timeout.ms": 2000})
     producer.produce(b"never", new_topic(secure_broker.scram_config()))
     wait_until(lambda: "Authentication failed" in caplog.text, WAIT, "the refusal logged")
     assert len(producer.shutdown(timeout=5.0)) == 1
-    assert wrong not in caplog.text
+    assert wrong_password not in caplog.text
 
 
 def test_sasl_plain_and_oauthbearer_over_sasl_ssl(secure_broker: SecureBroker) -> None:
@@ -122,14 +127,12 @@ def test_sasl_plain_and_oauthbearer_over_sasl_ssl(secure_broker: SecureBroker) -
     plain = {**scram, "sasl.mechanism": "PLAIN"}
     # librdkafka's own unsigned token, which the broker's unsecured validator accepts: this shows
     # the OAUTHBEARER mechanism end to end without an identity provider.
-    oauth = {
-        "bootstrap.servers": secure_broker.sasl_ssl,
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": secure_broker.ca,
-        "sasl.mechanism": "OAUTHBEARER",
-        "enable.sasl.oauthbearer.unsecure.jwt": "true",
-        "sasl.oauthbearer.config": "principal=ferrokafka-test",
-    }
+    oauth = secure_broker.oauthbearer_config(
+        {
+            "enable.sasl.oauthbearer.unsecure.jwt": "true",
+            "sasl.oauthbearer.config": "principal=ferrokafka-test",
+        }
+    )
     for config in (plain, oauth):
         topic = new_topic(config, partitions=1)
         client = Client(config)
@@ -246,17 +249,15 @@ def test_oauthbearer_oidc_client_credentials_over_sasl_ssl(
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenEndpoint)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     secret = f"client-secret-{uuid.uuid4().hex}"
-    config = {
-        "bootstrap.servers": secure_broker.sasl_ssl,
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": secure_broker.ca,
-        "sasl.mechanism": "OAUTHBEARER",
-        "sasl.oauthbearer.method": "oidc",
-        "sasl.oauthbearer.token.endpoint.url": f"http://127.0.0.1:{server.server_port}/token",
-        "sasl.oauthbearer.client.id": "ferrokafka-app",
-        "sasl.oauthbearer.client.secret": secret,
-        "sasl.oauthbearer.scope": "kafka",
-    }
+    config = secure_broker.oauthbearer_config(
+        {
+            "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.token.endpoint.url": f"http://127.0.0.1:{server.server_port}/token",
+            "sasl.oauthbearer.client.id": "ferrokafka-app",
+            "sasl.oauthbearer.client.secret": secret,
+            "sasl.oauthbearer.scope": "kafka",
+        }
+    )
     caplog.set_level(logging.DEBUG)
     try:
         topic = new_topic(config, partitions=1)
@@ -341,9 +342,9 @@ def _refused_at_once(call: Any, cause: str) -> KafkaError:
 
 def test_a_wrong_password_is_raised_at_once_by_every_client_call(
     secure_broker: SecureBroker,
+    wrong_password: str,
 ) -> None:
-    wrong = f"not-the-password-{uuid.uuid4().hex}"
-    config = secure_broker.scram_config(password=wrong)
+    config = secure_broker.scram_config(password=wrong_password)
     topic = new_topic(secure_broker.scram_config(), partitions=1)
     calls = {
         "produce": lambda: Client(config).produce(topic, b"never", timeout=LONG),
@@ -356,7 +357,7 @@ def test_a_wrong_password_is_raised_at_once_by_every_client_call(
         shown = f"{refused} {refused!r}"
         assert name in shown
         assert "SCRAM-SHA-512" in shown
-        assert wrong not in shown
+        assert wrong_password not in shown
         assert refused.name == "_AUTHENTICATION"
     producer = AsyncProducer(config)
     producer.produce(b"never", topic)
@@ -378,16 +379,14 @@ def test_an_untrusted_ca_is_raised_at_once_by_produce(secure_broker: SecureBroke
 
 def test_an_unreachable_token_endpoint_is_raised_at_once(secure_broker: SecureBroker) -> None:
     secret = f"client-secret-{uuid.uuid4().hex}"
-    config = {
-        "bootstrap.servers": secure_broker.sasl_ssl,
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": secure_broker.ca,
-        "sasl.mechanism": "OAUTHBEARER",
-        "sasl.oauthbearer.method": "oidc",
-        "sasl.oauthbearer.client.id": "ferrokafka",
-        "sasl.oauthbearer.client.secret": secret,
-        "sasl.oauthbearer.token.endpoint.url": f"http://user:{secret}@127.0.0.1:1/token",
-    }
+    config = secure_broker.oauthbearer_config(
+        {
+            "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.client.id": "ferrokafka",
+            "sasl.oauthbearer.client.secret": secret,
+            "sasl.oauthbearer.token.endpoint.url": f"http://user:{secret}@127.0.0.1:1/token",
+        }
+    )
     for call in (
         lambda: Client(config).produce("never", b"v", timeout=LONG),
         lambda: Client(config).list_topics(timeout=LONG),
@@ -400,14 +399,12 @@ def test_a_malformed_oauthbearer_config_is_raised_at_once_without_its_value(
     secure_broker: SecureBroker,
 ) -> None:
     secret = f"value-{uuid.uuid4().hex}"
-    config = {
-        "bootstrap.servers": secure_broker.sasl_ssl,
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": secure_broker.ca,
-        "sasl.mechanism": "OAUTHBEARER",
-        "enable.sasl.oauthbearer.unsecure.jwt": "true",
-        "sasl.oauthbearer.config": f"principal=p unknown={secret}",
-    }
+    config = secure_broker.oauthbearer_config(
+        {
+            "enable.sasl.oauthbearer.unsecure.jwt": "true",
+            "sasl.oauthbearer.config": f"principal=p unknown={secret}",
+        }
+    )
     refused = _refused_at_once(
         lambda: Client(config).produce("never", b"v", timeout=LONG), "sasl.oauthbearer.config"
     )
@@ -416,10 +413,10 @@ def test_a_malformed_oauthbearer_config_is_raised_at_once_without_its_value(
 
 def test_a_consumer_reports_a_wrong_password_with_its_cause_at_once(
     secure_broker: SecureBroker,
+    wrong_password: str,
 ) -> None:
-    wrong = f"not-the-password-{uuid.uuid4().hex}"
     config = {
-        **secure_broker.scram_config(password=wrong),
+        **secure_broker.scram_config(password=wrong_password),
         "group.id": f"g-{uuid.uuid4().hex}",
     }
     errors: list[Any] = []
@@ -434,15 +431,15 @@ def test_a_consumer_reports_a_wrong_password_with_its_cause_at_once(
     shown = str(errors[0])
     assert "Authentication failed" in shown
     assert "SCRAM-SHA-512" in shown
-    assert wrong not in shown
+    assert wrong_password not in shown
 
 
 def test_a_transactional_producer_raises_a_wrong_password_at_once(
     secure_broker: SecureBroker,
+    wrong_password: str,
 ) -> None:
-    wrong = f"not-the-password-{uuid.uuid4().hex}"
     config = {
-        **secure_broker.scram_config(password=wrong),
+        **secure_broker.scram_config(password=wrong_password),
         "transactional.id": f"tx-{uuid.uuid4().hex}",
     }
     for start in (
@@ -453,14 +450,13 @@ def test_a_transactional_producer_raises_a_wrong_password_at_once(
         shown = f"{refused} {refused!r}"
         assert "init_transactions" in shown
         assert "SCRAM-SHA-512" in shown
-        assert wrong not in shown
+        assert wrong_password not in shown
 
 
 def test_daemons_end_with_a_wrong_password_at_once(
-    secure_broker: SecureBroker, caplog: pytest.LogCaptureFixture
+    secure_broker: SecureBroker, wrong_password: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    wrong = f"not-the-password-{uuid.uuid4().hex}"
-    config = secure_broker.scram_config(password=wrong)
+    config = secure_broker.scram_config(password=wrong_password)
     scheduler = Scheduler(config, [f"never-{uuid.uuid4().hex}"], group_id=f"g-{uuid.uuid4().hex}")
     tracker = RedeliveryTracker(
         config, f"never-{uuid.uuid4().hex}", f"never-{uuid.uuid4().hex}", group_id="g"
@@ -471,16 +467,16 @@ def test_daemons_end_with_a_wrong_password_at_once(
         assert "connection failed" in str(refused)
         assert "SCRAM-SHA-512" in str(refused)
         assert daemon.stop(timeout=PROMPT)
-    assert wrong not in f"{caplog.text}"
+    assert wrong_password not in f"{caplog.text}"
     assert "scheduler stopped" in caplog.text
     assert "redelivery tracker stopped" in caplog.text
 
 
 def test_the_scheduler_command_exits_with_the_cause_of_a_wrong_password(
     secure_broker: SecureBroker,
+    wrong_password: str,
 ) -> None:
-    wrong = f"not-the-password-{uuid.uuid4().hex}"
-    config = secure_broker.scram_config(password=wrong)
+    config = secure_broker.scram_config(password=wrong_password)
     settings = [f"--config={k}={v}" for k, v in config.items() if k != "bootstrap.servers"]
     command = [sys.executable, "-m", "ferrokafka", "scheduler", "--schedules-topic", "never"]
     command += ["--bootstrap-servers", secure_broker.sasl_ssl, *settings]
@@ -490,4 +486,4 @@ def test_the_scheduler_command_exits_with_the_cause_of_a_wrong_password(
     assert ended.returncode == 1, ended.stderr
     assert "Authentication failed" in ended.stderr
     assert "Traceback" not in ended.stderr
-    assert wrong not in ended.stderr + ended.stdout
+    assert wrong_password not in ended.stderr + ended.stdout

@@ -96,6 +96,18 @@ def fill(client: Client, topics: TrackingTopics, now: float) -> None:
     client.produce(topics.states, b"\x78\x9cjunk", partition=0)
 
 
+PROCESS = "host-a:11:aa"
+
+
+def send_report(
+    client: Client, topic: str, *, dispatched_at: float, lags: dict[int, int] | None = None
+) -> None:
+    """Sends a running report of PROCESS with ``lags`` (partition -> lag, default {0: 3})."""
+    send_process_report(
+        client, topic, process_report(PROCESS, dispatched_at=dispatched_at, lags=lags)
+    )
+
+
 def counting(reader: StatusReader) -> Counter[str]:
     """Counts every record the reader's consumer hands over, per topic."""
     seen: Counter[str] = Counter()
@@ -152,8 +164,7 @@ def test_reader_tails_without_rereading_and_finds_new_states_topics(
     kafka_bootstrap: str, kafka_client: Client, tracking_topics: TrackingTopics
 ) -> None:
     topics, now = tracking_topics, time.time()
-    process = "host-a:11:aa"
-    send_process_report(kafka_client, topics.reports, process_report(process, dispatched_at=now))
+    send_report(kafka_client, topics.reports, dispatched_at=now)
     reader = StatusReader(
         {"bootstrap.servers": kafka_bootstrap},
         reports_topic=topics.reports,
@@ -167,8 +178,7 @@ def test_reader_tails_without_rereading_and_finds_new_states_topics(
         assert seen[topics.reports] == 1
         assert not reader.refresh()  # nothing new: the tail goes on as it is
 
-        report = process_report(process, dispatched_at=now + 1, lags={0: 77})
-        send_process_report(kafka_client, topics.reports, report)
+        send_report(kafka_client, topics.reports, dispatched_at=now + 1, lags={0: 77})
         wait_until(
             lambda: reader.snapshot().processes[0].lag == 77, 20.0, "the new report to be read"
         )
@@ -189,7 +199,7 @@ def test_reader_tails_without_rereading_and_finds_new_states_topics(
         history = reader.snapshot().lag_history
     # The reports topic was read once in all, although the tail was rebuilt for the new topic.
     assert seen[topics.reports] == 2
-    (series,) = [s for s in history if s.process_id == process and s.partition == 0]
+    (series,) = [s for s in history if s.process_id == PROCESS and s.partition == 0]
     assert [lag for _, lag in series.points] == [3, 77]
 
 
@@ -246,8 +256,7 @@ def test_status_watch_refreshes_until_interrupted(
     kafka_bootstrap: str, kafka_client: Client, tracking_topics: TrackingTopics
 ) -> None:
     topics, now = tracking_topics, time.time()
-    process = "host-a:11:aa"
-    send_process_report(kafka_client, topics.reports, process_report(process, dispatched_at=now))
+    send_report(kafka_client, topics.reports, dispatched_at=now)
     command = [
         *(sys.executable, "-m", "ferrokafka", "status", "--bootstrap-servers", kafka_bootstrap),
         *topics.options(),
@@ -260,8 +269,7 @@ def test_status_watch_refreshes_until_interrupted(
             assert watch.stdout is not None
             first = json.loads(watch.stdout.readline())
             assert [p["lag"] for p in first["processes"]] == [3]
-            report = process_report(process, dispatched_at=now + 1, lags={0: 55})
-            send_process_report(kafka_client, topics.reports, report)
+            send_report(kafka_client, topics.reports, dispatched_at=now + 1, lags={0: 55})
             deadline = time.monotonic() + 30
             while json.loads(watch.stdout.readline())["processes"][0]["lag"] != 55:
                 assert time.monotonic() < deadline, "the new report never showed up"

@@ -109,11 +109,10 @@ def partition_lag(report: dict[str, Any], group: str, topic: str) -> int | None:
 
 def test_consumer_reports_lag_while_stalled_then_zero_and_a_final_stopped_report(
     kafka_bootstrap: str,
-    topic_factory: TopicFactory,
+    topic: str,
     report_topics: tuple[str, str],
     reporter: Reporter,
 ) -> None:
-    topic = topic_factory(partitions=1)
     group = f"tracking-{topic}"
     with AsyncProducer({"bootstrap.servers": kafka_bootstrap}, max_queue_size=2000) as producer:
         producer.produce_many([{"value": f"r{i}"} for i in range(1000)], topic=topic)
@@ -199,11 +198,10 @@ def test_report_records_carry_the_process_key_and_zlib_header(
 
 def test_handler_error_reaches_the_errors_topic_cut_to_the_limit(
     kafka_bootstrap: str,
-    topic_factory: TopicFactory,
+    topic: str,
     report_topics: tuple[str, str],
     reporter: Reporter,
 ) -> None:
-    topic = topic_factory(partitions=1)
     with AsyncProducer({"bootstrap.servers": kafka_bootstrap}) as producer:
         producer.produce("boom", topic=topic)
         producer.flush()
@@ -454,7 +452,7 @@ def test_async_consumer_reports_running_then_stopped(
 
 
 def test_an_error_reported_after_the_consumer_stopped_is_sent_within_the_interval(
-    kafka_bootstrap: str, topic_factory: TopicFactory, report_topics: tuple[str, str]
+    kafka_bootstrap: str, topic: str, report_topics: tuple[str, str]
 ) -> None:
     """The README's block: ``report_error`` after ``with consumer:`` (the reporter closed by
     the consumer's stop); nothing calls report() or close() afterwards."""
@@ -465,7 +463,6 @@ def test_an_error_reported_after_the_consumer_stopped_is_sent_within_the_interva
         errors_topic=report_topics[1],
         interval=interval,
     )
-    topic = topic_factory(partitions=1)
     consumer = Consumer(
         {"bootstrap.servers": kafka_bootstrap},
         [TopicPartition(topic, 0, offset="beginning")],

@@ -108,12 +108,11 @@ def test_cancel_dataframe_cancels_what_schedule_dataframe_scheduled(
     spark: SparkSession,
     kafka_bootstrap: str,
     kafka_client: Client,
-    topic_factory: TopicFactory,
+    topic: str,
     schedules_topic: str,
 ) -> None:
     from pyspark.sql import functions as F
 
-    target = topic_factory(partitions=1)
     epoch = int(time.time()) + LEAD
     frame = spark.range(40).select(
         F.concat(F.lit("s-"), F.col("id")).alias("key"),
@@ -124,7 +123,7 @@ def test_cancel_dataframe_cancels_what_schedule_dataframe_scheduled(
         frame,
         schedules_topic,
         "epoch",
-        target_topic=target,
+        target_topic=topic,
         key_col="key",
         bootstrap_servers=kafka_bootstrap,
     )
@@ -145,18 +144,18 @@ def test_cancel_dataframe_cancels_what_schedule_dataframe_scheduled(
     )
     schedule_message(
         kafka_client,
-        {"topic": target, "payload": b"sentinel"},
+        {"topic": topic, "payload": b"sentinel"},
         epoch + 1,
         {"topic": schedules_topic, "key": "sentinel"},
     )
     with loaded_scheduler(kafka_bootstrap, schedules_topic):
         wait_until(
-            lambda: b"sentinel" in {m.value() for m in kafka_client.read_topic(target)},
+            lambda: b"sentinel" in {m.value() for m in kafka_client.read_topic(topic)},
             40,
             "the sentinel",
             interval=0.2,
         )
-        values = sorted(m.value() or b"" for m in kafka_client.read_topic(target))
+        values = sorted(m.value() or b"" for m in kafka_client.read_topic(topic))
     odd = sorted(str(n).encode() for n in range(3, 40, 2))
     assert values == sorted([*odd, b"sentinel"])
 

@@ -78,6 +78,8 @@ def _assert_usage_error(shown: subprocess.CompletedProcess[str], naming: str) ->
 
 
 HUGE = "99999999999999999999999"
+# The redelivery command with its required arguments, for the cases that add a bad one.
+REDELIVERY = ["redelivery", "--queue-topic", "q", "--markers-topic", "m"]
 
 
 @pytest.mark.parametrize(
@@ -97,26 +99,9 @@ HUGE = "99999999999999999999999"
         (["scheduler", "--schedules-topic", "s", "--reports-topic", ""], "--reports-topic"),
         (["redelivery", "--queue-topic", "", "--markers-topic", "m"], "argument --queue-topic"),
         (["redelivery", "--queue-topic", "q", "--markers-topic", "a b"], "--markers-topic"),
-        (
-            ["redelivery", "--queue-topic", "q", "--markers-topic", "m", "--dead-letter-topic", ""],
-            "argument --dead-letter-topic",
-        ),
-        (
-            [
-                "redelivery",
-                "--queue-topic",
-                "q",
-                "--markers-topic",
-                "m",
-                "--max-redeliveries",
-                HUGE,
-            ],
-            "argument --max-redeliveries",
-        ),
-        (
-            ["redelivery", "--queue-topic", "q", "--markers-topic", "m", "--group-id", ""],
-            "argument --group-id",
-        ),
+        ([*REDELIVERY, "--dead-letter-topic", ""], "argument --dead-letter-topic"),
+        ([*REDELIVERY, "--max-redeliveries", HUGE], "argument --max-redeliveries"),
+        ([*REDELIVERY, "--group-id", ""], "argument --group-id"),
         (
             ["redelivery", "--queue-topic", "jobs", "--markers-topic", "jobs"],
             "argument --markers-topic: must differ from --queue-topic",
@@ -181,30 +166,8 @@ def test_a_dashboard_port_in_use_fails_before_announcing_its_url() -> None:
         (["scheduler", "--schedules-topic", "s", "--flush-batch-size", "0"], "--flush-batch-size"),
         (["scheduler", "--schedules-topic", "s", "--interval-ms", "-5"], "--interval-ms"),
         (["scheduler", "--schedules-topic", "s", "--report-interval", "nan"], "--report-interval"),
-        (
-            [
-                "redelivery",
-                "--queue-topic",
-                "q",
-                "--markers-topic",
-                "m",
-                "--max-redeliveries",
-                "-1",
-            ],
-            "--max-redeliveries",
-        ),
-        (
-            [
-                "redelivery",
-                "--queue-topic",
-                "q",
-                "--markers-topic",
-                "m",
-                "--commit-interval-ms",
-                "0",
-            ],
-            "--commit-interval-ms",
-        ),
+        ([*REDELIVERY, "--max-redeliveries", "-1"], "--max-redeliveries"),
+        ([*REDELIVERY, "--commit-interval-ms", "0"], "--commit-interval-ms"),
         (["dashboard", "--port", "99999"], "--port"),
         (["dashboard", "--port", "0"], "--port"),
         (["dashboard", "--refresh", "0"], "--refresh"),
