@@ -424,27 +424,21 @@ impl<P> ScheduleTracker<P> {
     /// Confirms the dispatch of `key`'s schedule at `offset` (target and tombstone flushed).
     /// Returns false when no such dispatch is in flight.
     pub fn mark_dispatched(&mut self, key: &str, offset: u64) -> bool {
-        match self.take_in_flight(key, offset) {
-            Some(in_flight) => {
-                self.uncount(in_flight.epoch_secs);
-                self.dispatched += 1;
-                true
-            }
-            None => false,
+        let settled = self.settle(key, offset);
+        if settled {
+            self.dispatched += 1;
         }
+        settled
     }
 
     /// Gives up on the in-flight schedule of `key` at `offset`: its target was refused for good
     /// (counted in `failed`). Returns false when no such dispatch is in flight.
     pub fn mark_failed(&mut self, key: &str, offset: u64) -> bool {
-        match self.take_in_flight(key, offset) {
-            Some(in_flight) => {
-                self.uncount(in_flight.epoch_secs);
-                self.failed += 1;
-                true
-            }
-            None => false,
+        let settled = self.settle(key, offset);
+        if settled {
+            self.failed += 1;
         }
+        settled
     }
 
     /// Returns a failed dispatch to the queue. It is dropped instead (and false returned) when a
@@ -466,6 +460,16 @@ impl<P> ScheduleTracker<P> {
         self.loaded
             .push(dispatch.key, deadline, dispatch.offset, schedule)?;
         Ok(true)
+    }
+
+    /// Ends the in-flight dispatch of `key` at `offset` (no longer pending); false when no such
+    /// dispatch is in flight.
+    fn settle(&mut self, key: &str, offset: u64) -> bool {
+        let Some(in_flight) = self.take_in_flight(key, offset) else {
+            return false;
+        };
+        self.uncount(in_flight.epoch_secs);
+        true
     }
 
     fn take_in_flight(&mut self, key: &str, offset: u64) -> Option<InFlight> {

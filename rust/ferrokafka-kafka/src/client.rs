@@ -26,6 +26,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, MainQueueWatcher, Waited};
+use crate::debug_form::debug_showing;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{self, TokenContext, TokenRefresh, answer_token_refresh};
 use crate::partitioner::PartitionCounts;
@@ -198,13 +199,7 @@ pub struct Client {
     brokers_create_topics: Mutex<Option<bool>>,
 }
 
-impl std::fmt::Debug for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
+debug_showing!(Client, settings);
 
 impl Client {
     /// Creates a client; librdkafka validates every key now, so a typo fails here.
@@ -774,14 +769,11 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::settings_of;
 
     #[test]
     fn unknown_config_key_is_refused_with_its_name() {
-        let settings = ClientSettings::new([
-            ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
-            ("no.such.key".to_owned(), "1".to_owned()),
-        ])
-        .unwrap();
+        let settings = settings_of(&[("bootstrap.servers", "127.0.0.1:1"), ("no.such.key", "1")]);
         let err = Client::new(settings).unwrap_err();
         assert!(matches!(err, KafkaIoError::Config(_)), "{err:?}");
         assert!(err.to_string().contains("no.such.key"), "{err}");
@@ -790,13 +782,12 @@ mod tests {
     #[test]
     fn refused_secret_values_are_named_but_never_shown() {
         for (key, value) in [("sasl.passwrd", "hunter2"), ("ssl.key.pem", "hunter2")] {
-            let settings = ClientSettings::new([
-                ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
+            let settings = settings_of(&[
+                ("bootstrap.servers", "127.0.0.1:1"),
                 // With TLS in use librdkafka parses the key and refuses one that is not PEM.
-                ("security.protocol".to_owned(), "SSL".to_owned()),
-                (key.to_owned(), value.to_owned()),
-            ])
-            .unwrap();
+                ("security.protocol", "SSL"),
+                (key, value),
+            ]);
             let err = Client::new(settings).unwrap_err();
             let shown = format!("{err} {err:?}");
             assert!(shown.contains(key), "{shown}");
@@ -812,9 +803,7 @@ mod tests {
 
     #[test]
     fn unreachable_broker_times_out_within_the_deadline() {
-        let settings =
-            ClientSettings::new([("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned())])
-                .unwrap();
+        let settings = settings_of(&[("bootstrap.servers", "127.0.0.1:1")]);
         let client = Client::new(settings).unwrap();
         let err = client
             .list_topics(None, Duration::from_millis(300))

@@ -385,6 +385,14 @@ impl ClientSettings {
         consumer
     }
 
+    /// These settings for a producer that writes outside the component's transactions (state
+    /// reports, markers): the producer's, without `transactional.id`.
+    pub(crate) fn for_plain_producer(&self) -> ClientSettings {
+        let mut producer = self.for_role(ClientRole::Producer);
+        producer.remove("transactional.id");
+        producer
+    }
+
     /// The rdkafka configuration holding these settings.
     pub fn to_client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -404,19 +412,27 @@ impl ClientSettings {
     }
 }
 
+/// Settings holding `pairs`, for the tests.
+#[cfg(test)]
+pub(crate) fn settings_of(pairs: &[(&str, &str)]) -> ClientSettings {
+    let entries = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    ClientSettings::new(entries).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn each_role_keeps_shared_settings_and_drops_the_other_roles() {
-        let settings = super::ClientSettings::new([
-            ("bootstrap.servers".to_owned(), "b:9092".to_owned()),
-            ("group.id".to_owned(), "g".to_owned()),
-            ("auto.offset.reset".to_owned(), "earliest".to_owned()),
-            ("linger.ms".to_owned(), "5".to_owned()),
-            ("transactional.id".to_owned(), "t".to_owned()),
-            ("security.protocol".to_owned(), "plaintext".to_owned()),
-        ])
-        .unwrap();
+        let settings = settings_of(&[
+            ("bootstrap.servers", "b:9092"),
+            ("group.id", "g"),
+            ("auto.offset.reset", "earliest"),
+            ("linger.ms", "5"),
+            ("transactional.id", "t"),
+            ("security.protocol", "plaintext"),
+        ]);
         let producer = settings.for_role(super::ClientRole::Producer);
         assert_eq!(producer.get("group.id"), None);
         assert_eq!(producer.get("auto.offset.reset"), None);
@@ -437,11 +453,10 @@ mod tests {
 
     #[test]
     fn only_a_consumer_that_reads_statistics_keeps_their_interval() {
-        let settings = ClientSettings::new([
-            ("bootstrap.servers".to_owned(), "b:9092".to_owned()),
-            ("statistics.interval.ms".to_owned(), "100".to_owned()),
-        ])
-        .unwrap();
+        let settings = settings_of(&[
+            ("bootstrap.servers", "b:9092"),
+            ("statistics.interval.ms", "100"),
+        ]);
         let interval = |s: ClientSettings| s.get("statistics.interval.ms").map(str::to_owned);
         assert_eq!(interval(settings.for_role(ClientRole::Producer)), None);
         assert_eq!(interval(settings.for_plain_consumer()), None);
@@ -453,8 +468,7 @@ mod tests {
 
     #[test]
     fn system_ca_certificates_are_probed_unless_a_ca_is_given() {
-        let mut settings =
-            ClientSettings::new([("security.protocol".to_owned(), "SSL".to_owned())]).unwrap();
+        let mut settings = settings_of(&[("security.protocol", "SSL")]);
         let config = settings.to_client_config();
         assert_eq!(config.get("ssl.ca.location"), Some("probe"));
         assert_eq!(config.get("https.ca.location"), Some("probe"));
@@ -509,11 +523,10 @@ mod tests {
 
     #[test]
     fn debug_form_hides_sensitive_values_only() {
-        let settings = ClientSettings::new([
-            ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
-            ("sasl.password".to_owned(), "hunter2".to_owned()),
-        ])
-        .unwrap();
+        let settings = settings_of(&[
+            ("bootstrap.servers", "127.0.0.1:1"),
+            ("sasl.password", "hunter2"),
+        ]);
         let shown = format!("{settings:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(
@@ -524,14 +537,13 @@ mod tests {
 
     #[test]
     fn secrets_of_a_client_config_are_cut_from_any_text() {
-        let settings = ClientSettings::new([
-            ("sasl.password".to_owned(), "wonderland-9".to_owned()),
+        let settings = settings_of(&[
+            ("sasl.password", "wonderland-9"),
             (
-                "sasl.oauthbearer.token.endpoint.url".to_owned(),
-                "https://idp.example:8443/token".to_owned(),
+                "sasl.oauthbearer.token.endpoint.url",
+                "https://idp.example:8443/token",
             ),
-        ])
-        .unwrap();
+        ]);
         assert_eq!(redact("echo: wonderland-9"), "echo: wonderland-9");
         let _ = settings.to_client_config();
         assert_eq!(redact("echo: wonderland-9"), format!("echo: {REDACTED}"));

@@ -348,17 +348,14 @@ impl Drop for MainQueueWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::settings_of;
 
     fn watch_with_secrets() -> ConnectionWatch {
-        let settings = ClientSettings::new([
-            ("bootstrap.servers".to_owned(), "b:9092".to_owned()),
-            ("sasl.password".to_owned(), "hunter2".to_owned()),
-            (
-                OAUTHBEARER_CONFIG.to_owned(),
-                "principal=p scope=secret-scope".to_owned(),
-            ),
-        ])
-        .unwrap();
+        let settings = settings_of(&[
+            ("bootstrap.servers", "b:9092"),
+            ("sasl.password", "hunter2"),
+            (OAUTHBEARER_CONFIG, "principal=p scope=secret-scope"),
+        ]);
         ConnectionWatch::new(&settings)
     }
 

@@ -22,6 +22,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 
 use crate::config::{ClientRole, ClientSettings};
+use crate::debug_form::debug_showing;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::headers::DEAD_LETTER_HEADERS;
 use crate::locks::lock;
@@ -100,13 +101,7 @@ pub struct DeadLetterWriter {
     resend: Arc<Mutex<Vec<(Instant, Delivery)>>>,
 }
 
-impl std::fmt::Debug for DeadLetterWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeadLetterWriter")
-            .field("topic", &self.topic)
-            .finish_non_exhaustive()
-    }
-}
+debug_showing!(DeadLetterWriter, topic);
 
 impl DeadLetterWriter {
     /// A writer to `topic` with the producer settings derived from the consumer's.

@@ -11,6 +11,7 @@ mod connection_failure;
 pub mod consumer;
 mod daemon;
 pub mod dead_letter;
+mod debug_form;
 pub mod error;
 pub mod headers;
 mod locks;

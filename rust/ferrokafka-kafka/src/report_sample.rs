@@ -7,6 +7,7 @@
 use ferrokafka_core::tracking::{PartitionSample, SourceSample, SourceTotals};
 
 use crate::config::ClientSettings;
+use crate::daemon::DaemonStatus;
 use crate::statistics::{BrokerOffsets, GroupStatistics};
 
 /// librdkafka's default `max.poll.interval.ms`.
@@ -64,6 +65,23 @@ impl GroupMember {
             partitions,
             jobs: Vec::new(),
         }
+    }
+
+    /// A daemon's source as of `status`: its group's state and transfer rates, `totals`, and
+    /// each partition's row as `partition` samples it (see [`pending_partition`]).
+    pub(crate) fn daemon_source<P>(
+        &self,
+        status: &DaemonStatus<P>,
+        totals: SourceTotals,
+        partition: impl Fn(&P) -> PartitionSample,
+    ) -> SourceSample {
+        let partitions = status.partitions.iter().map(partition).collect();
+        self.source(
+            status.group.as_ref(),
+            status.transfer_rates,
+            partitions,
+            totals,
+        )
     }
 }
 

@@ -32,6 +32,23 @@ fn is_valid(validity: Option<&[u8]>, index: usize) -> bool {
     })
 }
 
+/// Fails unless the Arrow `what` buffer holds the `needed` bytes of `len` rows from row
+/// `offset` (`None`: more than any buffer can).
+fn require_bytes(
+    buffer: &[u8],
+    needed: Option<usize>,
+    what: &str,
+    offset: usize,
+    len: usize,
+) -> Result<(), CoreError> {
+    if needed.is_none_or(|needed| buffer.len() < needed) {
+        return Err(CoreError::corrupt(format!(
+            "Arrow {what} buffer: too short for {len} rows at offset {offset}"
+        )));
+    }
+    Ok(())
+}
+
 /// The rows an array view covers: `len` rows from the array's slice `offset`, with their
 /// validity bitmap. What every view shares: the length and which rows hold a value.
 #[derive(Debug, Clone, Copy)]
@@ -89,11 +106,7 @@ impl<'a> BinaryView<'a> {
             .checked_add(len)
             .and_then(|end| end.checked_add(1))
             .and_then(|count| count.checked_mul(width));
-        if needed.is_none_or(|needed| offsets.len() < needed) {
-            return Err(CoreError::corrupt(format!(
-                "Arrow offsets buffer: too short for {len} rows at offset {offset}"
-            )));
-        }
+        require_bytes(offsets, needed, "offsets", offset, len)?;
         Ok(Self {
             rows: Rows::new(validity, offset, len)?,
             offsets,
@@ -155,11 +168,7 @@ impl<'a> Int64View<'a> {
         len: usize,
     ) -> Result<Self, CoreError> {
         let needed = offset.checked_add(len).and_then(|end| end.checked_mul(8));
-        if needed.is_none_or(|needed| values.len() < needed) {
-            return Err(CoreError::corrupt(format!(
-                "Arrow int64 buffer: too short for {len} rows at offset {offset}"
-            )));
-        }
+        require_bytes(values, needed, "int64", offset, len)?;
         Ok(Self {
             rows: Rows::new(validity, offset, len)?,
             values,

@@ -40,7 +40,11 @@ pub const JOB_TYPES: [&str; 5] = ["consume", "revoked", "shutdown", "tick", "eof
 /// Job statuses Karafka Web tracks.
 pub const JOB_STATUSES: [&str; 2] = ["running", "pending"];
 
-type Rule = (&'static str, &'static str, fn(&Value) -> bool);
+/// A rule as Karafka Web words it, with its test of a value.
+type Check = (&'static str, fn(&Value) -> bool);
+
+/// A field and its rule.
+type Rule = (&'static str, Check);
 
 /// The value of an `Integer` (one beyond `i64` is still an Integer: it counts as `i64::MAX`).
 fn integer(value: &Value) -> Option<i64> {
@@ -104,219 +108,194 @@ fn lag_or_unknown(value: &Value) -> bool {
     integer(value).is_some_and(|n| n >= 0 || n == -1)
 }
 
+// The rules most fields share, each worded once with its test.
+const COUNT: Check = ("required Integer >= 0", non_negative_integer);
+const INTEGER: Check = ("required Integer", any_integer);
+const FILLED_TEXT: Check = ("required non-empty String", filled_text);
+const TEXT: Check = ("required String", Value::is_string);
+const HASH: Check = ("required Hash", hash);
+const TAGS: Check = ("required Tags (Array of String)", tags);
+const POSITIVE_NUMERIC: Check = ("required Numeric > 0", positive_numeric);
+const NON_NEGATIVE_NUMERIC: Check = ("required Numeric >= 0", non_negative_numeric);
+const OFFSET_OR_NONE: Check = ("required Integer >= 0 or -1001", offset_or_none);
+const LAG_OR_UNKNOWN: Check = ("required Integer >= 0 or -1", lag_or_unknown);
+
 const REPORT: &[Rule] = &[
-    ("schema_version", "required non-empty String", filled_text),
-    ("dispatched_at", "required Numeric > 0", positive_numeric),
-    ("type", "required \"consumer\"", |v| v == "consumer"),
-    ("consumer_groups", "required Hash", hash),
-    ("jobs", "required Array", Value::is_array),
+    ("schema_version", FILLED_TEXT),
+    ("dispatched_at", POSITIVE_NUMERIC),
+    ("type", ("required \"consumer\"", |v| v == "consumer")),
+    ("consumer_groups", HASH),
+    ("jobs", ("required Array", Value::is_array)),
 ];
 
 const PROCESS: &[Rule] = &[
-    ("started_at", "required Numeric > 0", positive_numeric),
-    ("id", "required String with at least two ':'", |v| {
-        text(v).is_some_and(|t| t.matches(':').count() >= 2)
-    }),
-    ("cpus", "required Integer >= 1", |v| {
-        integer(v).is_some_and(|n| n >= 1)
-    }),
+    ("started_at", POSITIVE_NUMERIC),
     (
-        "memory_usage",
-        "required Integer >= 0",
-        non_negative_integer,
+        "id",
+        ("required String with at least two ':'", |v| {
+            text(v).is_some_and(|t| t.matches(':').count() >= 2)
+        }),
     ),
     (
-        "memory_total_usage",
-        "required Integer >= 0",
-        non_negative_integer,
+        "cpus",
+        ("required Integer >= 1", |v| {
+            integer(v).is_some_and(|n| n >= 1)
+        }),
     ),
-    ("memory_size", "required Integer >= 0", non_negative_integer),
-    ("status", "required one of Karafka's process states", |v| {
-        text(v).is_some_and(|t| PROCESS_STATES.contains(&t))
-    }),
-    ("threads", "required Integer >= 0", non_negative_integer),
-    ("workers", "required Integer >= 0", non_negative_integer),
-    ("tags", "required Tags (Array of String)", tags),
-    ("execution_mode", "required non-empty String", filled_text),
-    ("cpu_usage", "required Array of 3 Numeric >= -1", |v| {
-        v.as_array().is_some_and(|items| {
-            items.len() == 3
-                && items
-                    .iter()
-                    .all(|item| numeric(item).is_some_and(|n| n >= -1.0))
-        })
-    }),
+    ("memory_usage", COUNT),
+    ("memory_total_usage", COUNT),
+    ("memory_size", COUNT),
+    (
+        "status",
+        ("required one of Karafka's process states", |v| {
+            text(v).is_some_and(|t| PROCESS_STATES.contains(&t))
+        }),
+    ),
+    ("threads", COUNT),
+    ("workers", COUNT),
+    ("tags", TAGS),
+    ("execution_mode", FILLED_TEXT),
+    (
+        "cpu_usage",
+        ("required Array of 3 Numeric >= -1", |v| {
+            v.as_array().is_some_and(|items| {
+                items.len() == 3
+                    && items
+                        .iter()
+                        .all(|item| numeric(item).is_some_and(|n| n >= -1.0))
+            })
+        }),
+    ),
 ];
 
-const LISTENERS: &[Rule] = &[
-    ("active", "required Integer >= 0", non_negative_integer),
-    ("standby", "required Integer >= 0", non_negative_integer),
-];
+const LISTENERS: &[Rule] = &[("active", COUNT), ("standby", COUNT)];
 
 const VERSIONS: &[Rule] = &[
-    ("ruby", "required non-empty String", filled_text),
-    ("karafka", "required non-empty String", filled_text),
-    ("karafka_core", "required non-empty String", filled_text),
-    ("karafka_web", "required non-empty String", filled_text),
-    ("waterdrop", "required non-empty String", filled_text),
-    ("rdkafka", "required non-empty String", filled_text),
-    ("librdkafka", "required non-empty String", filled_text),
+    ("ruby", FILLED_TEXT),
+    ("karafka", FILLED_TEXT),
+    ("karafka_core", FILLED_TEXT),
+    ("karafka_web", FILLED_TEXT),
+    ("waterdrop", FILLED_TEXT),
+    ("rdkafka", FILLED_TEXT),
+    ("librdkafka", FILLED_TEXT),
 ];
 
 const STATS: &[Rule] = &[
-    ("busy", "required Integer >= 0", non_negative_integer),
-    ("enqueued", "required Integer >= 0", non_negative_integer),
-    ("waiting", "required Integer >= 0", non_negative_integer),
-    ("utilization", "required Numeric >= 0", non_negative_numeric),
+    ("busy", COUNT),
+    ("enqueued", COUNT),
+    ("waiting", COUNT),
+    ("utilization", NON_NEGATIVE_NUMERIC),
 ];
 
 const TOTALS: &[Rule] = &[
-    ("jobs", "required Integer >= 0", non_negative_integer),
-    ("batches", "required Integer >= 0", non_negative_integer),
-    ("messages", "required Integer >= 0", non_negative_integer),
-    ("errors", "required Integer >= 0", non_negative_integer),
-    ("retries", "required Integer >= 0", non_negative_integer),
-    ("dead", "required Integer >= 0", non_negative_integer),
+    ("jobs", COUNT),
+    ("batches", COUNT),
+    ("messages", COUNT),
+    ("errors", COUNT),
+    ("retries", COUNT),
+    ("dead", COUNT),
 ];
 
-const CONSUMER_GROUP: &[Rule] = &[
-    ("id", "required non-empty String", filled_text),
-    ("subscription_groups", "required Hash", hash),
-];
+const CONSUMER_GROUP: &[Rule] = &[("id", FILLED_TEXT), ("subscription_groups", HASH)];
 
 const SUBSCRIPTION_GROUP: &[Rule] = &[
-    ("id", "required non-empty String", filled_text),
-    ("topics", "required Hash", hash),
-    ("instance_id", "required false or String", |v| {
-        v == &Value::Bool(false) || v.is_string()
-    }),
+    ("id", FILLED_TEXT),
+    ("topics", HASH),
+    (
+        "instance_id",
+        ("required false or String", |v| {
+            v == &Value::Bool(false) || v.is_string()
+        }),
+    ),
 ];
 
 const GROUP_STATE: &[Rule] = &[
-    ("state", "required non-empty String", filled_text),
-    ("join_state", "required non-empty String", filled_text),
-    ("stateage", "required Integer >= 0", non_negative_integer),
-    (
-        "rebalance_age",
-        "required Integer >= 0",
-        non_negative_integer,
-    ),
-    (
-        "rebalance_cnt",
-        "required Integer >= 0",
-        non_negative_integer,
-    ),
-    ("rebalance_reason", "required String", Value::is_string),
-    ("poll_age", "required Numeric >= 0", non_negative_numeric),
-    ("poll_interval", "required Integer > 0", positive_integer),
+    ("state", FILLED_TEXT),
+    ("join_state", FILLED_TEXT),
+    ("stateage", COUNT),
+    ("rebalance_age", COUNT),
+    ("rebalance_cnt", COUNT),
+    ("rebalance_reason", TEXT),
+    ("poll_age", NON_NEGATIVE_NUMERIC),
+    ("poll_interval", ("required Integer > 0", positive_integer)),
 ];
 
 const TOPIC: &[Rule] = &[
-    ("name", "required non-empty String", filled_text),
-    (
-        "partitions_cnt",
-        "required Integer >= 0",
-        non_negative_integer,
-    ),
-    ("partitions", "required Hash", hash),
+    ("name", FILLED_TEXT),
+    ("partitions_cnt", COUNT),
+    ("partitions", HASH),
 ];
 
 const PARTITION: &[Rule] = &[
-    ("id", "required Integer >= 0", non_negative_integer),
-    ("lag", "required Integer", any_integer),
-    ("lag_d", "required Integer", any_integer),
-    ("lag_stored", "required Integer", any_integer),
-    ("lag_stored_d", "required Integer", any_integer),
-    ("committed_offset", "required Integer", any_integer),
+    ("id", COUNT),
+    ("lag", INTEGER),
+    ("lag_d", INTEGER),
+    ("lag_stored", INTEGER),
+    ("lag_stored_d", INTEGER),
+    ("committed_offset", INTEGER),
+    ("committed_offset_fd", COUNT),
+    ("stored_offset", INTEGER),
+    ("stored_offset_fd", COUNT),
+    ("fetch_state", FILLED_TEXT),
+    ("poll_state", FILLED_TEXT),
+    ("poll_state_ch", COUNT),
+    ("hi_offset", INTEGER),
+    ("hi_offset_fd", COUNT),
+    ("lo_offset", INTEGER),
+    ("eof_offset", INTEGER),
+    ("ls_offset", INTEGER),
+    ("ls_offset_d", INTEGER),
+    ("ls_offset_fd", COUNT),
     (
-        "committed_offset_fd",
-        "required Integer >= 0",
-        non_negative_integer,
+        "transactional",
+        ("required true or false", Value::is_boolean),
     ),
-    ("stored_offset", "required Integer", any_integer),
-    (
-        "stored_offset_fd",
-        "required Integer >= 0",
-        non_negative_integer,
-    ),
-    ("fetch_state", "required non-empty String", filled_text),
-    ("poll_state", "required non-empty String", filled_text),
-    (
-        "poll_state_ch",
-        "required Integer >= 0",
-        non_negative_integer,
-    ),
-    ("hi_offset", "required Integer", any_integer),
-    (
-        "hi_offset_fd",
-        "required Integer >= 0",
-        non_negative_integer,
-    ),
-    ("lo_offset", "required Integer", any_integer),
-    ("eof_offset", "required Integer", any_integer),
-    ("ls_offset", "required Integer", any_integer),
-    ("ls_offset_d", "required Integer", any_integer),
-    (
-        "ls_offset_fd",
-        "required Integer >= 0",
-        non_negative_integer,
-    ),
-    ("transactional", "required true or false", Value::is_boolean),
 ];
 
 const JOB: &[Rule] = &[
-    ("consumer", "required String", Value::is_string),
-    ("consumer_group", "required String", Value::is_string),
-    ("updated_at", "required Float >= 0", |v| {
-        is_float(v) && non_negative_numeric(v)
-    }),
-    ("topic", "required String", Value::is_string),
-    ("partition", "required Integer >= 0", non_negative_integer),
+    ("consumer", TEXT),
+    ("consumer_group", TEXT),
     (
-        "first_offset",
-        "required Integer >= 0 or -1001",
-        offset_or_none,
+        "updated_at",
+        ("required Float >= 0", |v| {
+            is_float(v) && non_negative_numeric(v)
+        }),
     ),
-    (
-        "last_offset",
-        "required Integer >= 0 or -1001",
-        offset_or_none,
-    ),
-    ("committed_offset", "required Integer", any_integer),
-    ("messages", "required Integer >= 0", non_negative_integer),
+    ("topic", TEXT),
+    ("partition", COUNT),
+    ("first_offset", OFFSET_OR_NONE),
+    ("last_offset", OFFSET_OR_NONE),
+    ("committed_offset", INTEGER),
+    ("messages", COUNT),
     (
         "type",
-        "required one of consume/revoked/shutdown/tick/eofed",
-        |v| text(v).is_some_and(|t| JOB_TYPES.contains(&t)),
+        ("required one of consume/revoked/shutdown/tick/eofed", |v| {
+            text(v).is_some_and(|t| JOB_TYPES.contains(&t))
+        }),
     ),
-    ("tags", "required Tags (Array of String)", tags),
+    ("tags", TAGS),
+    ("consumption_lag", LAG_OR_UNKNOWN),
+    ("processing_lag", LAG_OR_UNKNOWN),
     (
-        "consumption_lag",
-        "required Integer >= 0 or -1",
-        lag_or_unknown,
+        "status",
+        ("required running or pending", |v| {
+            text(v).is_some_and(|t| JOB_STATUSES.contains(&t))
+        }),
     ),
-    (
-        "processing_lag",
-        "required Integer >= 0 or -1",
-        lag_or_unknown,
-    ),
-    ("status", "required running or pending", |v| {
-        text(v).is_some_and(|t| JOB_STATUSES.contains(&t))
-    }),
 ];
 
 const ERROR: &[Rule] = &[
-    ("schema_version", "required String", Value::is_string),
-    ("id", "required non-empty String", filled_text),
-    ("type", "required non-empty String", filled_text),
-    ("error_class", "required non-empty String", filled_text),
-    ("error_message", "required String", Value::is_string),
-    ("backtrace", "required String", Value::is_string),
-    ("details", "required Hash", hash),
-    ("occurred_at", "required Float", is_float),
+    ("schema_version", TEXT),
+    ("id", FILLED_TEXT),
+    ("type", FILLED_TEXT),
+    ("error_class", FILLED_TEXT),
+    ("error_message", TEXT),
+    ("backtrace", TEXT),
+    ("details", HASH),
+    ("occurred_at", ("required Float", is_float)),
 ];
 
-const ERROR_PROCESS: &[Rule] = &[("id", "required non-empty String", filled_text)];
+const ERROR_PROCESS: &[Rule] = &[("id", FILLED_TEXT)];
 
 /// Collects the broken rules of one contract level.
 struct Checker {
@@ -342,7 +321,7 @@ impl Checker {
             return false;
         };
         let before = self.found.len();
-        for (key, rule, check) in rules {
+        for (key, (rule, check)) in rules {
             if !map.get(*key).is_some_and(check) {
                 self.found.push(Violation {
                     path: Self::path(prefix, key),

@@ -573,30 +573,47 @@ mod tests {
         assert!(deflate_batch(&view, 10, false).is_err());
     }
 
-    #[test]
-    fn schedule_headers_match_the_single_proxy_builder() {
-        let mut topics = BinaryBuilder::default();
-        topics.push(Some(b"orders"));
-        topics.push(None);
-        topics.push(Some(b"orders"));
-        let (validity, offsets, data) = buffers_of(topics);
-        let epochs: Vec<u8> = [1_700_000_100i64, 1_700_000_100, 5]
-            .iter()
-            .flat_map(|e| e.to_le_bytes())
-            .collect();
+    /// The headers column and each row's error of schedules to `topics` due at `epochs`, with
+    /// payloads of `sizes` bytes when given, built at 1_700_000_000 under `limits`.
+    fn headers_at_now(
+        topics: &[Option<&[u8]>],
+        epochs: &[i64],
+        sizes: Option<&[i64]>,
+        limits: &ScheduleLimits,
+    ) -> (Column, Vec<Option<String>>) {
+        let int64_buffer =
+            |values: &[i64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+        let rows = topics.len();
+        let mut column = BinaryBuilder::default();
+        for topic in topics {
+            column.push(*topic);
+        }
+        let (validity, offsets, data) = buffers_of(column);
+        let epochs = int64_buffer(epochs);
+        let sizes = sizes.map(int64_buffer);
         let columns = ScheduleColumns {
-            target_topic: BinaryView::new(validity.as_deref(), &offsets, &data, 0, 3, false)
+            target_topic: BinaryView::new(validity.as_deref(), &offsets, &data, 0, rows, false)
                 .unwrap(),
-            epoch: Int64View::new(None, &epochs, 0, 3).unwrap(),
+            epoch: Int64View::new(None, &epochs, 0, rows).unwrap(),
             key: None,
             partition: None,
             partition_key: None,
-            payload_size: None,
+            payload_size: sizes
+                .as_deref()
+                .map(|sizes| Int64View::new(None, sizes, 0, rows).unwrap()),
         };
+        let (headers, errs) = schedule_headers_batch(&columns, 1_700_000_000, limits)
+            .finish()
+            .unwrap();
+        (headers, errors(errs))
+    }
+
+    #[test]
+    fn schedule_headers_match_the_single_proxy_builder() {
+        let topics = [Some(&b"orders"[..]), None, Some(b"orders")];
+        let epochs = [1_700_000_100, 1_700_000_100, 5];
         let limits = ScheduleLimits::default();
-        let result = schedule_headers_batch(&columns, 1_700_000_000, &limits);
-        let (headers, errs) = result.finish().unwrap();
-        let errs = errors(errs);
+        let (headers, errs) = headers_at_now(&topics, &epochs, None, &limits);
         assert_eq!(errs[0], None);
         assert!(errs[1].as_deref().unwrap().contains("target topic is null"));
         assert!(errs[2].as_deref().unwrap().contains("in the past"));
@@ -623,30 +640,10 @@ mod tests {
 
     #[test]
     fn a_row_whose_payload_is_over_the_limit_fails_naming_it() {
-        let mut topics = BinaryBuilder::default();
-        topics.push(Some(b"orders"));
-        topics.push(Some(b"orders"));
-        let (validity, offsets, data) = buffers_of(topics);
-        let epochs: Vec<u8> = [1_700_000_100i64; 2]
-            .iter()
-            .flat_map(|e| e.to_le_bytes())
-            .collect();
-        let sizes: Vec<u8> = [1_000_012i64, 1_000_013]
-            .iter()
-            .flat_map(|e| e.to_le_bytes())
-            .collect();
-        let columns = ScheduleColumns {
-            target_topic: BinaryView::new(validity.as_deref(), &offsets, &data, 0, 2, false)
-                .unwrap(),
-            epoch: Int64View::new(None, &epochs, 0, 2).unwrap(),
-            key: None,
-            partition: None,
-            partition_key: None,
-            payload_size: Some(Int64View::new(None, &sizes, 0, 2).unwrap()),
-        };
-        let result = schedule_headers_batch(&columns, 1_700_000_000, &ScheduleLimits::default());
-        let (_, errs) = result.finish().unwrap();
-        let errs = errors(errs);
+        let topics = [Some(&b"orders"[..]); 2];
+        let sizes = [1_000_012, 1_000_013];
+        let limits = ScheduleLimits::default();
+        let (_, errs) = headers_at_now(&topics, &[1_700_000_100; 2], Some(&sizes), &limits);
         assert_eq!(errs[0], None);
         assert!(
             errs[1].as_deref().unwrap().contains("max_payload_size"),

@@ -14,6 +14,7 @@ use super::events::WorkerId;
 use super::state::{InFlight, Slot, SlotState, load_event};
 use crate::dead_letter::Failure;
 use crate::error::KafkaResult;
+use crate::locks::wait_timeout;
 use crate::record::ReceivedRecord;
 
 /// What [`ConcurrentConsumer::fetch`] found.
@@ -73,11 +74,7 @@ impl ConcurrentConsumer {
             if left.is_zero() {
                 return Ok(Fetched::Empty);
             }
-            state = slot
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            state = wait_timeout(&slot.changed, state, left);
         }
     }
 

@@ -13,7 +13,7 @@ use rdkafka::statistics::Statistics;
 use super::events::ConsumerEvent;
 use super::state::{Handle, RebalanceHandler, Shared, Slot};
 use crate::error::KafkaIoError;
-use crate::locks::lock;
+use crate::locks::{lock, wait_timeout};
 use crate::oauth::answer_token_refresh;
 use crate::statistics::partitions;
 
@@ -121,11 +121,7 @@ impl Shared {
                     );
                     break;
                 }
-                state = slot
-                    .changed
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                state = wait_timeout(&slot.changed, state, left);
             }
         }
     }

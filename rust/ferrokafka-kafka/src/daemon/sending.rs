@@ -9,6 +9,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::record::OutgoingRecord;
 
@@ -152,11 +153,7 @@ fn settle_all(producer: &ThreadedProducer<FlushTracker>, timeout: Duration) -> K
                 bootstrap: None,
             });
         }
-        state = tracker
-            .settled
-            .wait_timeout(state, left)
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
+        state = wait_timeout(&tracker.settled, state, left);
     }
     match state.failures.drain(..).next() {
         None => Ok(()),

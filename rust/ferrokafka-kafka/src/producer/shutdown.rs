@@ -10,6 +10,7 @@ use rdkafka::producer::{Producer, PurgeConfig};
 use super::pending::Pending;
 use super::reports::ProducerEvent;
 use super::{AsyncProducer, PURGE_WAIT, WORKER_TICK};
+use crate::locks::wait_timeout;
 
 impl AsyncProducer {
     /// Starts shutting down: refuses new records and delivers what is buffered.
@@ -51,12 +52,7 @@ impl AsyncProducer {
                     );
                     break;
                 }
-                state = self
-                    .shared
-                    .progress
-                    .wait_timeout(state, left.min(WORKER_TICK))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                state = wait_timeout(&self.shared.progress, state, left.min(WORKER_TICK));
             }
         }
         let mut state = self.shared.lock();
@@ -76,7 +72,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::ClientSettings;
+    use crate::config::settings_of;
     use crate::producer::AsyncProducerOptions;
     use crate::record::OutgoingRecord;
 
@@ -97,11 +93,10 @@ mod tests {
     /// must come back, as a `Failed` event or in the returned list, exactly once, and quickly.
     #[test]
     fn shutdown_without_a_broker_hands_back_every_record_once() {
-        let settings = ClientSettings::new([
-            ("bootstrap.servers".to_owned(), "127.0.0.1:1".to_owned()),
-            ("queue.buffering.max.messages".to_owned(), "10".to_owned()),
-        ])
-        .unwrap();
+        let settings = settings_of(&[
+            ("bootstrap.servers", "127.0.0.1:1"),
+            ("queue.buffering.max.messages", "10"),
+        ]);
         let options = AsyncProducerOptions {
             max_queue_size: 100,
             delivery_threshold: 1,

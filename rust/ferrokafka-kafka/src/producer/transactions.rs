@@ -18,6 +18,7 @@ use super::reports::ProducerEvent;
 use super::round::{OpenRound, RoundReport, round_records};
 use super::{AsyncProducer, PURGE_WAIT, TRANSACTION_BACKOFF, TRANSACTION_STEP, WORKER_TICK};
 use crate::error::KafkaIoError;
+use crate::locks::wait_timeout;
 
 /// How a transaction of the worker ended.
 pub(super) enum RoundEnd {
@@ -245,12 +246,7 @@ impl AsyncProducer {
         let deadline = Instant::now() + PURGE_WAIT;
         let mut round = self.shared.lock_round();
         while round.reports.len() < handed && Instant::now() < deadline {
-            round = self
-                .shared
-                .round_reported
-                .wait_timeout(round, WORKER_TICK)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            round = wait_timeout(&self.shared.round_reported, round, WORKER_TICK);
         }
         if round.reports.len() < handed {
             log::error!(

@@ -10,6 +10,7 @@ use super::options::DeliveryMode;
 use super::pending::Pending;
 use super::reports::ProducerEvent;
 use super::{AsyncProducer, HANDOFF_CHUNK, WORKER_TICK};
+use crate::locks::wait_timeout;
 
 impl AsyncProducer {
     pub(super) fn run_worker(&self) {
@@ -77,11 +78,7 @@ impl AsyncProducer {
                 .map(|(due, _)| due.saturating_duration_since(now));
             let wait = next_retry.map_or(WORKER_TICK, |d| d.min(WORKER_TICK));
             state.worker_idle = true;
-            state = shared
-                .work
-                .wait_timeout(state, wait)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            state = wait_timeout(&shared.work, state, wait);
             state.worker_idle = false;
         }
     }

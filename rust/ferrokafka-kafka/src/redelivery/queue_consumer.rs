@@ -12,8 +12,9 @@ use super::QueueConsumerOptions;
 use super::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id};
 use super::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch, Taken};
 use crate::client::Client;
-use crate::config::{ClientRole, ClientSettings};
+use crate::config::ClientSettings;
 use crate::daemon::{creation_error, now_ms};
+use crate::debug_form::debug_showing;
 use crate::error::KafkaResult;
 use crate::oauth::{self, TokenContext};
 
@@ -47,13 +48,7 @@ pub struct QueueConsumer {
     nacked: AtomicU64,
 }
 
-impl std::fmt::Debug for QueueConsumer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueueConsumer")
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
-}
+debug_showing!(QueueConsumer, options);
 
 impl QueueConsumer {
     /// Creates the clients and subscribes to the queue, waiting for no broker: the markers
@@ -74,8 +69,7 @@ impl QueueConsumer {
         consumer
             .subscribe(&[options.queue_topic.as_str()])
             .map_err(creation_error("subscribe to the queue topic"))?;
-        let mut producer_settings = settings.for_role(ClientRole::Producer);
-        producer_settings.remove("transactional.id");
+        let mut producer_settings = settings.for_plain_producer();
         // Markers of one message must stay in order: retries may not reorder them.
         producer_settings.set_default("enable.idempotence", "true");
         let mut start_settings = producer_settings.clone();

@@ -225,8 +225,7 @@ impl SchedulerLoop {
                 settings.bootstrap().ok(),
             )?;
         }
-        let mut report_settings = settings.for_role(ClientRole::Producer);
-        report_settings.remove("transactional.id");
+        let report_settings = settings.for_plain_producer();
         let reporter: ThreadedProducer<FlushTracker> = oauth::create(
             &report_settings.to_client_config(),
             FlushTracker::new(settings.token_refresh()),

@@ -19,17 +19,8 @@ pub(super) fn report_sample(
         errors: rows.iter().map(|row| row.skipped).sum(),
         ..SourceTotals::default()
     };
-    let partitions = rows
-        .iter()
-        .map(|row| {
-            let broker = row.broker.as_ref();
-            pending_partition(row.topic.clone(), row.partition, row.pending, None, broker)
-        })
-        .collect();
-    member.source(
-        status.group.as_ref(),
-        status.transfer_rates,
-        partitions,
-        totals,
-    )
+    member.daemon_source(&status, totals, |row| {
+        let broker = row.broker.as_ref();
+        pending_partition(row.topic.clone(), row.partition, row.pending, None, broker)
+    })
 }

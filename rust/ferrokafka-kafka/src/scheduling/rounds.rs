@@ -26,6 +26,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::client::log_unless_end;
 use crate::connection_failure::ConnectionWatch;
+use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 
 /// A record a round can produce.
@@ -230,11 +231,7 @@ impl Rounds {
             if now >= until {
                 return;
             }
-            state = self
-                .progress
-                .wait_timeout(state, left.max(Duration::from_millis(1)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            state = wait_timeout(&self.progress, state, left.max(Duration::from_millis(1)));
         }
     }
 }

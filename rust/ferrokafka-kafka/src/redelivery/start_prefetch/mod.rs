@@ -67,6 +67,7 @@ use super::marker_writer::MarkerWriter;
 use crate::batch_produce::BatchTopic;
 use crate::client::Client;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::locks::wait_timeout;
 use crate::oauth::TokenContext;
 use crate::record::ReceivedRecord;
 pub(super) use acks::StartAcks;
@@ -249,12 +250,7 @@ impl StartPrefetch {
             if left.is_zero() {
                 return Ok(Taken::Records(Vec::new()));
             }
-            state = self
-                .handoff
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            state = wait_timeout(&self.handoff.changed, state, left);
         }
     }
 

@@ -24,7 +24,7 @@ use rdkafka::producer::ThreadedProducer;
 use self::report_sample::report_sample;
 use super::RedeliveryOptions;
 use super::marker_writer::millis;
-use crate::config::{ClientRole, ClientSettings};
+use crate::config::ClientSettings;
 use crate::daemon::{
     Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, creation_error,
     group_consumer_settings, now_ms, publish,
@@ -166,8 +166,7 @@ impl Tracker {
         consumer
             .subscribe(&[options.markers_topic.as_str()])
             .map_err(creation_error("subscribe to the markers topic"))?;
-        let mut producer_settings = settings.for_role(ClientRole::Producer);
-        producer_settings.remove("transactional.id");
+        let mut producer_settings = settings.for_plain_producer();
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
         producer_settings.set_default("linger.ms", "1");

@@ -23,24 +23,15 @@ pub(super) fn report_sample(
         dead: rows.iter().map(|row| row.dead_lettered + row.dropped).sum(),
         ..SourceTotals::default()
     };
-    let partitions = rows
-        .iter()
-        .map(|row| {
-            let committed = row.committed.map(|o| i64::try_from(o).unwrap_or(i64::MAX));
-            let broker = row.broker.as_ref();
-            pending_partition(
-                markers_topic.to_owned(),
-                row.partition,
-                row.open,
-                committed,
-                broker,
-            )
-        })
-        .collect();
-    member.source(
-        status.group.as_ref(),
-        status.transfer_rates,
-        partitions,
-        totals,
-    )
+    member.daemon_source(&status, totals, |row| {
+        let committed = row.committed.map(|o| i64::try_from(o).unwrap_or(i64::MAX));
+        let broker = row.broker.as_ref();
+        pending_partition(
+            markers_topic.to_owned(),
+            row.partition,
+            row.open,
+            committed,
+            broker,
+        )
+    })
 }
