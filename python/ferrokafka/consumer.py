@@ -868,6 +868,11 @@ class AsyncConsumer:
                 return
             if batch:
                 await self._handle(raw, worker, topic, partition, batch)
+                # The other partitions get a turn after each batch, as the thread-based
+                # consumer's workers get the GIL: a handler that never suspends would otherwise
+                # keep the loop until its partition runs dry, while the others' records pile up
+                # in librdkafka, which stops fetching them for fetch.queue.backoff.ms (1 s).
+                await asyncio.sleep(0)
 
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch

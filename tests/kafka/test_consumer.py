@@ -984,6 +984,48 @@ def test_batch_columns_and_arrow_equal_its_messages(
     assert columns["headers"][2] == [{"key": "a", "value": None}, {"key": "a", "value": b"x"}]
 
 
+def test_async_consumer_takes_partitions_in_turn_when_handlers_never_suspend(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # A coroutine handler that never awaits anything must not keep the event loop for its
+    # partition until that partition runs dry: the others' records would pile up meanwhile.
+    topic, per_partition = topic_factory(partitions=2), 20
+    produce(
+        topic,
+        [{"value": f"p{p}-{n}", "partition": p} for n in range(per_partition) for p in (0, 1)],
+    )
+    order: list[int] = []
+
+    async def main() -> None:
+        everything_queued, done = asyncio.Event(), asyncio.Event()
+
+        async def handle(batch: Batch) -> None:
+            # Suspends only until every record is queued; from then on it never suspends.
+            await everything_queued.wait()
+            order.append(batch[0].partition())
+            if len(order) == 2 * per_partition:
+                done.set()
+
+        async with AsyncConsumer(
+            {"bootstrap.servers": kafka_bootstrap},
+            [TopicPartition(topic, p, offset="beginning") for p in (0, 1)],
+            handle,
+            max_batch_size=1,
+        ) as consumer:
+            # No event announces records reaching the queues: poll the stats for it.
+            deadline = time.monotonic() + WAIT
+            while sum(p["queued"] for p in consumer.stats()["partitions"]) < 2 * per_partition - 2:
+                assert time.monotonic() < deadline, f"records never queued: {consumer.stats()}"
+                await asyncio.sleep(0.01)
+            everything_queued.set()
+            await asyncio.wait_for(done.wait(), WAIT)
+
+    asyncio.run(main())
+    assert sorted(order) == [0] * per_partition + [1] * per_partition
+    longest_run = max(len(list(run)) for _, run in itertools.groupby(order))
+    assert longest_run <= 2, f"one partition kept the loop: {order}"
+
+
 def test_async_consumer_handles_partitions_concurrently_in_order(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
