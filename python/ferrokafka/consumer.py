@@ -41,6 +41,7 @@ import dataclasses
 import inspect
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -857,6 +858,13 @@ class AsyncConsumer:
 
     async def _work(self, worker: int, topic: str, partition: int) -> None:
         raw, loop = self._core.require_raw(), asyncio.get_running_loop()
+        # The other partitions get a turn once this one has held the loop for a switch
+        # interval, as the thread-based consumer's workers get the GIL: a handler that never
+        # suspends would otherwise keep the loop until its partition runs dry, while the others'
+        # records pile up in librdkafka, which then stops fetching them for
+        # fetch.queue.backoff.ms (1 s). A turn per batch would cost a loop iteration per batch.
+        turn = sys.getswitchinterval()
+        turn_ends = loop.time() + turn
         while True:
             # Records already queued are taken without a thread hop.
             batch = raw.fetch(worker, 0.0)
@@ -864,15 +872,14 @@ class AsyncConsumer:
                 batch = await loop.run_in_executor(
                     self._executor, raw.fetch, worker, _FETCH_SECONDS
                 )
+                turn_ends = loop.time() + turn
             if batch is None:
                 return
             if batch:
                 await self._handle(raw, worker, topic, partition, batch)
-                # The other partitions get a turn after each batch, as the thread-based
-                # consumer's workers get the GIL: a handler that never suspends would otherwise
-                # keep the loop until its partition runs dry, while the others' records pile up
-                # in librdkafka, which stops fetching them for fetch.queue.backoff.ms (1 s).
-                await asyncio.sleep(0)
+                if loop.time() >= turn_ends:
+                    await asyncio.sleep(0)
+                    turn_ends = loop.time() + turn
 
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch

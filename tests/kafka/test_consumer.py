@@ -984,11 +984,12 @@ def test_batch_columns_and_arrow_equal_its_messages(
     assert columns["headers"][2] == [{"key": "a", "value": None}, {"key": "a", "value": b"x"}]
 
 
-def test_async_consumer_takes_partitions_in_turn_when_handlers_never_suspend(
+def test_async_consumer_takes_partitions_in_turn_when_handlers_hold_the_loop(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
-    # A coroutine handler that never awaits anything must not keep the event loop for its
+    # A coroutine handler that computes without awaiting must not keep the event loop for its
     # partition until that partition runs dry: the others' records would pile up meanwhile.
+    # Like threads under the GIL, a partition yields after a switch interval.
     topic, per_partition = topic_factory(partitions=2), 20
     produce(
         topic,
@@ -1000,8 +1001,10 @@ def test_async_consumer_takes_partitions_in_turn_when_handlers_never_suspend(
         everything_queued, done = asyncio.Event(), asyncio.Event()
 
         async def handle(batch: Batch) -> None:
-            # Suspends only until every record is queued; from then on it never suspends.
+            # Suspends only until every record is queued; from then on it never suspends and
+            # holds the loop for two switch intervals per batch, as CPU-bound work would.
             await everything_queued.wait()
+            time.sleep(2 * sys.getswitchinterval())
             order.append(batch[0].partition())
             if len(order) == 2 * per_partition:
                 done.set()
