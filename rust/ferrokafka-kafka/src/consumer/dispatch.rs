@@ -131,6 +131,7 @@ impl ConcurrentConsumer {
         }
         drop(state);
         slot.changed.notify_all();
+        self.shared.waiting.notify();
         true
     }
 
@@ -181,6 +182,7 @@ impl ConcurrentConsumer {
                     shared.finish(&slot, &mut state, first);
                     drop(state);
                     slot.changed.notify_all();
+                    shared.waiting.notify();
                 };
                 writer.write(done.records, failure, Box::new(written));
             }
@@ -192,6 +194,7 @@ impl ConcurrentConsumer {
         self.shared.report_caught_up(&slot, &mut state);
         drop(state);
         slot.changed.notify_all();
+        self.shared.waiting.notify();
         Verdict::Settled
     }
 }
