@@ -1013,6 +1013,12 @@ class _RawConsumer:
     def fetch(self, worker: int, timeout: float) -> Batch | None:
         """The next batch of the worker's partition (``[]`` when none came within ``timeout``),
         or ``None`` once the partition is no longer the worker's."""
+    def wait_for_records(self, worker: int) -> None:
+        """Register the worker, whose ``fetch`` found nothing, for :meth:`fetch_waiting`."""
+    def fetch_waiting(self, timeout: float) -> list[tuple[int, Batch | None]]:
+        """Wait up to ``timeout`` seconds until a registered worker's partition has a batch or
+        is gone: ``(worker, batch or None)`` for each such worker, which leave the register;
+        ``[]`` when nothing came. One thread serves all of an event loop's partitions."""
     def ack(self, worker: int, batch: Batch, outcome_name: str) -> bool:
         """Settle the worker's batch: handled (committable) or abandoned (redelivered). False
         when the batch no longer counts."""

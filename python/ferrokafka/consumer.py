@@ -5,7 +5,8 @@ librdkafka and routes records into one queue per assigned partition. One worker 
 Python thread for :class:`Consumer`, an asyncio task for :class:`AsyncConsumer`) takes batches
 from its queue and calls your handler with them, so records of a partition are handled in
 order, one batch at a time, while partitions run concurrently (with ``ordering="key"``, several
-workers per partition, each key in order). Workers wait for records with the GIL released, and
+workers per partition, each key in order). Workers wait for records with the GIL released (an
+:class:`AsyncConsumer`'s tasks through one pool thread for all its dry partitions), and
 handlers never run on a librdkafka thread. Handlers get a :class:`~ferrokafka.Batch` over the
 engine's memory; a handler exception goes to the engine's error policy (retry, commit or
 dead-letter, see :class:`ConsumerOptions`).
@@ -39,8 +40,10 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -774,6 +777,10 @@ class AsyncConsumer:
         self._executor: ThreadPoolExecutor | None = None
         self._dispatcher: asyncio.Task[None] | None = None
         self._workers: set[asyncio.Task[None]] = set()
+        # The tasks whose partitions ran dry, by worker (several share one with
+        # ordering="key"), and the one task waiting for records for all of them.
+        self._waiting: dict[int, list[asyncio.Future[Batch | None]]] = {}
+        self._waiter: asyncio.Task[None] | None = None
         self._stopping: asyncio.Event | None = None
         self._stopped = False
         self._engine_stopped = False
@@ -805,6 +812,9 @@ class AsyncConsumer:
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._waiter is not None:
+            # The engine has stopped: every partition still registered is gone.
+            await self._waiter
         if self._dispatcher is not None:
             await self._dispatcher
         await loop.run_in_executor(executor, self._core.stopped)
@@ -859,17 +869,65 @@ class AsyncConsumer:
 
     async def _work(self, worker: int, topic: str, partition: int) -> None:
         raw, loop = self._core.require_raw(), asyncio.get_running_loop()
+        # The other partitions get a turn once this one has held the loop for a switch
+        # interval, as the thread-based consumer's workers get the GIL: a handler that never
+        # suspends would otherwise keep the loop until its partition runs dry, while the others'
+        # records pile up in librdkafka, which then stops fetching them for
+        # fetch.queue.backoff.ms (1 s). A turn per batch would cost a loop iteration per batch.
+        turn = sys.getswitchinterval()
+        turn_ends = loop.time() + turn
         while True:
             # Records already queued are taken without a thread hop.
             batch = raw.fetch(worker, 0.0)
             if batch is not None and not batch:
-                batch = await loop.run_in_executor(
-                    self._executor, raw.fetch, worker, _FETCH_SECONDS
-                )
+                batch = await self._records_for(raw, worker)
+                turn_ends = loop.time() + turn
             if batch is None:
                 return
-            if batch:
-                await self._handle(raw, worker, topic, partition, batch)
+            await self._handle(raw, worker, topic, partition, batch)
+            if loop.time() >= turn_ends:
+                await asyncio.sleep(0)
+                turn_ends = loop.time() + turn
+
+    async def _records_for(self, raw: _RawConsumer, worker: int) -> Batch | None:
+        """The next batch of ``worker``'s partition, which had none queued (None once the
+        partition is gone). One waiter on the thread pool serves every partition waiting."""
+        woken: asyncio.Future[Batch | None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(worker, []).append(woken)
+        raw.wait_for_records(worker)
+        if self._waiter is None or self._waiter.done():
+            self._waiter = asyncio.create_task(self._wait_for_records(raw))
+        return await woken
+
+    async def _wait_for_records(self, raw: _RawConsumer) -> None:
+        loop = asyncio.get_running_loop()
+        while self._waiting:
+            try:
+                found = await loop.run_in_executor(
+                    self._executor, raw.fetch_waiting, _FETCH_SECONDS
+                )
+            except Exception as error:
+                # The waiting partitions' tasks fail as a fetch of their own would have.
+                for pending in itertools.chain.from_iterable(self._waiting.values()):
+                    if not pending.done():
+                        pending.set_exception(error)
+                self._waiting.clear()
+                raise
+            for worker, batch in found:
+                tasks = self._waiting.pop(worker) if worker in self._waiting else []
+                waiting = [woken for woken in tasks if not woken.done()]
+                if batch is None:
+                    for woken in waiting:
+                        woken.set_result(None)
+                elif not waiting:
+                    # Its task was cancelled meanwhile: nothing of this batch is committed.
+                    raw.ack(worker, batch, "abandoned")
+                else:
+                    waiting[0].set_result(batch)
+                    if waiting[1:]:
+                        # The worker's other tasks (ordering="key") wait for its next batch.
+                        self._waiting[worker] = waiting[1:]
+                        raw.wait_for_records(worker)
 
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch

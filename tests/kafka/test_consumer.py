@@ -1027,6 +1027,94 @@ def test_batch_columns_and_arrow_equal_its_messages(
     assert columns["headers"][2] == [{"key": "a", "value": None}, {"key": "a", "value": b"x"}]
 
 
+def test_async_consumer_takes_partitions_in_turn_when_handlers_hold_the_loop(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # A coroutine handler that computes without awaiting must not keep the event loop for its
+    # partition until that partition runs dry: the others' records would pile up meanwhile.
+    # Like threads under the GIL, a partition yields after a switch interval.
+    topic, per_partition = topic_factory(partitions=2), 20
+    produce(
+        topic,
+        [{"value": f"p{p}-{n}", "partition": p} for n in range(per_partition) for p in (0, 1)],
+    )
+    order: list[int] = []
+
+    async def main() -> None:
+        everything_queued, done = asyncio.Event(), asyncio.Event()
+
+        async def handle(batch: Batch) -> None:
+            # Suspends only until every record is queued; from then on it never suspends and
+            # holds the loop for two switch intervals per batch, as CPU-bound work would.
+            await everything_queued.wait()
+            time.sleep(2 * sys.getswitchinterval())
+            order.append(batch[0].partition())
+            if len(order) == 2 * per_partition:
+                done.set()
+
+        async with AsyncConsumer(
+            {"bootstrap.servers": kafka_bootstrap},
+            [TopicPartition(topic, p, offset="beginning") for p in (0, 1)],
+            handle,
+            max_batch_size=1,
+        ) as consumer:
+            # No event announces records reaching the queues: poll the stats for it.
+            deadline = time.monotonic() + WAIT
+            while sum(p["queued"] for p in consumer.stats()["partitions"]) < 2 * per_partition - 2:
+                assert time.monotonic() < deadline, f"records never queued: {consumer.stats()}"
+                await asyncio.sleep(0.01)
+            everything_queued.set()
+            await asyncio.wait_for(done.wait(), WAIT)
+
+    asyncio.run(main())
+    assert sorted(order) == [0] * per_partition + [1] * per_partition
+    longest_run = max(len(list(run)) for _, run in itertools.groupby(order))
+    assert longest_run <= 2, f"one partition kept the loop: {order}"
+
+
+def test_async_consumer_waits_for_dry_partitions_on_one_thread(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # Partitions with nothing queued do not hold a pool thread each: one waits for all of them,
+    # and records that arrive later still reach every partition's handler, in order.
+    partitions, per_partition = 6, 10
+    topic = topic_factory(partitions=partitions)
+    records = [
+        {"value": f"p{p}-{n}", "partition": p}
+        for n in range(per_partition)
+        for p in range(partitions)
+    ]
+    # A first record per partition, so that each has a leader before the consumer assigns it.
+    produce(topic, records[:partitions])
+    handled = Handled()
+
+    async def handle(batch: Batch) -> None:
+        handled.add(batch)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        async with AsyncConsumer(
+            {"bootstrap.servers": kafka_bootstrap},
+            [TopicPartition(topic, p, offset="beginning") for p in range(partitions)],
+            handle,
+        ) as consumer:
+            # Every partition runs dry after its first record; the rest arrive while they wait.
+            await loop.run_in_executor(None, handled.wait_count, partitions)
+            await loop.run_in_executor(None, produce, topic, records[partitions:])
+            await loop.run_in_executor(None, handled.wait_count, partitions * per_partition)
+            assert consumer._executor is not None
+            # Threads are started on demand and kept: the most ever needed at once.
+            return len(consumer._executor._threads)
+
+    threads = asyncio.run(main())
+    # The engine's opening, the event dispatcher and the one waiter for records.
+    assert threads <= 3, f"{threads} pool threads for {partitions} partitions"
+    by_partition = handled.by_partition()
+    assert sorted(by_partition) == list(range(partitions))
+    for offsets in by_partition.values():
+        assert offsets == list(range(per_partition))
+
+
 def test_async_consumer_handles_partitions_concurrently_in_order(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:

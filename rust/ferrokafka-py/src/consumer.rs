@@ -183,6 +183,35 @@ impl PyRawConsumer {
         })
     }
 
+    /// Registers `worker`, whose `fetch` found nothing, for `fetch_waiting`.
+    fn wait_for_records(&self, worker: WorkerId) -> NativeResult<()> {
+        self.guard.check()?;
+        self.engine.wait_for_records(worker);
+        Ok(())
+    }
+
+    /// Waits up to `timeout` seconds (detached) until a registered worker's partition has a
+    /// batch or is gone: `(worker, batch or None)` for every such worker, which leave the
+    /// register; empty when nothing came. One waiting thread serves all of an event loop's
+    /// partitions.
+    fn fetch_waiting(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+    ) -> NativeResult<Vec<(WorkerId, Option<PyBatch>)>> {
+        self.guard.check()?;
+        let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
+        let engine = Arc::clone(&*self.engine);
+        let found = py.detach(move || engine.fetch_waiting(wait))?;
+        Ok(found
+            .into_iter()
+            .map(|(worker, fetched)| match fetched {
+                Fetched::Batch(records) => (worker, Some(PyBatch::new(records))),
+                Fetched::Empty | Fetched::Gone => (worker, None),
+            })
+            .collect())
+    }
+
     /// Marks `worker`'s `batch` finished; false when it no longer counts (abandoned or revoked).
     fn ack(
         &self,

@@ -144,6 +144,7 @@ impl ConcurrentConsumer {
         }
         drop(state);
         slot.changed.notify_all();
+        self.shared.waiting.notify();
         true
     }
 
@@ -194,6 +195,7 @@ impl ConcurrentConsumer {
                     shared.finish(&slot, &mut state, first);
                     drop(state);
                     slot.changed.notify_all();
+                    shared.waiting.notify();
                 };
                 writer.write(done.records, failure, Box::new(written));
             }
@@ -205,6 +207,7 @@ impl ConcurrentConsumer {
         self.shared.report_caught_up(&slot, &mut state);
         drop(state);
         slot.changed.notify_all();
+        self.shared.waiting.notify();
         Verdict::Settled
     }
 }

@@ -18,7 +18,9 @@
 //!   in Rust and push [`ConsumerEvent`]s into a channel that the bindings drain on a Python thread.
 //! - Workers (one per assigned partition, owned by the bindings) call [`ConcurrentConsumer::fetch`]
 //!   and [`ConcurrentConsumer::ack`] / [`ConcurrentConsumer::fail`]; records cross from the poller
-//!   in runs (one lock per run) and leave as one shared batch.
+//!   in runs (one lock per run) and leave as one shared batch. Workers that are tasks of one
+//!   event loop register the partitions that ran dry ([`ConcurrentConsumer::wait_for_records`])
+//!   and one thread waits for all of them ([`ConcurrentConsumer::fetch_waiting`]).
 //! - Lock order: the `slots` map, then one slot's state, then its source queue, then the
 //!   consumer handle. No lock is held while waiting on the network.
 //!
@@ -36,7 +38,7 @@
 //!
 //! Rooms, one idea each: `options` (what to consume, the error policy), `events` (what the
 //! bindings hear), `state` (the slots of assigned partitions and what the threads share),
-//! `wake` (waking the poller), `partition_source` (a partition's own librdkafka queue),
+//! `wake` (waking the poller), `waiting` (one thread waiting for many workers), `partition_source` (a partition's own librdkafka queue),
 //! `start` (subscribing or assigning at start), `poller` (the poller thread and routing),
 //! `rebalance` (librdkafka's callbacks: rebalances, statistics, errors), `dispatch` (handing
 //! batches to workers and applying their outcome), `commit` (commit progress), `stats`
@@ -54,6 +56,7 @@ mod report_sample;
 mod start;
 mod state;
 mod stats;
+mod waiting;
 mod wake;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,6 +84,7 @@ use self::start::start_consuming;
 use self::state::{Handle, RebalanceHandler, Shared, Shutdown, Slots};
 use self::stats::Totals;
 pub use self::stats::{ConsumerStats, PartitionCounters, PartitionStats};
+use self::waiting::Waiting;
 use self::wake::Wake;
 
 /// The concurrent consumer engine; see the module docs.
@@ -173,6 +177,7 @@ impl ConcurrentConsumer {
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
             wake: Arc::new(Wake::default()),
+            waiting: Waiting::default(),
             statistics: KeptStatistics::default(),
             polled_at: Mutex::new(None),
             watch: ConnectionWatch::new(&settings),

@@ -97,6 +97,7 @@ impl Shared {
             drop(state);
             slot.changed.notify_all();
         }
+        self.waiting.notify();
         self.emit(ConsumerEvent::Draining {
             partitions: slots.iter().map(|s| s.assignment()).collect(),
             dropped,

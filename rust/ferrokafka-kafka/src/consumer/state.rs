@@ -15,6 +15,7 @@ use super::events::{Assignment, ConsumerEvent, WorkerId};
 use super::options::ConsumerOptions;
 use super::partition_source::PartitionSource;
 use super::stats::{PartitionCounters, Totals};
+use super::waiting::Waiting;
 use super::wake::Wake;
 use crate::connection_failure::ConnectionWatch;
 use crate::locks::lock;
@@ -129,6 +130,8 @@ pub(super) struct Shared {
     pub(super) consumer: Mutex<Option<Arc<Handle>>>,
     /// Wakes the poller.
     pub(super) wake: Arc<Wake>,
+    /// Workers an event loop waits for with one thread ([`super::ConcurrentConsumer::fetch_waiting`]).
+    pub(super) waiting: Waiting,
     /// The group's state and the transfer rates from the latest statistics (the partitions'
     /// figures are kept in their slots).
     pub(super) statistics: KeptStatistics,
