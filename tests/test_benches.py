@@ -23,6 +23,7 @@ NEEDS = {
     "redelivery_bench.py": "kafka",
     "scheduler_bench.py": "kafka",
     "spark_bench.py": "spark",
+    "spark_decode_bench.py": "spark",
 }
 
 
