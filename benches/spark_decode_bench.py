@@ -132,10 +132,8 @@ def state_report(index: int) -> bytes:
 
 def make_input(spark: SparkSession, rows: int, distinct: int, partitions: int) -> DataFrame:
     """``rows`` rows of ``id``, ``report`` and ``state`` (compressed), cached and counted."""
-    pool = spark.createDataFrame(
-        [(index, consumer_report(index), state_report(index)) for index in range(distinct)],
-        "pick long, report binary, state binary",
-    )
+    blobs = [(index, consumer_report(index), state_report(index)) for index in range(distinct)]
+    pool = spark.createDataFrame(blobs, "pick long, report binary, state binary")
     frame = (
         spark.range(rows, numPartitions=partitions)
         .withColumn("pick", F.col("id") % distinct)
@@ -145,12 +143,14 @@ def make_input(spark: SparkSession, rows: int, distinct: int, partitions: int) -
     )
     counted = frame.count()
     assert counted == rows, f"input has {counted:,} rows, not {rows:,}"
+    report, state = (
+        statistics.mean(len(zlib.decompress(row[column])) for row in blobs) for column in (1, 2)
+    )
     sizes = frame.agg(F.avg(F.length("report")), F.avg(F.length("state"))).first()
     assert sizes is not None
-    report = zlib.decompress(consumer_report(0))
     print(
         f"input: {rows:,} rows, {distinct:,} distinct processes; reports {sizes[0]:.0f} B zlib "
-        f"(e.g. {len(report):,} B of JSON), state reports {sizes[1]:.0f} B zlib"
+        f"({report:,.0f} B of JSON), state reports {sizes[1]:.0f} B zlib ({state:.0f} B)"
     )
     return frame
 
