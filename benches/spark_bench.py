@@ -24,34 +24,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
-import threading
-import time
 import zlib
 from collections.abc import Callable
 
 import pandas as pd
 from _common import add_smoke_option
-from pyspark.sql import Column, DataFrame, SparkSession
+from _spark import session, timed
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
 from ferrokafka import spark as fks
-
-
-def session(cores: int) -> SparkSession:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("ferrokafka-spark-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def make_input(spark: SparkSession, rows: int, path: str, partitions: int) -> float:
@@ -100,24 +84,6 @@ def python_udfs() -> dict[str, dict[str, Callable[[Column], Column]]]:
             "pandas_udf (Python zlib)": F.pandas_udf(deflate_series, binary),  # type: ignore[call-overload]
         },
     }
-
-
-def timed(frame: DataFrame, limit: float = 600.0) -> float:
-    """Seconds to push every row through; ``inf`` if Spark had to cancel it after ``limit``."""
-    context = frame.sparkSession.sparkContext
-    group = f"bench-{time.monotonic_ns()}"
-    context.setJobGroup(group, "spark_bench case", interruptOnCancel=True)
-    timer = threading.Timer(limit, context.cancelJobGroup, args=(group,))
-    timer.start()
-    started = time.perf_counter()
-    try:
-        frame.write.format("noop").mode("overwrite").save()
-    except Exception as err:  # the cancelled job
-        print(f"  cancelled after {limit:.0f} s: {type(err).__name__}", flush=True)
-        return float("inf")
-    finally:
-        timer.cancel()
-    return time.perf_counter() - started
 
 
 def main() -> None:

@@ -23,7 +23,10 @@ NEEDS = {
     "redelivery_bench.py": "kafka",
     "scheduler_bench.py": "kafka",
     "spark_bench.py": "spark",
+    "spark_decode_bench.py": "spark",
 }
+
+SPARK_SECONDS = 300
 
 
 def test_every_bench_script_is_listed() -> None:
@@ -35,6 +38,14 @@ def test_every_bench_script_is_listed() -> None:
     [
         pytest.param(name, marks=[getattr(pytest.mark, need)] if need else [])
         for name, need in NEEDS.items()
+        if need != "spark"
+    ]
+    + [
+        # A Spark bench starts a session of its own (a JVM, then Python workers): minutes, not
+        # seconds, on a loaded machine.
+        pytest.param(name, marks=[pytest.mark.spark, pytest.mark.timeout(SPARK_SECONDS + 30)])
+        for name, need in NEEDS.items()
+        if need == "spark"
     ],
 )
 def test_bench_runs_at_smoke_size(script: str, request: pytest.FixtureRequest) -> None:
@@ -48,7 +59,7 @@ def test_bench_runs_at_smoke_size(script: str, request: pytest.FixtureRequest) -
         env=env,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=SPARK_SECONDS if NEEDS[script] == "spark" else 100,
         check=False,
     )
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
