@@ -40,6 +40,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from itertools import repeat
 from operator import is_not
@@ -333,8 +334,9 @@ class ShareQueue:
     def _take(self, messages: Sequence[Any]) -> list[ShareMessage]:
         """Takes ``messages`` out of the open ones: all of them, or none when one is not open."""
         open_ = self._open
+        before = len(open_)
         found = list(map(open_.pop, map(id, messages), repeat(None)))
-        if None not in found:
+        if before - len(open_) == len(found):
             return cast(list[ShareMessage], found)
         # Not open by identity (a user's wrapper, or twice in ``messages``): one by one.
         self._keep_open([m for m in found if m is not None])
@@ -352,13 +354,15 @@ class ShareQueue:
         """Acknowledges each of ``messages`` as ``kind``; none when one is not open. What
         fails to be acknowledged stays open."""
         taken = self._take(messages)
-        acknowledge = self._consumer.acknowledge
         pending = iter(taken)
         try:
-            for message in pending:
-                acknowledge(message, kind)
+            # map() drives the calls: no Python step per message.
+            deque(map(self._consumer.acknowledge, pending, repeat(kind)), maxlen=0)
         except Exception as e:
-            unsettled = [message, *pending]
+            # map() had taken the failed message out of ``pending`` too.
+            rest = list(pending)
+            unsettled = taken[len(taken) - len(rest) - 1 :]
+            message = unsettled[0]
             self._keep_open(unsettled)
             if not isinstance(e, KafkaException):
                 raise
