@@ -43,7 +43,6 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from itertools import repeat
-from operator import is_not
 from typing import Any, cast
 
 from ferrokafka._config import Config
@@ -272,8 +271,8 @@ class ShareQueue:
         # Nearly every poll holds only first deliveries and no errors: checked in two passes
         # without a Python step per message, then the batch is handed out as it came.
         counts = list(map(ShareMessage.delivery_count, polled))
-        errors = map(is_not, map(ShareMessage.error, polled), repeat(None))
-        if counts.count(1) == len(polled) and not any(errors):
+        # error() is None or a KafkaError, which is always true.
+        if counts.count(1) == len(polled) and not any(map(ShareMessage.error, polled)):
             self._keep_open(polled)
             self._buffer = polled
             self._stats["received"] += len(polled)
