@@ -29,9 +29,10 @@ The loop costs little more than confluent-kafka's own ``poll`` + ``acknowledge``
 first deliveries is checked without a Python step per record and handed out as the list
 confluent-kafka built; the messages handed out and not yet settled are kept by identity (a
 user's own object with ``partition()`` and ``offset()`` is matched by position, the slow way), so
-an ack is a dict lookup and ``acknowledge(message)`` (``acknowledge_offset`` takes over twice as
-long), and a second ack of a message is refused here: confluent-kafka takes it until the
-commit. The acknowledgements go to the broker with the next poll or ``flush``.
+a batch's acks are dict pops and ``acknowledge(message)`` calls driven by ``map()``
+(``acknowledge_offset`` takes over twice as long), and a second ack of a message is refused
+here: confluent-kafka takes it until the commit. The acknowledgements go to the broker with the
+next poll or ``flush``.
 """
 
 from __future__ import annotations
