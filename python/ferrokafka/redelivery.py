@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from ferrokafka import _daemon, _exit
 from ferrokafka._config import Config
@@ -267,7 +267,8 @@ class QueueConsumer:
 
     def _fetch(self, count: int, timeout: float | None) -> list[QueueMessage]:
         if self._share is not None:
-            return list(self._share.consume(count, timeout))
+            # The list as it is: acked as a whole, the share backend knows it.
+            return cast("list[QueueMessage]", self._share.consume(count, timeout))
         wait = None if timeout is None else max(timeout, 0.001)
         return list(self._markers().fetch(count, wait))
 

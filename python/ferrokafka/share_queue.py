@@ -27,12 +27,12 @@ short slices so ``close`` from another thread gets in.
 
 The loop costs little more than confluent-kafka's own ``poll`` + ``acknowledge`` loop: a poll of
 first deliveries is checked without a Python step per record and handed out as the list
-confluent-kafka built; the messages handed out and not yet settled are kept by identity (a
-user's own object with ``partition()`` and ``offset()`` is matched by position, the slow way), so
-a batch's acks are dict pops and ``acknowledge(message)`` calls driven by ``map()``
-(``acknowledge_offset`` takes over twice as long), and a second ack of a message is refused
-here: confluent-kafka takes it until the commit. The acknowledgements go to the broker with the
-next poll or ``flush``.
+confluent-kafka built; a list ``consume`` returned, acked whole and unchanged, is known to be open
+(one comparison with a copy), else the messages handed out are kept one by one by identity (a
+user's own object with ``partition()`` and ``offset()`` is matched by position, the slow way);
+the ``acknowledge(message)`` calls are driven by ``map()`` (``acknowledge_offset`` takes over
+twice as long). A second ack of a message is refused here: confluent-kafka takes it until the
+commit. The acknowledgements go to the broker with the next poll or ``flush``.
 """
 
 from __future__ import annotations
@@ -237,8 +237,10 @@ class ShareQueue:
         self._closed = False
         self._consumer = ShareConsumer(_share_consumer_settings(config, group_id))
         self._consumer.subscribe([queue_topic])
-        # Handed out or buffered, not yet acknowledged: the next poll waits for none of them. Kept
-        # by identity, so settling a batch is a dict lookup per message, not Python calls on it.
+        # Handed out, not yet acknowledged (the next poll waits for none of them): the lists
+        # ``consume`` returned, each with a copy to tell it was not changed, until a message is
+        # settled on its own; then their messages one by one, by identity.
+        self._handed_out: dict[int, tuple[list[ShareMessage], list[ShareMessage]]] = {}
         self._open: dict[int, ShareMessage] = {}
         self._buffer: list[ShareMessage] = []
         self._stats = dict.fromkeys(
@@ -255,12 +257,14 @@ class ShareQueue:
                 if self._buffer:
                     taken = self._buffer[:num_messages]
                     del self._buffer[:num_messages]
+                    self._handed_out[id(taken)] = (taken, taken[:])
                     return taken
             if time.monotonic() >= deadline:
                 return []
 
     def _poll(self, wait: float) -> None:
-        if self._open:
+        if self._open or self._handed_out:
+            self._by_message()
             raise RuntimeError(
                 "share backend: ack or nack every message already handed out before consuming "
                 f"more ({len(self._open)} open; KIP-932 explicit acknowledgement)"
@@ -274,7 +278,6 @@ class ShareQueue:
         counts = list(map(ShareMessage.delivery_count, polled))
         # error() is None or a KafkaError, which is always true.
         if counts.count(1) == len(polled) and not any(map(ShareMessage.error, polled)):
-            self._keep_open(polled)
             self._buffer = polled
             self._stats["received"] += len(polled)
             return
@@ -288,13 +291,13 @@ class ShareQueue:
                 log.warning("share consumer: %s", message.error())
                 continue
             usable.append((message, (message.delivery_count() or 1) - 1))
-        self._keep_open([message for message, _ in usable])
         failure: Exception | None = None
         for message, count in usable:
             if count > self._max_redeliveries:
                 # Its lock ran out every time (handler died or overran): dead-letter it unseen.
                 # A failure is raised after the batch: every record of a poll must be settled
                 # or handed out before the next poll.
+                self._keep_open([message])
                 try:
                     self._dead_letter(message, count)
                 except (KafkaError, ValueError) as e:
@@ -312,6 +315,12 @@ class ShareQueue:
     def _keep_open(self, messages: list[ShareMessage]) -> None:
         self._open.update(zip(map(id, messages), messages, strict=True))
 
+    def _by_message(self) -> None:
+        """The messages of every list handed out, open one by one from now on."""
+        for _, copy in self._handed_out.values():
+            self._keep_open(copy)
+        self._handed_out.clear()
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("QueueConsumer is closed")
@@ -320,6 +329,7 @@ class ShareQueue:
         """The open message ``message`` stands for: itself, or for another object (a user's
         wrapper) the open message at its partition and offset; TypeError for anything without
         them, ValueError when none is open there."""
+        self._by_message()
         if id(message) in self._open:
             return message  # type: ignore[no-any-return]
         partition, offset = _position(message)
@@ -333,6 +343,13 @@ class ShareQueue:
 
     def _take(self, messages: Sequence[Any]) -> list[ShareMessage]:
         """Takes ``messages`` out of the open ones: all of them, or none when one is not open."""
+        # A list as ``consume`` returned it, unchanged: all open, nothing to look up.
+        handed_out = self._handed_out.pop(id(messages), None)
+        if handed_out is not None:
+            if handed_out[0] is messages and messages == handed_out[1]:
+                return handed_out[1]
+            self._handed_out[id(messages)] = handed_out
+        self._by_message()
         open_ = self._open
         before = len(open_)
         found = list(map(open_.pop, map(id, messages), repeat(None)))
