@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from ferrokafka import _daemon, _exit
 from ferrokafka._config import Config
@@ -267,7 +267,8 @@ class QueueConsumer:
 
     def _fetch(self, count: int, timeout: float | None) -> list[QueueMessage]:
         if self._share is not None:
-            return list(self._share.consume(count, timeout))
+            # The list as it is: acked as a whole, the share backend knows it.
+            return cast("list[QueueMessage]", self._share.consume(count, timeout))
         wait = None if timeout is None else max(timeout, 0.001)
         return list(self._markers().fetch(count, wait))
 
@@ -301,7 +302,7 @@ class QueueConsumer:
         one this consumer handed out and not yet acked or nacked (``ValueError`` otherwise;
         ``TypeError`` for anything but a message)."""
         if self._share is not None:
-            self._share.ack_many([_position(message)])
+            self._share.ack_many((message,))
         else:
             self._markers().ack(message)
 
@@ -316,7 +317,7 @@ class QueueConsumer:
             True
         """
         if self._share is not None:
-            self._share.ack_many([_position(m) for m in messages])
+            self._share.ack_many(messages)
         else:
             # The native call reads the positions of fetched messages without Python calls.
             self._markers().ack_many(messages)
@@ -339,7 +340,6 @@ class QueueConsumer:
             raise ValueError(f"redeliver must be 'now' or 'after_timeout', got {redeliver!r}")
         now = redeliver == "now"
         if self._share is not None:
-            _position(message)  # a TypeError naming what nack takes, before any state changes
             self._share.nack(message, now)
         else:
             self._markers().nack(message, now)
@@ -424,17 +424,6 @@ def _share_queue(
         )
         return None
     return ShareQueue(config, queue_topic, share_group, max_redeliveries, dead_letter_topic)
-
-
-def _position(message: QueueMessage) -> tuple[int, int]:
-    """The partition and offset of a message handed out; TypeError for anything else."""
-    try:
-        return message.partition() or 0, message.offset() or 0
-    except (AttributeError, TypeError):
-        raise TypeError(
-            "QueueConsumer.ack, ack_many, nack and keepalive take the messages it handed out "
-            f"(with partition() and offset()), got {type(message).__name__}"
-        ) from None
 
 
 class RedeliveryTracker(_exit.StopsAtExit):

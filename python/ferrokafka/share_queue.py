@@ -24,6 +24,15 @@ the lock is the whole time a handler has; ``auto_keepalive`` has no effect) and
 ``nack(redeliver="after_timeout")`` (a record left unacknowledged blocks the next poll in explicit
 mode). ``ShareConsumer`` is not thread-safe: every call here holds one lock, and polls wait in
 short slices so ``close`` from another thread gets in.
+
+The loop costs little more than confluent-kafka's own ``poll`` + ``acknowledge`` loop: a poll of
+first deliveries is checked without a Python step per record and handed out as the list
+confluent-kafka built; a list ``consume`` returned, acked whole and unchanged, is known to be open
+(one comparison with a copy), else the messages handed out are kept one by one by identity (a
+user's own object with ``partition()`` and ``offset()`` is matched by position, the slow way);
+the ``acknowledge(message)`` calls are driven by ``map()`` (``acknowledge_offset`` takes over
+twice as long). A second ack of a message is refused here: confluent-kafka takes it until the
+commit. The acknowledgements go to the broker with the next poll or ``flush``.
 """
 
 from __future__ import annotations
@@ -33,7 +42,9 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any, cast
 
 from ferrokafka._config import Config
 from ferrokafka._extras import missing_extra
@@ -189,6 +200,17 @@ def configure_share_group(
     admin.incremental_alter_configs([resource], request_timeout=left)[resource].result()
 
 
+def _position(message: Any) -> tuple[int, int]:
+    """The partition and offset of a message handed out; TypeError for anything else."""
+    try:
+        return message.partition() or 0, message.offset() or 0
+    except (AttributeError, TypeError):
+        raise TypeError(
+            "QueueConsumer.ack, ack_many, nack and keepalive take the messages it handed out "
+            f"(with partition() and offset()), got {type(message).__name__}"
+        ) from None
+
+
 class ShareQueue:
     """The share-group half of ``QueueConsumer``; see the module docs."""
 
@@ -215,9 +237,12 @@ class ShareQueue:
         self._closed = False
         self._consumer = ShareConsumer(_share_consumer_settings(config, group_id))
         self._consumer.subscribe([queue_topic])
-        self._buffer: deque[ShareMessage] = deque()
-        # Offsets of the last poll not yet acknowledged: the next poll waits for none.
-        self._unacknowledged: set[tuple[int, int]] = set()
+        # Handed out, not yet acknowledged (the next poll waits for none of them): the lists
+        # ``consume`` returned, each with a copy to tell it was not changed, until a message is
+        # settled on its own; then their messages one by one, by identity.
+        self._handed_out: dict[int, tuple[list[ShareMessage], list[ShareMessage]]] = {}
+        self._open: dict[int, ShareMessage] = {}
+        self._buffer: list[ShareMessage] = []
         self._stats = dict.fromkeys(
             ("received", "acked", "nacked", "keepalives", "failed_markers", "dead_lettered"), 0
         )
@@ -230,32 +255,49 @@ class ShareQueue:
                 if not self._buffer:
                     self._poll(min(_POLL_SLICE, max(deadline - time.monotonic(), 0.0)))
                 if self._buffer:
-                    taken = min(num_messages, len(self._buffer))
-                    return [self._buffer.popleft() for _ in range(taken)]
+                    taken = self._buffer[:num_messages]
+                    del self._buffer[:num_messages]
+                    self._handed_out[id(taken)] = (taken, taken[:])
+                    return taken
             if time.monotonic() >= deadline:
                 return []
 
     def _poll(self, wait: float) -> None:
-        if self._unacknowledged:
+        if self._open or self._handed_out:
+            self._by_message()
             raise RuntimeError(
                 "share backend: ack or nack every message already handed out before consuming "
-                f"more ({len(self._unacknowledged)} open; KIP-932 explicit acknowledgement)"
+                f"more ({len(self._open)} open; KIP-932 explicit acknowledgement)"
             )
         try:
-            polled = self._consumer.poll(wait)
+            polled = self._consumer.poll(wait).records()
         except KafkaException as e:
             raise _ferrokafka_error(e.args[0] if e.args else e, "share consumer poll") from e
-        failure: Exception | None = None
+        # Nearly every poll holds only first deliveries and no errors: checked in two passes
+        # without a Python step per message, then the batch is handed out as it came.
+        counts = list(map(ShareMessage.delivery_count, polled))
+        # error() is None or a KafkaError, which is always true.
+        if counts.count(1) == len(polled) and not any(map(ShareMessage.error, polled)):
+            self._buffer = polled
+            self._stats["received"] += len(polled)
+            return
+        self._take_mixed(polled)
+
+    def _take_mixed(self, polled: list[ShareMessage]) -> None:
+        """A poll with errors or redeliveries: each message looked at on its own."""
+        usable: list[tuple[ShareMessage, int]] = []
         for message in polled:
             if message.error() is not None:
                 log.warning("share consumer: %s", message.error())
                 continue
-            count = (message.delivery_count() or 1) - 1
-            self._unacknowledged.add((message.partition() or 0, message.offset() or 0))
+            usable.append((message, (message.delivery_count() or 1) - 1))
+        failure: Exception | None = None
+        for message, count in usable:
             if count > self._max_redeliveries:
                 # Its lock ran out every time (handler died or overran): dead-letter it unseen.
                 # A failure is raised after the batch: every record of a poll must be settled
                 # or handed out before the next poll.
+                self._keep_open([message])
                 try:
                     self._dead_letter(message, count)
                 except (KafkaError, ValueError) as e:
@@ -270,49 +312,107 @@ class ShareQueue:
         if failure is not None:
             raise failure
 
+    def _keep_open(self, messages: list[ShareMessage]) -> None:
+        self._open.update(zip(map(id, messages), messages, strict=True))
+
+    def _by_message(self) -> None:
+        """The messages of every list handed out, open one by one from now on."""
+        for _, copy in self._handed_out.values():
+            self._keep_open(copy)
+        self._handed_out.clear()
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("QueueConsumer is closed")
 
-    def _acknowledge(self, partition: int, offset: int, kind: AcknowledgeType) -> None:
-        if (partition, offset) not in self._unacknowledged:
-            raise ValueError(
-                f"{self._queue_topic}-{partition}@{offset} is not an open message of this "
-                "consumer (already acked or nacked, or handed out by another consumer)"
-            )
-        try:
-            self._consumer.acknowledge_offset(self._queue_topic, partition, offset, kind)
-        except KafkaException as e:
-            where = f"{kind.name} of {self._queue_topic}-{partition}@{offset}"
-            raise _ferrokafka_error(e.args[0] if e.args else e, where) from e
-        self._unacknowledged.discard((partition, offset))
+    def _opened(self, message: Any) -> ShareMessage:
+        """The open message ``message`` stands for: itself, or for another object (a user's
+        wrapper) the open message at its partition and offset; TypeError for anything without
+        them, ValueError when none is open there."""
+        self._by_message()
+        if id(message) in self._open:
+            return message  # type: ignore[no-any-return]
+        partition, offset = _position(message)
+        for opened in self._open.values():
+            if (opened.partition() or 0, opened.offset() or 0) == (partition, offset):
+                return opened
+        raise ValueError(
+            f"{self._queue_topic}-{partition}@{offset} is not an open message of this "
+            "consumer (already acked or nacked, or handed out by another consumer)"
+        )
 
-    def ack_many(self, messages: list[tuple[int, int]]) -> None:
+    def _take(self, messages: Sequence[Any]) -> list[ShareMessage]:
+        """Takes ``messages`` out of the open ones: all of them, or none when one is not open."""
+        # A list as ``consume`` returned it, unchanged: all open, nothing to look up.
+        handed_out = self._handed_out.pop(id(messages), None)
+        if handed_out is not None:
+            if handed_out[0] is messages and messages == handed_out[1]:
+                return handed_out[1]
+            self._handed_out[id(messages)] = handed_out
+        self._by_message()
+        open_ = self._open
+        before = len(open_)
+        found = list(map(open_.pop, map(id, messages), repeat(None)))
+        if before - len(open_) == len(found):
+            return cast(list[ShareMessage], found)
+        # Not open by identity (a user's wrapper, or twice in ``messages``): one by one.
+        self._keep_open([m for m in found if m is not None])
+        taken: list[ShareMessage] = []
+        try:
+            for message in messages:
+                taken.append(self._opened(message))
+                del open_[id(taken[-1])]
+        except (TypeError, ValueError):
+            self._keep_open(taken)
+            raise
+        return taken
+
+    def _settle(self, messages: Sequence[Any], kind: AcknowledgeType) -> None:
+        """Acknowledges each of ``messages`` as ``kind``; none when one is not open. What
+        fails to be acknowledged stays open."""
+        taken = self._take(messages)
+        pending = iter(taken)
+        try:
+            # map() drives the calls: no Python step per message.
+            deque(map(self._consumer.acknowledge, pending, repeat(kind)), maxlen=0)
+        except Exception as e:
+            # map() had taken the failed message out of ``pending`` too.
+            rest = list(pending)
+            unsettled = taken[len(taken) - len(rest) - 1 :]
+            message = unsettled[0]
+            self._keep_open(unsettled)
+            if not isinstance(e, KafkaException):
+                raise
+            where = f"{kind.name} of {self._queue_topic}-{message.partition()}@{message.offset()}"
+            raise _ferrokafka_error(e.args[0] if e.args else e, where) from e
+
+    def ack_many(self, messages: Sequence[Any]) -> None:
         with self._lock:
             self._check_open()
-            for partition, offset in messages:
-                self._acknowledge(partition, offset, AcknowledgeType.ACCEPT)
+            self._settle(messages, AcknowledgeType.ACCEPT)
             self._stats["acked"] += len(messages)
 
     def nack(self, message: Any, now: bool) -> None:
+        _position(message)  # a TypeError naming what nack takes, before anything else
         if not now:
             raise NotImplementedError(
                 "share backend: nack(redeliver='after_timeout') is not available (an "
                 "unacknowledged record blocks the next poll); use redeliver='now'"
             )
-        count = redelivery_count_in(message.headers())
         with self._lock:
             self._check_open()
+            opened = self._opened(message)
+            count = redelivery_count_in(opened.headers())
             if count >= self._max_redeliveries:
-                self._dead_letter(message, count)
+                self._dead_letter(opened, count)
             else:
-                self._acknowledge(message.partition(), message.offset(), AcknowledgeType.RELEASE)
+                self._settle([opened], AcknowledgeType.RELEASE)
             self._stats["nacked"] += 1
 
-    def _dead_letter(self, message: Any, count: int) -> None:
-        """Copies ``message`` to the dead-letter topic (or logs it as dropped), then REJECTs it.
-        A copy that fails is RELEASEd instead, so the message comes back."""
-        partition, offset = message.partition(), message.offset()
+    def _dead_letter(self, message: ShareMessage, count: int) -> None:
+        """Copies the open ``message`` to the dead-letter topic (or logs it as dropped), then
+        REJECTs it. A copy that fails is RELEASEd instead, so the message comes back."""
+        partition, offset = _position(message)
         if self._dead_letters is None or self._dead_letter_topic is None:
             log.error(
                 "%s-%s@%s: redelivered %s times, no dead_letter_topic: dropped (key %r)",
@@ -343,13 +443,13 @@ class ShareQueue:
             )
             unsent = self._dead_letters.flush(30)
             if unsent > 0 or failures:
-                self._acknowledge(partition, offset, AcknowledgeType.RELEASE)
+                self._settle([message], AcknowledgeType.RELEASE)
                 what = f"dead letter of {self._queue_topic}-{partition}@{offset} not written"
                 if failures:
                     raise _ferrokafka_error(failures[0], f"{what}; released for redelivery")
                 raise KafkaTimeoutError(f"{what} within 30 s; released for redelivery")
             self._stats["dead_lettered"] += 1
-        self._acknowledge(partition, offset, AcknowledgeType.REJECT)
+        self._settle([message], AcknowledgeType.REJECT)
 
     def keepalive(self) -> None:
         raise NotImplementedError(

@@ -616,3 +616,51 @@ def test_share_lock_runs_out_the_late_ack_is_refused_and_another_member_has_it(
         b.flush()
         with pytest.raises(ValueError, match="not an open message"):
             b.ack(again)
+
+
+def test_share_ack_twice_is_refused_before_the_broker_sees_it_and_a_wrapper_acks_by_position(
+    config: dict[str, Any], topic_factory: TopicFactory, kafka_client: Client
+) -> None:
+    # Open messages are tracked by identity; confluent-kafka itself takes a second ack of the
+    # same record before the commit (the later type would win), so the refusal is ours.
+    queue_topic = topic_factory(partitions=1)
+    for value in ("a", "b", "c"):
+        kafka_client.produce(queue_topic, value)
+    group = f"g-{uuid.uuid4().hex}"
+    with QueueConsumer(
+        config, queue_topic, "unused", 30.0, group_id=group, backend="share"
+    ) as queue:
+        a, b, c = take(queue, 3)
+        with pytest.raises(ValueError, match=rf"{queue_topic}-0@0 is not an open message"):
+            queue.ack_many([a, a])
+        # Nothing of the refused batch was acknowledged: all three are still open.
+        with pytest.raises(RuntimeError, match=r"\(3 open"):
+            queue.consume(1, timeout=0.1)
+        queue.ack(cast(QueueMessage, Position((0, 0))))  # a user's wrapper of `a`
+        queue.ack(b)
+        with pytest.raises(ValueError, match="not an open message"):
+            queue.ack(b)
+        with pytest.raises(ValueError, match="not an open message"):
+            queue.nack(b)
+        queue.ack_many([c])
+        queue.flush()
+        assert queue.stats()["acked"] == 3
+    kafka_client.produce(queue_topic, "d")
+    kafka_client.produce(queue_topic, "e")
+    # The same group gets only the new records: a, b and c were accepted, none released.
+    with QueueConsumer(
+        config, queue_topic, "unused", 30.0, group_id=group, backend="share"
+    ) as again:
+        batch: list[QueueMessage] = []
+        while not batch:
+            batch = again.consume(2, timeout=1.0)
+        came = list(batch)
+        kept = batch.pop()  # the list consume returned, changed: only what is left is acked
+        again.ack_many(batch)
+        again.ack(kept)
+        with pytest.raises(ValueError, match="not an open message"):
+            again.ack(kept)
+        if len(came) < 2:
+            came += take(again, 1)
+            again.ack(came[-1])
+        assert [(m.value(), redelivery_count(m)) for m in came] == [(b"d", 0), (b"e", 0)]
