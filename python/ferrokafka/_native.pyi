@@ -7,7 +7,6 @@ from typing import Any, Literal, Protocol, Required, TypeAlias, TypedDict, Unpac
 __version__: str
 librdkafka_version: str
 """The version of librdkafka linked into this build."""
-DEFAULT_MAX_INFLATED: int
 WATERDROP_MAX_PAYLOAD_SIZE: int
 """WaterDrop's default ``max_payload_size`` (1,000,012 bytes): the largest scheduled payload
 accepted unless a ``max_payload_size`` says otherwise."""

@@ -11,7 +11,6 @@ use ferrokafka_core::codec::columnar::{
 };
 use ferrokafka_core::codec::envelope::{ScheduleLimits, WATERDROP_MAX_PAYLOAD_SIZE};
 use ferrokafka_core::codec::rows::{self, ScheduleColumns};
-use ferrokafka_core::codec::zlib::DEFAULT_MAX_INFLATED;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -148,7 +147,7 @@ fn decode_struct<'py, B: StructRows + Send>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, max_output = DEFAULT_MAX_INFLATED, large = false))]
+#[pyo3(signature = (column, max_output = 67_108_864, large = false))]
 pub fn inflate_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
@@ -191,7 +190,7 @@ pub fn partition_key_batch<'py>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
+#[pyo3(signature = (column, max_inflated = 67_108_864))]
 pub fn decode_state_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
@@ -203,7 +202,7 @@ pub fn decode_state_batch<'py>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
+#[pyo3(signature = (column, max_inflated = 67_108_864))]
 pub fn decode_report_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,

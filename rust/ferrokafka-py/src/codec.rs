@@ -17,7 +17,6 @@ use ferrokafka_core::codec::marker_codec;
 use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport};
 use ferrokafka_core::codec::state::StateReport;
 use ferrokafka_core::codec::zlib;
-use ferrokafka_core::codec::zlib::DEFAULT_MAX_INFLATED;
 use ferrokafka_core::{CoreError, Marker, MessageId, MessagePayload};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -49,7 +48,7 @@ pub fn deflate<'py>(py: Python<'py>, data: &[u8], level: u32) -> NativeResult<Bo
 }
 
 #[pyfunction]
-#[pyo3(signature = (data, max_output = DEFAULT_MAX_INFLATED))]
+#[pyo3(signature = (data, max_output = 67_108_864))]
 pub fn inflate<'py>(
     py: Python<'py>,
     data: &[u8],
@@ -225,7 +224,7 @@ macro_rules! document_functions {
         }
 
         #[pyfunction]
-        #[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
+        #[pyo3(signature = (data, max_inflated = 67_108_864))]
         pub fn $decode<'py>(
             py: Python<'py>,
             data: &[u8],

@@ -96,10 +96,6 @@ mod _native {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("librdkafka_version", ferrokafka_kafka::librdkafka_version())?;
         m.add(
-            "DEFAULT_MAX_INFLATED",
-            ferrokafka_core::codec::zlib::DEFAULT_MAX_INFLATED,
-        )?;
-        m.add(
             "WATERDROP_MAX_PAYLOAD_SIZE",
             ferrokafka_core::codec::envelope::WATERDROP_MAX_PAYLOAD_SIZE,
         )?;

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use ferrokafka_core::codec::json::decode_document;
 use ferrokafka_core::codec::state::StateReport;
-use ferrokafka_core::codec::zlib::DEFAULT_MAX_INFLATED;
 use pyo3::prelude::*;
 
 use crate::errors::NativeResult;
@@ -31,7 +30,7 @@ frozen_record! {
 
 /// Decodes a zlib JSON scheduler state report into its view.
 #[pyfunction]
-#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
+#[pyo3(signature = (data, max_inflated = 67_108_864))]
 pub fn view_state_report(data: &[u8], max_inflated: usize) -> NativeResult<PyStateReportView> {
     let report: StateReport = decode_document(data, max_inflated)?;
     Ok(PyStateReportView {

@@ -10,7 +10,6 @@ use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport, hybrid_lag};
 use ferrokafka_core::codec::report_rules::{
     Violation, consumer_report_violations, error_report_violations,
 };
-use ferrokafka_core::codec::zlib::DEFAULT_MAX_INFLATED;
 use ferrokafka_core::tracking::{ErrorSample, ReportBuilder, error_report};
 use pyo3::PyTraverseError;
 use pyo3::gc::PyVisit;
@@ -216,7 +215,7 @@ fn consumer_view(py: Python<'_>, report: ConsumerReport) -> PyResult<PyConsumerR
 
 /// Decodes a zlib JSON consumer report of any schema read into its view.
 #[pyfunction]
-#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
+#[pyo3(signature = (data, max_inflated = 67_108_864))]
 pub fn view_consumer_report(
     py: Python<'_>,
     data: &[u8],
@@ -252,7 +251,7 @@ impl PyErrorReportView {
 
 /// Decodes a zlib JSON error report of any schema read into its view.
 #[pyfunction]
-#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
+#[pyo3(signature = (data, max_inflated = 67_108_864))]
 pub fn view_error_report(
     py: Python<'_>,
     data: &[u8],

@@ -18,11 +18,6 @@ use crate::CoreError;
 /// The compression level used when the caller has no preference (zlib's default).
 pub const DEFAULT_LEVEL: u32 = 6;
 
-/// The inflated size a decoder accepts when the caller sets no limit (64 MiB): a report or
-/// state document is a few KiB, so this only stops a zip bomb. Python reads it as
-/// `ferrokafka.arrow.DEFAULT_MAX_INFLATED`.
-pub const DEFAULT_MAX_INFLATED: usize = 64 << 20;
-
 /// Smallest first output allocation of [`inflate`] (it starts at 4x the input, then doubles).
 const FIRST_OUTPUT: usize = 4096;
 
