@@ -551,8 +551,16 @@ def test_commit_policy_logs_publishes_and_moves_on(
     assert all(s["record_count"] == 1 and s["duration"] >= 0 for s in stops)
 
 
+# A backoff of 0 retries at once (the binding checks the partition is still the worker's without
+# waiting); a positive one doubles.
+@pytest.mark.parametrize(("backoff", "retries_in"), [(0.05, [0.05, 0.1]), (0.0, [0.0, 0.0])])
 def test_retry_policy_backs_off_and_blocks_the_partition(
-    base_config: dict[str, Any], kafka_bootstrap: str, topic: str, produce: Produce
+    backoff: float,
+    retries_in: list[float],
+    base_config: dict[str, Any],
+    kafka_bootstrap: str,
+    topic: str,
+    produce: Produce,
 ) -> None:
     produce(topic, [{"value": f"v{n}"} for n in range(8)])
     calls: list[int] = []
@@ -572,7 +580,7 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
         handle,
         max_batch_size=1,
         on_error="retry",
-        retry_backoff=0.05,
+        retry_backoff=backoff,
     ) as consumer:
         recorder = Recorder.subscribed(consumer)
         handled.wait_count(8)
@@ -580,7 +588,7 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
     # Offset 4 waits until 3 succeeded: the partition is blocked while retrying.
     assert calls == [0, 1, 2, 3, 3, 3, 4, 5, 6, 7]
     retries = recorder.named("handler.exception")
-    assert [(r["attempt"], r["retry_in"]) for r in retries] == [(1, 0.05), (2, 0.1)]
+    assert [(r["attempt"], r["retry_in"]) for r in retries] == list(enumerate(retries_in, 1))
     assert (stats["retries"], stats["handled"], stats["failed"]) == (2, 8, 0)
 
 

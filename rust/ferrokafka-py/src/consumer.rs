@@ -9,7 +9,7 @@
 //! dispatcher thread calls `poll_events`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferrokafka_core::tracking::HandlerSample;
 use ferrokafka_kafka::{
@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::batch::PyBatch;
-use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off};
+use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off, wait_sliced};
 use crate::consumer_events::event_object;
 use crate::consumer_stats::{PyConsumerStats, consumer_stats};
 use crate::convert::settings_from_dict;
@@ -247,18 +247,15 @@ impl PyRawConsumer {
     /// is no longer its own (revoked, or the consumer is stopping): the batch is then abandoned.
     fn backoff(&self, py: Python<'_>, worker: WorkerId, seconds: f64) -> NativeResult<bool> {
         self.guard.check()?;
-        let deadline = Instant::now() + seconds_or_off("seconds", seconds)?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let engine = Arc::clone(&*self.engine);
-            if py.detach(move || engine.wait_gone(worker, left.min(SLICE))) {
-                return Ok(true);
-            }
-            if left <= SLICE {
-                return Ok(false);
-            }
-            py.check_signals()?;
+        if seconds_or_off("seconds", seconds)?.is_zero() {
+            // No backoff: only whether the partition is still the worker's, at once.
+            return Ok(self.engine.wait_gone(worker, Duration::ZERO));
         }
+        let engine = &**self.engine;
+        let gone = wait_sliced(py, Some(seconds), |slice| {
+            engine.wait_gone(worker, slice).then_some(())
+        })?;
+        Ok(gone.is_some())
     }
 
     /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.
@@ -283,13 +280,9 @@ impl PyRawConsumer {
     fn stop(&self, py: Python<'_>, drain: f64) -> NativeResult<()> {
         self.guard.check()?;
         self.engine.begin_stop(seconds_or_off("drain", drain)?);
-        loop {
-            let engine = Arc::clone(&*self.engine);
-            if py.detach(move || engine.wait_stopped(SLICE)) {
-                return Ok(());
-            }
-            py.check_signals()?;
-        }
+        let engine = &**self.engine;
+        wait_sliced(py, None, |slice| engine.wait_stopped(slice).then_some(()))?;
+        Ok(())
     }
 
     fn stats(&self, py: Python<'_>) -> PyResult<PyConsumerStats> {

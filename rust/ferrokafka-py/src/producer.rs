@@ -21,6 +21,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::blocking::{
     EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
+    wait_sliced,
 };
 use crate::convert::{self, optional_bytes, outgoing_record};
 use crate::errors::{
@@ -344,26 +345,19 @@ impl PyRawAsyncProducer {
 
     fn flush(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
         self.guard.check()?;
-        let limit = timeout_arg("timeout", timeout)?;
-        let deadline = Instant::now() + limit;
-        loop {
-            let engine = Arc::clone(&*self.engine);
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(SLICE);
-            if py.detach(move || engine.flush_step(wait)) {
-                return match self.engine.fatal_error() {
-                    Some(error) => Err(error.into()),
-                    None => Ok(()),
-                };
+        let engine = &**self.engine;
+        let flushed = wait_sliced(py, Some(timeout), |slice| {
+            if engine.flush_step(slice) {
+                Some(engine.fatal_error().map_or(Ok(()), Err))
+            } else {
+                engine.connection_failure("flush").map(Err)
             }
-            py.check_signals()?;
-            if let Some(refused) = self.engine.connection_failure("flush") {
-                return Err(refused.into());
-            }
-            if Instant::now() >= deadline {
+        })?;
+        match flushed {
+            Some(outcome) => Ok(outcome?),
+            None => {
                 let stats = self.engine.stats();
-                return Err(flush_timed_out(timeout, stats.queue_size, stats.in_flight).into());
+                Err(flush_timed_out(timeout, stats.queue_size, stats.in_flight).into())
             }
         }
     }
@@ -412,23 +406,15 @@ impl PyRawAsyncProducer {
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records
     /// that were never handed to Kafka. Records purged in flight arrive as "failed" events.
     fn shutdown(&self, py: Python<'_>, timeout: f64) -> NativeResult<Vec<(u64, PyMessage)>> {
-        let limit = timeout_arg("timeout", timeout)?;
-        let deadline = Instant::now() + limit;
+        // Refused before anything stops.
+        timeout_arg("timeout", timeout)?;
         self.engine.begin_shutdown();
-        loop {
-            let engine = Arc::clone(&*self.engine);
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(SLICE);
-            // A refused connection ends the grace period: waiting longer delivers nothing.
-            if py.detach(move || engine.flush_step(wait))
-                || Instant::now() >= deadline
-                || self.engine.connection_failure("produce").is_some()
-            {
-                break;
-            }
-            py.check_signals()?;
-        }
+        let engine = &**self.engine;
+        // A refused connection ends the grace period: waiting longer delivers nothing.
+        wait_sliced(py, Some(timeout), |slice| {
+            (engine.flush_step(slice) || engine.connection_failure("produce").is_some())
+                .then_some(())
+        })?;
         let engine = Arc::clone(&*self.engine);
         let undelivered = py.detach(move || engine.finish_shutdown());
         let reason = self.engine.connection_failure("produce").unwrap_or(
