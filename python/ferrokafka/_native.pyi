@@ -7,6 +7,9 @@ from typing import Any, Literal, Protocol, Required, TypeAlias, TypedDict, Unpac
 __version__: str
 librdkafka_version: str
 """The version of librdkafka linked into this build."""
+DEFAULT_MAX_INFLATED: int
+"""The ``max_inflated`` / ``max_output`` every decoder defaults to (67,108,864 bytes, 64 MiB): a
+report or state document is a few KiB, so the limit only stops a zip bomb."""
 WATERDROP_MAX_PAYLOAD_SIZE: int
 """WaterDrop's default ``max_payload_size`` (1,000,012 bytes): the largest scheduled payload
 accepted unless a ``max_payload_size`` says otherwise."""
@@ -518,7 +521,7 @@ def deflate(data: bytes, level: int = 6) -> bytes:
         True
     """
 
-def inflate(data: bytes, max_output: int = 67108864) -> bytes:
+def inflate(data: bytes, max_output: int = ...) -> bytes:
     """Decompress the zlib stream ``data``, refusing more than ``max_output`` bytes of output.
 
     Corrupt, truncated or trailing-garbage input and output over the limit raise
@@ -546,7 +549,7 @@ def encode_state_report(report: Mapping[str, Any], level: int = 6) -> bytes:
         'loaded'
     """
 
-def decode_state_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
+def decode_state_report(data: bytes, max_inflated: int = ...) -> dict[str, Any]:
     """Inflate (at most ``max_inflated`` bytes), parse and validate a state report.
 
     Returns the report as a dict with every field (ferrokafka's counters default to 0 for a
@@ -569,7 +572,7 @@ def encode_process_report(report: Mapping[str, Any], level: int = 6) -> bytes:
         'host-1:4242:ab12cd'
     """
 
-def decode_process_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
+def decode_process_report(data: bytes, max_inflated: int = ...) -> dict[str, Any]:
     """Inflate (at most ``max_inflated`` bytes) and parse a consumer report of any schema read
     (1.2.x to 1.7.0 and newer ones); returns it in the current schema's shape.
 
@@ -589,7 +592,7 @@ def encode_error_report(report: Mapping[str, Any], level: int = 6) -> bytes:
         'ValueError'
     """
 
-def decode_error_report(data: bytes, max_inflated: int = 67108864) -> dict[str, Any]:
+def decode_error_report(data: bytes, max_inflated: int = ...) -> dict[str, Any]:
     """Inflate (at most ``max_inflated`` bytes), parse and validate an error report.
 
     Example: see :func:`encode_error_report`.
@@ -787,7 +790,7 @@ _Column = tuple[Any, Any]
 ``ferrokafka.arrow`` imports with ``pyarrow.Array._import_from_c_capsule`` (no copy)."""
 
 def inflate_batch(
-    column: _ArrowParts, max_output: int = 67108864, large: bool = False
+    column: _ArrowParts, max_output: int = ..., large: bool = False
 ) -> tuple[_Column, _Column]:
     """Inflate every row of a binary Arrow array in one call, the GIL released.
 
@@ -823,7 +826,7 @@ def partition_key_batch(
         [0]
     """
 
-def decode_state_batch(column: _ArrowParts, max_inflated: int = 67108864) -> _Column:
+def decode_state_batch(column: _ArrowParts, max_inflated: int = ...) -> _Column:
     """Decode every row as a zlib JSON scheduler state report into one struct column (with an
     ``error`` field for rows that fail). See :func:`ferrokafka.arrow.decode_state`. Example:
         >>> import pyarrow as pa
@@ -832,7 +835,7 @@ def decode_state_batch(column: _ArrowParts, max_inflated: int = 67108864) -> _Co
         True
     """
 
-def decode_report_batch(column: _ArrowParts, max_inflated: int = 67108864) -> _Column:
+def decode_report_batch(column: _ArrowParts, max_inflated: int = ...) -> _Column:
     """Decode every row as a zlib JSON process report into one struct column (with an
     ``error`` field). See :func:`ferrokafka.arrow.decode_report`. Example:
         >>> import pyarrow as pa
@@ -1648,10 +1651,10 @@ class ErrorReportView:
     process_id: str
     tags: list[str]
 
-def view_consumer_report(data: bytes, max_inflated: int = 67108864) -> ConsumerReportView:
+def view_consumer_report(data: bytes, max_inflated: int = ...) -> ConsumerReportView:
     """Decode a zlib JSON consumer report (schemas 1.2.x to 1.7.0, newer ones flagged)."""
 
-def view_error_report(data: bytes, max_inflated: int = 67108864) -> ErrorReportView:
+def view_error_report(data: bytes, max_inflated: int = ...) -> ErrorReportView:
     """Decode a zlib JSON error report (schemas 1.0.0 to 1.2.0)."""
 
 @final
@@ -1672,7 +1675,7 @@ class StateReportView:
     dispatched: int
     failed: int
 
-def view_state_report(data: bytes, max_inflated: int = 67108864) -> StateReportView:
+def view_state_report(data: bytes, max_inflated: int = ...) -> StateReportView:
     """Decode a zlib JSON scheduler state report (schema 1.0.0) into its view."""
 
 def consumer_report_violations_of(report: Any) -> list[tuple[str, str]]:

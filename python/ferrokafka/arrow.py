@@ -50,7 +50,7 @@ __all__ = [
     "schedule_headers",
 ]
 
-DEFAULT_MAX_INFLATED = 64 << 20
+DEFAULT_MAX_INFLATED: int = _native.DEFAULT_MAX_INFLATED
 """Largest inflated row accepted by default (64 MiB); larger rows fail as too large."""
 
 ValueErrors = Literal["null", "struct", "raise"]

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::arrow_c::Node;
-use crate::codec::now_secs;
+use crate::codec::{DEFAULT_MAX_INFLATED, now_secs};
 use crate::convert;
 use crate::errors::{NativeResult, invalid_argument, wrong_type};
 
@@ -147,7 +147,7 @@ fn decode_struct<'py, B: StructRows + Send>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, max_output = 67_108_864, large = false))]
+#[pyo3(signature = (column, max_output = DEFAULT_MAX_INFLATED, large = false))]
 pub fn inflate_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
@@ -190,7 +190,7 @@ pub fn partition_key_batch<'py>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, max_inflated = 67_108_864))]
+#[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
 pub fn decode_state_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
@@ -202,7 +202,7 @@ pub fn decode_state_batch<'py>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, max_inflated = 67_108_864))]
+#[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
 pub fn decode_report_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,

@@ -31,6 +31,12 @@ use crate::errors::{
 /// Inputs larger than this are processed detached (about 50 µs of zlib work or more).
 const DETACH_ABOVE: usize = 64 << 10;
 
+/// The inflated size every decoder accepts unless its caller sets `max_inflated` or `max_output`
+/// (64 MiB): a report or state document is a few KiB, so the limit only stops a zip bomb. Python
+/// reads it as `ferrokafka.arrow.DEFAULT_MAX_INFLATED`; PyO3 shows it in `__text_signature__`
+/// as `...`, as the stub does.
+pub const DEFAULT_MAX_INFLATED: usize = 64 << 20;
+
 pub(crate) fn maybe_detached<T: Send>(
     py: Python<'_>,
     large: bool,
@@ -39,7 +45,8 @@ pub(crate) fn maybe_detached<T: Send>(
     if large { py.detach(work) } else { work() }
 }
 
-// Defaults are literals: PyO3 writes only literals into `__text_signature__` (checked by stubtest).
+// Defaults are literals where they are not shared: PyO3 writes only literals into
+// `__text_signature__` (checked by stubtest), any other default as `...`.
 #[pyfunction]
 #[pyo3(signature = (data, level = 6))]
 pub fn deflate<'py>(py: Python<'py>, data: &[u8], level: u32) -> NativeResult<Bound<'py, PyBytes>> {
@@ -48,7 +55,7 @@ pub fn deflate<'py>(py: Python<'py>, data: &[u8], level: u32) -> NativeResult<Bo
 }
 
 #[pyfunction]
-#[pyo3(signature = (data, max_output = 67_108_864))]
+#[pyo3(signature = (data, max_output = DEFAULT_MAX_INFLATED))]
 pub fn inflate<'py>(
     py: Python<'py>,
     data: &[u8],
@@ -224,7 +231,7 @@ macro_rules! document_functions {
         }
 
         #[pyfunction]
-        #[pyo3(signature = (data, max_inflated = 67_108_864))]
+        #[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
         pub fn $decode<'py>(
             py: Python<'py>,
             data: &[u8],

@@ -95,6 +95,7 @@ mod _native {
         crate::engine_log::install(m)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("librdkafka_version", ferrokafka_kafka::librdkafka_version())?;
+        m.add("DEFAULT_MAX_INFLATED", crate::codec::DEFAULT_MAX_INFLATED)?;
         m.add(
             "WATERDROP_MAX_PAYLOAD_SIZE",
             ferrokafka_core::codec::envelope::WATERDROP_MAX_PAYLOAD_SIZE,

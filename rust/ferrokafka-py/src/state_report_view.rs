@@ -7,6 +7,7 @@ use ferrokafka_core::codec::json::decode_document;
 use ferrokafka_core::codec::state::StateReport;
 use pyo3::prelude::*;
 
+use crate::codec::DEFAULT_MAX_INFLATED;
 use crate::errors::NativeResult;
 use crate::flat_record::frozen_record;
 
@@ -30,7 +31,7 @@ frozen_record! {
 
 /// Decodes a zlib JSON scheduler state report into its view.
 #[pyfunction]
-#[pyo3(signature = (data, max_inflated = 67_108_864))]
+#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
 pub fn view_state_report(data: &[u8], max_inflated: usize) -> NativeResult<PyStateReportView> {
     let report: StateReport = decode_document(data, max_inflated)?;
     Ok(PyStateReportView {

@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use serde_json::Value;
 
-use crate::codec::{json_of, python_of};
+use crate::codec::{DEFAULT_MAX_INFLATED, json_of, python_of};
 use crate::errors::NativeResult;
 use crate::flat_record::frozen_record;
 use crate::report_samples::{PyProcessFacts, PySourceSample, sample_of};
@@ -215,7 +215,7 @@ fn consumer_view(py: Python<'_>, report: ConsumerReport) -> PyResult<PyConsumerR
 
 /// Decodes a zlib JSON consumer report of any schema read into its view.
 #[pyfunction]
-#[pyo3(signature = (data, max_inflated = 67_108_864))]
+#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
 pub fn view_consumer_report(
     py: Python<'_>,
     data: &[u8],
@@ -251,7 +251,7 @@ impl PyErrorReportView {
 
 /// Decodes a zlib JSON error report of any schema read into its view.
 #[pyfunction]
-#[pyo3(signature = (data, max_inflated = 67_108_864))]
+#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
 pub fn view_error_report(
     py: Python<'_>,
     data: &[u8],
