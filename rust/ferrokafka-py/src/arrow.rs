@@ -133,6 +133,17 @@ fn output_and_errors<'py, B: ColumnBuilder>(
     Ok((column_capsules(py, output)?, column_capsules(py, errors)?))
 }
 
+/// Runs `work` detached over the rows of the binary `column`, read in place.
+fn over_binary<T: Send>(
+    py: Python<'_>,
+    column: &Bound<'_, PyAny>,
+    work: impl FnOnce(&BinaryView<'_>) -> T + Send,
+) -> NativeResult<T> {
+    let buffers = ArrayBuffers::extract("column", column)?;
+    let input = buffers.binary()?;
+    Ok(py.detach(|| work(&input)))
+}
+
 /// Decodes the binary `column` with `decode` (detached) into a struct column with its `error`
 /// field.
 fn decode_struct<'py, B: StructRows + Send>(
@@ -140,9 +151,7 @@ fn decode_struct<'py, B: StructRows + Send>(
     column: &Bound<'py, PyAny>,
     decode: impl FnOnce(&BinaryView<'_>) -> BatchResult<B> + Send,
 ) -> NativeResult<Bound<'py, PyTuple>> {
-    let buffers = ArrayBuffers::extract("column", column)?;
-    let input = buffers.binary()?;
-    let result = py.detach(|| decode(&input));
+    let result = over_binary(py, column, decode)?;
     Ok(column_capsules(py, result.finish_with_error_field()?)?)
 }
 
@@ -154,9 +163,9 @@ pub fn inflate_batch<'py>(
     max_output: usize,
     large: bool,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
-    let buffers = ArrayBuffers::extract("column", column)?;
-    let input = buffers.binary()?;
-    let result = py.detach(|| rows::inflate_batch(&input, max_output, large));
+    let result = over_binary(py, column, |input| {
+        rows::inflate_batch(input, max_output, large)
+    })?;
     output_and_errors(py, result)
 }
 
@@ -168,9 +177,7 @@ pub fn deflate_batch<'py>(
     level: u32,
     large: bool,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
-    let buffers = ArrayBuffers::extract("column", column)?;
-    let input = buffers.binary()?;
-    let result = py.detach(|| rows::deflate_batch(&input, level, large))?;
+    let result = over_binary(py, column, |input| rows::deflate_batch(input, level, large))??;
     output_and_errors(py, result)
 }
 
@@ -183,35 +190,30 @@ pub fn partition_key_batch<'py>(
     partition_key_hashing: &str,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
     let hashing = convert::partition_key_hashing(partition_key_hashing)?;
-    let buffers = ArrayBuffers::extract("column", column)?;
-    let input = buffers.binary()?;
-    let result = py.detach(|| rows::partition_key_batch(&input, partition_count, hashing))?;
+    let result = over_binary(py, column, |input| {
+        rows::partition_key_batch(input, partition_count, hashing)
+    })??;
     output_and_errors(py, result)
 }
 
-#[pyfunction]
-#[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
-pub fn decode_state_batch<'py>(
-    py: Python<'py>,
-    column: &Bound<'py, PyAny>,
-    max_inflated: usize,
-) -> NativeResult<Bound<'py, PyTuple>> {
-    decode_struct(py, column, |input| {
-        rows::decode_state_batch(input, max_inflated)
-    })
+/// A decoder of a column of zlib JSON documents, each inflated to at most `max_inflated` bytes
+/// by the core's batch function of the same name.
+macro_rules! document_batch_decoder {
+    ($name:ident) => {
+        #[pyfunction]
+        #[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
+        pub fn $name<'py>(
+            py: Python<'py>,
+            column: &Bound<'py, PyAny>,
+            max_inflated: usize,
+        ) -> NativeResult<Bound<'py, PyTuple>> {
+            decode_struct(py, column, |input| rows::$name(input, max_inflated))
+        }
+    };
 }
 
-#[pyfunction]
-#[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
-pub fn decode_report_batch<'py>(
-    py: Python<'py>,
-    column: &Bound<'py, PyAny>,
-    max_inflated: usize,
-) -> NativeResult<Bound<'py, PyTuple>> {
-    decode_struct(py, column, |input| {
-        rows::decode_report_batch(input, max_inflated)
-    })
-}
+document_batch_decoder!(decode_state_batch);
+document_batch_decoder!(decode_report_batch);
 
 #[pyfunction]
 pub fn decode_marker_batch<'py>(
