@@ -13,6 +13,7 @@ mod convert;
 mod daemon_class;
 mod deadline_queue;
 mod delivery_report;
+mod document_view;
 mod engine_log;
 mod errors;
 mod flat_record;

@@ -3,12 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use ferrokafka_core::codec::json::decode_document;
 use ferrokafka_core::codec::state::StateReport;
 use pyo3::prelude::*;
 
-use crate::codec::DEFAULT_MAX_INFLATED;
-use crate::errors::NativeResult;
+use crate::document_view::document_view;
 use crate::flat_record::frozen_record;
 
 frozen_record! {
@@ -29,11 +27,12 @@ frozen_record! {
     }
 }
 
-/// Decodes a zlib JSON scheduler state report into its view.
-#[pyfunction]
-#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
-pub fn view_state_report(data: &[u8], max_inflated: usize) -> NativeResult<PyStateReportView> {
-    let report: StateReport = decode_document(data, max_inflated)?;
+document_view! {
+    /// Decodes a zlib JSON scheduler state report into its view.
+    view_state_report: StateReport => PyStateReportView, by state_view
+}
+
+fn state_view(_: Python<'_>, report: StateReport) -> PyResult<PyStateReportView> {
     Ok(PyStateReportView {
         schema_version: report.schema_version,
         dispatched_at: report.dispatched_at,

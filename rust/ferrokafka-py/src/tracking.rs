@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrokafka_core::codec::json::{decode_document, encode_document};
+use ferrokafka_core::codec::json::encode_document;
 use ferrokafka_core::codec::report::{ConsumerReport, ErrorReport, hybrid_lag};
 use ferrokafka_core::codec::report_rules::{
     Violation, consumer_report_violations, error_report_violations,
@@ -17,7 +17,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use serde_json::Value;
 
-use crate::codec::{DEFAULT_MAX_INFLATED, json_of, python_of};
+use crate::codec::{json_of, python_of};
+use crate::document_view::document_view;
 use crate::errors::NativeResult;
 use crate::flat_record::frozen_record;
 use crate::report_samples::{PyProcessFacts, PySourceSample, sample_of};
@@ -213,16 +214,9 @@ fn consumer_view(py: Python<'_>, report: ConsumerReport) -> PyResult<PyConsumerR
     })
 }
 
-/// Decodes a zlib JSON consumer report of any schema read into its view.
-#[pyfunction]
-#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
-pub fn view_consumer_report(
-    py: Python<'_>,
-    data: &[u8],
-    max_inflated: usize,
-) -> NativeResult<PyConsumerReportView> {
-    let report: ConsumerReport = decode_document(data, max_inflated)?;
-    Ok(consumer_view(py, report)?)
+document_view! {
+    /// Decodes a zlib JSON consumer report of any schema read into its view.
+    view_consumer_report: ConsumerReport => PyConsumerReportView, by consumer_view
 }
 
 frozen_record! {
@@ -249,15 +243,12 @@ impl PyErrorReportView {
     }
 }
 
-/// Decodes a zlib JSON error report of any schema read into its view.
-#[pyfunction]
-#[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
-pub fn view_error_report(
-    py: Python<'_>,
-    data: &[u8],
-    max_inflated: usize,
-) -> NativeResult<PyErrorReportView> {
-    let report: ErrorReport = decode_document(data, max_inflated)?;
+document_view! {
+    /// Decodes a zlib JSON error report of any schema read into its view.
+    view_error_report: ErrorReport => PyErrorReportView, by error_view
+}
+
+fn error_view(py: Python<'_>, report: ErrorReport) -> PyResult<PyErrorReportView> {
     let details = Value::Object(report.details.into_iter().collect());
     Ok(PyErrorReportView {
         details: python_of(py, &details)?.unbind(),
