@@ -318,6 +318,32 @@ def inflated_bytes(frame: DataFrame) -> Callable[[], int]:
     return lambda: (frame.agg(F.sum(F.length("out"))).first() or [0])[0]
 
 
+Case = tuple[tuple[str, DataFrame], tuple[str, DataFrame], Counter, int | None]
+"""(label, frame) of ferrokafka, then of the peer, the action timed, the count it must give."""
+
+
+def decoder_case(
+    data: DataFrame,
+    column: str,
+    ours: Callable[..., Column],
+    arrow_decoder: Callable[..., pa.Array],
+    fields: Callable[[dict[str, Any]], dict[str, Any]],
+    rows: int,
+) -> Case:
+    """A decoder case: ferrokafka's Arrow UDF ``ours`` against the ``pandas_udf`` giving the
+    same struct (``arrow_decoder``'s type) with ``fields``, both over ``column``."""
+    peer = pandas_decoder(fields, struct_type(arrow_decoder))
+    return (
+        (
+            f"ferrokafka.spark.{ours.__name__} (Arrow UDF, Rust)",
+            data.select("id", ours(column).alias("out")),
+        ),
+        ("pandas_udf (zlib + json.loads)", data.select("id", peer(column).alias("out"))),
+        decoded_rows,
+        rows,
+    )
+
+
 def same_on_sample(name: str, ours: DataFrame, peer: DataFrame, step: int) -> int:
     """Both sides' rows for every ``step``-th id, compared; the number compared."""
 
@@ -375,35 +401,12 @@ def main() -> None:
     try:
         data = make_input(spark, args.rows, args.distinct, args.partitions)
         step = max(1, args.rows // 2_000)
-        report_type, state_type = struct_type(fka.decode_report), struct_type(fka.decode_state)
-        report_peer = pandas_decoder(report_fields, report_type)
-        state_peer = pandas_decoder(state_fields, state_type)
-        # Each case: (label, frame) of ferrokafka, then of the peer, the action timed, the count.
-        cases: dict[str, tuple[tuple[str, DataFrame], tuple[str, DataFrame], Counter, int | None]]
-        cases = {
-            "decode_report": (
-                (
-                    "ferrokafka.spark.decode_report (Arrow UDF, Rust)",
-                    data.select("id", fks.decode_report("report").alias("out")),
-                ),
-                (
-                    "pandas_udf (zlib + json.loads)",
-                    data.select("id", report_peer("report").alias("out")),
-                ),
-                decoded_rows,
-                args.rows,
+        cases: dict[str, Case] = {
+            "decode_report": decoder_case(
+                data, "report", fks.decode_report, fka.decode_report, report_fields, args.rows
             ),
-            "decode_state": (
-                (
-                    "ferrokafka.spark.decode_state (Arrow UDF, Rust)",
-                    data.select("id", fks.decode_state("state").alias("out")),
-                ),
-                (
-                    "pandas_udf (zlib + json.loads)",
-                    data.select("id", state_peer("state").alias("out")),
-                ),
-                decoded_rows,
-                args.rows,
+            "decode_state": decoder_case(
+                data, "state", fks.decode_state, fka.decode_state, state_fields, args.rows
             ),
             "inflate": (
                 (

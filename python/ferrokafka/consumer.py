@@ -414,20 +414,26 @@ class _Core:
                 },
             )
 
-    def failed(
+    def handler_ended(
         self,
         raw: _RawConsumer,
         worker: int,
         batch: Batch,
         started: float,
-        error: BaseException,
+        error: BaseException | None,
         attempt: int,
     ) -> float | None:
-        """Hands a handler exception to the engine's error policy and reports it. Returns the
-        seconds to wait before handling the batch again, or ``None`` once it is settled
-        (committed, dead-lettered in the background, or abandoned)."""
-        retry_in = raw.fail(worker, batch, type(error).__qualname__, str(error))
+        """Settles a run of the handler on ``batch``, the same for :class:`Consumer` and
+        :class:`AsyncConsumer`: handled (``error`` is ``None``), it is acked; a handler exception
+        goes to the engine's error policy and is reported. Returns the seconds to wait before
+        handling the batch again, or ``None`` once it is settled (handled, committed,
+        dead-lettered in the background, or abandoned)."""
         topic, partition = batch[0].topic(), batch[0].partition()
+        if error is None:
+            self.handler_stopped(topic, partition, batch, started)
+            raw.ack(worker, batch, "handled")
+            return None
+        retry_in = raw.fail(worker, batch, type(error).__qualname__, str(error))
         self.handler_failed(topic, partition, batch, started, error, attempt, retry_in)
         return retry_in
 
@@ -714,14 +720,12 @@ class Consumer:
         core, attempt = self._core, 0
         while True:
             started = core.handler_started(topic, partition, batch)
+            failure: Exception | None = None
             try:
                 self._handler(batch)
             except Exception as error:
-                retry_in = core.failed(raw, worker, batch, started, error, attempt)
-            else:
-                core.handler_stopped(topic, partition, batch, started)
-                raw.ack(worker, batch, "handled")
-                return
+                failure = error
+            retry_in = core.handler_ended(raw, worker, batch, started, failure, attempt)
             if retry_in is None:
                 return
             # The partition waits: its next batch is fetched only after this one is settled. A
@@ -936,14 +940,12 @@ class AsyncConsumer:
         try:
             while True:
                 started = core.handler_started(topic, partition, batch)
+                failure: Exception | None = None
                 try:
                     await self._handler(batch)
                 except Exception as error:
-                    retry_in = core.failed(raw, worker, batch, started, error, attempt)
-                else:
-                    core.handler_stopped(topic, partition, batch, started)
-                    raw.ack(worker, batch, "handled")
-                    return
+                    failure = error
+                retry_in = core.handler_ended(raw, worker, batch, started, failure, attempt)
                 if retry_in is None:
                     return
                 # A revocation (or a stop) cuts the backoff short: see Consumer._handle.
