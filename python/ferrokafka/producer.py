@@ -30,7 +30,6 @@ from typing import Any, Literal, TypeAlias
 from ferrokafka import _exit, _instrumentation
 from ferrokafka._config import Config
 from ferrokafka._delivery_future import DeliveryFuture
-from ferrokafka._forwarding import keyword_options
 from ferrokafka._native import (
     DeliveryReport,
     Message,
@@ -141,8 +140,18 @@ class AsyncProducer:
         self.max_queue_size = max_queue_size
         # The one Python-only option: it bounds the delivery at exit, which Python drives.
         self.exit_timeout = checked_seconds("exit_timeout", exit_timeout, positive=False)
-        options = keyword_options(AsyncProducer.__init__, locals(), but=("exit_timeout",))
-        self._raw = _RawAsyncProducer(dict(config), **options)
+        self._raw = _RawAsyncProducer(
+            dict(config),
+            max_queue_size=max_queue_size,
+            max_queue_bytes=max_queue_bytes,
+            overflow=overflow,
+            block_timeout=block_timeout,
+            delivery_threshold=delivery_threshold,
+            delivery_interval=delivery_interval,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            partition_key_hashing=partition_key_hashing,
+        )
         self._events = _ProducerEvents(self._raw)
         self._shutdown_lock = threading.Lock()
         self._closed = False

@@ -42,7 +42,6 @@ from typing import Any, Literal
 
 from ferrokafka import _daemon, _exit
 from ferrokafka._config import Config
-from ferrokafka._forwarding import keyword_options
 from ferrokafka._native import (
     WATERDROP_MAX_PAYLOAD_SIZE,
     Client,
@@ -257,8 +256,17 @@ class Scheduler(_exit.StopsAtExit):
         self._reporter = reporter
         if reporter is not None:
             config = reporter.statistics_config(config)
-        options = keyword_options(Scheduler.__init__, locals(), but=("instance_id", "reporter"))
-        self._raw = _RawScheduler(config, schedules_topics=schedules_topics, **options)
+        self._raw = _RawScheduler(
+            config,
+            schedules_topics=schedules_topics,
+            group_id=group_id,
+            flush_batch_size=flush_batch_size,
+            state_interval=state_interval,
+            states_postfix=states_postfix,
+            horizon=horizon,
+            dead_letter_topic=dead_letter_topic,
+            partition_key_hashing=partition_key_hashing,
+        )
         if reporter is not None:
             reporter.track(self)
         _exit.register(self)

@@ -9,7 +9,6 @@ import time
 from collections.abc import Mapping, Sequence
 
 from ferrokafka._config import ConfigValue
-from ferrokafka._forwarding import keyword_options
 from ferrokafka._native import Client
 from ferrokafka._validation import check_config_mapping, checked_seconds
 from ferrokafka.consumer import Consumer, TopicPartition
@@ -74,9 +73,14 @@ class StatusReader:
             )
         if isinstance(states_topics, str):
             raise TypeError("states_topics must be a list of topic names, not a single str")
-        # The view takes every keyword option but the reader's own two.
-        own = ("states_topics", "discover_interval")
-        self.view = StatusView(**keyword_options(StatusReader.__init__, locals(), but=own))
+        self.view = StatusView(
+            reports_topic=reports_topic,
+            errors_topic=errors_topic,
+            ttl=ttl,
+            max_errors=max_errors,
+            history_points=history_points,
+            forget_after=forget_after,
+        )
         self._config = dict(config)
         self._states_topics = None if states_topics is None else list(states_topics)
         self._discover_interval = checked_seconds(
