@@ -97,17 +97,17 @@ def packed(document: Mapping[str, Any]) -> bytes:
     return zlib.compress(json.dumps(document).encode())
 
 
-def produce_unchecked(bootstrap: str, topic: str, values: Iterable[bytes]) -> None:
-    """Writes ``values`` to partition 0 of ``topic`` with confluent-kafka (an independent
-    client, which checks nothing of them), waiting for every delivery."""
+def produce_unchecked(bootstrap: str, topic: str, documents: Iterable[Mapping[str, Any]]) -> None:
+    """Writes ``documents``, each ``packed``, to partition 0 of ``topic`` with confluent-kafka (an
+    independent client, which checks nothing of them), waiting for every delivery."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2_000_000})
     failures: list[str] = []
-    for value in values:
+    for document in documents:
         producer.produce(
             topic,
-            value,
+            packed(document),
             partition=0,
             headers={"zlib": b"true"},
             on_delivery=lambda err, _msg: failures.append(str(err)) if err else None,

@@ -25,7 +25,6 @@ from ferrokafka import Client, NewTopic
 from tests.conftest import ROOT, wait_until
 from tests.tracking_samples import (
     error_report,
-    packed,
     process_report,
     produce_unchecked,
     send_error_report,
@@ -218,13 +217,13 @@ def test_dashboard_under_hostile_records(kafka_bootstrap: str, kafka_client: Cli
             kafka_bootstrap,
             reports,
             [
-                packed(process_report(PROCESS, dispatched_at=now - 1200, lags={0: 999})),
-                packed(process_report(PROCESS, dispatched_at=now - 4, lags={0: 80, 1: 5})),
-                packed(big),
-                packed(bomb),
-                packed(process_report(PROCESS, dispatched_at=now * 1000, lags={0: 1})),
-                packed(process_report(hostile_id, dispatched_at=now - 1, lags={2: 4})),
-                packed(process_report("dash-stop:1:aa", dispatched_at=now - 1, status="stopped")),
+                process_report(PROCESS, dispatched_at=now - 1200, lags={0: 999}),
+                process_report(PROCESS, dispatched_at=now - 4, lags={0: 80, 1: 5}),
+                big,
+                bomb,
+                process_report(PROCESS, dispatched_at=now * 1000, lags={0: 1}),
+                process_report(hostile_id, dispatched_at=now - 1, lags={2: 4}),
+                process_report("dash-stop:1:aa", dispatched_at=now - 1, status="stopped"),
             ],
         )
         long_message = error_report("dash-long", occurred_at=now - 3, process_id=PROCESS)
@@ -233,9 +232,9 @@ def test_dashboard_under_hostile_records(kafka_bootstrap: str, kafka_client: Cli
             kafka_bootstrap,
             errors,
             [
-                packed(long_message),
-                packed(error_report("dash-ms", occurred_at=now * 1000, process_id=PROCESS)),
-                packed(error_report("dash-1e13", occurred_at=1e13, process_id=PROCESS)),
+                long_message,
+                error_report("dash-ms", occurred_at=now * 1000, process_id=PROCESS),
+                error_report("dash-1e13", occurred_at=1e13, process_id=PROCESS),
             ],
         )
 

@@ -22,7 +22,6 @@ from tests.conftest import wait_until
 from tests.tracking_samples import (
     ZLIB_HEADER,
     error_report,
-    packed,
     process_report,
     produce_unchecked,
     send_error_report,
@@ -290,19 +289,19 @@ def test_status_command_under_hostile_records(
         kafka_bootstrap,
         topics.reports,
         [
-            packed(process_report("host-a:11:aa", dispatched_at=now - 20)),
-            packed(process_report("host-a:11:aa", dispatched_at=now * 1000)),
-            packed(process_report(hostile, dispatched_at=now - 1)),
-            packed(process_report("host-c:33:cc", dispatched_at=now - 1, status="stopped")),
+            process_report("host-a:11:aa", dispatched_at=now - 20),
+            process_report("host-a:11:aa", dispatched_at=now * 1000),
+            process_report(hostile, dispatched_at=now - 1),
+            process_report("host-c:33:cc", dispatched_at=now - 1, status="stopped"),
         ],
     )
     produce_unchecked(
         kafka_bootstrap,
         topics.errors,
         [
-            packed(error_report("err-ok", occurred_at=now - 5, process_id=hostile)),
-            packed(error_report("err-ms", occurred_at=now * 1000, process_id=hostile)),
-            packed(error_report("err-1e13", occurred_at=1e13, process_id=hostile)),
+            error_report("err-ok", occurred_at=now - 5, process_id=hostile),
+            error_report("err-ms", occurred_at=now * 1000, process_id=hostile),
+            error_report("err-1e13", occurred_at=1e13, process_id=hostile),
         ],
     )
     shown = run_status(kafka_bootstrap, *topics.options(), "--ttl", "30")
