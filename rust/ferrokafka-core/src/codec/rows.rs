@@ -32,7 +32,7 @@ use crate::codec::columnar::{
     Int64Builder, Int64View, ListBuilder, Utf8Builder, decode_rows, map_binary, struct_builder,
 };
 use crate::codec::envelope::{self, ScheduleLimits, TargetAddress};
-use crate::codec::json::decode_document;
+use crate::codec::json::DocumentDecoder;
 use crate::codec::marker_codec;
 use crate::codec::report::ConsumerReport;
 use crate::codec::state::StateReport;
@@ -135,9 +135,10 @@ impl StateRows {
 
 /// Decodes every row of `input` as a zlib JSON state report.
 pub fn decode_state_batch(input: &BinaryView<'_>, max_inflated: usize) -> BatchResult<StateRows> {
+    let mut decoder = DocumentDecoder::default();
     decode_rows(
         input,
-        |value| decode_document::<StateReport>(value, max_inflated),
+        |value| decoder.decode::<StateReport>(value, max_inflated),
         StateRows::push,
     )
 }
@@ -346,9 +347,10 @@ impl ReportRows {
 
 /// Decodes every row of `input` as a zlib JSON consumer report.
 pub fn decode_report_batch(input: &BinaryView<'_>, max_inflated: usize) -> BatchResult<ReportRows> {
+    let mut decoder = DocumentDecoder::default();
     decode_rows(
         input,
-        |value| decode_document::<ConsumerReport>(value, max_inflated),
+        |value| decoder.decode::<ConsumerReport>(value, max_inflated),
         ReportRows::push,
     )
 }
