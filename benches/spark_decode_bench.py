@@ -218,7 +218,7 @@ def report_fields(document: dict[str, Any]) -> dict[str, Any]:
                 "dead": total["dead"],
             },
             "lag": sum(max(_hybrid_lag(partition), 0) for partition in partitions),
-            "lag_stored": sum(max(partition["lag"], 0) for partition in partitions),
+            "lag_stored": sum(max(partition["lag_stored"], 0) for partition in partitions),
         },
         "partitions": partitions,
         "jobs": [

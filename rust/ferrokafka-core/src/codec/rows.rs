@@ -15,10 +15,10 @@
 //!   threads, cpu_usage [array<double>], tags [array<string>]}`, `stats {busy, enqueued,
 //!   utilization, total {batches, messages, errors, retries, dead}, lag, lag_stored}` (`total`:
 //!   counts since the process's previous report; `lag`: Karafka Web's hybrid lag summed,
-//!   `lag_stored`: the lag to committed offsets summed), `partitions` [array<struct<consumer_group,
-//!   topic, partition, lag, lag_stored, committed_offset, stored_offset, hi_offset, lo_offset,
-//!   fetch_state, poll_state>>] (the report's consumer_groups/subscription_groups/topics/
-//!   partitions maps, flattened),
+//!   `lag_stored`: the lag to the stored offsets summed, as Karafka Web sums it),
+//!   `partitions` [array<struct<consumer_group, topic, partition, lag, lag_stored,
+//!   committed_offset, stored_offset, hi_offset, lo_offset, fetch_state, poll_state>>] (the
+//!   report's consumer_groups/subscription_groups/topics/partitions maps, flattened),
 //!   `jobs` [array<struct<consumer_group, topic, partition, first_offset, last_offset,
 //!   committed_offset, messages, kind, updated_at>>].
 //! - marker: `kind` (start/keepalive/end), `partition`, `offset`, `deadline`, `key` [binary],
@@ -308,7 +308,7 @@ impl ReportRows {
         stats.total.dead.push_u64(Some(figures.total.dead));
         stats.total.close_row();
         stats.lag.push(Some(report.lag()));
-        stats.lag_stored.push(Some(report.lag_committed()));
+        stats.lag_stored.push(Some(report.lag_stored()));
         stats.close_row();
         let rows = &mut self.partitions.items;
         for place in report.partitions() {
