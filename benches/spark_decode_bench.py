@@ -12,7 +12,9 @@ the same cached column. Cases, each against its peer:
   row, the fields taken from the document as the UDF's schema names them);
 - ``inflate`` as a ``mapInArrow`` over whole record batches (``ferrokafka.arrow.inflate``, one
   call per batch) against a ``@pandas_udf`` calling ``zlib.decompress`` per row. A plain pass
-  over the column (Spark's own ``length``) is timed as the floor every case pays.
+  over the column (Spark's own ``length``) is timed as the floor every case pays, and for
+  ``decode_state`` an Arrow UDF returning a ready-made struct of its type (no decoding) as the
+  floor of that case.
 
 The cases run A-B-B-A interleaved (``--rounds`` each, median reported), in one session; each
 run counts its rows in the same pass (decoded rows without an error, inflated bytes), and the
@@ -33,6 +35,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from _common import add_smoke_option
@@ -218,7 +221,7 @@ def report_fields(document: dict[str, Any]) -> dict[str, Any]:
                 "dead": total["dead"],
             },
             "lag": sum(max(_hybrid_lag(partition), 0) for partition in partitions),
-            "lag_stored": sum(max(partition["lag"], 0) for partition in partitions),
+            "lag_stored": sum(max(partition["lag_stored"], 0) for partition in partitions),
         },
         "partitions": partitions,
         "jobs": [
@@ -293,6 +296,18 @@ def map_in_arrow_inflate(frame: DataFrame) -> DataFrame:
             yield pa.RecordBatch.from_arrays([batch.column(0), inflated], names=["id", "out"])
 
     return frame.mapInArrow(inflate_batches, "id long, out binary")
+
+
+def ready_made_states(state_type: StructType) -> Callable[[Column], Column]:
+    """An Arrow UDF giving every row the same state report, decoded once beforehand (of
+    ``decode_state``'s struct type): a decoder case without the decoding, so what Spark itself
+    costs it (the Arrow hand-over both ways, the rows read back) -- the floor of the case."""
+    decoded = fka.decode_state(pa.array([state_report(0)]))
+
+    def ready(values: pa.Array) -> pa.Array:
+        return decoded.take(np.zeros(len(values), dtype=np.int64))
+
+    return F.arrow_udf(ready, state_type)  # type: ignore[call-overload]
 
 
 # ---- the cases ------------------------------------------------------------------------------
@@ -437,6 +452,16 @@ def main() -> None:
             results.append(
                 (name, interleaved(spark, runs, args.rounds, expected, args.limit), load())
             )
+        state_floor = []
+        if "decode_state" in cases:
+            ready = decoded_rows(
+                data.select("id", ready_made_states(state_type)("state").alias("out"))
+            )
+            for _ in range(args.rounds):
+                seconds, count = timed_call(spark, ready, args.limit)
+                assert count == args.rows, f"the floor counted {count}, expected {args.rows:,}"
+                print(f"    floor of decode_state (ready struct): {seconds:.2f} s", flush=True)
+                state_floor.append(seconds)
 
         print(
             "\n| case | ferrokafka s | peer s | rows/s ferrokafka | rows/s peer | speed-up | load |"
@@ -451,6 +476,12 @@ def main() -> None:
                 f"{peer_s / ours_s:.2f}x | {after} |"
             )
         print(f"| floor: Spark's length() of the column | {floor:.2f} | | | | | |")
+        if state_floor:
+            print(
+                f"| floor of decode_state: an Arrow UDF returning a ready struct (runs "
+                f"{', '.join(f'{t:.2f}' for t in state_floor)}) | "
+                f"{statistics.median(state_floor):.2f} | | | | | |"
+            )
     finally:
         spark.stop()
 

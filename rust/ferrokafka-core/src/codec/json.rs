@@ -13,7 +13,8 @@
 //! Invariants: [`encode_document`] and [`encode_json_document`] validate before serialising, so
 //! an invalid document never reaches a topic, and [`encode_json_document`] writes the JSON it was
 //! given or nothing; [`decode_document`] inflates at most the caller's limit before any JSON
-//! parsing, reports JSON syntax or shape errors as [`CoreError::Corrupt`] and validates the result.
+//! parsing, reports JSON syntax or shape errors as [`CoreError::Corrupt`] and validates the result;
+//! [`DocumentDecoder`] decodes exactly as it does.
 
 use std::cmp::Ordering;
 
@@ -155,11 +156,34 @@ fn first_change(
 
 /// Inflates at most `max_inflated` bytes of `payload`, parses the JSON and validates it.
 pub fn decode_document<T: Document>(payload: &[u8], max_inflated: usize) -> Result<T, CoreError> {
-    let json = zlib::inflate(payload, max_inflated)?;
-    let document: T = serde_json::from_slice(&json)
-        .map_err(|err| CoreError::corrupt(format!("{} JSON: {err}", T::NAME)))?;
-    document.validate()?;
-    Ok(document)
+    DocumentDecoder::default().decode(payload, max_inflated)
+}
+
+/// [`decode_document`] for many documents in a row (a batch's rows): one zlib decompressor and
+/// one buffer for the inflated JSON serve them all, where setting up a decompressor costs more
+/// than inflating a small document. The buffer keeps the capacity the largest document needed,
+/// never more than its limit + 1 bytes (the bomb limit holds per document as in [`zlib::inflate`]).
+#[derive(Debug, Default)]
+pub struct DocumentDecoder {
+    inflater: zlib::Inflater,
+    json: Vec<u8>,
+}
+
+impl DocumentDecoder {
+    /// [`decode_document`] with this decoder's decompressor and buffer.
+    pub fn decode<T: Document>(
+        &mut self,
+        payload: &[u8],
+        max_inflated: usize,
+    ) -> Result<T, CoreError> {
+        self.json.clear();
+        self.inflater
+            .inflate_into(payload, max_inflated, &mut self.json)?;
+        let document: T = serde_json::from_slice(&self.json)
+            .map_err(|err| CoreError::corrupt(format!("{} JSON: {err}", T::NAME)))?;
+        document.validate()?;
+        Ok(document)
+    }
 }
 
 /// Checks a `"major.minor.patch"` schema version against the newest one supported: malformed is

@@ -513,6 +513,13 @@ impl ConsumerReport {
             .map(|place| place.partition.lag.max(0))
             .sum()
     }
+
+    /// Summed lag to the stored offsets, Karafka Web's `lag_stored` (unknown lags count 0).
+    pub fn lag_stored(&self) -> i64 {
+        self.partitions()
+            .map(|place| place.partition.lag_stored.max(0))
+            .sum()
+    }
 }
 
 /// A partition's lag as Karafka Web shows it: `lag_stored` unless unknown, else `lag`.

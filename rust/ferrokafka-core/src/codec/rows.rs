@@ -15,10 +15,10 @@
 //!   threads, cpu_usage [array<double>], tags [array<string>]}`, `stats {busy, enqueued,
 //!   utilization, total {batches, messages, errors, retries, dead}, lag, lag_stored}` (`total`:
 //!   counts since the process's previous report; `lag`: Karafka Web's hybrid lag summed,
-//!   `lag_stored`: the lag to committed offsets summed), `partitions` [array<struct<consumer_group,
-//!   topic, partition, lag, lag_stored, committed_offset, stored_offset, hi_offset, lo_offset,
-//!   fetch_state, poll_state>>] (the report's consumer_groups/subscription_groups/topics/
-//!   partitions maps, flattened),
+//!   `lag_stored`: the lag to the stored offsets summed, as Karafka Web sums it),
+//!   `partitions` [array<struct<consumer_group, topic, partition, lag, lag_stored,
+//!   committed_offset, stored_offset, hi_offset, lo_offset, fetch_state, poll_state>>] (the
+//!   report's consumer_groups/subscription_groups/topics/partitions maps, flattened),
 //!   `jobs` [array<struct<consumer_group, topic, partition, first_offset, last_offset,
 //!   committed_offset, messages, kind, updated_at>>].
 //! - marker: `kind` (start/keepalive/end), `partition`, `offset`, `deadline`, `key` [binary],
@@ -32,7 +32,7 @@ use crate::codec::columnar::{
     Int64Builder, Int64View, ListBuilder, Utf8Builder, decode_rows, map_binary, struct_builder,
 };
 use crate::codec::envelope::{self, ScheduleLimits, TargetAddress};
-use crate::codec::json::decode_document;
+use crate::codec::json::DocumentDecoder;
 use crate::codec::marker_codec;
 use crate::codec::report::ConsumerReport;
 use crate::codec::state::StateReport;
@@ -135,9 +135,10 @@ impl StateRows {
 
 /// Decodes every row of `input` as a zlib JSON state report.
 pub fn decode_state_batch(input: &BinaryView<'_>, max_inflated: usize) -> BatchResult<StateRows> {
+    let mut decoder = DocumentDecoder::default();
     decode_rows(
         input,
-        |value| decode_document::<StateReport>(value, max_inflated),
+        |value| decoder.decode::<StateReport>(value, max_inflated),
         StateRows::push,
     )
 }
@@ -307,7 +308,7 @@ impl ReportRows {
         stats.total.dead.push_u64(Some(figures.total.dead));
         stats.total.close_row();
         stats.lag.push(Some(report.lag()));
-        stats.lag_stored.push(Some(report.lag_committed()));
+        stats.lag_stored.push(Some(report.lag_stored()));
         stats.close_row();
         let rows = &mut self.partitions.items;
         for place in report.partitions() {
@@ -346,9 +347,10 @@ impl ReportRows {
 
 /// Decodes every row of `input` as a zlib JSON consumer report.
 pub fn decode_report_batch(input: &BinaryView<'_>, max_inflated: usize) -> BatchResult<ReportRows> {
+    let mut decoder = DocumentDecoder::default();
     decode_rows(
         input,
-        |value| decode_document::<ConsumerReport>(value, max_inflated),
+        |value| decoder.decode::<ConsumerReport>(value, max_inflated),
         ReportRows::push,
     )
 }
