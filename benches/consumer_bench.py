@@ -10,7 +10,10 @@ are produced once to a 6-partition topic and counted there (watermarks) before a
 every sample reads all of them with its own consumer group from the earliest offset, timed from
 its first record to its last, so group joins do not count. Cases run interleaved (A-B-...-B-A,
 ``--samples`` rounds) and each reports the median of its samples; the load average is printed,
-because the figures mean little on a busy machine. Every handler touches every value:
+because the figures mean little on a busy machine. Each in-process case also reports the CPU its
+process used per million records over the same span (``time.process_time()``, every thread,
+librdkafka's included): on a shared machine the records/s of a fetch-bound case move with the
+other jobs, the CPU it spends per record much less. Every handler touches every value:
 
 - ferrokafka, ``sum(len(v) for v in batch.values())``, default bounds and 200k-record bounds;
 - ferrokafka, ``batch.to_arrow()`` and the summed value lengths computed by pyarrow;
@@ -38,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow.compute as pc
 from _common import add_smoke_option, records_on, start_broker, stop_broker
@@ -56,6 +59,18 @@ CONFLUENT_TUNED = "confluent-kafka consume(1000), len(m.value()), fetch.queue.ba
 SYNC = "ferrokafka values(), default bounds"
 ASYNC = "ferrokafka AsyncConsumer, async handler, values(), default bounds"
 ROOMY: dict[str, Any] = {"max_queue_records": 200_000, "max_queue_bytes": 256 * 1024 * 1024}
+
+
+class Sample(NamedTuple):
+    """One case's records/s and process CPU seconds per million records (None when the case
+    runs in another process), both over the span from its first record to its last."""
+
+    rate: float
+    cpu: float | None
+
+
+def measured(count: int, elapsed: float, cpu: float) -> Sample:
+    return Sample(count / elapsed, cpu / count * 1_000_000)
 
 
 def fill(
@@ -85,16 +100,16 @@ def group_config(bootstrap: str) -> dict[str, str | int | float | bool]:
 
 def ferrokafka_rate(
     bootstrap: str, topic: str, count: int, work: Callable[[Batch], object], **options: Any
-) -> float:
+) -> Sample:
     done, lock = threading.Event(), threading.Lock()
-    seen, first = 0, 0.0
+    seen, first, first_cpu = 0, 0.0, 0.0
 
     def handle(batch: Batch) -> None:
-        nonlocal seen, first
+        nonlocal seen, first, first_cpu
         work(batch)
         with lock:
             if not seen:
-                first = time.perf_counter()
+                first, first_cpu = time.perf_counter(), time.process_time()
             seen += len(batch)
             if seen >= count:
                 done.set()
@@ -102,22 +117,22 @@ def ferrokafka_rate(
     with Consumer(group_config(bootstrap), [topic], handle, **options):
         if not done.wait(LIMIT):
             raise TimeoutError(f"ferrokafka consumer saw {seen} of {count}")
-        elapsed = time.perf_counter() - first
-    return count / elapsed
+        elapsed, cpu = time.perf_counter() - first, time.process_time() - first_cpu
+    return measured(count, elapsed, cpu)
 
 
-def async_rate(bootstrap: str, topic: str, count: int, work: Callable[[Batch], object]) -> float:
+def async_rate(bootstrap: str, topic: str, count: int, work: Callable[[Batch], object]) -> Sample:
     """ferrokafka_rate for an AsyncConsumer whose coroutine handler does ``work``."""
 
-    async def measure() -> float:
+    async def measure() -> Sample:
         done = asyncio.Event()
-        seen, first = 0, 0.0
+        seen, first, first_cpu = 0, 0.0, 0.0
 
         async def handle(batch: Batch) -> None:
-            nonlocal seen, first
+            nonlocal seen, first, first_cpu
             work(batch)
             if not seen:
-                first = time.perf_counter()
+                first, first_cpu = time.perf_counter(), time.process_time()
             seen += len(batch)
             if seen >= count:
                 done.set()
@@ -127,34 +142,34 @@ def async_rate(bootstrap: str, topic: str, count: int, work: Callable[[Batch], o
                 await asyncio.wait_for(done.wait(), LIMIT)
             except TimeoutError:
                 raise TimeoutError(f"ferrokafka AsyncConsumer saw {seen} of {count}") from None
-            elapsed = time.perf_counter() - first
-        return count / elapsed
+            elapsed, cpu = time.perf_counter() - first, time.process_time() - first_cpu
+        return measured(count, elapsed, cpu)
 
     return asyncio.run(measure())
 
 
-def confluent_rate(bootstrap: str, topic: str, count: int, **tuning: str | int) -> float:
+def confluent_rate(bootstrap: str, topic: str, count: int, **tuning: str | int) -> Sample:
     config = {**group_config(bootstrap), "auto.offset.reset": "earliest", **tuning}
     consumer = ConfluentConsumer(config)
     consumer.subscribe([topic])
-    seen, first, touched, deadline = 0, 0.0, 0, time.monotonic() + LIMIT
+    seen, first, first_cpu, touched, deadline = 0, 0.0, 0.0, 0, time.monotonic() + LIMIT
     try:
         while seen < count and time.monotonic() < deadline:
             messages = consumer.consume(num_messages=1000, timeout=1.0)
             good = [m for m in messages if m.error() is None]
             touched += sum(len(m.value() or b"") for m in good)
             if good and not seen:
-                first = time.perf_counter()
+                first, first_cpu = time.perf_counter(), time.process_time()
             seen += len(good)
-        elapsed = time.perf_counter() - first
+        elapsed, cpu = time.perf_counter() - first, time.process_time() - first_cpu
     finally:
         consumer.close()
     if seen < count:
         raise TimeoutError(f"confluent consumer saw {seen} of {count}")
-    return count / elapsed
+    return measured(count, elapsed, cpu)
 
 
-def java_rate(bootstrap: str, topic: str, count: int) -> float:
+def java_rate(bootstrap: str, topic: str, count: int) -> Sample:
     """Kafka's ConsumerPerformance: its fetch.nMsg.sec (rebalance time excluded)."""
     libs = next(KAFKA_HOME.glob("kafka-*/libs"))
     log_config = libs.parent / "log4j2.xml"
@@ -187,17 +202,23 @@ def java_rate(bootstrap: str, topic: str, count: int) -> float:
     row = dict(zip([h.strip() for h in header.split(",")], values.split(","), strict=True))
     if int(row["data.consumed.in.nMsg"]) < count:
         raise TimeoutError(f"ConsumerPerformance saw {row['data.consumed.in.nMsg']} of {count}")
-    return float(row["fetch.nMsg.sec"])
+    return Sample(float(row["fetch.nMsg.sec"]), None)
 
 
-def interleaved(cases: dict[str, Callable[[], float]], samples: int) -> dict[str, float]:
-    """Runs the cases forward, then backward, ... (A-B-B-A), and returns each one's median."""
-    results: dict[str, list[float]] = {name: [] for name in cases}
+def interleaved(cases: dict[str, Callable[[], Sample]], samples: int) -> dict[str, Sample]:
+    """Runs the cases forward, then backward, ... (A-B-B-A), and returns each one's medians."""
+    results: dict[str, list[Sample]] = {name: [] for name in cases}
     names = list(cases)
     for round_number in range(samples):
         for name in names if round_number % 2 == 0 else reversed(names):
             results[name].append(cases[name]())
-    return {name: statistics.median(rates) for name, rates in results.items()}
+    medians = {}
+    for name, runs in results.items():
+        cpus = [run.cpu for run in runs if run.cpu is not None]
+        medians[name] = Sample(
+            statistics.median(run.rate for run in runs), statistics.median(cpus) if cpus else None
+        )
+    return medians
 
 
 def touch_values(batch: Batch) -> int:
@@ -231,7 +252,7 @@ def main() -> int:
         io_one = fill(client, bootstrap, 1, m, args.size)
         io_keys = fill(client, bootstrap, 1, m, args.size, keys=1000)
         load_before = os.getloadavg()
-        cases: dict[str, Callable[[], float]] = {
+        cases: dict[str, Callable[[], Sample]] = {
             SYNC: lambda: ferrokafka_rate(bootstrap, topic, n, touch_values),
             "ferrokafka values(), bounds 200k rec / 256 MiB": lambda: ferrokafka_rate(
                 bootstrap, topic, n, touch_values, **ROOMY
@@ -276,22 +297,35 @@ def main() -> int:
 
     print(f"load average (1/5/15 min): before {load(load_before)}, after {load(load_after)}\n")
     print(f"{n:,} records of {args.size} B, 6 partitions, median of {args.samples} interleaved\n")
-    consume, tuned = rates[CONFLUENT], rates[CONFLUENT_TUNED]
-    java_figure = rates.get("Java ConsumerPerformance (fetch rate)")
-    print("| case | records/s | vs consume(1000) | vs consume(1000), no backoff | vs Java |")
-    print("|---|---:|---:|---:|---:|")
-    for name, rate in rates.items():
-        versus_java = f"{rate / java_figure:.2f}x" if java_figure else "-"
+    consume, tuned = rates[CONFLUENT].rate, rates[CONFLUENT_TUNED].rate
+    java_sample = rates.get("Java ConsumerPerformance (fetch rate)")
+    print(
+        "| case | records/s | vs consume(1000) | vs consume(1000), no backoff | vs Java "
+        "| CPU s per 1M |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, (rate, cpu) in rates.items():
+        versus_java = f"{rate / java_sample.rate:.2f}x" if java_sample else "-"
+        cpu_figure = "-" if cpu is None else f"{cpu:.2f}"
         print(
             f"| {name} | {rate:,.0f} | {rate / consume:.2f}x | {rate / tuned:.2f}x "
-            f"| {versus_java} |"
+            f"| {versus_java} | {cpu_figure} |"
         )
-    print(f"\nAsyncConsumer / Consumer (same handler work): {rates[ASYNC] / rates[SYNC]:.2f}x")
+    sync, asynchronous = rates[SYNC], rates[ASYNC]
+    cpu_ratio = (
+        f", {asynchronous.cpu / sync.cpu:.2f}x the CPU per record"
+        if asynchronous.cpu and sync.cpu
+        else ""
+    )
+    print(
+        "\nAsyncConsumer / Consumer (same handler work): "
+        f"{asynchronous.rate / sync.rate:.2f}x the records/s{cpu_ratio}"
+    )
     print(f"\n{m:,} records, handler sleeps 1 ms per batch, max_batch_size=10\n")
     print("| case | records/s | speed-up |")
     print("|---|---:|---:|")
-    one = io_rates["1 partition, one worker"]
-    for name, rate in io_rates.items():
+    one = io_rates["1 partition, one worker"].rate
+    for name, (rate, _) in io_rates.items():
         print(f"| {name} | {rate:,.0f} | {rate / one:.2f}x |")
     return 0
 

@@ -527,7 +527,9 @@ class Consumer:
         config: librdkafka configuration, as confluent-kafka takes it. With ``group.id``, topic
             names are subscribed and the group assigns their partitions; without it, a topic
             name assigns this consumer every partition of the topic. ``auto.offset.reset``
-            defaults to ``earliest`` (a new group reads the backlog). Do not set
+            defaults to ``earliest`` (a new group reads the backlog), ``fetch.queue.backoff.ms``
+            to 10 (librdkafka's 1,000 left a partition unfetched for a second once its prefetch
+            was full, long after a fast handler had emptied it). Do not set
             ``enable.auto.commit``: offsets are committed by the consumer. Unknown keys raise
             :class:`~ferrokafka.ConfigError` naming the key.
         subscriptions: topic names, or explicit partitions as :class:`TopicPartition` or

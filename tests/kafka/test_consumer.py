@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import json
 import random
 import signal
 import subprocess
@@ -805,6 +806,89 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     stats = consumer.stats()
     assert stats["pauses"] == len(paused)
     assert stats["resumes"] == len(resumed)
+
+
+# A consumer in a child process (pyo3-log keeps the logging level it first saw, so the parent's
+# librdkafka debug records may be filtered already) whose handler waits until librdkafka logged
+# that it backed off fetching the partition, whose queue is full: it prints that line.
+BACKOFF_CHILD = textwrap.dedent(
+    """
+    import asyncio, json, logging, sys, threading
+    from ferrokafka import AsyncConsumer, Consumer
+
+    kind, config, topic = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    backed_off, done, handled = threading.Event(), threading.Event(), []
+
+    class BackoffLine(logging.Handler):
+        def emit(self, record):
+            line = record.getMessage()
+            if "Fetch backoff for" in line and "Queue full" in line and not backed_off.is_set():
+                print(line, flush=True)
+                backed_off.set()
+
+    logging.getLogger().addHandler(BackoffLine())
+    logging.getLogger().setLevel(logging.DEBUG)
+
+    def count(batch):
+        handled.extend(batch)
+        if len(handled) >= 2000:
+            done.set()
+
+    def handle(batch):
+        backed_off.wait(30)
+        count(batch)
+
+    async def handle_async(batch):
+        await asyncio.to_thread(backed_off.wait, 30)
+        count(batch)
+
+    async def consume_async():
+        async with AsyncConsumer(config, [topic], handle_async, max_queue_records=10):
+            await asyncio.to_thread(done.wait, 30)
+
+    if kind == "thread":
+        with Consumer(config, [topic], handle, max_queue_records=10):
+            done.wait(30)
+    else:
+        asyncio.run(consume_async())
+    print("handled", len(handled), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "configured", "expected"), [("thread", None, 10), ("asyncio", 250, 250)]
+)
+def test_a_full_partition_is_fetched_again_after_10_ms_unless_configured(
+    base_config: dict[str, Any],
+    topic_factory: TopicFactory,
+    produce: Produce,
+    tmp_path: Path,
+    kind: str,
+    configured: int | None,
+    expected: int,
+) -> None:
+    # librdkafka's own default (1 s) left a partition unfetched for a second once its prefetch
+    # held queued.min.messages, which a fast handler emptied long before.
+    topic = topic_factory(partitions=1)
+    produce(topic, [{"value": "x" * 100} for _ in range(2000)])
+    config = {**base_config, "debug": "fetch", "queued.min.messages": 100}
+    if configured is not None:
+        config["fetch.queue.backoff.ms"] = configured
+    script = tmp_path / "child.py"
+    script.write_text(BACKOFF_CHILD)
+    child = subprocess.run(
+        [sys.executable, str(script), kind, json.dumps(config), topic],
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 2,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    lines = child.stdout.splitlines()
+    assert len(lines) == 2, child.stdout
+    assert lines[0].endswith(f"[0]: Fetch backoff for {expected}ms: Local: Queue full")
+    assert lines[1] == "handled 2000"
 
 
 COUNTERS = {
