@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::codec::partition_figures::with_partition_figures;
 use crate::codec::report::{
     CONSUMER_SCHEMA_VERSION, ConsumerGroupReport, ConsumerReport, ERROR_SCHEMA_VERSION,
     ErrorProcess, ErrorReport, GroupState, JobReport, Listeners, PartitionReport, ProcessInfo,
@@ -91,74 +92,21 @@ pub struct GroupSample {
     pub rebalance_reason: String,
 }
 
-/// librdkafka's statistics of a partition as the engines keep them: Karafka Web's partition
-/// figures under their own names (`_d`: change since the previous statistics, `_fd`:
-/// milliseconds unchanged), the next fetch offset and the topic's partition count. A field
-/// not given is librdkafka's "unknown"; a field this does not know is refused, so a misspelt
-/// figure never silently reports as unknown.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PartitionStatistics {
-    /// Partitions the topic has (0: not known).
-    pub partitions_cnt: u64,
-    /// The next offset librdkafka fetches (where a partition with no records yet starts).
-    pub next_offset: i64,
-    /// librdkafka `consumer_lag`: lag to the committed offset (-1: unknown).
-    pub lag: i64,
-    /// Change of `lag`.
-    pub lag_d: i64,
-    /// librdkafka `consumer_lag_stored`: lag to the stored offset (-1: unknown).
-    pub lag_stored: i64,
-    /// Change of `lag_stored`.
-    pub lag_stored_d: i64,
-    /// The last offset the broker confirmed committed for the group.
-    pub committed_offset: i64,
-    /// Milliseconds `committed_offset` has not changed.
-    pub committed_offset_fd: u64,
-    /// The offset librdkafka would commit next (its offset store).
-    pub stored_offset: i64,
-    /// Milliseconds `stored_offset` has not changed.
-    pub stored_offset_fd: u64,
-    /// librdkafka's fetch state (`active`, `offset-query`, `stopped`, ...).
-    pub fetch_state: String,
-    /// High watermark.
-    pub hi_offset: i64,
-    /// Milliseconds `hi_offset` has not changed.
-    pub hi_offset_fd: u64,
-    /// Low watermark.
-    pub lo_offset: i64,
-    /// Offset of the last partition EOF.
-    pub eof_offset: i64,
-    /// Last stable offset (the end a `read_committed` consumer can reach).
-    pub ls_offset: i64,
-    /// Change of `ls_offset`.
-    pub ls_offset_d: i64,
-    /// Milliseconds `ls_offset` has not changed.
-    pub ls_offset_fd: u64,
-}
-
-impl Default for PartitionStatistics {
-    fn default() -> Self {
-        Self {
-            partitions_cnt: 0,
-            next_offset: UNKNOWN_OFFSET,
-            lag: -1,
-            lag_d: 0,
-            lag_stored: -1,
-            lag_stored_d: 0,
-            committed_offset: UNKNOWN_OFFSET,
-            committed_offset_fd: 0,
-            stored_offset: UNKNOWN_OFFSET,
-            stored_offset_fd: 0,
-            fetch_state: String::new(),
-            hi_offset: UNKNOWN_OFFSET,
-            hi_offset_fd: 0,
-            lo_offset: UNKNOWN_OFFSET,
-            eof_offset: UNKNOWN_OFFSET,
-            ls_offset: UNKNOWN_OFFSET,
-            ls_offset_d: 0,
-            ls_offset_fd: 0,
-        }
+with_partition_figures! {
+    /// librdkafka's statistics of a partition as the engines keep them: Karafka Web's partition
+    /// figures under their own names (`_d`: change since the previous statistics, `_fd`:
+    /// milliseconds unchanged), the next fetch offset and the topic's partition count. A field
+    /// not given is librdkafka's "unknown"; a field this does not know is refused, so a misspelt
+    /// figure never silently reports as unknown.
+    #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    pub struct PartitionStatistics {
+        /// Partitions the topic has (0: not known).
+        pub partitions_cnt: u64 = 0,
+        /// The next offset librdkafka fetches (where a partition with no records yet starts).
+        pub next_offset: i64 = UNKNOWN_OFFSET,
+        ..position,
+        ..bounds,
     }
 }
 

@@ -209,11 +209,11 @@ impl Client {
         // Its metadata requests (list_topics, read_topic's lookup) must not create the topic
         // they ask about, as a producer's would on brokers with auto.create.topics.enable.
         admin_settings.set("allow.auto.create.topics", "false");
-        let admin: AdminClient<TokenContext> = oauth::create(
+        let admin: AdminClient<TokenContext> = oauth::create_client(
             &admin_settings.to_client_config(),
             TokenContext::new(settings.token_refresh()),
-        )
-        .map_err(|e| KafkaIoError::from_rdkafka("create client", e, Duration::ZERO, None))?;
+            "create client",
+        )?;
         let watch = Arc::new(ConnectionWatch::new(&settings));
         let admin_errors = MainQueueWatcher::start(admin.inner(), Arc::clone(&watch))
             .map_err(|e| KafkaIoError::Config(format!("cannot start a client thread: {e}")))?;
@@ -526,14 +526,14 @@ impl Client {
         if self.settings.get("message.timeout.ms").is_none() {
             config.set("message.timeout.ms", "30000");
         }
-        let producer = oauth::create(
+        let producer = oauth::create_client(
             &config,
             DeliveryRouter {
                 watch: Arc::clone(&self.watch),
                 tokens: self.settings.token_refresh(),
             },
-        )
-        .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))?;
+            "create producer",
+        )?;
         Ok(self.producer.get_or_init(|| producer))
     }
 
@@ -720,14 +720,14 @@ impl Client {
             .set("enable.partition.eof", "true")
             .set("enable.auto.commit", "false")
             .set("group.id", "ferrokafka-read-topic");
-        let consumer: BaseConsumer<EndIsExpected> = oauth::create(
+        let consumer: BaseConsumer<EndIsExpected> = oauth::create_client(
             &config,
             EndIsExpected {
                 watch: Some(Arc::clone(&self.watch)),
                 tokens: self.settings.token_refresh(),
             },
-        )
-        .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
+            "create consumer",
+        )?;
         let mut assignment = TopicPartitionList::new();
         for &p in &partitions {
             assignment

@@ -23,7 +23,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::debug_form::debug_showing;
-use crate::error::{KafkaIoError, KafkaResult};
+use crate::error::KafkaResult;
 use crate::headers::DEAD_LETTER_HEADERS;
 use crate::locks::lock;
 use crate::oauth::{self, TokenRefresh, answer_token_refresh};
@@ -108,16 +108,14 @@ impl DeadLetterWriter {
     pub fn new(settings: &ClientSettings, topic: String) -> KafkaResult<Self> {
         let resend = Arc::new(Mutex::new(Vec::new()));
         let config = settings.for_role(ClientRole::Producer).to_client_config();
-        let producer = oauth::create(
+        let producer = oauth::create_client(
             &config,
             Context {
                 resend: Arc::clone(&resend),
                 tokens: settings.token_refresh(),
             },
-        )
-        .map_err(|e| {
-            KafkaIoError::from_rdkafka("create dead-letter producer", e, Duration::ZERO, None)
-        })?;
+            "create dead-letter producer",
+        )?;
         Ok(DeadLetterWriter {
             topic,
             producer,

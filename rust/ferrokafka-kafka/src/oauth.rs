@@ -23,12 +23,15 @@
 use std::error::Error;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rdkafka::bindings as rdsys;
 use rdkafka::client::OAuthToken;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, ClientContext};
+
+use crate::error::{KafkaIoError, KafkaResult};
 
 /// A bearer token and what librdkafka needs to know about it.
 #[derive(Clone, PartialEq, Eq)]
@@ -248,6 +251,16 @@ where
         }
     }
     Ok(client)
+}
+
+/// [`create`], its failure the engines' error saying `what` was being done: how every
+/// component makes its clients.
+pub(crate) fn create_client<T, C>(config: &ClientConfig, context: C, what: &str) -> KafkaResult<T>
+where
+    C: ClientContext,
+    T: FromClientConfigAndContext<C> + NativeHandle,
+{
+    create(config, context).map_err(|e| KafkaIoError::from_rdkafka(what, e, Duration::ZERO, None))
 }
 
 #[cfg(test)]

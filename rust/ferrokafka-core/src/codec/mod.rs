@@ -14,3 +14,5 @@ pub mod report_rules;
 pub mod rows;
 pub mod state;
 pub mod zlib;
+
+pub(crate) mod partition_figures;

@@ -39,6 +39,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::CoreError;
 use crate::codec::json::{Document, compare_versions};
+use crate::codec::partition_figures::with_partition_figures;
 use crate::codec::report_rules;
 
 /// The consumer report schema this build writes (Karafka Web's current sampler).
@@ -206,78 +207,23 @@ pub struct ProcessStats {
     pub total: Totals,
 }
 
-/// One assigned partition, from librdkafka statistics (`_d`: change since the previous
-/// statistics, `_fd`: milliseconds the value has not changed; offsets `-1001` when unknown).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PartitionReport {
-    /// Partition number (equals its map key).
-    pub id: u32,
-    /// librdkafka `consumer_lag`: lag to the committed offset (-1: unknown).
-    pub lag: i64,
-    /// Change of `lag`.
-    pub lag_d: i64,
-    /// librdkafka `consumer_lag_stored`: lag to the stored offset (-1: unknown).
-    pub lag_stored: i64,
-    /// Change of `lag_stored`.
-    pub lag_stored_d: i64,
-    /// Last committed offset.
-    pub committed_offset: i64,
-    /// Freeze duration of `committed_offset`, ms.
-    pub committed_offset_fd: u64,
-    /// Last stored offset.
-    pub stored_offset: i64,
-    /// Freeze duration of `stored_offset`, ms.
-    pub stored_offset_fd: u64,
-    /// librdkafka fetch state, e.g. `"active"`.
-    pub fetch_state: String,
-    /// `"active"` or `"paused"`.
-    pub poll_state: String,
-    /// Seconds until a paused partition resumes (0 when active).
-    pub poll_state_ch: u64,
-    /// High watermark.
-    pub hi_offset: i64,
-    /// Freeze duration of `hi_offset`, ms.
-    pub hi_offset_fd: u64,
-    /// Low watermark.
-    pub lo_offset: i64,
-    /// Offset of the last partition EOF seen.
-    pub eof_offset: i64,
-    /// Last stable offset.
-    pub ls_offset: i64,
-    /// Change of `ls_offset`.
-    pub ls_offset_d: i64,
-    /// Freeze duration of `ls_offset`, ms.
-    pub ls_offset_fd: u64,
-    /// Whether the partition is consumed transactionally (since 1.4.1).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub transactional: Option<bool>,
-}
-
-impl Default for PartitionReport {
-    fn default() -> Self {
-        Self {
-            id: 0,
-            lag: -1,
-            lag_d: 0,
-            lag_stored: -1,
-            lag_stored_d: 0,
-            committed_offset: UNKNOWN_OFFSET,
-            committed_offset_fd: 0,
-            stored_offset: UNKNOWN_OFFSET,
-            stored_offset_fd: 0,
-            fetch_state: String::new(),
-            poll_state: String::new(),
-            poll_state_ch: 0,
-            hi_offset: UNKNOWN_OFFSET,
-            hi_offset_fd: 0,
-            lo_offset: UNKNOWN_OFFSET,
-            eof_offset: UNKNOWN_OFFSET,
-            ls_offset: UNKNOWN_OFFSET,
-            ls_offset_d: 0,
-            ls_offset_fd: 0,
-            transactional: None,
-        }
+with_partition_figures! {
+    /// One assigned partition, from librdkafka statistics (`_d`: change since the previous
+    /// statistics, `_fd`: milliseconds the value has not changed; offsets `-1001` when unknown).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct PartitionReport {
+        /// Partition number (equals its map key).
+        pub id: u32 = 0,
+        ..position,
+        /// `"active"` or `"paused"`.
+        pub poll_state: String = String::new(),
+        /// Seconds until a paused partition resumes (0 when active).
+        pub poll_state_ch: u64 = 0,
+        ..bounds,
+        /// Whether the partition is consumed transactionally (since 1.4.1).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub transactional: Option<bool> = None,
     }
 }
 

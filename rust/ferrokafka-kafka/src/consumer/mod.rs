@@ -199,8 +199,7 @@ impl ConcurrentConsumer {
             drain,
             tokens: settings.token_refresh(),
         };
-        let mut consumer: Handle = oauth::create(&config, handler)
-            .map_err(|e| KafkaIoError::from_rdkafka("create consumer", e, Duration::ZERO, None))?;
+        let mut consumer: Handle = oauth::create_client(&config, handler, "create consumer")?;
         let wake = Arc::clone(&shared.wake);
         consumer.set_nonempty_callback(move || wake.notify());
         let consumer = Arc::new(consumer);

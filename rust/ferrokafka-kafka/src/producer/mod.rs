@@ -155,13 +155,13 @@ fn create_producer(
     config: &ClientConfig,
     shared: &Arc<Shared>,
 ) -> KafkaResult<ThreadedProducer<DeliveryTracker>> {
-    oauth::create(
+    oauth::create_client(
         config,
         DeliveryTracker {
             shared: Arc::clone(shared),
         },
+        "create producer",
     )
-    .map_err(|e| KafkaIoError::from_rdkafka("create producer", e, Duration::ZERO, None))
 }
 
 impl AsyncProducer {

@@ -60,11 +60,11 @@ impl QueueConsumer {
         consumer_settings.set("group.id", options.group_id.as_str());
         consumer_settings.set("enable.auto.commit", "false");
         consumer_settings.set_default("auto.offset.reset", "earliest");
-        let consumer: BaseConsumer<TokenContext> = oauth::create(
+        let consumer: BaseConsumer<TokenContext> = oauth::create_client(
             &consumer_settings.for_plain_consumer().to_client_config(),
             TokenContext::new(settings.token_refresh()),
-        )
-        .map_err(creation_error("create queue consumer"))?;
+            "create queue consumer",
+        )?;
         let metadata = Client::new(settings.clone())?;
         consumer
             .subscribe(&[options.queue_topic.as_str()])
@@ -75,21 +75,21 @@ impl QueueConsumer {
         let mut start_settings = producer_settings.clone();
         // START markers are written synchronously per batch: linger only adds latency.
         start_settings.set_default("linger.ms", "1");
-        let starts = oauth::create(
+        let starts = oauth::create_client(
             &start_settings.to_client_config(),
             StartAcks::new(settings.token_refresh()),
-        )
-        .map_err(creation_error("create markers producer"))?;
+            "create markers producer",
+        )?;
         // END and KEEPALIVE markers are not waited for: a longer linger packs more of them into
         // one produce request.
         producer_settings.set_default("linger.ms", "5");
         // Only failures are reported (and counted); `flush` asks librdkafka what is left.
         producer_settings.set("delivery.report.only.error", "true");
-        let updates = oauth::create(
+        let updates = oauth::create_client(
             &producer_settings.to_client_config(),
             UpdateTracker::new(settings.token_refresh()),
-        )
-        .map_err(creation_error("create markers producer"))?;
+            "create markers producer",
+        )?;
         let writer = Arc::new(MarkerWriter::new(
             updates,
             options.markers_topic.clone(),

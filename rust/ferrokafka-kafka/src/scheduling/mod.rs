@@ -182,11 +182,11 @@ impl SchedulerLoop {
         consumer_settings.set_default("isolation.level", "read_committed");
         // Offsets are stored once acted upon (see `commit_progress`), not when merely polled.
         consumer_settings.set("enable.auto.offset.store", "false");
-        let consumer: BaseConsumer<GroupContext> = oauth::create(
+        let consumer: BaseConsumer<GroupContext> = oauth::create_client(
             &consumer_settings.to_client_config(),
             GroupContext::new("scheduler", &settings, true),
-        )
-        .map_err(creation_error("create scheduler consumer"))?;
+            "create scheduler consumer",
+        )?;
         let topics: Vec<&str> = options
             .schedules_topics
             .iter()
@@ -212,11 +212,11 @@ impl SchedulerLoop {
                 &options.dispatch_timeout.as_millis().to_string(),
             );
         }
-        let dispatcher: ThreadedProducer<Rounds> = oauth::create(
+        let dispatcher: ThreadedProducer<Rounds> = oauth::create_client(
             &dispatch_settings.to_client_config(),
             Rounds::new(ConnectionWatch::new(&settings), settings.token_refresh()),
-        )
-        .map_err(creation_error("create dispatch producer"))?;
+            "create dispatch producer",
+        )?;
         if transactional {
             init_transactions(
                 &dispatcher,
@@ -226,11 +226,11 @@ impl SchedulerLoop {
             )?;
         }
         let report_settings = settings.for_plain_producer();
-        let reporter: ThreadedProducer<FlushTracker> = oauth::create(
+        let reporter: ThreadedProducer<FlushTracker> = oauth::create_client(
             &report_settings.to_client_config(),
             FlushTracker::new(settings.token_refresh()),
-        )
-        .map_err(creation_error("create state report producer"))?;
+            "create state report producer",
+        )?;
         Ok(SchedulerLoop {
             consumer,
             dispatcher,

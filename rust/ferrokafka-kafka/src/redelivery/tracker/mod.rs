@@ -158,11 +158,11 @@ impl Tracker {
     fn new(settings: ClientSettings, options: RedeliveryOptions) -> KafkaResult<Self> {
         settings.bootstrap()?;
         // The tracker's state is the markers after the committed offset, not the whole topic.
-        let consumer: BaseConsumer<GroupContext> = oauth::create(
+        let consumer: BaseConsumer<GroupContext> = oauth::create_client(
             &group_consumer_settings(&settings, &options.group_id).to_client_config(),
             GroupContext::new("redelivery tracker", &settings, false),
-        )
-        .map_err(creation_error("create markers consumer"))?;
+            "create markers consumer",
+        )?;
         consumer
             .subscribe(&[options.markers_topic.as_str()])
             .map_err(creation_error("subscribe to the markers topic"))?;
@@ -170,11 +170,11 @@ impl Tracker {
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
         producer_settings.set_default("linger.ms", "1");
-        let producer = oauth::create(
+        let producer = oauth::create_client(
             &producer_settings.to_client_config(),
             FlushTracker::new(settings.token_refresh()),
-        )
-        .map_err(creation_error("create redelivery producer"))?;
+            "create redelivery producer",
+        )?;
         Ok(Tracker {
             consumer,
             producer,
