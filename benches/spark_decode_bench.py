@@ -298,7 +298,7 @@ def map_in_arrow_inflate(frame: DataFrame) -> DataFrame:
     return frame.mapInArrow(inflate_batches, "id long, out binary")
 
 
-def ready_made_states(state_type: StructType) -> Callable[[Column], Column]:
+def ready_made_states() -> Callable[[Column], Column]:
     """An Arrow UDF giving every row the same state report, decoded once beforehand (of
     ``decode_state``'s struct type): a decoder case without the decoding, so what Spark itself
     costs it (the Arrow hand-over both ways, the rows read back) -- the floor of the case."""
@@ -307,7 +307,7 @@ def ready_made_states(state_type: StructType) -> Callable[[Column], Column]:
     def ready(values: pa.Array) -> pa.Array:
         return decoded.take(np.zeros(len(values), dtype=np.int64))
 
-    return F.arrow_udf(ready, state_type)  # type: ignore[call-overload]
+    return F.arrow_udf(ready, struct_type(fka.decode_state))  # type: ignore[call-overload]
 
 
 # ---- the cases ------------------------------------------------------------------------------
@@ -454,9 +454,7 @@ def main() -> None:
             )
         state_floor = []
         if "decode_state" in cases:
-            ready = decoded_rows(
-                data.select("id", ready_made_states(state_type)("state").alias("out"))
-            )
+            ready = decoded_rows(data.select("id", ready_made_states()("state").alias("out")))
             for _ in range(args.rounds):
                 seconds, count = timed_call(spark, ready, args.limit)
                 assert count == args.rows, f"the floor counted {count}, expected {args.rows:,}"
