@@ -10,17 +10,34 @@ it or adds a callback, so a future that is only settled and then read stays one 
 garbage collector. Otherwise it is the standard class: ``result``, ``exception``,
 ``add_done_callback``, ``cancel``, ``concurrent.futures.wait`` / ``as_completed`` and
 ``asyncio.wrap_future`` all work on it (tests/unit/test_delivery_future.py holds them to that).
+``set_results`` is how the producer's binding settles them: a drained chunk at a time, in one
+call into Python.
 """
 
 from __future__ import annotations
 
 import _thread
 import contextlib
+import logging
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, RUNNING
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger("ferrokafka.producer")
+
+
+def set_results(futures: list[Future[T]], results: list[T]) -> None:
+    """Sets each future's result, in order: how the producer's binding settles the futures of a
+    drained chunk of delivered records, in one call into Python instead of one each. A future
+    that refuses its result is logged and does not stop the others."""
+    for future, result in zip(futures, results, strict=True):
+        try:
+            future.set_result(result)
+        except BaseException:
+            log.exception("could not settle the future of %r", result)
 
 
 class _Condition:
@@ -73,33 +90,51 @@ class _Condition:
             waiter.release()
 
 
+class _MadeOnFirstUse:
+    """The condition or one of the lists of a ``DeliveryFuture``, made when first read: the read
+    marks the future looked at, then stores the new object on the instance, where it shadows
+    this descriptor from then on. (A class-level ``__getattr__`` would do the same, but would
+    slow down every other attribute read of every future: CPython only specializes attribute
+    reads of classes with the standard lookup.)"""
+
+    __slots__ = ("_make", "_name")
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self._make = make
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, future: DeliveryFuture[Any] | None, owner: type | None = None) -> Any:
+        if future is None:
+            return self
+        future._looked_at = True
+        # The dict's setdefault is atomic: two threads asking at once get the same object.
+        return future.__dict__.setdefault(self._name, self._make())
+
+
 class DeliveryFuture(Future[T]):
     """A running ``concurrent.futures.Future`` whose condition and lists are made on first use
     (see the module docs)."""
 
-    # Read from the class until set on the instance: a future nobody looked at is this one
-    # object, and settling it sets two attributes.
-    _state = RUNNING
-    _result = None
+    # Read from the class until set on the instance: most futures never fail nor are looked at.
     _exception = None
     # Set (before anything is made) by the first use of the condition or of the waiter and
     # callback lists: from then on settling goes through them as the base class does.
     _looked_at = False
+    _condition = _MadeOnFirstUse(_Condition)
+    _waiters = _MadeOnFirstUse(list)
+    _done_callbacks = _MadeOnFirstUse(list)
 
     def __init__(self) -> None:
-        # The base class's __init__ would build the heavy condition; the class holds the state.
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when the instance does not have the attribute yet (first use). The
-        # dict's setdefault is atomic: two threads asking at once get the same object.
-        if name == "_condition":
-            self._looked_at = True
-            return self.__dict__.setdefault(name, _Condition())
-        if name in ("_waiters", "_done_callbacks"):
-            self._looked_at = True
-            return self.__dict__.setdefault(name, [])
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        # Not the base class's __init__: it builds the heavy condition. The two attributes that
+        # settling writes are set here and not left to settling: CPython keeps an instance's
+        # attributes in the object itself only under the names set while the class's first few
+        # instances were made; a name first set after a thousand futures exist (as settling
+        # would) gives every future a dict of its own, for the collector to walk.
+        self._state = RUNNING
+        self._result = None
 
     # Settling sets the state first and then looks whether anyone looked: a thread that starts
     # to wait or add a callback afterwards marks the future first and then reads the state, so
@@ -141,4 +176,4 @@ class DeliveryFuture(Future[T]):
                 else:
                     waiter.add_result(self)
             self._condition.notify_all()
-        self._invoke_callbacks()
+        self._invoke_callbacks()  # type: ignore[attr-defined]  # the base class's

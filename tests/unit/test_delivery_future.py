@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 
 import pytest
 
-from ferrokafka._delivery_future import DeliveryFuture
+from ferrokafka._delivery_future import DeliveryFuture, set_results
 
 
 def settle_later(future: Future[int], value: int | BaseException, waiters: int = 1) -> None:
@@ -158,3 +158,19 @@ def test_callbacks_and_waiters_racing_the_settlement_each_see_it_once() -> None:
     assert done == list(range(len(futures)))
     settler.join(5)
     assert calls == [1] * len(futures)
+
+
+def test_set_results_settles_in_order_and_a_refusing_future_does_not_stop_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The binding settles a drained chunk of delivered records' futures in one call.
+    refusing: Future[int] = Future()
+    refusing.set_result(0)  # a second set_result raises InvalidStateError
+    settled: list[int] = []
+    futures: list[Future[int]] = [DeliveryFuture(), refusing, DeliveryFuture()]
+    futures[0].add_done_callback(lambda f: settled.append(f.result()))
+    futures[2].add_done_callback(lambda f: settled.append(f.result()))
+    set_results(futures, [1, 2, 3])
+    assert settled == [1, 3]
+    assert [f.result(timeout=0) for f in futures] == [1, 0, 3]
+    assert "could not settle the future of 2" in caplog.text

@@ -51,6 +51,18 @@ impl PyMessage {
         }
     }
 
+    /// The message as a Python object the cyclic garbage collector does not track. A message
+    /// holds no Python object, so it can never be part of a reference cycle (CPython untracks
+    /// its own tuples and dicts of such values for the same reason); tracked, the delivered
+    /// messages that a million futures hold would be walked again at every collection.
+    pub(crate) fn into_untracked(self, py: Python<'_>) -> PyResult<Py<PyMessage>> {
+        let message = Py::new(py, self)?;
+        // SAFETY: a live object of a pyclass (a GC type); CPython allows untracking one at any
+        // time, and its deallocation untracks it only if it is still tracked.
+        unsafe { pyo3::ffi::PyObject_GC_UnTrack(message.as_ptr().cast()) };
+        Ok(message)
+    }
+
     /// Partition and offset, read without going through Python.
     pub(crate) fn position(&self) -> (i32, i64) {
         (self.record().partition, self.record().offset)

@@ -32,7 +32,7 @@ use crate::flat_record::flat_record;
 use crate::message::PyMessage;
 use crate::options::{Config, Fields, FromKeywords, Keywords, build_engine};
 use crate::producer_events::{event_object, message_of};
-use crate::producer_waiters::{Waiter, Waiters, hand_over_all, settle};
+use crate::producer_waiters::{Delivered, Waiter, Waiters, hand_over_all, settle};
 
 /// The native background producer; use `ferrokafka.AsyncProducer`.
 #[pyclass(name = "_RawAsyncProducer", module = "ferrokafka._native", frozen)]
@@ -378,12 +378,15 @@ impl PyRawAsyncProducer {
         let mut wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let max_events = max_events.max(1);
         let mut for_python = Vec::new();
+        let mut delivered = Delivered::default();
         loop {
             let events = self.events.drain(py, wait, max_events);
             let inbox_emptied = events.len() < max_events;
             for event in events {
-                for_python.extend(event_object(py, event, &self.engine, &self.waiters)?);
+                let object = event_object(py, event, &self.engine, &self.waiters, &mut delivered)?;
+                for_python.extend(object);
             }
+            delivered.hand_over(py)?;
             if inbox_emptied || !for_python.is_empty() {
                 return Ok(for_python);
             }
@@ -400,7 +403,16 @@ impl PyRawAsyncProducer {
         } else {
             Err(error.unbind())
         };
-        settle(py, &self.waiters, ticket, outcome, || Ok(message))
+        let mut delivered = Delivered::default();
+        settle(
+            py,
+            &self.waiters,
+            ticket,
+            outcome,
+            || Ok(message),
+            &mut delivered,
+        )?;
+        delivered.hand_over(py)
     }
 
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records

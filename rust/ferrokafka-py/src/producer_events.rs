@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{dropped_by_drop_oldest, exception_of};
 use crate::message::PyMessage;
-use crate::producer_waiters::{Waiters, hand_over_all, settle};
+use crate::producer_waiters::{Delivered, Waiters, hand_over_all, settle};
 
 /// A record that finally failed (retries exhausted, refused for good, or purged at shutdown);
 /// its message carries the error. Its waiter already got the error.
@@ -72,23 +72,30 @@ pub(crate) fn message_of(pending: Pending, error: Option<KafkaIoError>) -> PyMes
 }
 
 /// Settles the delivery results `event` brings (taking batch reports' acknowledgements from
-/// `engine`) with their waiters; then the typed Python object of the
-/// event, or None for an acknowledged record (nothing more to tell Python).
+/// `engine`) with their waiters, delivered records' futures joining `delivered`; then the typed
+/// Python object of the event, or None for an acknowledged record (nothing more to tell Python).
 pub(crate) fn event_object(
     py: Python<'_>,
     event: ProducerEvent,
     engine: &AsyncProducer,
     waiters: &Waiters,
+    delivered: &mut Delivered,
 ) -> PyResult<Option<Py<PyAny>>> {
     Ok(Some(match event {
         ProducerEvent::Delivered { ticket, record } => {
             let written = Ok((record.partition, record.offset));
-            settle(py, waiters, ticket, written, || {
-                Py::new(py, PyMessage::from(record))
-            })?;
+            settle(
+                py,
+                waiters,
+                ticket,
+                written,
+                || PyMessage::from(record).into_untracked(py),
+                delivered,
+            )?;
             return Ok(None);
         }
         ProducerEvent::Acknowledged => {
+            delivered.hand_over(py)?;
             hand_over_all(py, waiters.acknowledge(engine.take_acknowledged()))?;
             return Ok(None);
         }
@@ -97,7 +104,14 @@ pub(crate) fn event_object(
             let reason = exception_of(py, error.clone());
             let message = Py::new(py, message_of(*pending, Some(error)))?;
             let for_waiter = message.clone_ref(py);
-            settle(py, waiters, ticket, Err(reason), || Ok(for_waiter))?;
+            settle(
+                py,
+                waiters,
+                ticket,
+                Err(reason),
+                || Ok(for_waiter),
+                delivered,
+            )?;
             Py::new(py, PyProducerFailed { message, attempts })?.into_any()
         }
         ProducerEvent::Dropped { pending } => {
@@ -107,9 +121,8 @@ pub(crate) fn event_object(
                 let message = Py::new(py, message_of(*p, None))?;
                 let for_waiter = message.clone_ref(py);
                 let reason = dropped_by_drop_oldest().into_value(py);
-                settle(py, waiters, ticket, Err(reason.into_any()), || {
-                    Ok(for_waiter)
-                })?;
+                let reason = Err(reason.into_any());
+                settle(py, waiters, ticket, reason, || Ok(for_waiter), delivered)?;
                 messages.push(message);
             }
             Py::new(py, PyProducerDropped { messages })?.into_any()

@@ -5,12 +5,14 @@
 //! ([`ferrokafka_kafka::DeliveryWaiters`]): a map operation under a Rust mutex rather than a
 //! Python dict behind a Python lock, so delivered records are settled while the events are
 //! drained, without a Python event object per record (a batch report costs one Python call per
-//! batch).
+//! batch). Futures of delivered records get their messages in one Python call per drained
+//! chunk ([`Delivered`]), not one `set_result` call from Rust each.
 
 use ferrokafka_core::delivery_report::{DeliveryReport, Outcome};
 use ferrokafka_kafka::{DeliveryWaiters, Settled, Ticket};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList};
 
 use crate::delivery_report::PyDeliveryReport;
 use crate::message::PyMessage;
@@ -28,37 +30,84 @@ pub(crate) enum Waiter {
 /// exception objects for failed records.
 pub(crate) type Waiters = DeliveryWaiters<Waiter, Py<PyAny>, Py<PyAny>>;
 
+/// `ferrokafka._delivery_future.set_results`, looked up once.
+static SET_RESULTS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Futures of delivered records and their messages, gathered while events are drained and
+/// handed over together: a call from Rust into Python costs more than the `set_result` it makes
+/// (a C-level call into the interpreter each), and a loop in Python makes them as cheap calls.
+#[derive(Debug, Default)]
+pub(crate) struct Delivered {
+    futures: Vec<Py<PyAny>>,
+    messages: Vec<Py<PyMessage>>,
+}
+
+impl Delivered {
+    /// Sets the gathered futures' results, in the order their records were delivered.
+    pub(crate) fn hand_over(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.futures.is_empty() {
+            return Ok(());
+        }
+        let futures = PyList::new(py, self.futures.drain(..))?;
+        let messages = PyList::new(py, self.messages.drain(..))?;
+        let set_results = SET_RESULTS.get_or_try_init(py, || {
+            py.import("ferrokafka._delivery_future")?
+                .getattr("set_results")
+                .map(Bound::unbind)
+        })?;
+        if let Err(failure) = set_results.call1(py, (futures, messages)) {
+            log_failure(
+                py,
+                "could not settle the futures of delivered messages",
+                failure,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Hands the result of the record with `ticket` (where it landed, or the exception it failed
 /// with) to who waits for it; `message` (the record as a `Message`) is built only for a waiter
-/// of its own. A callback that raises, or a future that refuses the result, is logged and does
-/// not stop the others.
+/// of its own. A delivered record's future joins `delivered`; any other result is handed over
+/// at once, after `delivered` (results keep their order). A callback that raises, or a future
+/// that refuses the result, is logged and does not stop the others.
 pub(crate) fn settle(
     py: Python<'_>,
     waiters: &Waiters,
     ticket: Ticket,
     outcome: Outcome<Py<PyAny>>,
     message: impl FnOnce() -> PyResult<Py<PyMessage>>,
+    delivered: &mut Delivered,
 ) -> PyResult<()> {
     let (waiter, error) = match waiters.settle(ticket, outcome) {
         Settled::Nobody | Settled::Batch(None) => return Ok(()),
-        Settled::Batch(Some(report)) => return hand_over(py, report),
+        Settled::Batch(Some(report)) => {
+            delivered.hand_over(py)?;
+            return hand_over(py, report);
+        }
         Settled::Waiter(waiter, outcome) => (waiter, outcome.err()),
     };
     let message = message()?;
-    let outcome = match (&waiter, error) {
-        (Waiter::Callback(callback), error) => callback.call1(py, (error, &message)).map(drop),
-        (Waiter::Future(future), None) => future
-            .call_method1(py, pyo3::intern!(py, "set_result"), (&message,))
-            .map(drop),
-        (Waiter::Future(future), Some(error)) => future
-            .call_method1(py, pyo3::intern!(py, "set_exception"), (error,))
-            .map(drop),
+    let outcome = match (waiter, error) {
+        (Waiter::Future(future), None) => {
+            delivered.futures.push(future);
+            delivered.messages.push(message);
+            return Ok(());
+        }
+        (Waiter::Callback(callback), error) => {
+            delivered.hand_over(py)?;
+            callback
+                .call1(py, (error, &message))
+                .map_err(|failure| ("on_delivery callback failed", failure))
+        }
+        (Waiter::Future(future), Some(error)) => {
+            delivered.hand_over(py)?;
+            future
+                .call_method1(py, pyo3::intern!(py, "set_exception"), (error,))
+                .map_err(|failure| ("could not settle the future", failure))
+        }
     };
-    if let Err(failure) = outcome {
-        let what = match waiter {
-            Waiter::Callback(_) => "on_delivery callback failed",
-            Waiter::Future(_) => "could not settle the future",
-        };
+    if let Err((what, failure)) = outcome {
         let topic = message.borrow(py).topic().to_owned();
         log_failure(py, &format!("{what} for a message to {topic}"), failure)?;
     }
