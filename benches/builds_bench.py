@@ -141,7 +141,7 @@ def sample(bootstrap: str, topics: dict[str, str], sizes: dict[str, int]) -> dic
     from ferrokafka import codecs
 
     produce = produce_rate(bootstrap, sizes["messages"])
-    consume = ferrokafka_rate(bootstrap, topics["consume"], sizes["messages"], touch_values)
+    consume = ferrokafka_rate(bootstrap, topics["consume"], sizes["messages"], touch_values).rate
     dispatch = dispatch_rate(bootstrap, sizes["schedules"])
     redeliver = redeliver_rate(bootstrap, topics["queue"], sizes["queued"])
     report = process_report(10_000)
