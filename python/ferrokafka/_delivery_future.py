@@ -36,7 +36,7 @@ def set_results(futures: list[Future[T]], results: list[T]) -> None:
     for future, result in zip(futures, results, strict=True):
         try:
             future.set_result(result)
-        except BaseException:
+        except Exception:
             log.exception("could not settle the future of %r", result)
 
 

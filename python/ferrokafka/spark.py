@@ -573,19 +573,21 @@ def read_reports(
     """A batch DataFrame of the process reports on ``topic``, decoded: Kafka ``key``,
     ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``, then ``process_id``, ``status``,
     ``dispatched_at``, ``lag`` (the process's total), and every field of
-    :func:`ferrokafka.arrow.decode_report` (``process``, ``stats``, ``partitions`` with the lag
-    per partition, ``jobs``, ``error``). Undecodable records are rows with ``error`` set.
+    :func:`ferrokafka.arrow.decode_report` (``process``, ``stats``, ``partitions`` with the lags
+    per partition: ``lag`` to the committed offset, ``lag_stored`` to the stored one, which
+    Karafka Web shows and ``lag`` above sums; ``jobs``, ``error``). Undecodable records are
+    rows with ``error`` set.
 
     Example:
         >>> read_reports(spark, "127.0.0.1:9092", "karafka_consumers_reports").select(
         ...     "process_id", F.explode("partitions").alias("p")
-        ... ).select("process_id", "p.partition", "p.lag").show()
-        +------------------+---------+---+
-        |        process_id|partition|lag|
-        +------------------+---------+---+
-        |host-1:4242:ab12cd|        0|100|
-        |host-1:4242:ab12cd|        1| 30|
-        +------------------+---------+---+
+        ... ).select("process_id", "p.partition", "p.lag", "p.lag_stored").show()
+        +------------------+---------+---+----------+
+        |        process_id|partition|lag|lag_stored|
+        +------------------+---------+---+----------+
+        |host-1:4242:ab12cd|        0|102|       100|
+        |host-1:4242:ab12cd|        1| 32|        30|
+        +------------------+---------+---+----------+
         <BLANKLINE>
     """
     offsets = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets}
@@ -691,14 +693,15 @@ def stream_lag(
         >>> reports = "karafka_consumers_reports"
         >>> query = stream_lag(spark, "127.0.0.1:9092", reports, available_now=True)
         >>> query.processAllAvailable()
-        >>> spark.table("ferrokafka_lag").select("process_id", "partition", "lag").orderBy(
-        ...     "partition").show()
-        +------------------+---------+---+
-        |        process_id|partition|lag|
-        +------------------+---------+---+
-        |host-1:4242:ab12cd|        0|100|
-        |host-1:4242:ab12cd|        1| 30|
-        +------------------+---------+---+
+        >>> spark.table("ferrokafka_lag").select(
+        ...     "process_id", "partition", "lag", "lag_stored"
+        ... ).orderBy("partition").show()
+        +------------------+---------+---+----------+
+        |        process_id|partition|lag|lag_stored|
+        +------------------+---------+---+----------+
+        |host-1:4242:ab12cd|        0|102|       100|
+        |host-1:4242:ab12cd|        1| 32|        30|
+        +------------------+---------+---+----------+
         <BLANKLINE>
     """
     if available_now and processing_time is not None:

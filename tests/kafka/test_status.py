@@ -143,7 +143,7 @@ def test_reader_builds_the_live_view(
     ]
     alive = snapshot.processes[0]
     assert alive.dispatched_at == pytest.approx(now - 2)  # the latest report won
-    assert [(p.group, p.topic, p.partition, p.lag) for p in alive.partitions] == [
+    assert [(p.group, p.topic, p.partition, p.lag_hybrid) for p in alive.partitions] == [
         ("billing", "orders", 0, 40),
         ("billing", "orders", 1, 2),
     ]
@@ -239,7 +239,7 @@ def test_status_command_tables_and_json(
         ("host-b:22:bb", False),
         ("host-c:33:cc", False),
     ]
-    assert [p["lag"] for p in document["processes"][0]["partitions"]] == [40, 2]
+    assert [p["lag_hybrid"] for p in document["processes"][0]["partitions"]] == [40, 2]
     assert [e["id"] for e in document["errors"]] == ["err-3", "err-2", "err-1"]
     assert document["schedulers"][0]["daily"] == {"2030-01-01": 3, "2030-01-02": 4}
     assert document["skipped"] == {topics.errors: 1, topics.reports: 4, topics.states: 1}

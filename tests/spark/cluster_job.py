@@ -121,12 +121,11 @@ def main() -> None:
     # read_reports (decode_report), lag_table and stream_lag.
     reports = fks.read_reports(spark, args.bootstrap, args.reports)
     found["reports"] = rows(reports.select("process_id", "lag", "status"))
-    found["lag_table"] = rows(fks.lag_table(reports).select("process_id", "partition", "lag"))
+    lags = ("process_id", "partition", "lag", "lag_stored")
+    found["lag_table"] = rows(fks.lag_table(reports).select(*lags))
     query = fks.stream_lag(spark, args.bootstrap, args.reports, available_now=True)
     query.processAllAvailable()
-    found["stream_lag"] = rows(
-        spark.table("ferrokafka_lag").select("process_id", "partition", "lag")
-    )
+    found["stream_lag"] = rows(spark.table("ferrokafka_lag").select(*lags))
 
     # Where every task ran, by Spark's count.
     found["executors"] = executors(spark)

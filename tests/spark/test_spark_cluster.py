@@ -172,8 +172,9 @@ def test_the_readme_recipe_runs_every_helper_on_the_cluster_executor(
             {"process_id": process, "lag": 5, "status": "running"},
             {"process_id": process, "lag": 9, "status": "running"},
         ]
-        latest = [{"process_id": process, "partition": 0, "lag": 2}]
-        latest.append({"process_id": process, "partition": 1, "lag": 7})
+        # Each partition's lag to the committed offset, 2 more than to the stored one.
+        latest = [{"process_id": process, "partition": 0, "lag": 4, "lag_stored": 2}]
+        latest.append({"process_id": process, "partition": 1, "lag": 9, "lag_stored": 7})
         for table in ("lag_table", "stream_lag"):
             assert sorted(found[table], key=lambda row: row["partition"]) == latest
 

@@ -177,14 +177,16 @@ def test_read_reports_gives_process_ids_and_lags(
     a, b = rows["host-a:1:x"], rows["host-b:2:y"]
     assert (a.process_id, a.lag, a.status, a.error) == ("host-a:1:x", 5, "running", None)
     assert (b.process_id, b.lag) == ("host-b:2:y", 8)
-    assert [(p.partition, p.lag) for p in b.partitions] == [(1, 7), (2, 1)]
+    # Each partition's two lags as reported: to the committed offset, and to the stored one
+    # (the process's lag above sums the latter, as Karafka Web does).
+    assert [(p.partition, p.lag, p.lag_stored) for p in b.partitions] == [(1, 9, 7), (2, 3, 1)]
     assert rows["junk"].process_id is None
     assert "zlib" in rows["junk"].error
     lags = fks.lag_table(frame).collect()
-    assert sorted((r.process_id, r.partition, r.lag) for r in lags) == [
-        ("host-a:1:x", 0, 5),
-        ("host-b:2:y", 1, 7),
-        ("host-b:2:y", 2, 1),
+    assert sorted((r.process_id, r.partition, r.lag, r.lag_stored) for r in lags) == [
+        ("host-a:1:x", 0, 7, 5),
+        ("host-b:2:y", 1, 9, 7),
+        ("host-b:2:y", 2, 3, 1),
     ]
 
 
@@ -200,7 +202,8 @@ def test_stream_lag_follows_new_reports(
         query.processAllAvailable()
 
         def lag() -> dict[int, int]:
-            return {r.partition: r.lag for r in spark.table(name).collect()}
+            # Karafka Web's lag, to the stored offsets (process_report's figures).
+            return {r.partition: r.lag_stored for r in spark.table(name).collect()}
 
         assert lag() == {0: 50}
         # The consumer caught up on partition 0 and got partition 1.

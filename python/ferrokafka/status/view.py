@@ -69,13 +69,16 @@ MAX_LAG_SERIES = 50
 
 @dataclass(frozen=True)
 class PartitionLag:
-    """One partition a process consumes, as its latest report saw it.
+    """One partition a process consumes, as its latest report saw it: librdkafka's lags to the
+    committed (``lag``) and to the stored offset (``lag_stored``, -1 while unknown), and
+    ``lag_hybrid``, the one Karafka Web shows and the process's lag sums (``lag_stored`` unless
+    unknown, else ``lag``).
 
     Example:
-        >>> PartitionLag("billing", "orders", 0, lag=3, lag_stored=2, committed_offset=10,
-        ...     stored_offset=11, hi_offset=13, lo_offset=0, fetch_state="active",
-        ...     poll_state="active").lag
-        3
+        >>> PartitionLag("billing", "orders", 0, lag=3, lag_stored=2, lag_hybrid=2,
+        ...     committed_offset=10, stored_offset=11, hi_offset=13, lo_offset=0,
+        ...     fetch_state="active", poll_state="active").lag_hybrid
+        2
     """
 
     group: str
@@ -83,6 +86,7 @@ class PartitionLag:
     partition: int
     lag: int
     lag_stored: int
+    lag_hybrid: int
     committed_offset: int
     stored_offset: int
     hi_offset: int

@@ -57,8 +57,8 @@ function renderProcesses(snapshot) {
   fillTable("partitions", partitions, ([p, lag]) => {
     const tr = document.createElement("tr");
     tr.append(
-      cell(p.id), cell(lag.group), cell(lag.topic), cell(lag.partition), cell(lag.lag),
-      cell(lag.lag_stored), cell(lag.committed_offset), cell(lag.stored_offset),
+      cell(p.id), cell(lag.group), cell(lag.topic), cell(lag.partition), cell(lag.lag_hybrid),
+      cell(lag.lag), cell(lag.committed_offset), cell(lag.stored_offset),
       cell(lag.hi_offset), cell(lag.poll_state),
     );
     return tr;
