@@ -1209,7 +1209,7 @@ def test_async_consumer_wakes_dry_partitions_on_the_loop_without_a_pool_thread(
     try:
         asyncio.run(main())
     finally:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
     assert "poll_events" in off_loop, f"the profile saw no pool thread: {off_loop}"
     assert not {name for name in off_loop if "fetch" in name}, f"fetched off the loop: {off_loop}"
     by_partition = handled.by_partition()
