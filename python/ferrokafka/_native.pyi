@@ -1016,11 +1016,15 @@ class _RawConsumer:
         """The next batch of the worker's partition (``[]`` when none came within ``timeout``),
         or ``None`` once the partition is no longer the worker's."""
     def wait_for_records(self, worker: int) -> None:
-        """Register the worker, whose ``fetch`` found nothing, for :meth:`fetch_waiting`."""
-    def fetch_waiting(self, timeout: float) -> list[tuple[int, Batch | None]]:
-        """Wait up to ``timeout`` seconds until a registered worker's partition has a batch or
-        is gone: ``(worker, batch or None)`` for each such worker, which leave the register;
-        ``[]`` when nothing came. One thread serves all of an event loop's partitions."""
+        """Register the worker, whose ``fetch`` found nothing, for :meth:`fetch_ready`, and
+        signal :meth:`ready_fd`."""
+    def ready_fd(self) -> int:
+        """The file descriptor an event loop watches (``add_reader``): readable when a
+        registered worker may find a batch. Closed when the consumer is dropped."""
+    def fetch_ready(self) -> list[tuple[int, Batch | None]]:
+        """Without waiting: ``(worker, batch or None)`` for each registered worker whose
+        partition has a batch or is gone, which leave the register; ``[]`` when none has.
+        Reads :meth:`ready_fd`."""
     def ack(self, worker: int, batch: Batch, outcome_name: str) -> bool:
         """Settle the worker's batch: handled (committable) or abandoned (redelivered). False
         when the batch no longer counts."""

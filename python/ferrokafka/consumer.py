@@ -6,7 +6,8 @@ Python thread for :class:`Consumer`, an asyncio task for :class:`AsyncConsumer`)
 from its queue and calls your handler with them, so records of a partition are handled in
 order, one batch at a time, while partitions run concurrently (with ``ordering="key"``, several
 workers per partition, each key in order). Workers wait for records with the GIL released (an
-:class:`AsyncConsumer`'s tasks through one pool thread for all its dry partitions), and
+:class:`AsyncConsumer`'s tasks on the event loop itself, woken through a file descriptor the
+engine signals when a dry partition has records), and
 handlers never run on a librdkafka thread. Handlers get a :class:`~ferrokafka.Batch` over the
 engine's memory; a handler exception goes to the engine's error policy (retry, commit or
 dead-letter, see :class:`ConsumerOptions`).
@@ -743,9 +744,12 @@ class AsyncConsumer:
     within a partition, partitions concurrently, each in its own asyncio task on the running loop.
 
     Arguments and semantics are those of :class:`Consumer`; notification callbacks may be plain
-    or coroutine functions. Waiting for records happens on a thread pool with the GIL released;
-    handlers, callbacks and telemetry run on the event loop. On :meth:`stop`, a handler that
-    outlasts ``drain`` is cancelled (its records are not committed and will be redelivered).
+    or coroutine functions. A partition that ran dry waits on the event loop itself: the engine
+    signals a file descriptor the loop watches (``add_reader``) when records came, so no thread
+    hands batches over; opening, stopping, retry backoffs and notifications wait on a thread
+    pool with the GIL released. Handlers, callbacks and telemetry run on the event loop. On
+    :meth:`stop`, a handler that outlasts ``drain`` is cancelled (its records are not committed
+    and will be redelivered).
 
     Example:
         >>> import asyncio, ferrokafka
@@ -784,9 +788,9 @@ class AsyncConsumer:
         self._dispatcher: asyncio.Task[None] | None = None
         self._workers: set[asyncio.Task[None]] = set()
         # The tasks whose partitions ran dry, by worker (several share one with
-        # ordering="key"), and the one task waiting for records for all of them.
+        # ordering="key"), woken by _records_ready when the engine signals its ready_fd.
         self._waiting: dict[int, list[asyncio.Future[Batch | None]]] = {}
-        self._waiter: asyncio.Task[None] | None = None
+        self._ready_fd: int | None = None
         self._stopping: asyncio.Event | None = None
         self._stopped = False
         self._engine_stopped = False
@@ -796,10 +800,12 @@ class AsyncConsumer:
         if self._core.raw is not None:
             return
         loop = asyncio.get_running_loop()
-        # One thread per waiting worker keeps partitions from queueing behind each other.
+        # One thread per backoff keeps retrying partitions from queueing behind each other.
         self._executor = ThreadPoolExecutor(64, thread_name_prefix="ferrokafka-consumer")
         self._stopping = asyncio.Event()
-        await loop.run_in_executor(self._executor, self._core.open)
+        raw = await loop.run_in_executor(self._executor, self._core.open)
+        self._ready_fd = raw.ready_fd()
+        loop.add_reader(self._ready_fd, self._records_ready, raw)
         self._dispatcher = asyncio.create_task(self._dispatch_forever())
 
     async def stop(self) -> None:
@@ -818,9 +824,11 @@ class AsyncConsumer:
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        if self._waiter is not None:
-            # The engine has stopped: every partition still registered is gone.
-            await self._waiter
+        if self._ready_fd is not None:
+            # Every partition is gone and its task done: nobody waits for records any more.
+            loop.remove_reader(self._ready_fd)
+            self._ready_fd = None
+        self._waiting.clear()
         if self._dispatcher is not None:
             await self._dispatcher
         await loop.run_in_executor(executor, self._core.stopped)
@@ -897,43 +905,39 @@ class AsyncConsumer:
 
     async def _records_for(self, raw: _RawConsumer, worker: int) -> Batch | None:
         """The next batch of ``worker``'s partition, which had none queued (None once the
-        partition is gone). One waiter on the thread pool serves every partition waiting."""
+        partition is gone), handed over by :meth:`_records_ready` on the loop."""
         woken: asyncio.Future[Batch | None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(worker, []).append(woken)
         raw.wait_for_records(worker)
-        if self._waiter is None or self._waiter.done():
-            self._waiter = asyncio.create_task(self._wait_for_records(raw))
         return await woken
 
-    async def _wait_for_records(self, raw: _RawConsumer) -> None:
-        loop = asyncio.get_running_loop()
-        while self._waiting:
-            try:
-                found = await loop.run_in_executor(
-                    self._executor, raw.fetch_waiting, _FETCH_SECONDS
-                )
-            except Exception as error:
-                # The waiting partitions' tasks fail as a fetch of their own would have.
-                for pending in itertools.chain.from_iterable(self._waiting.values()):
-                    if not pending.done():
-                        pending.set_exception(error)
-                self._waiting.clear()
-                raise
-            for worker, batch in found:
-                tasks = self._waiting.pop(worker) if worker in self._waiting else []
-                waiting = [woken for woken in tasks if not woken.done()]
-                if batch is None:
-                    for woken in waiting:
-                        woken.set_result(None)
-                elif not waiting:
-                    # Its task was cancelled meanwhile: nothing of this batch is committed.
-                    raw.ack(worker, batch, "abandoned")
-                else:
-                    waiting[0].set_result(batch)
-                    if waiting[1:]:
-                        # The worker's other tasks (ordering="key") wait for its next batch.
-                        self._waiting[worker] = waiting[1:]
-                        raw.wait_for_records(worker)
+    def _records_ready(self, raw: _RawConsumer) -> None:
+        """The engine signalled ``ready_fd``: wake the tasks of every dry partition that has a
+        batch now or is gone (the engine only looks, it never waits)."""
+        try:
+            found = raw.fetch_ready()
+        except Exception as error:
+            # The waiting partitions' tasks fail as a fetch of their own would have.
+            for pending in itertools.chain.from_iterable(self._waiting.values()):
+                if not pending.done():
+                    pending.set_exception(error)
+            self._waiting.clear()
+            return
+        for worker, batch in found:
+            tasks = self._waiting.pop(worker) if worker in self._waiting else []
+            waiting = [woken for woken in tasks if not woken.done()]
+            if batch is None:
+                for woken in waiting:
+                    woken.set_result(None)
+            elif not waiting:
+                # Its task was cancelled meanwhile: nothing of this batch is committed.
+                raw.ack(worker, batch, "abandoned")
+            else:
+                waiting[0].set_result(batch)
+                if waiting[1:]:
+                    # The worker's other tasks (ordering="key") wait for its next batch.
+                    self._waiting[worker] = waiting[1:]
+                    raw.wait_for_records(worker)
 
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import itertools
 import json
+import os
 import random
 import signal
 import subprocess
@@ -1164,11 +1166,12 @@ def test_async_consumer_takes_partitions_in_turn_when_handlers_hold_the_loop(
     assert longest_run <= 2, f"one partition kept the loop: {order}"
 
 
-def test_async_consumer_waits_for_dry_partitions_on_one_thread(
+def test_async_consumer_wakes_dry_partitions_on_the_loop_without_a_pool_thread(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
-    # Partitions with nothing queued do not hold a pool thread each: one waits for all of them,
-    # and records that arrive later still reach every partition's handler, in order.
+    # Partitions with nothing queued wait on the event loop itself (the engine signals a file
+    # descriptor the loop watches): no pool thread fetches records, and records that arrive later
+    # still reach every partition's handler, in order.
     partitions, per_partition = 8, 10
     topic = topic_factory(partitions=partitions)
     records = [
@@ -1179,34 +1182,72 @@ def test_async_consumer_waits_for_dry_partitions_on_one_thread(
     # A first record per partition, so that each has a leader before the consumer assigns it.
     produce(topic, records[:partitions])
     handled = Handled()
+    # What the engine's methods were called for on threads other than the loop's (the pool's
+    # threads start after the profile is set; the loop runs on this thread, which has none).
+    off_loop: set[str] = set()
+
+    def profile(_frame: object, event: str, arg: Any) -> None:
+        if event == "c_call" and type(getattr(arg, "__self__", None)).__name__ == "_RawConsumer":
+            off_loop.add(arg.__name__)
 
     async def handle(batch: Batch) -> None:
         handled.add(batch)
 
-    async def main() -> int:
+    async def main() -> None:
         loop = asyncio.get_running_loop()
         async with AsyncConsumer(
             {"bootstrap.servers": kafka_bootstrap},
             [TopicPartition(topic, p, offset="beginning") for p in range(partitions)],
             handle,
-        ) as consumer:
+        ):
             # Every partition runs dry after its first record; the rest arrive while they wait.
             await loop.run_in_executor(None, handled.wait_count, partitions)
             await loop.run_in_executor(None, produce, topic, records[partitions:])
             await loop.run_in_executor(None, handled.wait_count, partitions * per_partition)
-            assert consumer._executor is not None
-            # Threads are started on demand and kept: the most ever needed at once.
-            return len(consumer._executor._threads)
 
-    threads = asyncio.run(main())
-    # The engine's opening, the event dispatcher and the one waiter for records: 3. A thread per
-    # dry partition would be 2 + 8. The pool starts a thread whenever none is idle at the moment of
-    # a hand-over, so under load it can start a spare or two before a finished one counts as idle.
-    assert threads < partitions, f"{threads} pool threads for {partitions} partitions"
+    threading.setprofile(profile)
+    try:
+        asyncio.run(main())
+    finally:
+        threading.setprofile(None)
+    assert "poll_events" in off_loop, f"the profile saw no pool thread: {off_loop}"
+    assert not {name for name in off_loop if "fetch" in name}, f"fetched off the loop: {off_loop}"
     by_partition = handled.by_partition()
     assert sorted(by_partition) == list(range(partitions))
     for offsets in by_partition.values():
         assert offsets == list(range(per_partition))
+
+
+def test_async_consumers_close_their_file_descriptors(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # The engine's ready signal (and librdkafka's sockets) go with the consumer: opening and
+    # closing consumers leaves the process's descriptors where they were.
+    topic = topic_factory(partitions=2)
+    produce(topic, [{"value": f"v{p}", "partition": p} for p in (0, 1)])
+
+    async def open_and_close() -> None:
+        handled = asyncio.Event()
+
+        async def handle(batch: Batch) -> None:
+            handled.set()
+
+        async with AsyncConsumer(
+            {"bootstrap.servers": kafka_bootstrap},
+            [TopicPartition(topic, p, offset="beginning") for p in (0, 1)],
+            handle,
+        ):
+            await asyncio.wait_for(handled.wait(), WAIT)
+
+    def descriptors() -> int:
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    asyncio.run(open_and_close())  # the first one may open what the process keeps (loggers)
+    before = descriptors()
+    for _ in range(5):
+        asyncio.run(open_and_close())
+    assert descriptors() <= before
 
 
 def test_async_consumer_handles_partitions_concurrently_in_order(

@@ -183,27 +183,28 @@ impl PyRawConsumer {
         })
     }
 
-    /// Registers `worker`, whose `fetch` found nothing, for `fetch_waiting`.
+    /// Registers `worker`, whose `fetch` found nothing, for `fetch_ready`; signals `ready_fd`.
     fn wait_for_records(&self, worker: WorkerId) -> NativeResult<()> {
         self.guard.check()?;
         self.engine.wait_for_records(worker);
         Ok(())
     }
 
-    /// Waits up to `timeout` seconds (detached) until a registered worker's partition has a
-    /// batch or is gone: `(worker, batch or None)` for every such worker, which leave the
-    /// register; empty when nothing came. One waiting thread serves all of an event loop's
-    /// partitions.
-    fn fetch_waiting(
-        &self,
-        py: Python<'_>,
-        timeout: f64,
-    ) -> NativeResult<Vec<(WorkerId, Option<PyBatch>)>> {
+    /// The file descriptor an event loop watches (`add_reader`): readable when a registered
+    /// worker may find a batch. Owned by the engine; closed when the consumer is dropped.
+    fn ready_fd(&self) -> NativeResult<i32> {
         self.guard.check()?;
-        let wait = seconds_or_off("timeout", timeout)?.min(SLICE);
-        let engine = Arc::clone(&*self.engine);
-        let found = py.detach(move || engine.fetch_waiting(wait))?;
-        Ok(found
+        Ok(self.engine.ready_fd())
+    }
+
+    /// Without waiting (so attached): `(worker, batch or None)` for every registered worker
+    /// whose partition has a batch or is gone, which leave the register; empty when none has.
+    /// Reads `ready_fd`.
+    fn fetch_ready(&self) -> NativeResult<Vec<(WorkerId, Option<PyBatch>)>> {
+        self.guard.check()?;
+        Ok(self
+            .engine
+            .fetch_ready()?
             .into_iter()
             .map(|(worker, fetched)| match fetched {
                 Fetched::Batch(records) => (worker, Some(PyBatch::new(records))),

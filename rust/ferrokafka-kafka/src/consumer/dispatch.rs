@@ -144,7 +144,7 @@ impl ConcurrentConsumer {
         }
         drop(state);
         slot.changed.notify_all();
-        self.shared.waiting.notify();
+        self.shared.waiting.notify(worker);
         true
     }
 
@@ -195,7 +195,7 @@ impl ConcurrentConsumer {
                     shared.finish(&slot, &mut state, first);
                     drop(state);
                     slot.changed.notify_all();
-                    shared.waiting.notify();
+                    shared.waiting.notify(worker);
                 };
                 writer.write(done.records, failure, Box::new(written));
             }
@@ -207,7 +207,7 @@ impl ConcurrentConsumer {
         self.shared.report_caught_up(&slot, &mut state);
         drop(state);
         slot.changed.notify_all();
-        self.shared.waiting.notify();
+        self.shared.waiting.notify(worker);
         Verdict::Settled
     }
 }

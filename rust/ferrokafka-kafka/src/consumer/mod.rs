@@ -20,7 +20,8 @@
 //!   and [`ConcurrentConsumer::ack`] / [`ConcurrentConsumer::fail`]; records cross from the poller
 //!   in runs (one lock per run) and leave as one shared batch. Workers that are tasks of one
 //!   event loop register the partitions that ran dry ([`ConcurrentConsumer::wait_for_records`])
-//!   and one thread waits for all of them ([`ConcurrentConsumer::fetch_waiting`]).
+//!   and take their batches when [`ConcurrentConsumer::ready_fd`] says one may be ready
+//!   ([`ConcurrentConsumer::fetch_ready`]): no thread waits for them.
 //! - Lock order: the `slots` map, then one slot's state, then its source queue, then the
 //!   consumer handle. No lock is held while waiting on the network.
 //!
@@ -38,7 +39,7 @@
 //!
 //! Rooms, one idea each: `options` (what to consume, the error policy), `events` (what the
 //! bindings hear), `state` (the slots of assigned partitions and what the threads share),
-//! `wake` (waking the poller), `waiting` (one thread waiting for many workers), `partition_source` (a partition's own librdkafka queue),
+//! `wake` (waking the poller), `waiting` (an event loop's dry workers, signalled through a file descriptor), `partition_source` (a partition's own librdkafka queue),
 //! `start` (subscribing or assigning at start), `poller` (the poller thread and routing),
 //! `rebalance` (librdkafka's callbacks: rebalances, statistics, errors), `dispatch` (handing
 //! batches to workers and applying their outcome), `commit` (commit progress), `stats`
@@ -189,7 +190,9 @@ impl ConcurrentConsumer {
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
             wake: Arc::new(Wake::default()),
-            waiting: Waiting::default(),
+            waiting: Waiting::new().map_err(|e| {
+                KafkaIoError::Config(format!("cannot create the consumer's ready signal: {e}"))
+            })?,
             statistics: KeptStatistics::default(),
             polled_at: Mutex::new(None),
             watch: ConnectionWatch::new(&settings),

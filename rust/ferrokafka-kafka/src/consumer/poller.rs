@@ -178,6 +178,6 @@ impl Shared {
         }
         drop(state);
         slot.changed.notify_all();
-        self.waiting.notify();
+        self.waiting.notify(slot.worker);
     }
 }

@@ -96,8 +96,8 @@ impl Shared {
             state.counters.dropped += cleared as u64;
             drop(state);
             slot.changed.notify_all();
+            self.waiting.notify(slot.worker);
         }
-        self.waiting.notify();
         self.emit(ConsumerEvent::Draining {
             partitions: slots.iter().map(|s| s.assignment()).collect(),
             dropped,

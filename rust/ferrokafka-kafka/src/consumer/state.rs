@@ -130,7 +130,7 @@ pub(super) struct Shared {
     pub(super) consumer: Mutex<Option<Arc<Handle>>>,
     /// Wakes the poller.
     pub(super) wake: Arc<Wake>,
-    /// Workers an event loop waits for with one thread ([`super::ConcurrentConsumer::fetch_waiting`]).
+    /// Workers an event loop waits for without a thread ([`super::ConcurrentConsumer::fetch_ready`]).
     pub(super) waiting: Waiting,
     /// The group's state and the transfer rates from the latest statistics (the partitions'
     /// figures are kept in their slots).

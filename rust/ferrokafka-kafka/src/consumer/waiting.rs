@@ -1,11 +1,17 @@
-//! [`ConcurrentConsumer::fetch_waiting`]: workers waiting for records without a thread each. An
-//! event loop registers the workers whose partitions ran dry
-//! ([`ConcurrentConsumer::wait_for_records`]) and one thread waits for any of them, so records
-//! reach the loop with one thread hop per wake-up, not one per partition and batch.
+//! [`ConcurrentConsumer::fetch_ready`]: workers waiting for records without a thread. An event
+//! loop registers the workers whose partitions ran dry
+//! ([`ConcurrentConsumer::wait_for_records`]) and watches [`ConcurrentConsumer::ready_fd`] (with
+//! asyncio's `add_reader`). The engine writes one byte to it when a registered worker's slot
+//! changes (records routed, a batch settled, the slot closed), once until the loop reads it, and
+//! the loop then takes every batch that is ready without waiting: records reach the loop with no
+//! thread hop, and no thread waits for dry partitions at all.
 
 use std::collections::BTreeSet;
-use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use super::ConcurrentConsumer;
 use super::dispatch::Fetched;
@@ -13,73 +19,101 @@ use super::events::WorkerId;
 use crate::error::KafkaResult;
 use crate::locks::lock;
 
-/// The registered workers, and whether a slot changed since the waiting thread last looked.
-#[derive(Debug, Default)]
+/// The registered workers and the signal the event loop watches: a non-blocking socket pair
+/// (closed when the engine is dropped), the engine writing one end and the loop reading the
+/// other.
+#[derive(Debug)]
 pub(super) struct Waiting {
     state: Mutex<WaitingState>,
-    changed: Condvar,
+    signal: UnixStream,
+    ready: UnixStream,
 }
 
 #[derive(Debug, Default)]
 struct WaitingState {
     workers: BTreeSet<WorkerId>,
-    changed: bool,
+    /// A byte is written and not yet read: another write would only wake the loop twice.
+    signalled: bool,
 }
 
 impl Waiting {
-    /// A slot changed (records routed, a batch settled, the slot closed): a registered worker
-    /// may find a batch now.
-    pub(super) fn notify(&self) {
+    pub(super) fn new() -> io::Result<Self> {
+        let (signal, ready) = UnixStream::pair()?;
+        signal.set_nonblocking(true)?;
+        ready.set_nonblocking(true)?;
+        Ok(Waiting {
+            state: Mutex::default(),
+            signal,
+            ready,
+        })
+    }
+
+    /// `worker`'s slot changed: if it is registered, it may find a batch now.
+    pub(super) fn notify(&self, worker: WorkerId) {
         let mut state = lock(&self.state);
-        if !state.workers.is_empty() {
-            state.changed = true;
-            self.changed.notify_one();
+        if state.workers.contains(&worker) {
+            self.signal(&mut state);
+        }
+    }
+
+    fn signal(&self, state: &mut WaitingState) {
+        if !state.signalled {
+            state.signalled = true;
+            // A full socket buffer means a wake-up is pending already: nothing is lost.
+            let _ = (&self.signal).write(&[1]);
+        }
+    }
+
+    /// Reads every byte written so far (the loop's reader callback would fire again otherwise).
+    fn drain(&self) {
+        let mut bytes = [0u8; 64];
+        while let Ok(read) = (&self.ready).read(&mut bytes) {
+            if read < bytes.len() {
+                break;
+            }
         }
     }
 }
 
 impl ConcurrentConsumer {
-    /// Registers `worker` (whose `fetch` found nothing) for [`Self::fetch_waiting`].
+    /// Registers `worker` (whose `fetch` found nothing) for [`Self::fetch_ready`], and signals
+    /// [`Self::ready_fd`] so the loop looks once more: records routed between that `fetch` and
+    /// this call found the worker not registered yet.
     pub fn wait_for_records(&self, worker: WorkerId) {
         let waiting = &self.shared.waiting;
         let mut state = lock(&waiting.state);
         state.workers.insert(worker);
-        state.changed = true;
-        waiting.changed.notify_one();
+        waiting.signal(&mut state);
     }
 
-    /// Waits up to `wait` until a registered worker's `fetch` finds a batch or that its
-    /// partition is gone, and returns what every such worker found (those leave the register);
-    /// empty when nothing came. One caller at a time.
-    pub fn fetch_waiting(&self, wait: Duration) -> KafkaResult<Vec<(WorkerId, Fetched)>> {
-        let deadline = Instant::now() + wait;
+    /// The file descriptor that becomes readable when a registered worker may find a batch;
+    /// [`Self::fetch_ready`] reads it. Valid while the engine lives.
+    pub fn ready_fd(&self) -> RawFd {
+        self.shared.waiting.ready.as_raw_fd()
+    }
+
+    /// Without waiting: what every registered worker whose `fetch` finds a batch, or that its
+    /// partition is gone, found (those leave the register); empty when none did. Reads
+    /// [`Self::ready_fd`] first, so a change while it looks signals it again.
+    pub fn fetch_ready(&self) -> KafkaResult<Vec<(WorkerId, Fetched)>> {
         let waiting = &self.shared.waiting;
-        loop {
-            let workers: Vec<WorkerId> = {
-                let mut state = lock(&waiting.state);
-                state.changed = false;
-                state.workers.iter().copied().collect()
-            };
-            let mut found = Vec::new();
-            for worker in workers {
-                match self.fetch(worker, Duration::ZERO)? {
-                    Fetched::Empty => {}
-                    fetched => found.push((worker, fetched)),
-                }
-            }
+        let workers: Vec<WorkerId> = {
             let mut state = lock(&waiting.state);
-            for (worker, _) in &found {
-                state.workers.remove(worker);
+            waiting.drain();
+            state.signalled = false;
+            state.workers.iter().copied().collect()
+        };
+        let mut found = Vec::new();
+        for worker in workers {
+            match self.fetch(worker, Duration::ZERO)? {
+                Fetched::Empty => {}
+                fetched => found.push((worker, fetched)),
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if !found.is_empty() || left.is_zero() {
-                return Ok(found);
-            }
-            // A change after the look above set `changed`: look again at once.
-            let _ = waiting
-                .changed
-                .wait_timeout_while(state, left, |state| !state.changed)
-                .unwrap_or_else(|p| p.into_inner());
         }
+        let mut state = lock(&waiting.state);
+        for (worker, _) in &found {
+            state.workers.remove(worker);
+        }
+        Ok(found)
     }
 }
