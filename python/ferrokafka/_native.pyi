@@ -235,6 +235,19 @@ class Client:
         """Delete topics; an unknown topic raises :class:`ferrokafka.KafkaError`."""
     def produce(
         self,
+        value: bytes | str | None,
+        topic: str,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        partition_key: bytes | str | None = None,
+        headers: _Headers | None = None,
+        timestamp: int | None = None,
+        on_delivery: Callable[[Exception | None, Message], object] | None = None,
+    ) -> None:
+        """:meth:`ferrokafka.AsyncProducer.produce` itself, which binds it while no
+        instrumentation subscriber needs the queue size."""
+    def queue(
+        self,
         topic: str,
         value: bytes | str | None = None,
         key: bytes | str | None = None,
@@ -281,6 +294,19 @@ class _RawAsyncProducer:
         cls, config: Mapping[str, _ConfigValue], **options: Unpack[_AsyncProducerOptions]
     ) -> _RawAsyncProducer: ...
     def produce(
+        self,
+        value: bytes | str | None,
+        topic: str,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        partition_key: bytes | str | None = None,
+        headers: _Headers | None = None,
+        timestamp: int | None = None,
+        on_delivery: Callable[[Exception | None, Message], object] | None = None,
+    ) -> None:
+        """:meth:`ferrokafka.AsyncProducer.produce` itself, which binds it while no
+        instrumentation subscriber needs the queue size."""
+    def queue(
         self,
         topic: str,
         value: bytes | str | None = None,
