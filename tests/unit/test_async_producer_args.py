@@ -146,7 +146,7 @@ def test_produce_takes_every_documented_argument_by_name_and_returns_none(
     producer: AsyncProducer,
 ) -> None:
     # Without subscribers `produce` is the binding's own method: the same names, the same result.
-    queued = producer.produce(
+    queued = producer.produce(  # type: ignore[func-returns-value]
         value=b"v",
         topic="t",
         key=b"k",
