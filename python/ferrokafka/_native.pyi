@@ -282,6 +282,19 @@ class _RawAsyncProducer:
     ) -> _RawAsyncProducer: ...
     def produce(
         self,
+        value: bytes | str | None,
+        topic: str,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        partition_key: bytes | str | None = None,
+        headers: _Headers | None = None,
+        timestamp: int | None = None,
+        on_delivery: Callable[[Exception | None, Message], object] | None = None,
+    ) -> None:
+        """:meth:`ferrokafka.AsyncProducer.produce` itself, which binds it while no
+        instrumentation subscriber needs the queue size."""
+    def queue(
+        self,
         topic: str,
         value: bytes | str | None = None,
         key: bytes | str | None = None,

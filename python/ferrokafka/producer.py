@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
@@ -155,6 +156,14 @@ class AsyncProducer:
         self._events = _ProducerEvents(self._raw)
         self._shutdown_lock = threading.Lock()
         self._closed = False
+        # Until someone subscribes, `produce` has no Python work to do: the binding's own method
+        # (same arguments) stands in for it: two Python frames were about 1,500 of the 6,800
+        # instructions a message cost (benches/RESULTS.md).
+        # A plain store: reading `self.__dict__` would give every producer a dict of its own and
+        # slow every attribute read (produce_future's, 450 instructions a call). Not over a
+        # subclass's own `produce`, which must keep being called.
+        if type(self).produce is AsyncProducer.produce:
+            self.produce = self._raw.produce  # type: ignore[method-assign]
         _exit.register(self)
 
     # -- producing -------------------------------------------------------------------------
@@ -181,7 +190,8 @@ class AsyncProducer:
         ``block`` after ``block_timeout``), ``TypeError``/``ValueError`` for bad arguments before
         anything is queued, and :class:`~ferrokafka.ClosedError` after :meth:`shutdown`.
         """
-        # The binding keeps on_delivery until the record's result comes.
+        # Runs once there are subscribers (until then `__init__` bound the binding's `produce`);
+        # the binding keeps on_delivery until the record's result comes.
         self._queue(topic, value, key, partition, partition_key, headers, timestamp, on_delivery)
 
     def produce_future(
@@ -217,7 +227,7 @@ class AsyncProducer:
         """Queue one record in the binding and publish what it did to the instrumentation
         subscribers: a ``buffer_overflow`` (then re-raised) or an ``enqueue_message``."""
         try:
-            queue_size = self._raw.produce(
+            queue_size = self._raw.queue(
                 topic, value, key, partition, partition_key, headers, timestamp, on_delivery, future
             )
         except BufferOverflow as overflow:
@@ -386,6 +396,9 @@ class AsyncProducer:
         producing thread, the others on the producer's event thread.
         """
         self._events.subscribers.append(callback)
+        # From now on `produce` publishes its events (see `__init__`).
+        with contextlib.suppress(AttributeError):  # a second subscriber: already the method
+            del self.produce
 
     def stats(self) -> dict[str, int]:
         """Counters: enqueued, delivered, failed, retried, dropped, overflowed, deliveries,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,55 @@ def test_an_overflowing_batch_says_how_many_of_its_records_were_queued() -> None
     assert single.value.accepted is None
     assert str(single.value) == 'cannot produce to "orders": max queue size (3 messages) reached'
     assert sorted(m.value() or b"" for m in producer.shutdown(timeout=0.5)) == [b"a", b"b", b"c"]
+
+
+def test_produce_takes_every_documented_argument_by_name_and_returns_none(
+    producer: AsyncProducer,
+) -> None:
+    # Without subscribers `produce` is the binding's own method: the same names, the same result.
+    queued = producer.produce(  # type: ignore[func-returns-value]
+        value=b"v",
+        topic="t",
+        key=b"k",
+        partition=0,
+        partition_key=None,
+        headers={"h": b"12"},
+        timestamp=5,
+        on_delivery=None,
+    )
+    assert queued is None
+    producer.produce(b"w", "t", b"kk", None, b"pk", [("h", None)], None, None)
+    # Keys, values, header names and values, and the partition key are what the queue holds.
+    held = b"v" + b"k" + b"h" + b"12" + b"w" + b"kk" + b"pk" + b"h"
+    assert producer.stats()["queue_bytes"] == len(held)
+    producer.shutdown(timeout=0.5)
+
+
+def test_a_producer_used_before_subscribing_publishes_its_events_after() -> None:
+    producer = AsyncProducer(NOWHERE, max_queue_size=2)
+    producer.produce(b"before", topic="t")
+    events: list[tuple[str, dict[str, object]]] = []
+    producer.subscribe(lambda name, payload: events.append((name, payload)))
+    producer.produce(b"after", topic="t")
+    with pytest.raises(BufferOverflow):
+        producer.produce(b"refused", topic="t")
+    assert events == [
+        ("enqueue_message", {"topic": "t", "queue_size": 2, "max_queue_size": 2}),
+        ("buffer_overflow", {"topic": "t", "limit": "max queue size (2 messages) reached"}),
+    ]
+    producer.shutdown(timeout=0.5)
+
+
+def test_a_subclass_that_overrides_produce_has_its_override_called() -> None:
+    # `__init__` puts the binding's `produce` on the instance for speed; never over an override.
+    class Counting(AsyncProducer):
+        calls = 0
+
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            type(self).calls += 1
+            super().produce(*args, **kwargs)
+
+    producer = Counting(NOWHERE)
+    producer.produce(b"counted", topic="t")
+    assert Counting.calls == 1
+    producer.shutdown(timeout=0.5)

@@ -246,11 +246,44 @@ impl PyRawAsyncProducer {
         })
     }
 
+    /// `AsyncProducer.produce` itself, in its argument order: queues one record and returns at
+    /// once; `on_delivery(error, message)` gets its delivery result. The wrapper binds it to the
+    /// producer while no instrumentation subscriber needs the queue size, so a call costs no
+    /// Python frame.
+    #[pyo3(signature = (value, topic, key=None, partition=None, partition_key=None, headers=None, timestamp=None, on_delivery=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        value: Option<&Bound<'_, PyAny>>,
+        topic: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        partition: Option<i32>,
+        partition_key: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<i64>,
+        on_delivery: Option<Py<PyAny>>,
+    ) -> NativeResult<()> {
+        self.queue(
+            py,
+            topic,
+            value,
+            key,
+            partition,
+            partition_key,
+            headers,
+            timestamp,
+            on_delivery,
+            None,
+        )
+        .map(drop)
+    }
+
     /// Queues one record; `on_delivery` or `future` (a running `concurrent.futures.Future`)
     /// gets its delivery result. Returns the queue size right after it went in.
     #[pyo3(signature = (topic, value=None, key=None, partition=None, partition_key=None, headers=None, timestamp=None, on_delivery=None, future=None))]
     #[allow(clippy::too_many_arguments)]
-    fn produce(
+    fn queue(
         &self,
         py: Python<'_>,
         topic: &Bound<'_, PyAny>,
