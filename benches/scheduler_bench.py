@@ -3,7 +3,7 @@
 Usage:
     .venv/bin/python benches/scheduler_bench.py [--load 1000000] [--burst 100000] [--rate 10000]
         [--seconds 30] [--samples 3]
-(--load 0 leaves the load measurement out.)
+(--load 0 leaves the load measurement out, --burst 0 the bursts.)
 
 Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Each sample
 runs the measurements below once (in alternating order); the table gives medians and the load
@@ -185,8 +185,8 @@ def main() -> int:
         # Interleaved: every sample runs each measurement once, in alternating order.
         steps = [
             lambda: loads.append(load()) if args.load else None,
-            lambda: bursts.append(burst(False)),
-            lambda: txn_bursts.append(burst(True)),
+            lambda: bursts.append(burst(False)) if args.burst else None,
+            lambda: txn_bursts.append(burst(True)) if args.burst else None,
             lambda: lates.append(lateness(False)),
             lambda: txn_lates.append(lateness(True)),
         ]
@@ -214,21 +214,25 @@ def main() -> int:
                 f"{median(y for _, y in loads):.0f} bytes",
             ),
         ]
+    if bursts:
+        rows += [
+            (
+                f"dispatch {args.burst:,} due at once",
+                f"{each([r for r, _ in bursts], ',.0f')} dispatches/s, "
+                f"client CPU {each([c for _, c in bursts], '.1f')} µs per dispatch",
+            ),
+            (
+                f"dispatch {args.burst:,} due at once, transactional",
+                f"{each([r for r, _ in txn_bursts], ',.0f')} dispatches/s, "
+                f"client CPU {each([c for _, c in txn_bursts], '.1f')} µs per dispatch",
+            ),
+            (
+                "transactional / at-least-once dispatch rate, same sample",
+                f"{each([t / a for (t, _), (a, _) in zip(txn_bursts, bursts, strict=True)], '.2f')}"
+                "x",
+            ),
+        ]
     rows += [
-        (
-            f"dispatch {args.burst:,} due at once",
-            f"{each([r for r, _ in bursts], ',.0f')} dispatches/s, "
-            f"client CPU {each([c for _, c in bursts], '.1f')} µs per dispatch",
-        ),
-        (
-            f"dispatch {args.burst:,} due at once, transactional",
-            f"{each([r for r, _ in txn_bursts], ',.0f')} dispatches/s, "
-            f"client CPU {each([c for _, c in txn_bursts], '.1f')} µs per dispatch",
-        ),
-        (
-            "transactional / at-least-once dispatch rate, same sample",
-            f"{each([t / a for (t, _), (a, _) in zip(txn_bursts, bursts, strict=True)], '.2f')}x",
-        ),
         (
             f"lateness at {args.rate:,} schedules/s for {args.seconds} s",
             f"p50 {each([p for p, _ in lates], '.0f')} ms, "
