@@ -574,9 +574,9 @@ def read_reports(
     ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``, then ``process_id``, ``status``,
     ``dispatched_at``, ``lag`` (the process's total), and every field of
     :func:`ferrokafka.arrow.decode_report` (``process``, ``stats``, ``partitions`` with the lags
-    per partition: ``lag`` to the committed offset, ``lag_stored`` to the stored one, which
-    Karafka Web shows and ``lag`` above sums; ``jobs``, ``error``). Undecodable records are
-    rows with ``error`` set.
+    per partition: ``lag`` to the committed offset, ``lag_stored`` to the stored one; Karafka
+    Web shows ``lag_stored`` where known, else ``lag``, and ``lag`` above sums that; ``jobs``,
+    ``error``). Undecodable records are rows with ``error`` set.
 
     Example:
         >>> read_reports(spark, "127.0.0.1:9092", "karafka_consumers_reports").select(
