@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -103,6 +103,8 @@ _EVENT_SECONDS = 0.1
 _WORKER_JOIN_SECONDS = 1.0
 # What the final commit and leaving the group may take at interpreter exit, after the drain.
 _EXIT_CLOSE_SECONDS = 5.0
+# A consumer's group membership and engine end with its stop; a new consumer starts afresh.
+_STARTED_AFTER_STOP = "this {} was stopped (or failed to start once connected): create a new one"
 
 
 @dataclass(frozen=True)
@@ -585,8 +587,11 @@ class Consumer:
     def start(self) -> None:
         """Connect, subscribe or assign, and start consuming; returns at once. Raises
         :class:`~ferrokafka.ConfigError` for a bad config and :class:`~ferrokafka.KafkaError`
-        when explicit partitions cannot be looked up. Starting twice is a no-op."""
+        when explicit partitions cannot be looked up. Starting twice is a no-op; starting
+        after :meth:`stop` raises :class:`RuntimeError`."""
         with self._lifecycle:
+            if self._engine_stopped.is_set():
+                raise RuntimeError(_STARTED_AFTER_STOP.format(type(self).__name__))
             if self._core.raw is not None:
                 return
             self._core.open()
@@ -796,17 +801,52 @@ class AsyncConsumer:
         self._engine_stopped = False
 
     async def start(self) -> None:
-        """Connect, subscribe or assign, and start consuming on the running loop."""
+        """Connect, subscribe or assign, and start consuming on the running loop. Starting twice
+        is a no-op; starting after :meth:`stop` raises :class:`RuntimeError`. A start that
+        fails or is cancelled once connecting stops the engine it opened; the event
+        loop must be able to watch a file descriptor (``loop.add_reader``: any selector loop,
+        uvloop; not Windows' proactor loop)."""
+        if self._stopped:
+            raise RuntimeError(_STARTED_AFTER_STOP.format(type(self).__name__))
         if self._core.raw is not None:
             return
         loop = asyncio.get_running_loop()
         # One thread per backoff keeps retrying partitions from queueing behind each other.
-        self._executor = ThreadPoolExecutor(64, thread_name_prefix="ferrokafka-consumer")
+        self._executor = executor = ThreadPoolExecutor(64, thread_name_prefix="ferrokafka-consumer")
         self._stopping = asyncio.Event()
-        raw = await loop.run_in_executor(self._executor, self._core.open)
-        self._ready_fd = raw.ready_fd()
-        loop.add_reader(self._ready_fd, self._records_ready, raw)
+        opening = executor.submit(self._core.open)
+        try:
+            raw = await asyncio.wrap_future(opening)
+            self._ready_fd = raw.ready_fd()
+            try:
+                loop.add_reader(self._ready_fd, self._records_ready, raw)
+            except NotImplementedError:
+                raise RuntimeError(
+                    f"AsyncConsumer needs an event loop that watches file descriptors "
+                    f"(loop.add_reader); {type(loop).__name__} does not: use a selector loop"
+                ) from None
+        except BaseException:
+            self._ready_fd = None
+            if opening.done() and (opening.cancelled() or opening.exception() is not None):
+                self._executor = None  # no engine opened: start() may be tried again
+            else:
+                # Nothing was handled yet: the engine opened (or still opening, when start()
+                # was cancelled) leaves its group as soon as it is open.
+                self._stopped = self._engine_stopped = True
+                executor.submit(self._close_unstarted, opening)
+            executor.shutdown(wait=False)
+            raise
         self._dispatcher = asyncio.create_task(self._dispatch_forever())
+        _exit.register(self)
+
+    def _close_unstarted(self, opening: Future[_RawConsumer]) -> None:
+        """On a pool thread: once ``opening`` ended, stops the engine it opened, if any."""
+        try:
+            raw = opening.result()
+        except BaseException:
+            return  # it never opened; start() raised its error
+        raw.stop(0.0)
+        self._core.stopped()
 
     async def stop(self) -> None:
         """Stop consuming, draining running handlers for up to ``drain`` seconds (then cancelling
@@ -833,6 +873,31 @@ class AsyncConsumer:
             await self._dispatcher
         await loop.run_in_executor(executor, self._core.stopped)
         executor.shutdown(wait=False)
+        _exit.unregister(self)
+
+    # -- the end of a consumer nobody stopped ----------------------------------------------
+
+    @property
+    def exit_timeout(self) -> float:
+        """What a stop at interpreter exit takes at most: the drain time, then the close."""
+        return self._core.options.drain + _EXIT_CLOSE_SECONDS
+
+    def begin_exit(self) -> None:
+        """Part of the interpreter-exit protocol (``ferrokafka._exit``); its loop has ended (or
+        runs on a thread of its own), so there is nothing to ask of it without waiting."""
+
+    def finish_exit(self, timeout: float) -> None:
+        """Part of the interpreter-exit protocol, for a consumer whose loop ended without
+        :meth:`stop` (``asyncio.run`` returned): stops the engine from here, so the batches
+        whose handlers finished are committed and the group is left at once, not redelivered
+        after ``session.timeout.ms``. A handler cancelled with its loop left its batch
+        uncommitted: it is redelivered."""
+        raw = self._core.raw
+        if raw is None or self._engine_stopped:
+            return
+        self._stopped = self._engine_stopped = True
+        raw.stop(min(self._core.options.drain, timeout))
+        self._core.stopped()
 
     async def run(self) -> None:
         """Start, then consume until cancelled, and stop."""
@@ -917,6 +982,11 @@ class AsyncConsumer:
         try:
             found = raw.fetch_ready()
         except Exception as error:
+            # The engine refuses (a forked child's inherited consumer): its fd is never read
+            # again, so watching it would call this back forever; every fetch raises the same.
+            if self._ready_fd is not None:
+                asyncio.get_running_loop().remove_reader(self._ready_fd)
+                self._ready_fd = None
             # The waiting partitions' tasks fail as a fetch of their own would have.
             for pending in itertools.chain.from_iterable(self._waiting.values()):
                 if not pending.done():

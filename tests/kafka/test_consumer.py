@@ -1293,3 +1293,36 @@ def test_async_consumer_handles_partitions_concurrently_in_order(
     for offsets in handled.by_partition().values():
         assert offsets == list(range(len(offsets)))
     assert overlapped
+
+
+class _LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """An event loop that cannot watch file descriptors, as Windows' proactor loop cannot."""
+
+    def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:  # type: ignore[override]
+        raise NotImplementedError
+
+
+def test_an_async_consumer_whose_loop_cannot_watch_its_fd_says_so_and_leaves_the_group(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(topic, [{"value": f"v{n}"} for n in range(20)])
+    config = {"bootstrap.servers": kafka_bootstrap, "group.id": f"no-readers-{topic}"}
+
+    async def handle(batch: Batch) -> None:
+        raise AssertionError("a consumer that failed to start handled a batch")
+
+    refused = AsyncConsumer(config, [topic], handle)
+    loop = _LoopWithoutReaders()
+    try:
+        with pytest.raises(RuntimeError, match=r"loop\.add_reader.*_LoopWithoutReaders"):
+            loop.run_until_complete(refused.start())
+    finally:
+        loop.close()
+    with pytest.raises(RuntimeError, match="was stopped"):
+        asyncio.run(refused.start())
+    # The engine it had opened left the group: a consumer that joins next is given the partition
+    # (a leftover member would keep it, sticky, for session.timeout.ms).
+    handled = Handled()
+    with Consumer(config, [topic], handled.add):
+        handled.wait_for(lambda records: len(records) == 20, "all 20 records")

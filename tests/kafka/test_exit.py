@@ -172,3 +172,43 @@ def test_a_scheduler_script_that_ends_leaves_its_group_at_once(
         assert described.result().members == []
     finally:
         kafka_client.delete_topics([topic, f"{topic}_states"])
+
+
+# Consumes with an AsyncConsumer started without `async with`, and lets asyncio.run() end.
+_CONSUME_ASYNC_AND_END = """
+import asyncio, sys, time
+from ferrokafka import AsyncConsumer
+
+bootstrap, group, topic, count = sys.argv[1:]
+
+async def main():
+    handled, done = [], asyncio.Event()
+
+    async def handle(batch):
+        handled.extend(batch.offsets())
+        if len(handled) >= int(count):
+            done.set()
+
+    consumer = AsyncConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": group}, [topic], handle, commit_interval=60.0
+    )
+    await consumer.start()
+    await asyncio.wait_for(done.wait(), 30)
+
+asyncio.run(main())
+print(time.time(), flush=True)
+"""
+
+
+def test_an_asyncio_script_that_ends_commits_what_it_handled_and_leaves_its_group(
+    kafka_bootstrap: str, topic_factory: TopicFactory, confluent_admin: Any
+) -> None:
+    topic = topic_factory(partitions=1)
+    with AsyncProducer({"bootstrap.servers": kafka_bootstrap}) as producer:
+        producer.produce_many([b"r-%d" % i for i in range(100)], topic=topic)
+    group = f"exit-async-{topic}"
+    exit_took, _ = run_script(_CONSUME_ASYNC_AND_END, kafka_bootstrap, group, topic, "100")
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 100}
+    assert exit_took < 10.0, f"exit took {exit_took:.1f} s"
+    (described,) = confluent_admin.describe_consumer_groups([group]).values()
+    assert described.result().members == []
