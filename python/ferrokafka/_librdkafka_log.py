@@ -4,7 +4,10 @@ librdkafka's own log lines reach Python's ``logging`` under the logger ``librdka
 its warnings describe a state the broker announces as passing and librdkafka waits out by
 itself: the first idempotent producer on a new cluster is told "Coordinator load in progress"
 while the broker gets its first block of producer ids from the controller, and librdkafka asks
-again 500 ms later. Shown as warnings, they read as a fault on every demo against a fresh
+again 500 ms later; the first transactional producer on a new cluster is told "Not
+coordinator" or "Coordinator not available" while the broker creates and loads its transaction
+log, and librdkafka looks the coordinator up again (``init_transactions`` still fails, with its
+cause, if that never ends). Shown as warnings, they read as a fault on every demo against a fresh
 broker; at DEBUG they stay available to whoever looks into a slow start. Any other failure to
 get a producer id stays a warning.
 
@@ -21,7 +24,11 @@ import logging
 LOGGER = "librdkafka"
 
 # (librdkafka's facility, the end of the line) of warnings it retries on its own.
-_ROUTINE = [("GETPID", ": Coordinator load in progress: retrying")]
+_ROUTINE = [
+    ("GETPID", ": Coordinator load in progress: retrying"),
+    ("GETPID", ": Not coordinator: retrying"),
+    ("GETPID", ": Coordinator not available: retrying"),
+]
 
 
 class RoutineAtDebug(logging.Filter):
