@@ -158,6 +158,11 @@ def test_dashboard_in_a_real_browser(
         f'ferrokafka_partition_lag{{process="{PROCESS}",group="billing",topic="orders",'
         'partition="0"} 37' in metrics
     )
+    # Karafka Web's lag, to the stored offset, as the process's total lag sums it.
+    assert (
+        f'ferrokafka_partition_lag_hybrid{{process="{PROCESS}",group="billing",topic="orders",'
+        'partition="0"} 35' in metrics
+    )
     with sync_playwright() as playwright:
         browser = launched(playwright)
         try:

@@ -234,6 +234,10 @@ def test_renderings(view: StatusView) -> None:
         'ferrokafka_partition_lag{process="h:1:a",group="billing",topic="orders",partition="1"} 6'
         in metrics
     )
+    assert (
+        'ferrokafka_partition_lag_hybrid{process="h:1:a",group="billing",topic="orders",'
+        'partition="1"} 4' in metrics
+    )
     assert 'ferrokafka_process_memory_bytes{process="h:1:a"} 122880000' in metrics
     assert 'ferrokafka_status_skipped_records_total{topic="reports"} 1' in metrics
 

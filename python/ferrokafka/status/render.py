@@ -263,6 +263,20 @@ def render_prometheus(snapshot: StatusSnapshot) -> str:
         ],
     )
     metric(
+        "ferrokafka_partition_lag_hybrid",
+        "gauge",
+        "Lag as Karafka Web shows it and as the process lag sums it, per consumed partition: to "
+        "the stored offset where known, else to the committed offset.",
+        [
+            (
+                _labels(process=p.id, group=lag.group, topic=lag.topic, partition=lag.partition),
+                float(lag.lag_hybrid),
+            )
+            for p in processes
+            for lag in p.partitions
+        ],
+    )
+    metric(
         "ferrokafka_scheduler_pending",
         "gauge",
         "Pending schedules per schedules partition.",
