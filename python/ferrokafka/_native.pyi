@@ -326,6 +326,8 @@ class _RawAsyncProducer:
     ]:
         """Wait up to ``timeout`` seconds for events; settle the delivery results among them
         (callbacks and futures) and return the others."""
+    def wake_listener(self) -> None:
+        """End the wait of a ``poll_events`` running on another thread now."""
     def shutdown(self, timeout: float) -> list[tuple[int, Message]]:
         """Stop; returns ``(ticket, message)`` for every record never handed to Kafka."""
     def settle(self, ticket: int, message: Message) -> None:

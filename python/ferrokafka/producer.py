@@ -427,6 +427,11 @@ class _ProducerEvents:
         self._failed: list[Message] = []
         self._failed_lock = threading.Lock()
         self._dispatch_lock = threading.Lock()
+        # Callers of drain_now waiting for the dispatch lock: the event thread lets them in
+        # before it takes the lock again (a released threading.Lock goes to whoever runs first,
+        # which is the event thread), so a flush does not wait out its polls.
+        self._drainers = 0
+        self._drainers_changed = threading.Condition()
         self._closed = threading.Event()
         self._thread = threading.Thread(
             target=self._dispatch_forever, name="ferrokafka-producer-events", daemon=True
@@ -448,15 +453,27 @@ class _ProducerEvents:
 
     def _dispatch_forever(self) -> None:
         while not self._closed.is_set():
+            with self._drainers_changed:
+                self._drainers_changed.wait_for(lambda: self._drainers == 0)
             with self._dispatch_lock:
                 if self._dispatch(self._raw.poll_events(_POLL_SECONDS)):
                     return
 
     def drain_now(self) -> None:
-        """Publishes every event already waiting, on the calling thread."""
-        with self._dispatch_lock:
-            while events := self._raw.poll_events(0.0):
-                self._dispatch(events)
+        """Publishes every event already waiting, on the calling thread: the event thread's
+        wait is ended and it lets this thread in next."""
+        with self._drainers_changed:
+            self._drainers += 1
+        try:
+            if self._thread.is_alive():
+                self._raw.wake_listener()
+            with self._dispatch_lock:
+                while events := self._raw.poll_events(0.0):
+                    self._dispatch(events)
+        finally:
+            with self._drainers_changed:
+                self._drainers -= 1
+                self._drainers_changed.notify_all()
 
     def _dispatch(self, events: list[ProducerEvent]) -> bool:
         """Publishes ``events`` (their waiters were settled in the binding); True once the

@@ -395,6 +395,14 @@ impl PyRawAsyncProducer {
         }
     }
 
+    /// Ends the wait of a `poll_events` running on another thread at once (see
+    /// `AsyncProducer::wake_listener`).
+    fn wake_listener(&self) -> NativeResult<()> {
+        self.guard.check()?;
+        self.engine.wake_listener();
+        Ok(())
+    }
+
     /// Waits up to `timeout` seconds for events, takes them `max_events` at a time, settles the
     /// delivery results among them (callbacks and futures, in the order the results came), and
     /// returns the events Python still handles (failures, drops, instrumentation). It returns as

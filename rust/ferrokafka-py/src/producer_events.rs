@@ -152,5 +152,6 @@ pub(crate) fn event_object(
         )?
         .into_any(),
         ProducerEvent::ShutDown => Py::new(py, PyProducerShutDown)?.into_any(),
+        ProducerEvent::Wake => return Ok(None),
     }))
 }

@@ -128,6 +128,13 @@ impl AsyncProducer {
         self.shared.work.notify_one();
     }
 
+    /// Sends a [`ProducerEvent::Wake`], so that a listener waiting for events returns now: a
+    /// flusher that must see every event published takes the listener's turn at once instead
+    /// of after the rest of its wait.
+    pub fn wake_listener(&self) {
+        self.shared.emit(ProducerEvent::Wake);
+    }
+
     /// The fatal error that stopped the producer, if one did.
     pub fn fatal_error(&self) -> Option<KafkaIoError> {
         self.shared.lock().fatal.clone()

@@ -59,6 +59,8 @@ pub enum ProducerEvent {
     },
     /// The last event: the producer shut down (lets a listener stop waiting at once).
     ShutDown,
+    /// Nothing happened: ends a listener's wait at once ([`AsyncProducer::wake_listener`]).
+    Wake,
     /// librdkafka reported a failed send that will be retried (`delivery_error`).
     DeliveryError {
         /// Topic of the record.
