@@ -526,6 +526,14 @@ impl Client {
         if self.settings.get("message.timeout.ms").is_none() {
             config.set("message.timeout.ms", "30000");
         }
+        // Each call waits for its one record: lingering for more would only add to the wait
+        // (records of concurrent calls still share a request while one is in flight).
+        if ["linger.ms", "queue.buffering.max.ms"]
+            .iter()
+            .all(|name| self.settings.get(name).is_none())
+        {
+            config.set("linger.ms", "0");
+        }
         let producer = oauth::create_client(
             &config,
             DeliveryRouter {
