@@ -16,6 +16,7 @@ BENCHES = Path(__file__).resolve().parent.parent / "benches"
 # holds what they share and is no bench).
 NEEDS = {
     "builds_bench.py": "kafka",
+    "flush_latency.py": "kafka",
     "core_bench.py": None,
     "producer_bench.py": "kafka",
     "producer_instructions.py": "kafka",
