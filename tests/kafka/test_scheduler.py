@@ -335,8 +335,18 @@ def count_values(client: Client, topic: str) -> Counter[bytes | None]:
     return Counter(m.value() for m in client.read_topic(topic, timeout=30.0))
 
 
-def assert_burst_dispatched_once(client: Client, target: str, count: int) -> None:
-    """Every schedule of a :func:`burst` of ``count`` is on ``target``, and none twice."""
+def restart_then_assert_burst_dispatched_once(
+    client: Client,
+    config: dict[str, Any],
+    schedules_topic: str,
+    group: str,
+    target: str,
+    count: int,
+) -> None:
+    """Runs a daemon again in ``group`` until every schedule of a :func:`burst` of ``count`` is
+    on ``target``, then asserts that none is there twice."""
+    with start_scheduler(config, schedules_topic, group):
+        wait_until(lambda: len(count_values(client, target)) == count, 90, "every schedule")
     seen = count_values(client, target)
     assert set(seen) == {str(n).encode() for n in range(count)}
     assert max(seen.values()) == 1, "a schedule was dispatched twice"
@@ -369,9 +379,9 @@ def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
         assert daemon.returncode == 0, stderr
         assert "scheduler stopped" in stderr
     config = {**daemon_config, "transactional.id": txn_id}
-    with start_scheduler(config, schedules_topic, group):
-        wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
-    assert_burst_dispatched_once(kafka_client, target, count)
+    restart_then_assert_burst_dispatched_once(
+        kafka_client, config, schedules_topic, group, target, count
+    )
 
 
 def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twice(
@@ -399,9 +409,9 @@ def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twi
         )
         stopped_at = sum(s["dispatched"] for s in daemon.status())
     assert stopped_at < count, "the burst ended before the stop; the test needs a larger one"
-    with start_scheduler(daemon_config, schedules_topic, group):
-        wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
-    assert_burst_dispatched_once(kafka_client, target, count)
+    restart_then_assert_burst_dispatched_once(
+        kafka_client, daemon_config, schedules_topic, group, target, count
+    )
 
 
 def test_two_daemons_split_partitions_and_survive_a_kill(
