@@ -125,13 +125,27 @@ def topic(topic_factory: TopicFactory) -> str:
 
 
 @pytest.fixture
-def schedules_topic(kafka_client: ferrokafka.Client) -> Iterator[str]:
+def schedules_topic_factory(kafka_client: ferrokafka.Client) -> Iterator[Callable[[int], str]]:
+    """Creates schedules topics of the given number of partitions, unique per call; deletes
+    them afterwards with the states topics of the Schedulers that read them."""
+    created: list[str] = []
+
+    def make(partitions: int) -> str:
+        name = f"test-schedules-{uuid.uuid4().hex[:8]}"
+        create_topics(kafka_client, name, num_partitions=partitions)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        kafka_client.delete_topics([t for name in created for t in (name, f"{name}_states")])
+
+
+@pytest.fixture
+def schedules_topic(schedules_topic_factory: Callable[[int], str]) -> str:
     """A schedules topic of two partitions; deleted afterwards with the states topic of the
     Scheduler that read it."""
-    name = f"test-schedules-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, name, num_partitions=2)
-    yield name
-    kafka_client.delete_topics([name, f"{name}_states"])
+    return schedules_topic_factory(2)
 
 
 def schedule_later(client: ferrokafka.Client, schedules_topic: str, count: int) -> int:

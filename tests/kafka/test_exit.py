@@ -129,17 +129,22 @@ print(time.time(), flush=True)
 """
 
 
+def consume_100_in_a_script_that_ends(script: str, bootstrap: str, group: str, topic: str) -> None:
+    """Produces 100 records to ``topic`` (one partition), runs ``script`` to consume them in
+    ``group`` and asserts that it ended within 10 s having committed all 100."""
+    with AsyncProducer({"bootstrap.servers": bootstrap}) as producer:
+        producer.produce_many([b"r-%d" % i for i in range(100)], topic=topic)
+    exit_took, _ = run_script(script, bootstrap, group, topic, "100")
+    assert committed_offsets(bootstrap, group, topic, 1) == {0: 100}
+    assert exit_took < 10.0, f"exit took {exit_took:.1f} s"
+
+
 def test_a_consumer_script_that_ends_commits_what_it_handled(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
     topic = topic_factory(partitions=1)
-    with AsyncProducer({"bootstrap.servers": kafka_bootstrap}) as producer:
-        producer.produce_many([b"r-%d" % i for i in range(100)], topic=topic)
-    group = f"exit-{topic}"
-    exit_took, _ = run_script(_CONSUME_AND_END, kafka_bootstrap, group, topic, "100")
     # without a stop at exit nothing would be committed for a minute: all 100 read again
-    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 100}
-    assert exit_took < 10.0, f"exit took {exit_took:.1f} s"
+    consume_100_in_a_script_that_ends(_CONSUME_AND_END, kafka_bootstrap, f"exit-{topic}", topic)
 
 
 # Runs a scheduler until its partition is loaded, then ends without stop().
@@ -204,11 +209,7 @@ def test_an_asyncio_script_that_ends_commits_what_it_handled_and_leaves_its_grou
     kafka_bootstrap: str, topic_factory: TopicFactory, confluent_admin: Any
 ) -> None:
     topic = topic_factory(partitions=1)
-    with AsyncProducer({"bootstrap.servers": kafka_bootstrap}) as producer:
-        producer.produce_many([b"r-%d" % i for i in range(100)], topic=topic)
     group = f"exit-async-{topic}"
-    exit_took, _ = run_script(_CONSUME_ASYNC_AND_END, kafka_bootstrap, group, topic, "100")
-    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 100}
-    assert exit_took < 10.0, f"exit took {exit_took:.1f} s"
+    consume_100_in_a_script_that_ends(_CONSUME_ASYNC_AND_END, kafka_bootstrap, group, topic)
     (described,) = confluent_admin.describe_consumer_groups([group]).values()
     assert described.result().members == []

@@ -16,7 +16,7 @@ import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,7 +27,6 @@ from ferrokafka.scheduling import (
     Scheduler,
     cancel,
     cancel_message,
-    create_topics,
     schedule,
     schedule_message,
 )
@@ -336,8 +335,18 @@ def count_values(client: Client, topic: str) -> Counter[bytes | None]:
     return Counter(m.value() for m in client.read_topic(topic, timeout=30.0))
 
 
-def assert_burst_dispatched_once(client: Client, target: str, count: int) -> None:
-    """Every schedule of a :func:`burst` of ``count`` is on ``target``, and none twice."""
+def restart_then_assert_burst_dispatched_once(
+    client: Client,
+    config: dict[str, Any],
+    schedules_topic: str,
+    group: str,
+    target: str,
+    count: int,
+) -> None:
+    """Runs a daemon again in ``group`` until every schedule of a :func:`burst` of ``count`` is
+    on ``target``, then asserts that none is there twice."""
+    with start_scheduler(config, schedules_topic, group):
+        wait_until(lambda: len(count_values(client, target)) == count, 90, "every schedule")
     seen = count_values(client, target)
     assert set(seen) == {str(n).encode() for n in range(count)}
     assert max(seen.values()) == 1, "a schedule was dispatched twice"
@@ -370,9 +379,9 @@ def test_restart_mid_burst_dispatches_every_schedule_exactly_once(
         assert daemon.returncode == 0, stderr
         assert "scheduler stopped" in stderr
     config = {**daemon_config, "transactional.id": txn_id}
-    with start_scheduler(config, schedules_topic, group):
-        wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
-    assert_burst_dispatched_once(kafka_client, target, count)
+    restart_then_assert_burst_dispatched_once(
+        kafka_client, config, schedules_topic, group, target, count
+    )
 
 
 def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twice(
@@ -400,16 +409,19 @@ def test_stop_mid_burst_lets_pipelined_chunks_settle_so_a_restart_sends_none_twi
         )
         stopped_at = sum(s["dispatched"] for s in daemon.status())
     assert stopped_at < count, "the burst ended before the stop; the test needs a larger one"
-    with start_scheduler(daemon_config, schedules_topic, group):
-        wait_until(lambda: len(count_values(kafka_client, target)) == count, 90, "every schedule")
-    assert_burst_dispatched_once(kafka_client, target, count)
+    restart_then_assert_burst_dispatched_once(
+        kafka_client, daemon_config, schedules_topic, group, target, count
+    )
 
 
 def test_two_daemons_split_partitions_and_survive_a_kill(
-    kafka_bootstrap: str, kafka_client: Client, target: str, daemon_config: dict[str, Any]
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    schedules_topic_factory: Callable[[int], str],
+    target: str,
+    daemon_config: dict[str, Any],
 ) -> None:
-    topic = f"test-schedules-pair-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, topic, num_partitions=4)
+    topic = schedules_topic_factory(4)
     group = f"g-{uuid.uuid4().hex}"
     other = run_daemon_process(kafka_bootstrap, topic, group, f"txn-{uuid.uuid4().hex}")
     try:
@@ -433,7 +445,6 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
         if other.poll() is None:
             other.kill()
             other.communicate(timeout=10)
-        kafka_client.delete_topics([topic, f"{topic}_states"])
     assert sorted(int(m.value() or b"-1") for m in kafka_client.read_topic(target)) == list(
         range(40)
     )
@@ -495,13 +506,13 @@ def broker_control() -> Iterator[Any]:
 def test_far_future_read_back_is_retried_through_a_broker_outage(
     kafka_bootstrap: str,
     kafka_client: Client,
+    schedules_topic_factory: Callable[[int], str],
     target: str,
     broker_control: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    topic = f"test-schedules-outage-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, topic, num_partitions=1)
+    topic = schedules_topic_factory(1)
     count = 20
     # A long session: the group must not rebalance during the outage (a reload would hide the
     # loss this test is about).
@@ -510,42 +521,39 @@ def test_far_future_read_back_is_retried_through_a_broker_outage(
         "session.timeout.ms": 30000,
         "heartbeat.interval.ms": 500,
     }
-    try:
-        with Scheduler(
-            config, [topic], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2, horizon=1.0
-        ) as scheduler:
-            wait_until(lambda: [s["state"] for s in scheduler.status()] == ["loaded"], 30, "load")
-            # Beyond the 1 s horizon when applied: held without payload, read back ~9 s later.
-            epoch = int(time.time()) + 10
-            for n in range(count):
-                schedule_message(
-                    kafka_client,
-                    {"topic": target, "payload": str(n).encode()},
-                    epoch,
-                    {"topic": topic, "key": f"far-{n}"},
-                )
-            wait_until(lambda: scheduler.status()[0]["pending"] == count, 10, "schedules applied")
-            broker_control("pause")
-            try:
-                wait_until(
-                    lambda: "could not be read back yet" in caplog.text, 45, "a failed read-back"
-                )
-            finally:
-                broker_control("resume")
-            # Generous bounds: a resumed broker and the read-back backoff (up to 10 s) take
-            # long on a loaded machine; a passing run does not wait for them.
-            dispatched = confluent_messages(kafka_bootstrap, target, count, 90)
+    with Scheduler(
+        config, [topic], group_id=f"g-{uuid.uuid4().hex}", state_interval=0.2, horizon=1.0
+    ) as scheduler:
+        wait_until(lambda: [s["state"] for s in scheduler.status()] == ["loaded"], 30, "load")
+        # Beyond the 1 s horizon when applied: held without payload, read back ~9 s later.
+        epoch = int(time.time()) + 10
+        for n in range(count):
+            schedule_message(
+                kafka_client,
+                {"topic": target, "payload": str(n).encode()},
+                epoch,
+                {"topic": topic, "key": f"far-{n}"},
+            )
+        wait_until(lambda: scheduler.status()[0]["pending"] == count, 10, "schedules applied")
+        broker_control("pause")
+        try:
+            wait_until(
+                lambda: "could not be read back yet" in caplog.text, 45, "a failed read-back"
+            )
+        finally:
+            broker_control("resume")
+        # Generous bounds: a resumed broker and the read-back backoff (up to 10 s) take
+        # long on a loaded machine; a passing run does not wait for them.
+        dispatched = confluent_messages(kafka_bootstrap, target, count, 90)
 
-            def settled() -> bool:
-                # Normally the same run dispatched them all. On a loaded machine the group may
-                # still rebalance once the broker is back: the reloaded partition then starts
-                # its counters afresh and finds every schedule tombstoned.
-                status = scheduler.status()
-                return len(status) == 1 and status[0]["pending"] == 0
+        def settled() -> bool:
+            # Normally the same run dispatched them all. On a loaded machine the group may
+            # still rebalance once the broker is back: the reloaded partition then starts
+            # its counters afresh and finds every schedule tombstoned.
+            status = scheduler.status()
+            return len(status) == 1 and status[0]["pending"] == 0
 
-            wait_until(settled, 30, "nothing left pending")
-    finally:
-        kafka_client.delete_topics([topic, f"{topic}_states"])
+        wait_until(settled, 30, "nothing left pending")
     assert sorted(int(m.value()) for m in dispatched) == list(range(count))
 
 
@@ -809,51 +817,48 @@ def test_offsets_are_committed_while_running(
 def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
     kafka_bootstrap: str,
     kafka_client: Client,
+    schedules_topic_factory: Callable[[int], str],
     confluent_admin: Any,
     target: str,
     daemon_config: dict[str, Any],
 ) -> None:
     from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
-    topic = f"test-schedules-default-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, topic, num_partitions=4)
+    topic = schedules_topic_factory(4)
     resource = ConfigResource("topic", topic)
     described = confluent_admin.describe_configs([resource])[resource].result(timeout=10)
     assert described["segment.bytes"].value == "52428800"
     count = 40
-    try:
-        # No group_id: both join Karafka's group, karafka_scheduled_messages.
-        with (
-            Scheduler(daemon_config, [topic], state_interval=0.2) as first,
-            Scheduler(daemon_config, [topic], state_interval=0.2) as second,
-        ):
+    # No group_id: both join Karafka's group, karafka_scheduled_messages.
+    with (
+        Scheduler(daemon_config, [topic], state_interval=0.2) as first,
+        Scheduler(daemon_config, [topic], state_interval=0.2) as second,
+    ):
 
-            def split_and_loaded() -> bool:
-                rows = first.status() + second.status()
-                return (
-                    bool(first.status())
-                    and bool(second.status())
-                    and sorted(r["partition"] for r in rows) == [0, 1, 2, 3]
-                    and all(r["state"] == "loaded" for r in rows)
-                )
-
-            wait_until(split_and_loaded, 30, "the partitions split between the daemons")
-            now = int(time.time())
-            for n in range(count):
-                schedule_message(
-                    kafka_client,
-                    {"topic": target, "payload": str(n).encode()},
-                    now + 1,
-                    {"topic": topic, "partition": n % 4},
-                )
-            dispatched = confluent_messages(kafka_bootstrap, target, count, 30)
-            wait_until(
-                lambda: sum(r["dispatched"] for r in first.status() + second.status()) == count,
-                10,
-                "both daemons' status",
+        def split_and_loaded() -> bool:
+            rows = first.status() + second.status()
+            return (
+                bool(first.status())
+                and bool(second.status())
+                and sorted(r["partition"] for r in rows) == [0, 1, 2, 3]
+                and all(r["state"] == "loaded" for r in rows)
             )
-    finally:
-        kafka_client.delete_topics([topic, f"{topic}_states"])
+
+        wait_until(split_and_loaded, 30, "the partitions split between the daemons")
+        now = int(time.time())
+        for n in range(count):
+            schedule_message(
+                kafka_client,
+                {"topic": target, "payload": str(n).encode()},
+                now + 1,
+                {"topic": topic, "partition": n % 4},
+            )
+        dispatched = confluent_messages(kafka_bootstrap, target, count, 30)
+        wait_until(
+            lambda: sum(r["dispatched"] for r in first.status() + second.status()) == count,
+            10,
+            "both daemons' status",
+        )
     assert sorted(int(m.value()) for m in dispatched) == list(range(count))
 
 
@@ -861,13 +866,13 @@ def test_proxies_land_where_karafka_and_confluent_producers_put_them(
     kafka_bootstrap: str,
     kafka_client: Client,
     topic_factory: TopicFactory,
+    schedules_topic_factory: Callable[[int], str],
     target: str,
     daemon_config: dict[str, Any],
 ) -> None:
     from confluent_kafka import Producer as ConfluentProducer
 
-    topic = f"test-schedules-parity-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka_client, topic, num_partitions=5)
+    topic = schedules_topic_factory(5)
     probe_topic = topic_factory(partitions=5)
     peer = ConfluentProducer({"bootstrap.servers": kafka_bootstrap})
     landed: dict[str, int] = {}
@@ -876,50 +881,47 @@ def test_proxies_land_where_karafka_and_confluent_producers_put_them(
         assert error is None, error
         landed[message.key().decode()] = message.partition()
 
-    try:
-        now = int(time.time())
-        # Default proxy key: Karafka's proxy sets partition_key = the target key, so the proxy
-        # lands where librdkafka (WaterDrop) puts that key: the probe shows where that is.
-        defaulted = schedule_message(
-            kafka_client,
-            {"topic": target, "payload": b"defaulted", "key": "user-7"},
-            now + 1,
-            {"topic": topic},
-        )
-        assert defaulted.partition_key == "user-7"
-        with pytest.raises(ValueError, match="does not exist"):
-            schedule_message(
-                kafka_client,
-                {"topic": target, "payload": b"x", "key": "user-7"},
-                now + 1,
-                {"topic": f"{topic}-missing"},
-            )
-        peer.produce(probe_topic, b"probe", key="user-7", on_delivery=record)
-        # An explicit proxy key, cancelled by a plain confluent-kafka producer.
+    now = int(time.time())
+    # Default proxy key: Karafka's proxy sets partition_key = the target key, so the proxy
+    # lands where librdkafka (WaterDrop) puts that key: the probe shows where that is.
+    defaulted = schedule_message(
+        kafka_client,
+        {"topic": target, "payload": b"defaulted", "key": "user-7"},
+        now + 1,
+        {"topic": topic},
+    )
+    assert defaulted.partition_key == "user-7"
+    with pytest.raises(ValueError, match="does not exist"):
         schedule_message(
             kafka_client,
-            {"topic": target, "payload": b"cancelled"},
+            {"topic": target, "payload": b"x", "key": "user-7"},
             now + 1,
-            {"topic": topic, "key": "order-1"},
+            {"topic": f"{topic}-missing"},
         )
-        cancel_proxy = cancel("order-1", {"topic": topic})
-        peer.produce(
-            topic,
-            cancel_proxy.value,
-            key="order-1",
-            headers=list[tuple[str, str | bytes | None]](cancel_proxy.headers),
-            on_delivery=record,
-        )
-        assert peer.flush(10) == 0
-        proxies = {
-            (m.key() or b"").decode(): m.partition()
-            for m in kafka_client.read_topic(topic)
-            if m.value() is not None
-        }
-        assert proxies[defaulted.key] == landed["user-7"]
-        assert proxies["order-1"] == landed["order-1"], "the cancel missed its schedule"
-        with start_scheduler(daemon_config, topic, f"g-{uuid.uuid4().hex}"):
-            dispatched = confluent_messages(kafka_bootstrap, target, 1, 30)
-    finally:
-        kafka_client.delete_topics([topic, f"{topic}_states"])
+    peer.produce(probe_topic, b"probe", key="user-7", on_delivery=record)
+    # An explicit proxy key, cancelled by a plain confluent-kafka producer.
+    schedule_message(
+        kafka_client,
+        {"topic": target, "payload": b"cancelled"},
+        now + 1,
+        {"topic": topic, "key": "order-1"},
+    )
+    cancel_proxy = cancel("order-1", {"topic": topic})
+    peer.produce(
+        topic,
+        cancel_proxy.value,
+        key="order-1",
+        headers=list[tuple[str, str | bytes | None]](cancel_proxy.headers),
+        on_delivery=record,
+    )
+    assert peer.flush(10) == 0
+    proxies = {
+        (m.key() or b"").decode(): m.partition()
+        for m in kafka_client.read_topic(topic)
+        if m.value() is not None
+    }
+    assert proxies[defaulted.key] == landed["user-7"]
+    assert proxies["order-1"] == landed["order-1"], "the cancel missed its schedule"
+    with start_scheduler(daemon_config, topic, f"g-{uuid.uuid4().hex}"):
+        dispatched = confluent_messages(kafka_bootstrap, target, 1, 30)
     assert [m.value() for m in dispatched] == [b"defaulted"]

@@ -5,10 +5,10 @@ text exposition format. The text escapes every control character of what the rec
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ferrokafka.status.hostile import printable
-from ferrokafka.status.view import StatusSnapshot
+from ferrokafka.status.view import PartitionLag, StatusSnapshot
 
 __all__ = ["render_prometheus", "render_text"]
 
@@ -249,32 +249,36 @@ def render_prometheus(snapshot: StatusSnapshot) -> str:
         "Handler errors since the process started.",
         [(_labels(process=p.id), float(p.totals.get("errors", 0))) for p in processes],
     )
-    metric(
+
+    def partition_lag_metric(
+        name: str, help_text: str, lag_of: Callable[[PartitionLag], int]
+    ) -> None:
+        metric(
+            name,
+            "gauge",
+            help_text,
+            [
+                (
+                    _labels(
+                        process=p.id, group=lag.group, topic=lag.topic, partition=lag.partition
+                    ),
+                    float(lag_of(lag)),
+                )
+                for p in processes
+                for lag in p.partitions
+            ],
+        )
+
+    partition_lag_metric(
         "ferrokafka_partition_lag",
-        "gauge",
         "Lag to the committed offset, per consumed partition.",
-        [
-            (
-                _labels(process=p.id, group=lag.group, topic=lag.topic, partition=lag.partition),
-                float(lag.lag),
-            )
-            for p in processes
-            for lag in p.partitions
-        ],
+        lambda lag: lag.lag,
     )
-    metric(
+    partition_lag_metric(
         "ferrokafka_partition_lag_hybrid",
-        "gauge",
         "Lag as Karafka Web shows it and as the process lag sums it, per consumed partition: to "
         "the stored offset where known, else to the committed offset.",
-        [
-            (
-                _labels(process=p.id, group=lag.group, topic=lag.topic, partition=lag.partition),
-                float(lag.lag_hybrid),
-            )
-            for p in processes
-            for lag in p.partitions
-        ],
+        lambda lag: lag.lag_hybrid,
     )
     metric(
         "ferrokafka_scheduler_pending",
