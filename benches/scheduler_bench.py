@@ -18,7 +18,8 @@ average before and after. Every dispatched message is counted on its target topi
    against the at-least-once one of the same sample (median of the per-sample ratios).
 3. lateness: schedules at R per second for S seconds (1 s with --smoke) while the daemon runs,
    at-least-once and transactional; lateness = the dispatched message's create time minus its
-   epoch (epochs are whole seconds, as in Karafka), p50 / p99.
+   epoch (epochs are whole seconds, as in Karafka), p50 / p99; and per epoch second (medians
+   over the seconds) the lateness of its first target and the rate its targets were handed over.
 The at-least-once and transactional cases alternate A-B, B-A between samples. Prints a markdown
 table with every sample's figure after the median.
 """
@@ -154,8 +155,11 @@ def main() -> int:
         assert len(stamps) == args.burst, f"{len(stamps)} dispatched, not {args.burst}"
         return args.burst / max(confirmed - min(stamps) / 1000, 0.001), cpu / args.burst * 1e6
 
-    def lateness(transactional: bool) -> tuple[float, float]:
-        """p50 and p99 of dispatch time minus epoch at R schedules/s."""
+    def lateness(transactional: bool) -> tuple[float, float, float, float]:
+        """p50 and p99 of dispatch time minus epoch at R schedules/s; and, per epoch second
+        (medians over the seconds), the lateness of its first target and the rate its targets
+        were handed to the producer after it (p99 is about the one plus 99 % of R at the other).
+        """
         topic, target = fresh_topics(client)
         settings = dict(config)
         if transactional:
@@ -168,18 +172,23 @@ def main() -> int:
             epochs = [first + n // args.rate for n in range(args.rate * args.seconds)]
             produce_schedules(bootstrap, topic, target, epochs, b"x" * 100)
             wait_until(lambda: sum(s["dispatched"] for s in daemon.status()) >= len(epochs), 300)
-        late = sorted(
-            m.timestamp()[1] - int(dict(m.headers() or [])["schedule_target_epoch"]) * 1000
-            for m in client.read_topic(target, max_messages=len(epochs), timeout=120)
-        )
+        per_second: dict[int, list[int]] = {}
+        for m in client.read_topic(target, max_messages=len(epochs), timeout=120):
+            epoch = int(dict(m.headers() or [])["schedule_target_epoch"])
+            per_second.setdefault(epoch, []).append(m.timestamp()[1] - epoch * 1000)
+        late = sorted(x for second in per_second.values() for x in second)
         assert len(late) == len(epochs), f"{len(late)} dispatched, not {len(epochs)}"
-        return statistics.median(late), late[int(len(late) * 0.99) - 1]
+        first = statistics.median(min(second) for second in per_second.values())
+        handover = statistics.median(
+            len(second) / max(max(second) - min(second), 1) * 1000 for second in per_second.values()
+        )
+        return statistics.median(late), late[int(len(late) * 0.99) - 1], first, handover
 
     loads: list[tuple[float, float]] = []
     bursts: list[tuple[float, float]] = []
     txn_bursts: list[tuple[float, float]] = []
-    lates: list[tuple[float, float]] = []
-    txn_lates: list[tuple[float, float]] = []
+    lates: list[tuple[float, float, float, float]] = []
+    txn_lates: list[tuple[float, float, float, float]] = []
     sample_loads: list[float] = []
     for sample in range(args.samples):
         # Interleaved: every sample runs each measurement once, in alternating order.
@@ -235,15 +244,23 @@ def main() -> int:
     rows += [
         (
             f"lateness at {args.rate:,} schedules/s for {args.seconds} s",
-            f"p50 {each([p for p, _ in lates], '.0f')} ms, "
-            f"p99 {each([q for _, q in lates], '.0f')} ms",
+            f"p50 {each([p for p, *_ in lates], '.0f')} ms, "
+            f"p99 {each([q for _, q, *_ in lates], '.0f')} ms",
         ),
         (
             f"lateness at {args.rate:,} schedules/s for {args.seconds} s, transactional",
-            f"p50 {each([p for p, _ in txn_lates], '.0f')} ms, "
-            f"p99 {each([q for _, q in txn_lates], '.0f')} ms",
+            f"p50 {each([p for p, *_ in txn_lates], '.0f')} ms, "
+            f"p99 {each([q for _, q, *_ in txn_lates], '.0f')} ms",
         ),
     ]
+    for mode, runs in (("at-least-once", lates), ("transactional", txn_lates)):
+        rows.append(
+            (
+                f"lateness {mode}: a second's first target late by; its targets handed over at",
+                f"{each([f for *_, f, _ in runs], '.0f')} ms, "
+                f"{each([h for *_, h in runs], ',.0f')} per s",
+            )
+        )
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"median of {args.samples} interleaved run(s) each; "
