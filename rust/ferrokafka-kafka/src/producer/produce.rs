@@ -4,15 +4,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferrokafka_core::batch::{Overflow, PushOutcome};
 
-use rdkafka::bindings as rdsys;
-use rdkafka::producer::{Producer, ThreadedProducer};
-
 use super::AsyncProducer;
-use super::delivery::DeliveryTracker;
 use super::options::DeliveryMode;
 use super::pending::{POSITION_ONLY, Pending, Ticket};
 use super::reports::ProducerEvent;
@@ -155,56 +151,20 @@ impl AsyncProducer {
 
     /// Delivers everything buffered and waits up to `wait` for every record to settle. Returns
     /// true when settled. Callers wait in slices to check for signals.
-    ///
-    /// While librdkafka holds records, the wait is librdkafka's own flush, during which it
-    /// sends at once instead of after `linger.ms` (as confluent-kafka's `flush` does): one
-    /// record and a flush take a round trip, not the linger. In transactional mode the worker's
-    /// commit flushes.
     pub fn flush_step(&self, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
-        loop {
-            let mut state = self.shared.lock();
-            if self.shared.settled(&state) {
-                return true;
-            }
-            if !state.buffer.is_empty() {
-                state.deliver_requested = true;
-                self.shared.work.notify_one();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            if self.shared.mode != DeliveryMode::Transactional
-                && self.shared.in_flight.load(Ordering::Acquire) > 0
-            {
-                drop(state);
-                flush_librdkafka(&self.producer(), left);
-                continue;
-            }
-            // Records still with the worker, or waiting for a retry: whoever hands them over
-            // (or settles them) tells `progress`.
-            let (state, _) = self
-                .shared
-                .progress
-                .wait_timeout_while(state, left, |s| {
-                    !self.shared.settled(s) && self.shared.in_flight.load(Ordering::Acquire) == 0
-                })
-                .unwrap_or_else(|p| p.into_inner());
-            if self.shared.settled(&state) {
-                return true;
-            }
+        let mut state = self.shared.lock();
+        if self.shared.settled(&state) {
+            return true;
         }
+        if !state.buffer.is_empty() {
+            state.deliver_requested = true;
+            self.shared.work.notify_one();
+        }
+        let (state, _) = self
+            .shared
+            .progress
+            .wait_timeout_while(state, wait, |s| !self.shared.settled(s))
+            .unwrap_or_else(|p| p.into_inner());
+        self.shared.settled(&state)
     }
-}
-
-/// librdkafka's `rd_kafka_flush` for up to `wait`: librdkafka treats `linger.ms` as elapsed for
-/// its duration and returns once it holds no record (their reports handled by the polling
-/// thread, since rdkafka takes delivery reports as events). rdkafka's own `flush` calls it with
-/// no wait and then polls in 100 ms steps, so the linger would only be skipped for an instant.
-fn flush_librdkafka(producer: &ThreadedProducer<DeliveryTracker>, wait: Duration) {
-    let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
-    // SAFETY: the pointer is the live librdkafka handle `producer` owns for the call; a timeout
-    // is the only outcome besides success, and the caller looks at its own counts afterwards.
-    unsafe { rdsys::rd_kafka_flush(producer.client().native_ptr(), wait_ms) };
 }
