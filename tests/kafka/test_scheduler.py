@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer, Client, Message
+from ferrokafka import AsyncProducer, Client, Message, NewTopic
 from ferrokafka.scheduling import (
     SCHEDULES_TOPIC_CONFIG,
     Scheduler,
@@ -108,6 +108,56 @@ def test_schedules_are_dispatched_once_not_before_their_epoch(
     assert sorted(m.key() or b"" for m in tombstones) == [f"proxy-{n}".encode() for n in range(5)]
     assert all(header(m, "schedule_source_type") == b"tombstone" for m in tombstones)
     assert all(header(m, "schedule_source_offset") is not None for m in tombstones)
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["at-least-once", "transactional"])
+def test_a_partition_keyed_dispatch_waits_for_its_target_topic_naming_it(
+    kafka_client: Client,
+    schedules_topic: str,
+    daemon_config: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+    transactional: bool,
+) -> None:
+    """Due schedules whose target topic does not exist yet (and that the daemon does not create)
+    are retried after a backoff whose log line names that topic, until it exists; then each
+    target lands on its partition key's partition, not wherever librdkafka's partitioner would
+    put a record sent without one."""
+    caplog.set_level(logging.ERROR)
+    target = f"test-scheduled-late-topic-{uuid.uuid4().hex[:8]}"
+    users = [f"user-{n}" for n in range(12)]
+    for user in users:
+        schedule_message(
+            kafka_client,
+            {"topic": target, "payload": user.encode(), "partition_key": user},
+            int(time.time()) - 1,
+            {"topic": schedules_topic, "key": f"proxy-{user}"},
+        )
+    config = {**daemon_config, "allow.auto.create.topics": False}
+    if transactional:
+        config["transactional.id"] = f"txn-{uuid.uuid4().hex}"
+    created = False
+    try:
+        with start_scheduler(config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
+            wait_until(
+                lambda: f"topic {target!r}" in caplog.text.replace('"', "'"),
+                30,
+                "a dispatch retried for want of its target topic",
+            )
+            kafka_client.create_topics([NewTopic(target, num_partitions=6)], timeout=30.0)
+            created = True
+            wait_until(
+                lambda: sum(s["dispatched"] for s in scheduler.status()) == len(users),
+                30,
+                "every schedule dispatched",
+            )
+        placed = {
+            (m.value() or b"").decode(): m.partition()
+            for m in kafka_client.read_topic(target, timeout=20.0)
+        }
+        assert placed == {user: zlib.crc32(user.encode()) % 6 for user in users}
+    finally:
+        if created:
+            kafka_client.delete_topics([target], timeout=30.0)
 
 
 def test_cancelled_schedules_are_never_dispatched(

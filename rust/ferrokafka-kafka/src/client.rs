@@ -654,25 +654,25 @@ impl Client {
         let partition = match (record.partition, partition_key) {
             // A topic the brokers are about to create with their default partition count is
             // refused too: a key's partition depends on that count, which nobody chose.
-            (None, Some(partition_key)) => Some(
-                exists
-                    .then(|| {
-                        self.partitions.partition_for(
-                            producer.client(),
-                            &record.topic,
-                            partition_key,
-                            deadline.saturating_duration_since(Instant::now()),
-                        )
-                    })
-                    .flatten()
-                    .ok_or_else(|| {
-                        KafkaIoError::InvalidArgument(format!(
-                            "cannot choose a partition for partition_key: topic {:?} does not \
-                             exist or has no partitions",
-                            record.topic
-                        ))
-                    })?,
-            ),
+            (None, Some(partition_key)) => {
+                if !exists {
+                    return Err(KafkaIoError::InvalidArgument(format!(
+                        "cannot choose a partition for partition_key: topic {:?} does not exist",
+                        record.topic
+                    )));
+                }
+                let partition = self.partitions.partition_for(
+                    producer.client(),
+                    &record.topic,
+                    partition_key,
+                    deadline.saturating_duration_since(Instant::now()),
+                )?;
+                Some(partition.ok_or_else(|| {
+                    KafkaIoError::InvalidArgument(
+                        "cannot choose a partition for an empty partition_key".to_owned(),
+                    )
+                })?)
+            }
             (partition, _) => partition,
         };
         let slot = Arc::new(DeliverySlot {

@@ -131,6 +131,15 @@ fn is_timeout(code: RDKafkaErrorCode) -> bool {
 }
 
 impl KafkaIoError {
+    /// Whether the same operation may succeed later: a timeout, or a broker error flagged so.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            KafkaIoError::Timeout { .. } => true,
+            KafkaIoError::Broker { retriable, .. } => *retriable,
+            _ => false,
+        }
+    }
+
     /// Builds the error for a failed `operation` from librdkafka's error code.
     pub fn from_code(operation: &str, code: RDKafkaErrorCode, detail: Option<String>) -> Self {
         KafkaIoError::Broker {

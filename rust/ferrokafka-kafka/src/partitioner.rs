@@ -10,6 +10,10 @@
 //! fetched with a metadata request (blocking, bounded by a timeout); a count older than
 //! librdkafka's default metadata refresh interval is fetched again, so partitions added to a
 //! topic are used; a count that cannot be refreshed (broker down) is kept.
+//!
+//! A partition key whose topic's count was never learnt has no partition: [`PartitionCounts::
+//! partition_for`] says why (the metadata request's error) instead of letting librdkafka place
+//! the record anywhere, and the caller retries or refuses it. A keyless run has no such rule.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,6 +21,9 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::client::{Client, ClientContext};
+use rdkafka::error::RDKafkaErrorCode;
+
+use crate::error::KafkaIoError;
 
 /// How long a metadata request for a partition count may take (partition keys), unless the caller
 /// has a deadline of its own.
@@ -28,13 +35,17 @@ const RUN_METADATA_TIMEOUT: Duration = Duration::from_millis(200);
 /// `topic.metadata.refresh.interval.ms` default).
 const COUNT_MAX_AGE: Duration = Duration::from_secs(300);
 /// How long a failed fetch keeps the next one from being tried for the same topic.
-const FAILED_FETCH_PAUSE: Duration = Duration::from_secs(1);
+pub(crate) const FAILED_FETCH_PAUSE: Duration = Duration::from_secs(1);
+/// What failed errors name as their operation.
+const CHOOSING: &str = "choosing a partition for partition_key";
 
 /// What is known of one topic.
 #[derive(Debug)]
 struct TopicCount {
     /// Its partition count, once learnt.
     count: Option<u32>,
+    /// Why the last fetch failed, while no count was ever learnt.
+    failure: Option<KafkaIoError>,
     /// When the count was last fetched or a fetch last failed.
     checked: Instant,
     /// The next keyless run's partition (modulo the count).
@@ -57,21 +68,25 @@ impl PartitionCounts {
         }
     }
 
-    /// The partition for `key` on `topic`, or `None` for an empty key or when the topic's
-    /// partition count cannot be learned within `timeout` (the record then goes to librdkafka's
-    /// partitioner).
+    /// The partition for `key` on `topic`: `None` for an empty key (librdkafka's partitioner
+    /// places the record), an error when the topic's partition count has never been learnt (the
+    /// metadata request's own error, within `timeout`, or the last one's during the pause after
+    /// a failed fetch). Errors are retriable unless the request was refused for good.
     pub fn partition_for<C: ClientContext>(
         &self,
         client: &Client<C>,
         topic: &str,
         key: &[u8],
         timeout: Duration,
-    ) -> Option<i32> {
+    ) -> Result<Option<i32>, KafkaIoError> {
         if key.is_empty() {
-            return None;
+            return Ok(None);
         }
         let count = self.with_count(client, topic, timeout, |count, _| count)?;
-        i32::try_from(self.hashing.partition(key, count)?).ok()
+        Ok(self
+            .hashing
+            .partition(key, count)
+            .and_then(|p| i32::try_from(p).ok()))
     }
 
     /// The partition for the next run of keyless records of `topic`: each run the next
@@ -81,23 +96,25 @@ impl PartitionCounts {
         client: &Client<C>,
         topic: &str,
     ) -> Option<i32> {
-        let partition = self.with_count(client, topic, RUN_METADATA_TIMEOUT, |count, next| {
-            let partition = *next % count;
-            *next = next.wrapping_add(1);
-            partition
-        })?;
+        let partition = self
+            .with_count(client, topic, RUN_METADATA_TIMEOUT, |count, next| {
+                let partition = *next % count;
+                *next = next.wrapping_add(1);
+                partition
+            })
+            .ok()?;
         i32::try_from(partition).ok()
     }
 
     /// Applies `use_count` to `topic`'s count (and its run rotation), fetching the count first
-    /// when it is missing or old.
+    /// when it is missing or old; why there is none when it was never learnt.
     fn with_count<C: ClientContext, T>(
         &self,
         client: &Client<C>,
         topic: &str,
         timeout: Duration,
         use_count: impl FnOnce(u32, &mut u32) -> T,
-    ) -> Option<T> {
+    ) -> Result<T, KafkaIoError> {
         let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let known = topics.get(topic);
@@ -110,33 +127,66 @@ impl PartitionCounts {
             let fetched = fetch_count(client, topic, timeout);
             let entry = topics.entry(topic.to_owned()).or_insert(TopicCount {
                 count: None,
+                failure: None,
                 checked: now,
                 // Runs of producers started together should not all begin on partition 0.
                 next_run: rand_start(),
             });
             entry.checked = now;
-            entry.count = fetched.or(entry.count);
+            match fetched {
+                Ok(count) => {
+                    entry.count = Some(count);
+                    entry.failure = None;
+                }
+                Err(failure) => entry.failure = Some(failure),
+            }
         }
-        let entry = topics.get_mut(topic)?;
-        let count = entry.count?;
-        Some(use_count(count, &mut entry.next_run))
+        let entry = topics
+            .get_mut(topic)
+            .expect("a topic is known once it was fetched");
+        match entry.count {
+            Some(count) => Ok(use_count(count, &mut entry.next_run)),
+            None => Err(entry
+                .failure
+                .clone()
+                .unwrap_or_else(|| no_partitions(topic))),
+        }
     }
 }
 
-/// The partition count of `topic` from a metadata request; `None` when it cannot be learnt.
+/// The partition count of `topic` from a metadata request, or why it cannot be learnt.
 fn fetch_count<C: ClientContext>(
     client: &Client<C>,
     topic: &str,
     timeout: Duration,
-) -> Option<u32> {
-    let metadata = client.fetch_metadata(Some(topic), timeout).ok()?;
-    let topic = metadata.topics().first()?;
-    if topic.error().is_some() {
-        return None;
+) -> Result<u32, KafkaIoError> {
+    let metadata = client
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|err| KafkaIoError::from_rdkafka(CHOOSING, err, timeout, None))?;
+    let Some(found) = metadata.topics().first() else {
+        return Err(no_partitions(topic));
+    };
+    if let Some(err) = found.error() {
+        let code = RDKafkaErrorCode::from(err);
+        return Err(KafkaIoError::from_code(
+            CHOOSING,
+            code,
+            Some(format!("topic {topic:?}: {code}")),
+        ));
     }
-    u32::try_from(topic.partitions().len())
+    u32::try_from(found.partitions().len())
         .ok()
         .filter(|&count| count > 0)
+        .ok_or_else(|| no_partitions(topic))
+}
+
+/// A topic whose metadata lists no partitions (yet): one being created, say.
+fn no_partitions(topic: &str) -> KafkaIoError {
+    KafkaIoError::from_code(
+        CHOOSING,
+        RDKafkaErrorCode::UnknownTopicOrPartition,
+        Some(format!("topic {topic:?} has no partitions (yet)")),
+    )
 }
 
 /// A starting point for a topic's run rotation that differs between processes and producers.

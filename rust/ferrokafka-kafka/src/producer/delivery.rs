@@ -85,17 +85,10 @@ impl ProducerContext for DeliveryTracker {
                 shared.settle(1);
             }
             Err((err, message)) => {
-                let mut pending = in_flight.into_pending(message);
-                pending.failures += 1;
+                let pending = in_flight.into_pending(message);
+                let transient = shared.mode == DeliveryMode::Plain && is_transient(err);
                 let error = self.failure(err);
-                if shared.mode == DeliveryMode::Plain
-                    && is_transient(err)
-                    && shared.may_retry(pending.failures)
-                {
-                    shared.schedule_retry(pending, error);
-                } else {
-                    shared.fail([(pending, error)]);
-                }
+                shared.retry_or_fail(pending, error, transient, shared.options.retry_backoff);
             }
         }
     }

@@ -19,7 +19,7 @@ use super::pending::Pending;
 use super::{AsyncProducer, HANDOFF_CHUNK};
 use crate::batch_produce::message;
 use crate::error::KafkaIoError;
-use crate::partitioner::METADATA_TIMEOUT;
+use crate::partitioner::{FAILED_FETCH_PAUSE, METADATA_TIMEOUT};
 
 /// What became of one record the worker offered to librdkafka.
 pub(super) enum Handoff {
@@ -99,7 +99,7 @@ impl AsyncProducer {
         let producer = self.producer();
         let mut records = batch
             .into_iter()
-            .map(|p| self.with_partition(&producer, p))
+            .filter_map(|p| self.with_partition(&producer, p))
             .peekable();
         while let Some(pending) = records.next() {
             let unsent = if batchable(&pending) {
@@ -214,22 +214,35 @@ impl AsyncProducer {
     }
 
     /// Chooses the partition of a record that has a `partition_key` (by default as WaterDrop).
+    /// `None` when it cannot be chosen: librdkafka would place the record anywhere, so it is
+    /// sent again once the topic's partition count may be known (or handed back, when the
+    /// metadata request was refused for good or its retries are used up).
     pub(super) fn with_partition(
         &self,
         producer: &ThreadedProducer<DeliveryTracker>,
         mut pending: Box<Pending>,
-    ) -> Box<Pending> {
+    ) -> Option<Box<Pending>> {
         if pending.record.partition.is_none()
             && let Some(key) = pending.partition_key.as_deref()
         {
-            pending.record.partition = self.partitions.partition_for(
+            match self.partitions.partition_for(
                 producer.client(),
                 &pending.record.topic,
                 key,
                 METADATA_TIMEOUT,
-            );
+            ) {
+                Ok(partition) => pending.record.partition = partition,
+                Err(error) => {
+                    let transient = error.is_retriable();
+                    // Not sooner: until then the partitioner answers from the failed fetch.
+                    let backoff = self.shared.options.retry_backoff.max(FAILED_FETCH_PAUSE);
+                    self.shared
+                        .retry_or_fail(pending, error, transient, backoff);
+                    return None;
+                }
+            }
         }
-        pending
+        Some(pending)
     }
 
     /// Hands one record to librdkafka, waiting while librdkafka's own queue is full; librdkafka

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::BatchBuffer;
 
@@ -156,21 +156,37 @@ impl Shared {
         self.settle(count);
     }
 
+    /// Counts a failed send of `pending`: a `transient` failure is sent again after `backoff`
+    /// while retries are left and the producer is not stopping (a `DeliveryError` event says
+    /// so); otherwise the record is handed back with `error`.
+    pub(super) fn retry_or_fail(
+        &self,
+        mut pending: Box<Pending>,
+        error: KafkaIoError,
+        transient: bool,
+        backoff: Duration,
+    ) {
+        pending.failures += 1;
+        if transient && self.may_retry(pending.failures) {
+            self.schedule_retry(pending, error, backoff);
+        } else {
+            self.fail([(pending, error)]);
+        }
+    }
+
     /// Whether a record that failed `failures` times with a transient error gets another send.
     pub(super) fn may_retry(&self, failures: u32) -> bool {
         let max = self.options.max_retries;
         !self.stopping.load(Ordering::Acquire) && (max < 0 || i64::from(failures) <= max)
     }
 
-    /// Queues a failed record to be sent again after the backoff; `Failed` later if it never is.
-    pub(super) fn schedule_retry(&self, pending: Box<Pending>, error: KafkaIoError) {
+    /// Queues a failed record to be sent again after `backoff`; `Failed` later if it never is.
+    fn schedule_retry(&self, pending: Box<Pending>, error: KafkaIoError, backoff: Duration) {
         let topic = pending.record.topic.clone();
         let attempt = pending.failures;
         let mut state = self.lock();
         state.stats.retried += 1;
-        state
-            .retries
-            .push_back((Instant::now() + self.options.retry_backoff, pending));
+        state.retries.push_back((Instant::now() + backoff, pending));
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         drop(state);
         self.work.notify_one();

@@ -161,9 +161,13 @@ impl AsyncProducer {
         let mut unsent = Vec::new();
         let mut position = 0;
         while let Some(pending) = records.next() {
-            let pending = self.with_partition(&producer, pending);
-            let in_flight = InFlight::in_transaction(&pending, position);
+            // A record's position indexes `failures`: it counts records left out too.
+            let this = position;
             position += 1;
+            let Some(pending) = self.with_partition(&producer, pending) else {
+                continue;
+            };
+            let in_flight = InFlight::in_transaction(&pending, this);
             match self.send(&producer, pending, in_flight, true) {
                 Handoff::Sent => handed += 1,
                 Handoff::Refused => {}

@@ -14,6 +14,7 @@ use super::records::{
 use super::rounds::{RoundId, Rounds};
 use super::{MAX_SLEEP, ProxyPayload, SchedulerLoop};
 use crate::daemon::now_ms;
+use crate::error::KafkaIoError;
 use crate::partitioner::METADATA_TIMEOUT;
 
 /// Schedules on their way at once (targets or tombstones sent, not yet acknowledged; at least one
@@ -36,6 +37,18 @@ pub(super) enum DispatchResult {
     Failed(String),
     /// Not dispatched; retry, after a backoff pause when `transient` names the error.
     Retry { transient: Option<String> },
+}
+
+/// Every schedule of `due` to be retried, after a backoff when `transient` names an error.
+pub(super) fn retry_all(
+    due: &[Dispatch<ProxyPayload>],
+    transient: Option<String>,
+) -> Vec<DispatchResult> {
+    due.iter()
+        .map(|_| DispatchResult::Retry {
+            transient: transient.clone(),
+        })
+        .collect()
 }
 
 /// An at-least-once chunk of one partition's schedules on its way. Its targets are sent
@@ -77,11 +90,16 @@ impl SchedulerLoop {
             return;
         }
         self.take_due_chunks(|daemon, partition, due| {
-            let round = Rounds::start(
-                &daemon.dispatcher,
-                &daemon.targets_of(&partition.0, partition.1, &due),
-                daemon.round_timeout(),
-            );
+            let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
+                Ok(targets) => targets,
+                Err(error) => {
+                    // This partition waits out a backoff; the others go on.
+                    let results = retry_all(&due, Some(error));
+                    daemon.settle(&partition, due, results);
+                    return true;
+                }
+            };
+            let round = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
             daemon.in_flight.push_back(ChunkInFlight {
                 partition,
                 due,
@@ -137,15 +155,19 @@ impl SchedulerLoop {
         (!due.is_empty()).then_some(due)
     }
 
+    /// The target records of `due`; the error (for a retry after a backoff) when a target's
+    /// partition key has no partition yet: its topic's partition count was never learnt, and
+    /// librdkafka would place it anywhere.
     pub(super) fn targets_of<'a>(
         &self,
         topic: &'a str,
         partition: i32,
         due: &'a [Dispatch<ProxyPayload>],
-    ) -> Vec<DispatchRecord<'a>> {
+    ) -> Result<Vec<DispatchRecord<'a>>, String> {
         due.iter()
             .map(|dispatch| self.target_record(topic, partition, dispatch))
-            .collect()
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())
     }
 
     /// Moves on every chunk whose round the broker answered: acknowledged targets get their
@@ -296,23 +318,23 @@ impl SchedulerLoop {
         topic: &'a str,
         partition: i32,
         dispatch: &'a Dispatch<ProxyPayload>,
-    ) -> DispatchRecord<'a> {
+    ) -> Result<DispatchRecord<'a>, KafkaIoError> {
         let target = &dispatch.payload.target;
-        let target_partition = target.partition.or_else(|| {
-            target.partition_key.as_ref().and_then(|pk| {
-                self.partitions.partition_for(
-                    self.dispatcher.client(),
-                    &target.topic,
-                    pk.as_bytes(),
-                    METADATA_TIMEOUT,
-                )
-            })
-        });
-        DispatchRecord::Target {
+        let target_partition = match (target.partition, &target.partition_key) {
+            (Some(partition), _) => Some(partition),
+            (None, Some(partition_key)) => self.partitions.partition_for(
+                self.dispatcher.client(),
+                &target.topic,
+                partition_key.as_bytes(),
+                METADATA_TIMEOUT,
+            )?,
+            (None, None) => None,
+        };
+        Ok(DispatchRecord::Target {
             source: source_of(topic, partition, dispatch),
             dispatch,
             partition: target_partition,
-        }
+        })
     }
 
     /// Lets the chunks on their way settle until `deadline`, so acknowledged targets get their

@@ -5,7 +5,7 @@ use ferrokafka_core::codec::envelope;
 use ferrokafka_core::schedule::Dispatch;
 use rdkafka::error::KafkaError;
 
-use super::dispatcher::DispatchResult;
+use super::dispatcher::{DispatchResult, retry_all};
 use super::records::{DispatchRecord, refused_for_good, source_of, tombstone_record};
 use super::rounds::send_round;
 use super::{ProxyPayload, SchedulerLoop};
@@ -57,7 +57,11 @@ impl SchedulerLoop {
         mut sent: Vec<Result<(), KafkaError>>,
     ) -> Vec<DispatchResult> {
         let timeout = self.round_timeout();
-        let targets = self.targets_of(topic, partition, due);
+        // The targets were chosen when the chunk was sent, so their partition counts are known.
+        let targets = match self.targets_of(topic, partition, due) {
+            Ok(targets) => targets,
+            Err(error) => return retry_all(due, Some(error)),
+        };
         // The broker refuses a whole batch when it is too large, so a refusal counts only once
         // the target, sent alone, is refused again.
         for (target, result) in targets.iter().zip(sent.iter_mut()) {

@@ -14,7 +14,7 @@ use ferrokafka_core::schedule::Dispatch;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 
-use super::dispatcher::{DispatchResult, PIPELINE_SCHEDULES};
+use super::dispatcher::{DispatchResult, PIPELINE_SCHEDULES, retry_all};
 use super::records::{
     DispatchRecord, failed_with_its_transaction, refused_for_good, tombstone_record, tombstones_of,
 };
@@ -38,15 +38,6 @@ fn own_error<'a>(sent: &'a [SendResult], tombstones: &'a [SendResult]) -> Option
         .find(|error| !failed_with_its_transaction(error))
 }
 
-/// Every schedule of `due` to be retried, after a backoff when `transient` names an error.
-fn retry_all(due: &[Dispatch<ProxyPayload>], transient: Option<String>) -> Vec<DispatchResult> {
-    due.iter()
-        .map(|_| DispatchResult::Retry {
-            transient: transient.clone(),
-        })
-        .collect()
-}
-
 impl SchedulerLoop {
     /// Dispatches everything due, one transaction after the other (see the module docs).
     pub(super) fn dispatch_due_transactional(&mut self) {
@@ -56,6 +47,15 @@ impl SchedulerLoop {
             let mut schedules = 0;
             let mut begin_failed = false;
             self.take_due_chunks(|daemon, partition, due| {
+                let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
+                    Ok(targets) => targets,
+                    Err(error) => {
+                        // This partition waits out a backoff; the others go on.
+                        let results = retry_all(&due, Some(error));
+                        daemon.settle(&partition, due, results);
+                        return true;
+                    }
+                };
                 if chunks.is_empty()
                     && let Err(e) = daemon.dispatcher.begin_transaction()
                 {
@@ -65,11 +65,7 @@ impl SchedulerLoop {
                     begin_failed = true;
                     return false;
                 }
-                let targets = Rounds::start(
-                    &daemon.dispatcher,
-                    &daemon.targets_of(&partition.0, partition.1, &due),
-                    daemon.round_timeout(),
-                );
+                let targets = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
                 schedules += due.len();
                 chunks.push(TransactionChunk {
                     partition,
@@ -217,7 +213,11 @@ impl SchedulerLoop {
         sent: &[SendResult],
     ) -> Vec<DispatchResult> {
         let (topic, partition) = (topic.as_str(), *partition);
-        let targets = self.targets_of(topic, partition, due);
+        // The targets were chosen when the chunk was sent, so their partition counts are known.
+        let targets = match self.targets_of(topic, partition, due) {
+            Ok(targets) => targets,
+            Err(error) => return retry_all(due, Some(error)),
+        };
         // Settle the refused ones (dead-letter copy and tombstone in a transaction of their own)
         // and retry the rest at once: they failed only with the aborted transaction.
         let mut settled = Vec::new();
