@@ -744,6 +744,19 @@ class Consumer:
             attempt += 1
 
 
+def _watch(
+    loop: asyncio.AbstractEventLoop, fd: int, callback: Callable[..., object], *args: object
+) -> None:
+    """Runs ``callback(*args)`` on ``loop`` whenever ``fd`` is readable; says which loops can."""
+    try:
+        loop.add_reader(fd, callback, *args)
+    except NotImplementedError:
+        raise RuntimeError(
+            f"AsyncConsumer needs an event loop that watches file descriptors "
+            f"(loop.add_reader); {type(loop).__name__} does not: use a selector loop"
+        ) from None
+
+
 class AsyncConsumer:
     """Runs the coroutine function ``handler`` on batches from each assigned partition: in order
     within a partition, partitions concurrently, each in its own asyncio task on the running loop.
@@ -818,13 +831,7 @@ class AsyncConsumer:
         try:
             raw = await asyncio.wrap_future(opening)
             self._ready_fd = raw.ready_fd()
-            try:
-                loop.add_reader(self._ready_fd, self._records_ready, raw)
-            except NotImplementedError:
-                raise RuntimeError(
-                    f"AsyncConsumer needs an event loop that watches file descriptors "
-                    f"(loop.add_reader); {type(loop).__name__} does not: use a selector loop"
-                ) from None
+            _watch(loop, self._ready_fd, self._records_ready, raw)
         except BaseException:
             self._ready_fd = None
             if opening.done() and (opening.cancelled() or opening.exception() is not None):
@@ -845,7 +852,13 @@ class AsyncConsumer:
             raw = opening.result()
         except BaseException:
             return  # it never opened; start() raised its error
-        raw.stop(0.0)
+        self._stop_engine(raw, 0.0)
+
+    def _stop_engine(self, raw: _RawConsumer, drain: float) -> None:
+        """Stops the engine from this thread, its loop not involved: running handlers get
+        ``drain`` seconds, the reporter hears of the stop as from :meth:`stop`."""
+        self._core.stopping()
+        raw.stop(drain)
         self._core.stopped()
 
     async def stop(self) -> None:
@@ -896,8 +909,7 @@ class AsyncConsumer:
         if raw is None or self._engine_stopped:
             return
         self._stopped = self._engine_stopped = True
-        raw.stop(min(self._core.options.drain, timeout))
-        self._core.stopped()
+        self._stop_engine(raw, min(self._core.options.drain, timeout))
 
     async def run(self) -> None:
         """Start, then consume until cancelled, and stop."""
