@@ -95,6 +95,23 @@ def test_nothing_is_delivered_until_deliver_messages(
     assert producer.shutdown() == []
 
 
+def test_flush_sends_at_once_instead_of_after_the_linger(
+    kafka_bootstrap: str, kafka_client: Client, topic_factory: TopicFactory
+) -> None:
+    # As confluent-kafka's flush(): librdkafka counts linger.ms as elapsed while a flush waits.
+    topic = topic_factory(partitions=1)
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5000})
+    producer.produce(b"warm-up", topic=topic)  # the topic's metadata and the producer id
+    producer.flush(timeout=30.0)
+    for value in (b"one", b"two"):
+        started = time.monotonic()
+        producer.produce(value, topic=topic)
+        producer.flush(timeout=30.0)
+        assert time.monotonic() - started < 2.5, "flush waited for linger.ms (5 s)"
+    producer.shutdown()
+    assert values(kafka_client, topic) == [b"warm-up", b"one", b"two"]
+
+
 def test_shutdown_delivers_everything_buffered(
     config: dict[str, Any], kafka_client: Client, topic_factory: TopicFactory
 ) -> None:

@@ -4,11 +4,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{Overflow, PushOutcome};
+use rdkafka::bindings as rdsys;
+use rdkafka::producer::{Producer, ThreadedProducer};
 
 use super::AsyncProducer;
+use super::delivery::DeliveryTracker;
 use super::options::DeliveryMode;
 use super::pending::{POSITION_ONLY, Pending, Ticket};
 use super::reports::ProducerEvent;
@@ -151,20 +154,86 @@ impl AsyncProducer {
 
     /// Delivers everything buffered and waits up to `wait` for every record to settle. Returns
     /// true when settled. Callers wait in slices to check for signals.
+    ///
+    /// While librdkafka holds records, the wait is librdkafka's own flush, during which it
+    /// sends at once instead of after `linger.ms` (as confluent-kafka's `flush` does): one
+    /// record and a flush take a round trip, not the linger. It is called in slices from
+    /// [`FLUSH_RECHECK`] doubling to [`MAX_FLUSH_SLICE`], each waking librdkafka's broker
+    /// threads again (a thread can miss the first wake-up). Only while librdkafka
+    /// holds records, and never again straight after a call that returned early: with nothing
+    /// in librdkafka (records still with the worker, in a metadata request for a partition
+    /// key, say) `rd_kafka_flush` returns at once, and calling it again and again would spin,
+    /// waking the broker threads each time. The flusher waits for progress instead, looking
+    /// again every [`FLUSH_RECHECK`] for records that reached librdkafka meanwhile. In
+    /// transactional mode the worker's commit flushes.
     pub fn flush_step(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut slice = FLUSH_RECHECK;
         let mut state = self.shared.lock();
-        if self.shared.settled(&state) {
-            return true;
+        loop {
+            if self.shared.settled(&state) {
+                return true;
+            }
+            if !state.buffer.is_empty() {
+                state.deliver_requested = true;
+                self.shared.work.notify_one();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if self.shared.mode != DeliveryMode::Transactional {
+                // Not under the state lock: librdkafka's flush waits, and a fatal error's new
+                // instance is installed by a thread that takes it.
+                drop(state);
+                let producer = self.producer();
+                let mut timed_out = false;
+                if producer.in_flight_count() > 0 {
+                    let this = left.min(slice);
+                    let started = Instant::now();
+                    flush_librdkafka(&producer, this);
+                    timed_out = started.elapsed() >= this;
+                    // A long flush is many deliveries, not a missed wake-up: fewer calls.
+                    slice = (slice * 2).min(MAX_FLUSH_SLICE);
+                }
+                drop(producer);
+                state = self.shared.lock();
+                if self.shared.settled(&state) {
+                    return true;
+                }
+                // librdkafka still holds records: flush again, which wakes its broker threads
+                // again (one that went back to its linger sleep before seeing the first flush
+                // would otherwise keep the records for `linger.ms`).
+                if timed_out {
+                    continue;
+                }
+            }
+            // Any progress ends the wait: records settled, or records reaching librdkafka
+            // (`delivered_chunk`), to be flushed at once. A wake-up missed between the checks
+            // above and this wait costs at most FLUSH_RECHECK.
+            state = self
+                .shared
+                .progress
+                .wait_timeout(state, left.min(FLUSH_RECHECK))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        if !state.buffer.is_empty() {
-            state.deliver_requested = true;
-            self.shared.work.notify_one();
-        }
-        let (state, _) = self
-            .shared
-            .progress
-            .wait_timeout_while(state, wait, |s| !self.shared.settled(s))
-            .unwrap_or_else(|p| p.into_inner());
-        self.shared.settled(&state)
     }
+}
+
+/// How often a flusher looks for records that reached librdkafka while it waited for progress,
+/// and how long its first `rd_kafka_flush` call waits.
+const FLUSH_RECHECK: Duration = Duration::from_millis(1);
+/// The longest `rd_kafka_flush` call.
+const MAX_FLUSH_SLICE: Duration = Duration::from_millis(64);
+
+/// librdkafka's `rd_kafka_flush` for up to `wait`: librdkafka treats `linger.ms` as elapsed for
+/// its duration and returns once it holds no record (their reports handled by the polling
+/// thread, since rdkafka takes delivery reports as events). rdkafka's own `flush` calls it with
+/// no wait and then polls in 100 ms steps, so the linger would only be skipped for an instant.
+fn flush_librdkafka(producer: &ThreadedProducer<DeliveryTracker>, wait: Duration) {
+    let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
+    // SAFETY: the pointer is the live librdkafka handle `producer` owns for the call; a timeout
+    // is the only outcome besides success, and the caller looks at its own counts afterwards.
+    unsafe { rdsys::rd_kafka_flush(producer.client().native_ptr(), wait_ms) };
 }

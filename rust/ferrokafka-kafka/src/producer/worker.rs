@@ -29,8 +29,10 @@ impl AsyncProducer {
         }
     }
 
-    /// Reports one chunk handed to librdkafka (ruby-kafka's `deliver_messages` notification).
+    /// Reports one chunk handed to librdkafka (ruby-kafka's `deliver_messages` notification),
+    /// and tells a flusher waiting for progress that librdkafka has records to flush.
     pub(super) fn delivered_chunk(&self, count: usize) {
+        self.shared.progress.notify_all();
         let queue_size = self.shared.lock().buffer.len();
         self.shared.emit(ProducerEvent::DeliverMessages {
             message_count: count,
