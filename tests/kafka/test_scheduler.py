@@ -614,6 +614,26 @@ def proxy_headers(proxy: Any, **replace: str) -> dict[str, bytes]:
     return headers
 
 
+def produce_proxies(
+    client: Client,
+    schedules_topic: str,
+    plan: list[tuple[str, str, bytes]],
+    due: int,
+    built_for: str,
+) -> None:
+    """Writes a proxy per ``(key, target topic, payload)`` of ``plan`` to partition 0 of
+    ``schedules_topic``, due at ``due``: built for the topic ``built_for``, then addressed to its
+    own target by header, so that a plan may name a topic no builder would accept."""
+    for key, topic, payload in plan:
+        proxy = schedule(
+            {"topic": built_for, "payload": payload},
+            due,
+            {"topic": schedules_topic, "key": key, "partition": 0},
+        )
+        headers = proxy_headers(proxy, schedule_target_topic=topic)
+        client.produce(schedules_topic, proxy.value, key=key, partition=0, headers=headers)
+
+
 @pytest.mark.parametrize(
     ("dead_letter", "transactional"),
     [(True, False), (True, True), (False, False)],
@@ -638,19 +658,7 @@ def test_refused_targets_fail_alone_and_never_block_the_others(
         ("illegal-topic", "bad topic!", b"i"),
         ("small-2", target, b"s2"),
     ]
-    for key, topic, payload in plan:
-        proxy = schedule(
-            {"topic": target, "payload": payload},
-            now,
-            {"topic": schedules_topic, "key": key, "partition": 0},
-        )
-        kafka_client.produce(
-            schedules_topic,
-            proxy.value,
-            key=key,
-            partition=0,
-            headers=proxy_headers(proxy, schedule_target_topic=topic),
-        )
+    produce_proxies(kafka_client, schedules_topic, plan, now, built_for=target)
     config = dict(daemon_config)
     if transactional:
         config["transactional.id"] = f"txn-{uuid.uuid4().hex}"
@@ -722,15 +730,7 @@ def test_chunks_due_together_share_transactions_and_an_abort_sends_them_again(
     plan = [(f"s{n}", target, str(n).encode()) for n in range(count)]
     if refused:
         plan.insert(count // 2, ("too-big", refusing, b"x" * 5000))
-    for key, topic, payload in plan:
-        proxy = schedule(
-            {"topic": topic, "payload": payload},
-            now,
-            {"topic": schedules_topic, "key": key, "partition": 0},
-        )
-        kafka_client.produce(
-            schedules_topic, proxy.value, key=key, partition=0, headers=proxy.headers
-        )
+    produce_proxies(kafka_client, schedules_topic, plan, now, built_for=target)
     config = {**daemon_config, "transactional.id": f"txn-{uuid.uuid4().hex}"}
     with Scheduler(
         config,

@@ -29,10 +29,11 @@
 use crate::CoreError;
 use crate::codec::columnar::{
     BatchResult, BinaryBuilder, BinaryView, ColumnBuilder, Float64Builder, HeaderRows,
-    Int64Builder, Int64View, ListBuilder, Utf8Builder, decode_rows, map_binary, struct_builder,
+    Int64Builder, Int64View, ListBuilder, StructRows, Utf8Builder, decode_rows, map_binary,
+    struct_builder,
 };
 use crate::codec::envelope::{self, ScheduleLimits, TargetAddress};
-use crate::codec::json::DocumentDecoder;
+use crate::codec::json::{Document, DocumentDecoder};
 use crate::codec::marker_codec;
 use crate::codec::report::ConsumerReport;
 use crate::codec::state::StateReport;
@@ -133,14 +134,20 @@ impl StateRows {
     }
 }
 
+/// Decodes every row of `input` as a zlib JSON document `D` into `B`'s rows with `push`: one
+/// [`DocumentDecoder`] serves the whole batch.
+fn decode_document_rows<D: Document, B: StructRows>(
+    input: &BinaryView<'_>,
+    max_inflated: usize,
+    push: impl FnMut(&mut B, D),
+) -> BatchResult<B> {
+    let mut decoder = DocumentDecoder::default();
+    decode_rows(input, |value| decoder.decode(value, max_inflated), push)
+}
+
 /// Decodes every row of `input` as a zlib JSON state report.
 pub fn decode_state_batch(input: &BinaryView<'_>, max_inflated: usize) -> BatchResult<StateRows> {
-    let mut decoder = DocumentDecoder::default();
-    decode_rows(
-        input,
-        |value| decoder.decode::<StateReport>(value, max_inflated),
-        StateRows::push,
-    )
+    decode_document_rows(input, max_inflated, StateRows::push)
 }
 
 struct_builder! {
@@ -347,12 +354,7 @@ impl ReportRows {
 
 /// Decodes every row of `input` as a zlib JSON consumer report.
 pub fn decode_report_batch(input: &BinaryView<'_>, max_inflated: usize) -> BatchResult<ReportRows> {
-    let mut decoder = DocumentDecoder::default();
-    decode_rows(
-        input,
-        |value| decoder.decode::<ConsumerReport>(value, max_inflated),
-        ReportRows::push,
-    )
+    decode_document_rows(input, max_inflated, ReportRows::push)
 }
 
 struct_builder! {

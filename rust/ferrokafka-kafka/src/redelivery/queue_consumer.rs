@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{ProducerContext, ThreadedProducer};
 
 use super::QueueConsumerOptions;
 use super::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id};
@@ -34,6 +35,19 @@ pub struct QueueConsumerStats {
     /// Messages whose START marker the markers topic refused for good: dead-lettered or
     /// handed back, never handed out.
     pub refused: u64,
+}
+
+/// One of the queue consumer's two markers producers (START; END and KEEPALIVE), which differ
+/// only in their settings and in the context their deliveries go to.
+fn markers_producer<C: ProducerContext>(
+    settings: &ClientSettings,
+    context: C,
+) -> KafkaResult<ThreadedProducer<C>> {
+    oauth::create_client(
+        &settings.to_client_config(),
+        context,
+        "create markers producer",
+    )
 }
 
 /// The consuming side of the KMQ pattern; see the module docs.
@@ -75,20 +89,15 @@ impl QueueConsumer {
         let mut start_settings = producer_settings.clone();
         // START markers are written synchronously per batch: linger only adds latency.
         start_settings.set_default("linger.ms", "1");
-        let starts = oauth::create_client(
-            &start_settings.to_client_config(),
-            StartAcks::new(settings.token_refresh()),
-            "create markers producer",
-        )?;
+        let starts = markers_producer(&start_settings, StartAcks::new(settings.token_refresh()))?;
         // END and KEEPALIVE markers are not waited for: a longer linger packs more of them into
         // one produce request.
         producer_settings.set_default("linger.ms", "5");
         // Only failures are reported (and counted); `flush` asks librdkafka what is left.
         producer_settings.set("delivery.report.only.error", "true");
-        let updates = oauth::create_client(
-            &producer_settings.to_client_config(),
+        let updates = markers_producer(
+            &producer_settings,
             UpdateTracker::new(settings.token_refresh()),
-            "create markers producer",
         )?;
         let writer = Arc::new(MarkerWriter::new(
             updates,
