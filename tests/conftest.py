@@ -118,6 +118,31 @@ def topic_factory(
         kafka_client.delete_topics(created, timeout=30.0)
 
 
+class LateTopic:
+    """A topic named but not created: the test creates it when it chooses; deleted afterwards
+    if it was."""
+
+    def __init__(self, client: ferrokafka.Client, name: str) -> None:
+        self.client, self.name, self.created = client, name, False
+
+    def create(self, partitions: int) -> None:
+        self.client.create_topics(
+            [ferrokafka.NewTopic(self.name, num_partitions=partitions)], timeout=30.0
+        )
+        self.created = True
+
+
+@pytest.fixture
+def late_topic(
+    request: pytest.FixtureRequest, kafka_client: ferrokafka.Client
+) -> Iterator[LateTopic]:
+    base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:60]
+    late = LateTopic(kafka_client, f"test-late-{base}-{uuid.uuid4().hex[:8]}")
+    yield late
+    if late.created:
+        kafka_client.delete_topics([late.name], timeout=30.0)
+
+
 @pytest.fixture
 def topic(topic_factory: TopicFactory) -> str:
     """A topic of one partition, named after the test; deleted afterwards."""

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import threading
 import time
-import uuid
 import zlib
 from typing import Any
 
@@ -20,9 +19,8 @@ from ferrokafka import (
     DeliveryReport,
     KafkaError,
     Message,
-    NewTopic,
 )
-from tests.conftest import TopicFactory, wait_until
+from tests.conftest import LateTopic, TopicFactory, wait_until
 from tests.kafka.recorder import Recorder
 
 pytestmark = pytest.mark.kafka
@@ -347,35 +345,30 @@ def test_order_is_kept_per_partition_and_partition_key_is_crc32(
 
 
 def test_a_partition_key_waits_for_its_topic_instead_of_landing_on_any_partition(
-    config: dict[str, Any], kafka_client: Client
+    config: dict[str, Any], kafka_client: Client, late_topic: LateTopic
 ) -> None:
     """Partition-keyed records for a topic that does not exist yet (and that this producer does
     not create) are retried, with a ``delivery_error`` event naming the cause, until the topic
     exists; then each lands on its key's partition. librdkafka's partitioner, given them without
     a partition, put them anywhere."""
-    topic = f"test-partition-key-late-topic-{uuid.uuid4().hex[:8]}"
+    topic = late_topic.name
     users = [f"user-{n}" for n in range(24)]
-    producer_config = {**config, "allow.auto.create.topics": False}
-    created = False
-    try:
-        with AsyncProducer(producer_config, delivery_threshold=1) as producer:
-            recorder = Recorder.subscribed(producer)
-            for user in users:
-                producer.produce(user, topic=topic, partition_key=user)
-            waiting = recorder.first("delivery_error")
-            assert waiting["final"] is False
-            assert topic in str(waiting["error"]), waiting["error"]
-            kafka_client.create_topics([NewTopic(topic, num_partitions=6)], timeout=30.0)
-            created = True
-            producer.flush(timeout=30.0)
-        placed = {
-            (m.value() or b"").decode(): m.partition()
-            for m in kafka_client.read_topic(topic, timeout=20.0)
-        }
-        assert placed == {user: zlib.crc32(user.encode()) % 6 for user in users}
-    finally:
-        if created:
-            kafka_client.delete_topics([topic], timeout=30.0)
+    with AsyncProducer(
+        {**config, "allow.auto.create.topics": False}, delivery_threshold=1
+    ) as producer:
+        recorder = Recorder.subscribed(producer)
+        for user in users:
+            producer.produce(user, topic=topic, partition_key=user)
+        waiting = recorder.first("delivery_error")
+        assert waiting["final"] is False
+        assert topic in str(waiting["error"]), waiting["error"]
+        late_topic.create(partitions=6)
+        producer.flush(timeout=30.0)
+    placed = {
+        (m.value() or b"").decode(): m.partition()
+        for m in kafka_client.read_topic(topic, timeout=20.0)
+    }
+    assert placed == {user: zlib.crc32(user.encode()) % 6 for user in users}
 
 
 def test_keyless_batches_go_one_partition_each_in_turn_unless_the_partitioner_hashes(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer, Client, Message, NewTopic
+from ferrokafka import AsyncProducer, Client, Message
 from ferrokafka.scheduling import (
     SCHEDULES_TOPIC_CONFIG,
     Scheduler,
@@ -33,6 +33,7 @@ from ferrokafka.scheduling import (
 from tests.conftest import (
     GROUP_SETTINGS,
     KAFKA_SCRIPT,
+    LateTopic,
     TopicFactory,
     committed_offsets,
     schedule_later,
@@ -116,6 +117,7 @@ def test_a_partition_keyed_dispatch_waits_for_its_target_topic_naming_it(
     schedules_topic: str,
     daemon_config: dict[str, Any],
     caplog: pytest.LogCaptureFixture,
+    late_topic: LateTopic,
     transactional: bool,
 ) -> None:
     """Due schedules whose target topic does not exist yet (and that the daemon does not create)
@@ -123,7 +125,7 @@ def test_a_partition_keyed_dispatch_waits_for_its_target_topic_naming_it(
     target lands on its partition key's partition, not wherever librdkafka's partitioner would
     put a record sent without one."""
     caplog.set_level(logging.ERROR)
-    target = f"test-scheduled-late-topic-{uuid.uuid4().hex[:8]}"
+    target = late_topic.name
     users = [f"user-{n}" for n in range(12)]
     for user in users:
         schedule_message(
@@ -135,29 +137,23 @@ def test_a_partition_keyed_dispatch_waits_for_its_target_topic_naming_it(
     config = {**daemon_config, "allow.auto.create.topics": False}
     if transactional:
         config["transactional.id"] = f"txn-{uuid.uuid4().hex}"
-    created = False
-    try:
-        with start_scheduler(config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
-            wait_until(
-                lambda: f"topic {target!r}" in caplog.text.replace('"', "'"),
-                30,
-                "a dispatch retried for want of its target topic",
-            )
-            kafka_client.create_topics([NewTopic(target, num_partitions=6)], timeout=30.0)
-            created = True
-            wait_until(
-                lambda: sum(s["dispatched"] for s in scheduler.status()) == len(users),
-                30,
-                "every schedule dispatched",
-            )
-        placed = {
-            (m.value() or b"").decode(): m.partition()
-            for m in kafka_client.read_topic(target, timeout=20.0)
-        }
-        assert placed == {user: zlib.crc32(user.encode()) % 6 for user in users}
-    finally:
-        if created:
-            kafka_client.delete_topics([target], timeout=30.0)
+    with start_scheduler(config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
+        wait_until(
+            lambda: f"topic {target!r}" in caplog.text.replace('"', "'"),
+            30,
+            "a dispatch retried for want of its target topic",
+        )
+        late_topic.create(partitions=6)
+        wait_until(
+            lambda: sum(s["dispatched"] for s in scheduler.status()) == len(users),
+            30,
+            "every schedule dispatched",
+        )
+    placed = {
+        (m.value() or b"").decode(): m.partition()
+        for m in kafka_client.read_topic(target, timeout=20.0)
+    }
+    assert placed == {user: zlib.crc32(user.encode()) % 6 for user in users}
 
 
 def test_cancelled_schedules_are_never_dispatched(

@@ -92,12 +92,7 @@ impl SchedulerLoop {
         self.take_due_chunks(|daemon, partition, due| {
             let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                 Ok(targets) => targets,
-                Err(error) => {
-                    // This partition waits out a backoff; the others go on.
-                    let results = retry_all(&due, Some(error));
-                    daemon.settle(&partition, due, results);
-                    return true;
-                }
+                Err(error) => return daemon.retry_later(&partition, due, error),
             };
             let round = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
             daemon.in_flight.push_back(ChunkInFlight {
@@ -168,6 +163,19 @@ impl SchedulerLoop {
             .map(|dispatch| self.target_record(topic, partition, dispatch))
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())
+    }
+
+    /// Puts back `due`, whose targets could not be made (`error`): this partition waits out a
+    /// backoff, the others go on (true: take the next).
+    pub(super) fn retry_later(
+        &mut self,
+        partition: &(String, i32),
+        due: Vec<Dispatch<ProxyPayload>>,
+        error: String,
+    ) -> bool {
+        let results = retry_all(&due, Some(error));
+        self.settle(partition, due, results);
+        true
     }
 
     /// Moves on every chunk whose round the broker answered: acknowledged targets get their

@@ -49,12 +49,7 @@ impl SchedulerLoop {
             self.take_due_chunks(|daemon, partition, due| {
                 let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                     Ok(targets) => targets,
-                    Err(error) => {
-                        // This partition waits out a backoff; the others go on.
-                        let results = retry_all(&due, Some(error));
-                        daemon.settle(&partition, due, results);
-                        return true;
-                    }
+                    Err(error) => return daemon.retry_later(&partition, due, error),
                 };
                 if chunks.is_empty()
                     && let Err(e) = daemon.dispatcher.begin_transaction()
