@@ -354,7 +354,8 @@ impl ClientSettings {
     ///
     /// A producer (or admin client) never gets `statistics.interval.ms`: no producer context
     /// reads librdkafka's statistics, so they would only reach rdkafka's default handler, which
-    /// logs the whole document at INFO once per interval.
+    /// logs the whole document at INFO once per interval. A consumer gets a 10 ms
+    /// `fetch.queue.backoff.ms` unless configured ([`FETCH_QUEUE_BACKOFF_MS`]).
     pub fn for_role(&self, role: ClientRole) -> ClientSettings {
         let other_only: &[&str] = match role {
             ClientRole::Producer => CONSUMER_ONLY,
@@ -364,7 +365,7 @@ impl ClientSettings {
             ClientRole::Producer => &[STATISTICS_INTERVAL],
             ClientRole::Consumer => &[],
         };
-        ClientSettings {
+        let mut settings = ClientSettings {
             entries: self
                 .entries
                 .iter()
@@ -373,7 +374,11 @@ impl ClientSettings {
                 .cloned()
                 .collect(),
             token_source: self.token_source.clone(),
+        };
+        if role == ClientRole::Consumer {
+            settings.set_default("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
         }
+        settings
     }
 
     /// These settings for a consumer whose context reads no statistics (a reader that joins no
@@ -411,6 +416,18 @@ impl ClientSettings {
         config
     }
 }
+
+/// How long librdkafka leaves a partition unfetched once its prefetch queue holds
+/// `queued.min.messages` records (or `queued.max.messages.kbytes`), for every consumer the
+/// components create: librdkafka's own default is 1,000 ms. The engines bound what they take from
+/// librdkafka themselves (a full buffer is simply not polled; a daemon loads while it dispatches),
+/// so that queue fills whenever the reader pauses, and a reader faster than `queued.min.messages`
+/// per second then empties it before the second is over and waits for the rest of it: with
+/// `queued.min.messages=20000`, 1M records on 6 partitions showed 1.2-1.4 s holes per partition
+/// in the `Consumer` and ran at 0.35-0.5x the speed they had with 10 ms (benches/RESULTS.md).
+/// 10 ms re-checks a full partition a hundred times a second at most; 0 would have librdkafka's
+/// broker thread re-check it without pause. A user's own value wins.
+const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 
 /// Settings holding `pairs`, for the tests.
 #[cfg(test)]
@@ -450,6 +467,29 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn every_consumer_refetches_a_full_partition_soon_unless_configured() {
+        let backoff = |s: ClientSettings| s.get("fetch.queue.backoff.ms").map(str::to_owned);
+        let defaults = settings_of(&[("bootstrap.servers", "b:9092")]);
+        assert_eq!(
+            backoff(defaults.for_role(ClientRole::Consumer)).as_deref(),
+            Some("10")
+        );
+        assert_eq!(
+            backoff(defaults.for_plain_consumer()).as_deref(),
+            Some("10")
+        );
+        assert_eq!(backoff(defaults.for_role(ClientRole::Producer)), None);
+        let own = settings_of(&[
+            ("bootstrap.servers", "b:9092"),
+            ("fetch.queue.backoff.ms", "250"),
+        ]);
+        assert_eq!(
+            backoff(own.for_role(ClientRole::Consumer)).as_deref(),
+            Some("250")
+        );
+    }
 
     #[test]
     fn only_a_consumer_that_reads_statistics_keeps_their_interval() {

@@ -105,17 +105,6 @@ pub struct ConcurrentConsumer {
     read_committed: bool,
 }
 
-/// How long librdkafka leaves a partition unfetched once its prefetch queue holds
-/// `queued.min.messages` records (or `queued.max.messages.kbytes`): librdkafka's own 1,000 ms
-/// default. This engine bounds what it takes from each partition's queue itself (a full buffer is
-/// simply not polled), so that queue fills whenever a handler pauses, and a handler faster than
-/// `queued.min.messages` per second then empties it before the second is over and waits for
-/// the rest of it: with `queued.min.messages=20000`, 1M records on 6 partitions showed 1.2-1.4 s
-/// holes per partition and ran at 0.35-0.5x the speed they had with 10 ms (benches/RESULTS.md).
-/// 10 ms re-checks a full partition a hundred times a second at most; 0 would have librdkafka's
-/// broker thread re-check it without pause. A user's own value wins.
-const FETCH_QUEUE_BACKOFF_MS: &str = "10";
-
 /// The group id of a consumer without a group: librdkafka refuses `assign` without one, and
 /// process reports list the consumer under it.
 const WITHOUT_GROUP: &str = "ferrokafka-without-group";
@@ -133,7 +122,6 @@ impl ConcurrentConsumer {
         settings.bootstrap()?;
         // Elixir's KafkaClient reads a new group's backlog: earliest unless configured.
         settings.set_default("auto.offset.reset", "earliest");
-        settings.set_default("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
         let group = settings
             .get("group.id")
             .is_some_and(|g| !g.trim().is_empty());
