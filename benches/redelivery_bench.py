@@ -7,11 +7,12 @@ Usage:
 Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). In one run, on the same data:
 1. throughput: N messages of S bytes on a 3-partition queue topic, read from the start by a new
    group per sample (a new share group, reset to earliest, for the share cases). The peer is
-   confluent-kafka's ``consume(batch)`` + synchronous ``commit()``
-   per batch, with librdkafka's defaults and with ``fetch.queue.backoff.ms=10`` (ferrokafka's
-   consumers' default: with librdkafka's 1 s, a loop faster than the fetch waits out whole
-   seconds once more than ``queued.min.messages`` are on the topic); ferrokafka is ``QueueConsumer`` (START markers written and acknowledged, then a
-   synchronous commit, per batch; the next batch prepared while this one is acked) plus
+   confluent-kafka's ``consume(batch)`` + synchronous ``commit()`` per batch, with librdkafka's
+   defaults and with ``fetch.queue.backoff.ms=10`` (ferrokafka's consumers' default: with
+   librdkafka's 1 s, a loop faster than the fetch waits out whole seconds once more than
+   ``queued.min.messages`` are on the topic); ferrokafka is ``QueueConsumer`` (START markers
+   written and acknowledged, then a synchronous commit, per batch; the next batch prepared while
+   this one is acked) plus
    ``ack_many`` (END markers) per batch and a final ``flush``; and the README's loop,
    ``for job in queue: queue.ack(job)``, one ``ack`` per message. Beside them, on a KIP-932 share
    group: confluent-kafka's ``ShareConsumer`` (explicit mode, ``acknowledge`` per record, one
