@@ -1,5 +1,6 @@
 """What the benches in this folder share: the --smoke switch tests/test_benches.py runs them with,
-the broker they measure against, and an independent count of the records on a topic.
+the broker they measure against, an independent count of the records on a topic, the load average
+and the summary of a latency case.
 
 Not a bench itself (tests/test_benches.py runs every other script here); the benches import it as
 ``_common``, their own folder being first on ``sys.path`` when run as scripts.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -64,3 +66,14 @@ def records_on(bootstrap: str, topic: str, partitions: int) -> int:
         return total
     finally:
         observer.close()
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as the benches print them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def median_p90(samples: list[float]) -> tuple[float, float]:
+    """The median and 90th percentile of a latency case (one sample: that sample twice)."""
+    median = statistics.median(samples)
+    return median, statistics.quantiles(samples, n=10)[-1] if len(samples) > 1 else median

@@ -21,9 +21,10 @@ use std::ffi::{CStr, CString, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::polled_producer::PolledProducer;
 use rdkafka::bindings as rdsys;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{Producer, ProducerContext};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::util::IntoOpaque;
 
@@ -75,7 +76,7 @@ pub(crate) struct BatchTopic<C: ProducerContext + 'static> {
     /// seemingly learnt the topic's partitions only at a later metadata refresh).
     topic: OnceLock<TopicHandle>,
     /// Dropped after `topic` is released.
-    producer: ThreadedProducer<C>,
+    producer: PolledProducer<C>,
 }
 
 /// A librdkafka handle of one topic, released when dropped: its owner must drop it before the
@@ -91,7 +92,7 @@ unsafe impl Sync for TopicHandle {}
 impl TopicHandle {
     /// A handle of `name` on `producer`'s librdkafka handle.
     fn new<C: ProducerContext + 'static>(
-        producer: &ThreadedProducer<C>,
+        producer: &PolledProducer<C>,
         name: &CStr,
     ) -> Result<Self, KafkaError> {
         // SAFETY: the client pointer is live while `producer` is; a null configuration takes
@@ -178,7 +179,7 @@ impl TopicHandles {
     /// The handle of `topic` on `producer`.
     pub(crate) fn get<C: ProducerContext + 'static>(
         &self,
-        producer: &ThreadedProducer<C>,
+        producer: &PolledProducer<C>,
         topic: &str,
     ) -> Result<Arc<TopicHandle>, KafkaError> {
         let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
@@ -195,7 +196,7 @@ impl TopicHandles {
 
 impl<C: ProducerContext + 'static> BatchTopic<C> {
     /// `producer`, writing `topic`.
-    pub(crate) fn new(producer: ThreadedProducer<C>, topic: &str) -> Result<Self, KafkaError> {
+    pub(crate) fn new(producer: PolledProducer<C>, topic: &str) -> Result<Self, KafkaError> {
         let name = CString::new(topic)
             .map_err(|_| KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic))?;
         Ok(BatchTopic {
@@ -214,7 +215,7 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
     }
 
     /// The producer (its context counts the deliveries).
-    pub(crate) fn producer(&self) -> &ThreadedProducer<C> {
+    pub(crate) fn producer(&self) -> &PolledProducer<C> {
         &self.producer
     }
 

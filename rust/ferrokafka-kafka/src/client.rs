@@ -20,7 +20,7 @@ use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -30,6 +30,7 @@ use crate::debug_form::debug_showing;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{self, TokenContext, TokenRefresh, answer_token_refresh};
 use crate::partitioner::PartitionCounts;
+use crate::polled_producer::PolledProducer;
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// One broker of the cluster.
@@ -189,7 +190,7 @@ pub struct Client {
     /// Reads the admin client's error events; declared before `admin` so it stops first.
     _admin_errors: MainQueueWatcher,
     admin: AdminClient<TokenContext>,
-    producer: OnceLock<ThreadedProducer<DeliveryRouter>>,
+    producer: OnceLock<PolledProducer<DeliveryRouter>>,
     partitions: PartitionCounts,
     /// The connection failure of the admin client, the producer or `read_topic`'s consumer.
     watch: Arc<ConnectionWatch>,
@@ -514,7 +515,7 @@ impl Client {
 
     /// The producer, created on first use. The admin calls create it too: the admin client only
     /// logs a failed OAUTHBEARER token, while the producer's error event reaches the watch.
-    fn producer(&self) -> KafkaResult<&ThreadedProducer<DeliveryRouter>> {
+    fn producer(&self) -> KafkaResult<&PolledProducer<DeliveryRouter>> {
         if let Some(producer) = self.producer.get() {
             return Ok(producer);
         }
@@ -552,7 +553,7 @@ impl Client {
     /// librdkafka's own request creates the topic: `Ok(false)`, the topic does not exist yet.
     fn check_topic_exists(
         &self,
-        producer: &ThreadedProducer<DeliveryRouter>,
+        producer: &PolledProducer<DeliveryRouter>,
         topic: &str,
         deadline: Instant,
         timeout: Duration,

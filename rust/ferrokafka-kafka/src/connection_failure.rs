@@ -258,12 +258,16 @@ pub(crate) fn wake_current() -> Waker {
     Waker::from(Arc::new(Unpark(std::thread::current())))
 }
 
-/// The main queue of a librdkafka handle, referenced for the watcher thread.
+/// A reference to the main queue of a librdkafka handle: one for the watcher thread, which polls
+/// it, one for the [`MainQueueWatcher`], which wakes that poll.
 struct MainQueue(*mut rdsys::rd_kafka_queue_t);
 
-// SAFETY: librdkafka queues may be polled from any thread; the reference is only used by the
-// watcher thread and destroyed there.
+// SAFETY: librdkafka queues may be polled and woken from any thread; each reference is destroyed
+// once, by its owner.
 unsafe impl Send for MainQueue {}
+// SAFETY: as for Send; a shared [`MainQueueWatcher`] never touches its reference (only its drop
+// does).
+unsafe impl Sync for MainQueue {}
 
 /// The librdkafka handle of the watched client, for the token refreshes it asks for.
 struct Handle(*mut rdsys::rd_kafka_t);
@@ -274,13 +278,18 @@ unsafe impl Send for Handle {}
 
 /// A thread that reads the error events of a client whose main queue rdkafka never polls (the
 /// admin client) into a [`ConnectionWatch`], and answers its OAUTHBEARER token refreshes.
-/// Dropping it stops and joins the thread; it must be dropped before the client.
+/// Dropping it stops and joins the thread, waking its poll at once (`rd_kafka_queue_yield`) so
+/// that a client's drop does not wait out a slice; it must be dropped before the client.
 pub(crate) struct MainQueueWatcher {
     stop: Arc<AtomicBool>,
+    /// Its own reference to the queue, to wake the thread's poll: the thread destroys its own
+    /// as soon as it sees the stop flag, maybe before the drop's wake-up.
+    queue: MainQueue,
     thread: Option<JoinHandle<()>>,
 }
 
-/// How long the watcher waits for an event before it looks at its stop flag.
+/// How long the watcher waits for an event before it looks at its stop flag (a safety net: the
+/// drop wakes it).
 const WATCH_SLICE: Duration = Duration::from_millis(100);
 
 impl MainQueueWatcher {
@@ -290,9 +299,15 @@ impl MainQueueWatcher {
         client: &rdkafka::client::Client<C>,
         watch: Arc<ConnectionWatch>,
     ) -> std::io::Result<Self> {
-        // SAFETY: `client` is a live handle; the queue reference is destroyed by the thread,
-        // which is joined before the handle can be dropped (see the type's contract).
-        let queue = MainQueue(unsafe { rdsys::rd_kafka_queue_get_main(client.native_ptr()) });
+        // SAFETY: `client` is a live handle; the queue references are destroyed by the thread
+        // and by the drop after it joined the thread, before the handle can be dropped (see the
+        // type's contract).
+        let (queue, waker) = unsafe {
+            (
+                MainQueue(rdsys::rd_kafka_queue_get_main(client.native_ptr())),
+                MainQueue(rdsys::rd_kafka_queue_get_main(client.native_ptr())),
+            )
+        };
         let handle = Handle(client.native_ptr());
         let context = Arc::clone(client.context());
         let stop = Arc::new(AtomicBool::new(false));
@@ -331,6 +346,7 @@ impl MainQueueWatcher {
             })?;
         Ok(MainQueueWatcher {
             stop,
+            queue: waker,
             thread: Some(thread),
         })
     }
@@ -339,8 +355,14 @@ impl MainQueueWatcher {
 impl Drop for MainQueueWatcher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        // SAFETY: the drop's own reference, live until it is destroyed, once, at the end; a
+        // yield makes the thread's poll in progress (or its next one) return at once.
+        unsafe {
+            rdsys::rd_kafka_queue_yield(self.queue.0);
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+            rdsys::rd_kafka_queue_destroy(self.queue.0);
         }
     }
 }

@@ -2,8 +2,8 @@
 //! asynchronously and in bulk.
 //!
 //! Threads: [`DeadLetterWriter::write`] runs on a worker (through the bindings) and only enqueues
-//! the batch's records into librdkafka, which batches them on the wire. librdkafka's polling
-//! thread (owned by the `ThreadedProducer`) runs the delivery callback, which counts a batch down
+//! the batch's records into librdkafka, which batches them on the wire. The producer's polling
+//! thread (its [`PolledProducer`]'s) runs the delivery callback, which counts a batch down
 //! and, once every record of it is acknowledged, calls the batch's `done` callback (the consumer
 //! then lets its offsets be committed). A record the broker refused is queued for another send
 //! after a backoff; [`DeadLetterWriter::resend_due`], called by the consumer's poller, sends it.
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext};
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::debug_form::debug_showing;
@@ -27,6 +27,7 @@ use crate::error::KafkaResult;
 use crate::headers::DEAD_LETTER_HEADERS;
 use crate::locks::lock;
 use crate::oauth::{self, TokenRefresh, answer_token_refresh};
+use crate::polled_producer::PolledProducer;
 use crate::record::ReceivedRecord;
 
 /// How long a refused record waits before it is sent again.
@@ -97,7 +98,7 @@ impl ProducerContext for Context {
 /// Writes failed batches to one dead-letter topic; see the module docs.
 pub struct DeadLetterWriter {
     topic: String,
-    producer: ThreadedProducer<Context>,
+    producer: PolledProducer<Context>,
     resend: Arc<Mutex<Vec<(Instant, Delivery)>>>,
 }
 

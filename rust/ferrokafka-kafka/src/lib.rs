@@ -18,6 +18,7 @@ mod locks;
 pub mod oauth;
 mod packed_headers;
 pub mod partitioner;
+pub mod polled_producer;
 pub mod producer;
 pub mod record;
 pub mod redelivery;

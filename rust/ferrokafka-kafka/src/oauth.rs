@@ -6,7 +6,8 @@
 //! every client a component creates. librdkafka asks for a token when a client starts and again
 //! before each token expires, by an event on the client's main queue; every context of this
 //! crate answers it through [`TokenRefresh::token`] (see [`answer_token_refresh!`]), on the
-//! thread that polls that queue: rdkafka's producer polling thread, a consumer's poll, or the
+//! thread that polls that queue: a producer's polling thread (see
+//! [`PolledProducer`](crate::polled_producer::PolledProducer)), a consumer's poll, or the
 //! [`MainQueueWatcher`](crate::connection_failure) of an admin client. A source that fails
 //! makes librdkafka report "Failed to acquire SASL OAUTHBEARER token: <its error>" as an
 //! authentication error, which the [`ConnectionWatch`](crate::connection_failure) of the
@@ -193,7 +194,7 @@ pub(crate) trait NativeHandle {
 }
 
 impl<C: rdkafka::producer::ProducerContext<P>, P: rdkafka::producer::Partitioner> NativeHandle
-    for rdkafka::producer::ThreadedProducer<C, P>
+    for crate::polled_producer::PolledProducer<C, P>
 {
     fn native(&self) -> *mut rdsys::rd_kafka_t {
         rdkafka::producer::Producer::client(self).native_ptr()

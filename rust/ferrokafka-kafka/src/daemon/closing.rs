@@ -4,9 +4,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::polled_producer::PolledProducer;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{Producer, ProducerContext};
 
 /// Most time a daemon's shutdown waits for the broker, every step together (dispatches on their
 /// way, final state reports, flushes): a stop ends within seconds whatever the broker does, so
@@ -18,7 +19,7 @@ pub(crate) const SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
 /// `what` the broker did not acknowledge by then (librdkafka purges them when the producer is
 /// dropped).
 pub(crate) fn flush_before<C: ProducerContext>(
-    producer: &ThreadedProducer<C>,
+    producer: &PolledProducer<C>,
     deadline: Instant,
     daemon: &str,
     what: &str,

@@ -6,16 +6,18 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::polled_producer::PolledProducer;
 use crate::record::OutgoingRecord;
 
 /// Producer context that counts records in flight and collects delivery failures, so that
-/// [`send_all`] can wait for its own records. (rdkafka's `flush` on a `ThreadedProducer` waits in
-/// 100 ms polls that never see the delivery reports, which the polling thread takes.)
+/// [`send_all`] can wait for its own records. (rdkafka's `flush`, which [`PolledProducer`]
+/// delegates to, waits in 100 ms polls that never see the delivery reports, which the polling
+/// thread takes.)
 pub(crate) struct FlushTracker {
     state: Mutex<FlushState>,
     settled: Condvar,
@@ -70,7 +72,7 @@ impl ProducerContext for FlushTracker {
 /// Hands `record` to librdkafka without waiting for its delivery, waiting only while
 /// librdkafka's own queue is full.
 fn enqueue<C: ProducerContext<DeliveryOpaque = ()>>(
-    producer: &ThreadedProducer<C>,
+    producer: &PolledProducer<C>,
     record: &OutgoingRecord,
 ) -> Result<(), KafkaError> {
     enqueue_with(producer, record, ())
@@ -78,7 +80,7 @@ fn enqueue<C: ProducerContext<DeliveryOpaque = ()>>(
 
 /// [`enqueue`] with a delivery opaque, which the context's delivery report receives.
 pub(crate) fn enqueue_with<C: ProducerContext>(
-    producer: &ThreadedProducer<C>,
+    producer: &PolledProducer<C>,
     record: &OutgoingRecord,
     opaque: C::DeliveryOpaque,
 ) -> Result<(), KafkaError> {
@@ -87,7 +89,7 @@ pub(crate) fn enqueue_with<C: ProducerContext>(
 
 /// Hands `base` to librdkafka, waiting only while librdkafka's own queue is full.
 pub(crate) fn send_waiting_for_room<C: ProducerContext>(
-    producer: &ThreadedProducer<C>,
+    producer: &PolledProducer<C>,
     mut base: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<(), KafkaError> {
     loop {
@@ -109,7 +111,7 @@ pub(crate) fn send_waiting_for_room<C: ProducerContext>(
 /// record still in flight from an earlier call that timed out); the first failure is returned.
 /// Only one `send_all` may run per producer at a time.
 pub(crate) fn send_all(
-    producer: &ThreadedProducer<FlushTracker>,
+    producer: &PolledProducer<FlushTracker>,
     records: &[OutgoingRecord],
     timeout: Duration,
 ) -> KafkaResult<()> {
@@ -120,7 +122,7 @@ pub(crate) fn send_all(
 /// The first half of [`send_all`]: hands `records` to librdkafka and counts them in flight,
 /// forgetting the failures of earlier rounds.
 fn dispatch_all(
-    producer: &ThreadedProducer<FlushTracker>,
+    producer: &PolledProducer<FlushTracker>,
     records: &[OutgoingRecord],
     timeout: Duration,
 ) -> KafkaResult<()> {
@@ -140,7 +142,7 @@ fn dispatch_all(
 
 /// The second half of [`send_all`]: waits up to `timeout` until nothing is in flight and
 /// returns the first failure since the last [`dispatch_all`].
-fn settle_all(producer: &ThreadedProducer<FlushTracker>, timeout: Duration) -> KafkaResult<()> {
+fn settle_all(producer: &PolledProducer<FlushTracker>, timeout: Duration) -> KafkaResult<()> {
     let tracker = producer.context();
     let deadline = Instant::now() + timeout;
     let mut state = tracker.state();

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{Producer, PurgeConfig, ThreadedProducer};
+use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::delivery::DeliveryTracker;
 use super::pending::Pending;
@@ -15,6 +15,7 @@ use super::round::RoundReport;
 use super::transactions::{RoundEnd, TransactionStep, transaction_step};
 use super::{AsyncProducer, TRANSACTION_BACKOFF, TRANSACTION_STEP, create_producer};
 use crate::error::KafkaIoError;
+use crate::polled_producer::PolledProducer;
 
 /// Whether a new instance may take over after a fatal error of a transaction open for `age`.
 /// Not when the producer may not use its `transactional.id`, nor when another instance fenced
@@ -57,7 +58,7 @@ impl AsyncProducer {
     /// and takes back the reports of the `handed` records, then those never handed over.
     pub(super) fn end_fatally(
         &self,
-        producer: &ThreadedProducer<DeliveryTracker>,
+        producer: &PolledProducer<DeliveryTracker>,
         started: Instant,
         handed: usize,
         unsent: Vec<Box<Pending>>,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::util::IntoOpaque;
 
@@ -20,6 +20,7 @@ use super::{AsyncProducer, HANDOFF_CHUNK};
 use crate::batch_produce::message;
 use crate::error::KafkaIoError;
 use crate::partitioner::{FAILED_FETCH_PAUSE, METADATA_TIMEOUT};
+use crate::polled_producer::PolledProducer;
 
 /// What became of one record the worker offered to librdkafka.
 pub(super) enum Handoff {
@@ -130,7 +131,7 @@ impl AsyncProducer {
     /// reason are handed back with the error. Returns, in order, those a full queue kept out.
     fn send_run(
         &self,
-        producer: &ThreadedProducer<DeliveryTracker>,
+        producer: &PolledProducer<DeliveryTracker>,
         mut run: Vec<Box<Pending>>,
         wait_for_room: bool,
     ) -> Vec<Box<Pending>> {
@@ -219,7 +220,7 @@ impl AsyncProducer {
     /// metadata request was refused for good or its retries are used up).
     pub(super) fn with_partition(
         &self,
-        producer: &ThreadedProducer<DeliveryTracker>,
+        producer: &PolledProducer<DeliveryTracker>,
         mut pending: Box<Pending>,
     ) -> Option<Box<Pending>> {
         if pending.record.partition.is_none()
@@ -250,7 +251,7 @@ impl AsyncProducer {
     /// Gives the record back when a shutdown ends the wait for room.
     pub(super) fn send(
         &self,
-        producer: &ThreadedProducer<DeliveryTracker>,
+        producer: &PolledProducer<DeliveryTracker>,
         pending: Box<Pending>,
         in_flight: InFlight,
         wait_for_room: bool,

@@ -11,7 +11,7 @@
 //!   for room in librdkafka's queue: what librdkafka refuses goes back in front for the worker.
 //!   The `handoff` lock, held from taking a chunk until it is sent, keeps chunks in buffer
 //!   order.
-//! - librdkafka's polling thread (owned by `ThreadedProducer`) runs [`DeliveryTracker::delivery`],
+//! - the producer's polling thread (its [`PolledProducer`]'s) runs [`DeliveryTracker::delivery`],
 //!   which settles in-flight counts, schedules retries and pushes [`ProducerEvent`]s into a channel
 //!   (batch reports' acknowledgements gather in a list the bindings take in bulk). No Python ever
 //!   runs on these threads: the bindings drain the channel on a Python thread.
@@ -83,7 +83,6 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{BatchBuffer, BufferLimits, DeliveryPolicy};
 use rdkafka::config::ClientConfig;
-use rdkafka::producer::ThreadedProducer;
 
 use crate::batch_produce::TopicHandles;
 use crate::config::{ClientRole, ClientSettings};
@@ -91,6 +90,7 @@ use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::partitioner::PartitionCounts;
+use crate::polled_producer::PolledProducer;
 
 use self::delivery::DeliveryTracker;
 pub use self::options::AsyncProducerOptions;
@@ -131,7 +131,7 @@ pub struct AsyncProducer {
     /// The librdkafka instance. Replaced only in transactional mode, after a fatal error that
     /// leaves the `transactional.id` ours ([`AsyncProducer::renew_producer`]); records go one
     /// by one there, so `topics` never holds a handle of a replaced instance.
-    producer: RwLock<Arc<ThreadedProducer<DeliveryTracker>>>,
+    producer: RwLock<Arc<PolledProducer<DeliveryTracker>>>,
     /// What a replacing instance is created from.
     client_config: ClientConfig,
     /// librdkafka's `transaction.timeout.ms`: the coordinator aborts a transaction open longer.
@@ -154,7 +154,7 @@ impl std::fmt::Debug for AsyncProducer {
 fn create_producer(
     config: &ClientConfig,
     shared: &Arc<Shared>,
-) -> KafkaResult<ThreadedProducer<DeliveryTracker>> {
+) -> KafkaResult<PolledProducer<DeliveryTracker>> {
     oauth::create_client(
         config,
         DeliveryTracker {
@@ -264,7 +264,7 @@ impl AsyncProducer {
     }
 
     /// The current librdkafka instance.
-    fn producer(&self) -> Arc<ThreadedProducer<DeliveryTracker>> {
+    fn producer(&self) -> Arc<PolledProducer<DeliveryTracker>> {
         Arc::clone(&self.producer.read().unwrap_or_else(|p| p.into_inner()))
     }
 }

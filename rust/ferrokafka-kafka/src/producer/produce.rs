@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{Overflow, PushOutcome};
 use rdkafka::bindings as rdsys;
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::Producer;
 
 use super::AsyncProducer;
 use super::delivery::DeliveryTracker;
@@ -16,6 +16,7 @@ use super::options::DeliveryMode;
 use super::pending::{POSITION_ONLY, Pending, Ticket};
 use super::reports::ProducerEvent;
 use crate::error::KafkaIoError;
+use crate::polled_producer::PolledProducer;
 
 /// Why a record was not accepted.
 #[derive(Debug)]
@@ -231,7 +232,7 @@ const MAX_FLUSH_SLICE: Duration = Duration::from_millis(64);
 /// its duration and returns once it holds no record (their reports handled by the polling
 /// thread, since rdkafka takes delivery reports as events). rdkafka's own `flush` calls it with
 /// no wait and then polls in 100 ms steps, so the linger would only be skipped for an instant.
-fn flush_librdkafka(producer: &ThreadedProducer<DeliveryTracker>, wait: Duration) {
+fn flush_librdkafka(producer: &PolledProducer<DeliveryTracker>, wait: Duration) {
     let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
     // SAFETY: the pointer is the live librdkafka handle `producer` owns for the call; a timeout
     // is the only outcome besides success, and the caller looks at its own counts afterwards.

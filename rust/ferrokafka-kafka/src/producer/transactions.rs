@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::Producer;
 
 use super::delivery::DeliveryTracker;
 use super::handoff::Handoff;
@@ -19,6 +19,7 @@ use super::round::{OpenRound, RoundReport, round_records};
 use super::{AsyncProducer, PURGE_WAIT, TRANSACTION_BACKOFF, TRANSACTION_STEP, WORKER_TICK};
 use crate::error::KafkaIoError;
 use crate::locks::wait_timeout;
+use crate::polled_producer::PolledProducer;
 
 /// How a transaction of the worker ended.
 pub(super) enum RoundEnd {
@@ -229,7 +230,7 @@ impl AsyncProducer {
     /// shutdown; any other failure is returned (librdkafka: the instance is then unusable).
     fn abort_transaction(
         &self,
-        producer: &ThreadedProducer<DeliveryTracker>,
+        producer: &PolledProducer<DeliveryTracker>,
     ) -> Result<(), KafkaError> {
         loop {
             let Err(e) = producer.abort_transaction(TRANSACTION_STEP) else {

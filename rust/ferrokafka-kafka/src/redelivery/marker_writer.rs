@@ -24,13 +24,14 @@ use std::time::{Duration, Instant};
 use ferrokafka_core::codec::marker_codec::append_marker;
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::ClientContext;
-use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rustc_hash::FxHashMap;
 
 use crate::batch_produce::{BatchTopic, Payloads};
 use crate::daemon::now_ms;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::polled_producer::PolledProducer;
 
 /// Shortest pause of the keepalive thread, so a failing write cannot make it spin.
 const MIN_KEEPALIVE_WAIT: Duration = Duration::from_millis(10);
@@ -109,7 +110,7 @@ pub(super) struct MarkerWriter {
 
 impl MarkerWriter {
     pub(super) fn new(
-        producer: ThreadedProducer<UpdateTracker>,
+        producer: PolledProducer<UpdateTracker>,
         markers_topic: String,
         redelivery_timeout: Duration,
         marker_timeout: Duration,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{ProducerContext, ThreadedProducer};
+use rdkafka::producer::ProducerContext;
 
 use super::QueueConsumerOptions;
 use super::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id};
@@ -18,6 +18,7 @@ use crate::daemon::{creation_error, now_ms};
 use crate::debug_form::debug_showing;
 use crate::error::KafkaResult;
 use crate::oauth::{self, TokenContext};
+use crate::polled_producer::PolledProducer;
 
 /// Counters of a [`QueueConsumer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,7 +43,7 @@ pub struct QueueConsumerStats {
 fn markers_producer<C: ProducerContext>(
     settings: &ClientSettings,
     context: C,
-) -> KafkaResult<ThreadedProducer<C>> {
+) -> KafkaResult<PolledProducer<C>> {
     oauth::create_client(
         &settings.to_client_config(),
         context,

@@ -67,7 +67,7 @@ use ferrokafka_core::codec::envelope::TargetAddress;
 use ferrokafka_core::codec::state::TrackerState;
 use ferrokafka_core::schedule::{PayloadFetch, ScheduleTracker};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::Producer;
 
 use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, init_transactions};
@@ -79,6 +79,7 @@ use crate::error::KafkaResult;
 use crate::oauth;
 use crate::packed_headers::PackedHeaders;
 use crate::partitioner::PartitionCounts;
+use crate::polled_producer::PolledProducer;
 use crate::report_sample::GroupMember;
 use dispatcher::ChunkInFlight;
 use report_sample::report_sample;
@@ -162,8 +163,8 @@ impl Scheduler {
 
 struct SchedulerLoop {
     consumer: BaseConsumer<GroupContext>,
-    dispatcher: ThreadedProducer<Rounds>,
-    reporter: ThreadedProducer<FlushTracker>,
+    dispatcher: PolledProducer<Rounds>,
+    reporter: PolledProducer<FlushTracker>,
     /// At-least-once chunks on their way, oldest first (transactional chunks are synchronous).
     in_flight: VecDeque<ChunkInFlight>,
     fetch_settings: ClientSettings,
@@ -212,7 +213,7 @@ impl SchedulerLoop {
                 &options.dispatch_timeout.as_millis().to_string(),
             );
         }
-        let dispatcher: ThreadedProducer<Rounds> = oauth::create_client(
+        let dispatcher: PolledProducer<Rounds> = oauth::create_client(
             &dispatch_settings.to_client_config(),
             Rounds::new(ConnectionWatch::new(&settings), settings.token_refresh()),
             "create dispatch producer",
@@ -226,7 +227,7 @@ impl SchedulerLoop {
             )?;
         }
         let report_settings = settings.for_plain_producer();
-        let reporter: ThreadedProducer<FlushTracker> = oauth::create_client(
+        let reporter: PolledProducer<FlushTracker> = oauth::create_client(
             &report_settings.to_client_config(),
             FlushTracker::new(settings.token_refresh()),
             "create state report producer",

@@ -5,12 +5,13 @@ use ferrokafka_core::codec::envelope::{self, ProxySource};
 use ferrokafka_core::schedule::Dispatch;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, ThreadedProducer};
+use rdkafka::producer::BaseRecord;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::ProxyPayload;
 use super::rounds::{RoundRecord, Rounds};
 use crate::daemon::{enqueue_with, send_waiting_for_room};
+use crate::polled_producer::PolledProducer;
 use crate::record::OutgoingRecord;
 
 pub(super) fn source_of<'a>(
@@ -71,7 +72,7 @@ pub(super) enum DispatchRecord<'a> {
 impl RoundRecord for DispatchRecord<'_> {
     fn enqueue(
         &self,
-        producer: &ThreadedProducer<Rounds>,
+        producer: &PolledProducer<Rounds>,
         sequence: usize,
     ) -> Result<(), KafkaError> {
         let (record, headers) = match self {

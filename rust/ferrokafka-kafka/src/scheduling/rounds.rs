@@ -21,23 +21,21 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::client::log_unless_end;
 use crate::connection_failure::ConnectionWatch;
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::polled_producer::PolledProducer;
 
 /// A record a round can produce.
 pub(super) trait RoundRecord {
     /// Hands the record to `producer` with `sequence` as its delivery opaque (waiting only for
     /// room in librdkafka's queue).
-    fn enqueue(
-        &self,
-        producer: &ThreadedProducer<Rounds>,
-        sequence: usize,
-    ) -> Result<(), KafkaError>;
+    fn enqueue(&self, producer: &PolledProducer<Rounds>, sequence: usize)
+    -> Result<(), KafkaError>;
 }
 
 /// Identifies an open round: the sequence number of its first record.
@@ -130,7 +128,7 @@ impl Rounds {
     /// Produces `records` as one round that ends at the latest after `timeout`; does not wait
     /// for acknowledgements (only for room in librdkafka's queue).
     pub(super) fn start<R: RoundRecord>(
-        producer: &ThreadedProducer<Rounds>,
+        producer: &PolledProducer<Rounds>,
         records: &[R],
         timeout: Duration,
     ) -> RoundId {
@@ -262,7 +260,7 @@ impl ProducerContext for Rounds {
 /// Produces `records` as one round and waits (up to `timeout`) for each one's delivery result;
 /// a record not confirmed in time counts as timed out.
 pub(super) fn send_round<R: RoundRecord>(
-    producer: &ThreadedProducer<Rounds>,
+    producer: &PolledProducer<Rounds>,
     records: &[R],
     timeout: Duration,
 ) -> Vec<Result<(), KafkaError>> {

@@ -10,5 +10,6 @@
 
 mod common;
 mod consumer;
+mod polled_producer;
 mod producer;
 mod scheduler;

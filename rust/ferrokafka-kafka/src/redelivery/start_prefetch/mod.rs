@@ -61,7 +61,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::BaseConsumer;
-use rdkafka::producer::ThreadedProducer;
 
 use super::marker_writer::MarkerWriter;
 use crate::batch_produce::BatchTopic;
@@ -69,6 +68,7 @@ use crate::client::Client;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::wait_timeout;
 use crate::oauth::TokenContext;
+use crate::polled_producer::PolledProducer;
 use crate::record::ReceivedRecord;
 pub(super) use acks::StartAcks;
 use committer::Committer;
@@ -146,7 +146,7 @@ impl Handoff {
 /// The queue topic, where its markers go, and how the prefetch threads write them.
 pub(super) struct PrefetchSetup {
     pub(super) consumer: BaseConsumer<TokenContext>,
-    pub(super) starts: ThreadedProducer<StartAcks>,
+    pub(super) starts: PolledProducer<StartAcks>,
     pub(super) writer: Arc<MarkerWriter>,
     /// Reads the markers topic's partition count; dropped once it is known.
     pub(super) metadata: Client,

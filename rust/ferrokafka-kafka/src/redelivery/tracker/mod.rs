@@ -19,7 +19,6 @@ use ferrokafka_core::codec::marker_codec::decode_marker;
 use ferrokafka_core::markers::{MarkersQueue, MarkersQueueConfig, MessageId, Redelivery};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::ThreadedProducer;
 
 use self::report_sample::report_sample;
 use super::RedeliveryOptions;
@@ -31,6 +30,7 @@ use crate::daemon::{
 };
 use crate::error::KafkaResult;
 use crate::oauth;
+use crate::polled_producer::PolledProducer;
 use crate::record::ReceivedRecord;
 use crate::report_sample::GroupMember;
 use crate::statistics::BrokerOffsets;
@@ -149,7 +149,7 @@ impl RedeliveryTracker {
 
 struct Tracker {
     consumer: BaseConsumer<GroupContext>,
-    producer: ThreadedProducer<FlushTracker>,
+    producer: PolledProducer<FlushTracker>,
     options: RedeliveryOptions,
     partitions: BTreeMap<i32, MarkersPartition>,
 }

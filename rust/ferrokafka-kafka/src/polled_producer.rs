@@ -1,0 +1,342 @@
+//! [`PolledProducer`]: every producer of the engines, a librdkafka producer with a polling thread
+//! of its own that sleeps until librdkafka has something for it and stops at once.
+//!
+//! Threads. The engines' threads (and the bindings', GIL released) call [`PolledProducer::send`],
+//! `flush`, `purge` and the transaction calls; one thread per producer, the polling thread, takes
+//! the events off the client's main queue and runs the context's callbacks on them: delivery
+//! reports, errors, OAUTHBEARER token refreshes, statistics and logs. Nothing else polls that
+//! queue except rdkafka's own `flush`, which polls while it waits.
+//!
+//! Why not rdkafka's `ThreadedProducer`, which is the same but for its loop: its thread calls
+//! `BaseProducer::poll(100 ms)`, which keeps polling until its deadline even after events, and
+//! its drop sets a stop flag and joins that thread. Every close of a producer (a script's
+//! AsyncProducer at exit, every CLI command's Client, every Scheduler stop) therefore waited up
+//! to 100 ms for nothing. Here the thread sleeps on a pipe that it owns with librdkafka: the main
+//! queue's IO event (`rd_kafka_queue_io_event_enable`) makes librdkafka write a byte to it when
+//! the queue goes from empty to non-empty (once until the queue is next polled), and the drop
+//! writes to it too. Awake, the thread polls one event at a time (`poll(Duration::ZERO)` takes one)
+//! while the queue holds any, then checks the stop flag, then sleeps again. The sleep also ends
+//! after [`SAFETY_NET`], so an event whose wake-up was somehow missed waits that long at most, as
+//! it did with rdkafka's loop.
+//!
+//! No delivery report is lost at the drop, and none waits: the drop stops the thread before
+//! librdkafka's handle is destroyed (as `ThreadedProducer` does), and the thread drains the queue
+//! before it looks at the stop flag, so every event queued before the drop reaches the context on
+//! the polling thread. rdkafka's `BaseProducer` then purges what librdkafka still holds and polls
+//! the purged records' reports on the dropping thread; its poll waits out 100 ms when anything is
+//! left (as it still does for records purged at the drop: the engines flush before they drop), so
+//! a queue left undrained would cost the drop that again. The IO event is turned
+//! off when the thread ends and the pipe is closed after the handle is destroyed, so librdkafka
+//! never writes to a closed (or reused) descriptor. The pipe is non-blocking, as librdkafka
+//! requires: a full pipe means a wake-up is pending already.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::bindings as rdsys;
+use rdkafka::client::Client;
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::ToBytes;
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, NoCustomPartitioner, Partitioner, Producer, ProducerContext,
+    PurgeConfig,
+};
+use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::util::Timeout;
+
+/// The name of every producer's polling thread, the one that runs its context's callbacks.
+pub const POLLING_THREAD: &str = "producer polling thread";
+
+/// The longest the polling thread sleeps without a wake-up: only a missed one would make an
+/// event wait this long (rdkafka's `ThreadedProducer` polled in slices of this length).
+const SAFETY_NET: Duration = Duration::from_millis(100);
+
+/// A librdkafka producer whose polling thread stops as soon as it is dropped (see the module
+/// docs). Like rdkafka's `ThreadedProducer`, which it replaces: `send` and [`Producer`].
+#[must_use = "the producer stops at once if unused"]
+pub struct PolledProducer<C, Part: Partitioner = NoCustomPartitioner>
+where
+    C: ProducerContext<Part> + 'static,
+{
+    // Field order matters: librdkafka's handle is destroyed (the last reference, once the thread
+    // is joined) before the pipe it may write to is closed.
+    producer: Arc<BaseProducer<C, Part>>,
+    wakeup: Arc<Wakeup>,
+    poller: Option<JoinHandle<()>>,
+}
+
+impl<C, Part> std::fmt::Debug for PolledProducer<C, Part>
+where
+    Part: Partitioner,
+    C: ProducerContext<Part> + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolledProducer").finish_non_exhaustive()
+    }
+}
+
+impl<C, Part> FromClientConfigAndContext<C> for PolledProducer<C, Part>
+where
+    Part: Partitioner + Send + Sync + 'static,
+    C: ProducerContext<Part> + 'static,
+{
+    fn from_config_and_context(config: &ClientConfig, context: C) -> KafkaResult<Self> {
+        let producer = Arc::new(BaseProducer::<C, Part>::from_config_and_context(
+            config, context,
+        )?);
+        let cannot = |what: &str, e: io::Error| {
+            KafkaError::ClientCreation(format!(
+                "cannot start the producer's polling thread: {what}: {e}"
+            ))
+        };
+        let wakeup = Arc::new(Wakeup::new().map_err(|e| cannot("no wake-up pipe", e))?);
+        let queue = MainQueue::watched(producer.client().native_ptr(), &wakeup);
+        let poller = {
+            let producer = Arc::clone(&producer);
+            let wakeup = Arc::clone(&wakeup);
+            thread::Builder::new()
+                .name(POLLING_THREAD.to_owned())
+                .spawn(move || poll_until_stopped(&producer, &queue, &wakeup))
+                .map_err(|e| cannot("no thread", e))?
+        };
+        Ok(PolledProducer {
+            producer,
+            wakeup,
+            poller: Some(poller),
+        })
+    }
+}
+
+/// The polling thread: drains the main queue, then sleeps until woken, until the producer is
+/// dropped; the queue is drained once more after the stop so no event is left behind.
+fn poll_until_stopped<C, Part>(producer: &BaseProducer<C, Part>, queue: &MainQueue, wakeup: &Wakeup)
+where
+    Part: Partitioner,
+    C: ProducerContext<Part>,
+{
+    loop {
+        while queue.len() > 0 {
+            producer.poll(Duration::ZERO);
+        }
+        if wakeup.stopped() {
+            return;
+        }
+        wakeup.sleep(SAFETY_NET);
+    }
+}
+
+/// A record librdkafka refused in [`PolledProducer::send`], given back with the reason.
+pub type Unsent<'a, K, P, O> = (KafkaError, BaseRecord<'a, K, P, O>);
+
+impl<C, Part> PolledProducer<C, Part>
+where
+    Part: Partitioner,
+    C: ProducerContext<Part> + 'static,
+{
+    /// Sends a message to Kafka: [`BaseProducer::send`].
+    // The error returns the record, as rdkafka's does.
+    #[allow(clippy::result_large_err)]
+    pub fn send<'a, K, P>(
+        &self,
+        record: BaseRecord<'a, K, P, C::DeliveryOpaque>,
+    ) -> Result<(), Unsent<'a, K, P, C::DeliveryOpaque>>
+    where
+        K: ToBytes + ?Sized,
+        P: ToBytes + ?Sized,
+    {
+        self.producer.send(record)
+    }
+}
+
+impl<C, Part> Producer<C, Part> for PolledProducer<C, Part>
+where
+    Part: Partitioner,
+    C: ProducerContext<Part> + 'static,
+{
+    fn client(&self) -> &Client<C> {
+        self.producer.client()
+    }
+
+    fn flush<T: Into<Timeout>>(&self, timeout: T) -> KafkaResult<()> {
+        self.producer.flush(timeout)
+    }
+
+    fn purge(&self, flags: PurgeConfig) {
+        self.producer.purge(flags)
+    }
+
+    fn in_flight_count(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    fn init_transactions<T: Into<Timeout>>(&self, timeout: T) -> KafkaResult<()> {
+        self.producer.init_transactions(timeout)
+    }
+
+    fn begin_transaction(&self) -> KafkaResult<()> {
+        self.producer.begin_transaction()
+    }
+
+    fn send_offsets_to_transaction<T: Into<Timeout>>(
+        &self,
+        offsets: &TopicPartitionList,
+        cgm: &ConsumerGroupMetadata,
+        timeout: T,
+    ) -> KafkaResult<()> {
+        self.producer
+            .send_offsets_to_transaction(offsets, cgm, timeout)
+    }
+
+    fn commit_transaction<T: Into<Timeout>>(&self, timeout: T) -> KafkaResult<()> {
+        self.producer.commit_transaction(timeout)
+    }
+
+    fn abort_transaction<T: Into<Timeout>>(&self, timeout: T) -> KafkaResult<()> {
+        self.producer.abort_transaction(timeout)
+    }
+}
+
+impl<C, Part> Drop for PolledProducer<C, Part>
+where
+    Part: Partitioner,
+    C: ProducerContext<Part> + 'static,
+{
+    fn drop(&mut self) {
+        self.wakeup.stop();
+        if let Some(poller) = self.poller.take()
+            && poller.join().is_err()
+        {
+            log::warn!("a producer's polling thread panicked");
+        }
+    }
+}
+
+/// The pipe the polling thread sleeps on, and the flag that tells it to stop.
+struct Wakeup {
+    read: OwnedFd,
+    write: OwnedFd,
+    stop: AtomicBool,
+}
+
+/// What is written to wake the thread; only its arrival matters.
+static WAKE_BYTE: u8 = 1;
+
+impl Wakeup {
+    fn new() -> io::Result<Self> {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe(2) succeeded, so both are open descriptors that nothing else owns.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        for fd in [&read, &write] {
+            // Non-blocking: librdkafka requires it of the end it writes to, and the thread
+            // empties its end until it would block. Close-on-exec: a child started by the
+            // application has no use for them.
+            // SAFETY: fcntl on an open descriptor.
+            let set = unsafe {
+                let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                flags != -1
+                    && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) != -1
+                    && libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) != -1
+            };
+            if !set {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Wakeup {
+            read,
+            write,
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Tells the thread to stop, and wakes it.
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        // A failed write (the pipe full) leaves a wake-up pending already.
+        // SAFETY: writes one byte from a live buffer to an open descriptor.
+        unsafe {
+            libc::write(
+                self.write.as_raw_fd(),
+                std::ptr::from_ref(&WAKE_BYTE).cast(),
+                1,
+            )
+        };
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until woken or `timeout` passes, and empties the pipe.
+    fn sleep(&self, timeout: Duration) {
+        let mut pollfd = libc::pollfd {
+            fd: self.read.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one live pollfd; an interrupted poll only ends the sleep early.
+        unsafe { libc::poll(&mut pollfd, 1, millis) };
+        let mut drained = [0u8; 64];
+        // SAFETY: reads into a live buffer of its length from an open non-blocking descriptor.
+        while unsafe {
+            libc::read(
+                self.read.as_raw_fd(),
+                drained.as_mut_ptr().cast(),
+                drained.len(),
+            )
+        } > 0
+        {}
+    }
+}
+
+/// The polling thread's handle on a client's main queue, with the IO event that writes to the
+/// [`Wakeup`] pipe; both are undone when it is dropped, at the end of the thread.
+struct MainQueue(NonNull<rdsys::rd_kafka_queue_t>);
+
+// SAFETY: librdkafka's queue handles may be used from any thread.
+unsafe impl Send for MainQueue {}
+
+impl MainQueue {
+    fn watched(rk: *mut rdsys::rd_kafka_t, wakeup: &Wakeup) -> Self {
+        // SAFETY: `rk` is a live handle; rd_kafka_queue_get_main never returns null for one.
+        // librdkafka keeps a copy of the payload.
+        unsafe {
+            let queue = NonNull::new(rdsys::rd_kafka_queue_get_main(rk))
+                .expect("librdkafka has a main queue");
+            rdsys::rd_kafka_queue_io_event_enable(
+                queue.as_ptr(),
+                wakeup.write.as_raw_fd(),
+                std::ptr::from_ref(&WAKE_BYTE).cast(),
+                1,
+            );
+            MainQueue(queue)
+        }
+    }
+
+    fn len(&self) -> usize {
+        // SAFETY: a live queue handle.
+        unsafe { rdsys::rd_kafka_queue_length(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for MainQueue {
+    fn drop(&mut self) {
+        // SAFETY: a live queue handle, destroyed once; fd -1 turns the IO event off.
+        unsafe {
+            rdsys::rd_kafka_queue_io_event_enable(self.0.as_ptr(), -1, std::ptr::null(), 0);
+            rdsys::rd_kafka_queue_destroy(self.0.as_ptr());
+        }
+    }
+}
