@@ -104,7 +104,14 @@ where
             let wakeup = Arc::clone(&wakeup);
             thread::Builder::new()
                 .name(POLLING_THREAD.to_owned())
-                .spawn(move || poll_until_stopped(&producer, &queue, &wakeup))
+                .spawn(move || {
+                    poll_until_stopped(&producer, &queue, &wakeup);
+                    // In this order, as the producer's own fields: the queue handle before
+                    // librdkafka's handle, which goes before its pipe.
+                    drop(queue);
+                    drop(producer);
+                    drop(wakeup);
+                })
                 .map_err(|e| cannot("no thread", e))?
         };
         Ok(PolledProducer {
@@ -211,9 +218,15 @@ where
 {
     fn drop(&mut self) {
         self.wakeup.stop();
-        if let Some(poller) = self.poller.take()
-            && poller.join().is_err()
-        {
+        let Some(poller) = self.poller.take() else {
+            return;
+        };
+        if poller.thread().id() == thread::current().id() {
+            // Dropped by a callback on the polling thread itself, which cannot join itself: it
+            // stops once the callback returns and then drops the last reference to the client.
+            return;
+        }
+        if poller.join().is_err() {
             log::warn!("a producer's polling thread panicked");
         }
     }

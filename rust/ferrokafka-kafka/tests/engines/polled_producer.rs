@@ -115,3 +115,62 @@ fn the_drop_returns_after_handing_every_queued_delivery_report_to_the_context() 
         "the polling thread stopped before the reports queued before the drop"
     );
 }
+
+/// Drops its own producer from its first delivery report, on the polling thread, as Python's
+/// garbage collector may when a callback there runs Python code; says on which thread it was
+/// dropped, and whether that thread was unwinding from a panic then.
+struct DropsItsOwnProducer {
+    owner: Arc<Mutex<Option<PolledProducer<DropsItsOwnProducer>>>>,
+    dropped_on: Mutex<Sender<(Option<String>, bool)>>,
+}
+
+impl ClientContext for DropsItsOwnProducer {}
+
+impl ProducerContext for DropsItsOwnProducer {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {
+        let producer = self.owner.lock().unwrap().take();
+        drop(producer);
+    }
+}
+
+impl Drop for DropsItsOwnProducer {
+    fn drop(&mut self) {
+        let thread = thread::current().name().map(str::to_owned);
+        let _ = self
+            .dropped_on
+            .lock()
+            .unwrap()
+            .send((thread, thread::panicking()));
+    }
+}
+
+#[test]
+fn a_producer_dropped_by_its_own_callback_closes_on_its_polling_thread() {
+    let mut topics = Topics::new();
+    let topic = topics.create("polled-self-drop", 1, &[]);
+    let owner = Arc::new(Mutex::new(None));
+    let (dropped_on, context_dropped) = mpsc::channel();
+    let producer: PolledProducer<DropsItsOwnProducer> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create_with_context(DropsItsOwnProducer {
+            owner: Arc::clone(&owner),
+            dropped_on: Mutex::new(dropped_on),
+        })
+        .expect("producer");
+    // Sent once the owner holds the producer, so the report finds it there.
+    owner
+        .lock()
+        .unwrap()
+        .insert(producer)
+        .send(BaseRecord::<(), str>::to(&topic).payload("last"))
+        .unwrap_or_else(|(e, _)| panic!("cannot queue a record: {e}"));
+    // Joining itself, the thread would panic ("Resource deadlock avoided") and destroy the client
+    // while unwinding; it destroys it once the callback has returned and its loop ended.
+    let (thread, panicking) = context_dropped
+        .recv_timeout(WAIT)
+        .expect("the client was never destroyed");
+    assert_eq!(thread.as_deref(), Some(POLLING_THREAD));
+    assert!(!panicking, "the polling thread panicked dropping its own producer");
+}
