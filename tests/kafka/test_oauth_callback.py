@@ -13,11 +13,13 @@ import base64
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -72,7 +74,7 @@ class TokenCallback:
         return token, expires, "ferrokafka-oauth-cb", {}
 
 
-def oauth_config(broker: SecureBroker, callback: TokenCallback) -> dict[str, Any]:
+def oauth_config(broker: SecureBroker, callback: Callable[[str | None], Any]) -> dict[str, Any]:
     return {
         "bootstrap.servers": broker.sasl_ssl,
         "security.protocol": "SASL_SSL",
@@ -185,6 +187,40 @@ def test_a_callback_of_the_wrong_shape_is_an_authentication_failure_naming_the_s
     config = {**oauth_config(secure_broker, TokenCallback()), "oauth_cb": lambda config: "token"}
     with pytest.raises(KafkaError, match=r"oauth_cb must return \(token, expiry"):
         Client(config).list_topics(timeout=20.0)
+
+
+@pytest.mark.parametrize("make", [Client, AsyncProducer], ids=["Client", "AsyncProducer"])
+def test_a_client_freed_on_its_own_thread_closes_without_waiting_for_itself(
+    secure_broker: SecureBroker, make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python frees an object on whichever thread drops its last reference or collects it, and
+    # a client's own polling thread runs Python code: the oauth_cb, and librdkafka's log lines
+    # on their way to `logging`. Here the callback drops the last reference to its client, so
+    # the close starts on the thread it would join (it panicked "Resource deadlock avoided"),
+    # or, for the AsyncProducer, waited there for deliveries only that thread reports.
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    threads_before = len(os.listdir("/proc/self/task"))
+    held: list[object] = []
+    holding = threading.Event()
+    dropped = threading.Event()
+    tokens = TokenCallback()
+
+    def drop_the_client(config: str | None) -> tuple[str, float, str, dict[str, str]]:
+        if holding.wait(WAIT) and held:
+            held.clear()  # the last reference: the client is freed here, on its thread
+            dropped.set()
+        return tokens(config)
+
+    held.append(make(oauth_config(secure_broker, drop_the_client)))
+    holding.set()
+    assert dropped.wait(WAIT), "the callback was never called"
+    wait_until(
+        lambda: len(os.listdir("/proc/self/task")) <= threads_before,
+        WAIT,
+        "the client's threads all ended",
+    )
+    assert unraisable == []
 
 
 # The engines' log levels are cached per process on first use: librdkafka's debug lines are

@@ -5,6 +5,7 @@
 //! [`SLICE`], re-attaching between slices to run signal handlers. Ctrl-C and Spark task kills
 //! therefore interrupt a wait even when librdkafka is stuck on the network.
 
+use std::cell::Cell;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -172,22 +173,66 @@ pub fn seconds_or_off(name: &str, seconds: f64) -> PyResult<Duration> {
     }
 }
 
-/// Runs `cleanup` with the GIL released, from code that may hold it (such as a `Drop` run by the
-/// garbage collector). Engine threads log through `pyo3-log` and so may be waiting for the GIL;
-/// joining them while holding it would deadlock.
-pub fn release_gil_for<F: FnOnce() + Send>(cleanup: F) {
-    Python::attach(|py| py.detach(cleanup));
+thread_local! {
+    /// Whether this thread is running Python code for an engine (see [`engine_calling_python`]).
+    static ENGINE_CALLING_PYTHON: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `call`, in which a thread that an engine or librdkafka owns attaches to the interpreter
+/// (to log through `logging`, to ask `oauth_cb` for a token). Python may free any object while
+/// it runs there (a reference count reaching zero, a garbage collection), so [`release_gil_for`]
+/// must not wait on this thread for a closing engine: the engine may be the one this thread
+/// belongs to, which cannot be joined from itself.
+pub fn engine_calling_python<R>(call: impl FnOnce() -> R) -> R {
+    /// Restores the mark even if `call` panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ENGINE_CALLING_PYTHON.set(self.0);
+        }
+    }
+    let _restore = Restore(ENGINE_CALLING_PYTHON.replace(true));
+    call()
+}
+
+/// Runs `cleanup` (an engine's close, a drop that joins its threads) with the GIL released, from
+/// code that may hold it (such as a `Drop` run by the garbage collector): engine threads log
+/// through `pyo3-log` and so may be waiting for the GIL, and joining them while holding it would
+/// deadlock. On an engine's own thread calling Python ([`engine_calling_python`]) the cleanup
+/// runs on a thread of its own instead, which this one does not wait for: that thread may be one
+/// the cleanup joins.
+pub fn release_gil_for<F: FnOnce() + Send + 'static>(cleanup: F) {
+    if !ENGINE_CALLING_PYTHON.get() {
+        Python::attach(|py| py.detach(cleanup));
+        return;
+    }
+    // Kept here too, so a thread that cannot start leaks the engine rather than joining itself.
+    let slot = Arc::new(Mutex::new(Some(cleanup)));
+    let taken = Arc::clone(&slot);
+    let started = std::thread::Builder::new()
+        .name("ferrokafka-close".to_owned())
+        .spawn(move || {
+            if let Some(cleanup) = taken.lock().ok().and_then(|mut slot| slot.take()) {
+                cleanup();
+            }
+        });
+    if let Err(e) = started {
+        log::error!(
+            "an engine collected on its own thread is left open: no thread to close it: {e}"
+        );
+        std::mem::forget(slot.lock().ok().and_then(|mut slot| slot.take()));
+    }
 }
 
 /// Owns an engine whose drop joins librdkafka or ferrokafka threads; drops it without the GIL
 /// (see [`release_gil_for`]), and never in a forked child, where it is leaked instead: the
 /// child exits cleanly and the parent's brokers see nothing from it.
-pub struct ReleaseOnDrop<T: Send> {
+pub struct ReleaseOnDrop<T: Send + 'static> {
     engine: ManuallyDrop<T>,
     creator: CreatorProcess,
 }
 
-impl<T: Send> ReleaseOnDrop<T> {
+impl<T: Send + 'static> ReleaseOnDrop<T> {
     /// Wraps `engine`, created now in this process.
     pub fn new(engine: T) -> Self {
         ReleaseOnDrop {
@@ -197,7 +242,7 @@ impl<T: Send> ReleaseOnDrop<T> {
     }
 }
 
-impl<T: Send> Deref for ReleaseOnDrop<T> {
+impl<T: Send + 'static> Deref for ReleaseOnDrop<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
@@ -205,13 +250,13 @@ impl<T: Send> Deref for ReleaseOnDrop<T> {
     }
 }
 
-impl<T: Send + std::fmt::Debug> std::fmt::Debug for ReleaseOnDrop<T> {
+impl<T: Send + std::fmt::Debug + 'static> std::fmt::Debug for ReleaseOnDrop<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.engine.fmt(f)
     }
 }
 
-impl<T: Send> Drop for ReleaseOnDrop<T> {
+impl<T: Send + 'static> Drop for ReleaseOnDrop<T> {
     fn drop(&mut self) {
         if !self.creator.is_current() {
             return; // leaked: see the type's documentation

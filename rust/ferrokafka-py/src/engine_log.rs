@@ -16,6 +16,8 @@ use log::{Log, Metadata, Record};
 use pyo3::prelude::*;
 use pyo3_log::{Caching, Logger};
 
+use crate::blocking::engine_calling_python;
+
 /// Set by the `atexit` hook: Python is exiting, records go to stderr.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
@@ -41,15 +43,17 @@ impl Log for EngineLogger {
         if exiting {
             eprintln!("{} {}: {text}", record.level(), record.target());
         } else {
-            self.0.log(
-                &Record::builder()
-                    .metadata(record.metadata().clone())
-                    .args(format_args!("{text}"))
-                    .module_path(record.module_path())
-                    .file(record.file())
-                    .line(record.line())
-                    .build(),
-            );
+            engine_calling_python(|| {
+                self.0.log(
+                    &Record::builder()
+                        .metadata(record.metadata().clone())
+                        .args(format_args!("{text}"))
+                        .module_path(record.module_path())
+                        .file(record.file())
+                        .line(record.line())
+                        .build(),
+                );
+            });
         }
     }
 

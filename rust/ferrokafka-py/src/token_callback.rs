@@ -14,6 +14,7 @@ use ferrokafka_kafka::{BearerToken, TokenSource};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::blocking::engine_calling_python;
 use crate::engine_log::interpreter_exiting;
 use crate::errors::{invalid_argument, wrong_type};
 
@@ -27,21 +28,23 @@ pub fn token_source(callback: Py<PyAny>) -> TokenSource {
         if interpreter_exiting() {
             return Err("Python is exiting: oauth_cb is not called any more".to_owned());
         }
-        Python::attach(|py| {
-            let made = callback
-                .call1(py, (config,))
-                .and_then(|returned| bearer_token(returned.bind(py)));
-            made.map_err(|error| {
-                let reason = format!(
-                    "{}: {}",
-                    error
-                        .get_type(py)
-                        .name()
-                        .map_or_else(|_| "?".to_owned(), |n| n.to_string(),),
-                    error.value(py)
-                );
-                log_failure(py, &reason, &error);
-                reason
+        engine_calling_python(|| {
+            Python::attach(|py| {
+                let made = callback
+                    .call1(py, (config,))
+                    .and_then(|returned| bearer_token(returned.bind(py)));
+                made.map_err(|error| {
+                    let reason = format!(
+                        "{}: {}",
+                        error
+                            .get_type(py)
+                            .name()
+                            .map_or_else(|_| "?".to_owned(), |n| n.to_string(),),
+                        error.value(py)
+                    );
+                    log_failure(py, &reason, &error);
+                    reason
+                })
             })
         })
     })

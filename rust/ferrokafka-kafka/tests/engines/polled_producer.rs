@@ -172,5 +172,8 @@ fn a_producer_dropped_by_its_own_callback_closes_on_its_polling_thread() {
         .recv_timeout(WAIT)
         .expect("the client was never destroyed");
     assert_eq!(thread.as_deref(), Some(POLLING_THREAD));
-    assert!(!panicking, "the polling thread panicked dropping its own producer");
+    assert!(
+        !panicking,
+        "the polling thread panicked dropping its own producer"
+    );
 }
