@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import timeit
 import uuid
 from pathlib import Path
 
-from _common import records_on, start_broker, stop_broker
+from _common import load_average, records_on, start_broker, stop_broker
 
 BENCHES = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHES))
@@ -157,10 +156,6 @@ def sample(bootstrap: str, topics: dict[str, str], sizes: dict[str, int]) -> dic
     }
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--builds", nargs=2, metavar="NAME=PYTHON")
@@ -198,7 +193,7 @@ def main() -> int:
             "consume": fill(client, bootstrap, 6, args.messages, 100),
             "queue": queue_topic,
         }
-        load_before = load()
+        load_before = load_average()
         results: dict[str, list[dict[str, float]]] = {name: [] for name in builds}
         names = list(builds)
         for round_number in range(args.rounds):
@@ -218,7 +213,7 @@ def main() -> int:
                 )
                 results[name].append(json.loads(run.stdout.splitlines()[-1]))
         a, b = names
-        print(f"load average before: {load_before}, after: {load()}")
+        print(f"load average before: {load_before}, after: {load_average()}")
         print(f"| metric | {a} | {b} | {b} / {a} |")
         print("|---|---:|---:|---:|")
         for label, key in METRICS.items():

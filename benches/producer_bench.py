@@ -37,7 +37,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import add_smoke_option, records_on, start_broker, stop_broker
+from _common import add_smoke_option, load_average, records_on, start_broker, stop_broker
 from confluent_kafka import Producer
 
 from ferrokafka import AsyncProducer, Client, DeliveryReport, Message, NewTopic
@@ -103,10 +103,6 @@ def java_rate(bootstrap: str, topic: str, count: int, size: int) -> float:
 def cpu_now() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -228,7 +224,7 @@ def main() -> int:
         ),
     ]
     java_rates: list[float] = []
-    print(f"load average before: {load()}", file=sys.stderr)
+    print(f"load average before: {load_average()}", file=sys.stderr)
     for sample in range(args.samples):
         # A-B-B-A, Java first in forward rounds and last in backward ones.
         if sample % 2 == 0 and java:
@@ -249,7 +245,7 @@ def main() -> int:
         if sample % 2 == 1 and java:
             java_rates.append(java_rate(bootstrap, new_topic(), n, args.size))
 
-    after = load()
+    after = load_average()
 
     stop_broker()
 

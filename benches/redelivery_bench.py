@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from _common import add_smoke_option, records_on
+from _common import add_smoke_option, load_average, records_on
 from confluent_kafka import Consumer, Producer, ShareConsumer
 
 from ferrokafka import Client, NewTopic
@@ -208,10 +208,6 @@ def process_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def lateness(bootstrap: str, client: Client, count: int, timeout: float) -> list[float]:
     queue_topic, markers = fresh_topics(client, "late")
     fill(bootstrap, queue_topic, count, 100)
@@ -307,7 +303,7 @@ def main() -> int:
         args.messages, args.samples, args.late, args.timeout = 1_000, 1, 20, 1.0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     client = Client({"bootstrap.servers": bootstrap})
-    print(f"load average before: {load()}")
+    print(f"load average before: {load_average()}")
 
     queue_topic, markers = fresh_topics(client, "throughput")
     fill(bootstrap, queue_topic, args.messages, args.size)
@@ -373,7 +369,7 @@ def main() -> int:
             f"{args.timeout} s) p50 / p99 / max | {statistics.median(values):.0f} / "
             f"{percentile(values, 0.99):.0f} / {max(values):.0f} ms |"
         )
-    print(f"load average after: {load()}")
+    print(f"load average after: {load_average()}")
     return 0
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 import zlib
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from _common import add_smoke_option
+from _common import add_smoke_option, load_average
 from _spark import session, timed_call
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -394,10 +393,6 @@ def interleaved(
     return times
 
 
-def load() -> str:
-    return " ".join(f"{figure:.1f}" for figure in os.getloadavg())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -447,10 +442,10 @@ def main() -> None:
         print(f"\nlocal[{args.cores}], {args.rows:,} rows, medians of {args.rounds}")
         results = []
         for name, (ours, peer, counter, expected) in cases.items():
-            print(f"  {name} (load {load()})", flush=True)
+            print(f"  {name} (load {load_average()})", flush=True)
             runs = {label: counter(frame) for label, frame in (ours, peer)}
             results.append(
-                (name, interleaved(spark, runs, args.rounds, expected, args.limit), load())
+                (name, interleaved(spark, runs, args.rounds, expected, args.limit), load_average())
             )
         state_floor = []
         if "decode_state" in cases:
