@@ -25,9 +25,10 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{ClientRole, ClientSettings};
-use crate::connection_failure::{ConnectionWatch, MainQueueWatcher, Waited};
+use crate::connection_failure::{ConnectionWatch, Waited};
 use crate::debug_form::debug_showing;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::main_queue_watcher::MainQueueWatcher;
 use crate::oauth::{self, TokenContext, TokenRefresh, answer_token_refresh};
 use crate::partitioner::PartitionCounts;
 use crate::polled_producer::PolledProducer;

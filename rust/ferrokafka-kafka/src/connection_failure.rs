@@ -11,17 +11,17 @@
 //! when it changes), so the watch keeps a failure until the client shows it works again (a
 //! delivery, a metadata answer, a fetched record): a call that starts after the event still
 //! learns the cause at once. rdkafka's `AdminClient` never polls its main queue, where these
-//! events arrive; [`MainQueueWatcher`] polls it for the [`Client`](crate::Client). A client
-//! without error events (the admin client) only logs a failed OAUTHBEARER token, so the
-//! `Client` also keeps its producer, which has them, watching.
+//! events arrive; a [`MainQueueWatcher`](crate::main_queue_watcher::MainQueueWatcher) polls it
+//! for the [`Client`](crate::Client). A client without error events (the admin client) only
+//! logs a failed OAUTHBEARER token, so the `Client` also keeps its producer, which has them,
+//! watching.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{JoinHandle, Thread};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, ProducerContext};
 
@@ -108,7 +108,8 @@ impl ConnectionWatch {
         }
     }
 
-    fn record(&self, code: RDKafkaErrorCode, reason: &str) {
+    /// Takes note of an error event's code and description; only connection failures are kept.
+    pub(crate) fn record(&self, code: RDKafkaErrorCode, reason: &str) {
         if !is_connection_failure(code) {
             return;
         }
@@ -256,115 +257,6 @@ impl Wake for Unpark {
 /// A waker that unparks the current thread, for what [`ConnectionWatch::wait_until`] waits for.
 pub(crate) fn wake_current() -> Waker {
     Waker::from(Arc::new(Unpark(std::thread::current())))
-}
-
-/// A reference to the main queue of a librdkafka handle: one for the watcher thread, which polls
-/// it, one for the [`MainQueueWatcher`], which wakes that poll.
-struct MainQueue(*mut rdsys::rd_kafka_queue_t);
-
-// SAFETY: librdkafka queues may be polled and woken from any thread; each reference is destroyed
-// once, by its owner.
-unsafe impl Send for MainQueue {}
-// SAFETY: as for Send; a shared [`MainQueueWatcher`] never touches its reference (only its drop
-// does).
-unsafe impl Sync for MainQueue {}
-
-/// The librdkafka handle of the watched client, for the token refreshes it asks for.
-struct Handle(*mut rdsys::rd_kafka_t);
-
-// SAFETY: librdkafka handles are thread-safe; the watcher thread is joined before the client
-// is dropped (see [`MainQueueWatcher`]).
-unsafe impl Send for Handle {}
-
-/// A thread that reads the error events of a client whose main queue rdkafka never polls (the
-/// admin client) into a [`ConnectionWatch`], and answers its OAUTHBEARER token refreshes.
-/// Dropping it stops and joins the thread, waking its poll at once (`rd_kafka_queue_yield`) so
-/// that a client's drop does not wait out a slice; it must be dropped before the client.
-pub(crate) struct MainQueueWatcher {
-    stop: Arc<AtomicBool>,
-    /// Its own reference to the queue, to wake the thread's poll: the thread destroys its own
-    /// as soon as it sees the stop flag, maybe before the drop's wake-up.
-    queue: MainQueue,
-    thread: Option<JoinHandle<()>>,
-}
-
-/// How long the watcher waits for an event before it looks at its stop flag (a safety net: the
-/// drop wakes it).
-const WATCH_SLICE: Duration = Duration::from_millis(100);
-
-impl MainQueueWatcher {
-    /// Starts watching the main queue of `client` (whose log events, never forwarded by rdkafka
-    /// for an admin client, are dropped).
-    pub(crate) fn start<C: rdkafka::ClientContext + 'static>(
-        client: &rdkafka::client::Client<C>,
-        watch: Arc<ConnectionWatch>,
-    ) -> std::io::Result<Self> {
-        // SAFETY: `client` is a live handle; the queue references are destroyed by the thread
-        // and by the drop after it joined the thread, before the handle can be dropped (see the
-        // type's contract).
-        let (queue, waker) = unsafe {
-            (
-                MainQueue(rdsys::rd_kafka_queue_get_main(client.native_ptr())),
-                MainQueue(rdsys::rd_kafka_queue_get_main(client.native_ptr())),
-            )
-        };
-        let handle = Handle(client.native_ptr());
-        let context = Arc::clone(client.context());
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("ferrokafka-client-errors".to_owned())
-            .spawn(move || {
-                let (queue, handle) = (queue, handle);
-                while !stopping.load(Ordering::Acquire) {
-                    // SAFETY: the queue reference is live until destroyed below; each event is
-                    // destroyed after its code and description were read.
-                    unsafe {
-                        let event =
-                            rdsys::rd_kafka_queue_poll(queue.0, WATCH_SLICE.as_millis() as i32);
-                        if event.is_null() {
-                            continue;
-                        }
-                        match rdsys::rd_kafka_event_type(event) {
-                            rdsys::RD_KAFKA_EVENT_ERROR => {
-                                let text = rdsys::rd_kafka_event_error_string(event);
-                                if !text.is_null() {
-                                    let text = std::ffi::CStr::from_ptr(text).to_string_lossy();
-                                    watch.record(rdsys::rd_kafka_event_error(event).into(), &text);
-                                }
-                            }
-                            rdsys::RD_KAFKA_EVENT_OAUTHBEARER_TOKEN_REFRESH => {
-                                crate::oauth::answer_refresh_event(handle.0, &*context, event);
-                            }
-                            _ => {}
-                        }
-                        rdsys::rd_kafka_event_destroy(event);
-                    }
-                }
-                // SAFETY: the reference taken in `start`, released once.
-                unsafe { rdsys::rd_kafka_queue_destroy(queue.0) };
-            })?;
-        Ok(MainQueueWatcher {
-            stop,
-            queue: waker,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for MainQueueWatcher {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        // SAFETY: the drop's own reference, live until it is destroyed, once, at the end; a
-        // yield makes the thread's poll in progress (or its next one) return at once.
-        unsafe {
-            rdsys::rd_kafka_queue_yield(self.queue.0);
-            if let Some(thread) = self.thread.take() {
-                let _ = thread.join();
-            }
-            rdsys::rd_kafka_queue_destroy(self.queue.0);
-        }
-    }
 }
 
 #[cfg(test)]

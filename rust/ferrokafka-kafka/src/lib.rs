@@ -15,6 +15,8 @@ mod debug_form;
 pub mod error;
 pub mod headers;
 mod locks;
+mod main_queue;
+mod main_queue_watcher;
 pub mod oauth;
 mod packed_headers;
 pub mod partitioner;

@@ -8,7 +8,7 @@
 //! crate answers it through [`TokenRefresh::token`] (see [`answer_token_refresh!`]), on the
 //! thread that polls that queue: a producer's polling thread (see
 //! [`PolledProducer`](crate::polled_producer::PolledProducer)), a consumer's poll, or the
-//! [`MainQueueWatcher`](crate::connection_failure) of an admin client. A source that fails
+//! [`MainQueueWatcher`](crate::main_queue_watcher) of an admin client. A source that fails
 //! makes librdkafka report "Failed to acquire SASL OAUTHBEARER token: <its error>" as an
 //! authentication error, which the [`ConnectionWatch`](crate::connection_failure) of the
 //! component keeps as the cause of the refused connection; librdkafka asks again 10 s later.

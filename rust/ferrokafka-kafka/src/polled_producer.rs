@@ -31,15 +31,13 @@
 //! requires: a full pipe means a wake-up is pending already.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::bindings as rdsys;
 use rdkafka::client::Client;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::consumer::ConsumerGroupMetadata;
@@ -51,6 +49,8 @@ use rdkafka::producer::{
 };
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::util::Timeout;
+
+use crate::main_queue::MainQueue;
 
 /// The name of every producer's polling thread, the one that runs its context's callbacks.
 pub const POLLING_THREAD: &str = "producer polling thread";
@@ -98,7 +98,10 @@ where
             ))
         };
         let wakeup = Arc::new(Wakeup::new().map_err(|e| cannot("no wake-up pipe", e))?);
-        let queue = MainQueue::watched(producer.client().native_ptr(), &wakeup);
+        // SAFETY: a live handle; the thread releases the reference before it drops its
+        // reference to the producer, and the handle is destroyed only with the last one.
+        let mut queue = unsafe { MainQueue::of(producer.client().native_ptr()) };
+        queue.write_on_arrival(wakeup.write.as_fd());
         let poller = {
             let producer = Arc::clone(&producer);
             let wakeup = Arc::clone(&wakeup);
@@ -239,7 +242,7 @@ struct Wakeup {
     stop: AtomicBool,
 }
 
-/// What is written to wake the thread; only its arrival matters.
+/// What the drop writes to wake the thread; only its arrival matters.
 static WAKE_BYTE: u8 = 1;
 
 impl Wakeup {
@@ -311,45 +314,5 @@ impl Wakeup {
             )
         } > 0
         {}
-    }
-}
-
-/// The polling thread's handle on a client's main queue, with the IO event that writes to the
-/// [`Wakeup`] pipe; both are undone when it is dropped, at the end of the thread.
-struct MainQueue(NonNull<rdsys::rd_kafka_queue_t>);
-
-// SAFETY: librdkafka's queue handles may be used from any thread.
-unsafe impl Send for MainQueue {}
-
-impl MainQueue {
-    fn watched(rk: *mut rdsys::rd_kafka_t, wakeup: &Wakeup) -> Self {
-        // SAFETY: `rk` is a live handle; rd_kafka_queue_get_main never returns null for one.
-        // librdkafka keeps a copy of the payload.
-        unsafe {
-            let queue = NonNull::new(rdsys::rd_kafka_queue_get_main(rk))
-                .expect("librdkafka has a main queue");
-            rdsys::rd_kafka_queue_io_event_enable(
-                queue.as_ptr(),
-                wakeup.write.as_raw_fd(),
-                std::ptr::from_ref(&WAKE_BYTE).cast(),
-                1,
-            );
-            MainQueue(queue)
-        }
-    }
-
-    fn len(&self) -> usize {
-        // SAFETY: a live queue handle.
-        unsafe { rdsys::rd_kafka_queue_length(self.0.as_ptr()) }
-    }
-}
-
-impl Drop for MainQueue {
-    fn drop(&mut self) {
-        // SAFETY: a live queue handle, destroyed once; fd -1 turns the IO event off.
-        unsafe {
-            rdsys::rd_kafka_queue_io_event_enable(self.0.as_ptr(), -1, std::ptr::null(), 0);
-            rdsys::rd_kafka_queue_destroy(self.0.as_ptr());
-        }
     }
 }
