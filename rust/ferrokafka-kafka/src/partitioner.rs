@@ -138,7 +138,9 @@ impl PartitionCounts {
                     entry.count = Some(count);
                     entry.failure = None;
                 }
-                Err(failure) => entry.failure = Some(failure),
+                // A count learnt before is kept (and used) until a fetch succeeds again.
+                Err(failure) if entry.count.is_none() => entry.failure = Some(failure),
+                Err(_) => {}
             }
         }
         let entry = topics

@@ -92,7 +92,10 @@ impl SchedulerLoop {
         self.take_due_chunks(|daemon, partition, due| {
             let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                 Ok(targets) => targets,
-                Err(error) => return daemon.retry_later(&partition, due, error),
+                Err(error) => {
+                    daemon.retry_later(&partition, due, error);
+                    return true; // the next partition's chunk
+                }
             };
             let round = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
             daemon.in_flight.push_back(ChunkInFlight {
@@ -166,16 +169,15 @@ impl SchedulerLoop {
     }
 
     /// Puts back `due`, whose targets could not be made (`error`): this partition waits out a
-    /// backoff, the others go on (true: take the next).
+    /// backoff, while the others go on.
     pub(super) fn retry_later(
         &mut self,
         partition: &(String, i32),
         due: Vec<Dispatch<ProxyPayload>>,
         error: String,
-    ) -> bool {
+    ) {
         let results = retry_all(&due, Some(error));
         self.settle(partition, due, results);
-        true
     }
 
     /// Moves on every chunk whose round the broker answered: acknowledged targets get their

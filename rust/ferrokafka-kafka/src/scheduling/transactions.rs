@@ -49,7 +49,10 @@ impl SchedulerLoop {
             self.take_due_chunks(|daemon, partition, due| {
                 let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                     Ok(targets) => targets,
-                    Err(error) => return daemon.retry_later(&partition, due, error),
+                    Err(error) => {
+                        daemon.retry_later(&partition, due, error);
+                        return true; // the next partition's chunk
+                    }
                 };
                 if chunks.is_empty()
                     && let Err(e) = daemon.dispatcher.begin_transaction()
