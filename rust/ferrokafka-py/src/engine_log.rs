@@ -23,9 +23,11 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 
 struct EngineLogger(Logger);
 
+// pyo3-log attaches the calling thread to the interpreter (to find a logger's level on a cache
+// miss, to log): on an engine's thread, that is Python code run for the engine.
 impl Log for EngineLogger {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        self.0.enabled(metadata)
+        engine_calling_python(|| self.0.enabled(metadata))
     }
 
     fn log(&self, record: &Record<'_>) {
@@ -33,7 +35,7 @@ impl Log for EngineLogger {
         let shown = if exiting {
             record.level() <= log::Level::Warn
         } else {
-            self.0.enabled(record.metadata())
+            engine_calling_python(|| self.0.enabled(record.metadata()))
         };
         if !shown {
             return; // not formatted, let alone searched for secrets
