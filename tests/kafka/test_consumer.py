@@ -223,6 +223,27 @@ CHILD = textwrap.dedent(
 )
 
 
+def test_a_batchs_messages_are_not_walked_by_the_garbage_collector(
+    base_config: dict[str, Any], topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # A message refers to no Python object, so it can never be in a reference cycle: tracked,
+    # every batch a handler keeps would be walked again at each collection.
+    topic = topic_factory(partitions=1)
+    produce(topic, [{"value": f"v{n}"} for n in range(5)])
+    tracked: list[bool] = []
+    handled = threading.Event()
+
+    def handle(batch: Batch) -> None:
+        tracked.extend(gc.is_tracked(m) for m in batch)
+        tracked.append(gc.is_tracked(batch[0]))
+        handled.set()
+
+    with Consumer(base_config, [topic], handle):
+        assert handled.wait(WAIT)
+    assert tracked
+    assert not any(tracked)
+
+
 @pytest.mark.parametrize("ordering", ["partition", "key"])
 def test_kill_9_then_a_new_consumer_handles_every_record(
     base_config: dict[str, Any],

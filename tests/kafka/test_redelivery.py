@@ -3,6 +3,7 @@ kill -9, hanging handlers and keepalives, dead letters, and a tracker killed and
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import subprocess
@@ -163,6 +164,19 @@ CONSUMER_SCRIPT = textwrap.dedent(
     time.sleep(600)
     """
 )
+
+
+def test_taken_messages_are_not_walked_by_the_garbage_collector(
+    kafka_client: Client, config: dict[str, Any], topics: tuple[str, str]
+) -> None:
+    # The iterator's buffer holds up to max_batch_size messages between collections; a message
+    # refers to no Python object, so the collector has no reason to walk them.
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, ["a", "b", "c"])
+    with QueueConsumer(config, queue_topic, markers, group_id=f"g-{uuid.uuid4().hex}") as queue:
+        taken = take(queue, 3)
+        assert [gc.is_tracked(m) for m in taken] == [False, False, False]
+        queue.ack_many(taken)
 
 
 def test_killed_consumer_unacked_come_back_acked_never(

@@ -42,7 +42,7 @@ impl PyBatch {
     }
 
     fn message(&self, py: Python<'_>, index: usize) -> PyResult<Py<PyMessage>> {
-        Py::new(py, PyMessage::in_batch(&self.records, index))
+        PyMessage::in_batch(&self.records, index).into_untracked(py)
     }
 
     fn column<'py, T, F>(&self, py: Python<'py>, field: F) -> PyResult<Bound<'py, PyList>>
@@ -191,6 +191,8 @@ impl PyBatchIterator {
         if index >= self.records.len() {
             return Ok(None);
         }
-        Py::new(py, PyMessage::in_batch(&self.records, index)).map(Some)
+        PyMessage::in_batch(&self.records, index)
+            .into_untracked(py)
+            .map(Some)
     }
 }

@@ -304,12 +304,15 @@ impl PyClient {
         topic: String,
         max_messages: usize,
         timeout: f64,
-    ) -> NativeResult<Vec<PyMessage>> {
+    ) -> NativeResult<Vec<Py<PyMessage>>> {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
         let inner = Arc::clone(&*self.inner);
         let records = run_detached(py, move || inner.read_topic(&topic, max_messages, timeout))??;
-        Ok(records.into_iter().map(PyMessage::from).collect())
+        Ok(records
+            .into_iter()
+            .map(|record| PyMessage::from(record).into_untracked(py))
+            .collect::<PyResult<_>>()?)
     }
 
     fn __repr__(&self) -> String {

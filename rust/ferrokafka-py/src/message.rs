@@ -54,7 +54,8 @@ impl PyMessage {
     /// The message as a Python object the cyclic garbage collector does not track. A message
     /// holds no Python object, so it can never be part of a reference cycle (CPython untracks
     /// its own tuples and dicts of such values for the same reason); tracked, the delivered
-    /// messages that a million futures hold would be walked again at every collection.
+    /// messages that a million futures hold, or the batches a consumer loop keeps, would be
+    /// walked again at every collection.
     pub(crate) fn into_untracked(self, py: Python<'_>) -> PyResult<Py<PyMessage>> {
         let message = Py::new(py, self)?;
         // SAFETY: a live object of a pyclass (a GC type); CPython allows untracking one at any

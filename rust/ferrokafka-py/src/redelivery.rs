@@ -120,7 +120,7 @@ impl PyRawQueueConsumer {
         py: Python<'_>,
         max_messages: usize,
         timeout: Option<f64>,
-    ) -> NativeResult<Vec<PyMessage>> {
+    ) -> NativeResult<Vec<Py<PyMessage>>> {
         let engine = self.engine()?;
         let fetched = wait_sliced(py, timeout, |slice| {
             // A `close` from another thread ends a wait that would otherwise never end.
@@ -136,9 +136,12 @@ impl PyRawQueueConsumer {
         py.detach(move || drop(engine));
         match fetched?.transpose()? {
             None => Ok(Vec::new()),
-            Some(Taken::Records(records)) => Ok(records.into_iter().map(PyMessage::from).collect()),
+            Some(Taken::Records(records)) => Ok(records
+                .into_iter()
+                .map(|record| PyMessage::from(record).into_untracked(py))
+                .collect::<PyResult<_>>()?),
             Some(Taken::Refused(refused)) => {
-                let message = Py::new(py, PyMessage::from(refused.record))?;
+                let message = PyMessage::from(refused.record).into_untracked(py)?;
                 Err(refused_message(py, refused.error, message.into_any())?.into())
             }
         }
