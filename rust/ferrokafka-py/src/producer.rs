@@ -458,7 +458,7 @@ impl PyRawAsyncProducer {
 
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records
     /// that were never handed to Kafka. Records purged in flight arrive as "failed" events.
-    fn shutdown(&self, py: Python<'_>, timeout: f64) -> NativeResult<Vec<(u64, PyMessage)>> {
+    fn shutdown(&self, py: Python<'_>, timeout: f64) -> NativeResult<Vec<(u64, Py<PyMessage>)>> {
         // Refused before anything stops.
         timeout_arg("timeout", timeout)?;
         self.engine.begin_shutdown();
@@ -475,8 +475,8 @@ impl PyRawAsyncProducer {
         );
         Ok(undelivered
             .into_iter()
-            .map(|p| (p.ticket, message_of(*p, Some(reason.clone()))))
-            .collect())
+            .map(|p| Ok((p.ticket, message_of(py, *p, Some(reason.clone()))?)))
+            .collect::<PyResult<_>>()?)
     }
 
     fn stats(&self) -> PyProducerStats {

@@ -63,12 +63,17 @@ impl PyProducerRetrying {
 pub struct PyProducerShutDown;
 
 /// A record handed back undelivered, as a `Message` carrying `error` (if any).
-pub(crate) fn message_of(pending: Pending, error: Option<KafkaIoError>) -> PyMessage {
+pub(crate) fn message_of(
+    py: Python<'_>,
+    pending: Pending,
+    error: Option<KafkaIoError>,
+) -> PyResult<Py<PyMessage>> {
     let record = ReceivedRecord::undelivered(pending.record);
     match error {
         Some(error) => PyMessage::failed(record, error),
         None => PyMessage::from(record),
     }
+    .into_untracked(py)
 }
 
 /// Settles the delivery results `event` brings (taking batch reports' acknowledgements from
@@ -102,7 +107,7 @@ pub(crate) fn event_object(
         ProducerEvent::Failed { pending, error } => {
             let (ticket, attempts) = (pending.ticket, pending.failures);
             let reason = exception_of(py, error.clone());
-            let message = Py::new(py, message_of(*pending, Some(error)))?;
+            let message = message_of(py, *pending, Some(error))?;
             let for_waiter = message.clone_ref(py);
             settle(
                 py,
@@ -118,7 +123,7 @@ pub(crate) fn event_object(
             let mut messages = Vec::with_capacity(pending.len());
             for p in pending {
                 let ticket = p.ticket;
-                let message = Py::new(py, message_of(*p, None))?;
+                let message = message_of(py, *p, None)?;
                 let for_waiter = message.clone_ref(py);
                 let reason = dropped_by_drop_oldest().into_value(py);
                 let reason = Err(reason.into_any());
