@@ -1,10 +1,11 @@
 //! The daemons' group consumer: its settings, its context (rebalance recording, refused
 //! connections, librdkafka's statistics) and the end-of-partition check.
 
+use std::ffi::CString;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
+use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
@@ -211,15 +212,18 @@ impl ConsumerContext for GroupContext {
     }
 }
 
-/// Whether the consumer has read `topic`/`partition` to its current end: its fetch position
+/// Whether the consumer has read `topic`/`partition` to the end its last fetch saw: its position
 /// (which, unlike the last record's offset, steps over transaction markers) or `next_offset`
-/// reached the high watermark. `None` when the position or the watermark could not be read.
+/// reached the high watermark that fetch brought. Asked at a partition-end event, whose fetch
+/// set that watermark, so nothing is asked of the broker: a watermark request waits behind the
+/// consumer's next fetch, which the broker holds up to `fetch.wait.max.ms` (500 ms) when nothing
+/// is new, and loading partitions one check after the other took half a second each. `None`
+/// while the position or the watermark is unknown (a partition not fetched yet).
 pub(crate) fn at_partition_end<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partition: i32,
     next_offset: i64,
-    timeout: Duration,
 ) -> Option<bool> {
     let position = consumer
         .position()
@@ -227,6 +231,29 @@ pub(crate) fn at_partition_end<C: ConsumerContext>(
         .find_partition(topic, partition)
         .and_then(|e| e.offset().to_raw())
         .unwrap_or(-1);
-    let (_, high) = consumer.fetch_watermarks(topic, partition, timeout).ok()?;
+    let high = last_fetched_high_watermark(consumer, topic, partition)?;
     Some(position >= high || next_offset >= high)
+}
+
+/// The high watermark of `topic`/`partition` as the consumer's last fetch of it reported, without
+/// a request; `None` before any fetch.
+fn last_fetched_high_watermark<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1_i64, -1_i64);
+    // SAFETY: a live handle, a NUL-terminated topic name and two writable offsets; librdkafka
+    // only reads its cache.
+    let err = unsafe {
+        rdsys::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }

@@ -15,7 +15,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers as _, Message};
 
-use super::{Backoff, MAX_SLEEP, PartitionRun, ProxyPayload, SchedulerLoop};
+use super::{Backoff, PartitionRun, ProxyPayload, SchedulerLoop};
 use crate::daemon::{RebalanceEvent, at_partition_end, now_ms};
 use crate::error::KafkaResult;
 use crate::packed_headers::PackedHeaders;
@@ -93,8 +93,7 @@ impl SchedulerLoop {
             }
             // The end-of-partition event does not name the topic: the loading run of this
             // partition number that reached its end is the one.
-            let at_end =
-                at_partition_end(&self.consumer, topic, *p, run.next_offset, MAX_SLEEP * 10);
+            let at_end = at_partition_end(&self.consumer, topic, *p, run.next_offset);
             if at_end == Some(true) {
                 let _ = run.tracker.mark_loaded();
                 log::info!(
