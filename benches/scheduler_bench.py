@@ -2,8 +2,8 @@
 
 Usage:
     .venv/bin/python benches/scheduler_bench.py [--load 1000000] [--burst 100000] [--rate 10000]
-        [--seconds 30] [--samples 3]
-(--load 0 leaves the load measurement out, --burst 0 the bursts.)
+        [--seconds 30] [--backlog 10000] [--samples 3]
+(--load 0 leaves the load measurement out, --burst 0 the bursts, --backlog 0 the backlog.)
 
 Starts a broker with scripts/kafka.sh on port 19592 unless KAFKA_BOOTSTRAP is set. Each sample
 runs the measurements below once (in alternating order); the table gives medians and the load
@@ -20,6 +20,9 @@ average before and after. Every dispatched message is counted on its target topi
    at-least-once and transactional; lateness = the dispatched message's create time minus its
    epoch (epochs are whole seconds, as in Karafka), p50 / p99; and per epoch second (medians
    over the seconds) the lateness of its first target and the rate its targets were handed over.
+4. backlog: B schedules already due when the daemon starts (a restart after an outage), on a
+   4-partition schedules topic; time from the daemon's start until it counts all B dispatched:
+   loading and dispatching together, what a restarted daemon's backlog waits.
 The at-least-once and transactional cases alternate A-B, B-A between samples. Prints a markdown
 table with every sample's figure after the median.
 """
@@ -34,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from _common import add_smoke_option, start_broker, stop_broker
+from _common import add_smoke_option, load_average, start_broker, stop_broker
 
 from ferrokafka import AsyncProducer, Client
 from ferrokafka.scheduling import Scheduler, create_topics, schedule
@@ -104,6 +107,7 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=100_000)
     parser.add_argument("--rate", type=int, default=10_000)
     parser.add_argument("--seconds", type=int, default=30, help="lateness run length")
+    parser.add_argument("--backlog", type=int, default=10_000, help="schedules due at start")
     parser.add_argument("--samples", type=int, default=3, help="runs per measurement (median)")
     add_smoke_option(parser)
     args = parser.parse_args()
@@ -111,11 +115,12 @@ def main() -> int:
     lead = 10
     if args.smoke:
         args.load, args.burst, args.rate, args.seconds, args.samples = 1_000, 1_000, 200, 1, 1
+        args.backlog = min(args.backlog, 1_000)
         lead = 3
     bootstrap = start_broker()
     client = Client({"bootstrap.servers": bootstrap})
     config = {"bootstrap.servers": bootstrap}
-    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_before = load_average()
 
     def load() -> tuple[float, float]:
         """Seconds until N far-future schedules are loaded, and RSS growth per schedule."""
@@ -131,6 +136,20 @@ def main() -> int:
             seconds = time.perf_counter() - started
             grown = rss_bytes() - before
         return seconds, grown / args.load
+
+    def backlog() -> float:
+        """Seconds from the daemon's start until B schedules due before it started are all
+        dispatched (their targets and tombstones acknowledged)."""
+        topic, target = fresh_topics(client)
+        produce_schedules(bootstrap, topic, target, [int(time.time())] * args.backlog, b"x" * 100)
+        started = time.time()
+        with Scheduler(config, [topic], group_id=f"bench-{uuid.uuid4().hex}") as daemon:
+            confirmed = wait_until(
+                lambda: sum(s["dispatched"] for s in daemon.status()) >= args.backlog, 600, 0.005
+            )
+        dispatched = client.read_topic(target, max_messages=args.backlog)
+        assert len(dispatched) == args.backlog, f"{len(dispatched)} dispatched, not {args.backlog}"
+        return confirmed - started
 
     def burst(transactional: bool) -> tuple[float, float]:
         """Dispatches per second for M schedules all due at once, and CPU µs per dispatch."""
@@ -189,6 +208,7 @@ def main() -> int:
     txn_bursts: list[tuple[float, float]] = []
     lates: list[tuple[float, float, float, float]] = []
     txn_lates: list[tuple[float, float, float, float]] = []
+    backlogs: list[float] = []
     sample_loads: list[float] = []
     for sample in range(args.samples):
         # Interleaved: every sample runs each measurement once, in alternating order.
@@ -198,6 +218,7 @@ def main() -> int:
             lambda: txn_bursts.append(burst(True)) if args.burst else None,
             lambda: lates.append(lateness(False)),
             lambda: txn_lates.append(lateness(True)),
+            lambda: backlogs.append(backlog()) if args.backlog else None,
         ]
         for step in steps if sample % 2 == 0 else steps[::-1]:
             step()
@@ -241,6 +262,13 @@ def main() -> int:
                 "x",
             ),
         ]
+    if backlogs:
+        rows.append(
+            (
+                f"backlog: {args.backlog:,} schedules due before the start (4 partitions)",
+                f"all dispatched {each(backlogs, '.2f')} s after the start",
+            )
+        )
     rows += [
         (
             f"lateness at {args.rate:,} schedules/s for {args.seconds} s",
@@ -261,7 +289,7 @@ def main() -> int:
                 f"{each([h for *_, h in runs], ',.0f')} per s",
             )
         )
-    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_after = load_average()
     print(
         f"median of {args.samples} interleaved run(s) each; "
         f"load average before {load_before}, after {load_after}; "
