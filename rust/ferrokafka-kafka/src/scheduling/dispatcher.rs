@@ -92,10 +92,7 @@ impl SchedulerLoop {
         self.take_due_chunks(|daemon, partition, due| {
             let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                 Ok(targets) => targets,
-                Err(error) => {
-                    daemon.retry_later(&partition, due, error);
-                    return true; // the next partition's chunk
-                }
+                Err(error) => return daemon.retry_later(&partition, due, error),
             };
             let round = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
             daemon.in_flight.push_back(ChunkInFlight {
@@ -169,15 +166,17 @@ impl SchedulerLoop {
     }
 
     /// Puts back `due`, whose targets could not be made (`error`): this partition waits out a
-    /// backoff, while the others go on.
+    /// backoff. Returns what a [`Self::take_due_chunks`] callback answers so that the other
+    /// partitions go on: always true, take the next (one line at each caller).
     pub(super) fn retry_later(
         &mut self,
         partition: &(String, i32),
         due: Vec<Dispatch<ProxyPayload>>,
         error: String,
-    ) {
+    ) -> bool {
         let results = retry_all(&due, Some(error));
         self.settle(partition, due, results);
+        true
     }
 
     /// Moves on every chunk whose round the broker answered: acknowledged targets get their
