@@ -309,10 +309,7 @@ impl PyClient {
         let timeout = timeout_arg("timeout", timeout)?;
         let inner = Arc::clone(&*self.inner);
         let records = run_detached(py, move || inner.read_topic(&topic, max_messages, timeout))??;
-        Ok(records
-            .into_iter()
-            .map(|record| PyMessage::from(record).into_untracked(py))
-            .collect::<PyResult<_>>()?)
+        Ok(PyMessage::untracked_all(py, records)?)
     }
 
     fn __repr__(&self) -> String {

@@ -35,7 +35,7 @@ impl Log for EngineLogger {
         let shown = if exiting {
             record.level() <= log::Level::Warn
         } else {
-            engine_calling_python(|| self.0.enabled(record.metadata()))
+            self.enabled(record.metadata())
         };
         if !shown {
             return; // not formatted, let alone searched for secrets

@@ -64,6 +64,17 @@ impl PyMessage {
         Ok(message)
     }
 
+    /// Owned records as messages, each [untracked](Self::into_untracked).
+    pub(crate) fn untracked_all(
+        py: Python<'_>,
+        records: Vec<ReceivedRecord>,
+    ) -> PyResult<Vec<Py<PyMessage>>> {
+        records
+            .into_iter()
+            .map(|record| PyMessage::from(record).into_untracked(py))
+            .collect()
+    }
+
     /// Partition and offset, read without going through Python.
     pub(crate) fn position(&self) -> (i32, i64) {
         (self.record().partition, self.record().offset)

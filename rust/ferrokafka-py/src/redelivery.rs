@@ -136,10 +136,7 @@ impl PyRawQueueConsumer {
         py.detach(move || drop(engine));
         match fetched?.transpose()? {
             None => Ok(Vec::new()),
-            Some(Taken::Records(records)) => Ok(records
-                .into_iter()
-                .map(|record| PyMessage::from(record).into_untracked(py))
-                .collect::<PyResult<_>>()?),
+            Some(Taken::Records(records)) => Ok(PyMessage::untracked_all(py, records)?),
             Some(Taken::Refused(refused)) => {
                 let message = PyMessage::from(refused.record).into_untracked(py)?;
                 Err(refused_message(py, refused.error, message.into_any())?.into())
