@@ -12,7 +12,9 @@ Python 3.12 a new thread cannot start at shutdown): it asks every component to b
 (:meth:`ClosesAtExit.begin_exit`, which never waits), then waits for each in turn against one
 shared deadline, so the waits overlap and the whole exit takes about the longest bound, not
 their sum. Reporters go in a second round, once the others finished, so the final reports the
-others hand them while stopping are sent too.
+others hand them while stopping are sent too. Last, it waits for the engines being closed on
+threads of their own (a client whose last reference went on one of its own threads, in a log
+handler or an ``oauth_cb``), so that what they report on closing is said before the process ends.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Protocol
+
+from ferrokafka._native import on_engine_thread, wait_for_background_closes
 
 log = logging.getLogger("ferrokafka")
 
@@ -71,6 +77,9 @@ class StopsAtExit:
             )
 
 
+BACKGROUND_CLOSE_TIMEOUT = 10.0
+"""Most seconds the exit waits for engines being closed on threads of their own."""
+
 _open: weakref.WeakSet[ClosesAtExit] = weakref.WeakSet()
 # Finished once the others are: reporters, which send what the others report while stopping.
 _open_last: weakref.WeakSet[ClosesAtExit] = weakref.WeakSet()
@@ -88,6 +97,20 @@ def unregister(component: ClosesAtExit) -> None:
     _open_last.discard(component)
 
 
+def finish_collected(finish: Callable[[], None], name: str) -> None:
+    """Runs ``finish``, a collected component's close, which waits for its engine's threads:
+    here, or on a new thread called ``name`` when Python collected the component on one of those
+    threads (a log line or an ``oauth_cb`` running Python there), where it would wait for
+    itself. The interpreter's exit joins that thread, as every thread not a daemon."""
+    if on_engine_thread():
+        try:
+            threading.Thread(target=finish, name=name).start()
+            return
+        except RuntimeError:  # the interpreter is exiting: no new thread, finish within its bound
+            pass
+    finish()
+
+
 def finish_everything_open() -> None:
     """The ``atexit`` hook: finish every registered component, each within its exit_timeout;
     those registered ``after_the_rest`` once the others are finished."""
@@ -95,6 +118,17 @@ def finish_everything_open() -> None:
         components = list(registered)
         registered.clear()
         _finish_together(components)
+    try:
+        still_closing = wait_for_background_closes(BACKGROUND_CLOSE_TIMEOUT)
+    except BaseException:  # Ctrl-C during the exit wait
+        log.exception("at exit: stopped waiting for the clients being closed in the background")
+        return
+    if still_closing:
+        log.warning(
+            "at exit: %d collected client(s) still closing after %g s; what they held is lost",
+            still_closing,
+            BACKGROUND_CLOSE_TIMEOUT,
+        )
 
 
 def _finish_together(components: list[ClosesAtExit]) -> None:

@@ -520,6 +520,20 @@ class DeadlineQueue:
     def __len__(self) -> int: ...
     def __contains__(self, id: object, /) -> bool: ...
 
+def on_engine_thread() -> bool:
+    """Whether this thread is one a client's engine or librdkafka owns, running Python for it (a
+    log line on its way to ``logging``, an ``oauth_cb``): a close started here must not wait for
+    the client's threads, which may include this one."""
+
+def wait_for_background_closes(timeout: float) -> int:
+    """Wait up to ``timeout`` seconds (positive) for the clients being closed on threads of their
+    own, and return how many still are (0: none).
+
+    A client whose last reference goes on one of its own threads (in a ``logging`` handler fed
+    by its engine, or in its ``oauth_cb``) cannot be closed there and is closed on a thread of
+    its own; the interpreter's exit waits here so that the close ends, and says what it lost.
+    """
+
 def redact_secrets(text: str) -> str:
     """``text`` as ferrokafka shows every log line and exception: without URL credentials
     (``https://[redacted]@host/...``), without the values of secret parameters and secret

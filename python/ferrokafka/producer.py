@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -356,7 +357,10 @@ class AsyncProducer:
         closed = getattr(self, "_closed", True)  # missing: __init__ failed before the engine ran
         if closed or sys.is_finalizing():
             return  # after finalization began, the engine's own drop reports what is lost
-        self._finish_unowned("collected without shutdown()", self.exit_timeout)
+        finish = functools.partial(
+            self._finish_unowned, "collected without shutdown()", self.exit_timeout
+        )
+        _exit.finish_collected(finish, "ferrokafka-producer-close")
 
     def _finish_unowned(self, when: str, timeout: float) -> None:
         self._events.log_failures = False  # the one line below names them all

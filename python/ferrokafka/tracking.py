@@ -43,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -382,7 +383,8 @@ class Reporter:
         # Missing: __init__ failed. A running reporting thread keeps its reporter alive, so
         # a collected reporter sends from here or not at all.
         if hasattr(self, "_send") and not sys.is_finalizing():
-            self._finish("collected without close()", self.exit_timeout)
+            finish = functools.partial(self._finish, "collected without close()", self.exit_timeout)
+            _exit.finish_collected(finish, "ferrokafka-reporter-close")
 
     def _finish(self, when: str, timeout: float) -> None:
         """Within ``timeout`` seconds, sends the final report (unless sent already; only when

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from ferrokafka import AsyncProducer, Client, Consumer, KafkaError
+from ferrokafka._native import wait_for_background_closes
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 from ferrokafka.scheduling import Scheduler
 from ferrokafka.tracking import Reporter
@@ -189,9 +190,18 @@ def test_a_callback_of_the_wrong_shape_is_an_authentication_failure_naming_the_s
         Client(config).list_topics(timeout=20.0)
 
 
-@pytest.mark.parametrize("make", [Client, AsyncProducer], ids=["Client", "AsyncProducer"])
+@pytest.mark.parametrize(
+    ("make", "closing_in_background"),
+    # A Client's engine closes on a `ferrokafka-close` thread, counted for the exit to wait for;
+    # an AsyncProducer is finished by Python on a thread of its own, which the exit joins.
+    [(Client, 1), (AsyncProducer, 0)],
+    ids=["Client", "AsyncProducer"],
+)
 def test_a_client_freed_on_its_own_thread_closes_without_waiting_for_itself(
-    secure_broker: SecureBroker, make: Any, monkeypatch: pytest.MonkeyPatch
+    secure_broker: SecureBroker,
+    make: Any,
+    closing_in_background: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Python frees an object on whichever thread drops its last reference or collects it, and
     # a client's own polling thread runs Python code: the oauth_cb, and librdkafka's log lines
@@ -204,23 +214,81 @@ def test_a_client_freed_on_its_own_thread_closes_without_waiting_for_itself(
     held: list[object] = []
     holding = threading.Event()
     dropped = threading.Event()
+    closing_meanwhile: list[int] = []
     tokens = TokenCallback()
 
     def drop_the_client(config: str | None) -> tuple[str, float, str, dict[str, str]]:
         if holding.wait(WAIT) and held:
             held.clear()  # the last reference: the client is freed here, on its thread
+            # The close joins this thread, so it is still running while the callback is.
+            closing_meanwhile.append(wait_for_background_closes(0.05))
             dropped.set()
         return tokens(config)
 
     held.append(make(oauth_config(secure_broker, drop_the_client)))
     holding.set()
     assert dropped.wait(WAIT), "the callback was never called"
+    assert closing_meanwhile == [closing_in_background]
+    assert wait_for_background_closes(WAIT) == 0
     wait_until(
         lambda: len(os.listdir("/proc/self/task")) <= threads_before,
         WAIT,
         "the client's threads all ended",
     )
     assert unraisable == []
+
+
+# An AsyncProducer whose last reference goes in its own oauth_cb, before it could connect, with
+# records buffered; the script ends right after. Prints how long the callback took.
+_DROPPED_BY_ITS_CALLBACK = """
+import sys, threading, time
+from ferrokafka import AsyncProducer
+from tests.kafka.test_oauth_callback import unsecured_jwt
+bootstrap, ca, topic, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+held, holding, dropped, took = [], threading.Event(), threading.Event(), []
+def drop_the_producer(config):
+    if holding.wait(30) and held:
+        started = time.monotonic()
+        held.clear()
+        took.append(time.monotonic() - started)
+        dropped.set()
+    return unsecured_jwt("ferrokafka-oauth-cb", 3600.0)
+producer = AsyncProducer({"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL",
+    "ssl.ca.location": ca, "sasl.mechanism": "OAUTHBEARER", "oauth_cb": drop_the_producer},
+    exit_timeout=20.0)
+producer.produce_many([b"kept-%d" % n for n in range(count)], topic=topic)
+held.append(producer)
+del producer
+holding.set()
+assert dropped.wait(60), "the callback never dropped the producer"
+print("CALLBACK_TOOK", took[0], flush=True)
+"""
+
+
+def test_a_producer_collected_in_its_own_callback_delivers_before_the_script_ends(
+    secure_broker: SecureBroker,
+) -> None:
+    # The collected producer delivers what it holds before it goes; on its own polling thread
+    # that wait held up the token it needed to connect, and the deliveries it waited for, until
+    # its exit_timeout passed and everything was lost.
+    config = oauth_config(secure_broker, TokenCallback())
+    topic = new_topic(config, partitions=1)
+    broker = [secure_broker.sasl_ssl, secure_broker.ca]
+    ran = subprocess.run(
+        [sys.executable, "-c", _DROPPED_BY_ITS_CALLBACK, *broker, topic, "1000"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "Traceback" not in ran.stderr, ran.stderr
+    assert "lost" not in ran.stderr, ran.stderr
+    took = float(ran.stdout.split("CALLBACK_TOOK")[-1])
+    assert took < PROMPT, f"the callback was held {took:.1f} s"
+    kept = [b"kept-%d" % n for n in range(1000)]
+    assert values_on(secure_broker.bootstrap, topic, 1000) == kept
 
 
 # The engines' log levels are cached per process on first use: librdkafka's debug lines are

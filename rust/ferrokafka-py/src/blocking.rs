@@ -195,33 +195,23 @@ pub fn engine_calling_python<R>(call: impl FnOnce() -> R) -> R {
     call()
 }
 
+/// Whether this thread runs inside [`engine_calling_python`].
+pub fn calling_python_for_an_engine() -> bool {
+    ENGINE_CALLING_PYTHON.get()
+}
+
 /// Runs `cleanup` (an engine's close, a drop that joins its threads) with the GIL released, from
 /// code that may hold it (such as a `Drop` run by the garbage collector): engine threads log
 /// through `pyo3-log` and so may be waiting for the GIL, and joining them while holding it would
 /// deadlock. On an engine's own thread calling Python ([`engine_calling_python`]) the cleanup
-/// runs on a thread of its own instead, which this one does not wait for: that thread may be one
-/// the cleanup joins.
+/// runs on a thread of its own instead, which this one does not wait for (that thread may be one
+/// the cleanup joins), and which the interpreter's exit does.
 pub fn release_gil_for<F: FnOnce() + Send + 'static>(cleanup: F) {
-    if !ENGINE_CALLING_PYTHON.get() {
+    if !calling_python_for_an_engine() {
         Python::attach(|py| py.detach(cleanup));
         return;
     }
-    // Kept here too, so a thread that cannot start leaks the engine rather than joining itself.
-    let slot = Arc::new(Mutex::new(Some(cleanup)));
-    let taken = Arc::clone(&slot);
-    let started = std::thread::Builder::new()
-        .name("ferrokafka-close".to_owned())
-        .spawn(move || {
-            if let Some(cleanup) = taken.lock().ok().and_then(|mut slot| slot.take()) {
-                cleanup();
-            }
-        });
-    if let Err(e) = started {
-        log::error!(
-            "an engine collected on its own thread is left open: no thread to close it: {e}"
-        );
-        std::mem::forget(slot.lock().ok().and_then(|mut slot| slot.take()));
-    }
+    crate::background_closes::close_in_background(cleanup);
 }
 
 /// Owns an engine whose drop joins librdkafka or ferrokafka threads; drops it without the GIL

@@ -2,6 +2,7 @@
 
 mod arrow;
 mod arrow_c;
+mod background_closes;
 mod batch;
 mod blocking;
 mod client;
@@ -45,6 +46,7 @@ mod _native {
             decode_marker_batch, decode_report_batch, decode_state_batch, deflate_batch,
             inflate_batch, partition_key_batch, schedule_headers_batch,
         },
+        background_closes::{on_engine_thread, wait_for_background_closes},
         batch::{PyBatch, PyBatchIterator},
         client::{
             PyBrokerMetadata, PyClient, PyClusterMetadata, PyNewTopic, PyPartitionMetadata,
