@@ -7,9 +7,15 @@ futures wait for their messages; that walking was most of ``produce_future``'s c
 subclass starts running and makes nothing more until it is used: its small slotted condition
 and its waiter and callback lists come into being when someone first waits on it, asks about
 it or adds a callback, so a future that is only settled and then read stays one object for the
-garbage collector. Otherwise it is the standard class: ``result``, ``exception``,
-``add_done_callback``, ``cancel``, ``concurrent.futures.wait`` / ``as_completed`` and
-``asyncio.wrap_future`` all work on it (tests/unit/test_delivery_future.py holds them to that).
+garbage collector. Until then it holds nothing that could close a reference cycle (its state,
+and its delivered ``Message``, which is not tracked either), so the collector does not track it
+at all, as CPython does for tuples of numbers: a million waiting futures are not walked again
+at every collection. It is tracked again the moment it makes its condition or lists, or holds
+an exception or a tracked result. (Attributes a caller sets on a future of its own are not
+watched: a cycle made only through those is not collected.) Otherwise it is the standard
+class: ``result``, ``exception``, ``add_done_callback``, ``cancel``,
+``concurrent.futures.wait`` / ``as_completed`` and ``asyncio.wrap_future`` all work on it
+(tests/unit/test_delivery_future.py holds them to that).
 ``set_results`` is how the producer's binding settles them: a drained chunk at a time, in one
 call into Python.
 """
@@ -18,11 +24,14 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import gc
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, RUNNING
 from typing import Any, TypeVar
+
+from ferrokafka._native import gc_track, gc_untrack
 
 T = TypeVar("T")
 
@@ -109,6 +118,7 @@ class _MadeOnFirstUse:
     def __get__(self, future: DeliveryFuture[Any] | None, owner: type | None = None) -> Any:
         if future is None:
             return self
+        gc_track(future)  # it is about to hold containers
         future._looked_at = True
         # The dict's setdefault is atomic: two threads asking at once get the same object.
         return future.__dict__.setdefault(self._name, self._make())
@@ -135,18 +145,22 @@ class DeliveryFuture(Future[T]):
         # would) gives every future a dict of its own, for the collector to walk.
         self._state = RUNNING
         self._result = None
+        gc_untrack(self)  # holds nothing a cycle could go through yet (see the module docs)
 
     # Settling sets the state first and then looks whether anyone looked: a thread that starts
     # to wait or add a callback afterwards marks the future first and then reads the state, so
     # it sees the result; one that marked it before is notified under the condition, as by the
     # base class. A delivery future is settled once, by the producer (no InvalidStateError).
     def set_result(self, result: T) -> None:
+        if gc.is_tracked(result):  # not a delivered Message: it could close a cycle
+            gc_track(self)
         self._result = result
         self._state = FINISHED
         if self._looked_at:
             self._notify(failed=False)
 
     def set_exception(self, exception: BaseException | None) -> None:
+        gc_track(self)  # an exception's traceback can lead back here
         self._exception = exception
         self._state = FINISHED
         if self._looked_at:

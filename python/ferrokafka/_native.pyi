@@ -520,6 +520,15 @@ class DeadlineQueue:
     def __len__(self) -> int: ...
     def __contains__(self, id: object, /) -> bool: ...
 
+def gc_untrack(object: object) -> None:
+    """Take ``object`` off the cyclic garbage collector's lists (nothing if it is off them), as
+    CPython does for tuples of numbers: it is no longer walked at every collection. The caller
+    must :func:`gc_track` it before it can be part of a reference cycle, which would otherwise
+    never be collected. ``ValueError`` for objects of types the collector does not know."""
+
+def gc_track(object: object) -> None:
+    """Put ``object`` back on the garbage collector's lists (nothing if it is on them)."""
+
 def on_engine_thread() -> bool:
     """Whether this thread is one a client's engine or librdkafka owns, running Python for it (a
     log line on its way to ``logging``, an ``oauth_cb``): a close started here must not wait for

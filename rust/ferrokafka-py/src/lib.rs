@@ -18,6 +18,7 @@ mod document_view;
 mod engine_log;
 mod errors;
 mod flat_record;
+mod gc_tracking;
 mod message;
 mod options;
 mod producer;
@@ -66,6 +67,7 @@ mod _native {
         consumer_stats::{PyConsumerCounters, PyConsumerStats, PyPartitionStats},
         deadline_queue::PyDeadlineQueue,
         delivery_report::PyDeliveryReport,
+        gc_tracking::{gc_track, gc_untrack},
         message::PyMessage,
         producer::{PyProducerStats, PyRawAsyncProducer},
         producer_events::{
