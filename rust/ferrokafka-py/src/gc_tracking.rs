@@ -14,8 +14,9 @@ use pyo3::prelude::*;
 
 use crate::errors::invalid_argument;
 
-/// Refuses objects of types the collector does not know: their memory has no collector header.
-fn collected_type(object: &Bound<'_, PyAny>) -> PyResult<*mut ffi::PyObject> {
+/// Puts `object` on the collector's lists or takes it off, if it is not there already. Objects
+/// of types the collector does not know are refused: their memory has no collector header.
+fn set_tracked(object: &Bound<'_, PyAny>, tracked: bool) -> PyResult<()> {
     // SAFETY: `PyType_GetFlags` reads a live type object's flags.
     let flags = unsafe { ffi::PyType_GetFlags(object.get_type().as_type_ptr()) };
     if flags & ffi::Py_TPFLAGS_HAVE_GC == 0 {
@@ -24,7 +25,18 @@ fn collected_type(object: &Bound<'_, PyAny>) -> PyResult<*mut ffi::PyObject> {
             object.get_type().name()?
         )));
     }
-    Ok(object.as_ptr())
+    let pointer = object.as_ptr();
+    // SAFETY: a live object of a GC type, with the GIL held, so checking and changing are one
+    // step for every other thread; tracking an object already tracked would abort the process,
+    // which the check rules out.
+    unsafe {
+        match (ffi::PyObject_GC_IsTracked(pointer) == 1, tracked) {
+            (true, false) => ffi::PyObject_GC_UnTrack(pointer.cast()),
+            (false, true) => ffi::PyObject_GC_Track(pointer.cast()),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Takes `object` off the garbage collector's lists (no-op if it is off them); its type must be
@@ -32,27 +44,11 @@ fn collected_type(object: &Bound<'_, PyAny>) -> PyResult<*mut ffi::PyObject> {
 /// a reference cycle.
 #[pyfunction]
 pub fn gc_untrack(object: &Bound<'_, PyAny>) -> PyResult<()> {
-    let pointer = collected_type(object)?;
-    // SAFETY: a live object of a GC type, with the GIL held: checking and untracking are one
-    // step for every other thread.
-    unsafe {
-        if ffi::PyObject_GC_IsTracked(pointer) == 1 {
-            ffi::PyObject_GC_UnTrack(pointer.cast());
-        }
-    }
-    Ok(())
+    set_tracked(object, false)
 }
 
 /// Puts `object` back on the garbage collector's lists (no-op if it is on them).
 #[pyfunction]
 pub fn gc_track(object: &Bound<'_, PyAny>) -> PyResult<()> {
-    let pointer = collected_type(object)?;
-    // SAFETY: as in `gc_untrack`; tracking an object already tracked would abort the process,
-    // which the check rules out.
-    unsafe {
-        if ffi::PyObject_GC_IsTracked(pointer) == 0 {
-            ffi::PyObject_GC_Track(pointer.cast());
-        }
-    }
-    Ok(())
+    set_tracked(object, true)
 }
