@@ -261,6 +261,8 @@ class Reporter:
         self._sources: list[TrackedSource] = []
         # Status changes not reported yet, oldest first: each gets a report of its own.
         self._owed: list[ProcessStatus] = []
+        # The samples an owed status's report carries instead of those of the moment it is sent.
+        self._sampled_for: dict[ProcessStatus, tuple[ProcessFacts, list[SourceSample]]] = {}
         self._errors: list[bytes] = []
         # What the reporting thread is sending now: statuses and how many errors.
         self._owed_sending: list[ProcessStatus] = []
@@ -341,8 +343,15 @@ class Reporter:
         stopping, which is reported at once."""
         with self._state:
             last = self._sources == [source]
-        if last:
-            self.set_status("stopping")
+        if not last:
+            return
+        # Sampled here, while the component still holds what it reports (a consumer its
+        # partitions and commits): the reporting thread may get to send this report only after
+        # the component let them go.
+        sampled = self._samples()
+        with self._state:
+            self._sampled_for["stopping"] = sampled
+        self.set_status("stopping")
 
     def untrack(self, source: TrackedSource) -> None:
         """Stop including ``source``; after the last one, :meth:`close` the reporter."""
@@ -562,14 +571,15 @@ class Reporter:
             errors, self._errors = self._errors, []
             self._owed_sending, self._errors_sending = statuses, len(errors)
             give_up_count = self._give_up_count
+            sampled = [self._sampled_for.pop(status, (process, sources)) for status in statuses]
         sent_reports = sent_errors = 0
         failure: Exception | None = None
         try:
             if statuses:
                 self._reported_at = time.monotonic()
             reports = [
-                self._builder.consumer_report(process.with_status(status), sources, time.time())
-                for status in statuses
+                self._builder.consumer_report(facts.with_status(status), samples, time.time())
+                for status, (facts, samples) in zip(statuses, sampled, strict=True)
             ]
             try:
                 for blob in reports:  # partition 0: the only one Karafka Web's processing reads

@@ -547,6 +547,42 @@ def test_a_reporter_dropped_without_close_sends_its_final_report(
     ]
 
 
+class ReleasingSource:
+    """A component that lets its partition go as soon as it began stopping, as a consumer does
+    while its stopping report may still be on the reporting thread's way."""
+
+    def __init__(self) -> None:
+        self.holding = True
+
+    def report_sample(self) -> SourceSample:
+        held = [PartitionSample("orders", 0, lag=4, committed_offset=96)] if self.holding else []
+        return SourceSample(group="billing", partitions=held)
+
+
+def test_the_stopping_report_shows_what_the_component_held_when_it_began_stopping(
+    kafka_bootstrap: str, report_topics: tuple[str, str]
+) -> None:
+    reporter = Reporter(
+        {"bootstrap.servers": kafka_bootstrap},
+        reports_topic=report_topics[0],
+        errors_topic=report_topics[1],
+        interval=3600.0,
+    )
+    source = ReleasingSource()
+    reporter.track(source)
+    with TopicTail(kafka_bootstrap, report_topics[0], codecs.decode_process_report) as tail:
+        reporter.stopping(source)
+        source.holding = False  # before the reporting thread could sample it
+        reports = tail.wait_for(
+            lambda rs: any(r["process"]["status"] == "stopping" for r in rs),
+            "the stopping report",
+        )
+        reporter.untrack(source)
+    stopping = next(r for r in reports if r["process"]["status"] == "stopping")
+    partition = topics_of(stopping, "billing")["orders"]["partitions"]["0"]
+    assert (partition["committed_offset"], partition["lag"]) == (96, 4)
+
+
 def test_a_stopping_consumer_reports_its_final_commits_not_stale_statistics(
     kafka_bootstrap: str, topic_factory: TopicFactory, report_topics: tuple[str, str]
 ) -> None:
