@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pyarrow.compute as pc
-from _common import add_smoke_option, records_on, start_broker, stop_broker
+from _common import add_smoke_option, load_average, records_on, start_broker, stop_broker
 from confluent_kafka import Consumer as ConfluentConsumer
 
 from ferrokafka import AsyncConsumer, AsyncProducer, Batch, Client, Consumer, NewTopic
@@ -251,7 +251,7 @@ def main() -> int:
         io_six = fill(client, bootstrap, 6, m, args.size)
         io_one = fill(client, bootstrap, 1, m, args.size)
         io_keys = fill(client, bootstrap, 1, m, args.size, keys=1000)
-        load_before = os.getloadavg()
+        load_before = load_average()
         cases: dict[str, Callable[[], Sample]] = {
             SYNC: lambda: ferrokafka_rate(bootstrap, topic, n, touch_values),
             "ferrokafka values(), bounds 200k rec / 256 MiB": lambda: ferrokafka_rate(
@@ -288,14 +288,11 @@ def main() -> int:
             },
             args.samples,
         )
-        load_after = os.getloadavg()
+        load_after = load_average()
     finally:
         stop_broker()
 
-    def load(values: tuple[float, float, float]) -> str:
-        return " / ".join(f"{v:.2f}" for v in values)
-
-    print(f"load average (1/5/15 min): before {load(load_before)}, after {load(load_after)}\n")
+    print(f"load average (1/5/15 min): before {load_before}, after {load_after}\n")
     print(f"{n:,} records of {args.size} B, 6 partitions, median of {args.samples} interleaved\n")
     consume, tuned = rates[CONFLUENT].rate, rates[CONFLUENT_TUNED].rate
     java_sample = rates.get("Java ConsumerPerformance (fetch rate)")

@@ -21,7 +21,6 @@ unless KAFKA_BOOTSTRAP is set.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -29,7 +28,7 @@ import subprocess
 import sys
 import uuid
 
-from _common import records_on, start_broker, stop_broker
+from _common import load_average, records_on, start_broker, stop_broker
 
 PARTITIONS = 3
 BASELINE = 10
@@ -149,7 +148,7 @@ def main() -> int:
         args.messages, args.samples = 2_000, 1
     n = args.messages
     bootstrap = start_broker()
-    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_before = load_average()
     per_message: dict[str, list[float]] = {case: [] for case in CASES}
     for sample in range(args.samples):
         order = list(CASES) if sample % 2 == 0 else list(CASES)[::-1]
@@ -168,7 +167,7 @@ def main() -> int:
     stop_broker()
     peer = statistics.median(per_message["confluent"])
     callback_peer = statistics.median(per_message["confluent_callbacks"])
-    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_after = load_average()
     print(
         f"{n:,} messages of 100 bytes, 3 partitions, linger.ms=5; median of {args.samples} "
         f"interleaved sample(s) per case; load average before {load_before}, after "
