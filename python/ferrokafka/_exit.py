@@ -104,7 +104,9 @@ def finish_collected(finish: Callable[[], None], name: str) -> None:
     itself. The interpreter's exit joins that thread, as every thread not a daemon."""
     if on_engine_thread():
         try:
-            threading.Thread(target=finish, name=name).start()
+            # Not a daemon, which a thread started here would be by inheritance (the engine's
+            # thread is a daemon to Python): the interpreter's exit must wait for it.
+            threading.Thread(target=finish, name=name, daemon=False).start()
             return
         except RuntimeError:  # the interpreter is exiting: no new thread, finish within its bound
             pass

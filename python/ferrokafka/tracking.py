@@ -611,7 +611,11 @@ class Reporter:
                     self._retry_at = time.monotonic() + self.interval
                 if (keep or failure is None) and give_up_count == self._give_up_count:
                     self._errors[:0] = errors[sent_errors:]
-        return _Unsent(statuses[sent_reports:], len(errors) - sent_errors, str(failure or ""))
+        unsent = _Unsent(statuses[sent_reports:], len(errors) - sent_errors, str(failure or ""))
+        # The failure's traceback holds this frame, which holds the failure: without this the
+        # cycle would keep the reporter alive until the next garbage collection.
+        del failure
+        return unsent
 
     def _produce(
         self, topic: str, blob: bytes, key: str, partition: int | None, deadline: float

@@ -291,6 +291,53 @@ def test_a_producer_collected_in_its_own_callback_delivers_before_the_script_end
     assert values_on(secure_broker.bootstrap, topic, 1000) == kept
 
 
+# A Reporter whose broker is unreachable owes its final report; its last reference goes in the
+# oauth_cb of another client. Prints how long the callback took.
+_REPORTER_DROPPED_ON_A_CLIENTS_THREAD = """
+import sys, time
+from ferrokafka import Client
+from ferrokafka.tracking import Reporter
+from tests.kafka.test_oauth_callback import unsecured_jwt
+bootstrap, ca = sys.argv[1], sys.argv[2]
+reporter = Reporter({"bootstrap.servers": "127.0.0.1:1"}, send_timeout=3.0, exit_timeout=3.0)
+assert not reporter.report(force=True)
+held, took = [reporter], []
+del reporter
+def drop_the_reporter(config):
+    if held:
+        started = time.monotonic()
+        held.clear()
+        took.append(time.monotonic() - started)
+    return unsecured_jwt("ferrokafka-oauth-cb", 3600.0)
+Client({"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
+    "sasl.mechanism": "OAUTHBEARER", "oauth_cb": drop_the_reporter}).list_topics(timeout=30)
+print("CALLBACK_TOOK", took[0], flush=True)
+"""
+
+
+def test_a_reporter_collected_on_a_clients_thread_sends_its_last_report_off_that_thread(
+    secure_broker: SecureBroker,
+) -> None:
+    # A collected Reporter sends its final report before it goes, waiting up to its
+    # exit_timeout; collected on another client's thread (here in that client's oauth_cb) the
+    # wait held that thread too, as long as the reporter's own broker took to answer.
+    broker = [secure_broker.sasl_ssl, secure_broker.ca]
+    ran = subprocess.run(
+        [sys.executable, "-c", _REPORTER_DROPPED_ON_A_CLIENTS_THREAD, *broker],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "Traceback" not in ran.stderr, ran.stderr
+    took = float(ran.stdout.split("CALLBACK_TOOK")[-1])
+    assert took < 1.0, f"the callback was held {took:.1f} s"
+    # The finish ran on a thread of its own, which the interpreter waited for at exit.
+    assert "Reporter collected without close(): not sent within" in ran.stderr, ran.stderr
+
+
 # The engines' log levels are cached per process on first use: librdkafka's debug lines are
 # looked at in a fresh interpreter that asks for them from the start.
 DEBUG_LOG = """
