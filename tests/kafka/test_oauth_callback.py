@@ -238,6 +238,23 @@ def test_a_client_freed_on_its_own_thread_closes_without_waiting_for_itself(
     assert unraisable == []
 
 
+def callback_held(script: str, broker: SecureBroker, *args: str) -> tuple[float, str]:
+    """Runs ``script`` with the broker's SASL_SSL listener, its CA and ``args``, checks that it
+    ended cleanly, and returns how long its oauth_cb was held (its ``CALLBACK_TOOK`` line) and
+    its stderr."""
+    ran = subprocess.run(
+        [sys.executable, "-c", script, broker.sasl_ssl, broker.ca, *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "Traceback" not in ran.stderr, ran.stderr
+    return float(ran.stdout.split("CALLBACK_TOOK")[-1]), ran.stderr
+
+
 # An AsyncProducer whose last reference goes in its own oauth_cb, before it could connect, with
 # records buffered; the script ends right after. Prints how long the callback took.
 _DROPPED_BY_ITS_CALLBACK = """
@@ -273,19 +290,8 @@ def test_a_producer_collected_in_its_own_callback_delivers_before_the_script_end
     # its exit_timeout passed and everything was lost.
     config = oauth_config(secure_broker, TokenCallback())
     topic = new_topic(config, partitions=1)
-    broker = [secure_broker.sasl_ssl, secure_broker.ca]
-    ran = subprocess.run(
-        [sys.executable, "-c", _DROPPED_BY_ITS_CALLBACK, *broker, topic, "1000"],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        cwd=ROOT,
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert "Traceback" not in ran.stderr, ran.stderr
-    assert "lost" not in ran.stderr, ran.stderr
-    took = float(ran.stdout.split("CALLBACK_TOOK")[-1])
+    took, stderr = callback_held(_DROPPED_BY_ITS_CALLBACK, secure_broker, topic, "1000")
+    assert "lost" not in stderr, stderr
     assert took < PROMPT, f"the callback was held {took:.1f} s"
     kept = [b"kept-%d" % n for n in range(1000)]
     assert values_on(secure_broker.bootstrap, topic, 1000) == kept
@@ -321,21 +327,10 @@ def test_a_reporter_collected_on_a_clients_thread_sends_its_last_report_off_that
     # A collected Reporter sends its final report before it goes, waiting up to its
     # exit_timeout; collected on another client's thread (here in that client's oauth_cb) the
     # wait held that thread too, as long as the reporter's own broker took to answer.
-    broker = [secure_broker.sasl_ssl, secure_broker.ca]
-    ran = subprocess.run(
-        [sys.executable, "-c", _REPORTER_DROPPED_ON_A_CLIENTS_THREAD, *broker],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        cwd=ROOT,
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert "Traceback" not in ran.stderr, ran.stderr
-    took = float(ran.stdout.split("CALLBACK_TOOK")[-1])
+    took, stderr = callback_held(_REPORTER_DROPPED_ON_A_CLIENTS_THREAD, secure_broker)
     assert took < 1.0, f"the callback was held {took:.1f} s"
     # The finish ran on a thread of its own, which the interpreter waited for at exit.
-    assert "Reporter collected without close(): not sent within" in ran.stderr, ran.stderr
+    assert "Reporter collected without close(): not sent within" in stderr, stderr
 
 
 # The engines' log levels are cached per process on first use: librdkafka's debug lines are
