@@ -7,7 +7,9 @@
 //! memory-safe at any time (the collector then treats what the object refers to as referenced
 //! from outside); its only cost is that a reference cycle through an untracked object is never
 //! collected, so the owner of an untracked object tracks it again before it can take part in
-//! one. `DeliveryFuture` is the one caller (see `ferrokafka._delivery_future`).
+//! one. `DeliveryFuture` is the one caller from Python (see `ferrokafka._delivery_future`); a
+//! `Message` never holds a Python object, so `PyMessage::into_untracked` untracks each one as it
+//! is made, directly and without these checks, on the consumer's and producer's hot paths.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
