@@ -1371,7 +1371,8 @@ class _RawQueueConsumer:
         Raises ``MarkerRefusedError`` carrying a message whose START was refused for good."""
     def ack(self, message: Any) -> None:
         """Write the END marker of this message (``Message`` or anything with ``partition()``
-        and ``offset()``; ValueError when it is not in flight)."""
+        and ``offset()``; ValueError when it is not in flight): held back at most a
+        millisecond to be written with other acks' (``flush`` and ``close`` write it at once)."""
     def ack_many(self, messages: Sequence[Any]) -> None:
         """Write the END markers of these messages (``Message`` or anything with
         ``partition()`` and ``offset()``; ValueError for one not in flight)."""

@@ -300,7 +300,9 @@ class QueueConsumer:
     def ack(self, message: QueueMessage) -> None:
         """Processing of ``message`` succeeded: it will not be redelivered. ``message`` must be
         one this consumer handed out and not yet acked or nacked (``ValueError`` otherwise;
-        ``TypeError`` for anything but a message)."""
+        ``TypeError`` for anything but a message). Its END marker is written within a
+        millisecond together with other acks' (one call to librdkafka for many);
+        :meth:`flush` and :meth:`close` write it at once."""
         if self._share is not None:
             self._share.ack_many((message,))
         else:

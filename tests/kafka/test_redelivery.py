@@ -425,6 +425,38 @@ def test_ack_many_writes_one_end_per_message_fetched_or_duck_typed(
     assert sorted((m.partition, m.offset) for m in ends if m.kind == "end") == sorted(positions)
 
 
+def test_single_acks_are_written_without_flush_or_keepalive_and_by_close(
+    config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    # A single ack's END is held back to be written with others: the marker thread writes it
+    # within a millisecond even with nothing to keep alive, and close writes what is held.
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, [f"s{n}" for n in range(6)])
+
+    def ends() -> set[tuple[int, int]]:
+        decoded = (
+            decode_marker(record.value() or b"")
+            for record in kafka_client.read_topic(markers, timeout=10.0)
+        )
+        return {(m.partition, m.offset) for m in decoded if m.kind == "end"}
+
+    queue = QueueConsumer(
+        config, queue_topic, markers, 30.0, group_id=f"g-{uuid.uuid4().hex}", auto_keepalive=False
+    )
+    try:
+        taken = take(queue, 6)
+        first = {(m.partition() or 0, m.offset() or 0) for m in taken[:3]}
+        for message in taken[:3]:
+            queue.ack(message)
+        wait_until(lambda: ends() == first, 20, "the single acks' END markers, without a flush")
+        for message in taken[3:]:
+            queue.ack(message)
+        assert queue.stats()["acked"] == 6
+    finally:
+        queue.close()
+    assert ends() == {(m.partition() or 0, m.offset() or 0) for m in taken}
+
+
 def read_with_confluent(bootstrap: str, topic: str) -> list[Any]:
     """Every record of the one-partition ``topic``, read by confluent-kafka to its end."""
     reader = Consumer(

@@ -1,10 +1,10 @@
-//! [`MarkerWriter`]: the END / KEEPALIVE side of a queue consumer, and the keepalive thread
-//! that holds the messages being handled (kafka-mq-go's keep-alive timer, one thread per
-//! consumer instead of one timer per message).
+//! [`MarkerWriter`]: the END / KEEPALIVE side of a queue consumer, and the marker thread that
+//! holds the messages being handled (kafka-mq-go's keep-alive timer, one thread per consumer
+//! instead of one timer per message) and writes the END markers of single acks.
 //!
 //! Invariants:
 //! - A message is *in flight* from the moment its START is acknowledged until `ack` or `nack`.
-//!   While automatic keepalive is on, the keepalive thread writes a KEEPALIVE (deadline = now +
+//!   While automatic keepalive is on, the marker thread writes a KEEPALIVE (deadline = now +
 //!   redelivery timeout) for every in-flight message whose deadline was last set half a timeout
 //!   ago, so a slow handler is never redelivered while its process lives.
 //! - Markers of one message are handed to librdkafka under the in-flight lock, so a KEEPALIVE
@@ -12,12 +12,17 @@
 //!   producer is idempotent: markers of one partition reach the topic in the order queued).
 //! - Only in-flight messages get markers: an `ack`, `nack` or `keepalive` of a message this
 //!   consumer did not hand out (or already finished) is refused whole, before anything is written.
+//! - The END marker of a single `ack` is held back and written with others in one call to
+//!   librdkafka (the README's `for job in queue: ... queue.ack(job)` loop otherwise pays a
+//!   produce call per message): at the latest [`END_LINGER`] after the ack (the marker thread's
+//!   timer), at once when [`END_BATCH`] are held, and with the next `ack_many` or `nack`, `flush`
+//!   or close. A held END is counted by `unwritten` and waited for by `flush`.
 //!
-//! Threading: every method may be called from any thread; the keepalive thread ends when its
-//! [`KeepaliveThread`] is dropped (the drop joins it). No Python runs here.
+//! Threading: every method may be called from any thread; the marker thread ends when its
+//! [`MarkerThread`] is dropped (the drop writes the held ENDs and joins it). No Python runs here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,11 +35,21 @@ use rustc_hash::FxHashMap;
 use crate::batch_produce::{BatchTopic, Payloads};
 use crate::daemon::now_ms;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::locks::{lock, wait_timeout};
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
 
-/// Shortest pause of the keepalive thread, so a failing write cannot make it spin.
+/// Shortest pause of the marker thread between keepalive rounds, so a failing write cannot
+/// make it spin.
 const MIN_KEEPALIVE_WAIT: Duration = Duration::from_millis(10);
+/// Longest the END marker of a single ack is held back to be written with others. The markers
+/// producer lingers 5 ms before sending anyway, so this adds no latency that matters.
+const END_LINGER: Duration = Duration::from_millis(1);
+/// Most END markers held back: the ack that reaches this many writes them at once.
+const END_BATCH: usize = 500;
+/// How long the marker thread sleeps when it has nothing to keep alive and no END held: it is
+/// woken by the first held END and by its stop.
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
 
 /// The markers partition of every marker of a message from `queue_partition`.
 pub fn markers_partition(queue_partition: i32, markers_partitions: i32) -> i32 {
@@ -102,10 +117,39 @@ pub(super) struct MarkerWriter {
     markers_partitions: OnceLock<i32>,
     redelivery_timeout: Duration,
     marker_timeout: Duration,
+    /// The in-flight lock.
+    open: Mutex<Open>,
+    /// Wakes the marker thread: the first END held back, or its stop.
+    marker_thread_wake: Condvar,
+    keepalives: AtomicU64,
+}
+
+/// What the in-flight lock guards.
+#[derive(Default)]
+struct Open {
     /// In-flight messages and when their deadline was last set (FxHash: ids are not chosen by
     /// an attacker, and every ack hashes one).
-    in_flight: Mutex<FxHashMap<MessageId, Instant>>,
-    keepalives: AtomicU64,
+    in_flight: FxHashMap<MessageId, Instant>,
+    /// Acked messages whose END marker is held back, in ack order.
+    held_ends: Vec<MessageId>,
+    /// When the first of `held_ends` was held back.
+    held_since: Option<Instant>,
+    /// The marker thread is to write the held ENDs and end.
+    stopping: bool,
+}
+
+impl Open {
+    /// The held END markers, taken out, followed by `then`.
+    fn take_held_ends(&mut self, then: usize) -> Vec<(MessageId, Marker)> {
+        self.held_since = None;
+        let mut markers = Vec::with_capacity(self.held_ends.len() + then);
+        markers.extend(
+            self.held_ends
+                .drain(..)
+                .map(|message_id| (message_id, Marker::End { message_id })),
+        );
+        markers
+    }
 }
 
 impl MarkerWriter {
@@ -124,7 +168,8 @@ impl MarkerWriter {
             markers_partitions: OnceLock::new(),
             redelivery_timeout,
             marker_timeout,
-            in_flight: Mutex::new(FxHashMap::default()),
+            open: Mutex::new(Open::default()),
+            marker_thread_wake: Condvar::new(),
             keepalives: AtomicU64::new(0),
         })
     }
@@ -153,8 +198,8 @@ impl MarkerWriter {
         now_ms().saturating_add(millis(self.redelivery_timeout))
     }
 
-    fn in_flight(&self) -> MutexGuard<'_, FxHashMap<MessageId, Instant>> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    fn open(&self) -> MutexGuard<'_, Open> {
+        lock(&self.open)
     }
 
     fn tracker(&self) -> &UpdateTracker {
@@ -180,26 +225,27 @@ impl MarkerWriter {
 
     /// The messages of a batch are in flight; their deadline was set at `set_at`.
     pub(super) fn begin(&self, messages: impl IntoIterator<Item = MessageId>, set_at: Instant) {
-        self.in_flight()
+        self.open()
+            .in_flight
             .extend(messages.into_iter().map(|id| (id, set_at)));
     }
 
     /// Handling of `messages` is over: each leaves the in-flight set and gets `marker(id)`
-    /// (none when it returns `None`), all in one write. Should librdkafka refuse it, the
-    /// messages whose marker was not written come back after their deadline. Refused whole,
-    /// before anything changes, when one of them is not in flight.
+    /// (none when it returns `None`), all in one write with the held ENDs. Should librdkafka
+    /// refuse it, the messages whose marker was not written come back after their deadline.
+    /// Refused whole, before anything changes, when one of them is not in flight.
     pub(super) fn finish(
         &self,
         messages: &[MessageId],
         marker: impl Fn(MessageId) -> Option<Marker>,
     ) -> KafkaResult<()> {
-        let mut in_flight = self.in_flight();
-        if let Some(&stranger) = messages.iter().find(|id| !in_flight.contains_key(id)) {
+        let mut open = self.open();
+        if let Some(&stranger) = messages.iter().find(|id| !open.in_flight.contains_key(id)) {
             return Err(not_in_flight(stranger));
         }
-        let mut markers = Vec::with_capacity(messages.len());
+        let mut markers = open.take_held_ends(messages.len());
         for &id in messages {
-            in_flight.remove(&id);
+            open.in_flight.remove(&id);
             if let Some(marker) = marker(id) {
                 markers.push((id, marker));
             }
@@ -207,10 +253,45 @@ impl MarkerWriter {
         self.write(&markers)
     }
 
+    /// Handling of `message` is over: it leaves the in-flight set and its END marker is held
+    /// back to be written with others (see the module docs). Refused, before anything changes,
+    /// when it is not in flight.
+    pub(super) fn finish_later(&self, message: MessageId) -> KafkaResult<()> {
+        let mut open = self.open();
+        if open.in_flight.remove(&message).is_none() {
+            return Err(not_in_flight(message));
+        }
+        open.held_ends.push(message);
+        if open.held_ends.len() >= END_BATCH {
+            let markers = open.take_held_ends(0);
+            return self.write(&markers);
+        }
+        if open.held_since.is_none() {
+            open.held_since = Some(Instant::now());
+            self.marker_thread_wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Writes the held END markers; a refusal is logged and counted as failed markers (their
+    /// messages come back after their deadline), as a failed delivery would be.
+    fn write_held_ends(&self, open: &mut Open) {
+        let markers = open.take_held_ends(0);
+        if let Err(e) = self.write(&markers) {
+            self.tracker()
+                .failed
+                .fetch_add(markers.len() as u64, Ordering::Relaxed);
+            log::warn!(
+                "{} END markers not written, their messages will be redelivered: {e}",
+                markers.len()
+            );
+        }
+    }
+
     /// Moves the deadline of the in-flight `message` to now + the redelivery timeout.
     pub(super) fn keepalive(&self, message: MessageId) -> KafkaResult<()> {
-        let mut in_flight = self.in_flight();
-        let Some(last) = in_flight.get_mut(&message) else {
+        let mut open = self.open();
+        let Some(last) = open.in_flight.get_mut(&message) else {
             return Err(not_in_flight(message));
         };
         self.write_keepalive(message)?;
@@ -233,12 +314,10 @@ impl MarkerWriter {
 
     /// Writes a KEEPALIVE for every in-flight message whose deadline was set half a timeout
     /// ago; returns how long until the next one is due.
-    fn keep_alive_due(&self) -> Duration {
+    fn keep_alive_due(&self, open: &mut Open, now: Instant) -> Duration {
         let period = self.redelivery_timeout / 2;
-        let mut in_flight = self.in_flight();
-        let now = Instant::now();
         let mut next = period;
-        for (&id, last) in in_flight.iter_mut() {
+        for (&id, last) in open.in_flight.iter_mut() {
             let due = *last + period;
             if due > now {
                 next = next.min(due - now);
@@ -264,16 +343,22 @@ impl MarkerWriter {
         self.tracker().failed.load(Ordering::Relaxed)
     }
 
-    /// END or KEEPALIVE markers librdkafka still holds (not yet acknowledged or failed).
-    pub(super) fn unwritten(&self) -> i32 {
-        self.producer.producer().in_flight_count()
+    /// END or KEEPALIVE markers not yet acknowledged or failed: held back, or in librdkafka.
+    pub(super) fn unwritten(&self) -> usize {
+        let held = self.open().held_ends.len();
+        held + usize::try_from(self.producer.producer().in_flight_count()).unwrap_or(0)
     }
 
-    /// Waits up to `timeout` until every marker written so far is acknowledged: until
-    /// librdkafka holds none of them any more (neither unsent, unacknowledged nor with a
-    /// failure report not yet counted).
+    /// Writes the held END markers, then waits up to `timeout` until every marker written so
+    /// far is acknowledged: until librdkafka holds none of them any more (neither unsent,
+    /// unacknowledged nor with a failure report not yet counted).
     pub(super) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
         let deadline = Instant::now() + timeout;
+        {
+            let mut open = self.open();
+            let markers = open.take_held_ends(0);
+            self.write(&markers)?;
+        }
         while self.producer.producer().in_flight_count() > 0 {
             if Instant::now() >= deadline {
                 return Err(KafkaIoError::Timeout {
@@ -297,34 +382,63 @@ fn not_in_flight(message: MessageId) -> KafkaIoError {
     ))
 }
 
-/// The thread that keeps in-flight messages alive; dropping this stops and joins it.
-pub(super) struct KeepaliveThread {
-    stop: Option<mpsc::Sender<()>>,
+/// The thread that keeps in-flight messages alive (with automatic keepalive) and writes the
+/// held END markers; dropping this writes the ENDs still held, stops and joins it.
+pub(super) struct MarkerThread {
+    writer: Arc<MarkerWriter>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl KeepaliveThread {
-    pub(super) fn spawn(writer: Arc<MarkerWriter>) -> KafkaResult<Self> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("ferrokafka-keepalive".to_owned())
-            .spawn(move || {
-                // Any message or a dropped sender ends the loop.
-                while let Err(mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(writer.keep_alive_due())
-                {}
-            })
-            .map_err(|e| KafkaIoError::InvalidArgument(format!("cannot start keepalive: {e}")))?;
-        Ok(KeepaliveThread {
-            stop: Some(stop),
+impl MarkerThread {
+    pub(super) fn spawn(writer: Arc<MarkerWriter>, auto_keepalive: bool) -> KafkaResult<Self> {
+        let thread = {
+            let writer = Arc::clone(&writer);
+            std::thread::Builder::new()
+                .name("ferrokafka-markers".to_owned())
+                .spawn(move || run_marker_thread(&writer, auto_keepalive))
+                .map_err(|e| {
+                    KafkaIoError::InvalidArgument(format!("cannot start the marker thread: {e}"))
+                })?
+        };
+        Ok(MarkerThread {
+            writer,
             thread: Some(thread),
         })
     }
 }
 
-impl Drop for KeepaliveThread {
+/// The marker thread: keepalive rounds when due, the held ENDs once [`END_LINGER`] old, until
+/// asked to stop (then the held ENDs are written at once).
+fn run_marker_thread(writer: &MarkerWriter, auto_keepalive: bool) {
+    let mut open = writer.open();
+    // A keepalive round walks every message in flight: only when one is due, not at each wake.
+    let mut next_keepalive = auto_keepalive.then(Instant::now);
+    while !open.stopping {
+        let now = Instant::now();
+        let mut wait = IDLE_WAIT;
+        if let Some(due) = next_keepalive.as_mut() {
+            if *due <= now {
+                *due = now + writer.keep_alive_due(&mut open, now);
+            }
+            wait = due.saturating_duration_since(now);
+        }
+        if let Some(since) = open.held_since {
+            let due = since + END_LINGER;
+            if due <= now {
+                writer.write_held_ends(&mut open);
+            } else {
+                wait = wait.min(due - now);
+            }
+        }
+        open = wait_timeout(&writer.marker_thread_wake, open, wait);
+    }
+    writer.write_held_ends(&mut open);
+}
+
+impl Drop for MarkerThread {
     fn drop(&mut self) {
-        drop(self.stop.take());
+        self.writer.open().stopping = true;
+        self.writer.marker_thread_wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::ProducerContext;
 
 use super::QueueConsumerOptions;
-use super::marker_writer::{KeepaliveThread, MarkerWriter, UpdateTracker, message_id};
+use super::marker_writer::{MarkerThread, MarkerWriter, UpdateTracker, message_id};
 use super::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch, Taken};
 use crate::client::Client;
 use crate::config::ClientSettings;
@@ -56,8 +56,8 @@ pub struct QueueConsumer {
     /// Declared first: dropped (stopped and joined) before the writer it shares.
     prefetch: StartPrefetch,
     writer: Arc<MarkerWriter>,
-    /// Dropped (stopped and joined) with the consumer; `None` without automatic keepalive.
-    _keepalive: Option<KeepaliveThread>,
+    /// Dropped (held ENDs written, stopped and joined) with the consumer.
+    _marker_thread: MarkerThread,
     options: QueueConsumerOptions,
     acked: AtomicU64,
     nacked: AtomicU64,
@@ -106,11 +106,7 @@ impl QueueConsumer {
             options.redelivery_timeout,
             options.marker_timeout,
         )?);
-        let keepalive = if options.auto_keepalive {
-            Some(KeepaliveThread::spawn(Arc::clone(&writer))?)
-        } else {
-            None
-        };
+        let marker_thread = MarkerThread::spawn(Arc::clone(&writer), options.auto_keepalive)?;
         let prefetch = StartPrefetch::spawn(PrefetchSetup {
             consumer,
             starts,
@@ -124,7 +120,7 @@ impl QueueConsumer {
         Ok(QueueConsumer {
             prefetch,
             writer,
-            _keepalive: keepalive,
+            _marker_thread: marker_thread,
             options,
             acked: AtomicU64::new(0),
             nacked: AtomicU64::new(0),
@@ -139,12 +135,16 @@ impl QueueConsumer {
         self.prefetch.take(max, wait)
     }
 
-    /// Processing of the message at `partition`/`offset` finished: writes its END marker.
+    /// Processing of the message at `partition`/`offset` finished: its END marker is written
+    /// within a millisecond, with the other single acks' (see `marker_writer`).
     pub fn ack(&self, partition: i32, offset: i64) -> KafkaResult<()> {
-        self.ack_many(&[(partition, offset)])
+        self.writer.finish_later(message_id(partition, offset))?;
+        self.acked.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Processing of the messages at `partition`/`offset` finished: writes their END markers.
+    /// Processing of the messages at `partition`/`offset` finished: writes their END markers
+    /// (with any held back by `ack`).
     pub fn ack_many(&self, messages: &[(i32, i64)]) -> KafkaResult<()> {
         let ids: Vec<MessageId> = messages.iter().map(|&(p, o)| message_id(p, o)).collect();
         let outcome = self
