@@ -309,6 +309,54 @@ def ready_made_states() -> Callable[[Column], Column]:
     return F.arrow_udf(ready, struct_type(fka.decode_state))  # type: ignore[call-overload]
 
 
+def inflated_reports(distinct: int) -> pa.Array:
+    """The inflated report of every process (``make_input``'s row ``id`` has process
+    ``id % distinct``'s)."""
+    return pa.array([zlib.decompress(consumer_report(i)) for i in range(distinct)], pa.binary())
+
+
+def inflated_total(inflated: pa.Array, rows: int) -> int:
+    """The bytes inflating every report of ``rows`` input rows gives."""
+    distinct = len(inflated)
+    return sum(
+        len(report.as_py()) * (rows // distinct + (index < rows % distinct))
+        for index, report in enumerate(inflated)
+    )
+
+
+def ready_inflated(frame: DataFrame, inflated: pa.Array) -> DataFrame:
+    """``frame``'s (``id``, zlib report) rows with the report of each row's process inflated
+    beforehand (``out``), as a ``mapInArrow`` copying them in per batch: the inflate case
+    without the inflating, so what Spark itself costs it (the batches handed over both ways, the
+    inflated bytes read back) -- the floor of the case."""
+    distinct = len(inflated)
+
+    def ready_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            picks = batch.column(0).to_numpy() % distinct
+            yield pa.RecordBatch.from_arrays([batch.column(0), inflated.take(picks)], ["id", "out"])
+
+    return frame.mapInArrow(ready_batches, "id long, out binary")
+
+
+def floor_runs(
+    spark: SparkSession,
+    name: str,
+    action: Callable[[], int],
+    runs: int,
+    expected: int,
+    limit: float,
+) -> list[float]:
+    """The seconds of ``runs`` runs of a floor ``action``, each checked to count ``expected``."""
+    times = []
+    for _ in range(runs):
+        seconds, count = timed_call(spark, action, limit)
+        assert count == expected, f"the floor of {name} counted {count:,}, expected {expected:,}"
+        print(f"    floor of {name}: {seconds:.2f} s", flush=True)
+        times.append(seconds)
+    return times
+
+
 # ---- the cases ------------------------------------------------------------------------------
 
 
@@ -332,7 +380,7 @@ def inflated_bytes(frame: DataFrame) -> Callable[[], int]:
     return lambda: (frame.agg(F.sum(F.length("out"))).first() or [0])[0]
 
 
-Case = tuple[tuple[str, DataFrame], tuple[str, DataFrame], Counter, int | None]
+Case = tuple[tuple[str, DataFrame], tuple[str, DataFrame], Counter, int]
 """(label, frame) of ferrokafka, then of the peer, the action timed, the count it must give."""
 
 
@@ -373,7 +421,7 @@ def interleaved(
     spark: SparkSession,
     runs: dict[str, Callable[[], int]],
     rounds: int,
-    expected: int | None,
+    expected: int,
     limit: float,
 ) -> dict[str, list[float]]:
     """Each case ``rounds`` times, A-B-B-A ordered; every run's count checked."""
@@ -388,8 +436,7 @@ def interleaved(
             counts[name].add(count)
             print(f"    {name}: {seconds:.2f} s ({count})", flush=True)
     assert counts[first] == counts[second], f"the counts differ: {counts}"
-    if expected is not None:
-        assert counts[first] == {expected}, f"counted {counts[first]}, expected {expected:,}"
+    assert counts[first] == {expected}, f"counted {counts[first]}, expected {expected:,}"
     return times
 
 
@@ -411,6 +458,8 @@ def main() -> None:
     try:
         data = make_input(spark, args.rows, args.distinct, args.partitions)
         step = max(1, args.rows // 2_000)
+        reports = inflated_reports(args.distinct)
+        total_inflated = inflated_total(reports, args.rows)
         cases: dict[str, Case] = {
             "decode_report": decoder_case(
                 data, "report", fks.decode_report, fka.decode_report, report_fields, args.rows
@@ -428,7 +477,7 @@ def main() -> None:
                     data.select("id", pandas_inflate()("report").alias("out")),
                 ),
                 inflated_bytes,
-                None,
+                total_inflated,
             ),
         }
         cases = {name: case for name, case in cases.items() if name in args.only}
@@ -447,14 +496,18 @@ def main() -> None:
             results.append(
                 (name, interleaved(spark, runs, args.rounds, expected, args.limit), load_average())
             )
-        state_floor = []
+        # What Spark itself costs a case: the same output made without decoding or inflating.
+        floors: dict[str, list[float]] = {}
         if "decode_state" in cases:
             ready = decoded_rows(data.select("id", ready_made_states()("state").alias("out")))
-            for _ in range(args.rounds):
-                seconds, count = timed_call(spark, ready, args.limit)
-                assert count == args.rows, f"the floor counted {count}, expected {args.rows:,}"
-                print(f"    floor of decode_state (ready struct): {seconds:.2f} s", flush=True)
-                state_floor.append(seconds)
+            floors["decode_state: an Arrow UDF returning a ready struct"] = floor_runs(
+                spark, "decode_state", ready, args.rounds, args.rows, args.limit
+            )
+        if "inflate" in cases:
+            copied = inflated_bytes(ready_inflated(data.select("id", "report"), reports))
+            floors["inflate: a mapInArrow copying in reports inflated beforehand"] = floor_runs(
+                spark, "inflate", copied, args.rounds, total_inflated, args.limit
+            )
 
         print(
             "\n| case | ferrokafka s | peer s | rows/s ferrokafka | rows/s peer | speed-up | load |"
@@ -469,11 +522,10 @@ def main() -> None:
                 f"{peer_s / ours_s:.2f}x | {after} |"
             )
         print(f"| floor: Spark's length() of the column | {floor:.2f} | | | | | |")
-        if state_floor:
+        for name, times in floors.items():
             print(
-                f"| floor of decode_state: an Arrow UDF returning a ready struct (runs "
-                f"{', '.join(f'{t:.2f}' for t in state_floor)}) | "
-                f"{statistics.median(state_floor):.2f} | | | | | |"
+                f"| floor of {name} (runs {', '.join(f'{t:.2f}' for t in times)}) | "
+                f"{statistics.median(times):.2f} | | | | | |"
             )
     finally:
         spark.stop()
