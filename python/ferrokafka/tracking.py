@@ -590,16 +590,19 @@ class Reporter:
                     sent_errors += 1
             except Exception as error:
                 failure = error
+                # The text, not the exception: a handler that keeps records (pytest's, a
+                # MemoryHandler) would keep its traceback, and through it this reporter, alive.
+                reason = str(error)
                 if sent_reports < len(reports):
                     log.warning(
-                        "cannot send the process report to %s: %s", self.reports_topic, error
+                        "cannot send the process report to %s: %s", self.reports_topic, reason
                     )
                 else:
                     log.warning(
                         "cannot send %d error report(s) to %s: %s",
                         len(errors) - sent_errors,
                         self.errors_topic,
-                        error,
+                        reason,
                     )
         finally:
             with self._state:

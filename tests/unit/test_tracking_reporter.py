@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
 import subprocess
 import sys
 import time
+import weakref
 
 import pytest
 
@@ -162,6 +164,26 @@ def test_unreachable_broker_counts_a_failure_and_keeps_the_errors(
         ("kept for later", "1.2.0")
     ]
     reporter.close(timeout=0)
+
+
+def test_a_failed_send_is_logged_as_text_and_the_reporter_is_freed_with_its_owner(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # caplog keeps every record, as a MemoryHandler would: a record holding the exception would
+    # hold its traceback, the reporter's frames, and so the reporter.
+    reporter = Reporter(CONFIG, send_timeout=0.2, interval=60.0)
+    assert reporter.report(force=True) is False
+    [record] = [r for r in caplog.records if r.getMessage().startswith("cannot send the process")]
+    assert isinstance(record.args, tuple)
+    assert not [arg for arg in record.args if isinstance(arg, BaseException)]
+    reporter.close(timeout=0)
+    alive = weakref.ref(reporter)
+    gc.disable()
+    try:
+        del reporter
+        assert alive() is None, "the reporter outlived its owner (held by a reference cycle)"
+    finally:
+        gc.enable()
 
 
 def test_close_keeps_its_bound_and_says_what_it_could_not_send(
