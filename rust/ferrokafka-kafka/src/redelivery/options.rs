@@ -25,7 +25,7 @@ pub struct QueueConsumerOptions {
     /// Most messages read, marked and committed at once [500].
     pub max_batch_size: usize,
     /// Write a KEEPALIVE every half timeout for each message handed out and not yet acked or
-    /// nacked, on the engine's keepalive thread [true].
+    /// nacked, on the engine's marker thread [true].
     pub auto_keepalive: bool,
     /// Where a message goes whose START marker the markers topic refuses for good (too large
     /// for it); `None`: handed back to the caller by `fetch` [None].

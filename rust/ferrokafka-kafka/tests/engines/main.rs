@@ -1,6 +1,6 @@
 //! The engines against a real Kafka broker, from Rust, without Python: the AsyncProducer's
-//! delivery accounting, the ConcurrentConsumer's commits across a rebalance and the Scheduler's
-//! load-dispatch-tombstone cycle. Modelled on rust-rdkafka's `tests/test_high_producers.rs` and
+//! delivery accounting, the ConcurrentConsumer's commits across a rebalance, the Scheduler's
+//! load-dispatch-tombstone cycle and the QueueConsumer's END markers of single acks. Modelled on rust-rdkafka's `tests/test_high_producers.rs` and
 //! `tests/test_transactions.rs`: each test makes its own topics and group, drives the engine
 //! through the crate's public API, and checks the result with plain rdkafka clients.
 //!
@@ -12,4 +12,5 @@ mod common;
 mod consumer;
 mod polled_producer;
 mod producer;
+mod queue_consumer;
 mod scheduler;
