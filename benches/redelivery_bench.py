@@ -31,6 +31,10 @@ Needs a running broker (KAFKA_BOOTSTRAP, default 127.0.0.1:9092). In one run, on
    them; a second member polls; lateness = when it receives each of them (delivery count 2)
    minus (when the holder's poll returned + T). The holder's poll returns after the broker
    acquired the records, so this errs on the low side by at most that poll's return trip.
+3. ack latency: how long a caller waits for one handled message's acknowledgement to be
+   durable, ``--acks`` rounds A-B then B-A, one message each: ``QueueConsumer.ack`` then
+   ``flush()`` (its END marker acknowledged by the markers topic) against confluent-kafka's
+   synchronous ``commit`` of the message; median and 90th percentile.
 Prints a markdown table.
 """
 
@@ -45,7 +49,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from _common import add_smoke_option, load_average, records_on
+from _common import add_smoke_option, load_average, median_p90, records_on
 from confluent_kafka import Consumer, Producer, ShareConsumer
 
 from ferrokafka import Client, NewTopic
@@ -284,6 +288,61 @@ def share_lateness(bootstrap: str, client: Client, count: int, timeout: float) -
     return late
 
 
+def ack_latency(bootstrap: str, client: Client, rounds: int) -> tuple[list[float], list[float]]:
+    """Milliseconds from a handled message to its acknowledgement being durable, per round:
+    ferrokafka's ``ack`` + ``flush()``, then confluent's synchronous ``commit`` (order swapped
+    every round); each side takes its message untimed, from a 1-partition topic of its own."""
+    queue_topic, markers = f"bench-ack-{uuid.uuid4().hex[:8]}", f"bench-ack-m-{uuid.uuid4().hex}"
+    client.create_topics([NewTopic(queue_topic, 1), NewTopic(markers, 1)])
+    fill(bootstrap, queue_topic, rounds + 1, 100)
+    queue = QueueConsumer(
+        {"bootstrap.servers": bootstrap},
+        queue_topic,
+        markers,
+        60.0,
+        group_id=f"bench-ack-{uuid.uuid4().hex}",
+        max_batch_size=1,
+    )
+    plain = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-ack-plain-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    plain.subscribe([queue_topic])
+
+    def ours() -> float:
+        [job] = queue.consume(1, timeout=30.0)
+        started = time.perf_counter()
+        queue.ack(job)
+        queue.flush(30.0)
+        return (time.perf_counter() - started) * 1000.0
+
+    def theirs() -> float:
+        message = None
+        while message is None or message.error() is not None:
+            message = plain.poll(30.0)
+        started = time.perf_counter()
+        plain.commit(message=message, asynchronous=False)
+        return (time.perf_counter() - started) * 1000.0
+
+    ours(), theirs()  # group joins, connections, producer ids
+    mine: list[float] = []
+    peer: list[float] = []
+    for round_ in range(rounds):
+        sides = ((mine, ours), (peer, theirs))
+        for samples, side in sides if round_ % 2 == 0 else sides[::-1]:
+            samples.append(side())
+    queue.close()
+    plain.close()
+    ends = sum(decode_marker(r.value() or b"").kind == "end" for r in client.read_topic(markers))
+    assert ends == rounds + 1, f"{ends} END markers on the topic, expected {rounds + 1}"
+    client.delete_topics([queue_topic, markers])
+    return mine, peer
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -297,10 +356,11 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=3, help="samples per case (median)")
     parser.add_argument("--late", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=2.0)
+    parser.add_argument("--acks", type=int, default=50, help="rounds of the ack latency")
     add_smoke_option(parser)
     args = parser.parse_args()
     if args.smoke:
-        args.messages, args.samples, args.late, args.timeout = 1_000, 1, 20, 1.0
+        args.messages, args.samples, args.late, args.timeout, args.acks = 1_000, 1, 20, 1.0, 3
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     client = Client({"bootstrap.servers": bootstrap})
     print(f"load average before: {load_average()}")
@@ -342,6 +402,7 @@ def main() -> int:
     client.delete_topics([queue_topic, markers])
     late = lateness(bootstrap, client, args.late, args.timeout)
     share_late = share_lateness(bootstrap, client, args.late, args.timeout)
+    acked, committed = ack_latency(bootstrap, client, args.acks)
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
     plain, tuned, ours, ours_each, share_peer, share_ours = medians.values()
@@ -369,6 +430,12 @@ def main() -> int:
             f"{args.timeout} s) p50 / p99 / max | {statistics.median(values):.0f} / "
             f"{percentile(values, 0.99):.0f} / {max(values):.0f} ms |"
         )
+    (ack_median, ack_p90), (commit_median, commit_p90) = median_p90(acked), median_p90(committed)
+    print(
+        f"| one message acknowledged ({args.acks} rounds), median / p90: `ack` + `flush()` | "
+        f"{ack_median:.2f} / {ack_p90:.2f} ms; confluent synchronous commit {commit_median:.2f} / "
+        f"{commit_p90:.2f} ms |"
+    )
     print(f"load average after: {load_average()}")
     return 0
 

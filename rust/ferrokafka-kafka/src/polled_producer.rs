@@ -164,6 +164,18 @@ where
     {
         self.producer.send(record)
     }
+
+    /// librdkafka's `rd_kafka_flush` for up to `wait`: librdkafka treats `linger.ms` as elapsed
+    /// for its duration and returns once it holds no record (their reports handled by the
+    /// polling thread, since rdkafka takes delivery reports as events). rdkafka's own `flush`
+    /// calls it with no wait and then polls in 100 ms steps, so the linger would only be skipped
+    /// for an instant. Callers look at their own counts afterwards: a timeout is the only other
+    /// outcome.
+    pub fn send_lingering_for(&self, wait: Duration) {
+        let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
+        // SAFETY: the pointer is the live librdkafka handle this producer owns for the call.
+        unsafe { rdkafka::bindings::rd_kafka_flush(self.client().native_ptr(), wait_ms) };
+    }
 }
 
 impl<C, Part> Producer<C, Part> for PolledProducer<C, Part>

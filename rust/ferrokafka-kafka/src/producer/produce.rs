@@ -7,16 +7,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{Overflow, PushOutcome};
-use rdkafka::bindings as rdsys;
 use rdkafka::producer::Producer;
 
 use super::AsyncProducer;
-use super::delivery::DeliveryTracker;
 use super::options::DeliveryMode;
 use super::pending::{POSITION_ONLY, Pending, Ticket};
 use super::reports::ProducerEvent;
 use crate::error::KafkaIoError;
-use crate::polled_producer::PolledProducer;
 
 /// Why a record was not accepted.
 #[derive(Debug)]
@@ -192,7 +189,7 @@ impl AsyncProducer {
                 if producer.in_flight_count() > 0 {
                     let this = left.min(slice);
                     let started = Instant::now();
-                    flush_librdkafka(&producer, this);
+                    producer.send_lingering_for(this);
                     timed_out = started.elapsed() >= this;
                     // A long flush is many deliveries, not a missed wake-up: fewer calls.
                     slice = (slice * 2).min(MAX_FLUSH_SLICE);
@@ -227,14 +224,3 @@ impl AsyncProducer {
 const FLUSH_RECHECK: Duration = Duration::from_millis(1);
 /// The longest `rd_kafka_flush` call.
 const MAX_FLUSH_SLICE: Duration = Duration::from_millis(64);
-
-/// librdkafka's `rd_kafka_flush` for up to `wait`: librdkafka treats `linger.ms` as elapsed for
-/// its duration and returns once it holds no record (their reports handled by the polling
-/// thread, since rdkafka takes delivery reports as events). rdkafka's own `flush` calls it with
-/// no wait and then polls in 100 ms steps, so the linger would only be skipped for an instant.
-fn flush_librdkafka(producer: &PolledProducer<DeliveryTracker>, wait: Duration) {
-    let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
-    // SAFETY: the pointer is the live librdkafka handle `producer` owns for the call; a timeout
-    // is the only outcome besides success, and the caller looks at its own counts afterwards.
-    unsafe { rdsys::rd_kafka_flush(producer.client().native_ptr(), wait_ms) };
-}

@@ -68,8 +68,11 @@ pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// How often `flush` looks whether every marker is acknowledged.
-const FLUSH_POLL: Duration = Duration::from_millis(1);
+/// The first wait of `flush` inside librdkafka's flush, doubled at each call up to
+/// [`MAX_FLUSH_SLICE`]: each call wakes librdkafka's broker threads again (one can miss a wake-up).
+const FIRST_FLUSH_SLICE: Duration = Duration::from_millis(1);
+/// The longest wait of `flush` inside librdkafka's flush.
+const MAX_FLUSH_SLICE: Duration = Duration::from_millis(64);
 
 /// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline).
 /// The producer reports only failures (`delivery.report.only.error`): a report per marker
@@ -351,7 +354,9 @@ impl MarkerWriter {
 
     /// Writes the held END markers, then waits up to `timeout` until every marker written so
     /// far is acknowledged: until librdkafka holds none of them any more (neither unsent,
-    /// unacknowledged nor with a failure report not yet counted).
+    /// unacknowledged nor with a failure report not yet counted). The wait is librdkafka's own
+    /// flush, during which it sends at once instead of after `linger.ms`: a loop's last acks
+    /// take a round trip, not the linger.
     pub(super) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
         let deadline = Instant::now() + timeout;
         {
@@ -359,15 +364,19 @@ impl MarkerWriter {
             let markers = open.take_held_ends(0);
             self.write(&markers)?;
         }
-        while self.producer.producer().in_flight_count() > 0 {
-            if Instant::now() >= deadline {
+        let producer = self.producer.producer();
+        let mut slice = FIRST_FLUSH_SLICE;
+        while producer.in_flight_count() > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Err(KafkaIoError::Timeout {
                     operation: "flush markers".to_owned(),
                     timeout,
                     bootstrap: None,
                 });
             }
-            std::thread::sleep(FLUSH_POLL);
+            producer.send_lingering_for(left.min(slice));
+            slice = (slice * 2).min(MAX_FLUSH_SLICE);
         }
         Ok(())
     }
