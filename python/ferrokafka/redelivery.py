@@ -128,7 +128,7 @@ class QueueConsumer:
 
     Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, two
     Rust threads prepare the next batches (START markers, then the offset commit) while this
-    one is handled, so up to six batches are in flight ahead of the handler; their deadlines
+    one is handled, so up to eight batches are in flight ahead of the handler; their deadlines
     start then (and are kept alive). Messages prepared but not handed out when the consumer closes
     come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
     ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers

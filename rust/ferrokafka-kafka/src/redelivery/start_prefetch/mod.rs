@@ -77,11 +77,13 @@ use committer::Committer;
 const POLL_SLICE: Duration = Duration::from_millis(100);
 /// Most batches polled and not yet taken by a caller: one ready, one being committed,
 /// [`START_DEPTH`] whose STARTs travel and one being dispatched keep every stage busy.
-const LOOKAHEAD_BATCHES: usize = 6;
+const LOOKAHEAD_BATCHES: usize = 8;
 /// Batches whose START markers travel while the next one is polled and dispatched: a START
-/// round trip takes about two polls and dispatches of a batch, so more than one must travel
-/// to keep the prefetch thread busy (benches/RESULTS.md: 3 was the fastest of 1 to 4).
-const START_DEPTH: usize = 3;
+/// round trip (the producer's 1 ms linger, then the broker's acknowledgement) takes several
+/// polls and dispatches of a batch, so the throughput is about this many batches per round
+/// trip (benches/RESULTS.md: 5 was 1.12-1.25x as fast as 3 on a host where a round trip is
+/// ~2 ms; 8 no faster than 5).
+const START_DEPTH: usize = 5;
 /// How long a closing consumer still waits for the START markers it already sent.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 /// Longest a closing consumer waits for its threads to end. One still in a synchronous commit
