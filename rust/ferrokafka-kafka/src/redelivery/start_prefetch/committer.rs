@@ -1,5 +1,7 @@
 //! The commit thread: commits the queue offsets of confirmed batches in poll order and makes
-//! them ready for `take`.
+//! them ready for `take`. Batches confirmed while a commit travelled are committed together, in
+//! one round trip: every one of them has its STARTs acknowledged, so their last offsets may be
+//! committed at once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,29 +28,40 @@ pub(super) struct Committer {
 impl Committer {
     /// Runs until the prefetch thread drops its sender.
     pub(super) fn run(self, batches: &mpsc::Receiver<Dispatched>) {
-        for batch in batches {
-            let positions = batch.records.iter().map(|r| (r.partition, r.offset));
-            self.commit(positions.chain(batch.passed.iter().copied()));
-            self.writer.begin(
-                batch
-                    .records
-                    .iter()
-                    .map(|r| message_id(r.partition, r.offset)),
-                batch.set_at,
-            );
-            self.received
-                .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
-            let mut state = self.handoff.lock();
-            state.ahead = state.ahead.saturating_sub(batch.passed.len());
-            state.ready.extend(batch.records);
-            state.refused.extend(batch.handed_back);
-            drop(state);
-            self.handoff.changed.notify_all();
+        while let Ok(first) = batches.recv() {
+            let mut confirmed = vec![first];
+            confirmed.extend(batches.try_iter());
+            self.commit(confirmed.iter().flat_map(|batch| {
+                let positions = batch.records.iter().map(|r| (r.partition, r.offset));
+                positions.chain(batch.passed.iter().copied())
+            }));
+            for batch in confirmed {
+                self.make_ready(batch);
+            }
         }
     }
 
-    /// Commits the queue offsets after a batch whose START markers are confirmed (and past the
-    /// messages of it refused for good).
+    /// The committed `batch`'s messages are in flight and ready for `take`.
+    fn make_ready(&self, batch: Dispatched) {
+        self.writer.begin(
+            batch
+                .records
+                .iter()
+                .map(|r| message_id(r.partition, r.offset)),
+            batch.set_at,
+        );
+        self.received
+            .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+        let mut state = self.handoff.lock();
+        state.ahead = state.ahead.saturating_sub(batch.passed.len());
+        state.ready.extend(batch.records);
+        state.refused.extend(batch.handed_back);
+        drop(state);
+        self.handoff.changed.notify_all();
+    }
+
+    /// Commits the queue offsets after batches whose START markers are confirmed (and past the
+    /// messages of them refused for good).
     fn commit(&self, positions: impl Iterator<Item = (i32, i64)>) {
         let mut next: BTreeMap<i32, i64> = BTreeMap::new();
         for (partition, offset) in positions {
