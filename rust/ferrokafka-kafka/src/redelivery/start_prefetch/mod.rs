@@ -12,8 +12,10 @@
 //! - A record reaches [`StartPrefetch::take`] only after its START marker was acknowledged by
 //!   the markers topic and its queue offset committed (or the commit failed after the START was
 //!   durable: a restart then reads it again and its new START supersedes the old one). Batches
-//!   are committed one at a time in poll order, each only after its STARTs are acknowledged, so
-//!   no commit passes a message whose START is not durable.
+//!   are committed in poll order, each only after its STARTs are acknowledged (those confirmed
+//!   while a commit travelled together, in the next one), so no commit passes a message whose
+//!   START is not durable. A kill between a batch's STARTs and its commit brings that batch back
+//!   twice (read again, and redelivered once its deadline passes): at-least-once.
 //! - At most [`LOOKAHEAD_BATCHES`] batches are polled ahead of the caller, and only once the
 //!   caller asked for records: prefetched messages are in flight (their deadline runs; automatic
 //!   keepalive holds them) before anyone handles them.
