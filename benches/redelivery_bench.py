@@ -113,7 +113,9 @@ def batch_rate(
 PLAIN_TUNED = "confluent-kafka consume + sync commit, fetch.queue.backoff.ms=10"
 
 
-def plain_loop(bootstrap: str, topic: str, count: int, batch: int, **tuning: Any) -> float:
+def plain_consumer(bootstrap: str, topic: str, **tuning: Any) -> Consumer:
+    """The peer: a confluent-kafka consumer of a new group subscribed to ``topic`` from its
+    start, committing only when told."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -124,6 +126,11 @@ def plain_loop(bootstrap: str, topic: str, count: int, batch: int, **tuning: Any
         }
     )
     consumer.subscribe([topic])
+    return consumer
+
+
+def plain_loop(bootstrap: str, topic: str, count: int, batch: int, **tuning: Any) -> float:
+    consumer = plain_consumer(bootstrap, topic, **tuning)
 
     def commit(messages: list[Any]) -> int:
         consumer.commit(asynchronous=False)
@@ -303,15 +310,7 @@ def ack_latency(bootstrap: str, client: Client, rounds: int) -> tuple[list[float
         group_id=f"bench-ack-{uuid.uuid4().hex}",
         max_batch_size=1,
     )
-    plain = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-ack-plain-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    plain.subscribe([queue_topic])
+    plain = plain_consumer(bootstrap, queue_topic)
 
     def ours() -> float:
         [job] = queue.consume(1, timeout=30.0)
