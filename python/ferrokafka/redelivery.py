@@ -90,6 +90,11 @@ confluent-kafka's (share backend); both have ``topic()``, ``partition()``, ``off
 
 log = logging.getLogger("ferrokafka.redelivery")
 
+# A QueueConsumer its owner did not close is closed at interpreter exit: its markers written
+# within close's default wait, then about two seconds to stop its threads and leave the group.
+_EXIT_MARKERS_SECONDS = 5.0
+_EXIT_LEAVE_SECONDS = 2.0
+
 
 def redelivery_count(message: QueueMessage) -> int:
     """How many times ``message`` was redelivered: 0 for a first delivery.
@@ -127,15 +132,16 @@ class QueueConsumer:
     :class:`RedeliveryTracker`.
 
     Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, two
-    Rust threads prepare the next batches (START markers, then the offset commit) while this
-    one is handled, so up to eight batches are in flight ahead of the handler; their deadlines
-    start then (and are kept alive). Messages prepared but not handed out when the consumer closes
+    Rust threads prepare the next batches (START markers, then the offset commit) while this one
+    is handled, so up to eight batches are in flight ahead of the handler; their deadlines start
+    then (and are kept alive). Messages prepared but not handed out when the consumer closes
     come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
-    ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers
-    are written. Waits release the GIL and can be interrupted with Ctrl-C. Creating the consumer
-    waits for no broker: the markers topic is looked up in the background, and a fetch raises its
-    error (a missing markers topic, or ``KafkaTimeoutError`` after ``marker_timeout`` without an
-    answer) while it cannot be read.
+    ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers are
+    written. A consumer its owner did not close is closed at interpreter exit (within
+    ``exit_timeout``, 7 s): its markers written, its group left. Waits release the GIL and can
+    be interrupted with Ctrl-C. Creating the consumer waits for no broker: the markers topic is
+    looked up in the background, and a fetch raises its error (a missing markers topic, or
+    ``KafkaTimeoutError`` after ``marker_timeout`` without an answer) while it cannot be read.
 
     A message whose START marker the markers topic refuses for good (larger than its
     ``max.message.bytes``) would block the messages behind it: it is copied to
@@ -236,6 +242,7 @@ class QueueConsumer:
             )
         self._max_batch_size = max_batch_size
         self._buffer: deque[QueueMessage] = deque()
+        _exit.register(self)
 
     def consume(self, num_messages: int = 500, timeout: float | None = None) -> list[QueueMessage]:
         """Up to ``num_messages`` messages (buffered ones first), waiting up to ``timeout``
@@ -373,6 +380,7 @@ class QueueConsumer:
         backend, whatever the broker does, this returns within ``timeout`` plus about two
         seconds; markers not written by then are logged with their count (their messages come
         back after their deadline)."""
+        _exit.unregister(self)
         self._buffer.clear()
         if self._share is not None:
             self._share.close(timeout)
@@ -384,6 +392,23 @@ class QueueConsumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    # -- the end of a consumer nobody closed -----------------------------------------------
+
+    @property
+    def exit_timeout(self) -> float:
+        """What a close at interpreter exit takes at most: the markers' wait, then leaving."""
+        return _EXIT_MARKERS_SECONDS + _EXIT_LEAVE_SECONDS
+
+    def begin_exit(self) -> None:
+        """Part of the interpreter-exit protocol (``ferrokafka._exit``): nothing to start
+        without waiting (the marker thread writes held END markers within a millisecond)."""
+
+    def finish_exit(self, timeout: float) -> None:
+        """Part of the interpreter-exit protocol: close as :meth:`close` does (markers written,
+        acknowledgements committed, the group left), so a script that ends is not redelivered
+        what it acked and the next member of its group gets its partitions at once."""
+        self.close(max(min(timeout - _EXIT_LEAVE_SECONDS, _EXIT_MARKERS_SECONDS), 0.001))
 
 
 def _share_queue(

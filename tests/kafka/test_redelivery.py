@@ -468,6 +468,62 @@ def test_single_acks_are_written_without_flush_or_keepalive_and_by_close(
     assert ends() == {(m.partition() or 0, m.offset() or 0) for m in taken}
 
 
+UNCLOSED_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from ferrokafka.redelivery import QueueConsumer
+
+    bootstrap, queue_topic, markers_topic, group = sys.argv[1:5]
+    config = {"bootstrap.servers": bootstrap, "session.timeout.ms": 45000}
+    queue = QueueConsumer(config, queue_topic, markers_topic, 30.0, group_id=group)
+    taken = []
+    while len(taken) < 4:
+        taken.extend(queue.consume(4 - len(taken), timeout=5.0))
+    for job in taken:
+        queue.ack(job)
+    print(json.dumps([[m.partition(), m.offset()] for m in taken]), flush=True)
+    # Only a daemon thread's running frame holds the consumer now: Python never frees it, so
+    # nothing but the exit hook closes it.
+    threading.Thread(target=lambda held=queue: time.sleep(3600), daemon=True).start()
+    del queue
+    """
+)
+
+
+def test_an_unclosed_consumer_is_closed_at_exit_its_acks_written_and_its_group_left(
+    kafka_bootstrap: str, config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, [f"x{n}" for n in range(8)])
+    group = f"g-{uuid.uuid4().hex}"
+    child = subprocess.run(
+        [sys.executable, "-c", UNCLOSED_SCRIPT, kafka_bootstrap, queue_topic, markers, group],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    acked = {(p, o) for p, o in json.loads(child.stdout)}
+    ends = {
+        (m.partition, m.offset)
+        for m in (decode_marker(r.value() or b"") for r in kafka_client.read_topic(markers))
+        if m.kind == "end"
+    }
+    assert ends == acked
+    # The group was left at exit: a new member gets the partitions at once, not after the
+    # child's 45 s session timeout.
+    produce(kafka_client, queue_topic, ["after"])
+    deadline = time.monotonic() + 20
+    came: list[bytes | None] = []
+    with QueueConsumer(config, queue_topic, markers, 30.0, group_id=group) as queue:
+        # Messages the child had not marked yet come first, as they would to any next member.
+        while b"after" not in came:
+            assert time.monotonic() < deadline, "the unclosed consumer did not leave its group"
+            batch = queue.consume(10, timeout=1.0)
+            came.extend(m.value() for m in batch)
+            queue.ack_many(batch)
+
+
 def read_with_confluent(bootstrap: str, topic: str) -> list[Any]:
     """Every record of the one-partition ``topic``, read by confluent-kafka to its end."""
     reader = Consumer(
