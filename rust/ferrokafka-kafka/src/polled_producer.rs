@@ -35,7 +35,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::client::Client;
@@ -54,6 +54,13 @@ use crate::main_queue::MainQueue;
 
 /// The name of every producer's polling thread, the one that runs its context's callbacks.
 pub const POLLING_THREAD: &str = "producer polling thread";
+
+/// The first wait of a flush inside `rd_kafka_flush`, doubled at each call up to
+/// [`MAX_FLUSH_SLICE`]: each call wakes librdkafka's broker threads again (a thread can miss the
+/// first wake-up and go back to its linger sleep).
+pub(crate) const FIRST_FLUSH_SLICE: Duration = Duration::from_millis(1);
+/// The longest wait of one `rd_kafka_flush` call.
+pub(crate) const MAX_FLUSH_SLICE: Duration = Duration::from_millis(64);
 
 /// The longest the polling thread sleeps without a wake-up: only a missed one would make an
 /// event wait this long (rdkafka's `ThreadedProducer` polled in slices of this length).
@@ -175,6 +182,23 @@ where
         let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
         // SAFETY: the pointer is the live librdkafka handle this producer owns for the call.
         unsafe { rdkafka::bindings::rd_kafka_flush(self.client().native_ptr(), wait_ms) };
+    }
+
+    /// Waits until librdkafka holds no record (none unsent, unacknowledged or with a report not
+    /// yet handled), at most until `deadline`, inside librdkafka's flush
+    /// ([`Self::send_lingering_for`]) in slices from [`FIRST_FLUSH_SLICE`] doubling to
+    /// [`MAX_FLUSH_SLICE`]; true when it holds none.
+    pub fn flush_until(&self, deadline: Instant) -> bool {
+        let mut slice = FIRST_FLUSH_SLICE;
+        while self.in_flight_count() > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.send_lingering_for(left.min(slice));
+            slice = (slice * 2).min(MAX_FLUSH_SLICE);
+        }
+        true
     }
 }
 

@@ -14,6 +14,7 @@ use super::options::DeliveryMode;
 use super::pending::{POSITION_ONLY, Pending, Ticket};
 use super::reports::ProducerEvent;
 use crate::error::KafkaIoError;
+use crate::polled_producer::{FIRST_FLUSH_SLICE, MAX_FLUSH_SLICE};
 
 /// Why a record was not accepted.
 #[derive(Debug)]
@@ -156,7 +157,7 @@ impl AsyncProducer {
     /// While librdkafka holds records, the wait is librdkafka's own flush, during which it
     /// sends at once instead of after `linger.ms` (as confluent-kafka's `flush` does): one
     /// record and a flush take a round trip, not the linger. It is called in slices from
-    /// [`FLUSH_RECHECK`] doubling to [`MAX_FLUSH_SLICE`], each waking librdkafka's broker
+    /// [`FIRST_FLUSH_SLICE`] doubling to [`MAX_FLUSH_SLICE`], each waking librdkafka's broker
     /// threads again (a thread can miss the first wake-up). Only while librdkafka
     /// holds records, and never again straight after a call that returned early: with nothing
     /// in librdkafka (records still with the worker, in a metadata request for a partition
@@ -166,7 +167,7 @@ impl AsyncProducer {
     /// transactional mode the worker's commit flushes.
     pub fn flush_step(&self, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
-        let mut slice = FLUSH_RECHECK;
+        let mut slice = FIRST_FLUSH_SLICE;
         let mut state = self.shared.lock();
         loop {
             if self.shared.settled(&state) {
@@ -219,8 +220,5 @@ impl AsyncProducer {
     }
 }
 
-/// How often a flusher looks for records that reached librdkafka while it waited for progress,
-/// and how long its first `rd_kafka_flush` call waits.
+/// How often a flusher looks for records that reached librdkafka while it waited for progress.
 const FLUSH_RECHECK: Duration = Duration::from_millis(1);
-/// The longest `rd_kafka_flush` call.
-const MAX_FLUSH_SLICE: Duration = Duration::from_millis(64);

@@ -68,12 +68,6 @@ pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The first wait of `flush` inside librdkafka's flush, doubled at each call up to
-/// [`MAX_FLUSH_SLICE`]: each call wakes librdkafka's broker threads again (one can miss a wake-up).
-const FIRST_FLUSH_SLICE: Duration = Duration::from_millis(1);
-/// The longest wait of `flush` inside librdkafka's flush.
-const MAX_FLUSH_SLICE: Duration = Duration::from_millis(64);
-
 /// Counts failed END/KEEPALIVE writes (those messages are redelivered after their deadline).
 /// The producer reports only failures (`delivery.report.only.error`): a report per marker
 /// would cost more than the marker itself.
@@ -266,8 +260,7 @@ impl MarkerWriter {
         }
         open.held_ends.push(message);
         if open.held_ends.len() >= END_BATCH {
-            let markers = open.take_held_ends(0);
-            return self.write(&markers);
+            return self.write_held(&mut open);
         }
         if open.held_since.is_none() {
             open.held_since = Some(Instant::now());
@@ -276,18 +269,21 @@ impl MarkerWriter {
         Ok(())
     }
 
-    /// Writes the held END markers; a refusal is logged and counted as failed markers (their
-    /// messages come back after their deadline), as a failed delivery would be.
+    /// Writes the held END markers in one call; should librdkafka refuse it, their messages
+    /// come back after their deadline.
+    fn write_held(&self, open: &mut Open) -> KafkaResult<()> {
+        self.write(&open.take_held_ends(0))
+    }
+
+    /// [`Self::write_held`] where nobody waits for the outcome (the marker thread): a refusal
+    /// is logged and counted as failed markers, as a failed delivery would be.
     fn write_held_ends(&self, open: &mut Open) {
-        let markers = open.take_held_ends(0);
-        if let Err(e) = self.write(&markers) {
+        let held = open.held_ends.len();
+        if let Err(e) = self.write_held(open) {
             self.tracker()
                 .failed
-                .fetch_add(markers.len() as u64, Ordering::Relaxed);
-            log::warn!(
-                "{} END markers not written, their messages will be redelivered: {e}",
-                markers.len()
-            );
+                .fetch_add(held as u64, Ordering::Relaxed);
+            log::warn!("{held} END markers not written, their messages will be redelivered: {e}");
         }
     }
 
@@ -359,26 +355,16 @@ impl MarkerWriter {
     /// take a round trip, not the linger.
     pub(super) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
         let deadline = Instant::now() + timeout;
-        {
-            let mut open = self.open();
-            let markers = open.take_held_ends(0);
-            self.write(&markers)?;
+        self.write_held(&mut self.open())?;
+        if self.producer.producer().flush_until(deadline) {
+            Ok(())
+        } else {
+            Err(KafkaIoError::Timeout {
+                operation: "flush markers".to_owned(),
+                timeout,
+                bootstrap: None,
+            })
         }
-        let producer = self.producer.producer();
-        let mut slice = FIRST_FLUSH_SLICE;
-        while producer.in_flight_count() > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(KafkaIoError::Timeout {
-                    operation: "flush markers".to_owned(),
-                    timeout,
-                    bootstrap: None,
-                });
-            }
-            producer.send_lingering_for(left.min(slice));
-            slice = (slice * 2).min(MAX_FLUSH_SLICE);
-        }
-        Ok(())
     }
 }
 
