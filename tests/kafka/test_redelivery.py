@@ -436,6 +436,12 @@ def test_ack_many_writes_one_end_per_message_fetched_or_duck_typed(
     assert sorted((m.partition, m.offset) for m in ends if m.kind == "end") == sorted(positions)
 
 
+def end_positions(client: Client, markers: str) -> set[tuple[int, int]]:
+    """(partition, offset) of every message an END marker on ``markers`` closes."""
+    decoded = (decode_marker(r.value() or b"") for r in client.read_topic(markers, timeout=10.0))
+    return {(m.partition, m.offset) for m in decoded if m.kind == "end"}
+
+
 def test_single_acks_are_written_without_flush_or_keepalive_and_by_close(
     config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
 ) -> None:
@@ -445,11 +451,7 @@ def test_single_acks_are_written_without_flush_or_keepalive_and_by_close(
     produce(kafka_client, queue_topic, [f"s{n}" for n in range(6)])
 
     def ends() -> set[tuple[int, int]]:
-        decoded = (
-            decode_marker(record.value() or b"")
-            for record in kafka_client.read_topic(markers, timeout=10.0)
-        )
-        return {(m.partition, m.offset) for m in decoded if m.kind == "end"}
+        return end_positions(kafka_client, markers)
 
     queue = QueueConsumer(
         config, queue_topic, markers, 30.0, group_id=f"g-{uuid.uuid4().hex}", auto_keepalive=False
@@ -504,12 +506,7 @@ def test_an_unclosed_consumer_is_closed_at_exit_its_acks_written_and_its_group_l
     )
     assert child.returncode == 0, child.stderr
     acked = {(p, o) for p, o in json.loads(child.stdout)}
-    ends = {
-        (m.partition, m.offset)
-        for m in (decode_marker(r.value() or b"") for r in kafka_client.read_topic(markers))
-        if m.kind == "end"
-    }
-    assert ends == acked
+    assert end_positions(kafka_client, markers) == acked
     # The group was left at exit: a new member gets the partitions at once, not after the
     # child's 45 s session timeout.
     produce(kafka_client, queue_topic, ["after"])
