@@ -470,6 +470,35 @@ def test_single_acks_are_written_without_flush_or_keepalive_and_by_close(
     assert ends() == {(m.partition() or 0, m.offset() or 0) for m in taken}
 
 
+def test_a_consumer_collected_without_close_writes_its_acks_and_leaves_its_group(
+    config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
+) -> None:
+    # The last reference goes right after the acks, before the marker thread or librdkafka
+    # sent their END markers: the collection closes the consumer as close() does.
+    queue_topic, markers = topics
+    produce(kafka_client, queue_topic, [f"c{n}" for n in range(8)])
+    group = f"g-{uuid.uuid4().hex}"
+    unleft = {**config, "session.timeout.ms": 45000}  # a group not left holds 45 s, not 6
+    queue = QueueConsumer(unleft, queue_topic, markers, 30.0, group_id=group)
+    taken = take(queue, 4)
+    for message in taken:
+        queue.ack(message)
+    acked = {(m.partition() or 0, m.offset() or 0) for m in taken}
+    del queue
+    gc.collect()
+    assert end_positions(kafka_client, markers) == acked
+    # The group was left: a new member gets the partitions at once, not after a session timeout.
+    produce(kafka_client, queue_topic, ["after"])
+    deadline = time.monotonic() + 20
+    came: list[bytes | None] = []
+    with QueueConsumer(config, queue_topic, markers, 30.0, group_id=group) as queue:
+        while b"after" not in came:
+            assert time.monotonic() < deadline, "the collected consumer did not leave its group"
+            batch = queue.consume(10, timeout=1.0)
+            came.extend(m.value() for m in batch)
+            queue.ack_many(batch)
+
+
 UNCLOSED_SCRIPT = textwrap.dedent(
     """
     import json, sys, threading, time
