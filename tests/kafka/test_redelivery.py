@@ -487,16 +487,7 @@ def test_a_consumer_collected_without_close_writes_its_acks_and_leaves_its_group
     del queue
     gc.collect()
     assert end_positions(kafka_client, markers) == acked
-    # The group was left: a new member gets the partitions at once, not after a session timeout.
-    produce(kafka_client, queue_topic, ["after"])
-    deadline = time.monotonic() + 20
-    came: list[bytes | None] = []
-    with QueueConsumer(config, queue_topic, markers, 30.0, group_id=group) as queue:
-        while b"after" not in came:
-            assert time.monotonic() < deadline, "the collected consumer did not leave its group"
-            batch = queue.consume(10, timeout=1.0)
-            came.extend(m.value() for m in batch)
-            queue.ack_many(batch)
+    assert_group_left(config, kafka_client, (queue_topic, markers), group)
 
 
 UNCLOSED_SCRIPT = textwrap.dedent(
@@ -536,15 +527,22 @@ def test_an_unclosed_consumer_is_closed_at_exit_its_acks_written_and_its_group_l
     assert child.returncode == 0, child.stderr
     acked = {(p, o) for p, o in json.loads(child.stdout)}
     assert end_positions(kafka_client, markers) == acked
-    # The group was left at exit: a new member gets the partitions at once, not after the
-    # child's 45 s session timeout.
-    produce(kafka_client, queue_topic, ["after"])
+    assert_group_left(config, kafka_client, topics, group)
+
+
+def assert_group_left(
+    config: dict[str, Any], client: Client, topics: tuple[str, str], group: str
+) -> None:
+    """A consumer of ``group`` (with a 45 s session timeout) left it: a new member gets the
+    partitions, and so a message produced now, within 20 s."""
+    queue_topic, markers = topics
+    produce(client, queue_topic, ["after"])
     deadline = time.monotonic() + 20
     came: list[bytes | None] = []
     with QueueConsumer(config, queue_topic, markers, 30.0, group_id=group) as queue:
-        # Messages the child had not marked yet come first, as they would to any next member.
+        # Messages the first had not marked yet come first, as they would to any next member.
         while b"after" not in came:
-            assert time.monotonic() < deadline, "the unclosed consumer did not leave its group"
+            assert time.monotonic() < deadline, "the first consumer did not leave its group"
             batch = queue.consume(10, timeout=1.0)
             came.extend(m.value() for m in batch)
             queue.ack_many(batch)
