@@ -32,7 +32,7 @@ use crate::main_queue_watcher::MainQueueWatcher;
 use crate::oauth::{self, TokenContext, TokenRefresh, answer_token_refresh};
 use crate::partitioner::PartitionCounts;
 use crate::polled_producer::PolledProducer;
-use crate::record::{OutgoingRecord, ReceivedRecord};
+use crate::record::{OutgoingRecord, ReceivedRecord, TopicName};
 
 /// One broker of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -696,7 +696,7 @@ impl Client {
         });
         match delivered {
             Waited::Done(delivered) => delivered.map(|mut r| {
-                r.topic.clone_from(&record.topic);
+                r.topic = record.topic.as_str().into();
                 r
             }),
             Waited::Refused(failure) => Err(failure.error("produce")),
@@ -749,6 +749,7 @@ impl Client {
             .map_err(|e| self.error("read_topic", e, timeout))?;
         let mut open: HashSet<i32> = partitions.into_iter().collect();
         let mut records = Vec::new();
+        let mut names = TopicName::default();
         while !open.is_empty() && records.len() < max_records {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -756,7 +757,9 @@ impl Client {
             }
             match consumer.poll(left.min(Duration::from_millis(100))) {
                 None => {}
-                Some(Ok(message)) => records.push(ReceivedRecord::from_message(&message)),
+                Some(Ok(message)) => {
+                    records.push(ReceivedRecord::from_message_named(&message, &mut names));
+                }
                 Some(Err(KafkaError::PartitionEOF(p))) => {
                     open.remove(&p);
                 }

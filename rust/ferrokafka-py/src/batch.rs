@@ -121,7 +121,13 @@ impl PyBatch {
         let records = Arc::clone(&self.records);
         // Building the columns scales with the batch: done detached.
         let columns = py.detach(move || -> Result<Node, CoreError> {
-            let mut rows = RecordRows::default();
+            let sum = |bytes: fn(&ReceivedRecord) -> usize| records.iter().map(bytes).sum();
+            let mut rows = RecordRows::with_capacity(
+                records.len(),
+                sum(|r| r.key.as_ref().map_or(0, Vec::len)),
+                sum(|r| r.value.as_ref().map_or(0, Vec::len)),
+                sum(|r| r.topic.len()),
+            );
             for record in records.iter() {
                 let available = record.timestamp_kind != TimestampKind::NotAvailable;
                 rows.push(RecordFields {

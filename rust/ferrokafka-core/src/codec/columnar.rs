@@ -427,6 +427,16 @@ pub type Int64Builder = NumberBuilder<false>;
 /// Builds a `float64` column.
 pub type Float64Builder = NumberBuilder<true>;
 
+impl<const FLOAT: bool> NumberBuilder<FLOAT> {
+    /// A builder with room for `rows` rows.
+    pub fn with_capacity(rows: usize) -> Self {
+        Self {
+            values: Vec::with_capacity(rows * 8),
+            validity: Validity::default(),
+        }
+    }
+}
+
 impl Int64Builder {
     /// Appends a row (`None`: null).
     pub fn push(&mut self, value: Option<i64>) {

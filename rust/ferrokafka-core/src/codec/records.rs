@@ -50,6 +50,21 @@ struct_builder! {
 }
 
 impl RecordRows {
+    /// A builder with room for `rows` records of `keys` key bytes, `values` value bytes and
+    /// `topics` topic-name bytes in all: the columns are allocated once, never grown (growing
+    /// them was most of the page faults of a `to_arrow` call).
+    pub fn with_capacity(rows: usize, keys: usize, values: usize, topics: usize) -> Self {
+        Self {
+            key: BinaryBuilder::with_capacity(rows, keys, false),
+            value: BinaryBuilder::with_capacity(rows, values, false),
+            topic: Utf8Builder::with_capacity(rows, topics, false),
+            partition: Int64Builder::with_capacity(rows),
+            offset: Int64Builder::with_capacity(rows),
+            timestamp: Int64Builder::with_capacity(rows),
+            ..Self::default()
+        }
+    }
+
     /// Appends one record.
     pub fn push<'a, H>(&mut self, record: RecordFields<'a, H>)
     where

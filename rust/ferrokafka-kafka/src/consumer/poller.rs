@@ -15,7 +15,7 @@ use super::events::ConsumerEvent;
 use super::state::{Handle, Shared, Slot, load_event};
 use crate::dead_letter::DeadLetterWriter;
 use crate::locks::lock;
-use crate::record::ReceivedRecord;
+use crate::record::{ReceivedRecord, TopicName};
 
 /// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
 const POLL_WAIT: Duration = Duration::from_millis(50);
@@ -33,15 +33,16 @@ pub(super) fn run_poller(
     let interval = shared.options.commit_interval;
     let mut next_commit = Instant::now() + interval;
     let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
+    let mut names = TopicName::default();
     while !shared.closing.load(Ordering::Acquire) {
         // The main queue first: rebalances and statistics are served here, and records fetched
         // before their partition's queue was split come before those in that queue.
-        shared.take_ready(&mut chunk, ROUTE_CHUNK, |wait| consumer.poll(wait));
+        shared.take_ready(&mut chunk, &mut names, |wait| consumer.poll(wait));
         *lock(&shared.polled_at) = Some(Instant::now());
         let mut routed = chunk.len();
         shared.route_chunk(&mut chunk);
         for slot in shared.all_slots() {
-            routed += shared.poll_partition(&slot);
+            routed += shared.poll_partition(&slot, &mut names);
         }
         if routed == 0 {
             shared.wake.wait(POLL_WAIT);
@@ -70,9 +71,10 @@ impl Shared {
     fn route_chunk(&self, chunk: &mut Vec<ReceivedRecord>) {
         let mut records = chunk.drain(..).peekable();
         while let Some(first) = records.next() {
-            let (topic, partition) = (first.topic.clone(), first.partition);
+            let (topic, partition) = (first.topic.to_string(), first.partition);
             let mut run = vec![first];
-            while let Some(next) = records.next_if(|r| r.partition == partition && r.topic == topic)
+            while let Some(next) =
+                records.next_if(|r| r.partition == partition && *r.topic == *topic)
             {
                 run.push(next);
             }
@@ -91,7 +93,7 @@ impl Shared {
 
     /// Takes from `slot`'s own queue as many records as its buffer has room for (at most
     /// `ROUTE_CHUNK`) and routes them; returns how many.
-    fn poll_partition(&self, slot: &Slot) -> usize {
+    fn poll_partition(&self, slot: &Slot, names: &mut TopicName) -> usize {
         let room = {
             let state = slot.lock();
             if state.closed {
@@ -111,7 +113,7 @@ impl Shared {
             run.reserve(room);
             queue.drain(room, |result| {
                 // Errors were taken off the queue with the records: all are handled.
-                self.take(&mut run, result);
+                self.take(&mut run, names, result);
             });
         }
         let count = run.len();
@@ -121,19 +123,19 @@ impl Shared {
         count
     }
 
-    /// Copies the records `poll` has ready (it never waits) into `out`, up to `max` in all; an
-    /// error is reported and ends the turn.
+    /// Copies the records `poll` has ready (it never waits) into `out`, up to `ROUTE_CHUNK` in
+    /// all; an error is reported and ends the turn.
     fn take_ready<M: Message>(
         &self,
         out: &mut Vec<ReceivedRecord>,
-        max: usize,
+        names: &mut TopicName,
         poll: impl Fn(Duration) -> Option<Result<M, KafkaError>>,
     ) {
-        while out.len() < max {
+        while out.len() < ROUTE_CHUNK {
             match poll(Duration::ZERO) {
                 None => break,
                 Some(result) => {
-                    if !self.take(out, result.as_ref().map_err(Clone::clone)) {
+                    if !self.take(out, names, result.as_ref().map_err(Clone::clone)) {
                         break;
                     }
                 }
@@ -145,10 +147,11 @@ impl Shared {
     fn take<M: Message>(
         &self,
         out: &mut Vec<ReceivedRecord>,
+        names: &mut TopicName,
         result: Result<&M, KafkaError>,
     ) -> bool {
         match result {
-            Ok(message) => out.push(ReceivedRecord::from_message(message)),
+            Ok(message) => out.push(ReceivedRecord::from_message_named(message, names)),
             Err(KafkaError::PartitionEOF(_)) => {}
             Err(err) => {
                 let err = self.watch.explain("consume", err);

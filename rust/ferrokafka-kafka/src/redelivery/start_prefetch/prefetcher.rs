@@ -14,7 +14,7 @@ use super::{Dispatched, LOOKAHEAD_BATCHES, METADATA_ATTEMPT, POLL_SLICE, Prefetc
 use crate::batch_produce::Payloads;
 use crate::client::Client;
 use crate::error::KafkaIoError;
-use crate::record::ReceivedRecord;
+use crate::record::{ReceivedRecord, TopicName};
 use crate::redelivery::marker_writer::message_id;
 
 /// What the prefetch thread may do next.
@@ -150,6 +150,7 @@ impl Prefetcher {
     /// has arrived.
     fn poll_batch(&self, first_wait: Duration) -> Vec<ReceivedRecord> {
         let mut records = Vec::new();
+        let mut names = TopicName::default();
         while records.len() < self.max_batch_size {
             let wait = if records.is_empty() {
                 first_wait
@@ -158,7 +159,9 @@ impl Prefetcher {
             };
             match self.consumer.poll(wait) {
                 None => break,
-                Some(Ok(message)) => records.push(ReceivedRecord::from_message(&message)),
+                Some(Ok(message)) => {
+                    records.push(ReceivedRecord::from_message_named(&message, &mut names));
+                }
                 Some(Err(e)) => log::warn!("queue consumer: {e}"),
             }
         }
