@@ -145,12 +145,18 @@ impl ReceivedRecord {
 
     /// Copies a librdkafka message into owned memory.
     pub fn from_message<M: Message>(message: &M) -> Self {
-        Self::from_message_named(message, &mut TopicName::default())
+        Self::from_message_of(message, message.topic().into())
     }
 
     /// As [`ReceivedRecord::from_message`], its topic name shared with the records `names`
     /// made before: for loops over many records of few topics.
     pub fn from_message_named<M: Message>(message: &M, names: &mut TopicName) -> Self {
+        Self::from_message_of(message, names.of(message.topic()))
+    }
+
+    /// As [`ReceivedRecord::from_message`] for a message of `topic`, known beforehand (a
+    /// partition's own queue): the name is neither read nor compared per record.
+    pub fn from_message_of<M: Message>(message: &M, topic: Arc<str>) -> Self {
         let headers = header_list(message);
         let (timestamp_kind, timestamp_ms) = match message.timestamp() {
             Timestamp::NotAvailable => (TimestampKind::NotAvailable, 0),
@@ -158,7 +164,7 @@ impl ReceivedRecord {
             Timestamp::LogAppendTime(ms) => (TimestampKind::LogAppendTime, ms),
         };
         ReceivedRecord {
-            topic: names.of(message.topic()),
+            topic,
             partition: message.partition(),
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),

@@ -30,7 +30,7 @@ impl Shared {
         {
             state.catch_up_to = None;
             self.emit(ConsumerEvent::CaughtUp {
-                topic: slot.topic.clone(),
+                topic: slot.topic.to_string(),
                 partition: slot.partition,
                 offset: high,
             });
@@ -56,7 +56,7 @@ impl Shared {
                 let _ =
                     tpl.add_partition_offset(&slot.topic, slot.partition, Offset::Offset(finished));
                 state.commit_requested = Some(finished);
-                offsets.push((slot.topic.clone(), slot.partition, finished));
+                offsets.push((slot.topic.to_string(), slot.partition, finished));
             }
         }
         if offsets.is_empty() {

@@ -51,7 +51,7 @@ pub(super) fn run_poller(
         let mut routed = chunk.len();
         shared.route_chunk(&mut chunk);
         for slot in shared.all_slots() {
-            routed += shared.poll_partition(&slot, &mut names);
+            routed += shared.poll_partition(&slot);
         }
         if routed == 0 {
             shared.wake.wait(POLL_WAIT);
@@ -102,7 +102,7 @@ impl Shared {
 
     /// Takes from `slot`'s own queue as many records as its buffer has room for (at most
     /// `PARTITION_RUN`) and routes them; returns how many.
-    fn poll_partition(&self, slot: &Slot, names: &mut TopicName) -> usize {
+    fn poll_partition(&self, slot: &Slot) -> usize {
         let room = {
             let state = slot.lock();
             if state.closed {
@@ -122,7 +122,9 @@ impl Shared {
             run.reserve(room);
             queue.drain(room, |result| {
                 // Errors were taken off the queue with the records: all are handled.
-                self.take(&mut run, names, result);
+                self.take(&mut run, result, |message| {
+                    ReceivedRecord::from_message_of(message, Arc::clone(&slot.topic))
+                });
             });
         }
         let count = run.len();
@@ -144,7 +146,10 @@ impl Shared {
             match poll(Duration::ZERO) {
                 None => break,
                 Some(result) => {
-                    if !self.take(out, names, result.as_ref().map_err(Clone::clone)) {
+                    let result = result.as_ref().map_err(Clone::clone);
+                    if !self.take(out, result, |m| {
+                        ReceivedRecord::from_message_named(m, names)
+                    }) {
                         break;
                     }
                 }
@@ -152,15 +157,16 @@ impl Shared {
         }
     }
 
-    /// Copies one polled message into `out`, or reports its error; false after an error.
+    /// Copies one polled message into `out` (as `record` makes it), or reports its error;
+    /// false after an error.
     fn take<M: Message>(
         &self,
         out: &mut Vec<ReceivedRecord>,
-        names: &mut TopicName,
         result: Result<&M, KafkaError>,
+        record: impl FnOnce(&M) -> ReceivedRecord,
     ) -> bool {
         match result {
-            Ok(message) => out.push(ReceivedRecord::from_message_named(message, names)),
+            Ok(message) => out.push(record(message)),
             Err(KafkaError::PartitionEOF(_)) => {}
             Err(err) => {
                 let err = self.watch.explain("consume", err);

@@ -73,7 +73,8 @@ impl BufferedRecord for ReceivedRecord {
 #[derive(Debug)]
 pub(super) struct Slot {
     pub(super) worker: WorkerId,
-    pub(super) topic: String,
+    /// Shared with every record routed here (see `ReceivedRecord::from_message_in`).
+    pub(super) topic: Arc<str>,
     pub(super) partition: i32,
     pub(super) state: Mutex<SlotState>,
     /// Workers wait here for records; drainers wait here for the batch in flight to finish.
@@ -92,7 +93,7 @@ impl Slot {
     pub(super) fn assignment(&self) -> Assignment {
         Assignment {
             worker: self.worker,
-            topic: self.topic.clone(),
+            topic: self.topic.to_string(),
             partition: self.partition,
         }
     }
@@ -192,7 +193,7 @@ impl Shared {
             });
             let slot = Arc::new(Slot {
                 worker: self.next_worker.fetch_add(1, Ordering::Relaxed),
-                topic,
+                topic: topic.into(),
                 partition,
                 state: Mutex::new(SlotState {
                     buffer: PartitionBuffer::new(limits),
@@ -224,7 +225,7 @@ impl Shared {
         for slot in slots {
             map.by_worker.remove(&slot.worker);
             map.by_partition
-                .remove(&(slot.topic.clone(), slot.partition));
+                .remove(&(slot.topic.to_string(), slot.partition));
             totals.counters.add(&slot.lock().counters);
             // The queue keeps the consumer alive; a revoked partition's queue is not needed.
             lock(&slot.source).take();
@@ -241,7 +242,7 @@ impl Shared {
 /// The `LoadControl` event of `slot` as its buffer is now.
 pub(super) fn load_event(slot: &Slot, state: &SlotState, paused: bool) -> ConsumerEvent {
     ConsumerEvent::LoadControl {
-        topic: slot.topic.clone(),
+        topic: slot.topic.to_string(),
         partition: slot.partition,
         paused,
         queued: state.buffer.queued(),

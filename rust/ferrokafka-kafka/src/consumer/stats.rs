@@ -124,7 +124,7 @@ impl ConcurrentConsumer {
             let state = slot.lock();
             stats.totals.add(&state.counters);
             stats.partitions.push(PartitionStats {
-                topic: slot.topic.clone(),
+                topic: slot.topic.to_string(),
                 partition: slot.partition,
                 worker: slot.worker,
                 queued: state.buffer.queued(),
