@@ -136,12 +136,15 @@ class QueueConsumer:
     is handled, so up to eight batches are in flight ahead of the handler; their deadlines start
     then (and are kept alive). Messages prepared but not handed out when the consumer closes
     come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
-    ``keepalive`` return at once; :meth:`flush` (and :meth:`close`) wait until their markers are
-    written. A consumer its owner did not close is closed at interpreter exit (within
-    ``exit_timeout``, 7 s): its markers written, its group left. Waits release the GIL and can
-    be interrupted with Ctrl-C. Creating the consumer waits for no broker: the markers topic is
-    looked up in the background, and a fetch raises its error (a missing markers topic, or
-    ``KafkaTimeoutError`` after ``marker_timeout`` without an answer) while it cannot be read.
+    ``keepalive`` return at once, even with the broker down long enough to fill librdkafka's
+    queue (a marker it has no room for within 0.1 s is refused, counted in ``failed_markers``,
+    and its message comes back after its deadline); :meth:`flush` (and :meth:`close`) wait
+    until their markers are written. A consumer its owner did not close is closed at interpreter
+    exit (within ``exit_timeout``, 7 s): its markers written, its group left. Waits release the
+    GIL and can be interrupted with Ctrl-C. Creating the consumer waits for no broker: the
+    markers topic is looked up in the background, and a fetch raises its error (a missing
+    markers topic, or ``KafkaTimeoutError`` after ``marker_timeout`` without an answer) while it
+    cannot be read.
 
     A message whose START marker the markers topic refuses for good (larger than its
     ``max.message.bytes``) would block the messages behind it: it is copied to

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,7 +32,7 @@ from ferrokafka.redelivery import (
     RedeliveryTracker,
     redelivery_count,
 )
-from tests.conftest import GROUP_SETTINGS, TopicFactory, outage, wait_until
+from tests.conftest import GROUP_SETTINGS, KAFKA_SCRIPT, TopicFactory, outage, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -708,6 +709,76 @@ def test_closing_with_the_broker_down_takes_seconds_and_counts_what_is_not_writt
         "5 END/KEEPALIVE markers" in r.getMessage() and "not written" in r.getMessage()
         for r in caplog.records
     ), [r.getMessage() for r in caplog.records]
+
+
+FULL_QUEUE_SCRIPT = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    from ferrokafka.redelivery import QueueConsumer
+
+    bootstrap, queue_topic, markers_topic, kafka_script = sys.argv[1:5]
+    # librdkafka's queue holds 5 markers: full at once while the broker is down, as a long
+    # outage fills the default queue of 100,000.
+    config = {"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 5}
+    queue = QueueConsumer(config, queue_topic, markers_topic, 30.0)
+    taken = []
+    while len(taken) < 20:
+        taken.extend(queue.consume(20 - len(taken), timeout=5.0))
+    subprocess.run(["bash", kafka_script, "pause"], check=True, capture_output=True)
+    try:
+        started = time.monotonic()
+        for job in taken:
+            queue.ack(job)
+        time.sleep(0.5)  # the marker thread writes the held ENDs: 5 taken, 15 refused
+        try:
+            queue.ack_many([])
+            queue.flush(1.0)
+        except Exception as error:
+            flushed = type(error).__name__
+        else:
+            flushed = "flushed"
+        failed = queue.stats()["failed_markers"]
+        queue.close(1.0)
+        elapsed = time.monotonic() - started
+    finally:
+        subprocess.run(["bash", kafka_script, "resume"], check=True, capture_output=True)
+    print(json.dumps([elapsed, flushed, failed]), flush=True)
+    """
+)
+
+
+def test_a_full_librdkafka_queue_with_the_broker_down_never_blocks_acks_or_close(
+    outage_broker: tuple[str, dict[str, str]],
+) -> None:
+    # Before, the marker thread retried the full queue forever holding the in-flight lock, and
+    # the next ack_many waited for that lock holding the GIL: the process hung until the
+    # broker came back. A child process, so that a hang fails the test instead of the suite.
+    bootstrap, env = outage_broker
+    queue_topic, markers = f"q-{uuid.uuid4().hex}", f"m-{uuid.uuid4().hex}"
+    client = Client({"bootstrap.servers": bootstrap})
+    client.create_topics([NewTopic(queue_topic, 1), NewTopic(markers, 1)], timeout=30.0)
+    for n in range(20):
+        client.produce(queue_topic, f"j{n}", partition=0)
+    script = [sys.executable, "-c", FULL_QUEUE_SCRIPT, bootstrap, queue_topic, markers]
+    environment = {**os.environ, **env}
+    try:
+        child = subprocess.run(
+            [*script, str(KAFKA_SCRIPT)],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        # A child that hung leaves the broker down; the module's next tests need it.
+        subprocess.run(["bash", str(KAFKA_SCRIPT), "resume"], env=environment, capture_output=True)
+    assert child.returncode == 0, child.stderr
+    elapsed, flushed, failed = json.loads(child.stdout)
+    assert elapsed < 10.0, f"acks, flush and close took {elapsed:.1f} s"
+    assert flushed != "flushed"
+    # At most 5 of the 20 END markers fit in the queue: the others are refused and counted.
+    assert failed >= 15, failed
+    assert "END markers not written" in child.stderr, child.stderr
 
 
 def test_auto_takes_share_groups_on_this_broker_whose_lock_cannot_be_extended(

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::polled_producer::PolledProducer;
 use rdkafka::bindings as rdsys;
@@ -219,18 +219,21 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
         &self.producer
     }
 
-    /// Produces `payloads` with `opaque` as each one's delivery opaque. On a refusal other than
-    /// a full queue, returns the error with how many records librdkafka took (their delivery
-    /// reports will come).
+    /// Produces `payloads` with `opaque` as each one's delivery opaque. Records refused because
+    /// librdkafka's queue is full are offered again until `full_wait` has passed. On a refusal,
+    /// returns the error with how many records librdkafka took (their delivery reports will
+    /// come).
     pub(crate) fn produce(
         &self,
         payloads: &Payloads,
         opaque: C::DeliveryOpaque,
+        full_wait: Duration,
     ) -> Result<(), (KafkaError, usize)>
     where
         C::DeliveryOpaque: Copy,
     {
         let topic = self.topic().map_err(|e| (e, 0))?;
+        let give_up = Instant::now() + full_wait;
         let records = payloads.slices();
         let mut taken = 0;
         let mut rest = records.as_slice();
@@ -252,7 +255,7 @@ impl<C: ProducerContext + 'static> BatchTopic<C> {
             };
             taken += first;
             let err = messages[first].err;
-            if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR__QUEUE_FULL {
+            if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR__QUEUE_FULL || Instant::now() >= give_up {
                 // Records after a refused one that librdkafka still took are counted too.
                 taken += messages[first..]
                     .iter()

@@ -17,6 +17,11 @@
 //!   produce call per message): at the latest [`END_LINGER`] after the ack (the marker thread's
 //!   timer), at once when [`END_BATCH`] are held, and with the next `ack_many` or `nack`, `flush`
 //!   or close. A held END is counted by `unwritten` and waited for by `flush`.
+//! - No write blocks for long: one refused because librdkafka's queue stays full fails after
+//!   [`QUEUE_FULL_WAIT`], its markers counted as failed (their messages are redelivered).
+//!   Writes made for many callers (held ENDs, keepalive rounds) log a failure and count it;
+//!   only `ack_many`, `nack`, `keepalive` and `flush` raise it, to the caller whose markers
+//!   they are.
 //!
 //! Threading: every method may be called from any thread; the marker thread ends when its
 //! [`MarkerThread`] is dropped (the drop writes the held ENDs and joins it). No Python runs here.
@@ -47,6 +52,12 @@ const MIN_KEEPALIVE_WAIT: Duration = Duration::from_millis(10);
 const END_LINGER: Duration = Duration::from_millis(1);
 /// Most END markers held back: the ack that reaches this many writes them at once.
 const END_BATCH: usize = 500;
+/// Longest a marker write waits for room in librdkafka's queue, full when the broker has been
+/// unreachable for long (markers expire only after `message.timeout.ms`). Writes happen under
+/// the in-flight lock, and `ack`/`ack_many`/`nack`/`keepalive` hold the GIL: an unbounded wait
+/// hung every thread of the process until the broker came back. Refused markers are counted
+/// as failed; their messages come back after their deadline.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(100);
 /// How long the marker thread sleeps when it has nothing to keep alive and no END held: it is
 /// woken by the first held END and by its stop.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
@@ -215,9 +226,16 @@ impl MarkerWriter {
                 append_marker(out, marker);
             });
         }
-        self.producer.produce(&payloads, ()).map_err(|(e, _)| {
-            KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)
-        })
+        self.producer
+            .produce(&payloads, (), QUEUE_FULL_WAIT)
+            .map_err(|(e, taken)| {
+                // Those librdkafka took report their own outcome; the rest fail here.
+                let refused = markers.len().saturating_sub(taken);
+                self.tracker()
+                    .failed
+                    .fetch_add(refused as u64, Ordering::Relaxed);
+                KafkaIoError::from_rdkafka("write marker", e, self.marker_timeout, None)
+            })
     }
 
     /// The messages of a batch are in flight; their deadline was set at `set_at`.
@@ -260,7 +278,10 @@ impl MarkerWriter {
         }
         open.held_ends.push(message);
         if open.held_ends.len() >= END_BATCH {
-            return self.write_held(&mut open);
+            // Written for many acks, not this one's alone: a refusal is logged and counted, as
+            // the marker thread's is, not raised to whichever ack came 500th.
+            self.write_held_ends(&mut open);
+            return Ok(());
         }
         if open.held_since.is_none() {
             open.held_since = Some(Instant::now());
@@ -275,14 +296,11 @@ impl MarkerWriter {
         self.write(&open.take_held_ends(0))
     }
 
-    /// [`Self::write_held`] where nobody waits for the outcome (the marker thread): a refusal
-    /// is logged and counted as failed markers, as a failed delivery would be.
+    /// [`Self::write_held`] where nobody waits for the outcome (the marker thread, an ack that
+    /// fills the batch): a refusal is logged (`write` counted it as failed markers).
     fn write_held_ends(&self, open: &mut Open) {
         let held = open.held_ends.len();
         if let Err(e) = self.write_held(open) {
-            self.tracker()
-                .failed
-                .fetch_add(held as u64, Ordering::Relaxed);
             log::warn!("{held} END markers not written, their messages will be redelivered: {e}");
         }
     }
@@ -313,21 +331,36 @@ impl MarkerWriter {
 
     /// Writes a KEEPALIVE for every in-flight message whose deadline was set half a timeout
     /// ago; returns how long until the next one is due.
+    /// All in one write: a round over thousands of messages is one call to librdkafka, and
+    /// one refusal (at most [`QUEUE_FULL_WAIT`]) when its queue is full.
     fn keep_alive_due(&self, open: &mut Open, now: Instant) -> Duration {
         let period = self.redelivery_timeout / 2;
         let mut next = period;
-        for (&id, last) in open.in_flight.iter_mut() {
+        let deadline = self.next_deadline();
+        let mut markers = Vec::new();
+        for (&message_id, last) in open.in_flight.iter_mut() {
             let due = *last + period;
             if due > now {
                 next = next.min(due - now);
                 continue;
             }
-            // A failed write is retried one period later; the deadline may pass meanwhile, then
-            // the message is redelivered (at-least-once, nothing lost).
-            if let Err(e) = self.write_keepalive(id) {
-                log::warn!("keepalive of {id:?} not written: {e}");
-            }
+            markers.push((
+                message_id,
+                Marker::KeepAlive {
+                    message_id,
+                    deadline,
+                },
+            ));
             *last = now;
+        }
+        // A failed write is retried one period later; the deadline may pass meanwhile, then the
+        // messages are redelivered (at-least-once, nothing lost).
+        match self.write(&markers) {
+            Ok(()) => {
+                self.keepalives
+                    .fetch_add(markers.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => log::warn!("{} keepalive markers not written: {e}", markers.len()),
         }
         next.max(MIN_KEEPALIVE_WAIT)
     }

@@ -232,7 +232,9 @@ impl Prefetcher {
         }
         // Counted before the call: a delivery report may arrive before it returns.
         self.acks().expect(number, records.len());
-        self.starts.produce(&markers, number).map_err(|(e, _)| e)
+        self.starts
+            .produce(&markers, number, self.marker_timeout)
+            .map_err(|(e, _)| e)
     }
 
     pub(super) fn start_error(&self, error: KafkaError) -> KafkaIoError {
