@@ -686,15 +686,22 @@ def test_each_backend_has_its_own_default_group_and_a_classic_group_is_named(
         assert kept.backend == "markers"
 
 
+def queue_of(bootstrap: str, jobs: int) -> tuple[str, str]:
+    """A new one-partition queue topic on ``bootstrap`` holding ``jobs`` messages, and its new
+    one-partition markers topic."""
+    queue_topic, markers = f"q-{uuid.uuid4().hex}", f"m-{uuid.uuid4().hex}"
+    client = Client({"bootstrap.servers": bootstrap})
+    client.create_topics([NewTopic(queue_topic, 1), NewTopic(markers, 1)], timeout=30.0)
+    for n in range(jobs):
+        client.produce(queue_topic, f"j{n}", partition=0)
+    return queue_topic, markers
+
+
 def test_closing_with_the_broker_down_takes_seconds_and_counts_what_is_not_written(
     outage_broker: tuple[str, dict[str, str]], caplog: pytest.LogCaptureFixture
 ) -> None:
     bootstrap, env = outage_broker
-    queue_topic, markers = f"q-{uuid.uuid4().hex}", f"m-{uuid.uuid4().hex}"
-    client = Client({"bootstrap.servers": bootstrap})
-    client.create_topics([NewTopic(queue_topic, 1), NewTopic(markers, 1)], timeout=30.0)
-    for n in range(5):
-        client.produce(queue_topic, f"j{n}", partition=0)
+    queue_topic, markers = queue_of(bootstrap, 5)
     queue = QueueConsumer(
         {"bootstrap.servers": bootstrap, **GROUP_SETTINGS}, queue_topic, markers, 30.0
     )
@@ -754,11 +761,7 @@ def test_a_full_librdkafka_queue_with_the_broker_down_never_blocks_acks_or_close
     # the next ack_many waited for that lock holding the GIL: the process hung until the
     # broker came back. A child process, so that a hang fails the test instead of the suite.
     bootstrap, env = outage_broker
-    queue_topic, markers = f"q-{uuid.uuid4().hex}", f"m-{uuid.uuid4().hex}"
-    client = Client({"bootstrap.servers": bootstrap})
-    client.create_topics([NewTopic(queue_topic, 1), NewTopic(markers, 1)], timeout=30.0)
-    for n in range(20):
-        client.produce(queue_topic, f"j{n}", partition=0)
+    queue_topic, markers = queue_of(bootstrap, 20)
     script = [sys.executable, "-c", FULL_QUEUE_SCRIPT, bootstrap, queue_topic, markers]
     environment = {**os.environ, **env}
     try:
