@@ -55,8 +55,9 @@ const END_BATCH: usize = 500;
 /// Longest a marker write waits for room in librdkafka's queue, full when the broker has been
 /// unreachable for long (markers expire only after `message.timeout.ms`). Writes happen under
 /// the in-flight lock, and `ack`/`ack_many`/`nack`/`keepalive` hold the GIL: an unbounded wait
-/// hung every thread of the process until the broker came back. Refused markers are counted
-/// as failed; their messages come back after their deadline.
+/// hung every thread of the process until the broker came back or the queued markers expired
+/// (`message.timeout.ms`, 5 minutes by default). Refused markers are counted as failed; their
+/// messages come back after their deadline.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(100);
 /// How long the marker thread sleeps when it has nothing to keep alive and no END held: it is
 /// woken by the first held END and by its stop.
