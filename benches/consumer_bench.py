@@ -36,6 +36,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -211,7 +212,10 @@ def interleaved(cases: dict[str, Callable[[], Sample]], samples: int) -> dict[st
     names = list(cases)
     for round_number in range(samples):
         for name in names if round_number % 2 == 0 else reversed(names):
-            results[name].append(cases[name]())
+            sample = cases[name]()
+            results[name].append(sample)
+            # Progress, and each sample for judging the spread behind a median (on stderr).
+            print(f"  round {round_number + 1}: {name}: {sample.rate:,.0f}/s", file=sys.stderr)
     medians = {}
     for name, runs in results.items():
         cpus = [run.cpu for run in runs if run.cpu is not None]
