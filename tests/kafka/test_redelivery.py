@@ -474,8 +474,8 @@ def test_single_acks_are_written_without_flush_or_keepalive_and_by_close(
 def test_a_consumer_collected_without_close_writes_its_acks_and_leaves_its_group(
     config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
 ) -> None:
-    # The last reference goes right after the acks, before the marker thread or librdkafka
-    # sent their END markers: the collection closes the consumer as close() does.
+    # The last reference goes right after the acks, with their END markers held or still in
+    # librdkafka: the engine's drop writes them and leaves the group.
     queue_topic, markers = topics
     produce(kafka_client, queue_topic, [f"c{n}" for n in range(8)])
     group = f"g-{uuid.uuid4().hex}"
@@ -759,7 +759,8 @@ def test_a_full_librdkafka_queue_with_the_broker_down_never_blocks_acks_or_close
 ) -> None:
     # Before, the marker thread retried the full queue forever holding the in-flight lock, and
     # the next ack_many waited for that lock holding the GIL: the process hung until the
-    # broker came back. A child process, so that a hang fails the test instead of the suite.
+    # broker came back or the markers expired (message.timeout.ms, 5 minutes by default). A
+    # child process, so that a hang fails the test instead of the suite.
     bootstrap, env = outage_broker
     queue_topic, markers = queue_of(bootstrap, 20)
     script = [sys.executable, "-c", FULL_QUEUE_SCRIPT, bootstrap, queue_topic, markers]

@@ -73,7 +73,7 @@ impl BufferedRecord for ReceivedRecord {
 #[derive(Debug)]
 pub(super) struct Slot {
     pub(super) worker: WorkerId,
-    /// Shared with every record routed here (see `ReceivedRecord::from_message_in`).
+    /// Shared with every record routed here (see `ReceivedRecord::from_message_of`).
     pub(super) topic: Arc<str>,
     pub(super) partition: i32,
     pub(super) state: Mutex<SlotState>,

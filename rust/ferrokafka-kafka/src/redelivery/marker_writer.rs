@@ -332,6 +332,7 @@ impl MarkerWriter {
 
     /// Writes a KEEPALIVE for every in-flight message whose deadline was set half a timeout
     /// ago; returns how long until the next one is due.
+    ///
     /// All in one write: a round over thousands of messages is one call to librdkafka, and
     /// one refusal (at most [`QUEUE_FULL_WAIT`]) when its queue is full.
     fn keep_alive_due(&self, open: &mut Open, now: Instant) -> Duration {
