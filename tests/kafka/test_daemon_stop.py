@@ -1,7 +1,8 @@
 """The daemons' stop with a broker that does not answer: SIGINT or SIGTERM ends the command
-within 10 s, with exit status 0, and a WARNING names what could not be sent.
+within 10 s, with exit status 0, and a WARNING names what could not be sent; ``stop()`` ends a
+scheduler within the same bound while its dispatch waits for room in a full queue.
 
-Each test runs the real command line in a child process and stops it with a real signal.
+The command tests run the real command line in a child process and stop it with a real signal.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ferrokafka import Client
-from ferrokafka.scheduling import create_topics
-from tests.conftest import Broker, outage
+from ferrokafka import Client, NewTopic
+from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from tests.conftest import Broker, outage, read_all, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -156,3 +157,54 @@ def test_a_scheduler_stops_within_its_bound_when_the_broker_goes_away(
     warnings = [line for line in daemon.lines if " WARNING " in line]
     assert any("final state report(s) not acknowledged" in line for line in warnings), daemon.stderr
     assert any("final report" in line and "reports-x" in line for line in warnings), daemon.stderr
+
+
+def test_a_scheduler_stops_within_its_bound_while_its_dispatch_waits_for_room(
+    outage_broker: Broker,
+) -> None:
+    """Schedules come due while the broker is away, and librdkafka's queue (5 records here)
+    fills: the dispatch waiting for room ends on the stop request. Before, it waited until
+    librdkafka timed the queued records out (the 30 s dispatch timeout, once per 5 records), and
+    the stop with it. No schedule is lost: a scheduler started afterwards dispatches them."""
+    bootstrap, env = outage_broker
+    client = Client({"bootstrap.servers": bootstrap})
+    schedules = f"full-schedules-{uuid.uuid4().hex[:8]}"
+    target = f"full-target-{uuid.uuid4().hex[:8]}"
+    create_topics(client, schedules, num_partitions=1)
+    client.create_topics([NewTopic(target, num_partitions=1)])
+    group, count = f"g-{schedules}", 30
+    config: dict[str, str | int] = {
+        "bootstrap.servers": bootstrap,
+        "queue.buffering.max.messages": 5,
+        # No rebalance while the broker is away: the partition stays loaded and due.
+        "session.timeout.ms": 30000,
+        "heartbeat.interval.ms": 500,
+    }
+    scheduler = Scheduler(config, [schedules], group_id=group, state_interval=0.2)
+    try:
+        wait_until(lambda: [s["state"] for s in scheduler.status()] == ["loaded"], 30, "load")
+        epoch = int(time.time()) + 6
+        for n in range(count):
+            message = {"topic": target, "payload": str(n).encode()}
+            schedule_message(client, message, epoch, {"topic": schedules, "key": f"s-{n}"})
+        wait_until(lambda: scheduler.status()[0]["pending"] == count, 10, "schedules applied")
+        with outage(env):
+            assert time.time() < epoch, "the broker stopped after the schedules came due"
+            wait_until(lambda: time.time() > epoch + 1, 10, "the schedules due")
+            sent = time.monotonic()
+            stopped = scheduler.stop(timeout=2 * STOP_BOUND)
+            took = time.monotonic() - sent
+    finally:
+        scheduler.stop()
+    assert stopped, "the scheduler did not stop"
+    assert took < STOP_BOUND, f"stopped {took:.1f} s after stop()"
+    # A group of its own, which reads the schedules from the start: the stopped scheduler could
+    # not leave its group, which waits out its session before handing the partition on.
+    with Scheduler({"bootstrap.servers": bootstrap}, [schedules], group_id=f"{group}-next"):
+        expected = {str(n).encode() for n in range(count)}
+        wait_until(
+            lambda: {value for _, value in read_all(bootstrap, target, 1)} >= expected,
+            60,
+            "every schedule dispatched",
+            interval=0.5,
+        )

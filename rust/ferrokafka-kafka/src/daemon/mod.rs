@@ -32,7 +32,7 @@ pub(crate) use closing::{SHUTDOWN_BUDGET, commit_and_close, flush_before};
 pub(crate) use group::{
     GroupContext, RebalanceEvent, at_partition_end, group_consumer_settings, require_group_id,
 };
-pub(crate) use sending::{FlushTracker, enqueue_with, send_all, send_waiting_for_room};
+pub(crate) use sending::{FlushTracker, RoomWait, enqueue_with, send_all, send_waiting_for_room};
 
 /// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
 pub(crate) fn now_ms() -> u64 {
@@ -56,14 +56,16 @@ pub struct Daemon<S> {
 
 impl<S: Clone + Default + Send + 'static> Daemon<S> {
     /// Starts `run(stop, status)` on a thread called `name`; `run` returns once `stop` is set,
-    /// or with the error that ended the daemon before. `sampler` makes the daemon's part of a
-    /// process report from a status.
+    /// or with the error that ended the daemon before. `stop` is the flag
+    /// [`Daemon::request_stop`] sets, made by the caller so that the daemon's clients can see
+    /// it too (a wait for room in a full queue ends on it). `sampler` makes the daemon's part
+    /// of a process report from a status.
     pub(crate) fn spawn(
         name: &str,
+        stop: Arc<AtomicBool>,
         sampler: impl Fn(S) -> SourceSample + Send + Sync + 'static,
         run: impl FnOnce(&AtomicBool, &Mutex<S>) -> KafkaResult<()> + Send + 'static,
     ) -> KafkaResult<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
         let status = Arc::new(Mutex::new(S::default()));
         let failure = Arc::new(Mutex::new(None));
         let (thread_stop, thread_status) = (Arc::clone(&stop), Arc::clone(&status));

@@ -1,6 +1,8 @@
 //! The daemons' synchronous producing: [`send_all`] waits for its own records through the
-//! [`FlushTracker`] context; the enqueue helpers wait only for room in librdkafka's queue.
+//! [`FlushTracker`] context; the enqueue helpers wait only for room in librdkafka's queue, and
+//! that only as long as their [`RoomWait`] allows.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,13 +71,51 @@ impl ProducerContext for FlushTracker {
     }
 }
 
+/// How long a record may wait for room in librdkafka's full queue: until `deadline`, and not
+/// at all once `stop` is set.
+///
+/// With the broker away, librdkafka frees room only as its queued records time out
+/// (`message.timeout.ms`: the dispatch timeout, or minutes by default), so an unbounded wait
+/// held a daemon that was asked to stop for that long. A record that finds no room in time
+/// fails with `QueueFull`, a transient error: it is sent again by the next round or by whoever
+/// takes the partition over.
+#[derive(Clone, Copy)]
+pub(crate) struct RoomWait<'a> {
+    deadline: Instant,
+    stop: Option<&'a AtomicBool>,
+}
+
+impl<'a> RoomWait<'a> {
+    /// Waits until `deadline` at the most.
+    pub(crate) fn until(deadline: Instant) -> Self {
+        RoomWait {
+            deadline,
+            stop: None,
+        }
+    }
+
+    /// Waits until `deadline` at the most, and not once `stop` is set.
+    pub(crate) fn until_stopped(deadline: Instant, stop: &'a AtomicBool) -> Self {
+        RoomWait {
+            deadline,
+            stop: Some(stop),
+        }
+    }
+
+    fn over(&self) -> bool {
+        self.stop.is_some_and(|stop| stop.load(Ordering::Acquire))
+            || Instant::now() >= self.deadline
+    }
+}
+
 /// Hands `record` to librdkafka without waiting for its delivery, waiting only while
-/// librdkafka's own queue is full.
+/// librdkafka's own queue is full (as long as `room` allows).
 fn enqueue<C: ProducerContext<DeliveryOpaque = ()>>(
     producer: &PolledProducer<C>,
     record: &OutgoingRecord,
+    room: RoomWait<'_>,
 ) -> Result<(), KafkaError> {
-    enqueue_with(producer, record, ())
+    enqueue_with(producer, record, (), room)
 }
 
 /// [`enqueue`] with a delivery opaque, which the context's delivery report receives.
@@ -83,22 +123,28 @@ pub(crate) fn enqueue_with<C: ProducerContext>(
     producer: &PolledProducer<C>,
     record: &OutgoingRecord,
     opaque: C::DeliveryOpaque,
+    room: RoomWait<'_>,
 ) -> Result<(), KafkaError> {
-    send_waiting_for_room(producer, record.base_record(opaque))
+    send_waiting_for_room(producer, record.base_record(opaque), room)
 }
 
-/// Hands `base` to librdkafka, waiting only while librdkafka's own queue is full.
+/// Hands `base` to librdkafka, waiting only while librdkafka's own queue is full, and that only
+/// as long as `room` allows (then the `QueueFull` refusal is returned).
 pub(crate) fn send_waiting_for_room<C: ProducerContext>(
     producer: &PolledProducer<C>,
     mut base: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
+    room: RoomWait<'_>,
 ) -> Result<(), KafkaError> {
     loop {
         match producer.send(base) {
             Ok(()) => return Ok(()),
             Err((
-                KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                full @ KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
                 back,
             )) => {
+                if room.over() {
+                    return Err(full);
+                }
                 base = back;
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -109,13 +155,16 @@ pub(crate) fn send_waiting_for_room<C: ProducerContext>(
 
 /// Produces `records` and waits until librdkafka confirmed or failed every one (and every
 /// record still in flight from an earlier call that timed out); the first failure is returned.
+/// Waiting for room in librdkafka's queue takes part of `timeout` and ends when `stop` is set.
 /// Only one `send_all` may run per producer at a time.
 pub(crate) fn send_all(
     producer: &PolledProducer<FlushTracker>,
     records: &[OutgoingRecord],
     timeout: Duration,
+    stop: &AtomicBool,
 ) -> KafkaResult<()> {
-    dispatch_all(producer, records, timeout)?;
+    let room = RoomWait::until_stopped(Instant::now() + timeout, stop);
+    dispatch_all(producer, records, timeout, room)?;
     settle_all(producer, timeout)
 }
 
@@ -125,13 +174,14 @@ fn dispatch_all(
     producer: &PolledProducer<FlushTracker>,
     records: &[OutgoingRecord],
     timeout: Duration,
+    room: RoomWait<'_>,
 ) -> KafkaResult<()> {
     let tracker = producer.context();
     tracker.state().failures.clear();
     for record in records {
         // Counted before the send: the delivery report may arrive before `enqueue` returns.
         tracker.state().in_flight += 1;
-        if let Err(e) = enqueue(producer, record) {
+        if let Err(e) = enqueue(producer, record, room) {
             let mut state = tracker.state();
             state.in_flight = state.in_flight.saturating_sub(1);
             return Err(KafkaIoError::from_rdkafka("dispatch", e, timeout, None));
@@ -160,5 +210,79 @@ fn settle_all(producer: &PolledProducer<FlushTracker>, timeout: Duration) -> Kaf
     match state.failures.drain(..).next() {
         None => Ok(()),
         Some(e) => Err(KafkaIoError::from_rdkafka("dispatch", e, timeout, None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::settings_of;
+    use crate::oauth;
+
+    /// A producer with no broker and room for one record, which it has taken.
+    fn full_producer() -> PolledProducer<FlushTracker> {
+        let settings = settings_of(&[
+            ("bootstrap.servers", "127.0.0.1:1"),
+            ("queue.buffering.max.messages", "1"),
+        ]);
+        let producer: PolledProducer<FlushTracker> = oauth::create_client(
+            &settings.to_client_config(),
+            FlushTracker::new(settings.token_refresh()),
+            "create test producer",
+        )
+        .unwrap();
+        let now = RoomWait::until(Instant::now());
+        enqueue(&producer, &record(), now).unwrap();
+        producer
+    }
+
+    fn record() -> OutgoingRecord {
+        OutgoingRecord {
+            topic: "nowhere".to_owned(),
+            value: Some(b"v".to_vec()),
+            ..OutgoingRecord::default()
+        }
+    }
+
+    fn is_queue_full(result: Result<(), KafkaError>) -> bool {
+        matches!(
+            result,
+            Err(KafkaError::MessageProduction(
+                rdkafka::types::RDKafkaErrorCode::QueueFull
+            ))
+        )
+    }
+
+    #[test]
+    fn a_full_queue_is_waited_for_until_the_deadline_only() {
+        let producer = full_producer();
+        let started = Instant::now();
+        let room = RoomWait::until(started + Duration::from_millis(300));
+        assert!(is_queue_full(enqueue(&producer, &record(), room)));
+        let waited = started.elapsed();
+        assert!(
+            (Duration::from_millis(300)..Duration::from_secs(3)).contains(&waited),
+            "{waited:?}"
+        );
+    }
+
+    #[test]
+    fn a_stop_request_ends_the_wait_for_room_at_once() {
+        let producer = full_producer();
+        let stop = AtomicBool::new(false);
+        let started = Instant::now();
+        let room = RoomWait::until_stopped(started + Duration::from_secs(60), &stop);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                stop.store(true, Ordering::Release);
+            });
+            assert!(is_queue_full(enqueue(&producer, &record(), room)));
+        });
+        let waited = started.elapsed();
+        assert!(
+            (Duration::from_millis(200)..Duration::from_secs(3)).contains(&waited),
+            "{waited:?}"
+        );
     }
 }

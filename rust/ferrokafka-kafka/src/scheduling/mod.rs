@@ -59,8 +59,8 @@ mod status;
 mod transactions;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::envelope::TargetAddress;
@@ -152,9 +152,11 @@ impl Scheduler {
     pub fn start(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
         options.validate()?;
         let member = GroupMember::new(&options.group_id, &settings);
-        let daemon = SchedulerLoop::new(settings, options)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let daemon = SchedulerLoop::new(settings, options, Arc::clone(&stop))?;
         Daemon::spawn(
             "ferrokafka-scheduler",
+            stop,
             move |status| report_sample(&member, status),
             move |stop, status| daemon.run(stop, status),
         )
@@ -176,7 +178,11 @@ struct SchedulerLoop {
 }
 
 impl SchedulerLoop {
-    fn new(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
+    fn new(
+        settings: ClientSettings,
+        options: SchedulerOptions,
+        stop: Arc<AtomicBool>,
+    ) -> KafkaResult<Self> {
         settings.bootstrap()?;
         let transactional = settings.get("transactional.id").is_some();
         let mut consumer_settings = group_consumer_settings(&settings, &options.group_id);
@@ -215,7 +221,11 @@ impl SchedulerLoop {
         }
         let dispatcher: PolledProducer<Rounds> = oauth::create_client(
             &dispatch_settings.to_client_config(),
-            Rounds::new(ConnectionWatch::new(&settings), settings.token_refresh()),
+            Rounds::new(
+                ConnectionWatch::new(&settings),
+                settings.token_refresh(),
+                stop,
+            ),
             "create dispatch producer",
         )?;
         if transactional {

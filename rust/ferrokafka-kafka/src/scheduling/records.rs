@@ -10,7 +10,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::ProxyPayload;
 use super::rounds::{RoundRecord, Rounds};
-use crate::daemon::{enqueue_with, send_waiting_for_room};
+use crate::daemon::{RoomWait, enqueue_with, send_waiting_for_room};
 use crate::polled_producer::PolledProducer;
 use crate::record::OutgoingRecord;
 
@@ -74,9 +74,12 @@ impl RoundRecord for DispatchRecord<'_> {
         &self,
         producer: &PolledProducer<Rounds>,
         sequence: usize,
+        room: RoomWait<'_>,
     ) -> Result<(), KafkaError> {
         let (record, headers) = match self {
-            DispatchRecord::DeadLetter(record) => return enqueue_with(producer, record, sequence),
+            DispatchRecord::DeadLetter(record) => {
+                return enqueue_with(producer, record, sequence, room);
+            }
             DispatchRecord::Target {
                 source,
                 dispatch,
@@ -116,7 +119,7 @@ impl RoundRecord for DispatchRecord<'_> {
                 (record, headers)
             }
         };
-        send_waiting_for_room(producer, record.headers(headers.build()))
+        send_waiting_for_room(producer, record.headers(headers.build()), room)
     }
 }
 

@@ -13,10 +13,13 @@
 //! [`send_round`] is the blocking form for the rare paths that settle one record at a time.
 //!
 //! A record not reported by its round's deadline counts as timed out (a transient failure);
-//! reports arriving after their round was taken are ignored.
+//! reports arriving after their round was taken are ignored. A record waits for room in
+//! librdkafka's full queue until its round's deadline, and not once the daemon is asked to stop
+//! (see [`RoomWait`]): then it fails with `QueueFull`, also transient.
 
 use std::collections::BTreeMap;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
@@ -26,6 +29,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::client::log_unless_end;
 use crate::connection_failure::ConnectionWatch;
+use crate::daemon::RoomWait;
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
@@ -33,9 +37,13 @@ use crate::polled_producer::PolledProducer;
 /// A record a round can produce.
 pub(super) trait RoundRecord {
     /// Hands the record to `producer` with `sequence` as its delivery opaque (waiting only for
-    /// room in librdkafka's queue).
-    fn enqueue(&self, producer: &PolledProducer<Rounds>, sequence: usize)
-    -> Result<(), KafkaError>;
+    /// room in librdkafka's queue, as long as `room` allows).
+    fn enqueue(
+        &self,
+        producer: &PolledProducer<Rounds>,
+        sequence: usize,
+        room: RoomWait<'_>,
+    ) -> Result<(), KafkaError>;
 }
 
 /// Identifies an open round: the sequence number of its first record.
@@ -49,6 +57,8 @@ pub(super) struct Rounds {
     /// The producer's refused connections, so its `init_transactions` ends with their cause.
     watch: ConnectionWatch,
     tokens: TokenRefresh,
+    /// The daemon's stop flag, which ends a record's wait for room.
+    stop: Arc<AtomicBool>,
 }
 
 #[derive(Default)]
@@ -86,13 +96,15 @@ impl Round {
 }
 
 impl Rounds {
-    /// The context of a producer whose refused connections `watch` keeps.
-    pub(super) fn new(watch: ConnectionWatch, tokens: TokenRefresh) -> Self {
+    /// The context of a producer whose refused connections `watch` keeps, run by a daemon
+    /// whose stop flag is `stop`.
+    pub(super) fn new(watch: ConnectionWatch, tokens: TokenRefresh, stop: Arc<AtomicBool>) -> Self {
         Rounds {
             state: Mutex::default(),
             progress: Condvar::new(),
             watch,
             tokens,
+            stop,
         }
     }
 
@@ -133,6 +145,7 @@ impl Rounds {
         timeout: Duration,
     ) -> RoundId {
         let rounds = producer.context();
+        let deadline = Instant::now() + timeout;
         let first = {
             let mut state = rounds.state();
             let first = state.next;
@@ -143,13 +156,14 @@ impl Rounds {
                     results: vec![None; records.len()],
                     unreported: records.len(),
                     failed: false,
-                    deadline: Instant::now() + timeout,
+                    deadline,
                 },
             );
             first
         };
+        let room = RoomWait::until_stopped(deadline, &rounds.stop);
         for (n, record) in records.iter().enumerate() {
-            if let Err(e) = record.enqueue(producer, first + n) {
+            if let Err(e) = record.enqueue(producer, first + n, room) {
                 rounds.record(first + n, Err(e));
             }
         }

@@ -12,7 +12,7 @@ use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::{ALONE, Dispatched, POLL_SLICE, Prefetcher, Refused, SETTLE_POLL, STOP_GRACE};
-use crate::daemon::enqueue_with;
+use crate::daemon::{RoomWait, enqueue_with};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::record::ReceivedRecord;
 use crate::redelivery::headers::{dead_letter, redelivery_count};
@@ -182,7 +182,8 @@ impl Prefetcher {
             &record.headers,
         );
         self.acks().expect(ALONE, 1);
-        let written = enqueue_with(self.starts.producer(), &letter, ALONE)
+        let room = RoomWait::until(Instant::now() + self.marker_timeout);
+        let written = enqueue_with(self.starts.producer(), &letter, ALONE, room)
             .map_err(|e| {
                 self.acks().forget(ALONE);
                 KafkaIoError::from_rdkafka("write dead letter", e, self.marker_timeout, None)

@@ -11,8 +11,8 @@ mod redeliver;
 mod report_sample;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::marker_codec::decode_marker;
@@ -138,9 +138,11 @@ impl RedeliveryTracker {
         options.validate()?;
         let member = GroupMember::new(&options.group_id, &settings);
         let markers_topic = options.markers_topic.clone();
-        let daemon = Tracker::new(settings, options)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let daemon = Tracker::new(settings, options, Arc::clone(&stop))?;
         Daemon::spawn(
             "ferrokafka-redelivery",
+            stop,
             move |status| report_sample(&member, &markers_topic, status),
             move |stop, status| daemon.run(stop, status),
         )
@@ -152,10 +154,17 @@ struct Tracker {
     producer: PolledProducer<FlushTracker>,
     options: RedeliveryOptions,
     partitions: BTreeMap<i32, MarkersPartition>,
+    /// The daemon's stop flag: a redelivery waiting for room in a full queue (the broker away)
+    /// gives up once it is set.
+    stop: Arc<AtomicBool>,
 }
 
 impl Tracker {
-    fn new(settings: ClientSettings, options: RedeliveryOptions) -> KafkaResult<Self> {
+    fn new(
+        settings: ClientSettings,
+        options: RedeliveryOptions,
+        stop: Arc<AtomicBool>,
+    ) -> KafkaResult<Self> {
         settings.bootstrap()?;
         // The tracker's state is the markers after the committed offset, not the whole topic.
         let consumer: BaseConsumer<GroupContext> = oauth::create_client(
@@ -180,6 +189,7 @@ impl Tracker {
             producer,
             options,
             partitions: BTreeMap::new(),
+            stop,
         })
     }
 

@@ -76,7 +76,7 @@ impl Tracker {
                 None => dropped += 1,
             }
         }
-        if let Err(e) = send_all(&self.producer, &records, timeout) {
+        if let Err(e) = send_all(&self.producer, &records, timeout, &self.stop) {
             if let Some(run) = self.partitions.get_mut(&markers_partition) {
                 run.retry = due;
                 run.ends_to_write = ends;
@@ -93,7 +93,7 @@ impl Tracker {
                 ..OutgoingRecord::default()
             })
             .collect();
-        let ended = send_all(&self.producer, &end_records, timeout);
+        let ended = send_all(&self.producer, &end_records, timeout, &self.stop);
         if let Some(run) = self.partitions.get_mut(&markers_partition) {
             run.status.redelivered += redelivered;
             run.status.dead_lettered += dead_lettered;
