@@ -1,6 +1,6 @@
 """The daemons' stop with a broker that does not answer: SIGINT or SIGTERM ends the command
 within 10 s, with exit status 0, and a WARNING names what could not be sent; ``stop()`` ends a
-scheduler within the same bound while its dispatch waits for room in a full queue.
+daemon within the same bound while it waits for the broker to take or acknowledge its records.
 
 The command tests run the real command line in a child process and stop it with a real signal.
 """
@@ -13,11 +13,13 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
 from ferrokafka import Client, NewTopic
+from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 from tests.conftest import Broker, outage, read_all, wait_until
 
@@ -206,5 +208,64 @@ def test_a_scheduler_stops_within_its_bound_while_its_dispatch_waits_for_room(
             lambda: {value for _, value in read_all(bootstrap, target, 1)} >= expected,
             60,
             "every schedule dispatched",
+            interval=0.5,
+        )
+
+
+def test_a_redelivery_tracker_stops_within_its_bound_while_a_redelivery_waits_for_the_broker(
+    outage_broker: Broker,
+) -> None:
+    """Messages come due for redelivery while the broker is away (the tracker's clock falls
+    back to the wall clock after 1 s without markers here), so the tracker's write waits for
+    acknowledgements that cannot come: the stop ends that wait. Before, it lasted the write's
+    30 s deadline, and the stop with it. No message is lost: a tracker started afterwards
+    redelivers them."""
+    bootstrap, env = outage_broker
+    client = Client({"bootstrap.servers": bootstrap})
+    suffix = uuid.uuid4().hex[:8]
+    queue_topic, markers = f"stop-queue-{suffix}", f"stop-markers-{suffix}"
+    client.create_topics([NewTopic(name, num_partitions=1) for name in (queue_topic, markers)])
+    values = {f"m{n}" for n in range(3)}
+    for value in values:
+        client.produce(queue_topic, value)
+    config: dict[str, str | int] = {
+        "bootstrap.servers": bootstrap,
+        "auto.offset.reset": "earliest",
+        # No rebalance while the broker is away.
+        "session.timeout.ms": 30000,
+        "heartbeat.interval.ms": 500,
+    }
+    group = f"t-{suffix}"
+    tracker = RedeliveryTracker(
+        config, queue_topic, markers, group_id=group, use_now_if_no_marker_seen=1.0
+    ).start()
+    try:
+        wait_until(lambda: [s["caught_up"] for s in tracker.status()] == [True], 30, "catch-up")
+        taken_at = time.time()
+        queue = QueueConsumer(config, queue_topic, markers, 6.0, group_id=f"q-{suffix}")
+        taken = [queue.poll(30.0) for _ in values]
+        assert {(m.value() or b"").decode() for m in taken if m is not None} == values
+        queue.close()  # nothing acknowledged: each message is due 6 s after it was taken
+        wait_until(lambda: tracker.status()[0]["open"] == len(values), 10, "the STARTs read")
+        with outage(env):
+            due = taken_at + 6.0
+            assert time.time() < due, "the broker stopped after the messages came due"
+            wait_until(lambda: time.time() > due + 2.0, 15, "the redelivery under way")
+            sent = time.monotonic()
+            stopped = tracker.stop(timeout=2 * STOP_BOUND)
+            took = time.monotonic() - sent
+    finally:
+        tracker.stop()
+    assert stopped, "the tracker did not stop"
+    assert took < STOP_BOUND, f"stopped {took:.1f} s after stop()"
+    # A group of its own, which reads the markers from the start (see the scheduler's test).
+    with RedeliveryTracker(config, queue_topic, markers, group_id=f"{group}-next"):
+        wait_until(
+            lambda: (
+                Counter(value.decode() for _, value in read_all(bootstrap, queue_topic, 1))
+                >= Counter(dict.fromkeys(values, 2))
+            ),
+            60,
+            "every message redelivered",
             interval=0.5,
         )

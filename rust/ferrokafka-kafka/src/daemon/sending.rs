@@ -16,6 +16,14 @@ use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
 use crate::record::OutgoingRecord;
 
+/// How often a wait for acknowledgements looks at the daemon's stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// How much longer a wait for acknowledgements lasts once the daemon is asked to stop: enough
+/// for a broker that answers (whose records then need not be sent again), little against the
+/// daemons' 10 s stop bound when it does not.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
 /// Producer context that counts records in flight and collects delivery failures, so that
 /// [`send_all`] can wait for its own records. (rdkafka's `flush`, which [`PolledProducer`]
 /// delegates to, waits in 100 ms polls that never see the delivery reports, which the polling
@@ -155,7 +163,9 @@ pub(crate) fn send_waiting_for_room<C: ProducerContext>(
 
 /// Produces `records` and waits until librdkafka confirmed or failed every one (and every
 /// record still in flight from an earlier call that timed out); the first failure is returned.
-/// Waiting for room in librdkafka's queue takes part of `timeout` and ends when `stop` is set.
+/// Waiting for room in librdkafka's queue takes part of `timeout`. Once `stop` is set, neither
+/// wait lasts the whole `timeout` (with the broker away, it would): room is not waited for, and
+/// acknowledgements for [`STOP_GRACE`] more, then [`KafkaIoError::Closed`] is returned.
 /// Only one `send_all` may run per producer at a time.
 pub(crate) fn send_all(
     producer: &PolledProducer<FlushTracker>,
@@ -165,7 +175,7 @@ pub(crate) fn send_all(
 ) -> KafkaResult<()> {
     let room = RoomWait::until_stopped(Instant::now() + timeout, stop);
     dispatch_all(producer, records, timeout, room)?;
-    settle_all(producer, timeout)
+    settle_all(producer, timeout, stop)
 }
 
 /// The first half of [`send_all`]: hands `records` to librdkafka and counts them in flight,
@@ -190,14 +200,27 @@ fn dispatch_all(
     Ok(())
 }
 
-/// The second half of [`send_all`]: waits up to `timeout` until nothing is in flight and
-/// returns the first failure since the last [`dispatch_all`].
-fn settle_all(producer: &PolledProducer<FlushTracker>, timeout: Duration) -> KafkaResult<()> {
+/// The second half of [`send_all`]: waits up to `timeout` until nothing is in flight (up to
+/// [`STOP_GRACE`] once `stop` is set), and returns the first failure since the last
+/// [`dispatch_all`].
+fn settle_all(
+    producer: &PolledProducer<FlushTracker>,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> KafkaResult<()> {
     let tracker = producer.context();
-    let deadline = Instant::now() + timeout;
+    let mut deadline = Instant::now() + timeout;
+    let mut stopping = false;
     let mut state = tracker.state();
     while state.in_flight > 0 {
+        if !stopping && stop.load(Ordering::Acquire) {
+            stopping = true;
+            deadline = deadline.min(Instant::now() + STOP_GRACE);
+        }
         let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() && stopping {
+            return Err(KafkaIoError::Closed("the daemon"));
+        }
         if left.is_zero() {
             return Err(KafkaIoError::Timeout {
                 operation: "dispatch flush".to_owned(),
@@ -205,7 +228,7 @@ fn settle_all(producer: &PolledProducer<FlushTracker>, timeout: Duration) -> Kaf
                 bootstrap: None,
             });
         }
-        state = wait_timeout(&tracker.settled, state, left);
+        state = wait_timeout(&tracker.settled, state, left.min(STOP_CHECK));
     }
     match state.failures.drain(..).next() {
         None => Ok(()),

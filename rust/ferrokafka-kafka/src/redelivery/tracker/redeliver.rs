@@ -1,6 +1,7 @@
 //! Redelivery: due messages re-produced to their queue partition (or dead-lettered past
 //! `max_redeliveries`), then their END markers; a failed write retried with backoff.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use ferrokafka_core::codec::marker_codec::encode_marker;
@@ -8,7 +9,7 @@ use ferrokafka_core::markers::{Marker, MessageId, Redelivery};
 
 use super::{FIRST_BACKOFF, Tracker};
 use crate::daemon::send_all;
-use crate::error::KafkaResult;
+use crate::error::{KafkaIoError, KafkaResult};
 use crate::headers::REDELIVERY_COUNT_HEADER;
 use crate::record::{HeaderList, OutgoingRecord};
 use crate::redelivery::headers::{dead_letter, redelivery_count};
@@ -19,6 +20,10 @@ impl Tracker {
         let use_now = self.options.use_now_if_no_marker_seen;
         let keys: Vec<i32> = self.partitions.keys().copied().collect();
         for partition in keys {
+            // A stopping tracker writes nothing new: the next one redelivers what is due.
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
             let Some(run) = self.partitions.get_mut(&partition) else {
                 continue;
             };
@@ -38,6 +43,11 @@ impl Tracker {
             };
             match outcome {
                 Ok(()) => run.backoff = FIRST_BACKOFF,
+                Err(KafkaIoError::Closed(_)) => log::warn!(
+                    "redelivery from {}-{partition} cut short by the stop: the next tracker \
+                     of the group redelivers its messages",
+                    self.options.markers_topic
+                ),
                 Err(e) => {
                     log::error!(
                         "redelivery from {}-{partition} failed, retrying in {:?}: {e}",
