@@ -161,13 +161,20 @@ def test_a_scheduler_stops_within_its_bound_when_the_broker_goes_away(
     assert any("final report" in line and "reports-x" in line for line in warnings), daemon.stderr
 
 
-def test_a_scheduler_stops_within_its_bound_while_its_dispatch_waits_for_room(
-    outage_broker: Broker,
+@pytest.mark.parametrize(
+    ("transactional", "queue_size"),
+    [(False, 5), (True, 100_000)],
+    ids=["at-least-once-full-queue", "transactional"],
+)
+def test_a_scheduler_stops_within_its_bound_while_its_dispatch_waits_for_the_broker(
+    outage_broker: Broker, transactional: bool, queue_size: int
 ) -> None:
-    """Schedules come due while the broker is away, and librdkafka's queue (5 records here)
-    fills: the dispatch waiting for room ends on the stop request. Before, it waited until
-    librdkafka timed the queued records out (the 30 s dispatch timeout, once per 5 records), and
-    the stop with it. No schedule is lost: a scheduler started afterwards dispatches them."""
+    """Schedules come due while the broker is away. At-least-once, with room for 5 records in
+    librdkafka's queue, the dispatch waits for room; in a transaction, for the acknowledgements
+    its commit needs. The stop ends either wait. Before, the first lasted until librdkafka
+    timed the queued records out (the 30 s dispatch timeout, once per 5 records), the second
+    the transaction's 30 s deadline, and the stop with them. No schedule is lost: a scheduler
+    started afterwards dispatches them."""
     bootstrap, env = outage_broker
     client = Client({"bootstrap.servers": bootstrap})
     schedules = f"full-schedules-{uuid.uuid4().hex[:8]}"
@@ -177,11 +184,13 @@ def test_a_scheduler_stops_within_its_bound_while_its_dispatch_waits_for_room(
     group, count = f"g-{schedules}", 30
     config: dict[str, str | int] = {
         "bootstrap.servers": bootstrap,
-        "queue.buffering.max.messages": 5,
+        "queue.buffering.max.messages": queue_size,
         # No rebalance while the broker is away: the partition stays loaded and due.
         "session.timeout.ms": 30000,
         "heartbeat.interval.ms": 500,
     }
+    if transactional:
+        config["transactional.id"] = f"tx-{schedules}"
     scheduler = Scheduler(config, [schedules], group_id=group, state_interval=0.2)
     try:
         wait_until(lambda: [s["state"] for s in scheduler.status()] == ["loaded"], 30, "load")

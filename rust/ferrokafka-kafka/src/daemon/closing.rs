@@ -15,6 +15,16 @@ use rdkafka::producer::{Producer, ProducerContext};
 /// the broker gone. What is not acknowledged by then is logged and dropped.
 pub(crate) const SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
 
+/// How much longer a wait for the broker inside the daemon's loop (acknowledgements, a
+/// transaction's abort) lasts once the daemon is asked to stop: enough for a broker that
+/// answers (whose records then need not be sent again), little against the daemons' 10 s stop
+/// bound when it does not. Without it, such a wait lasted its whole deadline (30 s by default)
+/// with the broker away, and the stop with it.
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// How often a wait for acknowledgements looks at the daemon's stop flag.
+pub(crate) const STOP_CHECK: Duration = Duration::from_millis(100);
+
 /// Waits until `deadline` for `producer` to deliver what it holds; logs at WARNING how many of
 /// `what` the broker did not acknowledge by then (librdkafka purges them when the producer is
 /// dropped).

@@ -10,19 +10,12 @@ use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 
+use super::closing::{STOP_CHECK, STOP_GRACE};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
 use crate::record::OutgoingRecord;
-
-/// How often a wait for acknowledgements looks at the daemon's stop flag.
-const STOP_CHECK: Duration = Duration::from_millis(100);
-
-/// How much longer a wait for acknowledgements lasts once the daemon is asked to stop: enough
-/// for a broker that answers (whose records then need not be sent again), little against the
-/// daemons' 10 s stop bound when it does not.
-const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Producer context that counts records in flight and collects delivery failures, so that
 /// [`send_all`] can wait for its own records. (rdkafka's `flush`, which [`PolledProducer`]

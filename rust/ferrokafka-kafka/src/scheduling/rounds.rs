@@ -15,10 +15,12 @@
 //! A record not reported by its round's deadline counts as timed out (a transient failure);
 //! reports arriving after their round was taken are ignored. A record waits for room in
 //! librdkafka's full queue until its round's deadline, and not once the daemon is asked to stop
-//! (see [`RoomWait`]): then it fails with `QueueFull`, also transient.
+//! (see [`RoomWait`]): then it fails with `QueueFull`, also transient. Once the daemon is asked
+//! to stop, a wait for acknowledgements lasts [`STOP_GRACE`] at the most: with the broker away
+//! it would last the round's whole deadline, and the stop with it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,7 +31,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::client::log_unless_end;
 use crate::connection_failure::ConnectionWatch;
-use crate::daemon::RoomWait;
+use crate::daemon::{RoomWait, STOP_CHECK, STOP_GRACE};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
@@ -217,19 +219,30 @@ impl Rounds {
         });
     }
 
-    /// Waits up to `timeout` while `busy` holds for the open rounds, waking at each delivery
-    /// report that finishes a round and at the earliest round deadline.
+    /// Whether the daemon was asked to stop.
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Waits up to `timeout` (up to [`STOP_GRACE`] once the daemon is asked to stop) while
+    /// `busy` holds for the open rounds, waking at each delivery report that finishes a round,
+    /// at the earliest round deadline and every [`STOP_CHECK`].
     fn wait_while(
         &self,
         timeout: Duration,
         busy: impl Fn(&BTreeMap<usize, Round>, Instant) -> bool,
     ) {
-        let until = Instant::now() + timeout;
+        let mut until = Instant::now() + timeout;
+        let mut stopping = false;
         let mut state = self.state();
         loop {
             let now = Instant::now();
             if !busy(&state.open, now) {
                 return;
+            }
+            if !stopping && self.stopping() {
+                stopping = true;
+                until = until.min(now + STOP_GRACE);
             }
             // A round passing its deadline is progress too, so wake for the earliest one.
             let earliest = state
@@ -239,7 +252,7 @@ impl Rounds {
                 .map(|round| round.deadline)
                 .min();
             let wake = earliest.map_or(until, |deadline| deadline.min(until));
-            let left = wake.saturating_duration_since(now);
+            let left = wake.saturating_duration_since(now).min(STOP_CHECK);
             if now >= until {
                 return;
             }

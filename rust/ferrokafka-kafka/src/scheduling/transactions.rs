@@ -8,7 +8,7 @@
 //! with the abort, after a backoff when their own records failed. A target refused for good is
 //! confirmed alone, in a transaction of its own, and failed without holding up the others.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferrokafka_core::schedule::Dispatch;
 use rdkafka::error::KafkaError;
@@ -20,6 +20,7 @@ use super::records::{
 };
 use super::rounds::{RoundId, Rounds, send_round};
 use super::{ProxyPayload, SchedulerLoop};
+use crate::daemon::STOP_GRACE;
 
 /// One partition's chunk in the open transaction; its targets sent as `targets`.
 struct TransactionChunk {
@@ -39,6 +40,18 @@ fn own_error<'a>(sent: &'a [SendResult], tombstones: &'a [SendResult]) -> Option
 }
 
 impl SchedulerLoop {
+    /// How long an abort may wait for the broker: [`STOP_GRACE`] once the daemon is asked to
+    /// stop. An abort that did not finish is finished by the broker (the transaction times
+    /// out) or by the next producer of the `transactional.id`, whose `init_transactions`
+    /// fences this one; `read_committed` readers see none of its records either way.
+    fn abort_timeout(&self) -> Duration {
+        if self.dispatcher.context().stopping() {
+            STOP_GRACE
+        } else {
+            self.options.dispatch_timeout
+        }
+    }
+
     /// Dispatches everything due, one transaction after the other (see the module docs).
     pub(super) fn dispatch_due_transactional(&mut self) {
         loop {
@@ -137,9 +150,7 @@ impl SchedulerLoop {
                     })
                     .collect(),
                 Err(e) => {
-                    let _ = self
-                        .dispatcher
-                        .abort_transaction(self.options.dispatch_timeout);
+                    let _ = self.dispatcher.abort_transaction(self.abort_timeout());
                     let error = format!("commit_transaction: {e}");
                     chunks
                         .iter()
@@ -149,9 +160,7 @@ impl SchedulerLoop {
             };
         }
         // The abort purges what is still queued, so every round is done right after it.
-        let _ = self
-            .dispatcher
-            .abort_transaction(self.options.dispatch_timeout);
+        let _ = self.dispatcher.abort_transaction(self.abort_timeout());
         let outcomes: Vec<(Vec<SendResult>, Vec<SendResult>)> = chunks
             .iter()
             .zip(tombstones)
@@ -244,9 +253,7 @@ impl SchedulerLoop {
                     continue;
                 }
                 Err(e) => {
-                    let _ = self
-                        .dispatcher
-                        .abort_transaction(self.options.dispatch_timeout);
+                    let _ = self.dispatcher.abort_transaction(self.abort_timeout());
                     if !refused_for_good(&e) {
                         settled.push(DispatchResult::Retry {
                             transient: Some(e.to_string()),
@@ -272,9 +279,7 @@ impl SchedulerLoop {
                         match sent.into_iter().find_map(Result::err) {
                             None => self.finish_transaction(&[]),
                             Some(d) => {
-                                let _ = self
-                                    .dispatcher
-                                    .abort_transaction(self.options.dispatch_timeout);
+                                let _ = self.dispatcher.abort_transaction(self.abort_timeout());
                                 Err(format!("dead-letter copy: {d}"))
                             }
                         }
@@ -312,7 +317,7 @@ impl SchedulerLoop {
                 .map_err(|e| format!("commit_transaction: {e}")),
         };
         if committed.is_err() {
-            let _ = self.dispatcher.abort_transaction(timeout);
+            let _ = self.dispatcher.abort_transaction(self.abort_timeout());
         }
         committed
     }
