@@ -83,9 +83,14 @@ def _daemon_config(args: argparse.Namespace) -> dict[str, str | int | float | bo
     return config
 
 
+class _StoppedWhileStarting(Exception):
+    """A signal came while the daemon was starting (a transactional producer waits up to 30 s
+    for an unreachable broker there): raised from the signal handler, it ends the start."""
+
+
 def _run_until_signalled(start: Callable[[], _Daemon]) -> int:
     """Start a daemon and run it until SIGTERM or SIGINT, then stop it cleanly. The handlers
-    are installed first, so a signal that arrives while the daemon starts stops it too."""
+    are installed first, so a signal that arrives while the daemon starts ends the start."""
     daemon: _Daemon | None = None
     signalled = False
 
@@ -93,12 +98,17 @@ def _run_until_signalled(start: Callable[[], _Daemon]) -> int:
         nonlocal signalled
         log.info("received %s, stopping", signal.Signals(signum).name)
         signalled = True
-        if daemon is not None:
-            daemon.request_stop()
+        if daemon is None:
+            raise _StoppedWhileStarting
+        daemon.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    daemon = start()
+    try:
+        daemon = start()
+    except _StoppedWhileStarting:
+        log.info("stopped while starting")
+        return 0
     if signalled:
         daemon.request_stop()
     daemon.run()

@@ -127,6 +127,64 @@ def test_a_reporting_daemon_stops_within_its_bound_when_the_broker_is_unreachabl
     assert any("final report" in line and "reports-x" in line for line in warnings), daemon.stderr
 
 
+def test_a_transactional_scheduler_starting_with_the_broker_unreachable_stops_at_once(
+    commands: list[RunningCommand],
+) -> None:
+    """A transactional scheduler's start waits for the broker in ``init_transactions`` (up to
+    30 s): a signal ends the start. Before, the signal was handled only once that wait timed
+    out, and the command then failed with its timeout (status 1)."""
+    daemon = RunningCommand(
+        "scheduler",
+        "--schedules-topic",
+        "schedules",
+        "--bootstrap-servers",
+        UNREACHABLE,
+        "--config",
+        "transactional.id=tx-stop",
+    )
+    commands.append(daemon)
+    daemon.wait_for_line("Connection refused")
+    took = daemon.stop_with(signal.SIGINT, wait=2 * STOP_BOUND)
+    daemon.close()
+    assert took < 2.0, f"stopped {took:.1f} s after SIGINT:\n{daemon.stderr}"
+    assert daemon.process.returncode == 0, daemon.stderr
+    assert "Traceback" not in daemon.stderr, daemon.stderr
+    assert "stopped while starting" in daemon.stderr, daemon.stderr
+
+
+def test_ctrl_c_interrupts_a_transactional_producer_waiting_for_an_unreachable_broker() -> None:
+    """Ctrl-C during ``AsyncProducer(...)`` with a ``transactional.id`` and no broker raises
+    KeyboardInterrupt at once, not after ``init_transactions``' 30 s."""
+    script = (
+        "import sys\n"
+        "from ferrokafka import AsyncProducer\n"
+        "try:\n"
+        f"    AsyncProducer({{'bootstrap.servers': {UNREACHABLE!r}, 'transactional.id': 'tx-c'}})\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        # Inside the constructor once librdkafka logs the refused connection (through
+        # logging's last-resort handler, on stderr).
+        assert child.stderr is not None
+        for line in child.stderr:
+            if "Connection refused" in line:
+                break
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=2 * STOP_BOUND)
+        took = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert "interrupted" in out, err
+    assert took < 2.0, f"interrupted {took:.1f} s after SIGINT:\n{err}"
+
+
 def test_a_scheduler_stops_within_its_bound_when_the_broker_goes_away(
     commands: list[RunningCommand], outage_broker: Broker
 ) -> None:

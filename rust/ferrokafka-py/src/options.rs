@@ -15,7 +15,7 @@ use ferrokafka_kafka::{ClientSettings, KafkaResult};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
-use crate::blocking::{seconds_or_off, timeout_arg};
+use crate::blocking::{run_detached, seconds_or_off, timeout_arg};
 use crate::convert::{self, settings_from_dict};
 use crate::errors::NativeResult;
 use crate::errors::{invalid_argument, malformed, wrong_type};
@@ -32,19 +32,22 @@ pub trait FromKeywords: Sized {
 }
 
 /// The engine a native constructor makes from its `config` and `**options` (every keyword
-/// argument read, an unknown one refused): `build` runs detached, as creating librdkafka clients
-/// takes milliseconds and a transactional producer waits for the broker.
-pub fn build_engine<T: FromKeywords + Send, E: Send>(
+/// argument read, an unknown one refused): `build` runs detached and interruptible
+/// ([`run_detached`]), as creating librdkafka clients takes milliseconds and a transactional
+/// producer waits for the broker (`init_transactions`, up to 30 s when it is unreachable), which
+/// Ctrl-C or a daemon's signal handler must be able to cut short. An engine whose constructor
+/// was interrupted is dropped once made, which closes it (a daemon is asked to stop).
+pub fn build_engine<T: FromKeywords + Send + 'static, E: Send + 'static>(
     py: Python<'_>,
     config: Config<'_, '_>,
     options: Option<Keywords<'_, '_>>,
-    build: impl FnOnce(ClientSettings, T) -> KafkaResult<E> + Send,
+    build: impl FnOnce(ClientSettings, T) -> KafkaResult<E> + Send + 'static,
 ) -> NativeResult<E> {
     let settings = settings_from_dict(config)?;
     let fields = Fields::keywords(options);
     let options = T::read(&fields)?;
     fields.finish()?;
-    Ok(py.detach(move || build(settings, options))?)
+    Ok(run_detached(py, move || build(settings, options))??)
 }
 
 /// The fields of one component's options, read by name.

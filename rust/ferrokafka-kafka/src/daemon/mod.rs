@@ -42,8 +42,10 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// A running daemon (the scheduler, the redelivery tracker): its thread, its stop flag and the
-/// status `S` it publishes after each loop. Dropping it leaves the thread running; stop it with
-/// [`Daemon::request_stop`] and [`Daemon::wait`].
+/// status `S` it publishes after each loop. Stop it with [`Daemon::request_stop`] and
+/// [`Daemon::wait`]; dropping it only asks it to stop (its thread shuts down on its own), so a
+/// daemon nobody holds any more, such as one whose constructor's caller was interrupted while
+/// it started, does not run on.
 pub struct Daemon<S> {
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -52,6 +54,12 @@ pub struct Daemon<S> {
     failure: Arc<Mutex<Option<KafkaIoError>>>,
     /// Its part of a process report, made from a status.
     sampler: Box<dyn Fn(S) -> SourceSample + Send + Sync>,
+}
+
+impl<S> Drop for Daemon<S> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
 }
 
 impl<S: Clone + Default + Send + 'static> Daemon<S> {
