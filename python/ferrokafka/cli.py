@@ -107,8 +107,10 @@ def _run_until_signalled(start: Callable[[], _Daemon]) -> int:
     try:
         daemon = start()
     except _StoppedWhileStarting:
+        # The daemon, if its engine was made before the signal came, is dropped, which stops it.
         log.info("stopped while starting")
         return 0
+    log.info("running until SIGINT or SIGTERM")
     if signalled:
         daemon.request_stop()
     daemon.run()
