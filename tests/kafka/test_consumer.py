@@ -32,7 +32,7 @@ from ferrokafka import (
     ConsumerOptions,
     TopicPartition,
 )
-from tests.conftest import TopicFactory, committed_offsets, read_messages
+from tests.conftest import TopicFactory, committed_offsets, read_messages, wait_until
 from tests.kafka.recorder import Recorder
 
 pytestmark = pytest.mark.kafka
@@ -274,7 +274,17 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
         child.wait()
     lines = out.read_text().splitlines()
     first_run = [tuple(map(int, line.split())) for line in lines if line.count(" ") == 1]
-    commits = committed_offsets(kafka_bootstrap, group, topic, 3)
+    # A commit the child sent just before the kill may reach the broker after a first read:
+    # read until two reads a moment apart agree, so the offsets are the ones the next consumer
+    # starts from.
+    reads: list[dict[int, int]] = []
+
+    def settled() -> bool:
+        reads.append(committed_offsets(kafka_bootstrap, group, topic, 3))
+        return len(reads) >= 2 and reads[-1] == reads[-2]
+
+    wait_until(settled, 10, "the committed offsets to settle", interval=0.3)
+    commits = reads[-1]
     assert commits, "the child committed nothing before it was killed"
 
     handled = Handled()
