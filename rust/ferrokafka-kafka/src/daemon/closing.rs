@@ -2,6 +2,7 @@
 //! producer, and the final offset commit and group leave on a closing thread of their own
 //! (librdkafka bounds neither when the coordinator is gone).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::polled_producer::PolledProducer;
@@ -24,6 +25,66 @@ pub(crate) const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// How often a wait for acknowledgements looks at the daemon's stop flag.
 pub(crate) const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// The end of a wait for the broker inside a daemon's loop: its own deadline, cut to
+/// [`STOP_GRACE`] after the moment the wait first sees the daemon's stop flag. The one owner of
+/// that rule for every such wait (acknowledgements of a round or a `send_all`, a transaction's
+/// commit), each of which wakes at least every [`STOP_CHECK`] to ask [`StopBound::end`].
+pub(crate) struct StopBound<'a> {
+    deadline: Instant,
+    stop: &'a AtomicBool,
+    stopping: bool,
+}
+
+impl<'a> StopBound<'a> {
+    /// A wait of `timeout` from now, of a daemon whose stop flag is `stop`.
+    pub(crate) fn after(timeout: Duration, stop: &'a AtomicBool) -> Self {
+        StopBound {
+            deadline: Instant::now() + timeout,
+            stop,
+            stopping: false,
+        }
+    }
+
+    /// When the wait ends, as seen at `now`: the first call that finds the stop flag set moves
+    /// the end to `now` + [`STOP_GRACE`] (never later than the deadline).
+    pub(crate) fn end(&mut self, now: Instant) -> Instant {
+        if !self.stopping && self.stop.load(Ordering::Acquire) {
+            self.stopping = true;
+            self.deadline = self.deadline.min(now + STOP_GRACE);
+        }
+        self.deadline
+    }
+
+    /// How long to sleep from `now` before looking again: until the end, at most [`STOP_CHECK`].
+    pub(crate) fn next_check(&mut self, now: Instant) -> Duration {
+        self.end(now).saturating_duration_since(now).min(STOP_CHECK)
+    }
+
+    /// Whether the end was cut short by the stop (seen by [`StopBound::end`]).
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping
+    }
+}
+
+/// Runs `attempt(slice)`, a wait for the broker that may be resumed (librdkafka's
+/// `commit_transaction`, which a caller is told to call again after a retriable timeout), in
+/// slices of at most [`STOP_CHECK`] until it ends, fails in a way `resumable` does not accept,
+/// or `bound` ends: so a stop cuts even a wait librdkafka holds in one call. The last attempt's
+/// result is returned.
+pub(crate) fn resume_in_slices<E>(
+    mut bound: StopBound<'_>,
+    mut attempt: impl FnMut(Duration) -> Result<(), E>,
+    resumable: impl Fn(&E) -> bool,
+) -> Result<(), E> {
+    loop {
+        let result = attempt(bound.next_check(Instant::now()));
+        match result {
+            Err(e) if resumable(&e) && Instant::now() < bound.end(Instant::now()) => {}
+            other => return other,
+        }
+    }
+}
 
 /// Waits until `deadline` for `producer` to deliver what it holds; logs at WARNING how many of
 /// `what` the broker did not acknowledge by then (librdkafka purges them when the producer is
@@ -106,4 +167,68 @@ pub(crate) fn commit_and_close<C: ConsumerContext + 'static>(
         );
     }
     Some(committed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_bound_ends_at_its_deadline_or_a_grace_after_the_stop_whichever_is_first() {
+        let stop = AtomicBool::new(false);
+        let now = Instant::now();
+        let mut long = StopBound::after(Duration::from_secs(30), &stop);
+        let mut short = StopBound::after(Duration::from_millis(200), &stop);
+        assert!(long.end(now) > now + Duration::from_secs(29));
+        assert!(!long.stopping());
+        stop.store(true, Ordering::Release);
+        let later = now + Duration::from_secs(5);
+        assert_eq!(long.end(later), later + STOP_GRACE);
+        assert!(long.stopping());
+        // Seen once: the grace counts from the first look, not each one.
+        assert_eq!(long.end(later + STOP_GRACE), later + STOP_GRACE);
+        assert!(short.end(now) < now + STOP_GRACE);
+        assert_eq!(long.next_check(later), STOP_CHECK);
+        assert_eq!(long.next_check(later + STOP_GRACE), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_resumable_wait_is_resumed_until_it_ends_and_a_stop_cuts_it_within_the_grace() {
+        let stop = AtomicBool::new(false);
+        let mut calls = 0;
+        let ended = resume_in_slices(
+            StopBound::after(Duration::from_secs(30), &stop),
+            |slice| {
+                assert!(slice <= STOP_CHECK);
+                calls += 1;
+                if calls < 3 { Err("timed out") } else { Ok(()) }
+            },
+            |e| *e == "timed out",
+        );
+        assert_eq!((ended, calls), (Ok(()), 3));
+
+        let refused = resume_in_slices(
+            StopBound::after(Duration::from_secs(30), &stop),
+            |_| Err("fenced"),
+            |e| *e == "timed out",
+        );
+        assert_eq!(refused, Err("fenced"));
+
+        // A broker that never answers: the stop ends the wait STOP_GRACE later, not at 30 s.
+        let started = Instant::now();
+        let cut = resume_in_slices(
+            StopBound::after(Duration::from_secs(30), &stop),
+            |slice| {
+                if started.elapsed() > Duration::from_millis(300) {
+                    stop.store(true, Ordering::Release);
+                }
+                std::thread::sleep(slice);
+                Err("timed out")
+            },
+            |e| *e == "timed out",
+        );
+        assert_eq!(cut, Err("timed out"));
+        let took = started.elapsed();
+        assert!(took >= STOP_GRACE && took < STOP_GRACE * 2, "{took:?}");
+    }
 }

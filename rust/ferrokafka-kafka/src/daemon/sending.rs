@@ -10,7 +10,7 @@ use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 
-use super::closing::{STOP_CHECK, STOP_GRACE};
+use super::closing::StopBound;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
@@ -158,8 +158,8 @@ pub(crate) fn send_waiting_for_room<C: ProducerContext>(
 /// record still in flight from an earlier call that timed out); the first failure is returned.
 /// Waiting for room in librdkafka's queue takes part of `timeout`. Once `stop` is set, neither
 /// wait lasts the whole `timeout` (with the broker away, it would): room is not waited for, and
-/// acknowledgements for [`STOP_GRACE`] more, then [`KafkaIoError::Closed`] is returned.
-/// Only one `send_all` may run per producer at a time.
+/// acknowledgements `STOP_GRACE` more (see [`StopBound`]), then [`KafkaIoError::Closed`] is
+/// returned. Only one `send_all` may run per producer at a time.
 pub(crate) fn send_all(
     producer: &PolledProducer<FlushTracker>,
     records: &[OutgoingRecord],
@@ -193,35 +193,30 @@ fn dispatch_all(
     Ok(())
 }
 
-/// The second half of [`send_all`]: waits up to `timeout` until nothing is in flight (up to
-/// [`STOP_GRACE`] once `stop` is set), and returns the first failure since the last
-/// [`dispatch_all`].
+/// The second half of [`send_all`]: waits up to `timeout` until nothing is in flight (cut by
+/// the stop, see [`StopBound`]), and returns the first failure since the last [`dispatch_all`].
 fn settle_all(
     producer: &PolledProducer<FlushTracker>,
     timeout: Duration,
     stop: &AtomicBool,
 ) -> KafkaResult<()> {
     let tracker = producer.context();
-    let mut deadline = Instant::now() + timeout;
-    let mut stopping = false;
+    let mut bound = StopBound::after(timeout, stop);
     let mut state = tracker.state();
     while state.in_flight > 0 {
-        if !stopping && stop.load(Ordering::Acquire) {
-            stopping = true;
-            deadline = deadline.min(Instant::now() + STOP_GRACE);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() && stopping {
-            return Err(KafkaIoError::Closed("the daemon"));
-        }
-        if left.is_zero() {
-            return Err(KafkaIoError::Timeout {
-                operation: "dispatch flush".to_owned(),
-                timeout,
-                bootstrap: None,
+        let now = Instant::now();
+        if now >= bound.end(now) {
+            return Err(if bound.stopping() {
+                KafkaIoError::Closed("the daemon")
+            } else {
+                KafkaIoError::Timeout {
+                    operation: "dispatch flush".to_owned(),
+                    timeout,
+                    bootstrap: None,
+                }
             });
         }
-        state = wait_timeout(&tracker.settled, state, left.min(STOP_CHECK));
+        state = wait_timeout(&tracker.settled, state, bound.next_check(now));
     }
     match state.failures.drain(..).next() {
         None => Ok(()),

@@ -16,8 +16,8 @@
 //! reports arriving after their round was taken are ignored. A record waits for room in
 //! librdkafka's full queue until its round's deadline, and not once the daemon is asked to stop
 //! (see [`RoomWait`]): then it fails with `QueueFull`, also transient. Once the daemon is asked
-//! to stop, a wait for acknowledgements lasts [`STOP_GRACE`] at the most: with the broker away
-//! it would last the round's whole deadline, and the stop with it.
+//! to stop, a wait for acknowledgements lasts `STOP_GRACE` at the most (see [`StopBound`]):
+//! with the broker away it would last the round's whole deadline, and the stop with it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +31,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::client::log_unless_end;
 use crate::connection_failure::ConnectionWatch;
-use crate::daemon::{RoomWait, STOP_CHECK, STOP_GRACE};
+use crate::daemon::{RoomWait, StopBound};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
@@ -219,30 +219,34 @@ impl Rounds {
         });
     }
 
+    /// The end of a wait for the broker of up to `timeout` (see [`StopBound`]).
+    pub(super) fn stop_bound(&self, timeout: Duration) -> StopBound<'_> {
+        StopBound::after(timeout, &self.stop)
+    }
+
     /// Whether the daemon was asked to stop.
     pub(super) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
 
-    /// Waits up to `timeout` (up to [`STOP_GRACE`] once the daemon is asked to stop) while
+    /// Waits up to `timeout` (cut by the daemon's stop, see [`StopBound`]) while
     /// `busy` holds for the open rounds, waking at each delivery report that finishes a round,
-    /// at the earliest round deadline and every [`STOP_CHECK`].
+    /// at the earliest round deadline and every `STOP_CHECK`.
     fn wait_while(
         &self,
         timeout: Duration,
         busy: impl Fn(&BTreeMap<usize, Round>, Instant) -> bool,
     ) {
-        let mut until = Instant::now() + timeout;
-        let mut stopping = false;
+        let mut bound = self.stop_bound(timeout);
         let mut state = self.state();
         loop {
             let now = Instant::now();
             if !busy(&state.open, now) {
                 return;
             }
-            if !stopping && self.stopping() {
-                stopping = true;
-                until = until.min(now + STOP_GRACE);
+            let until = bound.end(now);
+            if now >= until {
+                return;
             }
             // A round passing its deadline is progress too, so wake for the earliest one.
             let earliest = state
@@ -251,12 +255,12 @@ impl Rounds {
                 .filter(|round| !round.is_done(now))
                 .map(|round| round.deadline)
                 .min();
-            let wake = earliest.map_or(until, |deadline| deadline.min(until));
-            let left = wake.saturating_duration_since(now).min(STOP_CHECK);
-            if now >= until {
-                return;
-            }
-            state = wait_timeout(&self.progress, state, left.max(Duration::from_millis(1)));
+            let wake = bound
+                .next_check(now)
+                .min(earliest.map_or(Duration::MAX, |deadline| {
+                    deadline.saturating_duration_since(now)
+                }));
+            state = wait_timeout(&self.progress, state, wake.max(Duration::from_millis(1)));
         }
     }
 }

@@ -20,7 +20,7 @@ use super::records::{
 };
 use super::rounds::{RoundId, Rounds, send_round};
 use super::{ProxyPayload, SchedulerLoop};
-use crate::daemon::STOP_GRACE;
+use crate::daemon::{STOP_GRACE, resume_in_slices};
 
 /// One partition's chunk in the open transaction; its targets sent as `targets`.
 struct TransactionChunk {
@@ -50,6 +50,23 @@ impl SchedulerLoop {
         } else {
             self.options.dispatch_timeout
         }
+    }
+
+    /// Commits the open transaction within the dispatch timeout, or [`STOP_GRACE`] once the
+    /// daemon is asked to stop: librdkafka's commit waits its whole timeout for a broker that
+    /// vanished after the last acknowledgement, so it is called in slices and resumed after
+    /// each retriable timeout, as librdkafka asks. A commit cut short is aborted (or, still in
+    /// progress, finished by the broker or fenced by the next `init_transactions`); the
+    /// transaction holds the tombstones with the targets, so either way no schedule is
+    /// dispatched twice to a `read_committed` reader.
+    fn commit_transaction(&self) -> Result<(), KafkaError> {
+        resume_in_slices(
+            self.dispatcher
+                .context()
+                .stop_bound(self.options.dispatch_timeout),
+            |slice| self.dispatcher.commit_transaction(slice),
+            |e| matches!(e, KafkaError::Transaction(e) if e.is_retriable()),
+        )
     }
 
     /// Dispatches everything due, one transaction after the other (see the module docs).
@@ -131,9 +148,7 @@ impl SchedulerLoop {
             for id in ids {
                 rounds.wait_for(id, timeout);
             }
-            let committed = self
-                .dispatcher
-                .commit_transaction(self.options.dispatch_timeout);
+            let committed = self.commit_transaction();
             log::debug!(
                 "records acknowledged after {acknowledged:?}, transaction committed after {:?}",
                 started.elapsed()
@@ -307,13 +322,11 @@ impl SchedulerLoop {
 
     /// Sends `records` in the open transaction and commits it (aborts it on any failure).
     fn finish_transaction(&self, records: &[DispatchRecord<'_>]) -> Result<(), String> {
-        let timeout = self.options.dispatch_timeout;
         let sent = send_round(&self.dispatcher, records, self.round_timeout());
         let committed = match sent.into_iter().find_map(Result::err) {
             Some(e) => Err(format!("dispatch: {e}")),
             None => self
-                .dispatcher
-                .commit_transaction(timeout)
+                .commit_transaction()
                 .map_err(|e| format!("commit_transaction: {e}")),
         };
         if committed.is_err() {
