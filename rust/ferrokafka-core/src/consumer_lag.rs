@@ -104,6 +104,14 @@ mod tests {
         }
     }
 
+    /// A consumer that received its first record at `offset`, and committed nothing.
+    fn received_from(offset: i64) -> ConsumerProgress {
+        ConsumerProgress {
+            first_received: Some(offset),
+            ..ConsumerProgress::default()
+        }
+    }
+
     fn sample(
         statistics: Option<PartitionStatistics>,
         progress: ConsumerProgress,
@@ -121,10 +129,7 @@ mod tests {
 
     #[test]
     fn before_the_first_commit_the_lag_counts_from_the_first_record_received() {
-        let progress = ConsumerProgress {
-            first_received: Some(4),
-            ..ConsumerProgress::default()
-        };
+        let progress = received_from(4);
         let got = sample(Some(before_first_commit()), progress, false);
         assert_eq!(
             (got.lag, got.lag_stored, got.committed_offset),
@@ -155,9 +160,8 @@ mod tests {
     #[test]
     fn the_stored_lag_counts_from_the_consumers_position() {
         let progress = ConsumerProgress {
-            first_received: Some(4),
             position: Some(9),
-            ..ConsumerProgress::default()
+            ..received_from(4)
         };
         let got = sample(Some(before_first_commit()), progress, false);
         assert_eq!((got.lag, got.lag_stored), (Some(6), Some(1)));
@@ -195,10 +199,7 @@ mod tests {
 
     #[test]
     fn a_lag_is_never_negative_and_an_unknown_end_leaves_it_unknown() {
-        let progress = ConsumerProgress {
-            first_received: Some(12),
-            ..ConsumerProgress::default()
-        };
+        let progress = received_from(12);
         let got = sample(Some(before_first_commit()), progress, false);
         assert_eq!(got.lag, Some(0));
         let no_end = PartitionStatistics::default();

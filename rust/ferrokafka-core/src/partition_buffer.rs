@@ -272,15 +272,23 @@ mod tests {
         }
     }
 
+    fn buffer_of(
+        max_records: usize,
+        max_bytes: usize,
+        max_batch: Option<usize>,
+        ordering: OrderBy,
+    ) -> PartitionBuffer<Record> {
+        PartitionBuffer::new(PartitionLimits {
+            max_records,
+            max_bytes,
+            max_batch,
+            ordering,
+        })
+    }
+
     #[test]
     fn full_at_a_bound_and_open_again_at_half() {
-        let limits = PartitionLimits {
-            max_records: 4,
-            max_bytes: 1000,
-            max_batch: Some(1),
-            ordering: OrderBy::Partition,
-        };
-        let mut buffer = PartitionBuffer::new(limits);
+        let mut buffer = buffer_of(4, 1000, Some(1), OrderBy::Partition);
         assert_eq!(buffer.room(), 4);
         assert_eq!(
             buffer.push((0..4).map(|o| record(o, "k"))),
@@ -307,13 +315,7 @@ mod tests {
 
     #[test]
     fn by_key_a_batch_skips_busy_keys_and_keeps_each_key_in_order() {
-        let limits = PartitionLimits {
-            max_records: 100,
-            max_bytes: 10_000,
-            max_batch: Some(3),
-            ordering: OrderBy::Key,
-        };
-        let mut buffer = PartitionBuffer::new(limits);
+        let mut buffer = buffer_of(100, 10_000, Some(3), OrderBy::Key);
         let keys = ["a", "b", "a", "c", "d", "b"];
         buffer.push(keys.iter().enumerate().map(|(o, k)| record(o as i64, k)));
         let (first, _) = buffer.take_batch();
@@ -364,8 +366,7 @@ mod tests {
             by_key in any::<bool>(),
         ) {
             let ordering = if by_key { OrderBy::Key } else { OrderBy::Partition };
-            let limits = PartitionLimits { max_records, max_bytes, max_batch, ordering };
-            let mut buffer = PartitionBuffer::new(limits);
+            let mut buffer = buffer_of(max_records, max_bytes, max_batch, ordering);
             let mut queue: Vec<Record> = Vec::new();
             let mut full = false;
             // Open batches: first offset and keys.
