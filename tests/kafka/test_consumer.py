@@ -103,6 +103,18 @@ def eventually(predicate: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
+def partition_0_consumer(
+    config: dict[str, Any], topic: str, handler: Callable[[Batch], object], **settings: Any
+) -> Consumer:
+    """A :class:`Consumer` assigned partition 0 of ``topic`` (not subscribed to the topic)."""
+    return Consumer(config, [TopicPartition(topic, 0)], handler, **settings)
+
+
+def committed(config: dict[str, Any], topic: str, partitions: int) -> dict[int, int]:
+    """The offsets the group of ``config`` committed for ``topic``'s first ``partitions``."""
+    return committed_offsets(config["bootstrap.servers"], config["group.id"], topic, partitions)
+
+
 @pytest.fixture
 def base_config(kafka_bootstrap: str) -> dict[str, str | int | float | bool]:
     return {
@@ -112,6 +124,14 @@ def base_config(kafka_bootstrap: str) -> dict[str, str | int | float | bool]:
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 500,
     }
+
+
+@pytest.fixture(params=["thread", "asyncio"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which consumer the test runs (as :func:`consume_until` takes it): "thread", a
+    :class:`Consumer`, or "asyncio", an :class:`AsyncConsumer`."""
+    value: str = request.param
+    return value
 
 
 Produce = Callable[[str, list[dict[str, Any]]], set[tuple[int, int]]]
@@ -280,7 +300,7 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
     reads: list[dict[int, int]] = []
 
     def settled() -> bool:
-        reads.append(committed_offsets(kafka_bootstrap, group, topic, 3))
+        reads.append(committed(base_config, topic, 3))
         return len(reads) >= 2 and reads[-1] == reads[-2]
 
     wait_until(settled, 10, "the committed offsets to settle", interval=0.3)
@@ -304,10 +324,8 @@ def test_kill_9_then_a_new_consumer_handles_every_record(
     assert duplicates == uncommitted
 
 
-@pytest.mark.parametrize("kind", ["thread", "asyncio"])
 def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_prefix(
     base_config: dict[str, Any],
-    kafka_bootstrap: str,
     topic_factory: TopicFactory,
     produce: Produce,
     kind: str,
@@ -366,8 +384,7 @@ def test_key_ordering_runs_keys_concurrently_in_order_and_commits_the_handled_pr
     assert len(per_key) == keys
     assert sorted(handled.records) == sorted(produced), "a record was lost or handled twice"
     assert stats["handled"] == total
-    group = base_config["group.id"]
-    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: total}
+    assert committed(base_config, topic, 1) == {0: total}
 
 
 def test_key_ordering_holds_across_a_rebalance(
@@ -423,7 +440,7 @@ def test_key_ordering_holds_across_a_rebalance(
 
 
 def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
-    base_config: dict[str, Any], kafka_bootstrap: str, topic: str, produce: Produce
+    base_config: dict[str, Any], topic: str, produce: Produce
 ) -> None:
     produce(topic, [{"value": f"v{n}"} for n in range(100)])
     release, running = threading.Event(), threading.Event()
@@ -436,9 +453,9 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
         handled.add(batch)
         order.append("handled")
 
-    consumer = Consumer(
+    consumer = partition_0_consumer(
         base_config,
-        [TopicPartition(topic, 0)],
+        topic,
         handle,
         max_batch_size=10,
         drain=20.0,
@@ -458,19 +475,19 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
     assert not stopper.is_alive()
     assert handled.records == [(0, n) for n in range(10)]
     assert order == ["handled", "unassigned"]
-    assert committed_offsets(kafka_bootstrap, base_config["group.id"], topic, 1) == {0: 10}
+    assert committed(base_config, topic, 1) == {0: 10}
     stats = consumer.stats()
     assert (stats["handled"], stats["dropped"], stats["abandoned"]) == (10, 90, 0)
     assert [e["offsets"] for e in recorder.named("commit")][-1] == [(topic, 0, 10)]
 
     again = Handled()
-    with Consumer(base_config, [TopicPartition(topic, 0)], again.add):
+    with partition_0_consumer(base_config, topic, again.add):
         again.wait_count(90)
     assert again.records[0] == (0, 10)
 
 
 def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
-    base_config: dict[str, Any], kafka_bootstrap: str, topic: str, produce: Produce
+    base_config: dict[str, Any], topic: str, produce: Produce
 ) -> None:
     produce(topic, [{"value": f"v{n}"} for n in range(20)])
     release, running = threading.Event(), threading.Event()
@@ -479,7 +496,7 @@ def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
         running.set()
         release.wait(WAIT)
 
-    consumer = Consumer(base_config, [TopicPartition(topic, 0)], stuck, max_batch_size=5, drain=0.3)
+    consumer = partition_0_consumer(base_config, topic, stuck, max_batch_size=5, drain=0.3)
     consumer.start()
     try:
         assert running.wait(WAIT)
@@ -488,9 +505,9 @@ def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
         assert (stats["abandoned"], stats["handled"], stats["commits"]) == (1, 0, 0)
     finally:
         release.set()
-    assert committed_offsets(kafka_bootstrap, base_config["group.id"], topic, 1) == {}
+    assert committed(base_config, topic, 1) == {}
     again = Handled()
-    with Consumer(base_config, [TopicPartition(topic, 0)], again.add):
+    with partition_0_consumer(base_config, topic, again.add):
         again.wait_count(20)
     assert again.records[:5] == [(0, n) for n in range(5)]
 
@@ -563,8 +580,8 @@ def test_commit_policy_logs_publishes_and_moves_on(
             raise RuntimeError("boom at 3")
         handled.add(batch)
 
-    with Consumer(
-        base_config, [TopicPartition(topic, 0)], handle, max_batch_size=1, commit_interval=0.2
+    with partition_0_consumer(
+        base_config, topic, handle, max_batch_size=1, commit_interval=0.2
     ) as consumer:
         recorder = Recorder.subscribed(consumer)
         handled.wait_count(9)
@@ -608,13 +625,8 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
             raise ConnectionError("downstream unavailable")
         handled.add(batch)
 
-    with Consumer(
-        base_config,
-        [TopicPartition(topic, 0)],
-        handle,
-        max_batch_size=1,
-        on_error="retry",
-        retry_backoff=backoff,
+    with partition_0_consumer(
+        base_config, topic, handle, max_batch_size=1, on_error="retry", retry_backoff=backoff
     ) as consumer:
         recorder = Recorder.subscribed(consumer)
         handled.wait_count(8)
@@ -626,7 +638,6 @@ def test_retry_policy_backs_off_and_blocks_the_partition(
     assert (stats["retries"], stats["handled"], stats["failed"]) == (2, 8, 0)
 
 
-@pytest.mark.parametrize("kind", ["thread", "async"])
 def test_a_revocation_cuts_a_retry_backoff_short(
     kind: str, base_config: dict[str, Any], topic_factory: TopicFactory, produce: Produce
 ) -> None:
@@ -697,9 +708,9 @@ def test_dead_letter_policy_writes_the_record_with_error_headers(
             raise ValueError("cannot parse 'poison'")
         handled.add(batch)
 
-    with Consumer(
+    with partition_0_consumer(
         base_config,
-        [TopicPartition(topic, 0)],
+        topic,
         handle,
         max_batch_size=1,
         on_error="dead_letter",
@@ -748,7 +759,6 @@ def read_with_confluent(bootstrap: str, topic: str, count: int) -> list[Any]:
         observer.close()
 
 
-@pytest.mark.parametrize("kind", ["thread", "asyncio"])
 def test_retry_then_dead_letter_does_not_block_the_records_behind(
     base_config: dict[str, Any],
     kafka_bootstrap: str,
@@ -798,8 +808,7 @@ def test_retry_then_dead_letter_does_not_block_the_records_behind(
         ("ferrokafka_original_offset", b"3"),
     ]
     # Everything was committed, the dead-lettered record included (stop commits the rest).
-    group = base_config["group.id"]
-    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 10}
+    assert committed(base_config, topic, 1) == {0: 10}
 
 
 def test_slow_handler_pauses_and_resumes_with_bounded_queue(
@@ -817,12 +826,8 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
         snapshots.append(consumer.stats()["partitions"][0])
         handled.add(batch)
 
-    consumer = Consumer(
-        base_config,
-        [TopicPartition(topic, 0)],
-        slow,
-        max_batch_size=20,
-        max_queue_records=100,
+    consumer = partition_0_consumer(
+        base_config, topic, slow, max_batch_size=20, max_queue_records=100
     )
     recorder = Recorder.subscribed(consumer)
     with consumer:

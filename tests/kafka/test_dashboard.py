@@ -22,16 +22,8 @@ import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
 from ferrokafka import Client, NewTopic
+from tests import tracking_samples as samples
 from tests.conftest import ROOT, wait_until
-from tests.tracking_samples import (
-    error_report,
-    process_report,
-    produce_unchecked,
-    send_error_report,
-    send_process_report,
-    send_state_report,
-    state_report,
-)
 
 pytestmark = pytest.mark.kafka
 
@@ -110,16 +102,20 @@ def dashboard(kafka_bootstrap: str, kafka_client: Client) -> Iterator[tuple[str,
     def fill(reports: str, errors: str, states: str) -> None:
         now = time.time()
         for step, lag in enumerate([120, 80, 35]):
-            report = process_report(PROCESS, dispatched_at=now - 6 + 2 * step, lags={0: lag, 1: 5})
-            send_process_report(kafka_client, reports, report)
-        send_error_report(
+            report = samples.process_report(
+                PROCESS, dispatched_at=now - 6 + 2 * step, lags={0: lag, 1: 5}
+            )
+            samples.send_process_report(kafka_client, reports, report)
+        samples.send_error_report(
             kafka_client,
             errors,
-            error_report(
+            samples.error_report(
                 "dash-error-1", occurred_at=now - 1, process_id=PROCESS, message="bad row"
             ),
         )
-        send_state_report(kafka_client, states, state_report(dispatched_at=now), partition=0)
+        samples.send_state_report(
+            kafka_client, states, samples.state_report(dispatched_at=now), partition=0
+        )
 
     with dashboard_over(kafka_bootstrap, kafka_client, fill) as running:
         yield running
@@ -194,8 +190,8 @@ def test_dashboard_in_a_real_browser(
             assert "2030-01-01: 3, 2030-01-02: 4" in scheduler
 
             # Live refresh: a new report shows up without reloading the page.
-            report = process_report(PROCESS, dispatched_at=time.time(), lags={0: 7, 1: 5})
-            send_process_report(kafka_client, reports, report)
+            report = samples.process_report(PROCESS, dispatched_at=time.time(), lags={0: 7, 1: 5})
+            samples.send_process_report(kafka_client, reports, report)
             page.wait_for_function(
                 "() => window.ferrokafkaDashboard.chart.data[1].at(-1) === 7", timeout=20_000
             )
@@ -218,32 +214,32 @@ def test_dashboard_under_hostile_records(kafka_bootstrap: str, kafka_client: Cli
     now = time.time()
 
     def fill(reports: str, errors: str, _states: str) -> None:
-        big = process_report(PROCESS, dispatched_at=now - 2, lags={0: 35, 1: 5})
+        big = samples.process_report(PROCESS, dispatched_at=now - 2, lags={0: 35, 1: 5})
         big["process"]["tags"] = ["t" * 350_000] * 20
-        bomb = process_report(PROCESS, dispatched_at=now - 1)
+        bomb = samples.process_report(PROCESS, dispatched_at=now - 1)
         bomb["process"]["tags"] = ["t" * 1_000_000] * 60
-        produce_unchecked(
+        samples.produce_unchecked(
             kafka_bootstrap,
             reports,
             [
-                process_report(PROCESS, dispatched_at=now - 1200, lags={0: 999}),
-                process_report(PROCESS, dispatched_at=now - 4, lags={0: 80, 1: 5}),
+                samples.process_report(PROCESS, dispatched_at=now - 1200, lags={0: 999}),
+                samples.process_report(PROCESS, dispatched_at=now - 4, lags={0: 80, 1: 5}),
                 big,
                 bomb,
-                process_report(PROCESS, dispatched_at=now * 1000, lags={0: 1}),
-                process_report(hostile_id, dispatched_at=now - 1, lags={2: 4}),
-                process_report("dash-stop:1:aa", dispatched_at=now - 1, status="stopped"),
+                samples.process_report(PROCESS, dispatched_at=now * 1000, lags={0: 1}),
+                samples.process_report(hostile_id, dispatched_at=now - 1, lags={2: 4}),
+                samples.process_report("dash-stop:1:aa", dispatched_at=now - 1, status="stopped"),
             ],
         )
-        long_message = error_report("dash-long", occurred_at=now - 3, process_id=PROCESS)
+        long_message = samples.error_report("dash-long", occurred_at=now - 3, process_id=PROCESS)
         long_message["error_message"] = "m" * 3_000_000
-        produce_unchecked(
+        samples.produce_unchecked(
             kafka_bootstrap,
             errors,
             [
                 long_message,
-                error_report("dash-ms", occurred_at=now * 1000, process_id=PROCESS),
-                error_report("dash-1e13", occurred_at=1e13, process_id=PROCESS),
+                samples.error_report("dash-ms", occurred_at=now * 1000, process_id=PROCESS),
+                samples.error_report("dash-1e13", occurred_at=1e13, process_id=PROCESS),
             ],
         )
 

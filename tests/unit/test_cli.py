@@ -157,32 +157,41 @@ def test_a_dashboard_port_in_use_fails_before_announcing_its_url() -> None:
     assert "dashboard on http" not in shown.stderr
 
 
+# Commands (with their required arguments), each with options and the values they refuse.
+REFUSED_VALUES: dict[tuple[str, ...], dict[str, list[str]]] = {
+    ("status",): {
+        "--config": ["novalue", "=value"],
+        "--timeout": ["-1", "inf"],
+        "--watch": ["0"],
+        "--ttl": ["-3"],
+        "--max-errors": ["0"],
+        "--show-errors": ["-1"],
+    },
+    ("topics", "create", "t"): {
+        "--config": ["novalue"],
+        "--partitions": ["0"],
+        "--replication-factor": ["-2"],
+    },
+    ("topics", "list"): {"--timeout": ["0"]},
+    ("scheduler", "--schedules-topic", "s"): {
+        "--flush-batch-size": ["0"],
+        "--interval-ms": ["-5"],
+        "--report-interval": ["nan"],
+    },
+    tuple(REDELIVERY): {"--max-redeliveries": ["-1"], "--commit-interval-ms": ["0"]},
+    ("dashboard",): {"--port": ["99999", "0"], "--refresh": ["0"]},
+    ("demo",): {"--timeout": ["abc"]},
+    ("spark-demo",): {"--rows": ["0"], "--master": [""]},
+}
+
+
 @pytest.mark.parametrize(
     ("argv", "argument"),
     [
-        (["status", "--config", "novalue"], "--config"),
-        (["status", "--config", "=value"], "--config"),
-        (["topics", "create", "t", "--config", "novalue"], "--config"),
-        (["scheduler", "--schedules-topic", "s", "--flush-batch-size", "0"], "--flush-batch-size"),
-        (["scheduler", "--schedules-topic", "s", "--interval-ms", "-5"], "--interval-ms"),
-        (["scheduler", "--schedules-topic", "s", "--report-interval", "nan"], "--report-interval"),
-        ([*REDELIVERY, "--max-redeliveries", "-1"], "--max-redeliveries"),
-        ([*REDELIVERY, "--commit-interval-ms", "0"], "--commit-interval-ms"),
-        (["dashboard", "--port", "99999"], "--port"),
-        (["dashboard", "--port", "0"], "--port"),
-        (["dashboard", "--refresh", "0"], "--refresh"),
-        (["status", "--timeout", "-1"], "--timeout"),
-        (["status", "--timeout", "inf"], "--timeout"),
-        (["status", "--watch", "0"], "--watch"),
-        (["status", "--ttl", "-3"], "--ttl"),
-        (["status", "--max-errors", "0"], "--max-errors"),
-        (["status", "--show-errors", "-1"], "--show-errors"),
-        (["demo", "--timeout", "abc"], "--timeout"),
-        (["spark-demo", "--rows", "0"], "--rows"),
-        (["spark-demo", "--master", ""], "--master"),
-        (["topics", "list", "--timeout", "0"], "--timeout"),
-        (["topics", "create", "t", "--partitions", "0"], "--partitions"),
-        (["topics", "create", "t", "--replication-factor", "-2"], "--replication-factor"),
+        ([*command, option, value], option)
+        for command, options in REFUSED_VALUES.items()
+        for option, values in options.items()
+        for value in values
     ],
 )
 def test_bad_arguments_are_usage_errors_naming_the_argument(
