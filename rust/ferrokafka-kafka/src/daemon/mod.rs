@@ -29,7 +29,7 @@ use crate::error::{KafkaIoError, KafkaResult};
 use crate::statistics::GroupStatistics;
 
 pub(crate) use closing::{
-    SHUTDOWN_BUDGET, STOP_GRACE, StopBound, commit_and_close, flush_before, resume_in_slices,
+    SHUTDOWN_BUDGET, StopBound, commit_and_close, flush_before, resume_in_slices,
 };
 pub(crate) use group::{
     GroupContext, RebalanceEvent, at_partition_end, group_consumer_settings, require_group_id,

@@ -20,7 +20,7 @@
 //! with the broker away it would last the round's whole deadline, and the stop with it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -222,11 +222,6 @@ impl Rounds {
     /// The end of a wait for the broker of up to `timeout` (see [`StopBound`]).
     pub(super) fn stop_bound(&self, timeout: Duration) -> StopBound<'_> {
         StopBound::after(timeout, &self.stop)
-    }
-
-    /// Whether the daemon was asked to stop.
-    pub(super) fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
     }
 
     /// Waits up to `timeout` (cut by the daemon's stop, see [`StopBound`]) while

@@ -20,7 +20,7 @@ use super::records::{
 };
 use super::rounds::{RoundId, Rounds, send_round};
 use super::{ProxyPayload, SchedulerLoop};
-use crate::daemon::{STOP_GRACE, resume_in_slices};
+use crate::daemon::resume_in_slices;
 
 /// One partition's chunk in the open transaction; its targets sent as `targets`.
 struct TransactionChunk {
@@ -40,31 +40,37 @@ fn own_error<'a>(sent: &'a [SendResult], tombstones: &'a [SendResult]) -> Option
 }
 
 impl SchedulerLoop {
-    /// How long an abort may wait for the broker: [`STOP_GRACE`] once the daemon is asked to
-    /// stop. An abort that did not finish is finished by the broker (the transaction times
-    /// out) or by the next producer of the `transactional.id`, whose `init_transactions`
-    /// fences this one; `read_committed` readers see none of its records either way.
-    fn abort_timeout(&self) -> Duration {
-        if self.dispatcher.context().stopping() {
-            STOP_GRACE
-        } else {
-            self.options.dispatch_timeout
-        }
+    /// Commits the open transaction within the dispatch timeout, cut by the daemon's stop (see
+    /// [`Self::transaction_call`]). A commit cut short is aborted, or, still in progress,
+    /// finished by the broker or fenced by the next `init_transactions`; the transaction holds
+    /// the tombstones with the targets, so either way no schedule reaches a `read_committed`
+    /// reader twice.
+    fn commit_transaction(&self) -> Result<(), KafkaError> {
+        self.transaction_call(|slice| self.dispatcher.commit_transaction(slice))
     }
 
-    /// Commits the open transaction within the dispatch timeout, or [`STOP_GRACE`] once the
-    /// daemon is asked to stop: librdkafka's commit waits its whole timeout for a broker that
-    /// vanished after the last acknowledgement, so it is called in slices and resumed after
-    /// each retriable timeout, as librdkafka asks. A commit cut short is aborted (or, still in
-    /// progress, finished by the broker or fenced by the next `init_transactions`); the
-    /// transaction holds the tombstones with the targets, so either way no schedule is
-    /// dispatched twice to a `read_committed` reader.
-    fn commit_transaction(&self) -> Result<(), KafkaError> {
+    /// Aborts the open transaction, as long as [`Self::commit_transaction`] may take. An abort
+    /// that did not finish is finished by the broker (the transaction times out) or by the next
+    /// producer of the `transactional.id`, whose `init_transactions` fences this one;
+    /// `read_committed` readers see none of its records either way.
+    fn abort_transaction(&self) {
+        // A failed abort leaves nothing to do here: see above.
+        let _ = self.transaction_call(|slice| self.dispatcher.abort_transaction(slice));
+    }
+
+    /// Runs a transaction call of librdkafka (`call(timeout)`) for up to the dispatch timeout,
+    /// and `STOP_GRACE` once the daemon is asked to stop: librdkafka waits the whole timeout of
+    /// one call for a broker that vanished, so the call is made in slices and made again after
+    /// each retriable timeout, as librdkafka asks of a commit or abort that timed out.
+    fn transaction_call(
+        &self,
+        call: impl FnMut(Duration) -> Result<(), KafkaError>,
+    ) -> Result<(), KafkaError> {
         resume_in_slices(
             self.dispatcher
                 .context()
                 .stop_bound(self.options.dispatch_timeout),
-            |slice| self.dispatcher.commit_transaction(slice),
+            call,
             |e| matches!(e, KafkaError::Transaction(e) if e.is_retriable()),
         )
     }
@@ -165,7 +171,7 @@ impl SchedulerLoop {
                     })
                     .collect(),
                 Err(e) => {
-                    let _ = self.dispatcher.abort_transaction(self.abort_timeout());
+                    self.abort_transaction();
                     let error = format!("commit_transaction: {e}");
                     chunks
                         .iter()
@@ -175,7 +181,7 @@ impl SchedulerLoop {
             };
         }
         // The abort purges what is still queued, so every round is done right after it.
-        let _ = self.dispatcher.abort_transaction(self.abort_timeout());
+        self.abort_transaction();
         let outcomes: Vec<(Vec<SendResult>, Vec<SendResult>)> = chunks
             .iter()
             .zip(tombstones)
@@ -268,7 +274,7 @@ impl SchedulerLoop {
                     continue;
                 }
                 Err(e) => {
-                    let _ = self.dispatcher.abort_transaction(self.abort_timeout());
+                    self.abort_transaction();
                     if !refused_for_good(&e) {
                         settled.push(DispatchResult::Retry {
                             transient: Some(e.to_string()),
@@ -294,7 +300,7 @@ impl SchedulerLoop {
                         match sent.into_iter().find_map(Result::err) {
                             None => self.finish_transaction(&[]),
                             Some(d) => {
-                                let _ = self.dispatcher.abort_transaction(self.abort_timeout());
+                                self.abort_transaction();
                                 Err(format!("dead-letter copy: {d}"))
                             }
                         }
@@ -330,7 +336,7 @@ impl SchedulerLoop {
                 .map_err(|e| format!("commit_transaction: {e}")),
         };
         if committed.is_err() {
-            let _ = self.dispatcher.abort_transaction(self.abort_timeout());
+            self.abort_transaction();
         }
         committed
     }
