@@ -65,25 +65,25 @@ impl<S> Drop for Daemon<S> {
 }
 
 impl<S: Clone + Default + Send + 'static> Daemon<S> {
-    /// Starts `run(stop, status)` on a thread called `name`; `run` returns once `stop` is set,
-    /// or with the error that ended the daemon before. `stop` is the flag
-    /// [`Daemon::request_stop`] sets, made by the caller so that the daemon's clients can see
-    /// it too (a wait for room in a full queue ends on it). `sampler` makes the daemon's part
-    /// of a process report from a status.
+    /// Starts `run(status)` on a thread called `name`; `run` returns once `stop` is set, or
+    /// with the error that ended the daemon before. `stop` is the flag
+    /// [`Daemon::request_stop`] sets, made by the caller and held by what `run` owns (its loop
+    /// and its clients: a wait for room in a full queue ends on it too). `sampler` makes the
+    /// daemon's part of a process report from a status.
     pub(crate) fn spawn(
         name: &str,
         stop: Arc<AtomicBool>,
         sampler: impl Fn(S) -> SourceSample + Send + Sync + 'static,
-        run: impl FnOnce(&AtomicBool, &Mutex<S>) -> KafkaResult<()> + Send + 'static,
+        run: impl FnOnce(&Mutex<S>) -> KafkaResult<()> + Send + 'static,
     ) -> KafkaResult<Self> {
         let status = Arc::new(Mutex::new(S::default()));
         let failure = Arc::new(Mutex::new(None));
-        let (thread_stop, thread_status) = (Arc::clone(&stop), Arc::clone(&status));
+        let thread_status = Arc::clone(&status);
         let thread_failure = Arc::clone(&failure);
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                if let Err(e) = run(&thread_stop, &thread_status) {
+                if let Err(e) = run(&thread_status) {
                     *thread_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                 }
             })

@@ -59,7 +59,7 @@ mod status;
 mod transactions;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -158,7 +158,7 @@ impl Scheduler {
             "ferrokafka-scheduler",
             stop,
             move |status| report_sample(&member, status),
-            move |stop, status| daemon.run(stop, status),
+            move |status| daemon.run(status),
         )
     }
 }
@@ -256,13 +256,10 @@ impl SchedulerLoop {
         })
     }
 
-    /// Runs until `stop` is set, or until the consumer's connection is refused before it ever
-    /// worked (see [`GroupContext::poll_error`]).
-    fn run(
-        mut self,
-        stop: &AtomicBool,
-        status: &Mutex<DaemonStatus<PartitionStatus>>,
-    ) -> KafkaResult<()> {
+    /// Dispatches until the scheduler's stop flag (held by its `Rounds`) is set, then shuts
+    /// down; or ends with the error of a consumer whose connection is refused before it ever
+    /// worked ([`GroupContext::poll_error`]).
+    fn run(mut self, status: &Mutex<DaemonStatus<PartitionStatus>>) -> KafkaResult<()> {
         log::info!(
             "scheduler started for {:?} (group {}, {})",
             self.options.schedules_topics,
@@ -273,7 +270,7 @@ impl SchedulerLoop {
                 "at-least-once"
             }
         );
-        while !stop.load(Ordering::Acquire) {
+        while !self.dispatcher.context().stopping() {
             let sleep = self.sleep_budget();
             if self.in_flight.is_empty() {
                 self.poll_records(sleep)?;

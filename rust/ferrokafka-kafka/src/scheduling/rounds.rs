@@ -20,7 +20,7 @@
 //! with the broker away it would last the round's whole deadline, and the stop with it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -217,6 +217,11 @@ impl Rounds {
         self.wait_while(timeout, |open, now| {
             !open.values().any(|round| round.is_done(now))
         });
+    }
+
+    /// Whether the daemon was asked to stop.
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
     }
 
     /// The end of a wait for the broker of up to `timeout` (see [`StopBound`]).

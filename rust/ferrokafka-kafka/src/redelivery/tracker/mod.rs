@@ -144,7 +144,7 @@ impl RedeliveryTracker {
             "ferrokafka-redelivery",
             stop,
             move |status| report_sample(&member, &markers_topic, status),
-            move |stop, status| daemon.run(stop, status),
+            move |status| daemon.run(status),
         )
     }
 }
@@ -193,20 +193,17 @@ impl Tracker {
         })
     }
 
-    /// Runs until `stop` is set, or until the consumer's connection is refused before it ever
-    /// worked (see [`GroupContext::poll_error`]).
-    fn run(
-        mut self,
-        stop: &AtomicBool,
-        status: &Mutex<DaemonStatus<TrackerPartitionStatus>>,
-    ) -> KafkaResult<()> {
+    /// Redelivers until the tracker's stop flag is set, then shuts down; or ends with the error
+    /// of a consumer whose connection is refused before it ever worked
+    /// ([`GroupContext::poll_error`]).
+    fn run(mut self, status: &Mutex<DaemonStatus<TrackerPartitionStatus>>) -> KafkaResult<()> {
         log::info!(
             "redelivery tracker started for {} (markers {}, group {})",
             self.options.queue_topic,
             self.options.markers_topic,
             self.options.group_id
         );
-        while !stop.load(Ordering::Acquire) {
+        while !self.stop.load(Ordering::Acquire) {
             let sleep = self.sleep_budget();
             self.poll_markers(sleep)?;
             self.handle_assignments();
