@@ -67,22 +67,45 @@ impl GroupMember {
         }
     }
 
-    /// A daemon's source as of `status`: its group's state and transfer rates, `totals`, and
-    /// each partition's row as `partition` samples it (see [`pending_partition`]).
+    /// A daemon's source as of `status`: its group's state and transfer rates, the `counts`
+    /// of every partition's row summed, and each row as `partition` samples it (see
+    /// [`pending_partition`]).
     pub(crate) fn daemon_source<P>(
         &self,
         status: &DaemonStatus<P>,
-        totals: SourceTotals,
+        counts: impl Fn(&P) -> DaemonCounts,
         partition: impl Fn(&P) -> PartitionSample,
     ) -> SourceSample {
-        let partitions = status.partitions.iter().map(partition).collect();
+        let rows = &status.partitions;
+        let sum =
+            |field: fn(&DaemonCounts) -> u64| rows.iter().map(|row| field(&counts(row))).sum();
+        let totals = SourceTotals {
+            messages: sum(|c| c.messages),
+            errors: sum(|c| c.errors),
+            retries: sum(|c| c.retries),
+            dead: sum(|c| c.dead),
+            ..SourceTotals::default()
+        };
         self.source(
             status.group.as_ref(),
             status.transfer_rates,
-            partitions,
+            rows.iter().map(partition).collect(),
             totals,
         )
     }
+}
+
+/// What one partition's row of a daemon counts toward its source's totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DaemonCounts {
+    /// Records the daemon did its work for (dispatched, or applied).
+    pub messages: u64,
+    /// Records it could not read.
+    pub errors: u64,
+    /// Work done again (redeliveries).
+    pub retries: u64,
+    /// Records given up: dead-lettered or dropped.
+    pub dead: u64,
 }
 
 /// A partition number as reports write it; assigned partitions are never negative.
