@@ -1,5 +1,5 @@
 """A small Spark job on a SparkSession (local[2], or the cluster ``--master`` names) and a live
-broker: ``ferrokafka spark-demo`` (or ``python -m ferrokafka.spark_demo``).
+broker: ``ferrokafka spark-demo`` (or ``python -m ferrokafka spark-demo``).
 
 It compresses and decodes a DataFrame with the Rust Arrow UDFs, schedules one message per row
 with :func:`ferrokafka.spark.schedule_dataframe` while a scheduler daemon runs, consumes the
@@ -195,14 +195,3 @@ def _consume_with_reporter(
 def _all_committed(partitions: list[dict[str, Any]]) -> bool:
     # A partition that received nothing has neither (None == None).
     return bool(partitions) and all(p["committed"] == p["position"] for p in partitions)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m ferrokafka.spark_demo``: the same as ``ferrokafka spark-demo``."""
-    from ferrokafka.cli import main as cli_main
-
-    return cli_main(["spark-demo", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -49,7 +49,7 @@ pub struct BearerToken {
 impl std::fmt::Debug for BearerToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BearerToken")
-            .field("token", &crate::config::REDACTED)
+            .field("token", &ferrokafka_core::redact::REDACTED)
             .field("expires_at_ms", &self.expires_at_ms)
             .field("principal", &self.principal)
             .finish()

@@ -5,20 +5,15 @@
 //! [`SLICE`], re-attaching between slices to run signal handlers. Ctrl-C and Spark task kills
 //! therefore interrupt a wait even when librdkafka is stuck on the network.
 
-use std::cell::Cell;
-use std::mem::ManuallyDrop;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
-use ferrokafka_core::tracking::SourceSample;
-use ferrokafka_kafka::Daemon;
 use pyo3::prelude::*;
 
 use crate::errors::{
-    NativeError, invalid_argument, used_after_fork, worker_thread_died, worker_thread_not_started,
+    invalid_argument, used_after_fork, worker_thread_died, worker_thread_not_started,
 };
 
 /// Longest time a wait goes without checking for signals.
@@ -81,15 +76,15 @@ pub fn wait_sliced<T: Send>(
 /// `fork()`: in a forked child an engine can neither be used nor dropped, since dropping joins
 /// threads that do not exist there and tears down handles the parent still uses.
 #[derive(Clone, Copy, Debug)]
-struct CreatorProcess(u32);
+pub(crate) struct CreatorProcess(u32);
 
 impl CreatorProcess {
-    fn current() -> Self {
+    pub(crate) fn current() -> Self {
         CreatorProcess(process_id())
     }
 
     /// False in a forked child.
-    fn is_current(self) -> bool {
+    pub(crate) fn is_current(self) -> bool {
         process_id() == self.0
     }
 }
@@ -173,91 +168,6 @@ pub fn seconds_or_off(name: &str, seconds: f64) -> PyResult<Duration> {
     }
 }
 
-thread_local! {
-    /// Whether this thread is running Python code for an engine (see [`engine_calling_python`]).
-    static ENGINE_CALLING_PYTHON: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `call`, in which a thread that an engine or librdkafka owns attaches to the interpreter
-/// (to log through `logging`, to ask `oauth_cb` for a token). Python may free any object while
-/// it runs there (a reference count reaching zero, a garbage collection), so [`release_gil_for`]
-/// must not wait on this thread for a closing engine: the engine may be the one this thread
-/// belongs to, which cannot be joined from itself.
-pub fn engine_calling_python<R>(call: impl FnOnce() -> R) -> R {
-    /// Restores the mark even if `call` panics.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            ENGINE_CALLING_PYTHON.set(self.0);
-        }
-    }
-    let _restore = Restore(ENGINE_CALLING_PYTHON.replace(true));
-    call()
-}
-
-/// Whether this thread runs inside [`engine_calling_python`].
-pub fn calling_python_for_an_engine() -> bool {
-    ENGINE_CALLING_PYTHON.get()
-}
-
-/// Runs `cleanup` (an engine's close, a drop that joins its threads) with the GIL released, from
-/// code that may hold it (such as a `Drop` run by the garbage collector): engine threads log
-/// through `pyo3-log` and so may be waiting for the GIL, and joining them while holding it would
-/// deadlock. On an engine's own thread calling Python ([`engine_calling_python`]) the cleanup
-/// runs on a thread of its own instead, which this one does not wait for (that thread may be one
-/// the cleanup joins), and which the interpreter's exit does.
-pub fn release_gil_for<F: FnOnce() + Send + 'static>(cleanup: F) {
-    if !calling_python_for_an_engine() {
-        Python::attach(|py| py.detach(cleanup));
-        return;
-    }
-    crate::background_closes::close_in_background(cleanup);
-}
-
-/// Owns an engine whose drop joins librdkafka or ferrokafka threads; drops it without the GIL
-/// (see [`release_gil_for`]), and never in a forked child, where it is leaked instead: the
-/// child exits cleanly and the parent's brokers see nothing from it.
-pub struct ReleaseOnDrop<T: Send + 'static> {
-    engine: ManuallyDrop<T>,
-    creator: CreatorProcess,
-}
-
-impl<T: Send + 'static> ReleaseOnDrop<T> {
-    /// Wraps `engine`, created now in this process.
-    pub fn new(engine: T) -> Self {
-        ReleaseOnDrop {
-            engine: ManuallyDrop::new(engine),
-            creator: CreatorProcess::current(),
-        }
-    }
-}
-
-impl<T: Send + 'static> Deref for ReleaseOnDrop<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        &self.engine
-    }
-}
-
-impl<T: Send + std::fmt::Debug + 'static> std::fmt::Debug for ReleaseOnDrop<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.engine.fmt(f)
-    }
-}
-
-impl<T: Send + 'static> Drop for ReleaseOnDrop<T> {
-    fn drop(&mut self) {
-        if !self.creator.is_current() {
-            return; // leaked: see the type's documentation
-        }
-        // SAFETY: the value is taken exactly once, here, and `self.engine` is never used
-        // afterwards.
-        let engine = unsafe { ManuallyDrop::take(&mut self.engine) };
-        release_gil_for(move || drop(engine));
-    }
-}
-
 /// The receiving end of an engine's event channel, drained by one Python thread at a time.
 #[derive(Debug)]
 pub struct EventInbox<E>(Mutex<Option<Receiver<E>>>);
@@ -285,69 +195,5 @@ impl<E: Send> EventInbox<E> {
             *slot = Some(receiver);
         }
         events
-    }
-}
-
-/// How long a daemon collected while running may take to stop.
-const STOP_ON_DROP: Duration = Duration::from_secs(30);
-
-/// A daemon (scheduler, redelivery tracker) as its pyclass holds it: waits are sliced and
-/// detached, use after fork is refused, and a handle collected while the daemon runs stops it
-/// (final reports, offsets committed) rather than leaving it running with nothing to stop it.
-#[derive(Debug)]
-pub struct DaemonHandle<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> {
-    daemon: ReleaseOnDrop<Arc<Daemon<S>>>,
-    guard: ForkGuard,
-}
-
-impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> DaemonHandle<S> {
-    /// Holds `daemon`, created now in this process; `what` names its Python class in errors.
-    pub fn new(daemon: Daemon<S>, what: &'static str) -> Self {
-        DaemonHandle {
-            daemon: ReleaseOnDrop::new(Arc::new(daemon)),
-            guard: ForkGuard::new(what),
-        }
-    }
-
-    /// Asks the daemon to stop; returns at once.
-    pub fn request_stop(&self) -> PyResult<()> {
-        self.guard.check()?;
-        self.daemon.request_stop();
-        Ok(())
-    }
-
-    /// Waits up to `timeout` seconds (forever when None) for the daemon to end; true once it
-    /// has. A daemon that ended on its own raises the error that ended it.
-    pub fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        self.guard.check()?;
-        let daemon = &**self.daemon;
-        let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
-        if let Some(failure) = daemon.failure() {
-            return Err(NativeError::from(failure).into());
-        }
-        Ok(ended.is_some())
-    }
-
-    /// The status as of the daemon's last loop.
-    pub fn status(&self) -> S {
-        self.daemon.status()
-    }
-
-    /// The daemon's part of a process report, as of its last loop.
-    pub fn report_sample(&self) -> SourceSample {
-        self.daemon.report_sample()
-    }
-}
-
-impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> Drop for DaemonHandle<S> {
-    fn drop(&mut self) {
-        if !self.guard.in_creator() {
-            return; // a forked child has no daemon thread to stop
-        }
-        let daemon = Arc::clone(&*self.daemon);
-        release_gil_for(move || {
-            daemon.request_stop();
-            daemon.wait(STOP_ON_DROP);
-        });
     }
 }

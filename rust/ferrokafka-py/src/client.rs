@@ -10,8 +10,9 @@ use ferrokafka_kafka::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionI
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::blocking::{ForkGuard, ReleaseOnDrop, run_detached, timeout_arg};
+use crate::blocking::{ForkGuard, run_detached, timeout_arg};
 use crate::convert::{self, outgoing_record, settings_from_dict};
+use crate::engine_drops::ReleaseOnDrop;
 use crate::errors::{NativeResult, invalid_argument, wrong_type};
 use crate::flat_record::frozen_record;
 use crate::message::PyMessage;

@@ -20,10 +20,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::batch::PyBatch;
-use crate::blocking::{EventInbox, ForkGuard, ReleaseOnDrop, SLICE, seconds_or_off, wait_sliced};
+use crate::blocking::{EventInbox, ForkGuard, SLICE, seconds_or_off, wait_sliced};
 use crate::consumer_events::event_object;
 use crate::consumer_stats::{PyConsumerStats, consumer_stats};
 use crate::convert::settings_from_dict;
+use crate::engine_drops::ReleaseOnDrop;
 use crate::errors::{NativeError, NativeResult, invalid_argument, malformed, not_one_of};
 use crate::options::Fields;
 use crate::report_samples::{PyJobSample, PySourceSample, jobs_of};

@@ -16,7 +16,7 @@ use log::{Log, Metadata, Record};
 use pyo3::prelude::*;
 use pyo3_log::{Caching, Logger};
 
-use crate::blocking::engine_calling_python;
+use crate::engine_drops::engine_calling_python;
 
 /// Set by the `atexit` hook: Python is exiting, records go to stderr.
 static EXITING: AtomicBool = AtomicBool::new(false);

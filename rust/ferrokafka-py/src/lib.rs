@@ -2,7 +2,6 @@
 
 mod arrow;
 mod arrow_c;
-mod background_closes;
 mod batch;
 mod blocking;
 mod client;
@@ -15,6 +14,7 @@ mod daemon_class;
 mod deadline_queue;
 mod delivery_report;
 mod document_view;
+mod engine_drops;
 mod engine_log;
 mod errors;
 mod flat_record;
@@ -47,7 +47,6 @@ mod _native {
             decode_marker_batch, decode_report_batch, decode_state_batch, deflate_batch,
             inflate_batch, partition_key_batch, schedule_headers_batch,
         },
-        background_closes::{on_engine_thread, wait_for_background_closes},
         batch::{PyBatch, PyBatchIterator},
         client::{
             PyBrokerMetadata, PyClient, PyClusterMetadata, PyNewTopic, PyPartitionMetadata,
@@ -67,6 +66,7 @@ mod _native {
         consumer_stats::{PyConsumerCounters, PyConsumerStats, PyPartitionStats},
         deadline_queue::PyDeadlineQueue,
         delivery_report::PyDeliveryReport,
+        engine_drops::{on_engine_thread, wait_for_background_closes},
         gc_tracking::{gc_track, gc_untrack},
         message::PyMessage,
         producer::{PyProducerStats, PyRawAsyncProducer},

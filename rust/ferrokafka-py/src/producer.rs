@@ -19,11 +19,9 @@ use ferrokafka_kafka::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::blocking::{
-    EventInbox, ForkGuard, ReleaseOnDrop, SLICE, release_gil_for, seconds_or_off, timeout_arg,
-    wait_sliced,
-};
+use crate::blocking::{EventInbox, ForkGuard, SLICE, seconds_or_off, timeout_arg, wait_sliced};
 use crate::convert::{self, optional_bytes, outgoing_record};
+use crate::engine_drops::{ReleaseOnDrop, release_gil_for};
 use crate::errors::{
     NativeResult, buffer_overflow, flush_timed_out, invalid_argument, malformed, producer_closed,
     wrong_type,

@@ -19,9 +19,10 @@ use ferrokafka_kafka::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::blocking::{ForkGuard, ReleaseOnDrop, timeout_arg, wait_sliced};
+use crate::blocking::{ForkGuard, timeout_arg, wait_sliced};
 use crate::convert;
 use crate::daemon_class::daemon_class;
+use crate::engine_drops::ReleaseOnDrop;
 use crate::errors::{NativeResult, refused_message, wrong_type};
 use crate::message::PyMessage;
 use crate::options::{Config, Fields, FromKeywords, Keywords, build_engine};

@@ -14,7 +14,7 @@ use ferrokafka_kafka::{BearerToken, TokenSource};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::blocking::engine_calling_python;
+use crate::engine_drops::engine_calling_python;
 use crate::engine_log::interpreter_exiting;
 use crate::errors::{invalid_argument, wrong_type};
 

@@ -10,24 +10,12 @@ use ferrokafka_core::LoadChange;
 use ferrokafka_core::error_policy::{Decision, Settlement};
 
 use super::ConcurrentConsumer;
-use super::events::WorkerId;
+use super::events::{Fetched, WorkerId};
 use super::state::{InFlight, Slot, SlotState, load_event};
 use crate::dead_letter::Failure;
 use crate::error::KafkaResult;
 use crate::locks::wait_timeout;
 use crate::record::ReceivedRecord;
-
-/// What [`ConcurrentConsumer::fetch`] found.
-#[derive(Debug)]
-pub enum Fetched {
-    /// The next records of the partition, in offset order; acknowledge or fail them by their
-    /// first offset.
-    Batch(Arc<Vec<ReceivedRecord>>),
-    /// Nothing arrived within the wait.
-    Empty,
-    /// The partition is no longer this worker's (revoked, abandoned or shutting down): exit.
-    Gone,
-}
 
 /// How a worker finished a batch (a handler exception goes to [`ConcurrentConsumer::fail`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,11 +1,27 @@
 //! What the engine tells the bindings, in the order it happened: [`ConsumerEvent`]s, and the
-//! [`Assignment`] of a partition to its workers ([`WorkerId`]).
+//! [`Assignment`] of a partition to its workers ([`WorkerId`]); and what a worker's fetch
+//! found ([`Fetched`]).
+
+use std::sync::Arc;
 
 use crate::error::KafkaIoError;
+use crate::record::ReceivedRecord;
 
 /// Identifies one assignment of one partition; a re-assigned partition gets a new id, so a late
 /// acknowledgement from an abandoned worker can never touch the new owner's offsets.
 pub type WorkerId = u64;
+
+/// What [`ConcurrentConsumer::fetch`](super::ConcurrentConsumer::fetch) found.
+#[derive(Debug)]
+pub enum Fetched {
+    /// The next records of the partition, in offset order; acknowledge or fail them by their
+    /// first offset.
+    Batch(Arc<Vec<ReceivedRecord>>),
+    /// Nothing arrived within the wait.
+    Empty,
+    /// The partition is no longer this worker's (revoked, abandoned or shutting down): exit.
+    Gone,
+}
 
 /// One partition handed to its workers (several with ordering by key).
 #[derive(Clone, Debug, PartialEq, Eq)]

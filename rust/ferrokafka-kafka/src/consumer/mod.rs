@@ -77,8 +77,8 @@ use crate::oauth;
 use crate::report_sample::GroupMember;
 use crate::statistics::KeptStatistics;
 
-pub use self::dispatch::{Fetched, Outcome, Verdict};
-pub use self::events::{Assignment, ConsumerEvent, WorkerId};
+pub use self::dispatch::{Outcome, Verdict};
+pub use self::events::{Assignment, ConsumerEvent, Fetched, WorkerId};
 pub use self::options::{ConsumerOptions, ErrorPolicy, OnError, StartAt, Subscription};
 use self::poller::run_poller;
 use self::start::start_consuming;

@@ -14,8 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::ConcurrentConsumer;
-use super::dispatch::Fetched;
-use super::events::WorkerId;
+use super::events::{Fetched, WorkerId};
 use crate::error::KafkaResult;
 use crate::locks::lock;
 
