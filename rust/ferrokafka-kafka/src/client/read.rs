@@ -1,0 +1,90 @@
+//! The [`Client`] reading a topic back, from the beginning to its end as of the call.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{Client, EndIsExpected};
+use crate::error::{KafkaIoError, KafkaResult};
+use crate::oauth;
+use crate::record::{ReceivedRecord, TopicName};
+
+impl Client {
+    /// Reads every partition of `topic` from the beginning up to its end as of this call, at most
+    /// `max_records` records, in partition then offset order.
+    pub fn read_topic(
+        &self,
+        topic: &str,
+        max_records: usize,
+        timeout: Duration,
+    ) -> KafkaResult<Vec<ReceivedRecord>> {
+        let deadline = Instant::now() + timeout;
+        let cluster = self.list_topics_until("read_topic", Some(topic), deadline, timeout)?;
+        let partitions: Vec<i32> = cluster
+            .topics
+            .iter()
+            .filter(|t| t.name == topic)
+            .flat_map(|t| t.partitions.iter().map(|p| p.id))
+            .collect();
+        if partitions.is_empty() {
+            return Err(KafkaIoError::InvalidArgument(format!(
+                "topic {topic:?} does not exist"
+            )));
+        }
+        let mut config = self.settings.for_plain_consumer().to_client_config();
+        config
+            .set("enable.partition.eof", "true")
+            .set("enable.auto.commit", "false")
+            .set("group.id", "ferrokafka-read-topic");
+        let consumer: BaseConsumer<EndIsExpected> = oauth::create_client(
+            &config,
+            EndIsExpected {
+                watch: Some(Arc::clone(&self.watch)),
+                tokens: self.settings.token_refresh(),
+            },
+            "create consumer",
+        )?;
+        let mut assignment = TopicPartitionList::new();
+        for &p in &partitions {
+            assignment
+                .add_partition_offset(topic, p, Offset::Beginning)
+                .map_err(|e| self.error("read_topic", e, timeout))?;
+        }
+        consumer
+            .assign(&assignment)
+            .map_err(|e| self.error("read_topic", e, timeout))?;
+        let mut open: HashSet<i32> = partitions.into_iter().collect();
+        let mut records = Vec::new();
+        let mut names = TopicName::default();
+        while !open.is_empty() && records.len() < max_records {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.timed_out(&format!("read_topic({topic})"), timeout));
+            }
+            match consumer.poll(left.min(Duration::from_millis(100))) {
+                None => {}
+                Some(Ok(message)) => {
+                    records.push(ReceivedRecord::from_message_named(&message, &mut names));
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    open.remove(&p);
+                }
+                // A refused connection comes as an error event, whose description the context
+                // took: that names the cause.
+                Some(Err(e)) => {
+                    return Err(match self.watch.failure() {
+                        Some(failure) => failure.error("read_topic"),
+                        None => self.error("read_topic", e, timeout),
+                    });
+                }
+            }
+        }
+        records.sort_by_key(|r| (r.partition, r.offset));
+        records.truncate(max_records);
+        Ok(records)
+    }
+}
