@@ -163,6 +163,7 @@ fn epoch_ms(epoch_secs: i64) -> u64 {
     u64::try_from(epoch_secs).unwrap_or(0).saturating_mul(1000)
 }
 
+/// The lifecycle: created fresh, loading, loaded, stopped, and loading again.
 impl<P> ScheduleTracker<P> {
     /// A fresh tracker created at `now_ms`.
     pub fn new(config: TrackerConfig, now_ms: u64) -> Self {
@@ -246,7 +247,11 @@ impl<P> ScheduleTracker<P> {
             state: self.state.as_str(),
         }
     }
+}
 
+/// Applying the topic's records: schedules, cancellations and tombstones, and the horizon
+/// that decides which of them keep their payload.
+impl<P> ScheduleTracker<P> {
     /// Applies the record at `offset` with proxy key `key` (while loading or loaded).
     pub fn apply(
         &mut self,
@@ -381,7 +386,10 @@ impl<P> ScheduleTracker<P> {
             _ => false,
         }
     }
+}
 
+/// Dispatching: the due schedules handed out, and each one's outcome.
+impl<P> ScheduleTracker<P> {
     /// Up to `max` schedules due at `now_ms`, in `(epoch, offset)` order; empty unless loaded.
     /// They are in flight until [`Self::mark_dispatched`] or [`Self::restore`].
     pub fn due(&mut self, now_ms: u64, max: usize) -> Vec<Dispatch<P>> {
@@ -478,7 +486,10 @@ impl<P> ScheduleTracker<P> {
         }
         self.in_flight.remove(key)
     }
+}
 
+/// What the tracker holds, for status and state reports.
+impl<P> ScheduleTracker<P> {
     /// When the next loaded schedule is due (ms), for the daemon's sleep.
     pub fn next_due_ms(&self) -> Option<u64> {
         self.loaded.next_deadline()
