@@ -1,6 +1,7 @@
-//! The stop's last steps, shared by both daemons: the shutdown budget, the final flush of a
-//! producer, and the final offset commit and group leave on a closing thread of their own
-//! (librdkafka bounds neither when the coordinator is gone).
+//! The stop, shared by both daemons: how a wait for the broker inside the loop ends once the
+//! stop is asked for ([`StopBound`], [`resume_in_slices`]), and the last steps: the shutdown
+//! budget, the final flush of a producer, and the final offset commit and group leave on a
+//! closing thread of their own (librdkafka bounds neither when the coordinator is gone).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ pub(crate) const STOP_CHECK: Duration = Duration::from_millis(100);
 /// The end of a wait for the broker inside a daemon's loop: its own deadline, cut to
 /// [`STOP_GRACE`] after the moment the wait first sees the daemon's stop flag. The one owner of
 /// that rule for every such wait (acknowledgements of a round or a `send_all`, a transaction's
-/// commit), each of which wakes at least every [`STOP_CHECK`] to ask [`StopBound::end`].
+/// commit or abort), each of which wakes at least every [`STOP_CHECK`] to ask [`StopBound::end`].
 pub(crate) struct StopBound<'a> {
     deadline: Instant,
     stop: &'a AtomicBool,

@@ -4,8 +4,9 @@
 //! Rooms: this file holds the daemon thread's handle ([`Daemon`]) and the status it publishes
 //! ([`DaemonStatus`]); `group.rs` the group consumer (its settings, the context that records
 //! rebalances, refused connections and statistics, the end-of-partition check); `sending.rs`
-//! the synchronous producing (`send_all` and its context); `closing.rs` the stop's last steps
-//! (the shutdown budget, the final flush, the final offset commit and the group leave).
+//! the synchronous producing (`send_all` and its context); `closing.rs` the stop (how a wait
+//! for the broker ends once it is asked for, the shutdown budget, the final flush, the final
+//! offset commit and the group leave).
 //!
 //! Threading: [`GroupContext::rebalance`] and [`FlushTracker::delivery`] run on librdkafka
 //! threads; they only record events under a mutex (and signal a condvar) for the daemon thread
