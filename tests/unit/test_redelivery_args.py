@@ -153,6 +153,24 @@ def test_an_empty_group_id_is_refused_by_name() -> None:
             start()
 
 
+@pytest.mark.parametrize(
+    ("start", "named"),
+    [
+        (lambda: QueueConsumer(NOWHERE, "^(", "jobs-markers"), r'the queue topic \["\^\("\]'),
+        (lambda: RedeliveryTracker(NOWHERE, "jobs", "^(").start(), r'the markers topic \["\^\("\]'),
+        (lambda: Scheduler(NOWHERE, ["s", "^("]), r'the schedules topics \["s", "\^\("\]'),
+    ],
+    ids=["QueueConsumer", "RedeliveryTracker", "Scheduler"],
+)
+def test_a_topic_pattern_librdkafka_refuses_is_a_value_error_naming_it(
+    start: Any, named: str
+) -> None:
+    # A name starting with "^" is a regular expression to librdkafka, which refuses an invalid
+    # one locally, before any broker is asked: a bad argument, not a Kafka error.
+    with pytest.raises(ValueError, match=f"cannot subscribe to {named}"):
+        start()
+
+
 def test_header_names_are_the_contract_other_tools_read() -> None:
     # One spelling, the engines', for the markers and share backends and the Consumer's dead
     # letters; these strings are what dashboards and other languages' consumers match on.

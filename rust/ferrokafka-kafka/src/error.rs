@@ -169,6 +169,24 @@ impl KafkaIoError {
         }
     }
 
+    /// The error of a consumer's failed `subscribe` to `what`, named `topics`. librdkafka
+    /// refuses a subscription only locally, before any broker is asked (a name starting with
+    /// `^` is a regular expression, and an invalid one is refused), so it is a bad argument.
+    pub(crate) fn subscribing<'a>(
+        what: &'a str,
+        topics: &'a [&'a str],
+    ) -> impl FnOnce(KafkaError) -> Self + 'a {
+        move |e| match e {
+            KafkaError::Subscription(reason) => KafkaIoError::InvalidArgument(format!(
+                "cannot subscribe to {what} {topics:?} (a name starting with '^' is a regular \
+                 expression): {reason}"
+            )),
+            other => {
+                Self::from_rdkafka(&format!("subscribe to {what}"), other, Duration::ZERO, None)
+            }
+        }
+    }
+
     /// Converts an rdkafka error of `operation`, turning deadline codes into [`KafkaIoError::Timeout`].
     pub fn from_rdkafka(
         operation: &str,

@@ -24,7 +24,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferrokafka_core::tracking::SourceSample;
-use rdkafka::error::KafkaError;
 
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::statistics::GroupStatistics;
@@ -180,9 +179,4 @@ impl<P> Default for DaemonStatus<P> {
 /// Publishes `status` for [`Daemon::status`].
 pub(crate) fn publish<S>(slot: &Mutex<S>, status: S) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = status;
-}
-
-/// Maps a client-creation failure of `what` to the engine error.
-pub(crate) fn creation_error(what: &str) -> impl FnOnce(KafkaError) -> KafkaIoError + '_ {
-    move |e| KafkaIoError::from_rdkafka(what, e, Duration::ZERO, None)
 }

@@ -14,9 +14,9 @@ use super::marker_writer::{MarkerThread, MarkerWriter, UpdateTracker, message_id
 use super::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch, Taken};
 use crate::client::Client;
 use crate::config::ClientSettings;
-use crate::daemon::{creation_error, now_ms};
+use crate::daemon::now_ms;
 use crate::debug_form::debug_showing;
-use crate::error::KafkaResult;
+use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{self, TokenContext};
 use crate::polled_producer::PolledProducer;
 
@@ -81,9 +81,10 @@ impl QueueConsumer {
             "create queue consumer",
         )?;
         let metadata = Client::new(settings.clone())?;
+        let queue = [options.queue_topic.as_str()];
         consumer
-            .subscribe(&[options.queue_topic.as_str()])
-            .map_err(creation_error("subscribe to the queue topic"))?;
+            .subscribe(&queue)
+            .map_err(KafkaIoError::subscribing("the queue topic", &queue))?;
         let mut producer_settings = settings.for_plain_producer();
         // Markers of one message must stay in order: retries may not reorder them.
         producer_settings.set_default("enable.idempotence", "true");

@@ -73,9 +73,9 @@ use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
     Daemon, DaemonStatus, FlushTracker, GroupContext, SHUTDOWN_BUDGET, commit_and_close,
-    creation_error, flush_before, group_consumer_settings, now_ms, publish,
+    flush_before, group_consumer_settings, now_ms, publish,
 };
-use crate::error::KafkaResult;
+use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::packed_headers::PackedHeaders;
 use crate::partitioner::PartitionCounts;
@@ -201,7 +201,7 @@ impl SchedulerLoop {
             .collect();
         consumer
             .subscribe(&topics)
-            .map_err(creation_error("subscribe to schedules topics"))?;
+            .map_err(KafkaIoError::subscribing("the schedules topics", &topics))?;
         let mut dispatch_settings = settings.for_role(ClientRole::Producer);
         // Chunks follow each other closely (pipelined, or sent together in one transaction), so
         // a short linger packs them into fewer, fuller produce requests: in a burst of 100,000

@@ -25,10 +25,10 @@ use super::RedeliveryOptions;
 use super::marker_writer::millis;
 use crate::config::ClientSettings;
 use crate::daemon::{
-    Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, creation_error,
-    group_consumer_settings, now_ms, publish,
+    Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, group_consumer_settings,
+    now_ms, publish,
 };
-use crate::error::KafkaResult;
+use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::polled_producer::PolledProducer;
 use crate::record::ReceivedRecord;
@@ -172,9 +172,10 @@ impl Tracker {
             GroupContext::new("redelivery tracker", &settings, false),
             "create markers consumer",
         )?;
+        let markers = [options.markers_topic.as_str()];
         consumer
-            .subscribe(&[options.markers_topic.as_str()])
-            .map_err(creation_error("subscribe to the markers topic"))?;
+            .subscribe(&markers)
+            .map_err(KafkaIoError::subscribing("the markers topic", &markers))?;
         let mut producer_settings = settings.for_plain_producer();
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
