@@ -81,10 +81,12 @@ impl QueueConsumer {
             "create queue consumer",
         )?;
         let metadata = Client::new(settings.clone())?;
-        let queue = [options.queue_topic.as_str()];
         consumer
-            .subscribe(&queue)
-            .map_err(KafkaIoError::subscribing("the queue topic", &queue))?;
+            .subscribe(&[options.queue_topic.as_str()])
+            .map_err(KafkaIoError::subscribing(
+                "the queue topic",
+                &[options.queue_topic.as_str()],
+            ))?;
         let mut producer_settings = settings.for_plain_producer();
         // Markers of one message must stay in order: retries may not reorder them.
         producer_settings.set_default("enable.idempotence", "true");

@@ -172,10 +172,10 @@ impl Tracker {
             GroupContext::new("redelivery tracker", &settings, false),
             "create markers consumer",
         )?;
-        let markers = [options.markers_topic.as_str()];
+        let markers = options.markers_topic.as_str();
         consumer
-            .subscribe(&markers)
-            .map_err(KafkaIoError::subscribing("the markers topic", &markers))?;
+            .subscribe(&[markers])
+            .map_err(KafkaIoError::subscribing("the markers topic", &[markers]))?;
         let mut producer_settings = settings.for_plain_producer();
         producer_settings.set_default("enable.idempotence", "true");
         // Writes are synchronous: a long linger would only add to the redelivery lateness.
