@@ -12,10 +12,11 @@ use rdkafka::producer::{Producer, PurgeConfig};
 use super::delivery::DeliveryTracker;
 use super::pending::Pending;
 use super::round::RoundReport;
-use super::transactions::{RoundEnd, TransactionStep, transaction_step};
+use super::transactions::RoundEnd;
 use super::{AsyncProducer, TRANSACTION_BACKOFF, TRANSACTION_STEP, create_producer};
 use crate::error::KafkaIoError;
 use crate::polled_producer::PolledProducer;
+use crate::transaction_step::{TransactionStep, transaction_step};
 
 /// Whether a new instance may take over after a fatal error of a transaction open for `age`.
 /// Not when the producer may not use its `transactional.id`, nor when another instance fenced

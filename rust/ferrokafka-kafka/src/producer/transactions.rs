@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 
 use super::delivery::DeliveryTracker;
@@ -20,6 +20,7 @@ use super::{AsyncProducer, PURGE_WAIT, TRANSACTION_BACKOFF, TRANSACTION_STEP, WO
 use crate::error::KafkaIoError;
 use crate::locks::wait_timeout;
 use crate::polled_producer::PolledProducer;
+use crate::transaction_step::{TransactionStep, transaction_step};
 
 /// How a transaction of the worker ended.
 pub(super) enum RoundEnd {
@@ -37,30 +38,6 @@ pub(super) enum RoundEnd {
     },
     /// Shutdown's grace period ended first: its records are handed back.
     Stopped(Vec<Box<Pending>>),
-}
-
-/// What librdkafka's transactional error model asks of the caller after a transactional call
-/// failed (rd_kafka_error_is_retriable / txn_requires_abort / is_fatal).
-pub(super) enum TransactionStep {
-    /// Call the same operation again (e.g. commit after a commit that timed out).
-    Retry,
-    /// Abort the transaction, then send its records again in a new one.
-    Abort,
-    /// The librdkafka instance is unusable.
-    Fatal,
-}
-
-pub(super) fn transaction_step(err: &KafkaError) -> TransactionStep {
-    match err {
-        KafkaError::Transaction(rd) if rd.is_fatal() => TransactionStep::Fatal,
-        KafkaError::Transaction(rd) if rd.txn_requires_abort() => TransactionStep::Abort,
-        KafkaError::Transaction(rd) if rd.is_retriable() => TransactionStep::Retry,
-        // rust-rdkafka flushes before calling librdkafka's commit, whose own flush would return
-        // this timeout as a retriable error of the commit.
-        KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut) => TransactionStep::Retry,
-        // librdkafka: treat an error that is neither retriable, abortable nor fatal as fatal.
-        _ => TransactionStep::Fatal,
-    }
 }
 
 impl AsyncProducer {

@@ -21,6 +21,7 @@ use super::records::{
 use super::rounds::{RoundId, Rounds, send_round};
 use super::{ProxyPayload, SchedulerLoop};
 use crate::daemon::resume_in_slices;
+use crate::transaction_step::{TransactionStep, transaction_step};
 
 /// One partition's chunk in the open transaction; its targets sent as `targets`.
 struct TransactionChunk {
@@ -61,7 +62,8 @@ impl SchedulerLoop {
     /// Runs a transaction call of librdkafka (`call(timeout)`) for up to the dispatch timeout,
     /// and `STOP_GRACE` once the daemon is asked to stop: librdkafka waits the whole timeout of
     /// one call for a broker that vanished, so the call is made in slices and made again after
-    /// each retriable timeout, as librdkafka asks of a commit or abort that timed out.
+    /// each error librdkafka calls retriable ([`transaction_step`]), as it asks of a commit or
+    /// abort that timed out.
     fn transaction_call(
         &self,
         call: impl FnMut(Duration) -> Result<(), KafkaError>,
@@ -71,7 +73,7 @@ impl SchedulerLoop {
                 .context()
                 .stop_bound(self.options.dispatch_timeout),
             call,
-            |e| matches!(e, KafkaError::Transaction(e) if e.is_retriable()),
+            |e| matches!(transaction_step(e), TransactionStep::Retry),
         )
     }
 
