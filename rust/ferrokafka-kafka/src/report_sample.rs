@@ -77,15 +77,14 @@ impl GroupMember {
         partition: impl Fn(&P) -> PartitionSample,
     ) -> SourceSample {
         let rows = &status.partitions;
-        let sum =
-            |field: fn(&DaemonCounts) -> u64| rows.iter().map(|row| field(&counts(row))).sum();
-        let totals = SourceTotals {
-            messages: sum(|c| c.messages),
-            errors: sum(|c| c.errors),
-            retries: sum(|c| c.retries),
-            dead: sum(|c| c.dead),
-            ..SourceTotals::default()
-        };
+        let mut totals = SourceTotals::default();
+        for row in rows {
+            let row = counts(row);
+            totals.messages += row.messages;
+            totals.errors += row.errors;
+            totals.retries += row.retries;
+            totals.dead += row.dead;
+        }
         self.source(
             status.group.as_ref(),
             status.transfer_rates,

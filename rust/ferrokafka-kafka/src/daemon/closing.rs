@@ -80,8 +80,9 @@ pub(crate) fn resume_in_slices<E>(
 ) -> Result<(), E> {
     loop {
         let result = attempt(bound.next_check(Instant::now()));
+        let now = Instant::now();
         match result {
-            Err(e) if resumable(&e) && Instant::now() < bound.end(Instant::now()) => {}
+            Err(e) if resumable(&e) && now < bound.end(now) => {}
             other => return other,
         }
     }
