@@ -83,9 +83,11 @@ def _daemon_config(args: argparse.Namespace) -> dict[str, str | int | float | bo
     return config
 
 
-class _StoppedWhileStarting(Exception):
+class _StoppedWhileStarting(BaseException):
     """A signal came while the daemon was starting (a transactional producer waits up to 30 s
-    for an unreachable broker there): raised from the signal handler, it ends the start."""
+    for an unreachable broker there): raised from the signal handler, it ends the start. An
+    interrupt, as ``KeyboardInterrupt`` is, so that no ``except Exception`` on the way (a
+    reporter logging a failed send) takes it for an error and starts on."""
 
 
 def _run_until_signalled(start: Callable[[], _Daemon]) -> int:
@@ -111,7 +113,7 @@ def _run_until_signalled(start: Callable[[], _Daemon]) -> int:
         log.info("stopped while starting")
         return 0
     log.info("running until SIGINT or SIGTERM")
-    if signalled:
+    if signalled:  # a start that caught the interrupt and went on anyway
         daemon.request_stop()
     daemon.run()
     daemon.stop()
