@@ -17,8 +17,7 @@
 //! watching.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -166,7 +165,7 @@ impl ConnectionWatch {
 
     /// Waits until `ready` gives a value, a connection failure is recorded or `deadline` passes.
     /// `ready` is asked again whenever the thread is unparked: whatever it waits for must unpark
-    /// the waiting thread when it happens (see [`wake_current`]).
+    /// the waiting thread when it happens (an admin request's callback does).
     pub(crate) fn wait_until<T>(
         &self,
         deadline: Instant,
@@ -192,18 +191,6 @@ impl ConnectionWatch {
             }
             std::thread::park_timeout(deadline - now);
         }
-    }
-
-    /// Drives `operation` (an rdkafka admin future) on this thread until it completes, a
-    /// connection failure is recorded or `deadline` passes.
-    pub(crate) fn block_on<F: Future>(&self, operation: F, deadline: Instant) -> Waited<F::Output> {
-        let mut operation = std::pin::pin!(operation);
-        let waker = wake_current();
-        let mut context = Context::from_waker(&waker);
-        self.wait_until(deadline, || match operation.as_mut().poll(&mut context) {
-            Poll::Ready(output) => Some(output),
-            Poll::Pending => None,
-        })
     }
 }
 
@@ -245,22 +232,10 @@ pub(crate) fn init_transactions<C: ProducerContext>(
     }
 }
 
-/// Unparks the thread that made it.
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// A waker that unparks the current thread, for what [`ConnectionWatch::wait_until`] waits for.
-pub(crate) fn wake_current() -> Waker {
-    Waker::from(Arc::new(Unpark(std::thread::current())))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::config::settings_of;
 

@@ -207,12 +207,6 @@ impl<C: rdkafka::consumer::ConsumerContext> NativeHandle for rdkafka::consumer::
     }
 }
 
-impl<C: ClientContext> NativeHandle for rdkafka::admin::AdminClient<C> {
-    fn native(&self) -> *mut rdsys::rd_kafka_t {
-        self.inner().native_ptr()
-    }
-}
-
 /// Whether librdkafka makes this client's tokens itself on the main queue (the unsecured-JWT
 /// handler), which the contexts' answer to the refresh event must not see.
 fn builtin_refresh_on_main_queue(config: &ClientConfig) -> bool {

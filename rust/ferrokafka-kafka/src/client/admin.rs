@@ -4,8 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
-
+use super::admin_request::AdminRequest;
 use super::{Client, RETRY_PAUSE};
 use crate::connection_failure::Waited;
 use crate::error::{KafkaIoError, KafkaResult};
@@ -68,17 +67,18 @@ pub struct NewTopicSpec {
 }
 
 impl Client {
-    /// Waits for an admin operation until it completes, a connection is refused or `deadline`
-    /// passes.
-    fn await_admin<T>(
+    /// Makes an admin request (`request`) and waits for its answer until it comes, a connection
+    /// is refused or `deadline` passes.
+    pub(super) fn await_admin<T>(
         &self,
         operation: &str,
-        pending: impl Future<Output = rdkafka::error::KafkaResult<T>>,
+        request: impl FnOnce() -> rdkafka::error::KafkaResult<AdminRequest<T>>,
         deadline: Instant,
         timeout: Duration,
     ) -> KafkaResult<T> {
         self.producer()?;
-        match self.watch.block_on(pending, deadline) {
+        let request = request().map_err(|err| self.error(operation, err, timeout))?;
+        match self.watch.wait_until(deadline, || request.outcome()) {
             Waited::Done(Ok(done)) => {
                 self.watch.clear();
                 Ok(done)
@@ -87,14 +87,6 @@ impl Client {
             Waited::Refused(failure) => Err(failure.error(operation)),
             Waited::TimedOut => Err(self.timed_out(operation, timeout)),
         }
-    }
-
-    /// Admin options bounding an operation by `timeout`: librdkafka's own request timeout is
-    /// `socket.timeout.ms` (60 s) otherwise.
-    pub(super) fn admin_options(timeout: Duration) -> AdminOptions {
-        AdminOptions::new()
-            .operation_timeout(Some(timeout))
-            .request_timeout(Some(timeout))
     }
 
     /// Fetches cluster metadata, for one topic or for all of them.
@@ -176,23 +168,9 @@ impl Client {
                 )));
             }
         }
-        let new_topics: Vec<NewTopic<'_>> = specs
-            .iter()
-            .map(|spec| {
-                spec.config.iter().fold(
-                    NewTopic::new(
-                        &spec.name,
-                        spec.num_partitions,
-                        TopicReplication::Fixed(spec.replication_factor),
-                    ),
-                    |topic, (key, value)| topic.set(key, value),
-                )
-            })
-            .collect();
-        let options = Self::admin_options(timeout);
         let results = self.await_admin(
             "create_topics",
-            self.admin.create_topics(&new_topics, &options),
+            || self.admin.create_topics(specs, timeout),
             deadline,
             timeout,
         )?;
@@ -248,10 +226,9 @@ impl Client {
     pub fn delete_topics(&self, names: &[String], timeout: Duration) -> KafkaResult<()> {
         let deadline = Instant::now() + timeout;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let options = Self::admin_options(timeout);
         let results = self.await_admin(
             "delete_topics",
-            self.admin.delete_topics(&names, &options),
+            || self.admin.delete_topics(&names, timeout),
             deadline,
             timeout,
         )?;

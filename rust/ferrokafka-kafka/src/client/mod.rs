@@ -17,6 +17,7 @@
 //! `read.rs` reading a topic back.
 
 mod admin;
+mod admin_request;
 mod produce;
 mod read;
 
@@ -26,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::ClientContext;
-use rdkafka::admin::AdminClient;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -40,6 +40,7 @@ use crate::partitioner::PartitionCounts;
 use crate::polled_producer::PolledProducer;
 
 pub use admin::{BrokerInfo, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
+use admin_request::AdminHandle;
 use produce::DeliveryRouter;
 
 /// Pause between metadata attempts while no broker accepts connections.
@@ -92,7 +93,7 @@ pub struct Client {
     settings: ClientSettings,
     /// Reads the admin client's error events; declared before `admin` so it stops first.
     _admin_errors: MainQueueWatcher,
-    admin: AdminClient<TokenContext>,
+    admin: AdminHandle<TokenContext>,
     producer: OnceLock<PolledProducer<DeliveryRouter>>,
     partitions: PartitionCounts,
     /// The connection failure of the admin client, the producer or `read_topic`'s consumer.
@@ -113,7 +114,7 @@ impl Client {
         // Its metadata requests (list_topics, read_topic's lookup) must not create the topic
         // they ask about, as a producer's would on brokers with auto.create.topics.enable.
         admin_settings.set("allow.auto.create.topics", "false");
-        let admin: AdminClient<TokenContext> = oauth::create_client(
+        let admin: AdminHandle<TokenContext> = oauth::create_client(
             &admin_settings.to_client_config(),
             TokenContext::new(settings.token_refresh()),
             "create client",

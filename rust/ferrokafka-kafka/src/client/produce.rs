@@ -6,7 +6,6 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
-use rdkafka::admin::ResourceSpecifier;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
@@ -166,19 +165,19 @@ impl Client {
         if let Some(known) = *known {
             return known;
         }
-        let broker = ResourceSpecifier::Broker(metadata.orig_broker_id());
         let left = deadline.saturating_duration_since(Instant::now());
-        let pending = self
-            .admin
-            .describe_configs([&broker], &Self::admin_options(left));
-        let Waited::Done(Ok(results)) = self.watch.block_on(pending, deadline) else {
+        let Ok(entries) = self.await_admin(
+            "produce",
+            || self.admin.describe_broker(metadata.orig_broker_id(), left),
+            deadline,
+            left,
+        ) else {
             return true;
         };
-        let creates = results
+        let creates = entries
             .iter()
-            .flatten()
-            .filter_map(|resource| resource.get(AUTO_CREATE_TOPICS))
-            .all(|entry| entry.value.as_deref() != Some("false"));
+            .filter(|(name, _)| name == AUTO_CREATE_TOPICS)
+            .all(|(_, value)| value.as_deref() != Some("false"));
         *known = Some(creates);
         creates
     }

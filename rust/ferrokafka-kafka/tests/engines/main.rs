@@ -9,6 +9,7 @@
 //! sets it); without it every test that needs it fails, so a green run means they ran. One test
 //! binary for all engines: the static librdkafka is linked once.
 
+mod client;
 mod common;
 mod consumer;
 mod polled_producer;
