@@ -1427,6 +1427,7 @@ class _RedeliveryTrackerOptions(TypedDict):
     num_offsets_per_commit: int
     commit_interval: float
     max_backoff: float
+    produce_timeout: float
 
 def redelivery_count_in(headers: _Headers | None) -> int:
     """How many times a queue message with these headers was redelivered: its last

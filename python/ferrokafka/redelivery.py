@@ -486,6 +486,8 @@ class RedeliveryTracker(_exit.StopsAtExit):
         num_offsets_per_commit: markers read between commits of a partition [1000].
         commit_interval: seconds between commits when fewer markers came [5].
         max_backoff: longest pause between retries of a failed write [30].
+        produce_timeout: seconds one write of redeliveries (or dead letters) and their END
+            markers may take before it counts as failed and is retried [30].
         reporter: a :class:`ferrokafka.tracking.Reporter` that reports this daemon: its
             consumer group's state and per markers partition librdkafka's offsets, with the
             messages handed out and not yet acknowledged as ``lag`` [None].
@@ -517,6 +519,7 @@ class RedeliveryTracker(_exit.StopsAtExit):
         num_offsets_per_commit: int = 1000,
         commit_interval: float = 5.0,
         max_backoff: float = 30.0,
+        produce_timeout: float = 30.0,
         reporter: Reporter | None = None,
     ) -> None:
         if max_redeliveries < 0:
@@ -535,6 +538,7 @@ class RedeliveryTracker(_exit.StopsAtExit):
             "num_offsets_per_commit": num_offsets_per_commit,
             "commit_interval": commit_interval,
             "max_backoff": max_backoff,
+            "produce_timeout": produce_timeout,
         }
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter

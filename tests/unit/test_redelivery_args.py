@@ -99,6 +99,7 @@ def test_ack_nack_keepalive_name_what_they_take() -> None:
         ({"commit_interval": 0.0}, "commit_interval"),
         ({"use_now_if_no_marker_seen": -1.0}, "use_now_if_no_marker_seen"),
         ({"max_backoff": float("nan")}, "max_backoff"),
+        ({"produce_timeout": 0.0}, "produce_timeout"),
     ],
 )
 def test_tracker_refuses_bad_options_at_start(options: dict[str, Any], message: str) -> None:

@@ -65,10 +65,10 @@ impl FromKeywords for RedeliveryOptions {
             num_offsets_per_commit: fields.count("num_offsets_per_commit")?,
             commit_interval: fields.seconds("commit_interval")?,
             max_backoff: fields.seconds("max_backoff")?,
+            produce_timeout: fields.seconds("produce_timeout")?,
             queue_topic,
             markers_topic,
             group_id,
-            ..RedeliveryOptions::default()
         })
     }
 }

@@ -312,21 +312,28 @@ impl MarkerWriter {
         let Some(last) = open.in_flight.get_mut(&message) else {
             return Err(not_in_flight(message));
         };
-        self.write_keepalive(message)?;
+        self.write_keepalives(&[message])?;
         *last = Instant::now();
         Ok(())
     }
 
-    fn write_keepalive(&self, message_id: MessageId) -> KafkaResult<()> {
+    /// Writes a KEEPALIVE for each of `messages` (one deadline for all, in one write) and
+    /// counts them once written.
+    fn write_keepalives(&self, messages: &[MessageId]) -> KafkaResult<()> {
         let deadline = self.next_deadline();
-        self.write(&[(
-            message_id,
-            Marker::KeepAlive {
-                message_id,
-                deadline,
-            },
-        )])?;
-        self.keepalives.fetch_add(1, Ordering::Relaxed);
+        let markers: Vec<(MessageId, Marker)> = messages
+            .iter()
+            .map(|&message_id| {
+                let marker = Marker::KeepAlive {
+                    message_id,
+                    deadline,
+                };
+                (message_id, marker)
+            })
+            .collect();
+        self.write(&markers)?;
+        self.keepalives
+            .fetch_add(markers.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -338,31 +345,20 @@ impl MarkerWriter {
     fn keep_alive_due(&self, open: &mut Open, now: Instant) -> Duration {
         let period = self.redelivery_timeout / 2;
         let mut next = period;
-        let deadline = self.next_deadline();
-        let mut markers = Vec::new();
+        let mut due_now = Vec::new();
         for (&message_id, last) in open.in_flight.iter_mut() {
             let due = *last + period;
             if due > now {
                 next = next.min(due - now);
                 continue;
             }
-            markers.push((
-                message_id,
-                Marker::KeepAlive {
-                    message_id,
-                    deadline,
-                },
-            ));
+            due_now.push(message_id);
             *last = now;
         }
         // A failed write is retried one period later; the deadline may pass meanwhile, then the
         // messages are redelivered (at-least-once, nothing lost).
-        match self.write(&markers) {
-            Ok(()) => {
-                self.keepalives
-                    .fetch_add(markers.len() as u64, Ordering::Relaxed);
-            }
-            Err(e) => log::warn!("{} keepalive markers not written: {e}", markers.len()),
+        if let Err(e) = self.write_keepalives(&due_now) {
+            log::warn!("{} keepalive markers not written: {e}", due_now.len());
         }
         next.max(MIN_KEEPALIVE_WAIT)
     }

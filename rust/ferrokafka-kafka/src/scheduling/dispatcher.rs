@@ -92,7 +92,11 @@ impl SchedulerLoop {
         self.take_due_chunks(|daemon, partition, due| {
             let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                 Ok(targets) => targets,
-                Err(error) => return daemon.retry_later(&partition, due, error),
+                Err(error) => {
+                    // The other partitions go on.
+                    daemon.retry_later(&partition, due, error);
+                    return true;
+                }
             };
             let round = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
             daemon.in_flight.push_back(ChunkInFlight {
@@ -165,18 +169,15 @@ impl SchedulerLoop {
             .map_err(|e| e.to_string())
     }
 
-    /// Puts back `due`, whose targets could not be made (`error`): this partition waits out a
-    /// backoff. Returns what a [`Self::take_due_chunks`] callback answers so that the other
-    /// partitions go on: always true, take the next (one line at each caller).
+    /// Puts back `due`, which could not be sent (`error`): this partition waits out a backoff.
     pub(super) fn retry_later(
         &mut self,
         partition: &(String, i32),
         due: Vec<Dispatch<ProxyPayload>>,
         error: String,
-    ) -> bool {
+    ) {
         let results = retry_all(&due, Some(error));
         self.settle(partition, due, results);
-        true
     }
 
     /// Moves on every chunk whose round the broker answered: acknowledged targets get their

@@ -87,14 +87,17 @@ impl SchedulerLoop {
             self.take_due_chunks(|daemon, partition, due| {
                 let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                     Ok(targets) => targets,
-                    Err(error) => return daemon.retry_later(&partition, due, error),
+                    Err(error) => {
+                        // The other partitions go on.
+                        daemon.retry_later(&partition, due, error);
+                        return true;
+                    }
                 };
                 if chunks.is_empty()
                     && let Err(e) = daemon.dispatcher.begin_transaction()
                 {
                     // This partition waits out a backoff; the others try again in turn.
-                    let results = retry_all(&due, Some(format!("begin_transaction: {e}")));
-                    daemon.settle(&partition, due, results);
+                    daemon.retry_later(&partition, due, format!("begin_transaction: {e}"));
                     begin_failed = true;
                     return false;
                 }
