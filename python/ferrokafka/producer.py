@@ -363,23 +363,31 @@ class AsyncProducer:
         _exit.finish_collected(finish, "ferrokafka-producer-close")
 
     def _finish_unowned(self, when: str, timeout: float) -> None:
-        self._events.log_failures = False  # the one line below names them all
+        self._events.log_failures = False  # the lines below name them all
+        # Failed before the end (each logged then) and never taken back: lost too, but not for
+        # want of time, which the exit_timeout line below would wrongly say of them.
+        failed_before = self.take_failed()
+        if failed_before:
+            log.warning(
+                "AsyncProducer %s: %d message(s) that failed before it were never taken back "
+                "with take_failed() and are lost: %s (last error: %s)",
+                when,
+                len(failed_before),
+                _per_topic(failed_before),
+                failed_before[-1].error(),
+            )
         # shutdown needs a positive wait; a zero exit_timeout hands back at once
         lost = self._shut_down(max(timeout, _LEAST_WAIT))
-        if not lost:
-            return
-        per_topic: dict[str, int] = {}
-        for message in lost:
-            per_topic[message.topic()] = per_topic.get(message.topic(), 0) + 1
-        log.warning(
-            "AsyncProducer %s: %d message(s) could not be delivered within exit_timeout=%g s "
-            "and are lost: %s (last error: %s)",
-            when,
-            len(lost),
-            self.exit_timeout,
-            ", ".join(f"{topic} ({count})" for topic, count in sorted(per_topic.items())),
-            lost[-1].error(),
-        )
+        if lost:
+            log.warning(
+                "AsyncProducer %s: %d message(s) could not be delivered within exit_timeout=%g s "
+                "and are lost: %s (last error: %s)",
+                when,
+                len(lost),
+                self.exit_timeout,
+                _per_topic(lost),
+                lost[-1].error(),
+            )
 
     def __enter__(self) -> AsyncProducer:
         return self
@@ -414,6 +422,14 @@ class AsyncProducer:
     def take_failed(self) -> list[Message]:
         """Messages that finally failed since the last call, each with ``error()`` set."""
         return self._events.take_failed()
+
+
+def _per_topic(messages: list[Message]) -> str:
+    """How many of ``messages`` went to each topic, for a log line: ``a (2), b (1)``."""
+    counts: dict[str, int] = {}
+    for message in messages:
+        counts[message.topic()] = counts.get(message.topic(), 0) + 1
+    return ", ".join(f"{topic} ({count})" for topic, count in sorted(counts.items()))
 
 
 class _ProducerEvents:
