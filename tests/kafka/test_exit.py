@@ -81,15 +81,16 @@ def test_an_exit_with_the_broker_unreachable_keeps_its_bound_and_says_what_was_l
     assert "audit (501), orders (501)" in warning, warning
 
 
-# Three messages to a topic the broker refuses fail before the end (flush waits for that); nobody
-# takes them back with take_failed(). One message to a good topic is delivered at the exit.
+# Three messages too large for their topic (the broker refuses them) fail before the end (flush
+# waits for that); nobody takes them back with take_failed(). One message to another topic is
+# delivered at the exit.
 _FAIL_THEN_END = """
 import sys, time
 from ferrokafka import AsyncProducer
 
-bootstrap, topic = sys.argv[1:]
+bootstrap, strict, topic = sys.argv[1:]
 producer = AsyncProducer({"bootstrap.servers": bootstrap}, exit_timeout=5.0)
-producer.produce_many([b"refused"] * 3, topic="not a valid topic name")
+producer.produce_many([b"x" * 2000] * 3, topic=strict)
 producer.flush(20)
 producer.produce(b"kept", topic=topic)
 print(time.time(), flush=True)
@@ -99,13 +100,15 @@ print(time.time(), flush=True)
 def test_messages_that_failed_before_the_exit_are_said_lost_as_such(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
+    strict = topic_factory(partitions=1, config={"max.message.bytes": "1000"})
     topic = topic_factory(partitions=1)
-    _, stderr = run_script(_FAIL_THEN_END, kafka_bootstrap, topic)
+    _, stderr = run_script(_FAIL_THEN_END, kafka_bootstrap, strict, topic)
     assert [value for _, value in read_all(kafka_bootstrap, topic, 1)] == [b"kept"]
+    assert read_all(kafka_bootstrap, strict, 1) == []
     lost = [line for line in stderr.splitlines() if "are lost" in line]
     assert len(lost) == 1, stderr
     assert "3 message(s) that failed before it were never taken back" in lost[0], lost[0]
-    assert "not a valid topic name (3)" in lost[0], lost[0]
+    assert f"{strict} (3)" in lost[0], lost[0]
     assert "could not be delivered within exit_timeout" not in stderr, stderr
 
 

@@ -49,8 +49,10 @@ def test_bad_options_are_named(
 def test_bad_arguments_raise_before_anything_is_queued(producer: AsyncProducer) -> None:
     with pytest.raises(TypeError, match="topic must be a str"):
         producer.produce(b"v", topic=None)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="topic must not be empty"):
         producer.produce(b"v", topic="")
+    with pytest.raises(ValueError, match=r'topic "a\\0b" is not a legal topic name'):
+        producer.produce_many([b"v"], topic="a\0b")
     with pytest.raises(TypeError, match="value must be bytes, str or None"):
         producer.produce(3.5, topic="t")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="key must be bytes"):

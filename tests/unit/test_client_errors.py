@@ -160,8 +160,10 @@ def test_produce_checks_arguments_before_sending() -> None:
     client = Client(UNREACHABLE)
     with pytest.raises(TypeError, match="topic must be a str"):
         client.produce(b"orders", b"v")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="topic must not be empty"):
         client.produce("", b"v")
+    with pytest.raises(ValueError, match=r'topic "orders now" is not a legal topic name'):
+        client.produce("orders now", b"v")
     with pytest.raises(TypeError, match=r"value must be bytes, str or None, got int"):
         client.produce("orders", 42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="header names must be str"):

@@ -135,6 +135,14 @@ def test_bad_subscriptions_are_named(
         Consumer(NOWHERE, subscriptions, noop)
 
 
+@pytest.mark.parametrize(("topic", "shown"), [("orders now", '"orders now"'), ("a\0b", '"a\\0b"')])
+def test_a_subscribed_name_kafka_would_refuse_is_named_at_start(topic: str, shown: str) -> None:
+    consumer = Consumer(NOWHERE, [topic], noop)
+    with pytest.raises(ValueError, match="is not a legal topic name") as refused:
+        consumer.start()
+    assert f"subscription topic {shown} is not a legal topic name" in str(refused.value)
+
+
 def test_options_are_one_type_and_keywords_override_them() -> None:
     options = ConsumerOptions(max_batch_size=10, commit_interval=2)
     consumer = Consumer(NOWHERE, ["orders"], noop, options, max_batch_size=20)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import ConfigError, KafkaTimeoutError
+from ferrokafka import ConfigError, Consumer, KafkaTimeoutError
 from ferrokafka.cli import build_parser
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 from ferrokafka.scheduling import Scheduler
@@ -19,7 +19,8 @@ NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
 @pytest.mark.parametrize(
     ("topics", "options", "error", "message"),
     [
-        (("", "m"), {}, ValueError, "must be non-empty"),
+        (("", "m"), {}, ValueError, "queue_topic must not be empty"),
+        (("q", "a\0b"), {}, ValueError, r'markers_topic "a\\0b" is not a legal topic name'),
         (("q", "q"), {}, ValueError, "must differ"),
         (("q", "m"), {"redelivery_timeout": 0.0}, ValueError, "redelivery_timeout"),
         (("q", "m"), {"marker_timeout": -1.0}, ValueError, "marker_timeout"),
@@ -157,19 +158,25 @@ def test_an_empty_group_id_is_refused_by_name() -> None:
 @pytest.mark.parametrize(
     ("start", "named"),
     [
-        (lambda: QueueConsumer(NOWHERE, "^(", "jobs-markers"), r'the queue topic \["\^\("\]'),
-        (lambda: RedeliveryTracker(NOWHERE, "jobs", "^(").start(), r'the markers topic \["\^\("\]'),
-        (lambda: Scheduler(NOWHERE, ["s", "^("]), r'the schedules topics \["s", "\^\("\]'),
+        (lambda: QueueConsumer(NOWHERE, "^(", "jobs-markers"), r'queue_topic "\^\("'),
+        (lambda: RedeliveryTracker(NOWHERE, "jobs", "^(").start(), r'markers_topic "\^\("'),
+        (lambda: Scheduler(NOWHERE, ["s", "^("]), r'schedules topic "\^\("'),
     ],
     ids=["QueueConsumer", "RedeliveryTracker", "Scheduler"],
 )
-def test_a_topic_pattern_librdkafka_refuses_is_a_value_error_naming_it(
-    start: Any, named: str
-) -> None:
-    # A name starting with "^" is a regular expression to librdkafka, which refuses an invalid
-    # one locally, before any broker is asked: a bad argument, not a Kafka error.
-    with pytest.raises(ValueError, match=f"cannot subscribe to {named}"):
+def test_a_daemon_topic_must_be_a_name_not_a_pattern(start: Any, named: str) -> None:
+    # The daemons write to the topics they are given (redeliveries, END markers, tombstones):
+    # a pattern, or any name Kafka would refuse, is a bad argument named at once.
+    with pytest.raises(ValueError, match=f"{named} is not a legal topic name"):
         start()
+
+
+def test_a_topic_pattern_librdkafka_refuses_is_a_value_error_naming_it() -> None:
+    # A subscribed name starting with "^" is a regular expression to librdkafka, which refuses
+    # an invalid one locally, before any broker is asked: a bad argument, not a Kafka error.
+    consumer = Consumer(NOWHERE | {"group.id": "g"}, ["^("], lambda batch: None)
+    with pytest.raises(ValueError, match=r'cannot subscribe to the topics \["\^\("\]'):
+        consumer.start()
 
 
 def test_header_names_are_the_contract_other_tools_read() -> None:

@@ -21,6 +21,7 @@ pub mod partition_key;
 pub mod partition_progress;
 pub mod redact;
 pub mod schedule;
+pub mod topic_name;
 pub mod tracking;
 
 pub use batch::{

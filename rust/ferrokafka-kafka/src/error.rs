@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use ferrokafka_core::CoreError;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaConfRes;
 
@@ -131,6 +132,16 @@ fn is_timeout(code: RDKafkaErrorCode) -> bool {
 }
 
 impl KafkaIoError {
+    /// `Ok` when `topic` is a legal topic name (the core's rule,
+    /// [`require_topic_name`](ferrokafka_core::topic_name::require_topic_name)), else the
+    /// refusal naming it and its role (`what`).
+    pub fn check_topic(what: &str, topic: &str) -> KafkaResult<()> {
+        ferrokafka_core::topic_name::require_topic_name(what, topic).map_err(|e| match e {
+            CoreError::InvalidArgument(reason) => KafkaIoError::InvalidArgument(reason),
+            other => KafkaIoError::InvalidArgument(other.to_string()),
+        })
+    }
+
     /// Whether the same operation may succeed later: a timeout, or a broker error flagged so.
     pub fn is_retriable(&self) -> bool {
         match self {

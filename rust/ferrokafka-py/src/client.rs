@@ -6,14 +6,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ferrokafka_kafka::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
+use ferrokafka_kafka::{
+    BrokerInfo, Client, ClusterInfo, KafkaIoError, NewTopicSpec, PartitionInfo, TopicInfo,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::blocking::{ForkGuard, run_detached, timeout_arg};
 use crate::convert::{self, outgoing_record, settings_from_dict};
 use crate::engine_drops::ReleaseOnDrop;
-use crate::errors::{NativeResult, invalid_argument, wrong_type};
+use crate::errors::{NativeError, NativeResult, invalid_argument, wrong_type};
 use crate::flat_record::frozen_record;
 use crate::message::PyMessage;
 
@@ -169,9 +171,7 @@ impl PyNewTopic {
         replication_factor: i32,
         config: Option<BTreeMap<String, String>>,
     ) -> PyResult<Self> {
-        if name.is_empty() {
-            return Err(invalid_argument("topic name must not be empty"));
-        }
+        KafkaIoError::check_topic("topic name", &name).map_err(NativeError::from)?;
         if num_partitions == 0 || num_partitions < -1 {
             return Err(invalid_argument(format!(
                 "num_partitions must be positive or -1 (broker default), got {num_partitions}"

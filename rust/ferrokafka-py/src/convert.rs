@@ -2,12 +2,14 @@
 //! work after them can run detached.
 
 use ferrokafka_core::PartitionKeyHashing;
-use ferrokafka_kafka::ClientSettings;
 use ferrokafka_kafka::record::{HeaderList, OutgoingRecord};
+use ferrokafka_kafka::{ClientSettings, KafkaIoError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
-use crate::errors::{NativeResult, bad_config, invalid_argument, malformed, wrong_type};
+use crate::errors::{
+    NativeError, NativeResult, bad_config, invalid_argument, malformed, wrong_type,
+};
 use crate::token_callback::token_source;
 
 /// A librdkafka config dict: keys are `str`, values `str`, `int`, `float` or `bool`; and
@@ -131,9 +133,7 @@ pub fn outgoing_record(
     let topic: String = topic
         .extract()
         .map_err(|_| wrong_type("topic must be a str", topic))?;
-    if topic.is_empty() {
-        return Err(invalid_argument("topic must be a non-empty str"));
-    }
+    KafkaIoError::check_topic("topic", &topic).map_err(NativeError::from)?;
     if let Some(p) = partition.filter(|p| *p < 0) {
         return Err(invalid_argument(format!("partition must be >= 0, got {p}")));
     }

@@ -14,6 +14,7 @@
 use std::cmp::Ordering;
 
 use crate::CoreError;
+use crate::topic_name::require_topic_name;
 
 /// The schedule schema version this build writes and the newest it reads.
 pub const SCHEMA_VERSION: &str = "1.0.0";
@@ -605,19 +606,6 @@ fn require_envelope(envelope: &Envelope) -> Result<(), CoreError> {
     require_partition("schedules partition", envelope.partition)?;
     require_non_empty_if_given("proxy key", envelope.key.as_deref())?;
     require_non_empty_if_given("proxy partition_key", envelope.partition_key.as_deref())
-}
-
-/// WaterDrop's topic rule: `(\w|-|\.)+`, i.e. ASCII letters, digits, `_`, `-` and `.`; `what`
-/// names the topic's role in the error.
-pub fn require_topic_name(what: &str, topic: &str) -> Result<(), CoreError> {
-    require_non_empty(what, topic)?;
-    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
-    if !topic.chars().all(legal) {
-        return Err(CoreError::InvalidArgument(format!(
-            "{what} {topic:?} is not a legal topic name (letters, digits, '_', '-', '.')"
-        )));
-    }
-    Ok(())
 }
 
 /// WaterDrop's partition rule: -1 (any) or a partition number.

@@ -91,6 +91,9 @@ impl Client {
 
     /// Fetches cluster metadata, for one topic or for all of them.
     pub fn list_topics(&self, topic: Option<&str>, timeout: Duration) -> KafkaResult<ClusterInfo> {
+        if let Some(topic) = topic {
+            KafkaIoError::check_topic("topic", topic)?;
+        }
         self.list_topics_until("list_topics", topic, Instant::now() + timeout, timeout)
     }
 
@@ -156,10 +159,16 @@ impl Client {
         let deadline = Instant::now() + timeout;
         let mut seen = HashSet::new();
         for spec in specs {
-            if spec.name.is_empty() {
-                return Err(KafkaIoError::InvalidArgument(
-                    "topic name must not be empty".to_owned(),
-                ));
+            KafkaIoError::check_topic("topic name", &spec.name)?;
+            if let Some((key, value)) = spec
+                .config
+                .iter()
+                .find(|(key, value)| key.contains('\0') || value.contains('\0'))
+            {
+                return Err(KafkaIoError::InvalidArgument(format!(
+                    "topic {:?}: config {key:?} = {value:?} must not contain a NUL byte",
+                    spec.name
+                )));
             }
             if !seen.insert(spec.name.as_str()) {
                 return Err(KafkaIoError::InvalidArgument(format!(
@@ -167,6 +176,9 @@ impl Client {
                     spec.name
                 )));
             }
+        }
+        if specs.is_empty() {
+            return Ok(Vec::new());
         }
         let results = self.await_admin(
             "create_topics",
@@ -224,6 +236,12 @@ impl Client {
 
     /// Deletes topics; unknown topics are an error.
     pub fn delete_topics(&self, names: &[String], timeout: Duration) -> KafkaResult<()> {
+        for name in names {
+            KafkaIoError::check_topic("topic name", name)?;
+        }
+        if names.is_empty() {
+            return Ok(());
+        }
         let deadline = Instant::now() + timeout;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let results = self.await_admin(

@@ -200,11 +200,7 @@ impl Client {
         timeout: Duration,
     ) -> KafkaResult<ReceivedRecord> {
         let deadline = Instant::now() + timeout;
-        if record.topic.is_empty() {
-            return Err(KafkaIoError::InvalidArgument(
-                "topic must be a non-empty string".to_owned(),
-            ));
-        }
+        KafkaIoError::check_topic("topic", &record.topic)?;
         let producer = self.producer()?;
         let exists = self.check_topic_exists(producer, &record.topic, deadline, timeout)?;
         let partition = match (record.partition, partition_key) {

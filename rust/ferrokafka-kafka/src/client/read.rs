@@ -22,6 +22,7 @@ impl Client {
         max_records: usize,
         timeout: Duration,
     ) -> KafkaResult<Vec<ReceivedRecord>> {
+        KafkaIoError::check_topic("topic", topic)?;
         let deadline = Instant::now() + timeout;
         let cluster = self.list_topics_until("read_topic", Some(topic), deadline, timeout)?;
         let partitions: Vec<i32> = cluster

@@ -109,12 +109,22 @@ impl ConsumerOptions {
             );
         }
         for subscription in &self.subscriptions {
-            match subscription {
-                Subscription::Topic(topic) | Subscription::Partition { topic, .. }
-                    if topic.is_empty() =>
-                {
-                    return invalid("subscription topic names must not be empty".to_owned());
+            let (Subscription::Topic(topic) | Subscription::Partition { topic, .. }) = subscription;
+            if topic.is_empty() {
+                return invalid("subscription topic names must not be empty".to_owned());
+            }
+            // librdkafka reads a subscribed name starting with '^' as a regular expression;
+            // any other is a topic name. Neither may hold a NUL byte (rdkafka panicked on one).
+            if matches!(subscription, Subscription::Topic(_)) && topic.starts_with('^') {
+                if topic.contains('\0') {
+                    return invalid(format!(
+                        "subscription pattern {topic:?} must not contain a NUL byte"
+                    ));
                 }
+            } else {
+                KafkaIoError::check_topic("subscription topic", topic)?;
+            }
+            match subscription {
                 Subscription::Partition { partition, .. } if *partition < 0 => {
                     return invalid(format!("partition must be >= 0, got {partition}"));
                 }

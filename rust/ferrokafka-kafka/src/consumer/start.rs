@@ -43,7 +43,7 @@ pub(super) fn start_consuming(
             .collect();
         consumer
             .subscribe(&topics)
-            .map_err(|e| error("subscribe", e))?;
+            .map_err(KafkaIoError::subscribing("the topics", &topics))?;
     } else {
         let subscriptions = whole_topics(consumer, subscriptions, &error)?;
         let partitions =

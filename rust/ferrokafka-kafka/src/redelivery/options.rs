@@ -102,19 +102,12 @@ impl RedeliveryOptions {
 }
 
 fn require_topics(queue_topic: &str, markers_topic: &str) -> KafkaResult<()> {
-    if queue_topic.is_empty() || markers_topic.is_empty() {
-        return Err(KafkaIoError::InvalidArgument(
-            "queue_topic and markers_topic must be non-empty".to_owned(),
-        ));
-    }
-    Ok(())
+    KafkaIoError::check_topic("queue_topic", queue_topic)?;
+    KafkaIoError::check_topic("markers_topic", markers_topic)
 }
 
 fn require_dead_letter_topic(topic: Option<&str>) -> KafkaResult<()> {
-    if topic == Some("") {
-        return Err(KafkaIoError::InvalidArgument(
-            "dead_letter_topic must be None or a non-empty topic name".to_owned(),
-        ));
-    }
-    Ok(())
+    topic.map_or(Ok(()), |topic| {
+        KafkaIoError::check_topic("dead_letter_topic", topic)
+    })
 }

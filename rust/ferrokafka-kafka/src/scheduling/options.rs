@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use ferrokafka_core::PartitionKeyHashing;
-use ferrokafka_core::codec::envelope;
 
 use crate::daemon::require_group_id;
 use crate::error::{KafkaIoError, KafkaResult};
@@ -58,11 +57,13 @@ impl SchedulerOptions {
                 "at least one non-empty schedules topic is required".to_owned(),
             ));
         }
+        for topic in &self.schedules_topics {
+            KafkaIoError::check_topic("schedules topic", topic)?;
+        }
         require_group_id(&self.group_id)?;
         if let Some(topic) = &self.dead_letter_topic {
             // Caught now, not when the broker first refuses a dead-letter copy.
-            envelope::require_topic_name("dead_letter_topic", topic)
-                .map_err(|e| KafkaIoError::InvalidArgument(e.to_string()))?;
+            KafkaIoError::check_topic("dead_letter_topic", topic)?;
         }
         if self.flush_batch_size < 2 {
             return Err(KafkaIoError::InvalidArgument(format!(
