@@ -161,6 +161,21 @@ class ClusterMetadata:
     def topics(self) -> dict[str, TopicMetadata]:
         """Topics by name."""
 
+def check_topic_name(name: str, what: str = "topic") -> None:
+    """Raise ``ValueError`` naming ``name`` (as ``what``) unless Kafka accepts it as a topic
+    name: 1 to 249 ASCII letters, digits, ``_``, ``-`` and ``.``, but not ``.`` or ``..``.
+    Every topic given to ferrokafka (a record's topic, a subscription that is not a ``^``
+    pattern, a daemon's topics, a topic to create or delete) is checked by this rule where it
+    comes in.
+
+    Example:
+        >>> check_topic_name("orders.v2-eu_1")
+        >>> check_topic_name("a b")
+        Traceback (most recent call last):
+        ...
+        ValueError: topic "a b" is not a legal topic name (letters, digits, '_', '-', '.')
+    """
+
 @final
 class NewTopic:
     """A topic for :meth:`Client.create_topics`; -1 means the broker's default.

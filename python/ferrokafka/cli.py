@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ferrokafka import __version__
 from ferrokafka._extras import install_hint
-from ferrokafka._native import Client, NewTopic
+from ferrokafka._native import Client, NewTopic, check_topic_name
 from ferrokafka.exceptions import KafkaError
 from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, Reporter
 
@@ -452,22 +452,12 @@ def _refresh_seconds(text: str) -> float:
     return value
 
 
-# Kafka's rule for topic names (its Topic.validate): these characters, at most 249 of them.
-_TOPIC_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-_TOPIC_MAX_LENGTH = 249
-
-
 def _topic(text: str) -> str:
-    """A name Kafka accepts for a topic."""
-    if (
-        not text
-        or len(text) > _TOPIC_MAX_LENGTH
-        or text in (".", "..")
-        or not set(text) <= _TOPIC_CHARACTERS
-    ):
-        raise argparse.ArgumentTypeError(
-            f"expected a topic name (1 to {_TOPIC_MAX_LENGTH} of a-z A-Z 0-9 . _ -), got {text!r}"
-        )
+    """A name Kafka accepts for a topic (the engines' one rule, ``check_topic_name``)."""
+    try:
+        check_topic_name(text)
+    except ValueError as refused:
+        raise argparse.ArgumentTypeError(str(refused)) from None
     return text
 
 

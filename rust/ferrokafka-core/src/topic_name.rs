@@ -1,5 +1,6 @@
-//! The one rule for a topic name given to ferrokafka: what Kafka and WaterDrop accept,
-//! `(\w|-|\.)+` (ASCII letters, digits, `_`, `-` and `.`).
+//! The one rule for a topic name given to ferrokafka: what Kafka accepts (its
+//! `Topic.validate`): 1 to [`MAX_TOPIC_NAME_LENGTH`] ASCII letters, digits, `_`, `-` and `.`,
+//! but not `.` or `..`. WaterDrop's rule, `(\w|-|\.)+`, is its character part.
 //!
 //! Checked where a name comes in (a record's topic, a subscription, a daemon's topics, a
 //! topic to create or delete), so that a bad one is a clear error naming it at the call. Left
@@ -7,6 +8,9 @@
 //! error", and a name the brokers refuse failed later, asynchronously, as `InvalidTopic`.
 
 use crate::error::CoreError;
+
+/// Kafka's longest topic name.
+pub const MAX_TOPIC_NAME_LENGTH: usize = 249;
 
 /// Checks `topic` against the rule above; `what` names the topic's role in the error.
 ///
@@ -27,6 +31,18 @@ pub fn require_topic_name(what: &str, topic: &str) -> Result<(), CoreError> {
     if !topic.chars().all(legal) {
         return Err(CoreError::InvalidArgument(format!(
             "{what} {topic:?} is not a legal topic name (letters, digits, '_', '-', '.')"
+        )));
+    }
+    if topic == "." || topic == ".." {
+        return Err(CoreError::InvalidArgument(format!(
+            "{what} {topic:?} is not a legal topic name ('.' and '..' are reserved)"
+        )));
+    }
+    if topic.len() > MAX_TOPIC_NAME_LENGTH {
+        return Err(CoreError::InvalidArgument(format!(
+            "{what} is {} characters long, more than Kafka's {MAX_TOPIC_NAME_LENGTH}: {:?}...",
+            topic.len(),
+            &topic[..40]
         )));
     }
     Ok(())
@@ -51,12 +67,34 @@ mod tests {
         );
     }
 
+    #[test]
+    fn kafkas_reserved_names_and_length_bound_hold() {
+        for reserved in [".", ".."] {
+            let err = require_topic_name("topic", reserved)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("reserved"), "{err}");
+        }
+        assert!(require_topic_name("topic", "...").is_ok());
+        assert!(require_topic_name("topic", &"t".repeat(MAX_TOPIC_NAME_LENGTH)).is_ok());
+        let long = require_topic_name("topic", &"t".repeat(MAX_TOPIC_NAME_LENGTH + 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            long.contains("250 characters long, more than Kafka's 249"),
+            "{long}"
+        );
+    }
+
     proptest! {
-        /// The rule is exactly WaterDrop's regular expression.
+        /// Below the length bound, the rule is WaterDrop's regular expression less Kafka's two
+        /// reserved names.
         #[test]
-        fn the_rule_is_waterdrops_pattern(topic in "\\PC{0,12}") {
+        fn the_rule_is_waterdrops_pattern_less_the_reserved_names(topic in "\\PC{0,12}") {
             let model = !topic.is_empty()
-                && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+                && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+                && topic != "."
+                && topic != "..";
             prop_assert_eq!(require_topic_name("topic", &topic).is_ok(), model);
         }
     }

@@ -149,6 +149,15 @@ fn cluster_to_py(py: Python<'_>, cluster: ClusterInfo) -> PyResult<PyClusterMeta
     })
 }
 
+/// Raises `ValueError` naming `name` (as `what`) unless Kafka accepts it as a topic name: the one
+/// rule every topic given to ferrokafka is checked by (`ferrokafka-core/src/topic_name.rs`).
+#[pyfunction]
+#[pyo3(signature = (name, what = "topic"))]
+pub fn check_topic_name(name: &str, what: &str) -> PyResult<()> {
+    KafkaIoError::check_topic(what, name).map_err(NativeError::from)?;
+    Ok(())
+}
+
 frozen_record! {
     /// A topic to create with `Client.create_topics`.
     #[derive(Debug)]

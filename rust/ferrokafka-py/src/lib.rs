@@ -50,7 +50,7 @@ mod _native {
         batch::{PyBatch, PyBatchIterator},
         client::{
             PyBrokerMetadata, PyClient, PyClusterMetadata, PyNewTopic, PyPartitionMetadata,
-            PyTopicMetadata,
+            PyTopicMetadata, check_topic_name,
         },
         codec::{
             PyMarker, PyProxyMessage, PyProxyRecord, cancel_proxy, decode_error_report,
