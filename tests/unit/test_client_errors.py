@@ -54,6 +54,13 @@ def test_bad_config_value_is_named() -> None:
         Client({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": "soon"})
 
 
+def test_a_nul_byte_in_a_config_key_or_value_is_named() -> None:
+    with pytest.raises(ConfigError, match=r'key "client\\0.id" contains a NUL byte'):
+        Client({"bootstrap.servers": "127.0.0.1:9092", "client\0.id": "x"})
+    with pytest.raises(ConfigError, match=r'the value of "client.id" contains a NUL byte'):
+        Client({"bootstrap.servers": "127.0.0.1:9092", "client.id": "x\0y"})
+
+
 def test_config_value_of_wrong_type_is_named() -> None:
     with pytest.raises(ConfigError, match=r"error_cb.*function"):
         Client({"bootstrap.servers": "127.0.0.1:9092", "error_cb": print})  # type: ignore[dict-item]

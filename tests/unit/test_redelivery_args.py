@@ -153,6 +153,13 @@ def test_an_empty_group_id_is_refused_by_name() -> None:
     ):
         with pytest.raises(ValueError, match="group_id must be a non-empty consumer group name"):
             start()
+    for start in (
+        lambda: QueueConsumer(config, "jobs", "jobs-markers", group_id="jobs\0"),
+        lambda: RedeliveryTracker(config, "jobs", "jobs-markers", group_id="jobs\0").start(),
+        lambda: Scheduler(config, ["schedules"], group_id="jobs\0"),
+    ):
+        with pytest.raises(ValueError, match=r'group_id "jobs\\0" contains a NUL byte'):
+            start()
 
 
 @pytest.mark.parametrize(

@@ -40,11 +40,12 @@ MAKERS: dict[str, Callable[[Any], object]] = {
 
 # (config, the key the error must name): a misspelt secret key librdkafka does not know, a
 # sensitive value librdkafka refuses (a private key that is not PEM), a sensitive key with a
-# value of the wrong type.
+# value of the wrong type, a secret with a NUL byte (which librdkafka's C strings cannot hold).
 BAD_CONFIGS = [
     ({**BOOTSTRAP, "sasl.passwrd": SECRET}, "sasl.passwrd"),
     ({**BOOTSTRAP, "security.protocol": "SSL", "ssl.key.pem": SECRET}, "ssl.key.pem"),
     ({**BOOTSTRAP, "ssl.key.password": [SECRET]}, "ssl.key.password"),
+    ({**BOOTSTRAP, "sasl.password": f"{SECRET}\0"}, "sasl.password"),
 ]
 
 

@@ -261,6 +261,18 @@ impl ClientSettings {
             if key.trim().is_empty() {
                 return Err(KafkaIoError::Config("empty configuration key".to_owned()));
             }
+            // librdkafka takes C strings ("FFI nul error" otherwise). The value is not shown: it
+            // may be a secret.
+            if key.contains('\0') {
+                return Err(KafkaIoError::Config(format!(
+                    "configuration key {key:?} contains a NUL byte"
+                )));
+            }
+            if value.contains('\0') {
+                return Err(KafkaIoError::Config(format!(
+                    "the value of {key:?} contains a NUL byte"
+                )));
+            }
             if BOOTSTRAP_KEYS.contains(&key.as_str()) {
                 check_broker_list(&key, &value)?;
             }

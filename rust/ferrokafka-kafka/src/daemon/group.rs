@@ -28,6 +28,11 @@ pub(crate) fn require_group_id(group_id: &str) -> KafkaResult<()> {
             "group_id must be a non-empty consumer group name".to_owned(),
         ));
     }
+    if group_id.contains('\0') {
+        return Err(KafkaIoError::InvalidArgument(format!(
+            "group_id {group_id:?} contains a NUL byte"
+        )));
+    }
     Ok(())
 }
 
