@@ -59,6 +59,8 @@ def test_bad_arguments_raise_before_anything_is_queued(producer: AsyncProducer) 
         producer.produce(b"v", topic="t", key=7)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="headers must be a dict or a list"):
         producer.produce(b"v", topic="t", headers=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="contains a NUL byte"):
+        producer.produce(b"v", topic="t", headers={"trace\0id": b"x"})
     with pytest.raises(TypeError, match="each record must be"):
         producer.produce_many([b"ok", 5], topic="t")  # type: ignore[list-item]
     with pytest.raises(ValueError, match="need topic="):

@@ -175,6 +175,8 @@ def test_produce_checks_arguments_before_sending() -> None:
         client.produce("orders", 42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="header names must be str"):
         client.produce("orders", b"v", headers=[(1, b"x")])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r'header name "trace\\0id" contains a NUL byte'):
+        client.produce("orders", b"v", headers=[("trace\0id", b"x")])
     with pytest.raises(TypeError, match="headers must be a dict or a list"):
         client.produce("orders", b"v", headers=5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="partition must be >= 0"):

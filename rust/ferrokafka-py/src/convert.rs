@@ -114,6 +114,13 @@ pub fn headers(value: Option<&Bound<'_, PyAny>>) -> PyResult<HeaderList> {
             let name: String = name
                 .extract()
                 .map_err(|_| wrong_type("header names must be str", &name))?;
+            // Sent whole, but every librdkafka consumer (ours, confluent's, rdkafka's) reads a
+            // header name as a C string, cut at the first NUL byte.
+            if name.contains('\0') {
+                return Err(invalid_argument(format!(
+                    "header name {name:?} contains a NUL byte"
+                )));
+            }
             let value = optional_bytes(&format!("header {name:?}"), Some(&value))?;
             Ok((name, value))
         })
