@@ -298,44 +298,17 @@ fn unexpected_answer(event: *mut rdsys::rd_kafka_event_t) -> KafkaError {
     KafkaError::AdminOpCreation(format!("librdkafka answered with an event of kind {kind}"))
 }
 
-/// The topics of a create or delete answer, each with its outcome.
-///
-/// # Safety
-/// `topics` must hold `count` live topic results (of a live event), or be null when none.
-unsafe fn topic_outcomes(
-    topics: *mut *const rdsys::rd_kafka_topic_result_t,
-    count: usize,
-) -> Vec<TopicOutcome> {
-    (0..count)
-        .map(|i| {
-            // SAFETY: the caller's contract: `i` is below `count`.
-            unsafe {
-                let topic = *topics.add(i);
-                let name = text(rdsys::rd_kafka_topic_result_name(topic)).unwrap_or_default();
-                match rdsys::rd_kafka_topic_result_error(topic) {
-                    rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(name),
-                    code => Err((name, code.into())),
-                }
-            }
-        })
-        .collect()
-}
-
 /// Reads a CreateTopics answer.
 ///
 /// # Safety
 /// `event` must be a live event.
 unsafe fn created_topics(event: *mut rdsys::rd_kafka_event_t) -> KafkaResult<Vec<TopicOutcome>> {
-    // SAFETY: the caller's contract; the topics live as long as the event.
-    unsafe {
-        let result = rdsys::rd_kafka_event_CreateTopics_result(event);
-        if result.is_null() {
-            return Err(unexpected_answer(event));
-        }
-        let mut count = 0;
-        let topics = rdsys::rd_kafka_CreateTopics_result_topics(result, &mut count);
-        Ok(topic_outcomes(topics, count))
-    }
+    let accessors: TopicsAnswer = (
+        rdsys::rd_kafka_event_CreateTopics_result,
+        rdsys::rd_kafka_CreateTopics_result_topics,
+    );
+    // SAFETY: the caller's contract.
+    unsafe { topics_answer(event, accessors) }
 }
 
 /// Reads a DeleteTopics answer.
@@ -343,15 +316,50 @@ unsafe fn created_topics(event: *mut rdsys::rd_kafka_event_t) -> KafkaResult<Vec
 /// # Safety
 /// `event` must be a live event.
 unsafe fn deleted_topics(event: *mut rdsys::rd_kafka_event_t) -> KafkaResult<Vec<TopicOutcome>> {
-    // SAFETY: the caller's contract; the topics live as long as the event.
+    let accessors: TopicsAnswer = (
+        rdsys::rd_kafka_event_DeleteTopics_result,
+        rdsys::rd_kafka_DeleteTopics_result_topics,
+    );
+    // SAFETY: the caller's contract.
+    unsafe { topics_answer(event, accessors) }
+}
+
+/// librdkafka's accessors of a create or delete answer: its result, and the result's topics.
+type TopicsAnswer = (
+    unsafe extern "C" fn(*mut rdsys::rd_kafka_event_t) -> *const rdsys::rd_kafka_event_t,
+    unsafe extern "C" fn(
+        *const rdsys::rd_kafka_event_t,
+        *mut usize,
+    ) -> *mut *const rdsys::rd_kafka_topic_result_t,
+);
+
+/// The topics of a create or delete answer, each with its outcome.
+///
+/// # Safety
+/// `event` must be a live event.
+unsafe fn topics_answer(
+    event: *mut rdsys::rd_kafka_event_t,
+    (result_of, topics_of): TopicsAnswer,
+) -> KafkaResult<Vec<TopicOutcome>> {
+    // SAFETY: the caller's contract; the result and its topics live as long as the event, and
+    // `i` stays below the count librdkafka gave.
     unsafe {
-        let result = rdsys::rd_kafka_event_DeleteTopics_result(event);
+        let result = result_of(event);
         if result.is_null() {
             return Err(unexpected_answer(event));
         }
         let mut count = 0;
-        let topics = rdsys::rd_kafka_DeleteTopics_result_topics(result, &mut count);
-        Ok(topic_outcomes(topics, count))
+        let topics = topics_of(result, &mut count);
+        Ok((0..count)
+            .map(|i| {
+                let topic = *topics.add(i);
+                let name = text(rdsys::rd_kafka_topic_result_name(topic)).unwrap_or_default();
+                match rdsys::rd_kafka_topic_result_error(topic) {
+                    rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(name),
+                    code => Err((name, code.into())),
+                }
+            })
+            .collect())
     }
 }
 

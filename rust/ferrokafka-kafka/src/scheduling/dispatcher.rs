@@ -92,11 +92,7 @@ impl SchedulerLoop {
         self.take_due_chunks(|daemon, partition, due| {
             let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                 Ok(targets) => targets,
-                Err(error) => {
-                    // The other partitions go on.
-                    daemon.retry_later(&partition, due, error);
-                    return true;
-                }
+                Err(error) => return daemon.retry_later(&partition, due, error),
             };
             let round = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
             daemon.in_flight.push_back(ChunkInFlight {
@@ -170,14 +166,17 @@ impl SchedulerLoop {
     }
 
     /// Puts back `due`, which could not be sent (`error`): this partition waits out a backoff.
+    /// Returns true, what a [`Self::take_due_chunks`] callback answers for the other partitions
+    /// to go on, so that its callers say it in one line.
     pub(super) fn retry_later(
         &mut self,
         partition: &(String, i32),
         due: Vec<Dispatch<ProxyPayload>>,
         error: String,
-    ) {
+    ) -> bool {
         let results = retry_all(&due, Some(error));
         self.settle(partition, due, results);
+        true
     }
 
     /// Moves on every chunk whose round the broker answered: acknowledged targets get their

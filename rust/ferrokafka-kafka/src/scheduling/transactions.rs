@@ -87,11 +87,7 @@ impl SchedulerLoop {
             self.take_due_chunks(|daemon, partition, due| {
                 let targets = match daemon.targets_of(&partition.0, partition.1, &due) {
                     Ok(targets) => targets,
-                    Err(error) => {
-                        // The other partitions go on.
-                        daemon.retry_later(&partition, due, error);
-                        return true;
-                    }
+                    Err(error) => return daemon.retry_later(&partition, due, error),
                 };
                 if chunks.is_empty()
                     && let Err(e) = daemon.dispatcher.begin_transaction()
