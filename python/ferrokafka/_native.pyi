@@ -241,13 +241,16 @@ class Client:
         timeout: float = 30.0,
         exist_ok: bool = False,
     ) -> list[str]:
-        """Create topics and return the names created.
+        """Create topics and return the names created (none for an empty list).
 
         A failure raises :class:`ferrokafka.KafkaError` with the topic and the code name (for
-        example ``TOPIC_ALREADY_EXISTS``); with ``exist_ok=True`` existing topics are skipped.
+        example ``TOPIC_ALREADY_EXISTS``); with ``exist_ok=True`` existing topics are skipped. A
+        name Kafka would refuse (see :func:`check_topic_name`) raises ``ValueError`` before
+        anything is sent.
         """
     def delete_topics(self, topics: Sequence[str], timeout: float = 30.0) -> None:
-        """Delete topics; an unknown topic raises :class:`ferrokafka.KafkaError`."""
+        """Delete topics (nothing for an empty list); an unknown topic raises
+        :class:`ferrokafka.KafkaError`, a name Kafka would refuse ``ValueError``."""
     def produce(
         self,
         topic: str,
@@ -266,8 +269,9 @@ class Client:
         partition as :class:`AsyncProducer` and WaterDrop do without being the record key: CRC32
         of as many leading UTF-8 bytes as the key has characters (WaterDrop's rule), or of every
         byte with ``Client(..., partition_key_hashing="bytes")``, modulo the partition count. An
-        empty ``partition_key`` raises ``ValueError``. Returns the delivered record with its
-        partition and offset.
+        empty ``partition_key``, a topic Kafka would refuse (see :func:`check_topic_name`) and
+        a header name with a NUL byte raise ``ValueError``. Returns the delivered record with
+        its partition and offset.
         """
     def read_topic(
         self, topic: str, max_messages: int = 100_000, timeout: float = 10.0
