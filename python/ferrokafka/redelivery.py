@@ -57,6 +57,7 @@ from ferrokafka._native import (
     RedeliveryPartitionStatus,
     _RawQueueConsumer,
     _RawRedeliveryTracker,
+    check_topic_name,
     redact_secrets,
     redelivery_count_in,
 )
@@ -218,6 +219,11 @@ class QueueConsumer:
             raise ValueError(f"backend must be 'markers', 'share' or 'auto', got {backend!r}")
         if max_redeliveries < 0:
             raise ValueError(f"max_redeliveries must be >= 0, got {max_redeliveries}")
+        # The engines' one rule, here for the share backend too, whose confluent-kafka client
+        # would otherwise wait out its group set-up on a name the brokers refuse.
+        check_topic_name(queue_topic, "queue_topic")
+        if dead_letter_topic is not None:
+            check_topic_name(dead_letter_topic, "dead_letter_topic")
         self._share: ShareQueue | None = None
         self._raw: _RawQueueConsumer | None = None
         if backend != "markers":

@@ -20,6 +20,8 @@ NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
     ("topics", "options", "error", "message"),
     [
         (("", "m"), {}, ValueError, "queue_topic must not be empty"),
+        (("a b", "m"), {"backend": "share"}, ValueError, 'queue_topic "a b" is not a legal'),
+        (("q", "m"), {"backend": "auto", "dead_letter_topic": "x/y"}, ValueError, '"x/y" is not'),
         (("q", "a\0b"), {}, ValueError, r'markers_topic "a\\0b" is not a legal topic name'),
         (("q", "q"), {}, ValueError, "must differ"),
         (("q", "m"), {"redelivery_timeout": 0.0}, ValueError, "redelivery_timeout"),
