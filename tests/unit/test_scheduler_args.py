@@ -21,8 +21,8 @@ def test_schedules_topics_must_be_a_list() -> None:
 @pytest.mark.parametrize(
     ("topics", "options", "message"),
     [
-        ([], {}, "at least one non-empty schedules topic"),
-        ([""], {}, "at least one non-empty schedules topic"),
+        ([], {}, "at least one schedules topic is required"),
+        ([""], {}, "schedules topic must not be empty"),
         (["s"], {"flush_batch_size": 1}, "flush_batch_size must be >= 2"),
         (["s"], {"state_interval": 0.0}, "state_interval"),
         (["s"], {"horizon": -1.0}, "horizon"),

@@ -110,9 +110,6 @@ impl ConsumerOptions {
         }
         for subscription in &self.subscriptions {
             let (Subscription::Topic(topic) | Subscription::Partition { topic, .. }) = subscription;
-            if topic.is_empty() {
-                return invalid("subscription topic names must not be empty".to_owned());
-            }
             // librdkafka reads a subscribed name starting with '^' as a regular expression;
             // any other is a topic name. Neither may hold a NUL byte (rdkafka panicked on one).
             if matches!(subscription, Subscription::Topic(_)) && topic.starts_with('^') {

@@ -52,9 +52,9 @@ impl Default for SchedulerOptions {
 
 impl SchedulerOptions {
     pub(super) fn validate(&self) -> KafkaResult<()> {
-        if self.schedules_topics.is_empty() || self.schedules_topics.iter().any(String::is_empty) {
+        if self.schedules_topics.is_empty() {
             return Err(KafkaIoError::InvalidArgument(
-                "at least one non-empty schedules topic is required".to_owned(),
+                "at least one schedules topic is required".to_owned(),
             ));
         }
         for topic in &self.schedules_topics {
