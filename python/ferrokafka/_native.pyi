@@ -1077,7 +1077,10 @@ class _RawConsumer:
         signal :meth:`ready_fd`."""
     def ready_fd(self) -> int:
         """The file descriptor an event loop watches (``add_reader``): readable when a
-        registered worker may find a batch. Closed when the consumer is dropped."""
+        registered worker may find a batch. Made on the first call; closed by
+        :meth:`release_ready_fd` or when the consumer is dropped."""
+    def release_ready_fd(self) -> None:
+        """Close :meth:`ready_fd`, which the loop no longer watches (its reader removed)."""
     def fetch_ready(self) -> list[tuple[int, Batch | None]]:
         """Without waiting: ``(worker, batch or None)`` for each registered worker whose
         partition has a batch or is gone, which leave the register; ``[]`` when none has.

@@ -450,6 +450,7 @@ class AsyncConsumer:
             # Every partition is gone and its task done: nobody waits for records any more.
             loop.remove_reader(self._ready_fd)
             self._ready_fd = None
+            raw.release_ready_fd()
         self._waiting.clear()
         if self._dispatcher is not None:
             await self._dispatcher

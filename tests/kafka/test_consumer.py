@@ -1254,35 +1254,49 @@ def test_async_consumer_wakes_dry_partitions_on_the_loop_without_a_pool_thread(
         assert offsets == list(range(per_partition))
 
 
-def test_async_consumers_close_their_file_descriptors(
-    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
+def test_stopped_consumers_hold_no_file_descriptor_even_when_kept(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce, kind: str
 ) -> None:
-    # The engine's ready signal (and librdkafka's sockets) go with the consumer: opening and
-    # closing consumers leaves the process's descriptors where they were.
+    # librdkafka's sockets and the engine's ready signal (an asyncio loop's, which a thread-based
+    # consumer never makes) are closed by the stop, not when the owner lets go of the consumer:
+    # a service that keeps its stopped consumers (for their stats) does not run out of them.
     topic = topic_factory(partitions=2)
     produce(topic, [{"value": f"v{p}", "partition": p} for p in (0, 1)])
+    config = {"bootstrap.servers": kafka_bootstrap}
+    subscriptions = [TopicPartition(topic, p, offset="beginning") for p in (0, 1)]
+    kept: list[Consumer | AsyncConsumer] = []
 
-    async def open_and_close() -> None:
-        handled = asyncio.Event()
+    def open_and_stop() -> None:
+        handled = threading.Event()
+        if kind == "thread":
+            consumer = Consumer(config, subscriptions, lambda batch: handled.set())
+            kept.append(consumer)
+            with consumer:
+                assert handled.wait(WAIT), "no batch handled"
+            return
 
-        async def handle(batch: Batch) -> None:
-            handled.set()
+        async def run() -> None:
+            async def handle(batch: Batch) -> None:
+                handled.set()
 
-        async with AsyncConsumer(
-            {"bootstrap.servers": kafka_bootstrap},
-            [TopicPartition(topic, p, offset="beginning") for p in (0, 1)],
-            handle,
-        ):
-            await asyncio.wait_for(handled.wait(), WAIT)
+            consumer = AsyncConsumer(config, subscriptions, handle)
+            kept.append(consumer)
+            async with consumer:
+                await asyncio.wait_for(asyncio.to_thread(handled.wait, WAIT), WAIT)
+
+        asyncio.run(run())
 
     def descriptors() -> int:
-        gc.collect()
         return len(os.listdir("/proc/self/fd"))
 
-    asyncio.run(open_and_close())  # the first one may open what the process keeps (loggers)
+    open_and_stop()  # the first one may open what the process keeps (loggers)
     before = descriptors()
     for _ in range(5):
-        asyncio.run(open_and_close())
+        open_and_stop()
+    assert descriptors() <= before, f"{descriptors() - before} more descriptors after 5 stops"
+    assert all(consumer.stats()["handled"] >= 1 for consumer in kept)
+    kept.clear()
+    gc.collect()
     assert descriptors() <= before
 
 

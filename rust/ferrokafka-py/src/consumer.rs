@@ -192,10 +192,16 @@ impl PyRawConsumer {
     }
 
     /// The file descriptor an event loop watches (`add_reader`): readable when a registered
-    /// worker may find a batch. Owned by the engine; closed when the consumer is dropped.
+    /// worker may find a batch. Owned by the engine (made on the first call); closed by
+    /// `release_ready_fd` or when the consumer is dropped.
     fn ready_fd(&self) -> NativeResult<i32> {
         self.guard.check()?;
-        Ok(self.engine.ready_fd())
+        Ok(self.engine.ready_fd()?)
+    }
+
+    /// Closes `ready_fd`, which the loop no longer watches.
+    fn release_ready_fd(&self) {
+        self.engine.release_ready_fd();
     }
 
     /// Without waiting (so attached): `(worker, batch or None)` for every registered worker

@@ -178,9 +178,7 @@ impl ConcurrentConsumer {
             stopped: Condvar::new(),
             consumer: Mutex::new(None),
             wake: Arc::new(Wake::default()),
-            waiting: Waiting::new().map_err(|e| {
-                KafkaIoError::Config(format!("cannot create the consumer's ready signal: {e}"))
-            })?,
+            waiting: Waiting::default(),
             statistics: KeptStatistics::default(),
             polled_at: Mutex::new(None),
             watch: ConnectionWatch::new(&settings),

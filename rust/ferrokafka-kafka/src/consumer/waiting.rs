@@ -15,17 +15,17 @@ use std::time::Duration;
 
 use super::ConcurrentConsumer;
 use super::events::{Fetched, WorkerId};
-use crate::error::KafkaResult;
+use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::lock;
 
-/// The registered workers and the signal the event loop watches: a non-blocking socket pair
-/// (closed when the engine is dropped), the engine writing one end and the loop reading the
-/// other.
-#[derive(Debug)]
+/// The registered workers and the signal the event loop watches: a non-blocking socket pair,
+/// the engine writing one end and the loop reading the other. It is made when the loop first
+/// asks for [`ConcurrentConsumer::ready_fd`] (a consumer driven by threads never holds one) and
+/// closed when the loop is done with it ([`ConcurrentConsumer::release_ready_fd`]) or the engine
+/// is dropped: a stopped consumer its owner keeps holds no descriptor.
+#[derive(Debug, Default)]
 pub(super) struct Waiting {
     state: Mutex<WaitingState>,
-    signal: UnixStream,
-    ready: UnixStream,
 }
 
 #[derive(Debug, Default)]
@@ -33,43 +33,53 @@ struct WaitingState {
     workers: BTreeSet<WorkerId>,
     /// A byte is written and not yet read: another write would only wake the loop twice.
     signalled: bool,
+    signal: Option<Signal>,
 }
 
-impl Waiting {
-    pub(super) fn new() -> io::Result<Self> {
-        let (signal, ready) = UnixStream::pair()?;
-        signal.set_nonblocking(true)?;
-        ready.set_nonblocking(true)?;
-        Ok(Waiting {
-            state: Mutex::default(),
-            signal,
-            ready,
-        })
-    }
+#[derive(Debug)]
+struct Signal {
+    write: UnixStream,
+    read: UnixStream,
+}
 
-    /// `worker`'s slot changed: if it is registered, it may find a batch now.
-    pub(super) fn notify(&self, worker: WorkerId) {
-        let mut state = lock(&self.state);
-        if state.workers.contains(&worker) {
-            self.signal(&mut state);
-        }
-    }
-
-    fn signal(&self, state: &mut WaitingState) {
-        if !state.signalled {
-            state.signalled = true;
-            // A full socket buffer means a wake-up is pending already: nothing is lost.
-            let _ = (&self.signal).write(&[1]);
-        }
+impl Signal {
+    fn new() -> io::Result<Self> {
+        let (write, read) = UnixStream::pair()?;
+        write.set_nonblocking(true)?;
+        read.set_nonblocking(true)?;
+        Ok(Signal { write, read })
     }
 
     /// Reads every byte written so far (the loop's reader callback would fire again otherwise).
     fn drain(&self) {
         let mut bytes = [0u8; 64];
-        while let Ok(read) = (&self.ready).read(&mut bytes) {
+        while let Ok(read) = (&self.read).read(&mut bytes) {
             if read < bytes.len() {
                 break;
             }
+        }
+    }
+}
+
+impl Waiting {
+    /// `worker`'s slot changed: if it is registered, it may find a batch now.
+    pub(super) fn notify(&self, worker: WorkerId) {
+        let mut state = lock(&self.state);
+        if state.workers.contains(&worker) {
+            state.signal();
+        }
+    }
+}
+
+impl WaitingState {
+    fn signal(&mut self) {
+        // Without a signal nobody watches.
+        if !self.signalled
+            && let Some(signal) = &self.signal
+        {
+            self.signalled = true;
+            // A full socket buffer means a wake-up is pending already: nothing is lost.
+            let _ = (&signal.write).write(&[1]);
         }
     }
 }
@@ -79,16 +89,32 @@ impl ConcurrentConsumer {
     /// [`Self::ready_fd`] so the loop looks once more: records routed between that `fetch` and
     /// this call found the worker not registered yet.
     pub fn wait_for_records(&self, worker: WorkerId) {
-        let waiting = &self.shared.waiting;
-        let mut state = lock(&waiting.state);
+        let mut state = lock(&self.shared.waiting.state);
         state.workers.insert(worker);
-        waiting.signal(&mut state);
+        state.signal();
     }
 
     /// The file descriptor that becomes readable when a registered worker may find a batch;
-    /// [`Self::fetch_ready`] reads it. Valid while the engine lives.
-    pub fn ready_fd(&self) -> RawFd {
-        self.shared.waiting.ready.as_raw_fd()
+    /// [`Self::fetch_ready`] reads it. Made on the first call; valid until
+    /// [`Self::release_ready_fd`].
+    pub fn ready_fd(&self) -> KafkaResult<RawFd> {
+        let mut state = lock(&self.shared.waiting.state);
+        let signal = match state.signal.take() {
+            Some(signal) => signal,
+            None => Signal::new().map_err(|e| {
+                KafkaIoError::Config(format!("cannot create the consumer's ready signal: {e}"))
+            })?,
+        };
+        let fd = signal.read.as_raw_fd();
+        state.signal = Some(signal);
+        Ok(fd)
+    }
+
+    /// Closes [`Self::ready_fd`]: the loop no longer watches it (its reader is removed).
+    pub fn release_ready_fd(&self) {
+        let mut state = lock(&self.shared.waiting.state);
+        state.signal = None;
+        state.signalled = false;
     }
 
     /// Without waiting: what every registered worker whose `fetch` finds a batch, or that its
@@ -98,7 +124,9 @@ impl ConcurrentConsumer {
         let waiting = &self.shared.waiting;
         let workers: Vec<WorkerId> = {
             let mut state = lock(&waiting.state);
-            waiting.drain();
+            if let Some(signal) = &state.signal {
+                signal.drain();
+            }
             state.signalled = false;
             state.workers.iter().copied().collect()
         };
