@@ -811,9 +811,10 @@ def schedule_proxy(
     and those of ``schedule_target_partition``, ``schedule_target_key`` and
     ``schedule_target_partition_key`` that were given. Raises :class:`ferrokafka.ScheduleError`
     for an epoch more than 10 s in the past or 100 years ahead (milliseconds are refused), an
-    empty topic or key, a payload (the value alone) over ``max_payload_size`` bytes
-    (WaterDrop's default, 1,000,012, unless given: a Karafka fleet's WaterDrop refuses more),
-    or an unknown field. Example:
+    empty topic or key, a target topic that is the envelope's (its dispatched copy would be
+    read back as a due schedule, forever), a payload (the value alone) over
+    ``max_payload_size`` bytes (WaterDrop's default, 1,000,012, unless given: a Karafka fleet's
+    WaterDrop refuses more), or an unknown field. Example:
         >>> import time
         >>> p = schedule_proxy({"topic": "orders", "payload": b"paid", "key": "order-1"},
         ...                    int(time.time()) + 60, {"topic": "schedules", "key": "o1"})

@@ -247,6 +247,21 @@ def test_bad_records_are_counted_and_skipped(
         partition=0,
         headers={"schedule_schema_version": "1.0.0", "schedule_source_type": "teleport"},
     )
+    # Due now and aimed at the schedules topic itself (as a Karafka producer may write it): its
+    # dispatched copy would keep the schedule_* headers and be read back as due, forever.
+    kafka_client.produce(
+        schedules_topic,
+        b"loop",
+        key="loop",
+        partition=0,
+        headers={
+            "schedule_schema_version": "1.0.0",
+            "schedule_source_type": "schedule",
+            "schedule_target_epoch": str(int(time.time())),
+            "schedule_target_topic": schedules_topic,
+            "schedule_target_key": "loop",
+        },
+    )
     schedule_message(
         kafka_client,
         {"topic": target, "payload": b"good"},
@@ -255,9 +270,20 @@ def test_bad_records_are_counted_and_skipped(
     )
     with start_scheduler(daemon_config, schedules_topic, f"g-{uuid.uuid4().hex}") as scheduler:
         wait_until(lambda: len(kafka_client.read_topic(target)) == 1, 30, "the good schedule")
+        # The good schedule's tombstone follows its dispatch, in the round that would also have
+        # dispatched the looping one.
+        wait_until(
+            lambda: any(m.value() is None for m in kafka_client.read_topic(schedules_topic)),
+            30,
+            "the good schedule's tombstone",
+        )
         status = {s["partition"]: s for s in scheduler.status()}
-    assert status[0]["skipped"] == 2
+    assert status[0]["skipped"] == 3
+    assert status[0]["dispatched"] == 1
     assert [m.value() for m in kafka_client.read_topic(target)] == [b"good"]
+    on_schedules = [m.key() for m in kafka_client.read_topic(schedules_topic)]
+    assert on_schedules == [b"junk", b"odd", b"loop", *on_schedules[3:]]
+    assert len(on_schedules) == 5, on_schedules  # + the good proxy and its tombstone, no copy
 
 
 def test_a_newer_schema_stops_its_partition_instead_of_losing_the_schedule(

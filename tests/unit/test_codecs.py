@@ -138,6 +138,8 @@ def test_invalid_messages_and_envelopes_are_schedule_errors() -> None:
         codecs.schedule_proxy({"topic": "orders"}, epoch, {"topic": "schedules", "key": ""})
     with pytest.raises(ScheduleError, match="target topic must not be empty"):
         codecs.schedule_proxy({"topic": ""}, epoch, {"topic": "schedules"})
+    with pytest.raises(ScheduleError, match='target topic "schedules" is the schedules topic'):
+        codecs.schedule_proxy({"topic": "schedules"}, epoch, {"topic": "schedules"})
     with pytest.raises(ScheduleError, match="unknown message field 'value'"):
         codecs.schedule_proxy({"topic": "o", "value": b"x"}, epoch, {"topic": "s"})  # type: ignore[typeddict-unknown-key]
     with pytest.raises(ScheduleError, match='envelope needs a "topic"'):

@@ -297,6 +297,7 @@ pub fn schedule_proxy(
 ) -> Result<ProxyMessage, CoreError> {
     let address = &message.address;
     require_envelope(envelope)?;
+    require_target_elsewhere(&address.topic, &envelope.topic)?;
     let headers = schedule_headers(
         address,
         epoch_secs,
@@ -327,6 +328,22 @@ pub fn schedule_proxy(
         payload: message.payload.clone(),
         headers,
     })
+}
+
+/// Refuses a schedule whose target is `schedules_topic`, the topic the proxy travels on: the
+/// dispatched message keeps the proxy's `schedule_*` headers (as Karafka's does), so the daemon
+/// would read it back as a schedule already due and dispatch it again, forever.
+pub fn require_target_elsewhere(
+    target_topic: &str,
+    schedules_topic: &str,
+) -> Result<(), CoreError> {
+    if target_topic == schedules_topic {
+        return Err(CoreError::InvalidArgument(format!(
+            "target topic {target_topic:?} is the schedules topic itself: the dispatched message \
+             would be read back as a due schedule and dispatched again, forever"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a scheduled payload of `bytes` over `limits.max_payload_bytes`, as WaterDrop refuses
@@ -710,6 +727,25 @@ mod tests {
                 epoch_secs: NOW + 60,
                 target: message().address
             }
+        );
+    }
+
+    #[test]
+    fn a_schedule_aimed_at_its_own_schedules_topic_is_refused() {
+        let mut looping = message();
+        looping.address.topic = envelope().topic;
+        let err = schedule_proxy(
+            &looping,
+            NOW + 60,
+            &envelope(),
+            [7; 16],
+            NOW,
+            &ScheduleLimits::default(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("is the schedules topic itself"),
+            "{err}"
         );
     }
 

@@ -148,14 +148,18 @@ pub(super) fn decode_message<M: Message>(
         e => RecordProblem::Bad(e.to_string()),
     })?;
     let decoded = match parsed {
-        ProxyRecord::Schedule { epoch_secs, target } => ScheduleRecord::Schedule {
-            epoch_secs,
-            payload: ProxyPayload {
-                value: message.payload().map(<[u8]>::to_vec),
-                headers: PackedHeaders::pack(&headers),
-                target,
-            },
-        },
+        ProxyRecord::Schedule { epoch_secs, target } => {
+            envelope::require_target_elsewhere(&target.topic, message.topic())
+                .map_err(|e| RecordProblem::Bad(e.to_string()))?;
+            ScheduleRecord::Schedule {
+                epoch_secs,
+                payload: ProxyPayload {
+                    value: message.payload().map(<[u8]>::to_vec),
+                    headers: PackedHeaders::pack(&headers),
+                    target,
+                },
+            }
+        }
         ProxyRecord::Cancel => ScheduleRecord::Cancel,
         ProxyRecord::Tombstone { source_offset } => ScheduleRecord::Tombstone { source_offset },
     };
