@@ -174,12 +174,22 @@ def test_a_secret_value_librdkafka_echoes_is_cut_from_its_log_lines(
     assert SECRET not in caplog.text
 
 
-def test_credentials_in_a_url_never_reach_an_exception() -> None:
+@pytest.mark.parametrize(
+    ("address", "shown"),
+    [
+        (f"https://user:{SECRET}@127.0.0.1:1", "https://[redacted]@127.0.0.1:1"),
+        (f"SASL_SSL://user:{SECRET}@127.0.0.1:1", "SASL_SSL://[redacted]@127.0.0.1:1"),
+        # Without a scheme no URL rule sees it: the address check itself cuts it.
+        (f"user:{SECRET}@127.0.0.1:1", "[redacted]@127.0.0.1:1"),
+        (f"127.0.0.1:2,user:{SECRET}@127.0.0.1:1", "[redacted]@127.0.0.1:1"),
+    ],
+)
+def test_credentials_in_a_broker_address_never_reach_an_exception(address: str, shown: str) -> None:
     # Refused at creation or when no broker answers: either way the exception quotes the value.
-    config = {"bootstrap.servers": f"https://user:{SECRET}@127.0.0.1:1"}
+    config = {"bootstrap.servers": address}
     with pytest.raises(ferrokafka.FerrokafkaError) as refused:
         ferrokafka.Client(config).list_topics(timeout=0.5)
-    assert "https://[redacted]@127.0.0.1:1" in str(refused.value)
+    assert shown in str(refused.value)
     assert SECRET not in str(refused.value)
 
 

@@ -56,13 +56,34 @@ const ADDRESS_PROTOCOLS: &[&str] = &["plaintext", "ssl", "sasl_plaintext", "sasl
 fn check_broker_list(key: &str, servers: &str) -> KafkaResult<()> {
     for address in servers.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         check_broker_address(address).map_err(|problem| {
-            KafkaIoError::Config(format!("{key}: broker address {address:?} {problem}"))
+            let shown = shown_address(address);
+            KafkaIoError::Config(format!("{key}: broker address {shown:?} {problem}"))
         })?;
     }
     Ok(())
 }
 
+/// `address` as an error may quote it: whatever comes before an `@` (credentials written into
+/// the address, with or without a scheme; the URL rule of `redact` only sees them after `://`)
+/// is cut.
+fn shown_address(address: &str) -> Cow<'_, str> {
+    match address.rsplit_once('@') {
+        Some((before, host)) => {
+            let scheme = before.find("://").map_or("", |end| &before[..end + 3]);
+            Cow::Owned(format!("{scheme}{REDACTED}@{host}"))
+        }
+        None => Cow::Borrowed(address),
+    }
+}
+
 fn check_broker_address(address: &str) -> Result<(), String> {
+    if address.contains('@') {
+        return Err(
+            "has credentials in it (user:password@): a Kafka broker address is \
+                    [protocol://]host:port; give them as sasl.username and sasl.password"
+                .to_owned(),
+        );
+    }
     let rest = match address.split_once("://") {
         Some((protocol, rest)) => {
             if !ADDRESS_PROTOCOLS.contains(&protocol.to_ascii_lowercase().as_str()) {
