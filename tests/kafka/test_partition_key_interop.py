@@ -86,6 +86,30 @@ def test_client_produce_puts_a_partition_key_where_waterdrop_does_or_hashes_ever
     }
 
 
+def test_partitions_added_to_a_topic_take_partition_keys_as_soon_as_in_waterdrop(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    # WaterDrop caches a topic's partition count for 30 s: a long-lived client must follow a
+    # partition increase as soon, or a Ruby producer and this one (a schedule and its cancel)
+    # put one key on two partitions until it does.
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    before, after = (expected_partitions(kafka_bootstrap, topic_factory, n) for n in (3, 6))
+    key = next(k for k in KEYS if before[k][0] != after[k][0])
+    topic = topic_factory(partitions=3)
+    client = Client({"bootstrap.servers": kafka_bootstrap})
+    assert client.produce(topic, b"3", partition_key=key).partition() == before[key][0]
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_partitions([NewPartitions(topic, 6)])[topic].result(10)
+    # 30 s and a margin; librdkafka's own refresh would take 5 min.
+    wait_until(
+        lambda: client.produce(topic, b"6", partition_key=key).partition() == after[key][0],
+        45,
+        "the key on its partition among 6",
+        interval=1.0,
+    )
+
+
 def test_async_producer_puts_a_partition_key_where_waterdrop_does_or_hashes_every_byte(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:

@@ -7,9 +7,10 @@
 //!   batch), without its topic lookup and lock for every record.
 //!
 //! Threading: [`PartitionCounts`] caches partition counts behind a mutex. A missing count is
-//! fetched with a metadata request (blocking, bounded by a timeout); a count older than
-//! librdkafka's default metadata refresh interval is fetched again, so partitions added to a
-//! topic are used; a count that cannot be refreshed (broker down) is kept.
+//! fetched with a metadata request (blocking, bounded by a timeout); a count older than 30 s
+//! (WaterDrop's cache) is fetched again, waiting at most 1 s, so partitions added to a topic are
+//! used as soon as a Ruby producer uses them; a count that cannot be refreshed (broker down) is
+//! kept.
 //!
 //! A partition key whose topic's count was never learnt has no partition: [`PartitionCounts::
 //! partition_for`] says why (the metadata request's error) instead of letting librdkafka place
@@ -31,9 +32,12 @@ pub(crate) const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a metadata request for a keyless run may take: the run goes to librdkafka's own
 /// partitioner instead of waiting longer (during an outage, say).
 const RUN_METADATA_TIMEOUT: Duration = Duration::from_millis(200);
-/// How old a count may be before it is fetched again (librdkafka's
-/// `topic.metadata.refresh.interval.ms` default).
-const COUNT_MAX_AGE: Duration = Duration::from_secs(300);
+/// How old a count may be before it is fetched again: as long as WaterDrop (rdkafka-ruby) caches
+/// one, so after partitions are added a partition key moves to its new partition when a Ruby
+/// producer's does (librdkafka's own refresh, 5 min, split a schedule from its cancel that long).
+const COUNT_MAX_AGE: Duration = Duration::from_secs(30);
+/// How long the refresh of a known count may wait: the known count serves when it fails.
+const REFRESH_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a failed fetch keeps the next one from being tried for the same topic.
 pub(crate) const FAILED_FETCH_PAUSE: Duration = Duration::from_secs(1);
 /// What failed errors name as their operation.
@@ -124,6 +128,10 @@ impl PartitionCounts {
             Some(t) => now.duration_since(t.checked) >= COUNT_MAX_AGE,
         };
         if stale {
+            let timeout = match known.and_then(|t| t.count) {
+                Some(_) => timeout.min(REFRESH_TIMEOUT),
+                None => timeout,
+            };
             let fetched = fetch_count(client, topic, timeout);
             let entry = topics.entry(topic.to_owned()).or_insert(TopicCount {
                 count: None,
