@@ -92,7 +92,7 @@ def test_partitions_added_to_a_topic_take_partition_keys_as_soon_as_in_waterdrop
     # WaterDrop caches a topic's partition count for 30 s: a long-lived client must follow a
     # partition increase as soon, or a Ruby producer and this one (a schedule and its cancel)
     # put one key on two partitions until it does.
-    from confluent_kafka.admin import AdminClient, NewPartitions
+    from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
     before, after = (expected_partitions(kafka_bootstrap, topic_factory, n) for n in (3, 6))
     key = next(k for k in KEYS if before[k][0] != after[k][0])
