@@ -13,9 +13,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -309,7 +311,9 @@ def _dashboard(args: argparse.Namespace) -> int:
         raise _UsageError(
             f"argument --port: cannot listen on {args.host}:{args.port}: {err.strerror or err}"
         ) from None
-    with listening:
+    # Ctrl-C ends the dashboard with status 0, as SIGTERM does: while the topics are read, and
+    # while it serves (uvicorn stops, then raises SIGINT again as KeyboardInterrupt).
+    with listening, contextlib.suppress(KeyboardInterrupt):
         reader = _status_reader(args)
         if absent := ", ".join(map(repr, reader.missing_topics)):
             log.warning("topic %s does not exist (yet): shown once it appears", absent)
@@ -737,7 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Bad arguments are usage errors (status 2); an error while a command runs is one line
     ``ferrokafka: error: ...`` (status 1), its traceback logged at ``--log-level DEBUG``;
-    Ctrl-C ends with status 130."""
+    Ctrl-C ends with status 130; a reader of the output that went away (``| head``) ends the
+    command quietly with status 141, as SIGPIPE ends other Unix filters."""
     args, unknown = build_parser().parse_known_args(argv)
     usage_error: Callable[[str], NoReturn] = args.usage_error
     if unknown:
@@ -754,6 +759,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         usage_error(str(err))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: into the void, not into the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as err:
         log.debug("%s failed", args.command, exc_info=True)
         print(f"ferrokafka: error: {_one_line(err)}", file=sys.stderr)

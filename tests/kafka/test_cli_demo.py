@@ -1,14 +1,20 @@
-"""`ferrokafka demo` and `ferrokafka topics` against the real broker."""
+"""`ferrokafka demo` and `ferrokafka topics` against the real broker, and how `dashboard` and
+`status` end: Ctrl-C, and a reader of the output that goes away."""
 
 from __future__ import annotations
 
 import re
+import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
+import uuid
 
 import pytest
 
-from tests.conftest import Broker
+from tests.conftest import Broker, TopicFactory, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -70,3 +76,62 @@ def test_topics_create_names_the_setting_the_broker_refuses(kafka_bootstrap: str
         "ferrokafka topics create: error: argument --config: the broker refused a topic setting "
         "(an unknown key or a bad value) among: unknown.key"
     )
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except (urllib.error.URLError, ConnectionError):
+        return False
+
+
+def test_the_dashboard_ends_with_status_0_on_ctrl_c(kafka_bootstrap: str) -> None:
+    # As on SIGTERM (the README): uvicorn stops, then raises the SIGINT again.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    missing = f"test-dash-none-{uuid.uuid4().hex[:8]}"
+    command = [
+        *(sys.executable, "-m", "ferrokafka", "dashboard", "--bootstrap-servers", kafka_bootstrap),
+        *("--reports-topic", missing, "--errors-topic", missing, "--states-topic", missing),
+        *("--port", str(port)),
+    ]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as server:
+        try:
+            wait_until(
+                lambda: server.poll() is None and answers(f"http://127.0.0.1:{port}/api/status"),
+                60.0,
+                "the dashboard to serve",
+            )
+            server.send_signal(signal.SIGINT)
+            assert server.wait(timeout=30) == 0
+            assert server.stderr is not None
+            shown = server.stderr.read()
+            assert "Traceback" not in shown, shown
+            assert "ferrokafka: error" not in shown, shown
+        finally:
+            server.kill()
+
+
+def test_status_watched_through_a_reader_that_goes_away_ends_quietly(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    # `ferrokafka status --watch 0.5 | head -c 10`: the pipe closes under the next refresh.
+    reports = topic_factory(partitions=1)
+    command = [
+        *(sys.executable, "-m", "ferrokafka", "status", "--bootstrap-servers", kafka_bootstrap),
+        *("--reports-topic", reports, "--watch", "0.5"),
+    ]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as watching:
+        assert watching.stdout is not None
+        assert watching.stderr is not None
+        assert watching.stdout.read(10)
+        watching.stdout.close()
+        assert watching.wait(timeout=30) == 128 + signal.SIGPIPE
+        shown = watching.stderr.read()
+    assert "Traceback" not in shown, shown
+    assert "BrokenPipe" not in shown, shown
+    assert "ferrokafka: error" not in shown, shown
