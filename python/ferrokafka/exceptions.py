@@ -160,7 +160,7 @@ class MarkerRefusedError(ProduceError):
     the markers topic refused its START marker for good (e.g. larger than the topic's
     ``max.message.bytes``) and the consumer has no ``dead_letter_topic``. Its queue offset is
     committed, so it is neither handed out nor redelivered: it is the caller's now. The code and
-    name are the refusal's (``MESSAGE_SIZE_TOO_LARGE``).
+    name are the refusal's (``MSG_SIZE_TOO_LARGE``).
 
     Attributes:
         message: the refused message.

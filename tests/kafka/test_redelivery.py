@@ -644,7 +644,7 @@ def test_a_start_the_markers_topic_always_refuses_blocks_nothing_behind_it(
         assert headers[ORIGINAL_OFFSET_HEADER] == b"5"
     else:
         [refused] = handed_back
-        assert refused.name == "MESSAGE_SIZE_TOO_LARGE"
+        assert refused.name == "MSG_SIZE_TOO_LARGE"
         assert (refused.message.value(), refused.message.offset()) == (big.encode(), 5)
     # Every START but the refused one is on the markers topic, counted by another client.
     starts = {

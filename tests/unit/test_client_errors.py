@@ -200,13 +200,13 @@ def test_client_refuses_use_after_fork() -> None:
 
 
 def test_a_marker_refused_error_keeps_the_message_it_hands_back_through_pickle() -> None:
-    err = MarkerRefusedError("the markers topic refused", 10, "MESSAGE_SIZE_TOO_LARGE")
+    err = MarkerRefusedError("the markers topic refused", 10, "MSG_SIZE_TOO_LARGE")
     err.message = ("queue", 0, 5)  # the raiser sets the Message handed back
     copy = pickle.loads(pickle.dumps(err))
     assert (type(copy), str(copy), copy.name, copy.message) == (
         MarkerRefusedError,
         "the markers topic refused",
-        "MESSAGE_SIZE_TOO_LARGE",
+        "MSG_SIZE_TOO_LARGE",
         ("queue", 0, 5),
     )
 

@@ -3,9 +3,13 @@
 //! It keeps librdkafka's error code and the retriable/fatal flags so the bindings can map each case
 //! to the right Python exception without parsing messages.
 
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use ferrokafka_core::CoreError;
+use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaConfRes;
 
@@ -78,26 +82,35 @@ fn hint(bootstrap: &Option<String>) -> String {
     }
 }
 
-/// librdkafka's name for an error code, in the SCREAMING_SNAKE form confluent-kafka shows.
+/// librdkafka's name for an error code (`rd_kafka_err2name`: `_TRANSPORT`, `_MSG_TIMED_OUT`,
+/// `TOPIC_ALREADY_EXISTS`), which confluent-kafka's `KafkaError.name()` shows too; rdkafka's
+/// enum names differ for many (`BrokerTransportFailure`, `MessageTimedOut`).
 pub fn code_name(code: RDKafkaErrorCode) -> String {
-    let camel: Vec<char> = format!("{code:?}").chars().collect();
-    let mut name = String::with_capacity(camel.len() + 8);
-    for (i, &ch) in camel.iter().enumerate() {
-        // A word starts at an upper-case letter after a lower-case one, or at the last capital
-        // of an acronym followed by lower case: "SSL", "PartitionEOF", "UnsupportedSASLMechanism".
-        let starts_word = i > 0
-            && ch.is_ascii_uppercase()
-            && (camel[i - 1].is_ascii_lowercase()
-                || camel.get(i + 1).is_some_and(char::is_ascii_lowercase));
-        if starts_word {
-            name.push('_');
+    static NAMES: OnceLock<HashMap<i32, &'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let mut descs: *const rdsys::rd_kafka_err_desc = std::ptr::null();
+        let mut count = 0usize;
+        // SAFETY: librdkafka hands out its static table of `count` descriptions; names are
+        // static C strings, null in the table's gaps.
+        unsafe {
+            rdsys::rd_kafka_get_err_descs(&raw mut descs, &raw mut count);
+            if descs.is_null() {
+                return HashMap::new();
+            }
+            std::slice::from_raw_parts(descs, count)
+                .iter()
+                .filter(|desc| !desc.name.is_null())
+                .filter_map(|desc| {
+                    let name = CStr::from_ptr(desc.name).to_str().ok()?;
+                    Some((desc.code as i32, name))
+                })
+                .collect()
         }
-        name.push(ch.to_ascii_uppercase());
+    });
+    match names.get(&(code as i32)) {
+        Some(name) => (*name).to_owned(),
+        None => format!("ERR_{}", code as i32),
     }
-    if (code as i32) < 0 {
-        name.insert(0, '_');
-    }
-    name
 }
 
 /// Whether an error code describes a condition that may clear by itself.
@@ -274,8 +287,20 @@ mod tests {
     }
 
     #[test]
-    fn code_names_keep_acronyms_whole() {
+    fn code_names_are_librdkafkas() {
         assert_eq!(code_name(RDKafkaErrorCode::SSL), "_SSL");
+        assert_eq!(
+            code_name(RDKafkaErrorCode::BrokerTransportFailure),
+            "_TRANSPORT"
+        );
+        assert_eq!(
+            code_name(RDKafkaErrorCode::MessageTimedOut),
+            "_MSG_TIMED_OUT"
+        );
+        assert_eq!(
+            code_name(RDKafkaErrorCode::OperationTimedOut),
+            TIMED_OUT_NAME
+        );
         assert_eq!(code_name(RDKafkaErrorCode::PartitionEOF), "_PARTITION_EOF");
         assert_eq!(
             code_name(RDKafkaErrorCode::UnsupportedSASLMechanism),
