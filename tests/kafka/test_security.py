@@ -369,6 +369,18 @@ def test_a_wrong_password_is_raised_at_once_by_every_client_call(
     assert "Authentication failed" in str(undelivered[0].error())
 
 
+def test_tls_aimed_at_a_plaintext_listener_is_raised_at_once(kafka_bootstrap: str) -> None:
+    # librdkafka diagnoses it in its first handshake failure, then retries it for ever as a
+    # transport error, which a broker being away would be too.
+    config = {"bootstrap.servers": kafka_bootstrap, "security.protocol": "SSL"}
+    for call in (
+        lambda: Client(config).list_topics(timeout=LONG),
+        lambda: Client(config).produce("never", b"v", timeout=LONG),
+    ):
+        refused = _refused_at_once(call, "connecting to a PLAINTEXT broker listener")
+        assert refused.name == "_TRANSPORT"
+
+
 def test_an_untrusted_ca_is_raised_at_once_by_produce(secure_broker: SecureBroker) -> None:
     config = {**secure_broker.ssl_config(), "ssl.ca.location": secure_broker.untrusted_ca}
     refused = _refused_at_once(

@@ -1,6 +1,7 @@
 //! Why a client cannot connect, known as soon as librdkafka says so.
 //!
-//! librdkafka reports a refused TLS handshake (untrusted CA, wrong host name), a refused SASL
+//! librdkafka reports a refused TLS handshake (untrusted CA, wrong host name, a plaintext
+//! listener), a refused SASL
 //! authentication (wrong password) or an OAUTHBEARER token it could not get (token endpoint
 //! unreachable, malformed `sasl.oauthbearer.config`) as an error event, then keeps retrying: the
 //! operation waiting on that client would only time out. Every client context hands its error
@@ -45,15 +46,20 @@ impl ConnectionFailure {
     }
 }
 
-/// Whether `code` says the client cannot connect with its configuration, which waiting will not
-/// change.
-fn is_connection_failure(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
+/// librdkafka's diagnosis of a TLS client at a plaintext listener, in its first failed handshake.
+const PLAINTEXT_LISTENER: &str = "connecting to a PLAINTEXT broker listener?";
+
+/// Whether an error event (`code`, `reason`) says the client cannot connect with its
+/// configuration, which waiting will not change. A TLS client at a plaintext listener comes as a
+/// transport error, as a broker that is away does, so only librdkafka's own diagnosis tells it.
+fn is_connection_failure(code: RDKafkaErrorCode, reason: &str) -> bool {
+    match code {
         RDKafkaErrorCode::SSL
-            | RDKafkaErrorCode::Authentication
-            | RDKafkaErrorCode::SaslAuthenticationFailed
-    )
+        | RDKafkaErrorCode::Authentication
+        | RDKafkaErrorCode::SaslAuthenticationFailed => true,
+        RDKafkaErrorCode::BrokerTransportFailure => reason.contains(PLAINTEXT_LISTENER),
+        _ => false,
+    }
 }
 
 #[derive(Debug, Default)]
@@ -109,7 +115,7 @@ impl ConnectionWatch {
 
     /// Takes note of an error event's code and description; only connection failures are kept.
     pub(crate) fn record(&self, code: RDKafkaErrorCode, reason: &str) {
-        if !is_connection_failure(code) {
+        if !is_connection_failure(code, reason) {
             return;
         }
         let reason = self.redact(reason);
