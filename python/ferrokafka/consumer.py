@@ -379,6 +379,7 @@ class AsyncConsumer:
         self._waiting: dict[int, list[asyncio.Future[Batch | None]]] = {}
         self._ready_fd: int | None = None
         self._stopping: asyncio.Event | None = None
+        self._stop_task: asyncio.Task[None] | None = None
         self._stopped = False
         self._engine_stopped = False
 
@@ -432,12 +433,26 @@ class AsyncConsumer:
 
     async def stop(self) -> None:
         """Stop consuming, draining running handlers for up to ``drain`` seconds (then cancelling
-        them), committing finished batches and leaving the group. A no-op when not running."""
-        raw, executor = self._core.raw, self._executor
-        if raw is None or executor is None or self._stopped or self._stopping is None:
+        them), committing finished batches and leaving the group. A no-op when not running.
+
+        Awaited in the consumer's own handler or notification callback (a poison message), it
+        begins the stop and returns at once, as :meth:`Consumer.stop` does there: waiting would
+        wait for that very handler. Its batch, once it returns, is committed with the others;
+        a later ``stop()`` (the ``async with`` exit) waits for the end."""
+        if self._stop_task is None:
+            raw, executor = self._core.raw, self._executor
+            if raw is None or executor is None or self._stopped or self._stopping is None:
+                return
+            self._stopped = True
+            self._stopping.set()
+            self._stop_task = asyncio.create_task(self._stop(raw, executor))
+        own = asyncio.current_task()
+        if own is self._dispatcher or own in self._workers:
             return
-        self._stopped = True
-        self._stopping.set()
+        # A caller cancelled meanwhile does not cut the stop short (a half-stopped consumer).
+        await asyncio.shield(self._stop_task)
+
+    async def _stop(self, raw: _RawConsumer, executor: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(executor, self._core.stopping)
         # The loop stays free meanwhile, so running handlers can finish and acknowledge.

@@ -486,6 +486,46 @@ def test_stop_drains_the_running_batch_commits_it_and_drops_the_queue(
     assert again.records[0] == (0, 10)
 
 
+def test_stop_called_in_the_handler_returns_at_once_and_commits_its_batch(
+    base_config: dict[str, Any], topic: str, produce: Produce, kind: str
+) -> None:
+    # A poison message: the handler stops its own consumer. Waiting there for the drain would
+    # wait for that very handler (an AsyncConsumer's stop() awaited itself: RecursionError).
+    produce(topic, [{"value": v} for v in (b"v0", b"v1", b"poison")])
+    seen: list[bytes | None] = []
+    took: list[float] = []
+    options = ConsumerOptions(max_batch_size=1, drain=5.0)
+    subscriptions = [TopicPartition(topic, 0)]
+    if kind == "thread":
+
+        def handle(batch: Batch) -> None:
+            seen.extend(batch.values())
+            if b"poison" in batch.values():
+                started = time.monotonic()
+                consumer.stop()
+                took.append(time.monotonic() - started)
+
+        consumer = Consumer(base_config, subscriptions, handle, options)
+        consumer.run()
+        stats = consumer.stats()
+    else:
+
+        async def handle_async(batch: Batch) -> None:
+            seen.extend(batch.values())
+            if b"poison" in batch.values():
+                started = time.monotonic()
+                await aconsumer.stop()
+                took.append(time.monotonic() - started)
+
+        aconsumer = AsyncConsumer(base_config, subscriptions, handle_async, options)
+        asyncio.run(asyncio.wait_for(aconsumer.run(), WAIT))
+        stats = aconsumer.stats()
+    assert seen == [b"v0", b"v1", b"poison"]
+    assert took[0] < 2.0, f"stop() in the handler took {took[0]:.1f} s"  # the drain is 5 s
+    assert (stats["handled"], stats["abandoned"]) == (3, 0)
+    assert committed(base_config, topic, 1) == {0: 3}
+
+
 def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
     base_config: dict[str, Any], topic: str, produce: Produce
 ) -> None:
