@@ -273,6 +273,51 @@ mod tests {
     }
 
     #[test]
+    fn a_transport_error_is_kept_only_with_librdkafkas_plaintext_listener_diagnosis() {
+        let watch = watch_with_secrets();
+        watch.record(
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "b:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused",
+        );
+        assert_eq!(watch.failure(), None);
+        watch.record(
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "ssl://b:9092/bootstrap: SSL handshake failed: Disconnected: SSL connection closed \
+             by peer: connecting to a PLAINTEXT broker listener? (after 12ms in state \
+             SSL_HANDSHAKE)",
+        );
+        let failure = watch.failure().unwrap();
+        assert_eq!(failure.code, RDKafkaErrorCode::BrokerTransportFailure);
+    }
+
+    #[test]
+    fn init_transactions_without_an_answer_is_a_timeout() {
+        use rdkafka::ClientConfig;
+        use rdkafka::producer::BaseProducer;
+
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("transactional.id", "init-timeout")
+            .set("log_level", "0")
+            .create()
+            .unwrap();
+        let watch = watch_with_secrets();
+        let err = init_transactions(
+            &producer,
+            &watch,
+            Duration::from_millis(300),
+            Some("127.0.0.1:1"),
+        )
+        .unwrap_err();
+        assert!(matches!(err, KafkaIoError::Timeout { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("no answer from bootstrap.servers=127.0.0.1:1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn recorded_reasons_show_no_secret() {
         let watch = watch_with_secrets();
         watch.record(RDKafkaErrorCode::Authentication, "password hunter2 refused");

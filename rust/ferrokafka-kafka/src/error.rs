@@ -236,6 +236,15 @@ impl KafkaIoError {
                 }
             }
             KafkaError::ClientCreation(message) => KafkaIoError::Config(message),
+            // A transaction call that timed out (init_transactions with the broker away): a
+            // timeout as any other, not a broker's answer.
+            KafkaError::Transaction(rd) if !rd.is_fatal() && is_timeout(rd.code()) => {
+                KafkaIoError::Timeout {
+                    operation: operation.to_owned(),
+                    timeout,
+                    bootstrap: bootstrap.map(str::to_owned),
+                }
+            }
             KafkaError::Transaction(rd) => {
                 let code = rd.code();
                 KafkaIoError::Broker {
