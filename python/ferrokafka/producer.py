@@ -311,7 +311,9 @@ class AsyncProducer:
         and their callbacks ran. Raises :class:`~ferrokafka.KafkaTimeoutError` (a
         ``TimeoutError``) if that takes longer than ``timeout`` seconds, and
         :class:`~ferrokafka.KafkaError` naming the cause as soon as the brokers refuse the
-        connection (TLS handshake or SASL authentication failed)."""
+        connection (TLS handshake or SASL authentication failed). Called in a callback (which
+        runs on the event thread), it waits for the acknowledgements only: the event thread
+        runs the other callbacks once this one returns."""
         self._raw.flush(timeout)
         self._events.drain_now()
 
@@ -322,7 +324,9 @@ class AsyncProducer:
         :meth:`take_failed`, each with ``error()`` set (to the cause when the brokers refused
         the connection, which also ends the wait at once); they also fail their callbacks and
         futures. Later calls to ``produce`` raise
-        :class:`~ferrokafka.ClosedError`. Calling it again returns ``[]``.
+        :class:`~ferrokafka.ClosedError`. Calling it again returns ``[]``, and so does a call in
+        a callback while another thread shuts the producer down (that one, waiting for the
+        callbacks to end, hands the messages back).
         """
         handed_back = self._shut_down(timeout)
         if handed_back:
@@ -331,7 +335,11 @@ class AsyncProducer:
 
     def _shut_down(self, timeout: float) -> list[Message]:
         # One shutdown at a time: the exit hook waits for a collection finishing on a thread.
-        with self._shutdown_lock:
+        # A callback's shutdown (on the event thread) cannot wait for another thread's, which
+        # waits for the event thread to end.
+        if not self._shutdown_lock.acquire(blocking=not self._events.on_event_thread()):
+            return []
+        try:
             if self._closed:
                 return []
             undelivered = self._raw.shutdown(timeout)
@@ -341,6 +349,8 @@ class AsyncProducer:
                 self._raw.settle(ticket, message)
             _exit.unregister(self)
             return self.take_failed() + [message for _, message in undelivered]
+        finally:
+            self._shutdown_lock.release()
 
     # -- the end of a producer nobody shut down ---------------------------------------------
 
@@ -458,12 +468,17 @@ class _ProducerEvents:
         )
         self._thread.start()
 
+    def on_event_thread(self) -> bool:
+        """Whether the caller is the event thread: a callback or subscriber running there."""
+        return threading.current_thread() is self._thread
+
     def close(self) -> None:
-        """Ends the thread (the engine has shut down), then publishes what is left."""
+        """Ends the thread (the engine has shut down), then publishes what is left: here, or
+        by the event thread itself when a callback on it closes (it is mid-dispatch)."""
         self._closed.set()
-        if threading.current_thread() is not self._thread:
+        if not self.on_event_thread():
             self._thread.join()
-        self.drain_now()
+            self.drain_now()
 
     def take_failed(self) -> list[Message]:
         """Messages that finally failed since the last call, each with ``error()`` set."""
@@ -478,10 +493,15 @@ class _ProducerEvents:
             with self._dispatch_lock:
                 if self._dispatch(self._raw.poll_events(_POLL_SECONDS)):
                     return
+        # Closed by a callback of the last dispatch (a shutdown there): what came since.
+        self.drain_now()
 
     def drain_now(self) -> None:
         """Publishes every event already waiting, on the calling thread: the event thread's
-        wait is ended and it lets this thread in next."""
+        wait is ended and it lets this thread in next. On the event thread in a callback it
+        does nothing: that thread is publishing, and goes on once the callback returns."""
+        if self.on_event_thread() and self._dispatch_lock.locked():
+            return
         with self._drainers_changed:
             self._drainers += 1
         try:

@@ -229,6 +229,41 @@ def test_callbacks_and_futures_get_delivery_results(
     assert [(e, m.value(), m.offset()) for e, m in seen] == [(None, b"a", 0)]
 
 
+@pytest.mark.parametrize("where", ["on_delivery", "subscriber"])
+def test_flush_and_shutdown_called_in_a_callback_return_and_the_rest_is_delivered(
+    config: dict[str, Any], kafka_client: Client, topic: str, where: str
+) -> None:
+    # Callbacks and subscribers run on the producer's event thread, while it publishes: a
+    # flush() or shutdown() there waited for that very thread, for ever (and so did the exit).
+    producer = AsyncProducer(config)
+    called: dict[str, Any] = {}
+    done = threading.Event()
+    second: list[Exception | None] = []
+
+    def stop_from_here() -> None:
+        if done.is_set():
+            return
+        producer.flush(10)
+        called["flush"] = "returned"
+        called["shutdown"] = producer.shutdown(10)
+        done.set()
+
+    if where == "subscriber":
+        producer.subscribe(lambda name, _: stop_from_here() if name == "deliver_messages" else None)
+        producer.produce(b"first", topic)
+    else:
+        producer.produce(b"first", topic, on_delivery=lambda e, m: stop_from_here())
+    producer.produce(b"second", topic, on_delivery=lambda e, m: second.append(e))
+    producer.deliver_messages()
+    assert done.wait(30), "flush() and shutdown() in the callback did not return"
+    assert called == {"flush": "returned", "shutdown": []}
+    wait_until(lambda: second == [None], 10, "the second record's callback")
+    assert producer.shutdown(5) == []
+    with pytest.raises(ClosedError):
+        producer.produce(b"late", topic)
+    assert values(kafka_client, topic) == [b"first", b"second"]
+
+
 def test_each_callback_runs_once_in_partition_order_and_a_raising_one_stops_nothing(
     config: dict[str, Any], topic_factory: TopicFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
