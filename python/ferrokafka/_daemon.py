@@ -5,6 +5,7 @@ waited for, then the reporter and the exit hook let the daemon go."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Protocol
 
 from ferrokafka import _exit
@@ -20,7 +21,9 @@ class Daemon(TrackedSource, _exit.ClosesAtExit, Protocol):
 
 
 def stop(daemon: Daemon, engine: _Engine, reporter: Reporter | None, timeout: float) -> bool:
-    """Stops ``daemon``'s ``engine`` within ``timeout`` seconds; True once it stopped."""
+    """Stops ``daemon``'s ``engine`` within ``timeout`` seconds, its reporter's final report
+    included; True once it stopped."""
+    deadline = time.monotonic() + timeout
     if reporter is not None:
         reporter.stopping(daemon)
     engine.request_stop()
@@ -29,6 +32,8 @@ def stop(daemon: Daemon, engine: _Engine, reporter: Reporter | None, timeout: fl
     except KafkaError:
         stopped = True  # it ended on its own; run() raises why, and the log says it
     if reporter is not None:
-        reporter.untrack(daemon)
+        # Its own exit_timeout, within what the stop left of its timeout.
+        left = max(deadline - time.monotonic(), 0.0)
+        reporter.untrack(daemon, timeout=min(reporter.exit_timeout, left))
     _exit.unregister(daemon)
     return stopped

@@ -353,14 +353,15 @@ class Reporter:
             self._sampled_for["stopping"] = sampled
         self.set_status("stopping")
 
-    def untrack(self, source: TrackedSource) -> None:
-        """Stop including ``source``; after the last one, :meth:`close` the reporter."""
+    def untrack(self, source: TrackedSource, timeout: float | None = None) -> None:
+        """Stop including ``source``; after the last one, :meth:`close` the reporter within
+        ``timeout`` seconds [``exit_timeout``]."""
         with self._state:
             last = self._sources == [source]
             if not last and source in self._sources:
                 self._sources.remove(source)
         if last:
-            self.close()
+            self.close(timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Send the final ``stopped`` report (with the last state of the tracked components) and

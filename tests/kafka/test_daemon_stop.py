@@ -21,6 +21,7 @@ import pytest
 from ferrokafka import Client, NewTopic
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.tracking import Reporter
 from tests.conftest import Broker, outage, read_all, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -121,6 +122,23 @@ def test_a_reporting_daemon_stops_within_its_bound_when_the_broker_is_unreachabl
     assert "Traceback" not in daemon.stderr, daemon.stderr
     warnings = [line for line in daemon.lines if " WARNING " in line and "not sent" in line]
     assert any("final report" in line and "reports-x" in line for line in warnings), daemon.stderr
+
+
+@pytest.mark.parametrize("kind", ["scheduler", "tracker"])
+def test_stop_with_a_reporter_keeps_its_timeout_when_the_broker_is_unreachable(kind: str) -> None:
+    # The reporter's final report is part of the stop: it gets what the stop left of its
+    # timeout, not its own exit_timeout (5 s) on top.
+    config = {"bootstrap.servers": UNREACHABLE}
+    reporter = Reporter(config, interval=1.0, reports_topic="reports-x", exit_timeout=5.0)
+    daemon: Scheduler | RedeliveryTracker
+    if kind == "scheduler":
+        daemon = Scheduler(config, ["schedules"], reporter=reporter)
+    else:
+        daemon = RedeliveryTracker(config, "jobs", "jobs-markers", reporter=reporter).start()
+    started = time.monotonic()
+    daemon.stop(timeout=2.0)
+    took = time.monotonic() - started
+    assert took < 3.0, f"stop(timeout=2.0) took {took:.1f} s"
 
 
 def test_a_transactional_scheduler_starting_with_the_broker_unreachable_stops_at_once(
