@@ -60,7 +60,7 @@ def served_page(page: Page, document: dict[str, Any]) -> None:
 def hostile_document() -> dict[str, Any]:
     """What an unchecking server served: errors dated in milliseconds and at 1e13 (newest
     first, so they come first), a process dated an hour ahead, and markup in the strings."""
-    view = StatusView(reports_topic="reports", errors_topic="errors")
+    view = StatusView(reports_topic="reports", errors_topic="errors", clock=lambda: NOW)
     report = process_report('<img src=x onerror="window.pwned=1">:1:a', dispatched_at=NOW)
     view.add_record("reports", 0, 0, codecs.encode_process_report(report))
     error = error_report("e-ok", occurred_at=NOW - 1, process_id="h:1:a", message="<b>bold</b>")

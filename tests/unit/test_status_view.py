@@ -12,6 +12,7 @@ from ferrokafka import codecs
 from ferrokafka._native import view_state_report
 from ferrokafka.cli import build_parser
 from ferrokafka.status import StatusView, render_prometheus, render_text
+from ferrokafka.status.hostile import MAX_CLOCK_AHEAD
 from tests.tracking_samples import (
     error_report,
     karafka_fixture,
@@ -26,7 +27,9 @@ NOW = 1_800_000_000.0
 
 @pytest.fixture
 def view() -> StatusView:
-    return StatusView(reports_topic=REPORTS, errors_topic=ERRORS, ttl=30.0, max_errors=3)
+    return StatusView(
+        reports_topic=REPORTS, errors_topic=ERRORS, ttl=30.0, max_errors=3, clock=lambda: NOW
+    )
 
 
 def add_report(view: StatusView, offset: int, **kwargs: object) -> bool:
@@ -122,7 +125,7 @@ def test_karafka_reports_of_every_schema_read_are_shown(view: StatusView) -> Non
 
 
 def test_forgotten_processes_leave_the_snapshot() -> None:
-    view = StatusView(reports_topic=REPORTS, forget_after=600.0)
+    view = StatusView(reports_topic=REPORTS, forget_after=600.0, clock=lambda: NOW)
     view.add_record(
         REPORTS, 0, 0, codecs.encode_process_report(process_report("h:1:a", dispatched_at=NOW))
     )
@@ -201,7 +204,7 @@ def test_records_at_an_offset_already_read_are_ignored(view: StatusView) -> None
 
 
 def test_lag_history_is_bounded() -> None:
-    view = StatusView(reports_topic=REPORTS, history_points=4)
+    view = StatusView(reports_topic=REPORTS, history_points=4, clock=lambda: NOW)
     for offset in range(10):
         report = process_report("h:1:a", dispatched_at=NOW + offset, lags={0: offset})
         view.add_record(REPORTS, 0, offset, codecs.encode_process_report(report))
@@ -291,13 +294,54 @@ def test_out_of_range_times_are_skipped_and_counted_never_fatal(view: StatusView
     )
 
 
-def test_a_report_dated_far_ahead_is_stale_and_says_so(view: StatusView) -> None:
+def test_a_report_dated_ahead_by_more_than_the_ttl_is_stale_and_says_so(view: StatusView) -> None:
     add_report(view, 0, process_id="h:1:skew", dispatched_at=NOW + 10)
-    add_report(view, 1, process_id="h:2:ahead", dispatched_at=NOW + 3600)
+    add_report(view, 1, process_id="h:2:ahead", dispatched_at=NOW + 200)  # within the 5 minutes
     processes = {p.id: p for p in view.snapshot(now=NOW).processes}
     assert (processes["h:1:skew"].health, processes["h:1:skew"].age) == ("alive", 0.0)
-    assert (processes["h:2:ahead"].health, processes["h:2:ahead"].age) == ("stale", -3600.0)
-    assert "in 3600 s (clock ahead)" in render_text(view.snapshot(now=NOW))
+    assert (processes["h:2:ahead"].health, processes["h:2:ahead"].age) == ("stale", -200.0)
+    assert "in 200 s (clock ahead)" in render_text(view.snapshot(now=NOW))
+
+
+YEAR_9999 = 253_402_300_000.0
+
+
+def test_records_dated_too_far_ahead_are_skipped_and_never_displace_genuine_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A flood dated year 9999 (inside 1970 to 9999) filled the room for processes and errors
+    for good, and one such report under a genuine id froze that process."""
+    view = StatusView(
+        reports_topic=REPORTS, errors_topic=ERRORS, max_processes=5, max_errors=5, clock=lambda: NOW
+    )
+    offset = 0
+    for n, at in enumerate([YEAR_9999] * 5 + [NOW + MAX_CLOCK_AHEAD + 1]):
+        assert not add_report(view, offset, process_id=f"h:{n}:ghost", dispatched_at=at)
+        report = error_report(f"ghost-{n}", occurred_at=at, process_id=f"h:{n}:ghost")
+        assert not view.add_record(ERRORS, 0, offset, packed(report))
+        offset += 1
+    assert not add_report(view, offset, process_id="h:1:real", dispatched_at=YEAR_9999)
+    assert not view.add_record(
+        STATES, 0, 0, packed(state_report(dispatched_at=YEAR_9999, state="loading"))
+    )
+    for n in range(3):  # the genuine process keeps reporting; its latest lag wins
+        offset += 1
+        lags = {0: n}
+        assert add_report(view, offset, process_id="h:1:real", dispatched_at=NOW - 3 + n, lags=lags)
+    report = error_report("real", occurred_at=NOW - 1, process_id="h:1:real")
+    assert view.add_record(ERRORS, 0, offset, packed(report))
+    assert view.add_record(STATES, 0, 1, packed(state_report(dispatched_at=NOW - 1)))
+    snapshot = view.snapshot(now=NOW)
+    assert [(p.id, p.health, p.lag) for p in snapshot.processes] == [("h:1:real", "alive", 2)]
+    assert [e.id for e in snapshot.errors] == ["real"]
+    assert [s.state for s in snapshot.schedulers] == ["loaded"]
+    assert snapshot.skipped == {ERRORS: 6, REPORTS: 7, STATES: 1}
+    assert snapshot.omitted == {}
+    assert render_text(snapshot).startswith("Processes: 1 alive, 0 stale, 0 stopped")
+    assert (
+        f"skipped {REPORTS}[0]@0: dispatched_at {YEAR_9999!r} is {YEAR_9999 - NOW:.0f} s ahead of "
+        "this reader's clock (more than 300 s of clock skew)" in caplog.text
+    )
 
 
 def test_status_text_escapes_control_characters(
@@ -351,7 +395,7 @@ def test_what_is_kept_of_a_record_is_bounded(view: StatusView) -> None:
 
 
 def test_a_snapshot_lists_bounded_processes_partitions_and_lag_series() -> None:
-    view = StatusView(reports_topic=REPORTS, max_processes=5)
+    view = StatusView(reports_topic=REPORTS, max_processes=5, clock=lambda: NOW)
     for offset in range(7):
         report = process_report(
             f"h:{offset}:a", dispatched_at=NOW - offset, lags=dict.fromkeys(range(600), 1)

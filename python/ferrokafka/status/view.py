@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -307,10 +307,13 @@ class StatusView:
     Records are routed by topic: ``reports_topic`` holds process reports, ``errors_topic``
     error reports, and any topic ending in ``_states`` scheduler state reports. A record that
     is a tombstone, corrupt, of the wrong schema, dated outside 1970 to 9999 (a time in
-    milliseconds), or from another topic is skipped: counted per topic, logged, never raised.
-    The newest report per process (by ``dispatched_at``) wins, whatever order the records come
-    in. What is kept of a record is bounded (:mod:`ferrokafka.status.hostile`), and so is a
-    snapshot: at most ``max_processes`` processes, 2,000 partitions and 50 lag series.
+    milliseconds) or more than :data:`~ferrokafka.status.hostile.MAX_CLOCK_AHEAD` seconds (5
+    minutes) ahead of ``clock``, or from another topic is skipped: counted per topic, logged,
+    never raised. The newest report per process (by ``dispatched_at``) wins, whatever order the
+    records come in; skipping what is dated too far ahead keeps a broken or hostile clock from
+    winning that rule (and the room for processes and errors) until year 9999. What is kept of
+    a record is bounded (:mod:`ferrokafka.status.hostile`), and so is a snapshot: at most
+    ``max_processes`` processes, 2,000 partitions and 50 lag series.
 
     Args:
         reports_topic, errors_topic: the topic names the reporters use.
@@ -322,6 +325,8 @@ class StatusView:
             is left out of snapshots; ``None`` keeps every process [3600].
         max_processes: processes kept; past that, the one with the oldest report is dropped
             [500].
+        clock: the reader's clock, in Unix seconds, that records are checked against when
+            they are added [``time.time``].
 
     Example:
         >>> from ferrokafka.status import StatusView
@@ -343,6 +348,7 @@ class StatusView:
         history_window: float = 900.0,
         forget_after: float | None = 3600.0,
         max_processes: int = 500,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not reports_topic or not errors_topic:
             raise ValueError("reports_topic and errors_topic must be non-empty topic names")
@@ -358,6 +364,7 @@ class StatusView:
             else checked_seconds("forget_after", forget_after, positive=True)
         )
         self.max_processes = positive_count("max_processes", max_processes)
+        self._clock = clock
         self._lock = threading.Lock()
         self._processes: dict[str, _ProcessEntry] = {}
         self._dropped_processes = 0
@@ -405,14 +412,16 @@ class StatusView:
             self._read[topic] = self._read.get(topic, 0) + 1
             if value is None:
                 return self._skip(topic, partition, offset, "tombstone (no value)")
+            now = self._clock()
             try:
                 if topic == self.reports_topic:
-                    self._add_process_report(view_consumer_report(value, MAX_INFLATED))
+                    self._add_process_report(view_consumer_report(value, MAX_INFLATED), now)
                 elif topic == self.errors_topic:
-                    self._add_error_report(view_error_report(value, MAX_INFLATED))
+                    self._add_error_report(view_error_report(value, MAX_INFLATED), now)
                 elif topic.endswith(STATES_POSTFIX):
                     self._states_topics.add(topic)
-                    self._add_state_report(topic, partition, view_state_report(value, MAX_INFLATED))
+                    report = view_state_report(value, MAX_INFLATED)
+                    self._add_state_report(topic, partition, report, now)
                 else:
                     return self._skip(topic, partition, offset, "not a tracking topic")
             except (FerrokafkaError, ValueError, TypeError, KeyError) as error:
@@ -455,8 +464,8 @@ class StatusView:
         )
         return False
 
-    def _add_process_report(self, report: ConsumerReportView) -> None:
-        process = _process_of(report)
+    def _add_process_report(self, report: ConsumerReportView, now: float) -> None:
+        process = _process_of(report, now)
         current = self._processes.get(process.id)
         if current is None and not self._make_room(process.dispatched_at):
             return
@@ -489,8 +498,8 @@ class StatusView:
         self._drop_processes({oldest})
         return True
 
-    def _add_error_report(self, report: ErrorReportView) -> None:
-        occurred_at = checked_time("occurred_at", report.occurred_at)
+    def _add_error_report(self, report: ErrorReportView, now: float) -> None:
+        occurred_at = checked_time("occurred_at", report.occurred_at, now)
         process_id = bounded_text(report.process_id)
         # Error schemas before 1.2.0 carry no id: the process and time stand in for it.
         error_id = bounded_text(report.id or f"{process_id}@{occurred_at!r}")
@@ -511,8 +520,10 @@ class StatusView:
         while len(self._errors) > self.max_errors:
             self._error_ids.discard(self._errors.pop(0)[1])
 
-    def _add_state_report(self, topic: str, partition: int, report: StateReportView) -> None:
-        scheduler = _scheduler_of(topic, partition, report)
+    def _add_state_report(
+        self, topic: str, partition: int, report: StateReportView, now: float
+    ) -> None:
+        scheduler = _scheduler_of(topic, partition, report, now)
         current = self._states.get((topic, partition))
         if current is None or scheduler.dispatched_at >= current.dispatched_at:
             self._states[(topic, partition)] = scheduler
@@ -619,9 +630,9 @@ def _copied(view: type[_View], source: object, **given: Any) -> _View:
     return view(**given, **{name: getattr(source, name) for name in names})
 
 
-def _process_of(report: ConsumerReportView) -> ProcessView:
+def _process_of(report: ConsumerReportView, now: float) -> ProcessView:
     """The bounded view of a report, as of when it was sent (health and age are set by each
-    snapshot)."""
+    snapshot); ``ValueError`` when it is dated too far ahead of ``now``."""
     partitions = [
         _copied(
             PartitionLag,
@@ -641,7 +652,7 @@ def _process_of(report: ConsumerReportView) -> ProcessView:
         id=bounded_text(report.id),
         health="alive",
         status=bounded_text(report.status),
-        dispatched_at=checked_time("dispatched_at", report.dispatched_at),
+        dispatched_at=checked_time("dispatched_at", report.dispatched_at, now),
         age=0.0,
         started_at=checked_time("process.started_at", report.started_at),
         tags=[bounded_text(tag) for tag in report.tags[:MAX_TAGS]],
@@ -669,8 +680,9 @@ def _listed_partitions(processes: list[ProcessView]) -> tuple[list[ProcessView],
     return listed, omitted
 
 
-def _scheduler_of(topic: str, partition: int, report: StateReportView) -> SchedulerView:
-    """The bounded view of a state report (its age is set by each snapshot)."""
+def _scheduler_of(topic: str, partition: int, report: StateReportView, now: float) -> SchedulerView:
+    """The bounded view of a state report (its age is set by each snapshot); ``ValueError``
+    when it is dated too far ahead of ``now``."""
     daily = {bounded_text(day, 32): count for day, count in sorted(report.daily.items())[:MAX_DAYS]}
     return _copied(
         SchedulerView,
@@ -678,7 +690,7 @@ def _scheduler_of(topic: str, partition: int, report: StateReportView) -> Schedu
         topic=bounded_text(topic.removesuffix(STATES_POSTFIX)),
         partition=partition,
         state=bounded_text(report.state),
-        dispatched_at=checked_time("dispatched_at", report.dispatched_at),
+        dispatched_at=checked_time("dispatched_at", report.dispatched_at, now),
         age=0.0,
         started_at=int(checked_time("started_at", report.started_at)),
         daily=daily,
