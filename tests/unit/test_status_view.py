@@ -4,6 +4,7 @@ reports, bounded history, skipped records, and the text / JSON / Prometheus rend
 from __future__ import annotations
 
 import json
+import tracemalloc
 import zlib
 
 import pytest
@@ -13,6 +14,7 @@ from ferrokafka._native import view_state_report
 from ferrokafka.cli import build_parser
 from ferrokafka.status import StatusView, render_prometheus, render_text
 from ferrokafka.status.hostile import MAX_CLOCK_AHEAD
+from ferrokafka.status.view import MAX_LAG_SERIES
 from tests.tracking_samples import (
     error_report,
     karafka_fixture,
@@ -210,6 +212,57 @@ def test_lag_history_is_bounded() -> None:
         view.add_record(REPORTS, 0, offset, codecs.encode_process_report(report))
     (series,) = view.snapshot(now=NOW + 10).lag_history
     assert series.points == [(NOW + i, i) for i in range(6, 10)]
+
+
+def test_lag_history_keeps_the_series_of_the_newest_report_of_a_process(
+    view: StatusView,
+) -> None:
+    """One process id reporting new partitions each time grew the history without bound
+    (300 reports of 1,000 partitions: 300,000 series, 237 MiB, 1.25 s per snapshot)."""
+    tracemalloc.start()
+    try:
+        for offset in range(100):
+            lags = dict.fromkeys(range(200), offset)
+            add_report(
+                view,
+                offset,
+                process_id="h:1:a",
+                dispatched_at=NOW - 100 + offset,
+                lags=lags,
+                topic=f"t{offset}",
+            )
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 2 << 20  # 20,000 series, 9 MB, before
+    snapshot = view.snapshot(now=NOW)
+    assert [(s.topic, s.partition, s.points) for s in snapshot.lag_history] == [
+        ("t99", partition, [(NOW - 1, 99)]) for partition in range(MAX_LAG_SERIES)
+    ]
+    assert snapshot.omitted == {"lag_series": 200 - MAX_LAG_SERIES}
+
+
+def test_lag_history_over_all_processes_is_bounded_alive_processes_first(
+    view: StatusView,
+) -> None:
+    # 25 processes of 50 partitions, stale: 1,250 series, more than are kept.
+    for n in range(25):
+        lags = dict.fromkeys(range(50), 1)
+        add_report(view, n, process_id=f"h:{n:02d}:a", dispatched_at=NOW - 100, lags=lags)
+    for n in range(3):  # an alive process listed last keeps its history
+        add_report(view, 25 + n, process_id="z:1:a", dispatched_at=NOW - 3 + n, lags={0: n, 1: n})
+    # The stale processes listed last lost theirs, and the newest report picks the series.
+    add_report(view, 28, process_id="h:24:a", dispatched_at=NOW, lags={0: 7, 1: 7})
+    snapshot = view.snapshot(now=NOW)
+    assert [
+        (s.process_id, s.partition, [lag for _, lag in s.points]) for s in snapshot.lag_history
+    ] == [
+        ("h:24:a", 0, [7]),
+        ("h:24:a", 1, [7]),
+        ("z:1:a", 0, [0, 1, 2]),
+        ("z:1:a", 1, [0, 1, 2]),
+    ]
+    assert "lag_series" not in snapshot.omitted
 
 
 def test_renderings(view: StatusView) -> None:

@@ -52,7 +52,9 @@ __all__ = [
 log = logging.getLogger("ferrokafka.status")
 
 Health: TypeAlias = Literal["alive", "stale", "stopped"]
-_SeriesKey: TypeAlias = tuple[str, str, str, int]
+_SeriesKey: TypeAlias = tuple[str, str, int]
+"""A process's lag series: (group, topic, partition)."""
+_Points: TypeAlias = list[tuple[float, int]]
 
 _WARNINGS_PER_TOPIC = 10
 """Skipped records logged at WARNING per topic; the rest at DEBUG (the count keeps going)."""
@@ -65,6 +67,17 @@ MAX_PARTITION_ROWS = 2_000
 
 MAX_LAG_SERIES = 50
 """Lag series in a snapshot's history (a chart with more lines is unreadable anyway)."""
+
+MAX_PROCESS_SERIES = MAX_LAG_SERIES
+"""Lag series kept per process: those of the first partitions of its newest report. A snapshot
+lists series in (process, group, topic, partition) order and at most :data:`MAX_LAG_SERIES`, so
+a process's later series would never be shown."""
+
+MAX_HISTORY_SERIES = 1_000
+"""Lag series kept over all processes, each of at most ``history_points`` points (about 40 MiB
+at the default 360). Past it, the series of processes that are not alive go first (they are not
+charted), then those listed last. With up to 20 processes of 50 partitions or more, every
+series a snapshot could list is kept."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +312,10 @@ class _ProcessEntry:
     process: ProcessView
     """Bounded when read; health, age and totals are filled in by each snapshot."""
     totals: dict[str, int]
+    history: dict[_SeriesKey, _Points] = dataclasses.field(default_factory=dict)
+    """Lag points of the partitions of the newest report (at most MAX_PROCESS_SERIES)."""
+    series: int = 0
+    """Distinct partitions of the newest report: the series it has, kept or not."""
 
 
 class StatusView:
@@ -319,7 +336,10 @@ class StatusView:
         reports_topic, errors_topic: the topic names the reporters use.
         ttl: seconds after its last report that a process counts as stale [30].
         max_errors: the newest errors kept [100].
-        history_points: lag points kept per (process, group, topic, partition) [360].
+        history_points: lag points kept per (process, group, topic, partition) [360]. A process
+            has a series per partition of its newest report; the first
+            :data:`MAX_PROCESS_SERIES` (50) of them are kept, and at most
+            :data:`MAX_HISTORY_SERIES` (1,000) over all processes.
         history_window: seconds of lag history a snapshot shows, of alive processes only [900].
         forget_after: seconds after which a process that stopped reporting (and its lag history)
             is left out of snapshots; ``None`` keeps every process [3600].
@@ -371,7 +391,6 @@ class StatusView:
         self._errors: list[tuple[float, str, ErrorView]] = []
         self._error_ids: set[str] = set()
         self._states: dict[tuple[str, int], SchedulerView] = {}
-        self._history: dict[_SeriesKey, list[tuple[float, int]]] = {}
         self._positions: dict[tuple[str, int], int] = {}
         self._read: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
@@ -473,18 +492,39 @@ class StatusView:
         totals = {} if current is None else current.totals
         for name, count in report.totals.items():
             totals[name] = totals.get(name, 0) + count
+        lags = {
+            (p.group, p.topic, p.partition): reported.lag_hybrid
+            for p, reported in zip(process.partitions, report.partitions, strict=False)
+        }
         if current is None or process.dispatched_at >= current.process.dispatched_at:
-            self._processes[process.id] = _ProcessEntry(process, totals)
-        for p, reported in zip(process.partitions, report.partitions, strict=False):
-            key = (process.id, p.group, p.topic, p.partition)
-            series = self._history.setdefault(key, [])
-            point = (process.dispatched_at, reported.lag_hybrid)
+            # The newest report decides the series: those of partitions it no longer lists go.
+            kept = current.history if current is not None else {}
+            history = {key: kept.get(key, []) for key in sorted(lags)[:MAX_PROCESS_SERIES]}
+            current = _ProcessEntry(process, totals, history, series=len(lags))
+            self._processes[process.id] = current
+            if sum(len(entry.history) for entry in self._processes.values()) > MAX_HISTORY_SERIES:
+                self._trim_history(now)
+        for key, series in current.history.items():
+            if key not in lags:
+                continue  # an older report, read late, of a partition the newest one dropped
+            point = (process.dispatched_at, lags[key])
             at = bisect.bisect_right(series, point)
             if at > 0 and series[at - 1][0] == process.dispatched_at:
                 series[at - 1] = point  # the same report twice: keep one point
             else:
                 series.insert(at, point)
             del series[: max(0, len(series) - self.history_points)]
+
+    def _trim_history(self, now: float) -> None:
+        """Drops series past :data:`MAX_HISTORY_SERIES`: first those of processes not alive at
+        ``now``, then those listed last."""
+        ranked = sorted(
+            (self._health(entry.process, now) != "alive", process_id, key)
+            for process_id, entry in self._processes.items()
+            for key in entry.history
+        )
+        for _, process_id, key in ranked[MAX_HISTORY_SERIES:]:
+            del self._processes[process_id].history[key]
 
     def _make_room(self, dispatched_at: float) -> bool:
         """Room for one more process: drop the one with the oldest report if it is older than
@@ -533,6 +573,9 @@ class StatusView:
     def snapshot(self, now: float | None = None) -> StatusSnapshot:
         """The current view, with health and ages computed at ``now`` (default: the clock).
 
+        The lock that :meth:`add_record` takes is held only to copy what the snapshot shows;
+        the views are built after.
+
         Example:
             >>> StatusView().snapshot(now=0.0).totals.processes
             0
@@ -540,44 +583,65 @@ class StatusView:
         now = time.time() if now is None else now
         with self._lock:
             self._forget(now)
-            processes = sorted(
-                (self._process_view(entry, now) for entry in self._processes.values()),
-                key=lambda p: (p.health != "alive", p.health, p.id),
-            )
-            totals = _totals(processes)
-            processes, omitted_partitions = _listed_partitions(processes)
-            alive = {p.id for p in processes if p.alive}
-            horizon = now - self.history_window
-            history = [
-                LagSeries(process_id, group, topic, partition, shown)
-                for (process_id, group, topic, partition), points in sorted(self._history.items())
-                if process_id in alive
-                if (shown := [point for point in points if point[0] >= horizon])
-            ]
-            omitted = {
-                "processes": self._dropped_processes,
-                "partitions": omitted_partitions,
-                "lag_series": max(0, len(history) - MAX_LAG_SERIES),
-            }
-            return StatusSnapshot(
-                generated_at=now,
-                ttl=self.ttl,
-                caught_up=self._caught_up,
-                reports_topic=self.reports_topic,
-                errors_topic=self.errors_topic,
-                states_topics=sorted(self._states_topics),
-                processes=processes,
-                totals=totals,
-                errors=[error for _, _, error in reversed(self._errors)],  # newest first
-                schedulers=[
-                    dataclasses.replace(scheduler, age=max(0.0, now - scheduler.dispatched_at))
-                    for _, scheduler in sorted(self._states.items())
-                ],
-                lag_history=history[:MAX_LAG_SERIES],
-                read=dict(sorted(self._read.items())),
-                skipped=dict(sorted(self._skipped.items())),
-                omitted={name: count for name, count in omitted.items() if count},
-            )
+            reported = [(entry.process, dict(entry.totals)) for entry in self._processes.values()]
+            history, unlisted_series = self._charted(now)
+            errors = [error for _, _, error in reversed(self._errors)]  # newest first
+            schedulers = [scheduler for _, scheduler in sorted(self._states.items())]
+            states_topics = sorted(self._states_topics)
+            read = dict(sorted(self._read.items()))
+            skipped = dict(sorted(self._skipped.items()))
+            dropped_processes, caught_up = self._dropped_processes, self._caught_up
+        processes = sorted(
+            (self._process_view(process, totals, now) for process, totals in reported),
+            key=lambda p: (p.health != "alive", p.health, p.id),
+        )
+        totals = _totals(processes)
+        processes, omitted_partitions = _listed_partitions(processes)
+        omitted = {
+            "processes": dropped_processes,
+            "partitions": omitted_partitions,
+            "lag_series": unlisted_series,
+        }
+        return StatusSnapshot(
+            generated_at=now,
+            ttl=self.ttl,
+            caught_up=caught_up,
+            reports_topic=self.reports_topic,
+            errors_topic=self.errors_topic,
+            states_topics=states_topics,
+            processes=processes,
+            totals=totals,
+            errors=errors,
+            schedulers=[
+                dataclasses.replace(scheduler, age=max(0.0, now - scheduler.dispatched_at))
+                for scheduler in schedulers
+            ],
+            lag_history=history,
+            read=read,
+            skipped=skipped,
+            omitted={name: count for name, count in omitted.items() if count},
+        )
+
+    def _charted(self, now: float) -> tuple[list[LagSeries], int]:
+        """The first :data:`MAX_LAG_SERIES` series of the alive processes with points in the
+        history window (copied), and how many series of those processes are not listed."""
+        horizon = now - self.history_window
+        alive = sorted(
+            process_id
+            for process_id, entry in self._processes.items()
+            if self._health(entry.process, now) == "alive"
+        )
+        listed: list[LagSeries] = []
+        series = 0
+        for process_id in alive:
+            entry = self._processes[process_id]
+            series += entry.series
+            for (group, topic, partition), points in sorted(entry.history.items()):
+                if len(listed) == MAX_LAG_SERIES:
+                    break
+                if shown := [point for point in points if point[0] >= horizon]:
+                    listed.append(LagSeries(process_id, group, topic, partition, shown))
+        return listed, max(0, series - len(listed))
 
     def _forget(self, now: float) -> None:
         if self.forget_after is None:
@@ -590,20 +654,19 @@ class StatusView:
     def _drop_processes(self, gone: set[str]) -> None:
         for process_id in gone:
             del self._processes[process_id]
-        if gone:
-            for key in [key for key in self._history if key[0] in gone]:
-                del self._history[key]
 
-    def _process_view(self, entry: _ProcessEntry, now: float) -> ProcessView:
-        process = entry.process
-        age = now - process.dispatched_at
-        health: Health
+    def _health(self, process: ProcessView, now: float) -> Health:
         if process.status == "stopped":
-            health = "stopped"
-        elif -self.ttl <= age <= self.ttl:
-            health = "alive"
-        else:
-            health = "stale"  # silent too long, or dated further ahead than a clock skew
+            return "stopped"
+        if -self.ttl <= now - process.dispatched_at <= self.ttl:
+            return "alive"
+        return "stale"  # silent too long, or dated further ahead than a clock skew
+
+    def _process_view(
+        self, process: ProcessView, totals: dict[str, int], now: float
+    ) -> ProcessView:
+        age = now - process.dispatched_at
+        health = self._health(process, now)
         partitions = process.partitions
         if health == "stopped":
             partitions = [
@@ -614,7 +677,7 @@ class StatusView:
             process,
             health=health,
             age=age if age < -self.ttl else max(0.0, age),
-            totals=dict(entry.totals),
+            totals=totals,
             partitions=partitions,
         )
 
