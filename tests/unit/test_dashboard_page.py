@@ -3,17 +3,20 @@ script in headless Debian Chromium (Playwright) over hostile documents."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
+from starlette.types import ASGIApp, Message
 
 from ferrokafka import codecs
 from ferrokafka.dashboard import STATIC_DIR, create_app
-from ferrokafka.status import StatusReader, StatusView
+from ferrokafka.status import StatusReader, StatusSnapshot, StatusView
 from tests.tracking_samples import error_report, process_report, state_report
 
 CHROMIUM = "/usr/bin/chromium"
@@ -38,6 +41,70 @@ def test_app_routes() -> None:
     app = create_app(StatusReader({"bootstrap.servers": "127.0.0.1:9"}))
     paths = {getattr(route, "path", None) for route in app.routes}
     assert {"/", "/api/status", "/metrics", "/static"} <= paths
+
+
+async def get(app: ASGIApp, path: str) -> int:
+    """The status of a GET of ``path`` from the ASGI ``app``."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [],
+        "server": ("dashboard.test", 80),
+        "client": ("127.0.0.1", 1),
+    }
+    sent: list[Message] = []
+    requested, answered = False, asyncio.Event()
+
+    async def receive() -> Message:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await answered.wait()  # the client goes away once it has the whole answer
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            answered.set()
+
+    await app(scope, receive, send)
+    status: int = sent[0]["status"]
+    return status
+
+
+@pytest.mark.parametrize("path", ["/api/status", "/metrics"])
+def test_a_slow_snapshot_leaves_the_server_serving(path: str) -> None:
+    """The snapshot was built on the event loop: while it waited for the view's lock, or
+    went through many processes, every request to the dashboard waited."""
+    reader = StatusReader({"bootstrap.servers": "127.0.0.1:9"})
+    page_served = threading.Event()
+    order: list[str] = []
+
+    def slow_snapshot(now: float | None = None) -> StatusSnapshot:
+        page_served.wait(timeout=5.0)
+        order.append("snapshot")
+        return StatusView().snapshot(now)
+
+    reader.snapshot = slow_snapshot  # type: ignore[method-assign]
+    app = create_app(reader)
+
+    async def meanwhile() -> list[int]:
+        slow = asyncio.create_task(get(app, path))
+        served = await get(app, "/")
+        order.append("page")
+        page_served.set()
+        return [served, await slow]
+
+    assert asyncio.run(meanwhile()) == [200, 200]
+    assert order == ["page", "snapshot"]
 
 
 def served_page(page: Page, document: dict[str, Any]) -> None:
