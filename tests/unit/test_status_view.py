@@ -298,6 +298,37 @@ def test_renderings(view: StatusView) -> None:
     assert 'ferrokafka_status_skipped_records_total{topic="reports"} 1' in metrics
 
 
+def test_prometheus_lists_each_series_once(view: StatusView) -> None:
+    """One report listing a partition in two subscription groups, and two topic names that
+    differ after their 256th character, gave the same series twice."""
+    report = process_report("h:1:a", dispatched_at=NOW, lags={0: 5})
+    subscription_groups = report["consumer_groups"]["billing"]["subscription_groups"]
+    ((first_id, first),) = subscription_groups.items()
+    second = json.loads(json.dumps(first))
+    second["id"] = f"{first_id}-again"
+    second["topics"]["orders"]["partitions"]["0"].update(lag=40, lag_stored=30)
+    subscription_groups[second["id"]] = second
+    for name, lag in [("t" * 300 + "a", 1), ("t" * 300 + "b", 2)]:
+        topic = json.loads(json.dumps(first["topics"]["orders"]))
+        topic["name"] = name
+        topic["partitions"]["0"].update(lag=lag, lag_stored=lag)
+        first["topics"][name] = topic
+    assert view.add_record(REPORTS, 0, 0, packed(report))
+    samples = [
+        line.rsplit(" ", 1)
+        for line in render_prometheus(view.snapshot(now=NOW)).splitlines()
+        if not line.startswith("#")
+    ]
+    series = [labels for labels, _ in samples]
+    assert len(series) == len(set(series))
+    lags = dict(samples)
+    cut = "t" * 255 + "…"
+    for name, orders, long in [("lag", "40", "2"), ("lag_hybrid", "30", "2")]:
+        labels = 'process="h:1:a",group="billing",topic="{}",partition="0"'
+        assert lags[f"ferrokafka_partition_{name}{{{labels.format('orders')}}}"] == orders
+        assert lags[f"ferrokafka_partition_{name}{{{labels.format(cut)}}}"] == long
+
+
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="ttl must be a finite number of seconds > 0"):
         StatusView(ttl=0)
