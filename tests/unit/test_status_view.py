@@ -198,11 +198,24 @@ def test_corrupt_foreign_and_tombstone_records_are_counted_not_raised(
     assert "skipped reports[0]@0: corrupt zlib stream" in caplog.text
 
 
-def test_records_at_an_offset_already_read_are_ignored(view: StatusView) -> None:
-    assert add_report(view, 5, process_id="h:1:a", dispatched_at=NOW)
-    assert not add_report(view, 5, process_id="h:1:b", dispatched_at=NOW)
-    assert view.positions() == {(REPORTS, 0): 6}
-    assert [p.id for p in view.snapshot(now=NOW).processes] == ["h:1:a"]
+def test_offsets_going_back_are_a_partition_created_again_logged_and_read(
+    view: StatusView, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The records of a reports topic deleted and created again were dropped unsaid while
+    their offsets were below those read before."""
+    for offset in range(20):
+        assert add_report(view, offset, process_id="h:1:old", dispatched_at=NOW - 30 + offset)
+    for offset in range(3):
+        assert add_report(view, offset, process_id="h:2:new", dispatched_at=NOW - 3 + offset)
+    assert view.positions() == {(REPORTS, 0): 3}
+    snapshot = view.snapshot(now=NOW)
+    assert [p.id for p in snapshot.processes] == ["h:1:old", "h:2:new"]
+    assert (snapshot.read, snapshot.skipped) == ({REPORTS: 23}, {})
+    (warning,) = [r for r in caplog.records if "starts over" in r.getMessage()]
+    assert warning.getMessage() == (
+        "reports[0] starts over at offset 0, below the 20 read: the partition was deleted and "
+        "created again (or truncated); reading its records from there"
+    )
 
 
 def test_lag_history_is_bounded() -> None:

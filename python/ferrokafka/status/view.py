@@ -415,7 +415,11 @@ class StatusView:
         return used
 
     def add_record(self, topic: str, partition: int, offset: int, value: bytes | None) -> bool:
-        """Fold one record in; False when it was skipped (or already seen at that offset).
+        """Fold one record in; False when it was skipped.
+
+        Offsets only grow on a partition: a record below the offsets read before means the
+        partition was deleted and created again (or truncated). That is logged as a warning,
+        and the partition is read on from the record.
 
         Example:
             >>> from ferrokafka import codecs
@@ -426,7 +430,14 @@ class StatusView:
         with self._lock:
             position = self._positions.get((topic, partition))
             if position is not None and offset < position:
-                return False  # read again after a restart of the tail: already folded in
+                log.warning(
+                    "%s[%d] starts over at offset %d, below the %d read: the partition was "
+                    "deleted and created again (or truncated); reading its records from there",
+                    printable(topic),
+                    partition,
+                    offset,
+                    position,
+                )
             self._positions[(topic, partition)] = offset + 1
             self._read[topic] = self._read.get(topic, 0) + 1
             if value is None:
