@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ferrokafka import Client, Message, NewTopic, codecs
+from ferrokafka import Client, KafkaError, Message, NewTopic, codecs
 from ferrokafka.status import StatusReader
 from tests.conftest import wait_until
 from tests.tracking_samples import (
@@ -335,3 +335,51 @@ def test_status_says_a_missing_topic_does_not_exist(
     )
     assert (shown.returncode, shown.stdout) == (2, "")
     assert f"the reports topic '{missing}' does not exist" in shown.stderr
+
+
+def test_reader_reads_a_reports_topic_deleted_and_created_again(
+    kafka_bootstrap: str, kafka_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A running reader dropped, unsaid, the records of a reports topic deleted and created
+    again (as Karafka Web's reset does) while their offsets were below those it had read."""
+    suffix = uuid.uuid4().hex[:8]
+    reports, errors = f"test-reports-{suffix}", f"test-errors-{suffix}"
+    kafka_client.create_topics([NewTopic(reports, 1)], timeout=30.0)
+    now = time.time()
+    for n in range(20):
+        report = process_report("host-old:1:aa", dispatched_at=now - 20 + n)
+        send_process_report(kafka_client, reports, report)
+    reader = StatusReader(
+        {"bootstrap.servers": kafka_bootstrap},
+        reports_topic=reports,
+        errors_topic=errors,
+        discover_interval=0.5,
+    )
+    try:
+        with reader:
+            assert reader.wait_caught_up(timeout=30.0)
+            assert reader.snapshot().read == {reports: 20}
+            kafka_client.delete_topics([reports])
+
+            def created_again() -> bool:
+                try:
+                    kafka_client.create_topics([NewTopic(reports, 1)], timeout=30.0)
+                except KafkaError:  # still being deleted
+                    return False
+                return True
+
+            wait_until(created_again, 60.0, "the reports topic to be created again", 1.0)
+            for _ in range(3):
+                report = process_report("host-new:2:bb", dispatched_at=time.time())
+                send_process_report(kafka_client, reports, report)
+            wait_until(
+                lambda: reader.snapshot().read == {reports: 23},
+                60.0,
+                "the 3 reports of the topic created again to be read",
+            )
+            snapshot = reader.snapshot()
+    finally:
+        kafka_client.delete_topics([reports])
+    assert [p.id for p in snapshot.processes] == ["host-new:2:bb", "host-old:1:aa"]
+    assert snapshot.skipped == {}
+    assert f"{reports}[0] starts over at offset 0, below the 20 read" in caplog.text

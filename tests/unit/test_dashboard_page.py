@@ -3,17 +3,20 @@ script in headless Debian Chromium (Playwright) over hostile documents."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
+from starlette.types import ASGIApp, Message
 
 from ferrokafka import codecs
 from ferrokafka.dashboard import STATIC_DIR, create_app
-from ferrokafka.status import StatusReader, StatusView
+from ferrokafka.status import StatusReader, StatusSnapshot, StatusView
 from tests.tracking_samples import error_report, process_report, state_report
 
 CHROMIUM = "/usr/bin/chromium"
@@ -40,6 +43,70 @@ def test_app_routes() -> None:
     assert {"/", "/api/status", "/metrics", "/static"} <= paths
 
 
+async def get(app: ASGIApp, path: str) -> int:
+    """The status of a GET of ``path`` from the ASGI ``app``."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [],
+        "server": ("dashboard.test", 80),
+        "client": ("127.0.0.1", 1),
+    }
+    sent: list[Message] = []
+    requested, answered = False, asyncio.Event()
+
+    async def receive() -> Message:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await answered.wait()  # the client goes away once it has the whole answer
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            answered.set()
+
+    await app(scope, receive, send)
+    status: int = sent[0]["status"]
+    return status
+
+
+@pytest.mark.parametrize("path", ["/api/status", "/metrics"])
+def test_a_slow_snapshot_leaves_the_server_serving(path: str) -> None:
+    """The snapshot was built on the event loop: while it waited for the view's lock, or
+    went through many processes, every request to the dashboard waited."""
+    reader = StatusReader({"bootstrap.servers": "127.0.0.1:9"})
+    page_served = threading.Event()
+    order: list[str] = []
+
+    def slow_snapshot(now: float | None = None) -> StatusSnapshot:
+        page_served.wait(timeout=5.0)
+        order.append("snapshot")
+        return StatusView().snapshot(now)
+
+    reader.snapshot = slow_snapshot  # type: ignore[method-assign]
+    app = create_app(reader)
+
+    async def meanwhile() -> list[int]:
+        slow = asyncio.create_task(get(app, path))
+        served = await get(app, "/")
+        order.append("page")
+        page_served.set()
+        return [served, await slow]
+
+    assert asyncio.run(meanwhile()) == [200, 200]
+    assert order == ["page", "snapshot"]
+
+
 def served_page(page: Page, document: dict[str, Any]) -> None:
     """Opens the dashboard page from the package's files, its /api/status answering
     ``document`` (the page's script on its own, without a server or broker)."""
@@ -60,7 +127,7 @@ def served_page(page: Page, document: dict[str, Any]) -> None:
 def hostile_document() -> dict[str, Any]:
     """What an unchecking server served: errors dated in milliseconds and at 1e13 (newest
     first, so they come first), a process dated an hour ahead, and markup in the strings."""
-    view = StatusView(reports_topic="reports", errors_topic="errors")
+    view = StatusView(reports_topic="reports", errors_topic="errors", clock=lambda: NOW)
     report = process_report('<img src=x onerror="window.pwned=1">:1:a', dispatched_at=NOW)
     view.add_record("reports", 0, 0, codecs.encode_process_report(report))
     error = error_report("e-ok", occurred_at=NOW - 1, process_id="h:1:a", message="<b>bold</b>")

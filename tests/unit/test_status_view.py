@@ -4,6 +4,7 @@ reports, bounded history, skipped records, and the text / JSON / Prometheus rend
 from __future__ import annotations
 
 import json
+import tracemalloc
 import zlib
 
 import pytest
@@ -12,6 +13,8 @@ from ferrokafka import codecs
 from ferrokafka._native import view_state_report
 from ferrokafka.cli import build_parser
 from ferrokafka.status import StatusView, render_prometheus, render_text
+from ferrokafka.status.hostile import MAX_CLOCK_AHEAD
+from ferrokafka.status.view import MAX_LAG_SERIES
 from tests.tracking_samples import (
     error_report,
     karafka_fixture,
@@ -26,7 +29,9 @@ NOW = 1_800_000_000.0
 
 @pytest.fixture
 def view() -> StatusView:
-    return StatusView(reports_topic=REPORTS, errors_topic=ERRORS, ttl=30.0, max_errors=3)
+    return StatusView(
+        reports_topic=REPORTS, errors_topic=ERRORS, ttl=30.0, max_errors=3, clock=lambda: NOW
+    )
 
 
 def add_report(view: StatusView, offset: int, **kwargs: object) -> bool:
@@ -122,7 +127,7 @@ def test_karafka_reports_of_every_schema_read_are_shown(view: StatusView) -> Non
 
 
 def test_forgotten_processes_leave_the_snapshot() -> None:
-    view = StatusView(reports_topic=REPORTS, forget_after=600.0)
+    view = StatusView(reports_topic=REPORTS, forget_after=600.0, clock=lambda: NOW)
     view.add_record(
         REPORTS, 0, 0, codecs.encode_process_report(process_report("h:1:a", dispatched_at=NOW))
     )
@@ -193,20 +198,84 @@ def test_corrupt_foreign_and_tombstone_records_are_counted_not_raised(
     assert "skipped reports[0]@0: corrupt zlib stream" in caplog.text
 
 
-def test_records_at_an_offset_already_read_are_ignored(view: StatusView) -> None:
-    assert add_report(view, 5, process_id="h:1:a", dispatched_at=NOW)
-    assert not add_report(view, 5, process_id="h:1:b", dispatched_at=NOW)
-    assert view.positions() == {(REPORTS, 0): 6}
-    assert [p.id for p in view.snapshot(now=NOW).processes] == ["h:1:a"]
+def test_offsets_going_back_are_a_partition_created_again_logged_and_read(
+    view: StatusView, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The records of a reports topic deleted and created again were dropped unsaid while
+    their offsets were below those read before."""
+    for offset in range(20):
+        assert add_report(view, offset, process_id="h:1:old", dispatched_at=NOW - 30 + offset)
+    for offset in range(3):
+        assert add_report(view, offset, process_id="h:2:new", dispatched_at=NOW - 3 + offset)
+    assert view.positions() == {(REPORTS, 0): 3}
+    snapshot = view.snapshot(now=NOW)
+    assert [p.id for p in snapshot.processes] == ["h:1:old", "h:2:new"]
+    assert (snapshot.read, snapshot.skipped) == ({REPORTS: 23}, {})
+    (warning,) = [r for r in caplog.records if "starts over" in r.getMessage()]
+    assert warning.getMessage() == (
+        "reports[0] starts over at offset 0, below the 20 read: the partition was deleted and "
+        "created again (or truncated); reading its records from there"
+    )
 
 
 def test_lag_history_is_bounded() -> None:
-    view = StatusView(reports_topic=REPORTS, history_points=4)
+    view = StatusView(reports_topic=REPORTS, history_points=4, clock=lambda: NOW)
     for offset in range(10):
         report = process_report("h:1:a", dispatched_at=NOW + offset, lags={0: offset})
         view.add_record(REPORTS, 0, offset, codecs.encode_process_report(report))
     (series,) = view.snapshot(now=NOW + 10).lag_history
     assert series.points == [(NOW + i, i) for i in range(6, 10)]
+
+
+def test_lag_history_keeps_the_series_of_the_newest_report_of_a_process(
+    view: StatusView,
+) -> None:
+    """One process id reporting new partitions each time grew the history without bound
+    (300 reports of 1,000 partitions: 300,000 series, 237 MiB, 1.25 s per snapshot)."""
+    tracemalloc.start()
+    try:
+        for offset in range(100):
+            lags = dict.fromkeys(range(200), offset)
+            add_report(
+                view,
+                offset,
+                process_id="h:1:a",
+                dispatched_at=NOW - 100 + offset,
+                lags=lags,
+                topic=f"t{offset}",
+            )
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 2 << 20  # 20,000 series, 9 MB, before
+    snapshot = view.snapshot(now=NOW)
+    assert [(s.topic, s.partition, s.points) for s in snapshot.lag_history] == [
+        ("t99", partition, [(NOW - 1, 99)]) for partition in range(MAX_LAG_SERIES)
+    ]
+    assert snapshot.omitted == {"lag_series": 200 - MAX_LAG_SERIES}
+
+
+def test_lag_history_over_all_processes_is_bounded_alive_processes_first(
+    view: StatusView,
+) -> None:
+    # 25 processes of 50 partitions, stale: 1,250 series, more than are kept.
+    for n in range(25):
+        lags = dict.fromkeys(range(50), 1)
+        add_report(view, n, process_id=f"h:{n:02d}:a", dispatched_at=NOW - 100, lags=lags)
+    for n in range(3):  # an alive process listed last keeps its history
+        add_report(view, 25 + n, process_id="z:1:a", dispatched_at=NOW - 3 + n, lags={0: n, 1: n})
+    # The stale processes listed last lost theirs, and the newest report picks the series.
+    add_report(view, 28, process_id="h:24:a", dispatched_at=NOW, lags={0: 7, 1: 7})
+    snapshot = view.snapshot(now=NOW)
+    assert [
+        (s.process_id, s.partition, [lag for _, lag in s.points]) for s in snapshot.lag_history
+    ] == [
+        ("h:24:a", 0, [7]),
+        ("h:24:a", 1, [7]),
+        ("z:1:a", 0, [0, 1, 2]),
+        ("z:1:a", 1, [0, 1, 2]),
+    ]
+    assert "lag_series" not in snapshot.omitted
 
 
 def test_renderings(view: StatusView) -> None:
@@ -240,6 +309,37 @@ def test_renderings(view: StatusView) -> None:
     )
     assert 'ferrokafka_process_memory_bytes{process="h:1:a"} 122880000' in metrics
     assert 'ferrokafka_status_skipped_records_total{topic="reports"} 1' in metrics
+
+
+def test_prometheus_lists_each_series_once(view: StatusView) -> None:
+    """One report listing a partition in two subscription groups, and two topic names that
+    differ after their 256th character, gave the same series twice."""
+    report = process_report("h:1:a", dispatched_at=NOW, lags={0: 5})
+    subscription_groups = report["consumer_groups"]["billing"]["subscription_groups"]
+    ((first_id, first),) = subscription_groups.items()
+    second = json.loads(json.dumps(first))
+    second["id"] = f"{first_id}-again"
+    second["topics"]["orders"]["partitions"]["0"].update(lag=40, lag_stored=30)
+    subscription_groups[second["id"]] = second
+    for name, lag in [("t" * 300 + "a", 1), ("t" * 300 + "b", 2)]:
+        topic = json.loads(json.dumps(first["topics"]["orders"]))
+        topic["name"] = name
+        topic["partitions"]["0"].update(lag=lag, lag_stored=lag)
+        first["topics"][name] = topic
+    assert view.add_record(REPORTS, 0, 0, packed(report))
+    samples = [
+        line.rsplit(" ", 1)
+        for line in render_prometheus(view.snapshot(now=NOW)).splitlines()
+        if not line.startswith("#")
+    ]
+    series = [labels for labels, _ in samples]
+    assert len(series) == len(set(series))
+    lags = dict(samples)
+    cut = "t" * 255 + "…"
+    for name, orders, long in [("lag", "40", "2"), ("lag_hybrid", "30", "2")]:
+        labels = 'process="h:1:a",group="billing",topic="{}",partition="0"'
+        assert lags[f"ferrokafka_partition_{name}{{{labels.format('orders')}}}"] == orders
+        assert lags[f"ferrokafka_partition_{name}{{{labels.format(cut)}}}"] == long
 
 
 def test_bad_settings_are_refused() -> None:
@@ -291,13 +391,54 @@ def test_out_of_range_times_are_skipped_and_counted_never_fatal(view: StatusView
     )
 
 
-def test_a_report_dated_far_ahead_is_stale_and_says_so(view: StatusView) -> None:
+def test_a_report_dated_ahead_by_more_than_the_ttl_is_stale_and_says_so(view: StatusView) -> None:
     add_report(view, 0, process_id="h:1:skew", dispatched_at=NOW + 10)
-    add_report(view, 1, process_id="h:2:ahead", dispatched_at=NOW + 3600)
+    add_report(view, 1, process_id="h:2:ahead", dispatched_at=NOW + 200)  # within the 5 minutes
     processes = {p.id: p for p in view.snapshot(now=NOW).processes}
     assert (processes["h:1:skew"].health, processes["h:1:skew"].age) == ("alive", 0.0)
-    assert (processes["h:2:ahead"].health, processes["h:2:ahead"].age) == ("stale", -3600.0)
-    assert "in 3600 s (clock ahead)" in render_text(view.snapshot(now=NOW))
+    assert (processes["h:2:ahead"].health, processes["h:2:ahead"].age) == ("stale", -200.0)
+    assert "in 200 s (clock ahead)" in render_text(view.snapshot(now=NOW))
+
+
+YEAR_9999 = 253_402_300_000.0
+
+
+def test_records_dated_too_far_ahead_are_skipped_and_never_displace_genuine_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A flood dated year 9999 (inside 1970 to 9999) filled the room for processes and errors
+    for good, and one such report under a genuine id froze that process."""
+    view = StatusView(
+        reports_topic=REPORTS, errors_topic=ERRORS, max_processes=5, max_errors=5, clock=lambda: NOW
+    )
+    offset = 0
+    for n, at in enumerate([YEAR_9999] * 5 + [NOW + MAX_CLOCK_AHEAD + 1]):
+        assert not add_report(view, offset, process_id=f"h:{n}:ghost", dispatched_at=at)
+        report = error_report(f"ghost-{n}", occurred_at=at, process_id=f"h:{n}:ghost")
+        assert not view.add_record(ERRORS, 0, offset, packed(report))
+        offset += 1
+    assert not add_report(view, offset, process_id="h:1:real", dispatched_at=YEAR_9999)
+    assert not view.add_record(
+        STATES, 0, 0, packed(state_report(dispatched_at=YEAR_9999, state="loading"))
+    )
+    for n in range(3):  # the genuine process keeps reporting; its latest lag wins
+        offset += 1
+        lags = {0: n}
+        assert add_report(view, offset, process_id="h:1:real", dispatched_at=NOW - 3 + n, lags=lags)
+    report = error_report("real", occurred_at=NOW - 1, process_id="h:1:real")
+    assert view.add_record(ERRORS, 0, offset, packed(report))
+    assert view.add_record(STATES, 0, 1, packed(state_report(dispatched_at=NOW - 1)))
+    snapshot = view.snapshot(now=NOW)
+    assert [(p.id, p.health, p.lag) for p in snapshot.processes] == [("h:1:real", "alive", 2)]
+    assert [e.id for e in snapshot.errors] == ["real"]
+    assert [s.state for s in snapshot.schedulers] == ["loaded"]
+    assert snapshot.skipped == {ERRORS: 6, REPORTS: 7, STATES: 1}
+    assert snapshot.omitted == {}
+    assert render_text(snapshot).startswith("Processes: 1 alive, 0 stale, 0 stopped")
+    assert (
+        f"skipped {REPORTS}[0]@0: dispatched_at {YEAR_9999!r} is {YEAR_9999 - NOW:.0f} s ahead of "
+        "this reader's clock (more than 300 s of clock skew)" in caplog.text
+    )
 
 
 def test_status_text_escapes_control_characters(
@@ -351,7 +492,7 @@ def test_what_is_kept_of_a_record_is_bounded(view: StatusView) -> None:
 
 
 def test_a_snapshot_lists_bounded_processes_partitions_and_lag_series() -> None:
-    view = StatusView(reports_topic=REPORTS, max_processes=5)
+    view = StatusView(reports_topic=REPORTS, max_processes=5, clock=lambda: NOW)
     for offset in range(7):
         report = process_report(
             f"h:{offset}:a", dispatched_at=NOW - offset, lags=dict.fromkeys(range(600), 1)

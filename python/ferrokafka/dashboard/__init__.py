@@ -28,6 +28,7 @@ from ferrokafka._extras import missing_extra
 
 try:
     from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
     from starlette.routing import Mount, Route
@@ -66,15 +67,21 @@ def create_app(reader: StatusReader, refresh_seconds: float = 2.0) -> Starlette:
     async def page(_request: Request) -> Response:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
-    async def status(_request: Request) -> Response:
+    # A snapshot waits for the view's lock (held while the reader folds a batch in) and
+    # grows with the processes shown: it is built on a worker thread, so that the event loop
+    # goes on serving the page and the other requests meanwhile.
+    def status_document() -> dict[str, object]:
         document = reader.snapshot().to_dict()
         document["refresh_seconds"] = refresh_seconds
+        return document
+
+    async def status(_request: Request) -> Response:
+        document = await run_in_threadpool(status_document)
         return JSONResponse(document, headers={"Cache-Control": "no-store"})
 
     async def metrics(_request: Request) -> Response:
-        return PlainTextResponse(
-            render_prometheus(reader.snapshot()), media_type=PROMETHEUS_CONTENT_TYPE
-        )
+        text = await run_in_threadpool(lambda: render_prometheus(reader.snapshot()))
+        return PlainTextResponse(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     return Starlette(
         routes=[

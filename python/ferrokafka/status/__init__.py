@@ -17,10 +17,11 @@ can be read (``ProcessView.newer_schema``); scheduler daemons send state reports
 * per topic, how many records were read and how many were skipped as corrupt or foreign.
 
 Whoever can write to the tracking topics can write anything, so the view trusts no record
-(:mod:`ferrokafka.status.hostile`): a time outside 1970 to 9999 (a time in milliseconds) skips
-its record, a record inflates to 8 MiB at most, every string and list is cut to a bound, a
-snapshot lists a bounded number of processes, partitions and lag series, and the text of
-``ferrokafka status`` escapes control characters.
+(:mod:`ferrokafka.status.hostile`): a time outside 1970 to 9999 (a time in milliseconds) or
+more than 5 minutes ahead of the reader's clock skips its record, a record inflates to 8 MiB
+at most, every string and list is cut to a bound, a snapshot lists a bounded number of
+processes, partitions and lag series, and the text of ``ferrokafka status`` escapes control
+characters.
 
 A :class:`StatusReader` feeds a view from Kafka through ferrokafka's own consumer, without a
 consumer group: it reads every partition once from the beginning, then tails it, keeping its

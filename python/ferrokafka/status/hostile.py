@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "LATEST_TIME",
+    "MAX_CLOCK_AHEAD",
     "MAX_INFLATED",
     "bounded_json",
     "bounded_text",
@@ -30,6 +31,13 @@ process with a thousand partitions inflates to well under 1 MiB."""
 LATEST_TIME = 253_402_300_799.0
 """9999-12-31 23:59:59 UTC: the last Unix second that Python's datetime (and JavaScript's
 Date) can show."""
+
+MAX_CLOCK_AHEAD = 300.0
+"""Seconds a record may be dated ahead of the reader's clock; a later one is skipped. Hosts
+kept by NTP differ by milliseconds, and five minutes is the skew Kerberos tolerates by default:
+a record dated further ahead comes from a broken clock or a hostile writer, and would otherwise
+rank as the newest report (or error) for as long as it is ahead, up to year 9999, hiding the
+genuine ones."""
 
 MAX_TEXT = 256
 """Characters kept of an id, name, state or tag (Kafka topic names have at most 249)."""
@@ -49,20 +57,30 @@ MAX_DAYS = 400
 ELLIPSIS = "…"
 
 
-def checked_time(name: str, value: float) -> float:
-    """``value`` if it is Unix seconds from 1970 to 9999, else ``ValueError`` naming it (a time
-    in milliseconds is out of that range).
+def checked_time(name: str, value: float, now: float | None = None) -> float:
+    """``value`` if it is Unix seconds from 1970 to 9999 and, given the reader's clock ``now``,
+    at most :data:`MAX_CLOCK_AHEAD` seconds after it; else ``ValueError`` naming it (a time in
+    milliseconds is out of that range).
 
     Example:
         >>> checked_time("dispatched_at", 1_700_000_000_000.0)
         Traceback (most recent call last):
         ...
         ValueError: dispatched_at 1700000000000.0 is not a Unix time in seconds (1970 to 9999)
+        >>> checked_time("dispatched_at", 1_700_003_600.0, now=1_700_000_000.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: dispatched_at 1700003600.0 is 3600 s ahead of this reader's clock (more ...
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{name} {value!r} is not a number")
     if not (math.isfinite(value) and 0 <= value <= LATEST_TIME):
         raise ValueError(f"{name} {value!r} is not a Unix time in seconds (1970 to 9999)")
+    if now is not None and value - now > MAX_CLOCK_AHEAD:
+        raise ValueError(
+            f"{name} {value!r} is {value - now:.0f} s ahead of this reader's clock "
+            f"(more than {MAX_CLOCK_AHEAD:.0f} s of clock skew)"
+        )
     return float(value)
 
 

@@ -253,20 +253,22 @@ def render_prometheus(snapshot: StatusSnapshot) -> str:
     def partition_lag_metric(
         name: str, help_text: str, lag_of: Callable[[PartitionLag], int]
     ) -> None:
+        # Prometheus takes each series once. One report may list a partition twice under the
+        # same labels: in two subscription groups of its consumer group (not a label), or as two
+        # topic names longer than a Kafka topic can be, cut to the same text. The series shows
+        # the largest of their lags, the one to be alerted on.
+        lags: dict[str, int] = {}
+        for p in processes:
+            for lag in p.partitions:
+                labels = _labels(
+                    process=p.id, group=lag.group, topic=lag.topic, partition=lag.partition
+                )
+                lags[labels] = max(lags.get(labels, lag_of(lag)), lag_of(lag))
         metric(
             name,
             "gauge",
-            help_text,
-            [
-                (
-                    _labels(
-                        process=p.id, group=lag.group, topic=lag.topic, partition=lag.partition
-                    ),
-                    float(lag_of(lag)),
-                )
-                for p in processes
-                for lag in p.partitions
-            ],
+            help_text + " The largest, where a report lists a partition twice.",
+            [(labels, float(value)) for labels, value in lags.items()],
         )
 
     partition_lag_metric(

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -52,7 +52,9 @@ __all__ = [
 log = logging.getLogger("ferrokafka.status")
 
 Health: TypeAlias = Literal["alive", "stale", "stopped"]
-_SeriesKey: TypeAlias = tuple[str, str, str, int]
+_SeriesKey: TypeAlias = tuple[str, str, int]
+"""A process's lag series: (group, topic, partition)."""
+_Points: TypeAlias = list[tuple[float, int]]
 
 _WARNINGS_PER_TOPIC = 10
 """Skipped records logged at WARNING per topic; the rest at DEBUG (the count keeps going)."""
@@ -65,6 +67,17 @@ MAX_PARTITION_ROWS = 2_000
 
 MAX_LAG_SERIES = 50
 """Lag series in a snapshot's history (a chart with more lines is unreadable anyway)."""
+
+MAX_PROCESS_SERIES = MAX_LAG_SERIES
+"""Lag series kept per process: those of the first partitions of its newest report. A snapshot
+lists series in (process, group, topic, partition) order and at most :data:`MAX_LAG_SERIES`, so
+a process's later series would never be shown."""
+
+MAX_HISTORY_SERIES = 1_000
+"""Lag series kept over all processes, each of at most ``history_points`` points (about 40 MiB
+at the default 360). Past it, the series of processes that are not alive go first (they are not
+charted), then those listed last. With up to 20 processes of 50 partitions or more, every
+series a snapshot could list is kept."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +312,10 @@ class _ProcessEntry:
     process: ProcessView
     """Bounded when read; health, age and totals are filled in by each snapshot."""
     totals: dict[str, int]
+    history: dict[_SeriesKey, _Points] = dataclasses.field(default_factory=dict)
+    """Lag points of the partitions of the newest report (at most MAX_PROCESS_SERIES)."""
+    series: int = 0
+    """Distinct partitions of the newest report: the series it has, kept or not."""
 
 
 class StatusView:
@@ -307,21 +324,29 @@ class StatusView:
     Records are routed by topic: ``reports_topic`` holds process reports, ``errors_topic``
     error reports, and any topic ending in ``_states`` scheduler state reports. A record that
     is a tombstone, corrupt, of the wrong schema, dated outside 1970 to 9999 (a time in
-    milliseconds), or from another topic is skipped: counted per topic, logged, never raised.
-    The newest report per process (by ``dispatched_at``) wins, whatever order the records come
-    in. What is kept of a record is bounded (:mod:`ferrokafka.status.hostile`), and so is a
-    snapshot: at most ``max_processes`` processes, 2,000 partitions and 50 lag series.
+    milliseconds) or more than :data:`~ferrokafka.status.hostile.MAX_CLOCK_AHEAD` seconds (5
+    minutes) ahead of ``clock``, or from another topic is skipped: counted per topic, logged,
+    never raised. The newest report per process (by ``dispatched_at``) wins, whatever order the
+    records come in; skipping what is dated too far ahead keeps a broken or hostile clock from
+    winning that rule (and the room for processes and errors) until year 9999. What is kept of
+    a record is bounded (:mod:`ferrokafka.status.hostile`), and so is a snapshot: at most
+    ``max_processes`` processes, 2,000 partitions and 50 lag series.
 
     Args:
         reports_topic, errors_topic: the topic names the reporters use.
         ttl: seconds after its last report that a process counts as stale [30].
         max_errors: the newest errors kept [100].
-        history_points: lag points kept per (process, group, topic, partition) [360].
+        history_points: lag points kept per (process, group, topic, partition) [360]. A process
+            has a series per partition of its newest report; the first
+            :data:`MAX_PROCESS_SERIES` (50) of them are kept, and at most
+            :data:`MAX_HISTORY_SERIES` (1,000) over all processes.
         history_window: seconds of lag history a snapshot shows, of alive processes only [900].
         forget_after: seconds after which a process that stopped reporting (and its lag history)
             is left out of snapshots; ``None`` keeps every process [3600].
         max_processes: processes kept; past that, the one with the oldest report is dropped
             [500].
+        clock: the reader's clock, in Unix seconds, that records are checked against when
+            they are added [``time.time``].
 
     Example:
         >>> from ferrokafka.status import StatusView
@@ -343,6 +368,7 @@ class StatusView:
         history_window: float = 900.0,
         forget_after: float | None = 3600.0,
         max_processes: int = 500,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not reports_topic or not errors_topic:
             raise ValueError("reports_topic and errors_topic must be non-empty topic names")
@@ -358,13 +384,13 @@ class StatusView:
             else checked_seconds("forget_after", forget_after, positive=True)
         )
         self.max_processes = positive_count("max_processes", max_processes)
+        self._clock = clock
         self._lock = threading.Lock()
         self._processes: dict[str, _ProcessEntry] = {}
         self._dropped_processes = 0
         self._errors: list[tuple[float, str, ErrorView]] = []
         self._error_ids: set[str] = set()
         self._states: dict[tuple[str, int], SchedulerView] = {}
-        self._history: dict[_SeriesKey, list[tuple[float, int]]] = {}
         self._positions: dict[tuple[str, int], int] = {}
         self._read: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
@@ -389,7 +415,11 @@ class StatusView:
         return used
 
     def add_record(self, topic: str, partition: int, offset: int, value: bytes | None) -> bool:
-        """Fold one record in; False when it was skipped (or already seen at that offset).
+        """Fold one record in; False when it was skipped.
+
+        Offsets only grow on a partition: a record below the offsets read before means the
+        partition was deleted and created again (or truncated). That is logged as a warning,
+        and the partition is read on from the record.
 
         Example:
             >>> from ferrokafka import codecs
@@ -400,19 +430,28 @@ class StatusView:
         with self._lock:
             position = self._positions.get((topic, partition))
             if position is not None and offset < position:
-                return False  # read again after a restart of the tail: already folded in
+                log.warning(
+                    "%s[%d] starts over at offset %d, below the %d read: the partition was "
+                    "deleted and created again (or truncated); reading its records from there",
+                    printable(topic),
+                    partition,
+                    offset,
+                    position,
+                )
             self._positions[(topic, partition)] = offset + 1
             self._read[topic] = self._read.get(topic, 0) + 1
             if value is None:
                 return self._skip(topic, partition, offset, "tombstone (no value)")
+            now = self._clock()
             try:
                 if topic == self.reports_topic:
-                    self._add_process_report(view_consumer_report(value, MAX_INFLATED))
+                    self._add_process_report(view_consumer_report(value, MAX_INFLATED), now)
                 elif topic == self.errors_topic:
-                    self._add_error_report(view_error_report(value, MAX_INFLATED))
+                    self._add_error_report(view_error_report(value, MAX_INFLATED), now)
                 elif topic.endswith(STATES_POSTFIX):
                     self._states_topics.add(topic)
-                    self._add_state_report(topic, partition, view_state_report(value, MAX_INFLATED))
+                    report = view_state_report(value, MAX_INFLATED)
+                    self._add_state_report(topic, partition, report, now)
                 else:
                     return self._skip(topic, partition, offset, "not a tracking topic")
             except (FerrokafkaError, ValueError, TypeError, KeyError) as error:
@@ -455,8 +494,8 @@ class StatusView:
         )
         return False
 
-    def _add_process_report(self, report: ConsumerReportView) -> None:
-        process = _process_of(report)
+    def _add_process_report(self, report: ConsumerReportView, now: float) -> None:
+        process = _process_of(report, now)
         current = self._processes.get(process.id)
         if current is None and not self._make_room(process.dispatched_at):
             return
@@ -464,18 +503,39 @@ class StatusView:
         totals = {} if current is None else current.totals
         for name, count in report.totals.items():
             totals[name] = totals.get(name, 0) + count
+        lags = {
+            (p.group, p.topic, p.partition): reported.lag_hybrid
+            for p, reported in zip(process.partitions, report.partitions, strict=False)
+        }
         if current is None or process.dispatched_at >= current.process.dispatched_at:
-            self._processes[process.id] = _ProcessEntry(process, totals)
-        for p, reported in zip(process.partitions, report.partitions, strict=False):
-            key = (process.id, p.group, p.topic, p.partition)
-            series = self._history.setdefault(key, [])
-            point = (process.dispatched_at, reported.lag_hybrid)
+            # The newest report decides the series: those of partitions it no longer lists go.
+            kept = current.history if current is not None else {}
+            history = {key: kept.get(key, []) for key in sorted(lags)[:MAX_PROCESS_SERIES]}
+            current = _ProcessEntry(process, totals, history, series=len(lags))
+            self._processes[process.id] = current
+            if sum(len(entry.history) for entry in self._processes.values()) > MAX_HISTORY_SERIES:
+                self._trim_history(now)
+        for key, series in current.history.items():
+            if key not in lags:
+                continue  # an older report, read late, of a partition the newest one dropped
+            point = (process.dispatched_at, lags[key])
             at = bisect.bisect_right(series, point)
             if at > 0 and series[at - 1][0] == process.dispatched_at:
                 series[at - 1] = point  # the same report twice: keep one point
             else:
                 series.insert(at, point)
             del series[: max(0, len(series) - self.history_points)]
+
+    def _trim_history(self, now: float) -> None:
+        """Drops series past :data:`MAX_HISTORY_SERIES`: first those of processes not alive at
+        ``now``, then those listed last."""
+        ranked = sorted(
+            (self._health(entry.process, now) != "alive", process_id, key)
+            for process_id, entry in self._processes.items()
+            for key in entry.history
+        )
+        for _, process_id, key in ranked[MAX_HISTORY_SERIES:]:
+            del self._processes[process_id].history[key]
 
     def _make_room(self, dispatched_at: float) -> bool:
         """Room for one more process: drop the one with the oldest report if it is older than
@@ -489,8 +549,8 @@ class StatusView:
         self._drop_processes({oldest})
         return True
 
-    def _add_error_report(self, report: ErrorReportView) -> None:
-        occurred_at = checked_time("occurred_at", report.occurred_at)
+    def _add_error_report(self, report: ErrorReportView, now: float) -> None:
+        occurred_at = checked_time("occurred_at", report.occurred_at, now)
         process_id = bounded_text(report.process_id)
         # Error schemas before 1.2.0 carry no id: the process and time stand in for it.
         error_id = bounded_text(report.id or f"{process_id}@{occurred_at!r}")
@@ -511,8 +571,10 @@ class StatusView:
         while len(self._errors) > self.max_errors:
             self._error_ids.discard(self._errors.pop(0)[1])
 
-    def _add_state_report(self, topic: str, partition: int, report: StateReportView) -> None:
-        scheduler = _scheduler_of(topic, partition, report)
+    def _add_state_report(
+        self, topic: str, partition: int, report: StateReportView, now: float
+    ) -> None:
+        scheduler = _scheduler_of(topic, partition, report, now)
         current = self._states.get((topic, partition))
         if current is None or scheduler.dispatched_at >= current.dispatched_at:
             self._states[(topic, partition)] = scheduler
@@ -522,6 +584,9 @@ class StatusView:
     def snapshot(self, now: float | None = None) -> StatusSnapshot:
         """The current view, with health and ages computed at ``now`` (default: the clock).
 
+        The lock that :meth:`add_record` takes is held only to copy what the snapshot shows;
+        the views are built after.
+
         Example:
             >>> StatusView().snapshot(now=0.0).totals.processes
             0
@@ -529,44 +594,65 @@ class StatusView:
         now = time.time() if now is None else now
         with self._lock:
             self._forget(now)
-            processes = sorted(
-                (self._process_view(entry, now) for entry in self._processes.values()),
-                key=lambda p: (p.health != "alive", p.health, p.id),
-            )
-            totals = _totals(processes)
-            processes, omitted_partitions = _listed_partitions(processes)
-            alive = {p.id for p in processes if p.alive}
-            horizon = now - self.history_window
-            history = [
-                LagSeries(process_id, group, topic, partition, shown)
-                for (process_id, group, topic, partition), points in sorted(self._history.items())
-                if process_id in alive
-                if (shown := [point for point in points if point[0] >= horizon])
-            ]
-            omitted = {
-                "processes": self._dropped_processes,
-                "partitions": omitted_partitions,
-                "lag_series": max(0, len(history) - MAX_LAG_SERIES),
-            }
-            return StatusSnapshot(
-                generated_at=now,
-                ttl=self.ttl,
-                caught_up=self._caught_up,
-                reports_topic=self.reports_topic,
-                errors_topic=self.errors_topic,
-                states_topics=sorted(self._states_topics),
-                processes=processes,
-                totals=totals,
-                errors=[error for _, _, error in reversed(self._errors)],  # newest first
-                schedulers=[
-                    dataclasses.replace(scheduler, age=max(0.0, now - scheduler.dispatched_at))
-                    for _, scheduler in sorted(self._states.items())
-                ],
-                lag_history=history[:MAX_LAG_SERIES],
-                read=dict(sorted(self._read.items())),
-                skipped=dict(sorted(self._skipped.items())),
-                omitted={name: count for name, count in omitted.items() if count},
-            )
+            reported = [(entry.process, dict(entry.totals)) for entry in self._processes.values()]
+            history, unlisted_series = self._charted(now)
+            errors = [error for _, _, error in reversed(self._errors)]  # newest first
+            schedulers = [scheduler for _, scheduler in sorted(self._states.items())]
+            states_topics = sorted(self._states_topics)
+            read = dict(sorted(self._read.items()))
+            skipped = dict(sorted(self._skipped.items()))
+            dropped_processes, caught_up = self._dropped_processes, self._caught_up
+        processes = sorted(
+            (self._process_view(process, totals, now) for process, totals in reported),
+            key=lambda p: (p.health != "alive", p.health, p.id),
+        )
+        totals = _totals(processes)
+        processes, omitted_partitions = _listed_partitions(processes)
+        omitted = {
+            "processes": dropped_processes,
+            "partitions": omitted_partitions,
+            "lag_series": unlisted_series,
+        }
+        return StatusSnapshot(
+            generated_at=now,
+            ttl=self.ttl,
+            caught_up=caught_up,
+            reports_topic=self.reports_topic,
+            errors_topic=self.errors_topic,
+            states_topics=states_topics,
+            processes=processes,
+            totals=totals,
+            errors=errors,
+            schedulers=[
+                dataclasses.replace(scheduler, age=max(0.0, now - scheduler.dispatched_at))
+                for scheduler in schedulers
+            ],
+            lag_history=history,
+            read=read,
+            skipped=skipped,
+            omitted={name: count for name, count in omitted.items() if count},
+        )
+
+    def _charted(self, now: float) -> tuple[list[LagSeries], int]:
+        """The first :data:`MAX_LAG_SERIES` series of the alive processes with points in the
+        history window (copied), and how many series of those processes are not listed."""
+        horizon = now - self.history_window
+        alive = sorted(
+            process_id
+            for process_id, entry in self._processes.items()
+            if self._health(entry.process, now) == "alive"
+        )
+        listed: list[LagSeries] = []
+        series = 0
+        for process_id in alive:
+            entry = self._processes[process_id]
+            series += entry.series
+            for (group, topic, partition), points in sorted(entry.history.items()):
+                if len(listed) == MAX_LAG_SERIES:
+                    break
+                if shown := [point for point in points if point[0] >= horizon]:
+                    listed.append(LagSeries(process_id, group, topic, partition, shown))
+        return listed, max(0, series - len(listed))
 
     def _forget(self, now: float) -> None:
         if self.forget_after is None:
@@ -579,20 +665,19 @@ class StatusView:
     def _drop_processes(self, gone: set[str]) -> None:
         for process_id in gone:
             del self._processes[process_id]
-        if gone:
-            for key in [key for key in self._history if key[0] in gone]:
-                del self._history[key]
 
-    def _process_view(self, entry: _ProcessEntry, now: float) -> ProcessView:
-        process = entry.process
-        age = now - process.dispatched_at
-        health: Health
+    def _health(self, process: ProcessView, now: float) -> Health:
         if process.status == "stopped":
-            health = "stopped"
-        elif -self.ttl <= age <= self.ttl:
-            health = "alive"
-        else:
-            health = "stale"  # silent too long, or dated further ahead than a clock skew
+            return "stopped"
+        if -self.ttl <= now - process.dispatched_at <= self.ttl:
+            return "alive"
+        return "stale"  # silent too long, or dated further ahead than a clock skew
+
+    def _process_view(
+        self, process: ProcessView, totals: dict[str, int], now: float
+    ) -> ProcessView:
+        age = now - process.dispatched_at
+        health = self._health(process, now)
         partitions = process.partitions
         if health == "stopped":
             partitions = [
@@ -603,7 +688,7 @@ class StatusView:
             process,
             health=health,
             age=age if age < -self.ttl else max(0.0, age),
-            totals=dict(entry.totals),
+            totals=totals,
             partitions=partitions,
         )
 
@@ -619,9 +704,9 @@ def _copied(view: type[_View], source: object, **given: Any) -> _View:
     return view(**given, **{name: getattr(source, name) for name in names})
 
 
-def _process_of(report: ConsumerReportView) -> ProcessView:
+def _process_of(report: ConsumerReportView, now: float) -> ProcessView:
     """The bounded view of a report, as of when it was sent (health and age are set by each
-    snapshot)."""
+    snapshot); ``ValueError`` when it is dated too far ahead of ``now``."""
     partitions = [
         _copied(
             PartitionLag,
@@ -641,7 +726,7 @@ def _process_of(report: ConsumerReportView) -> ProcessView:
         id=bounded_text(report.id),
         health="alive",
         status=bounded_text(report.status),
-        dispatched_at=checked_time("dispatched_at", report.dispatched_at),
+        dispatched_at=checked_time("dispatched_at", report.dispatched_at, now),
         age=0.0,
         started_at=checked_time("process.started_at", report.started_at),
         tags=[bounded_text(tag) for tag in report.tags[:MAX_TAGS]],
@@ -669,8 +754,9 @@ def _listed_partitions(processes: list[ProcessView]) -> tuple[list[ProcessView],
     return listed, omitted
 
 
-def _scheduler_of(topic: str, partition: int, report: StateReportView) -> SchedulerView:
-    """The bounded view of a state report (its age is set by each snapshot)."""
+def _scheduler_of(topic: str, partition: int, report: StateReportView, now: float) -> SchedulerView:
+    """The bounded view of a state report (its age is set by each snapshot); ``ValueError``
+    when it is dated too far ahead of ``now``."""
     daily = {bounded_text(day, 32): count for day, count in sorted(report.daily.items())[:MAX_DAYS]}
     return _copied(
         SchedulerView,
@@ -678,7 +764,7 @@ def _scheduler_of(topic: str, partition: int, report: StateReportView) -> Schedu
         topic=bounded_text(topic.removesuffix(STATES_POSTFIX)),
         partition=partition,
         state=bounded_text(report.state),
-        dispatched_at=checked_time("dispatched_at", report.dispatched_at),
+        dispatched_at=checked_time("dispatched_at", report.dispatched_at, now),
         age=0.0,
         started_at=int(checked_time("started_at", report.started_at)),
         daily=daily,
