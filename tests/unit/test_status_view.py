@@ -465,6 +465,26 @@ def test_status_text_escapes_control_characters(
     assert not controls & set(caplog.text)
 
 
+def test_names_that_only_invisible_characters_tell_apart_are_shown_apart(
+    view: StatusView,
+) -> None:
+    # A fake "billing-1" (zero-width space, BOM, soft hyphen, word joiner, a tag character)
+    # must not render exactly as the genuine one beside it.
+    genuine = "billing-1"
+    fakes = [
+        genuine + invisible for invisible in ("\u200b", "\ufeff", "\u00ad", "\u2060", "\U000e0001")
+    ]
+    for offset, process in enumerate([genuine, *fakes]):
+        report = process_report(process, dispatched_at=NOW)
+        assert view.add_record(REPORTS, 0, offset, packed(report))
+    text = render_text(view.snapshot(now=NOW))
+    rows = [line.split()[0] for line in text.splitlines() if line.startswith(genuine)]
+    assert len(set(rows)) == 6, rows  # in the processes' and the partitions' lists
+    assert {"billing-1\\u200b", "billing-1\\ufeff", "billing-1\\xad", "billing-1\\U000e0001"} < set(
+        rows
+    )
+
+
 def test_what_is_kept_of_a_record_is_bounded(view: StatusView) -> None:
     report = process_report("h" * 100_000, dispatched_at=NOW)
     report["process"]["tags"] = ["t" * 350_000] * 20  # 7 MB inflated from 7 KB

@@ -12,6 +12,7 @@ screen of whoever runs ``ferrokafka status``).
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 
 __all__ = [
@@ -128,25 +129,37 @@ def bounded_json(value: Any, budget: int = MAX_DETAIL_NODES) -> Any:
     return bounded(value)
 
 
-# C0, DEL and C1 controls, the Unicode line and paragraph separators, and the bidirectional
-# formatting characters (which reorder what a terminal shows).
-_UNPRINTABLE = [
-    *range(0x00, 0x20),
-    *range(0x7F, 0xA0),
-    0x061C,
-    0x200E,
-    0x200F,
-    *range(0x2028, 0x202F),
-    *range(0x2066, 0x206A),
-]
-_ESCAPES = {
-    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in _UNPRINTABLE
-} | {ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
+# Escaped: control characters (C0, DEL, C1), format characters (the bidirectional ones, which
+# reorder what a terminal shows, and the invisible ones: zero-width spaces and joiners, the BOM,
+# soft hyphens, tags, with which "billing-1" and "billing-1\u200b" look alike) and the Unicode
+# line and paragraph separators.
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+class _Escapes(dict[int, str]):
+    """``str.translate``'s table: the escape of each character of those categories, found on
+    first sight and kept (a few hundred at most); every other character is left as it is."""
+
+    def __missing__(self, code: int) -> str:
+        if unicodedata.category(chr(code)) not in _ESCAPED_CATEGORIES:
+            raise LookupError(code)  # translate keeps the character
+        self[code] = escaped = (
+            f"\\x{code:02x}"
+            if code < 0x100
+            else f"\\u{code:04x}"
+            if code < 0x10000
+            else f"\\U{code:08x}"
+        )
+        return escaped
+
+
+_ESCAPES = _Escapes({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character escaped (``\\x1b``, ``\\r``, ``\\u202e``...), safe to
-    print to a terminal.
+    """``text`` with every control, format and separator character escaped (``\\x1b``,
+    ``\\r``, ``\\u202e``, ``\\u200b``...), safe to print to a terminal and telling apart
+    names that would look alike.
 
     Example:
         >>> print(printable("\\x1b[2Jid\\r\\n"))
