@@ -13,6 +13,7 @@ from ferrokafka import (
     ConfigError,
     Consumer,
     ConsumerOptions,
+    KafkaTimeoutError,
     TopicPartition,
 )
 
@@ -185,3 +186,11 @@ def test_async_consumer_starts_and_stops_without_a_broker() -> None:
         return consumer.stats()
 
     assert asyncio.run(main())["handled"] == 0
+
+
+def test_a_consumer_without_a_group_times_out_when_no_broker_answers() -> None:
+    # Without group.id a topic name stands for its partitions, which need a broker to learn:
+    # librdkafka ends the lookup nobody answered as a transport failure, a timeout for us.
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:1"}, ["orders"], noop)
+    with pytest.raises(KafkaTimeoutError, match="no answer from bootstrap.servers=127.0.0.1:1"):
+        consumer.start()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::events::ConsumerEvent;
@@ -26,7 +26,20 @@ pub(super) fn start_consuming(
     bootstrap: Option<&str>,
 ) -> KafkaResult<()> {
     let error = |operation: &str, e: KafkaError| {
-        KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap)
+        let no_broker = matches!(
+            e.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
+        );
+        match KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap) {
+            // librdkafka ends a lookup that no broker answered within its timeout (brokers
+            // away, or frozen) as a transport failure: a timeout, as every such wait is.
+            KafkaIoError::Broker { .. } if no_broker => KafkaIoError::Timeout {
+                operation: operation.to_owned(),
+                timeout: LOOKUP_TIMEOUT,
+                bootstrap: bootstrap.map(str::to_owned),
+            },
+            other => other,
+        }
     };
     let subscriptions = &shared.options.subscriptions;
     if shared.group
