@@ -437,12 +437,10 @@ class _Core:
                         "queued_bytes": event.queued_bytes,
                     },
                 )
+            # The engine logged these failures when they happened (logger ferrokafka_kafka).
             elif isinstance(event, ConsumerCommitted):
-                if event.error is not None:
-                    log.warning("offset commit failed: %s", event.error)
                 self.publish("commit", {"offsets": event.offsets, "error": event.error})
             elif isinstance(event, ConsumerError):
-                log.warning("consumer error: %s", event.error)
                 self.publish("error", {"error": event.error})
         return calls
 

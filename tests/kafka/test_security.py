@@ -120,6 +120,16 @@ def test_a_wrong_password_fails_with_the_reason_and_without_the_password(
     wait_until(lambda: "Authentication failed" in caplog.text, WAIT, "the refusal logged")
     assert len(producer.shutdown(timeout=5.0)) == 1
     assert wrong_password not in caplog.text
+    # Said at ERROR by librdkafka's own FAIL line only, not again by each client's error
+    # callback (at DEBUG there).
+    again = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.ERROR
+        and r.name != "librdkafka"
+        and "Authentication failed" in r.getMessage()
+    ]
+    assert not again, again
 
 
 def test_sasl_plain_and_oauthbearer_over_sasl_ssl(secure_broker: SecureBroker) -> None:

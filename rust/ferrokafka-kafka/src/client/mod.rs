@@ -70,20 +70,38 @@ impl ClientContext for EndIsExpected {
 
 /// Logs a client error, except the end-of-partition events of `enable.partition.eof`.
 ///
-/// A broker connection failure (`BrokerTransportFailure`) is logged at DEBUG only: librdkafka
-/// hands it to the error callback and logs the same text itself (its FAIL line, at ERROR), so
-/// an outage printed every refused connection twice.
+/// A broker's connection failure (a transport error, a refused TLS handshake or SASL login) is
+/// logged at DEBUG only: librdkafka hands it to the error callback and logs the same text
+/// itself (its FAIL line, at ERROR), so every refused connection was printed once more by each
+/// client. A failure no broker reported (an OAUTHBEARER token that cannot be had) has no FAIL
+/// line and stays at ERROR.
 pub(crate) fn log_unless_end(error: KafkaError, reason: &str) {
     let code = error.rdkafka_error_code();
     if matches!(error, KafkaError::PartitionEOF(_)) || code == Some(RDKafkaErrorCode::PartitionEOF)
     {
         return;
     }
-    if code == Some(RDKafkaErrorCode::BrokerTransportFailure) {
+    let connection = matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::SSL
+                | RDKafkaErrorCode::Authentication
+        )
+    );
+    if connection && reported_by_a_broker(reason) {
         log::debug!("librdkafka: {error}: {reason}");
     } else {
         log::error!("librdkafka: {error}: {reason}");
     }
+}
+
+/// Whether `reason` is a broker's failure, as librdkafka words those (and logs them as FAIL):
+/// the broker's name first, `[protocol://]host:port/id: ...`.
+fn reported_by_a_broker(reason: &str) -> bool {
+    reason
+        .split_once(": ")
+        .is_some_and(|(name, _)| !name.contains(' ') && name.contains('/'))
 }
 
 impl rdkafka::consumer::ConsumerContext for EndIsExpected {}
@@ -223,6 +241,21 @@ impl Client {
 mod tests {
     use super::*;
     use crate::config::settings_of;
+
+    #[test]
+    fn broker_failures_are_told_from_the_others_by_their_wording() {
+        assert!(reported_by_a_broker(
+            "sasl_plaintext://127.0.0.1:19100/bootstrap: SASL PLAIN mechanism handshake failed"
+        ));
+        assert!(reported_by_a_broker(
+            "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused"
+        ));
+        assert!(!reported_by_a_broker(
+            "Failed to acquire SASL OAUTHBEARER token: Failed to retrieve OIDC token from \
+             \"https://idp/token\": connect refused"
+        ));
+        assert!(!reported_by_a_broker("1/1 brokers are down"));
+    }
 
     #[test]
     fn unknown_config_key_is_refused_with_its_name() {
