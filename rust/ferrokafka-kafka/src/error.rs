@@ -176,6 +176,15 @@ impl KafkaIoError {
         }
     }
 
+    /// `operation` got no answer within `timeout` from the brokers at `bootstrap`.
+    pub(crate) fn timed_out(operation: &str, timeout: Duration, bootstrap: Option<&str>) -> Self {
+        KafkaIoError::Timeout {
+            operation: operation.to_owned(),
+            timeout,
+            bootstrap: bootstrap.map(str::to_owned),
+        }
+    }
+
     fn from_rdkafka_code(
         operation: &str,
         code: RDKafkaErrorCode,
@@ -183,11 +192,7 @@ impl KafkaIoError {
         bootstrap: Option<&str>,
     ) -> Self {
         if is_timeout(code) {
-            KafkaIoError::Timeout {
-                operation: operation.to_owned(),
-                timeout,
-                bootstrap: bootstrap.map(str::to_owned),
-            }
+            Self::timed_out(operation, timeout, bootstrap)
         } else {
             KafkaIoError::from_code(operation, code, None)
         }
@@ -239,11 +244,7 @@ impl KafkaIoError {
             // A transaction call that timed out (init_transactions with the broker away): a
             // timeout as any other, not a broker's answer.
             KafkaError::Transaction(rd) if !rd.is_fatal() && is_timeout(rd.code()) => {
-                KafkaIoError::Timeout {
-                    operation: operation.to_owned(),
-                    timeout,
-                    bootstrap: bootstrap.map(str::to_owned),
-                }
+                Self::timed_out(operation, timeout, bootstrap)
             }
             KafkaError::Transaction(rd) => {
                 let code = rd.code();

@@ -33,11 +33,9 @@ pub(super) fn start_consuming(
         match KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap) {
             // librdkafka ends a lookup that no broker answered within its timeout (brokers
             // away, or frozen) as a transport failure: a timeout, as every such wait is.
-            KafkaIoError::Broker { .. } if no_broker => KafkaIoError::Timeout {
-                operation: operation.to_owned(),
-                timeout: LOOKUP_TIMEOUT,
-                bootstrap: bootstrap.map(str::to_owned),
-            },
+            KafkaIoError::Broker { .. } if no_broker => {
+                KafkaIoError::timed_out(operation, LOOKUP_TIMEOUT, bootstrap)
+            }
             other => other,
         }
     };
