@@ -138,7 +138,10 @@ class KafkaFatalError(KafkaError):
 
 class KafkaTimeoutError(KafkaError, TimeoutError):
     """A Kafka operation did not finish within its timeout (e.g. no broker answered). Its code
-    is librdkafka's local timeout, ``TIMED_OUT_CODE`` (-185, ``"_TIMED_OUT"``), unless given."""
+    is librdkafka's local timeout, ``TIMED_OUT_CODE`` (-185, ``"_TIMED_OUT"``), unless given.
+    The message names the brokers asked and, when librdkafka said why it could not reach one
+    during the wait, that reason (``...; last broker error: host:9092/bootstrap: Connect to
+    ipv4#10.0.0.5:9092 failed: Connection refused ...``)."""
 
     def __init__(
         self,

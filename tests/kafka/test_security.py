@@ -28,6 +28,7 @@ from ferrokafka import (
     Client,
     Consumer,
     KafkaError,
+    KafkaTimeoutError,
     NewTopic,
 )
 from ferrokafka.cli import main
@@ -389,6 +390,29 @@ def test_tls_aimed_at_a_plaintext_listener_is_raised_at_once(kafka_bootstrap: st
     ):
         refused = _refused_at_once(call, "connecting to a PLAINTEXT broker listener")
         assert refused.name == "_TRANSPORT"
+
+
+def test_plaintext_aimed_at_a_tls_listener_times_out_naming_the_cause(
+    secure_broker: SecureBroker,
+) -> None:
+    # Kafka's TLS listener hangs up on a plaintext client without a word: librdkafka logs it at
+    # INFO only (no error event, no diagnosis), and a broker restarting would look the same, so
+    # the call waits out its timeout, whose message says what happened and what to check.
+    config = {"bootstrap.servers": secure_broker.ssl}
+    producer = AsyncProducer(config)
+    producer.produce(b"never", "never")
+    for call in (
+        lambda: Client(config).list_topics(timeout=2.0),
+        lambda: Client(config).produce("never", b"v", timeout=2.0),
+        lambda: producer.flush(timeout=2.0),
+    ):
+        with pytest.raises(KafkaTimeoutError, match=r"check security\.protocol") as timed_out:
+            call()
+        assert f"last broker error: {secure_broker.ssl}/bootstrap: Disconnected" in str(
+            timed_out.value
+        )
+        assert "in state APIVERSION_QUERY" in str(timed_out.value)
+    assert [m.value() for m in producer.shutdown(timeout=0.5)] == [b"never"]
 
 
 def test_an_untrusted_ca_is_raised_at_once_by_produce(secure_broker: SecureBroker) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 import threading
 
 import pytest
 
 import ferrokafka
 from ferrokafka import (
+    AsyncProducer,
     Client,
     ConfigError,
     FerrokafkaError,
@@ -100,6 +102,30 @@ def test_unreachable_broker_raises_a_timeout_naming_the_servers() -> None:
     assert caught.value.retriable
 
 
+@pytest.mark.parametrize(
+    ("servers", "cause"),
+    [
+        ("127.0.0.1:1", "Connect to ipv4#127.0.0.1:1 failed: Connection refused"),
+        ("no-such-host.invalid:9092", "Failed to resolve 'no-such-host.invalid:9092'"),
+    ],
+    ids=["nothing-listening", "unknown-host"],
+)
+def test_a_timeout_names_why_the_broker_could_not_be_reached(servers: str, cause: str) -> None:
+    # What tells a broker that is away from a wrong address: librdkafka's last word on it.
+    config = {"bootstrap.servers": servers}
+    with pytest.raises(
+        KafkaTimeoutError, match=re.escape(f"last broker error: {servers}/bootstrap")
+    ) as caught:
+        Client(config).list_topics(timeout=1.0)
+    assert cause in str(caught.value)
+    producer = AsyncProducer(config)
+    producer.produce(b"never", "never")
+    with pytest.raises(KafkaTimeoutError, match=re.escape(cause)) as caught:
+        producer.flush(timeout=1.0)
+    assert "1 in flight" in str(caught.value)
+    assert [m.value() for m in producer.shutdown(timeout=0.2)] == [b"never"]
+
+
 def test_a_timeout_raised_in_python_carries_librdkafkas_timeout_code() -> None:
     # One spelling of the code, the engines': Python-raised timeouts (the share backend's, the
     # reporter's) report it as the engines' do.
@@ -143,24 +169,28 @@ def test_timeouts_must_be_positive_and_finite(timeout: float) -> None:
         Client(UNREACHABLE).list_topics(timeout=timeout)
 
 
-def test_a_refused_connection_is_logged_once_not_again_as_a_global_error(
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize(
+    ("servers", "failure"),
+    [("127.0.0.1:1", "Connection refused"), ("no-such-host.invalid:9092", "Failed to resolve")],
+    ids=["nothing-listening", "unknown-host"],
+)
+def test_a_broker_failure_is_logged_once_not_again_as_a_global_error(
+    caplog: pytest.LogCaptureFixture, servers: str, failure: str
 ) -> None:
-    """librdkafka logs a refused connection (its FAIL line) and hands the same text to the error
-    callback; only librdkafka's line reaches the log at ERROR."""
-    client = Client(UNREACHABLE)
+    """librdkafka logs a refused connection or an unknown host (its FAIL line) and hands the
+    same text to the error callback; only librdkafka's line reaches the log."""
+    client = Client({"bootstrap.servers": servers})
     with pytest.raises(KafkaTimeoutError):
         client.list_topics(timeout=0.5)
 
-    def refused_errors() -> list[logging.LogRecord]:
+    def logged() -> list[logging.LogRecord]:
         return [
-            r
-            for r in caplog.records
-            if r.levelno >= logging.ERROR and "Connection refused" in r.getMessage()
+            r for r in caplog.records if r.levelno >= logging.WARNING and failure in r.getMessage()
         ]
 
-    wait_until(lambda: bool(refused_errors()), 5.0, "the refused connection in the log")
-    assert {r.name for r in refused_errors()} == {"librdkafka"}
+    wait_until(lambda: bool(logged()), 5.0, "the failure in the log")
+    assert {r.name for r in logged()} == {"librdkafka"}
+    assert not [r for r in logged() if "Global error" in r.getMessage()]
 
 
 def test_produce_checks_arguments_before_sending() -> None:

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
 
 use rdkafka::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{TokenRefresh, TokenSource};
@@ -445,6 +446,16 @@ impl ClientSettings {
             if overrides.iter().all(|key| self.get(key).is_none()) {
                 config.set(*location, "probe");
             }
+        }
+        // rdkafka asks librdkafka only for the lines the `librdkafka` logger shows at creation
+        // (WARNING when Python's logging is not configured); a connection the broker closed is
+        // said only in an INFO line, which the client's connection watch needs to name a
+        // timeout's cause (`ConnectionWatch::observe_log`). The logger still drops what it does
+        // not show; a user's own `log_level` wins.
+        if self.get("log_level").is_none()
+            && (config.log_level as i32) < RDKafkaLogLevel::Info as i32
+        {
+            config.set_log_level(RDKafkaLogLevel::Info);
         }
         config
     }

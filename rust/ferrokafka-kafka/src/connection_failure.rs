@@ -22,6 +22,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, ProducerContext};
 
@@ -62,9 +64,22 @@ fn is_connection_failure(code: RDKafkaErrorCode, reason: &str) -> bool {
     }
 }
 
+/// Whether an error event says a broker could not be reached this time (nothing listening, a name
+/// that does not resolve, a connection closed), which may change while a call waits.
+fn is_unreachable(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::Resolve
+    )
+}
+
 #[derive(Debug, Default)]
 struct WatchState {
     failure: Option<ConnectionFailure>,
+    /// Why a broker could not be reached, last time one could not (a refused connection, a name
+    /// that does not resolve, a connection the broker closed): not a reason to stop waiting, as
+    /// a broker that is away may come back, but the cause a timeout names.
+    unreachable: Option<String>,
     /// Threads waiting on the client, woken when a failure is recorded.
     waiters: Vec<Thread>,
 }
@@ -74,11 +89,14 @@ struct WatchState {
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionWatch {
     state: Mutex<WatchState>,
-    /// Whether a failure is recorded, so that [`ConnectionWatch::clear`] on every delivery takes
-    /// no lock while the client works.
-    refused: AtomicBool,
+    /// Whether a failure or an unreachable broker is recorded, so that
+    /// [`ConnectionWatch::clear`] on every delivery takes no lock while the client works.
+    noted: AtomicBool,
     /// The values of the client's secret settings, cut out of every recorded reason.
     secrets: Vec<String>,
+    /// Whether the client speaks plaintext (`security.protocol` plaintext or sasl_plaintext),
+    /// which makes a connection closed at its first request a sign of a TLS listener.
+    plaintext: bool,
 }
 
 /// How a wait on a client ended.
@@ -94,10 +112,15 @@ pub(crate) enum Waited<T> {
 impl ConnectionWatch {
     /// A watch for a client created with `settings`.
     pub(crate) fn new(settings: &ClientSettings) -> Self {
+        let protocol = settings
+            .get("security.protocol")
+            .unwrap_or("plaintext")
+            .to_ascii_lowercase();
         ConnectionWatch {
             state: Mutex::default(),
-            refused: AtomicBool::new(false),
+            noted: AtomicBool::new(false),
             secrets: settings.secret_values(),
+            plaintext: !protocol.ends_with("ssl"),
         }
     }
 
@@ -113,16 +136,49 @@ impl ConnectionWatch {
         }
     }
 
-    /// Takes note of an error event's code and description; only connection failures are kept.
+    /// Takes note of an error event of the client and logs it (see
+    /// [`log_unless_end`](crate::client::log_unless_end)) without the client's secrets.
+    pub(crate) fn observe_and_log(&self, error: KafkaError, reason: &str) {
+        self.observe(&error, reason);
+        crate::client::log_unless_end(error, &self.redact(reason));
+    }
+
+    /// Takes note of a librdkafka log line of the client. A broker's FAIL line is the only word
+    /// librdkafka gives of a connection the broker closed (a TLS listener hanging up on a
+    /// plaintext client, a broker going away): it sends error events only for failures it logs
+    /// at ERROR, and a closed connection is logged at WARNING or INFO.
+    pub(crate) fn observe_log(&self, facility: &str, line: &str) {
+        if facility == "FAIL" {
+            // The line starts with the thread's name, `[thrd:host:port/id]: `, then the reason
+            // as an error event words it.
+            let reason = line
+                .strip_prefix("[thrd:")
+                .and_then(|rest| rest.split_once("]: "))
+                .map_or(line, |(_, reason)| reason);
+            self.note_unreachable(reason);
+        }
+    }
+
+    fn note_unreachable(&self, reason: &str) {
+        let reason = self.diagnose(self.redact(reason));
+        self.lock().unreachable = Some(reason);
+        self.noted.store(true, Ordering::Release);
+    }
+
+    /// Takes note of an error event's code and description: a connection failure ends the waits
+    /// on the client; a broker that could not be reached is remembered for the timeout to name.
     pub(crate) fn record(&self, code: RDKafkaErrorCode, reason: &str) {
         if !is_connection_failure(code, reason) {
+            if is_unreachable(code) {
+                self.note_unreachable(reason);
+            }
             return;
         }
         let reason = self.redact(reason);
         let waiters = {
             let mut state = self.lock();
             state.failure = Some(ConnectionFailure { code, reason });
-            self.refused.store(true, Ordering::Release);
+            self.noted.store(true, Ordering::Release);
             std::mem::take(&mut state.waiters)
         };
         for waiter in waiters {
@@ -151,16 +207,66 @@ impl ConnectionWatch {
             Some(failure) if err.rdkafka_error_code() == Some(failure.code) => {
                 failure.error(operation)
             }
-            _ => KafkaIoError::from_rdkafka(operation, err, Duration::ZERO, None),
+            _ => self.explain_timeout(KafkaIoError::from_rdkafka(
+                operation,
+                err,
+                Duration::ZERO,
+                None,
+            )),
+        }
+    }
+
+    /// A plaintext client whose connection the broker closed at its first request (librdkafka's
+    /// API version request) most likely reached a TLS listener; librdkafka says so only in some
+    /// cases (not when the broker closes the connection without a word, as Kafka's TLS listener
+    /// does), so the reason gets that diagnosis here.
+    fn diagnose(&self, reason: String) -> String {
+        if self.plaintext
+            && reason.contains("in state APIVERSION_QUERY")
+            && !reason.contains("security.protocol")
+        {
+            format!(
+                "{reason}: the broker closed the connection at the first request, as a TLS \
+                 listener does to a plaintext client: check security.protocol"
+            )
+        } else {
+            reason
         }
     }
 
     /// The client works again: a failure seen before is over.
     pub(crate) fn clear(&self) {
-        if self.refused.load(Ordering::Acquire) {
+        if self.noted.load(Ordering::Acquire) {
             let mut state = self.lock();
             state.failure = None;
-            self.refused.store(false, Ordering::Release);
+            state.unreachable = None;
+            self.noted.store(false, Ordering::Release);
+        }
+    }
+
+    /// What a wait that ended at its deadline (`error`, any error) tells: the refused
+    /// connection behind a timeout, if any (a wrong CA or password is not something waiting
+    /// longer would fix); else the timeout, naming why a broker could not be reached, if the
+    /// client said so.
+    pub(crate) fn explain_timeout(&self, error: KafkaIoError) -> KafkaIoError {
+        let KafkaIoError::Timeout {
+            operation,
+            timeout,
+            bootstrap,
+            broker_error,
+        } = error
+        else {
+            return error;
+        };
+        let state = self.lock();
+        match &state.failure {
+            Some(failure) => failure.error(&operation),
+            None => KafkaIoError::Timeout {
+                operation,
+                timeout,
+                bootstrap,
+                broker_error: broker_error.or_else(|| state.unreachable.clone()),
+            },
         }
     }
 
@@ -200,6 +306,28 @@ impl ConnectionWatch {
     }
 }
 
+/// The `error` and `log` methods of a `ClientContext` whose client's connection failures and
+/// unreachable brokers go to the [`ConnectionWatch`] at `self.<path>`; errors are logged as
+/// [`log_unless_end`](crate::client::log_unless_end) does, log lines as rdkafka's default does.
+macro_rules! watch_connection {
+    ($($field:ident).+) => {
+        fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+            self.$($field).+.observe_and_log(error, reason);
+        }
+
+        fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, line: &str) {
+            self.$($field).+.observe_log(facility, line);
+            $crate::connection_failure::log_as_rdkafka_does(level, facility, line);
+        }
+    };
+}
+pub(crate) use watch_connection;
+
+/// Logs a librdkafka log line as rdkafka's default `ClientContext::log` does.
+pub(crate) fn log_as_rdkafka_does(level: RDKafkaLogLevel, facility: &str, line: &str) {
+    DefaultClientContext.log(level, facility, line);
+}
+
 /// Longest one `init_transactions` call blocks, so that a refused connection is noticed.
 const INIT_TRANSACTIONS_STEP: Duration = Duration::from_millis(200);
 
@@ -228,12 +356,12 @@ pub(crate) fn init_transactions<C: ProducerContext>(
         // A timeout of one step, or a coordinator still loading, says to call again.
         let retriable = matches!(&e, KafkaError::Transaction(rd) if rd.is_retriable());
         if !retriable || Instant::now() >= deadline {
-            return Err(KafkaIoError::from_rdkafka(
+            return Err(watch.explain_timeout(KafkaIoError::from_rdkafka(
                 "init_transactions",
                 e,
                 timeout,
                 bootstrap,
-            ));
+            )));
         }
     }
 }
@@ -288,6 +416,61 @@ mod tests {
         );
         let failure = watch.failure().unwrap();
         assert_eq!(failure.code, RDKafkaErrorCode::BrokerTransportFailure);
+    }
+
+    fn timed_out_explained(watch: &ConnectionWatch) -> String {
+        let timeout =
+            KafkaIoError::timed_out("list_topics", Duration::from_secs(3), Some("b:9092"));
+        watch.explain_timeout(timeout).to_string()
+    }
+
+    #[test]
+    fn a_timeout_names_why_a_broker_could_not_be_reached_until_the_client_works() {
+        let watch = watch_with_secrets();
+        assert_eq!(
+            timed_out_explained(&watch),
+            "list_topics timed out after 3.0 s: no answer from bootstrap.servers=b:9092"
+        );
+        watch.record(
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "b:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused \
+             (after 0ms in state CONNECT)",
+        );
+        watch.record(RDKafkaErrorCode::AllBrokersDown, "1/1 brokers are down");
+        assert_eq!(
+            timed_out_explained(&watch),
+            "list_topics timed out after 3.0 s: no answer from bootstrap.servers=b:9092; last \
+             broker error: b:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection \
+             refused (after 0ms in state CONNECT)"
+        );
+        watch.clear();
+        assert!(!timed_out_explained(&watch).contains("last broker error"));
+        // A refused connection is the error itself, not a timeout.
+        watch.record(RDKafkaErrorCode::SSL, "certificate verify failed");
+        assert_eq!(
+            timed_out_explained(&watch),
+            "list_topics failed: certificate verify failed"
+        );
+    }
+
+    #[test]
+    fn a_plaintext_client_cut_off_at_its_first_request_is_told_to_check_security_protocol() {
+        let closed = "b:9093/bootstrap: Disconnected: connection closed by peer: receive 0 after \
+                      POLLIN (after 2ms in state APIVERSION_QUERY)";
+        let plaintext = watch_with_secrets();
+        plaintext.record(RDKafkaErrorCode::BrokerTransportFailure, closed);
+        let told = timed_out_explained(&plaintext);
+        assert!(told.contains(closed), "{told}");
+        assert!(
+            told.ends_with("as a TLS listener does to a plaintext client: check security.protocol"),
+            "{told}"
+        );
+        let tls = ConnectionWatch::new(&settings_of(&[
+            ("bootstrap.servers", "b:9093"),
+            ("security.protocol", "SASL_SSL"),
+        ]));
+        tls.record(RDKafkaErrorCode::BrokerTransportFailure, closed);
+        assert!(timed_out_explained(&tls).ends_with("in state APIVERSION_QUERY)"));
     }
 
     #[test]

@@ -32,7 +32,12 @@ pub enum KafkaIoError {
     #[error("invalid configuration: {0}")]
     Config(String),
     /// An operation did not finish within its deadline.
-    #[error("{operation} timed out{}{}", after(.timeout), hint(.bootstrap))]
+    #[error(
+        "{operation} timed out{}{}{}",
+        after(.timeout),
+        hint(.bootstrap),
+        last_seen(.broker_error)
+    )]
     Timeout {
         /// What was attempted, e.g. "list_topics".
         operation: String,
@@ -40,6 +45,10 @@ pub enum KafkaIoError {
         timeout: Duration,
         /// The brokers that did not answer, if known.
         bootstrap: Option<String>,
+        /// Why the client last could not reach a broker (librdkafka's description: a refused
+        /// connection, a name that does not resolve, a connection the broker closed), if it
+        /// said so during the wait: what tells a broker that is away from a wrong address.
+        broker_error: Option<String>,
     },
     /// A Kafka or librdkafka error with its code.
     #[error("{operation} failed: {message}")]
@@ -78,6 +87,13 @@ fn after(timeout: &Duration) -> String {
 fn hint(bootstrap: &Option<String>) -> String {
     match bootstrap {
         Some(servers) => format!(": no answer from bootstrap.servers={servers}"),
+        None => String::new(),
+    }
+}
+
+fn last_seen(broker_error: &Option<String>) -> String {
+    match broker_error {
+        Some(reason) => format!("; last broker error: {reason}"),
         None => String::new(),
     }
 }
@@ -177,11 +193,12 @@ impl KafkaIoError {
     }
 
     /// `operation` got no answer within `timeout` from the brokers at `bootstrap`.
-    pub(crate) fn timed_out(operation: &str, timeout: Duration, bootstrap: Option<&str>) -> Self {
+    pub fn timed_out(operation: &str, timeout: Duration, bootstrap: Option<&str>) -> Self {
         KafkaIoError::Timeout {
             operation: operation.to_owned(),
             timeout,
             bootstrap: bootstrap.map(str::to_owned),
+            broker_error: None,
         }
     }
 

@@ -260,14 +260,6 @@ pub fn dropped_by_drop_oldest() -> PyErr {
     BufferOverflow::new_err("dropped by drop_oldest")
 }
 
-/// `flush` gave up after `timeout` seconds with records still `buffered` and `in_flight`.
-pub fn flush_timed_out(timeout: f64, buffered: u64, in_flight: u64) -> PyErr {
-    timed_out(format!(
-        "flush timed out after {timeout} s with {buffered} record(s) buffered and {in_flight} in \
-         flight"
-    ))
-}
-
 // ---- Threads and processes ---------------------------------------------------------------------
 
 /// The thread a blocking call runs on could not be started.

@@ -23,8 +23,7 @@ use crate::blocking::{EventInbox, ForkGuard, SLICE, seconds_or_off, timeout_arg,
 use crate::convert::{self, optional_bytes, outgoing_record};
 use crate::engine_drops::{ReleaseOnDrop, release_gil_for};
 use crate::errors::{
-    NativeResult, buffer_overflow, flush_timed_out, invalid_argument, malformed, producer_closed,
-    wrong_type,
+    NativeResult, buffer_overflow, invalid_argument, malformed, producer_closed, wrong_type,
 };
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
@@ -386,10 +385,9 @@ impl PyRawAsyncProducer {
         })?;
         match flushed {
             Some(outcome) => Ok(outcome?),
-            None => {
-                let stats = self.engine.stats();
-                Err(flush_timed_out(timeout, stats.queue_size, stats.in_flight).into())
-            }
+            None => Err(engine
+                .flush_timed_out(timeout_arg("timeout", timeout)?)
+                .into()),
         }
     }
 

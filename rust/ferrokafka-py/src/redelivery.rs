@@ -178,11 +178,11 @@ impl PyRawQueueConsumer {
         let flushed = wait_sliced(py, Some(timeout), |slice| engine.flush(slice).ok())?;
         match flushed {
             Some(()) => Ok(()),
-            None => Err(KafkaIoError::Timeout {
-                operation: "QueueConsumer.flush".to_owned(),
-                timeout: timeout_arg("timeout", timeout)?,
-                bootstrap: None,
-            }
+            None => Err(KafkaIoError::timed_out(
+                "QueueConsumer.flush",
+                timeout_arg("timeout", timeout)?,
+                None,
+            )
             .into()),
         }
     }

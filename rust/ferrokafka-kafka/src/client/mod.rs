@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::{ClientRole, ClientSettings};
-use crate::connection_failure::{ConnectionWatch, Waited};
+use crate::connection_failure::{ConnectionWatch, Waited, log_as_rdkafka_does};
 use crate::debug_form::debug_showing;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::main_queue_watcher::MainQueueWatcher;
@@ -61,10 +62,17 @@ impl ClientContext for EndIsExpected {
     answer_token_refresh!(tokens);
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if let Some(watch) = &self.watch {
-            watch.observe(&error, reason);
+        match &self.watch {
+            Some(watch) => watch.observe_and_log(error, reason),
+            None => log_unless_end(error, reason),
         }
-        log_unless_end(error, reason);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
+        if let Some(watch) = &self.watch {
+            watch.observe_log(facility, line);
+        }
+        log_as_rdkafka_does(level, facility, line);
     }
 }
 
@@ -85,6 +93,7 @@ pub(crate) fn log_unless_end(error: KafkaError, reason: &str) {
         code,
         Some(
             RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
                 | RDKafkaErrorCode::SSL
                 | RDKafkaErrorCode::Authentication
         )
@@ -171,24 +180,18 @@ impl Client {
         ))
     }
 
-    /// A timeout becomes the refused TLS handshake or SASL authentication behind it, if any: a
-    /// wrong CA or password is not something waiting longer would fix.
+    /// A timeout becomes the refused TLS handshake or SASL authentication behind it, if any, or
+    /// names why no broker could be reached (see [`ConnectionWatch::explain_timeout`]).
     fn explain(&self, error: KafkaIoError) -> KafkaIoError {
-        match error {
-            KafkaIoError::Timeout { ref operation, .. } => match self.watch.failure() {
-                Some(failure) => failure.error(operation),
-                None => error,
-            },
-            other => other,
-        }
+        self.watch.explain_timeout(error)
     }
 
     fn timed_out(&self, operation: &str, timeout: Duration) -> KafkaIoError {
-        self.explain(KafkaIoError::Timeout {
-            operation: operation.to_owned(),
+        self.explain(KafkaIoError::timed_out(
+            operation,
             timeout,
-            bootstrap: self.bootstrap().map(str::to_owned),
-        })
+            self.bootstrap(),
+        ))
     }
 
     /// Asks `client` for metadata until a broker answers, a connection is refused or `deadline`

@@ -6,12 +6,12 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
-use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 
-use super::{Client, log_unless_end};
+use super::Client;
 use crate::config::ClientRole;
+use crate::connection_failure::watch_connection;
 use crate::connection_failure::{ConnectionWatch, Waited};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{self, TokenRefresh, answer_token_refresh};
@@ -38,11 +38,7 @@ pub(super) struct DeliveryRouter {
 
 impl ClientContext for DeliveryRouter {
     answer_token_refresh!(tokens);
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.watch.observe(&error, reason);
-        log_unless_end(error, &self.watch.redact(reason));
-    }
+    watch_connection!(watch);
 }
 
 impl ProducerContext for DeliveryRouter {

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 
 use super::events::ConsumerEvent;
 use super::state::{Handle, RebalanceHandler, Shared, Slot};
+use crate::connection_failure::watch_connection;
 use crate::error::KafkaIoError;
 use crate::locks::{lock, wait_timeout};
 use crate::oauth::answer_token_refresh;
@@ -24,10 +24,7 @@ impl ClientContext for RebalanceHandler {
         self.shared.record_statistics(&statistics);
     }
 
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.shared.watch.observe(&error, reason);
-        crate::client::log_unless_end(error, &self.shared.watch.redact(reason));
-    }
+    watch_connection!(shared.watch);
 }
 
 impl ConsumerContext for RebalanceHandler {

@@ -30,14 +30,15 @@ pub(super) fn start_consuming(
             e.rdkafka_error_code(),
             Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
         );
-        match KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap) {
+        let error = match KafkaIoError::from_rdkafka(operation, e, LOOKUP_TIMEOUT, bootstrap) {
             // librdkafka ends a lookup that no broker answered within its timeout (brokers
             // away, or frozen) as a transport failure: a timeout, as every such wait is.
             KafkaIoError::Broker { .. } if no_broker => {
                 KafkaIoError::timed_out(operation, LOOKUP_TIMEOUT, bootstrap)
             }
             other => other,
-        }
+        };
+        shared.watch.explain_timeout(error)
     };
     let subscriptions = &shared.options.subscriptions;
     if shared.group

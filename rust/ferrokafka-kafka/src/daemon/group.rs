@@ -13,9 +13,9 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::DaemonStatus;
-use crate::client::log_unless_end;
 use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::ConnectionWatch;
+use crate::connection_failure::watch_connection;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::statistics::{BrokerOffsets, KeptStatistics};
@@ -167,10 +167,7 @@ impl ClientContext for GroupContext {
         self.statistics.record(&statistics);
     }
 
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.watch.observe(&error, reason);
-        log_unless_end(error, reason);
-    }
+    watch_connection!(watch);
 }
 
 impl ConsumerContext for GroupContext {

@@ -209,11 +209,7 @@ fn settle_all(
             return Err(if bound.stopping() {
                 KafkaIoError::Closed("the daemon")
             } else {
-                KafkaIoError::Timeout {
-                    operation: "dispatch flush".to_owned(),
-                    timeout,
-                    bootstrap: None,
-                }
+                KafkaIoError::timed_out("dispatch flush", timeout, None)
             });
         }
         state = wait_timeout(&tracker.settled, state, bound.next_check(now));

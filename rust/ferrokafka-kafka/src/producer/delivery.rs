@@ -15,6 +15,7 @@ use super::options::DeliveryMode;
 use super::reports::Written;
 use super::round::RoundReport;
 use super::state::Shared;
+use crate::connection_failure::watch_connection;
 use crate::error::KafkaIoError;
 use crate::oauth::answer_token_refresh;
 
@@ -25,11 +26,7 @@ pub(super) struct DeliveryTracker {
 
 impl ClientContext for DeliveryTracker {
     answer_token_refresh!(shared.tokens);
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.shared.watch.observe(&error, reason);
-        crate::client::log_unless_end(error, &self.shared.watch.redact(reason));
-    }
+    watch_connection!(shared.watch);
 }
 
 impl DeliveryTracker {

@@ -151,6 +151,19 @@ impl AsyncProducer {
             .map(|failure| failure.error(operation))
     }
 
+    /// The error of a `flush` that did not settle every record within `timeout`: how many were
+    /// left, and why no broker could be reached, if librdkafka said so.
+    pub fn flush_timed_out(&self, timeout: Duration) -> KafkaIoError {
+        let stats = self.stats();
+        let operation = format!(
+            "flush ({} record(s) buffered, {} in flight)",
+            stats.queue_size, stats.in_flight
+        );
+        let bootstrap = self.client_config.get("bootstrap.servers");
+        let timed_out = KafkaIoError::timed_out(&operation, timeout, bootstrap);
+        self.shared.watch.explain_timeout(timed_out)
+    }
+
     /// Delivers everything buffered and waits up to `wait` for every record to settle. Returns
     /// true when settled. Callers wait in slices to check for signals.
     ///

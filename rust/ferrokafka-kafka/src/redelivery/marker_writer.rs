@@ -390,11 +390,7 @@ impl MarkerWriter {
         if self.producer.producer().flush_until(deadline) {
             Ok(())
         } else {
-            Err(KafkaIoError::Timeout {
-                operation: "flush markers".to_owned(),
-                timeout,
-                bootstrap: None,
-            })
+            Err(KafkaIoError::timed_out("flush markers", timeout, None))
         }
     }
 }

@@ -29,8 +29,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::client::log_unless_end;
 use crate::connection_failure::ConnectionWatch;
+use crate::connection_failure::watch_connection;
 use crate::daemon::{RoomWait, StopBound};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
@@ -267,11 +267,7 @@ impl Rounds {
 
 impl ClientContext for Rounds {
     answer_token_refresh!(tokens);
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.watch.observe(&error, reason);
-        log_unless_end(error, reason);
-    }
+    watch_connection!(watch);
 }
 
 impl ProducerContext for Rounds {

@@ -39,11 +39,7 @@ impl Prefetcher {
                 }
                 None if Instant::now() >= end => {
                     self.acks().forget(number);
-                    return Err(KafkaIoError::Timeout {
-                        operation: operation.to_owned(),
-                        timeout,
-                        bootstrap: None,
-                    });
+                    return Err(KafkaIoError::timed_out(operation, timeout, None));
                 }
                 None => {}
             }
@@ -138,11 +134,11 @@ impl Prefetcher {
                 .stop_seen()
                 .is_some_and(|since| since.elapsed() >= STOP_GRACE);
             if closing || Instant::now() >= deadline {
-                return Err(KafkaIoError::Timeout {
-                    operation: "write START markers".to_owned(),
-                    timeout: self.marker_timeout,
-                    bootstrap: None,
-                });
+                return Err(KafkaIoError::timed_out(
+                    "write START markers",
+                    self.marker_timeout,
+                    None,
+                ));
             }
             std::thread::sleep(SETTLE_POLL);
         }

@@ -88,15 +88,16 @@ impl Prefetcher {
                         )),
                     }
                 }
-                Err(KafkaIoError::Timeout { bootstrap, .. })
-                    if failing_since.elapsed() >= self.marker_timeout =>
-                {
-                    KafkaIoError::Timeout {
-                        operation: format!("reading the markers topic {topic:?}"),
-                        timeout: self.marker_timeout,
-                        bootstrap,
-                    }
-                }
+                Err(KafkaIoError::Timeout {
+                    bootstrap,
+                    broker_error,
+                    ..
+                }) if failing_since.elapsed() >= self.marker_timeout => KafkaIoError::Timeout {
+                    operation: format!("reading the markers topic {topic:?}"),
+                    timeout: self.marker_timeout,
+                    bootstrap,
+                    broker_error,
+                },
                 Err(KafkaIoError::Timeout { .. }) => continue,
                 Err(other) => other,
             };
