@@ -6,6 +6,12 @@ it starts and unregisters when it is closed by its owner; one ``atexit`` hook th
 whatever is still open, each within its own ``exit_timeout``, and each logs at WARNING what it
 could not deliver.
 
+A process that ``multiprocessing`` started (a ``Process`` or ``Pool`` worker) ends with
+``os._exit()`` once its target returned and multiprocessing ran its own finalizers: with the
+``fork`` start method (Linux's default before Python 3.14) ``atexit`` hooks never run there. So in
+such a process the hook is also registered as one of those finalizers, when the first component
+registers; it finishes nothing twice.
+
 The hook runs after the interpreter joined its non-daemon threads and before it finalizes, so
 the components' own threads (dispatchers, engine threads) still run. It starts no thread (from
 Python 3.12 a new thread cannot start at shutdown): it asks every component to begin at once
@@ -22,6 +28,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -89,6 +96,24 @@ def register(component: ClosesAtExit, *, after_the_rest: bool = False) -> None:
     """``component`` is open: the exit hook finishes it unless :func:`unregister` comes first;
     ``after_the_rest`` once every other component finished (a reporter of the others)."""
     (_open_last if after_the_rest else _open).add(component)
+    if _finalizer_registered_in != os.getpid():
+        _finish_at_the_end_of_a_multiprocessing_child()
+
+
+_finalizer_registered_in: int | None = None
+"""The process in which the hook is one of multiprocessing's finalizers too."""
+
+
+def _finish_at_the_end_of_a_multiprocessing_child() -> None:
+    global _finalizer_registered_in
+    multiprocessing = sys.modules.get("multiprocessing")  # not imported: not such a process
+    if multiprocessing is None or multiprocessing.parent_process() is None:
+        return
+    import multiprocessing.util
+
+    # Priority 0: among the first finalizers, before the process joins its own children.
+    multiprocessing.util.Finalize(None, finish_everything_open, exitpriority=0)
+    _finalizer_registered_in = os.getpid()
 
 
 def unregister(component: ClosesAtExit) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -157,6 +158,7 @@ class AsyncProducer:
         self._events = _ProducerEvents(self._raw)
         self._shutdown_lock = threading.Lock()
         self._closed = False
+        self._creator_pid = os.getpid()
         # Until someone subscribes, `produce` has no Python work to do: the binding's own method
         # (same arguments) stands in for it: two Python frames were about 1,500 of the 6,800
         # instructions a message cost (benches/RESULTS.md).
@@ -367,6 +369,8 @@ class AsyncProducer:
         closed = getattr(self, "_closed", True)  # missing: __init__ failed before the engine ran
         if closed or sys.is_finalizing():
             return  # after finalization began, the engine's own drop reports what is lost
+        if os.getpid() != self._creator_pid:
+            return  # a forked child's copy: the parent's records, the parent's to deliver
         finish = functools.partial(
             self._finish_unowned, "collected without shutdown()", self.exit_timeout
         )

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,6 +68,59 @@ def test_a_script_that_ends_delivers_what_its_producer_buffered(
     values = sorted(value for _, value in read_all(kafka_bootstrap, topic))
     assert values == sorted([b"one"] + [b"many-%d" % i for i in range(500)])
     assert exit_took < 5.0 + 1.0, f"exit took {exit_took:.1f} s"
+    assert "could not be delivered" not in stderr, stderr
+
+
+# A worker process keeps its producer in a global (the usual per-process client) and returns
+# without shutdown(); multiprocessing ends such a process with os._exit(), after its own
+# finalizers, so with the fork start method the atexit hook never runs there.
+_PRODUCE_IN_WORKERS = """
+import multiprocessing, sys
+from ferrokafka import AsyncProducer
+
+producer = None
+
+def work(bootstrap, topic):
+    global producer
+    producer = AsyncProducer({"bootstrap.servers": bootstrap}, delivery_interval=5.0)
+    producer.produce_many([b"%s-%d" % (topic.encode(), i) for i in range(100)], topic=topic)
+
+if __name__ == "__main__":
+    bootstrap, method, process_topic, pool_topic = sys.argv[1:]
+    context = multiprocessing.get_context(method)
+    worker = context.Process(target=work, args=(bootstrap, process_topic))
+    worker.start()
+    worker.join(30)
+    print("Process exit code", worker.exitcode, flush=True)
+    with context.Pool(1) as pool:
+        pool.apply(work, (bootstrap, pool_topic))
+        pool.close()
+        pool.join()
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_multiprocessing_workers_that_end_deliver_what_their_producer_buffered(
+    kafka_bootstrap: str, topic_factory: TopicFactory, method: str, tmp_path: Path
+) -> None:
+    topics = [topic_factory(partitions=1) for _ in range(2)]
+    # A file, not `-c`: a spawned worker imports the main module to find `work`.
+    script = tmp_path / "workers.py"
+    script.write_text(_PRODUCE_IN_WORKERS)
+    run = subprocess.run(
+        [sys.executable, str(script), kafka_bootstrap, method, *topics],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    stderr = run.stderr
+    assert run.returncode == 0, stderr
+    assert "Process exit code 0" in run.stdout, stderr
+    assert "Traceback" not in stderr, stderr
+    for topic in topics:
+        values = sorted(value for _, value in read_all(kafka_bootstrap, topic, partitions=1))
+        assert values == sorted(b"%s-%d" % (topic.encode(), i) for i in range(100)), stderr
     assert "could not be delivered" not in stderr, stderr
 
 

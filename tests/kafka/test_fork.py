@@ -3,6 +3,7 @@ without touching the parent's librdkafka handles (issue 13, defect 5)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ _SCRIPT = textwrap.dedent(
     """
     import os
     import sys
+    import time
 
     import ferrokafka
     from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
@@ -50,6 +52,15 @@ _SCRIPT = textwrap.dedent(
                 use()
             except ferrokafka.FerrokafkaError as err:
                 print(f"child: {name} refused: {err}", flush=True)
+        # The parent's producer, shut down or dropped here: refused at once, then left alone
+        # (its records are the parent's to deliver).
+        try:
+            producer.shutdown(timeout=2)
+        except ferrokafka.FerrokafkaError as err:
+            print(f"child: shutdown refused: {err}", flush=True)
+        started = time.monotonic()
+        del producer
+        print(f"child: dropped the producer in {time.monotonic() - started:.2f} s", flush=True)
         sys.exit(0)
 
     _, status = os.waitpid(pid, 0)
@@ -88,5 +99,12 @@ def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
             report
         )
         assert "cannot be used after fork" in run.stdout, report
+    assert "child: shutdown refused: ferrokafka.AsyncProducer was created in process" in (
+        run.stdout
+    ), report
+    dropped = re.search(r"child: dropped the producer in ([0-9.]+) s", run.stdout)
+    assert dropped, report
+    assert float(dropped.group(1)) < 1.0, report
+    assert "Exception ignored" not in run.stderr, report
     assert "panicked" not in run.stderr, report
     assert "Traceback" not in run.stderr, report

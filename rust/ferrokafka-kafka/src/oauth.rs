@@ -184,6 +184,11 @@ impl TokenContext {
 
 impl ClientContext for TokenContext {
     answer_token_refresh!(tokens);
+
+    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::client::log_unless_end(error, reason);
+    }
 }
 
 impl rdkafka::consumer::ConsumerContext for TokenContext {}

@@ -412,6 +412,7 @@ impl PyRawAsyncProducer {
         timeout: f64,
         max_events: usize,
     ) -> NativeResult<Vec<Py<PyAny>>> {
+        self.guard.check()?;
         let mut wait = seconds_or_off("timeout", timeout)?.min(SLICE);
         let max_events = max_events.max(1);
         let mut for_python = Vec::new();
@@ -433,6 +434,7 @@ impl PyRawAsyncProducer {
 
     /// Hands a record returned by `shutdown` to its waiter with the message's error.
     fn settle(&self, py: Python<'_>, ticket: u64, message: Py<PyMessage>) -> PyResult<()> {
+        self.guard.check()?;
         let error = message.bind(py).call_method0("error")?;
         let outcome = if error.is_none() {
             let written = message.borrow(py);
@@ -455,7 +457,9 @@ impl PyRawAsyncProducer {
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records
     /// that were never handed to Kafka. Records purged in flight arrive as "failed" events.
     fn shutdown(&self, py: Python<'_>, timeout: f64) -> NativeResult<Vec<(u64, Py<PyMessage>)>> {
-        // Refused before anything stops.
+        // Refused before anything stops; a forked child's copy has no threads to stop (its
+        // drop leaves the engine alone, see `ReleaseOnDrop`).
+        self.guard.check()?;
         timeout_arg("timeout", timeout)?;
         self.engine.begin_shutdown();
         let engine = &**self.engine;
@@ -475,9 +479,11 @@ impl PyRawAsyncProducer {
             .collect::<PyResult<_>>()?)
     }
 
-    fn stats(&self) -> PyProducerStats {
+    fn stats(&self) -> PyResult<PyProducerStats> {
+        // A forked child's copy would show the parent's counters as they were at the fork.
+        self.guard.check()?;
         let s = self.engine.stats();
-        PyProducerStats {
+        Ok(PyProducerStats {
             enqueued: s.enqueued,
             delivered: s.delivered,
             failed: s.failed,
@@ -489,7 +495,7 @@ impl PyRawAsyncProducer {
             queue_bytes: s.queue_bytes,
             in_flight: s.in_flight,
             retry_queue_size: s.retry_queue_size,
-        }
+        })
     }
 }
 
