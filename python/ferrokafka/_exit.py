@@ -33,7 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, NoReturn, Protocol
 
 from ferrokafka._native import on_engine_thread, wait_for_background_closes
 
@@ -52,6 +52,29 @@ class ClosesAtExit(Protocol):
 
     def finish_exit(self, timeout: float) -> None:
         """Wait at most ``timeout`` seconds for the end, then log at WARNING what was lost."""
+
+
+class NotCopyable:
+    """A component that owns Kafka clients and finishes them when it is collected: a copy
+    (``copy.copy``, ``copy.deepcopy``, pickling) would share those clients and, collected,
+    shut them down under the original. Refused, as a file object's copy is."""
+
+    def __copy__(self) -> NoReturn:
+        raise _not_copyable(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NoReturn:
+        raise _not_copyable(self)
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        raise _not_copyable(self)
+
+
+def _not_copyable(component: object) -> TypeError:
+    name = type(component).__name__
+    return TypeError(
+        f"cannot copy or pickle a {name}: it owns Kafka clients; create another {name} "
+        "with the same settings instead"
+    )
 
 
 class _Daemon(Protocol):

@@ -78,7 +78,7 @@ _POLL_SECONDS = 0.1
 _LEAST_WAIT = 0.001
 
 
-class AsyncProducer:
+class AsyncProducer(_exit.NotCopyable):
     """Queues messages and delivers them from a background thread, with backpressure.
 
     Args:
@@ -252,8 +252,9 @@ class AsyncProducer:
 
         Each record is a value (``bytes``/``str``, for ``topic``), a ``(value, key)`` tuple, or a
         dict with any of ``value``, ``key``, ``topic``, ``partition``, ``partition_key``,
-        ``headers``, ``timestamp``. The whole batch is checked before anything is queued. On
-        overflow the :class:`~ferrokafka.BufferOverflow` says (in its message and in
+        ``headers``, ``timestamp`` (any other field raises ``TypeError``: a misspelled
+        ``"vaule"`` would send a tombstone). The whole batch is checked before anything is
+        queued. On overflow the :class:`~ferrokafka.BufferOverflow` says (in its message and in
         ``accepted``) how many records of the batch were queued before it: the first
         ``accepted`` records are delivered like any queued record, the rest were not queued.
 

@@ -190,7 +190,7 @@ class _Unsent:
         return bool(self.statuses or self.errors)
 
 
-class Reporter:
+class Reporter(_exit.NotCopyable):
     """Sends process reports and error reports of this process for ``ferrokafka status`` and
     the dashboard (see the module docs for the schema and the topics).
 

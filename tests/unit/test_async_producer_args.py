@@ -65,6 +65,14 @@ def test_bad_arguments_raise_before_anything_is_queued(producer: AsyncProducer) 
         producer.produce_many([b"ok", 5], topic="t")  # type: ignore[list-item]
     with pytest.raises(ValueError, match="need topic="):
         producer.produce_many([b"no topic"])
+    # A misspelled field would have sent a tombstone (no value) or dropped the headers.
+    for misspelt, shown in (
+        ({"key": b"user-7", "vaule": b"x"}, "'vaule'"),
+        ({"header": {}}, "'header'"),
+        ({1: 2}, "1"),
+    ):
+        with pytest.raises(TypeError, match=f"a dict record has unknown field\\(s\\) {shown};"):
+            producer.produce_many([{"value": b"ok"}, misspelt], topic="t")  # type: ignore[list-item]
     assert producer.stats()["enqueued"] == 0
     producer.shutdown(timeout=2.0)
 

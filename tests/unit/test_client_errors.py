@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import gc
 import logging
 import pickle
 import re
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,6 +25,7 @@ from ferrokafka import (
     MarkerRefusedError,
     NewTopic,
 )
+from ferrokafka.tracking import Reporter
 from tests.conftest import wait_until
 from tests.unit.forked import outcome_in_child
 
@@ -247,3 +252,19 @@ def test_a_fatal_kafka_error_is_its_own_class_and_survives_pickle() -> None:
     assert type(copy) is KafkaFatalError
     assert isinstance(copy, KafkaError)
     assert (copy.code, copy.name, copy.fatal) == (47, "INVALID_PRODUCER_EPOCH", True)
+
+
+@pytest.mark.parametrize("copy_it", [copy.copy, copy.deepcopy, pickle.dumps])
+def test_a_producer_or_reporter_cannot_be_copied_under_its_owner(
+    copy_it: Callable[[Any], Any],
+) -> None:
+    # A copy shared the clients, and its collection shut them down under the original.
+    producer = AsyncProducer(UNREACHABLE)
+    reporter = Reporter(UNREACHABLE, exit_timeout=0.1)
+    for component in (producer, reporter):
+        with pytest.raises(TypeError, match=f"cannot copy or pickle a {type(component).__name__}"):
+            copy_it(component)
+    gc.collect()
+    producer.produce(b"still open", "orders")
+    assert producer.shutdown(timeout=0.2)[0].value() == b"still open"
+    reporter.close()

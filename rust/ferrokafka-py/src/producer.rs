@@ -212,6 +212,7 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
                 get("timestamp")?.map(|t| t.extract()).transpose()?,
             )?;
             let partition_key = convert::partition_key(get("partition_key")?.as_ref())?;
+            refuse_unknown_fields(fields)?;
             (record, partition_key)
         } else {
             return Err(wrong_type(
@@ -226,6 +227,47 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
         ticket: 0,
         failures: 0,
     }))
+}
+
+/// The fields a dict record of `produce_many` may have.
+const RECORD_FIELDS: [&str; 7] = [
+    "topic",
+    "value",
+    "key",
+    "partition",
+    "partition_key",
+    "headers",
+    "timestamp",
+];
+
+/// Refuses a dict record with a field that is not one of [`RECORD_FIELDS`]: a misspelled
+/// `"vaule"` would otherwise send a record without its value (a tombstone, which deletes the key
+/// on a compacted topic), a misspelled `"header"` drop the headers.
+fn refuse_unknown_fields(fields: &Bound<'_, PyDict>) -> PyResult<()> {
+    let known = RECORD_FIELDS
+        .iter()
+        .filter(|name| fields.contains(**name).unwrap_or(false))
+        .count();
+    if fields.len() == known {
+        return Ok(());
+    }
+    let unknown: Vec<String> = fields
+        .keys()
+        .iter()
+        .filter(|key| {
+            key.extract::<&str>()
+                .map_or(true, |name| !RECORD_FIELDS.contains(&name))
+        })
+        .map(|key| {
+            key.repr()
+                .map_or_else(|_| "?".to_owned(), |r| r.to_string())
+        })
+        .collect();
+    Err(malformed(format!(
+        "a dict record has unknown field(s) {}; its fields are {}",
+        unknown.join(", "),
+        RECORD_FIELDS.join(", ")
+    )))
 }
 
 #[pymethods]
