@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ferrokafka import __version__
 from ferrokafka._extras import install_hint
-from ferrokafka._native import Client, NewTopic, check_topic_name
+from ferrokafka._native import Client, NewTopic, check_topic_name, redact_secrets
 from ferrokafka.exceptions import KafkaError
 from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, Reporter
 
@@ -35,6 +35,15 @@ if TYPE_CHECKING:
     from ferrokafka.status import StatusReader
 
 log = logging.getLogger("ferrokafka.cli")
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose usage errors show no secret: they quote the arguments, and a
+    ``sasl.password=...`` after a misspelled option (``--confg``) or a forgotten ``--config``
+    is among them."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact_secrets(message))
 
 
 class _UsageError(Exception):
@@ -498,7 +507,7 @@ host run the daemons from Python with the password read from a file."""
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``ferrokafka`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ferrokafka",
         description="Kafka patterns for Python and Spark, on a Rust core.",
         epilog=SECURED_CLUSTER_HELP,

@@ -29,6 +29,26 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "invalid choice" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--confg", "sasl.password=hunter2"],  # a misspelled option
+        ["status", "sasl.password=hunter2"],  # a forgotten --config
+        ["--config", "sasl.password=hunter2", "status"],  # an option before the command
+        ["status", "--confg", "sasl.oauthbearer.client.secret=hunter2"],
+    ],
+)
+def test_a_usage_error_quoting_a_secret_does_not_show_it(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "=[redacted]" in err
+    assert "hunter2" not in err
+
+
 def test_kafka_errors_become_exit_status_1(capsys: pytest.CaptureFixture[str]) -> None:
     status = main(["topics", "list", "--bootstrap-servers", "127.0.0.1:1", "--timeout", "0.5"])
     assert status == 1
