@@ -49,6 +49,15 @@ def test_topics_and_partitions_cannot_be_mixed() -> None:
         consumer.start()
 
 
+def test_a_dead_letter_topic_it_reads_is_refused_on_start() -> None:
+    # A poison record dead-lettered into a subscribed topic was handled again for ever.
+    consumer = Consumer(
+        NOWHERE, ["orders", "audit"], noop, on_error="dead_letter", dead_letter_topic="audit"
+    )
+    with pytest.raises(ValueError, match='dead_letter_topic "audit" is a subscribed topic, which'):
+        consumer.start()
+
+
 def test_an_empty_dead_letter_topic_is_refused() -> None:
     # Under "retry" the failed batch would be written to "" for ever and never committed.
     with (

@@ -24,6 +24,9 @@ NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
         (("q", "m"), {"backend": "auto", "dead_letter_topic": "x/y"}, ValueError, '"x/y" is not'),
         (("q", "a\0b"), {}, ValueError, r'markers_topic "a\\0b" is not a legal topic name'),
         (("q", "q"), {}, ValueError, "must differ"),
+        # Dead-lettered into a topic it reads, a poison message came back for ever.
+        (("q", "m"), {"dead_letter_topic": "q"}, ValueError, '"q" is the queue topic, which'),
+        (("q", "m"), {"dead_letter_topic": "m"}, ValueError, '"m" is the markers topic, which'),
         (("q", "m"), {"redelivery_timeout": 0.0}, ValueError, "redelivery_timeout"),
         (("q", "m"), {"marker_timeout": -1.0}, ValueError, "marker_timeout"),
         (("q", "m"), {"max_batch_size": 0}, ValueError, "max_batch_size"),
@@ -103,12 +106,20 @@ def test_ack_nack_keepalive_name_what_they_take() -> None:
         ({"use_now_if_no_marker_seen": -1.0}, "use_now_if_no_marker_seen"),
         ({"max_backoff": float("nan")}, "max_backoff"),
         ({"produce_timeout": 0.0}, "produce_timeout"),
+        # Dead-lettered into a topic it reads, a poison job was handed out for ever.
+        ({"dead_letter_topic": "q"}, 'dead_letter_topic "q" is the queue topic, which'),
+        ({"dead_letter_topic": "m"}, 'dead_letter_topic "m" is the markers topic, which'),
     ],
 )
 def test_tracker_refuses_bad_options_at_start(options: dict[str, Any], message: str) -> None:
     tracker = RedeliveryTracker(NOWHERE, "q", "m", **options)
     with pytest.raises(ValueError, match=message):
         tracker.start()
+
+
+def test_tracker_refuses_one_topic_for_queue_and_markers_at_start() -> None:
+    with pytest.raises(ValueError, match="queue_topic and markers_topic must differ"):
+        RedeliveryTracker(NOWHERE, "q", "q").start()
 
 
 def test_tracker_checks_counts_up_front_and_is_inert_until_started() -> None:

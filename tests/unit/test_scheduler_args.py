@@ -29,6 +29,10 @@ def test_schedules_topics_must_be_a_list() -> None:
         (["s"], {"dead_letter_topic": ""}, "dead_letter_topic must not be empty"),
         (["s"], {"dead_letter_topic": "bad topic!"}, "not a legal topic name"),
         (["s"], {"instance_id": ""}, "instance_id must not be empty"),
+        # Written to a topic it reads: read back and written again, for ever.
+        (["s"], {"dead_letter_topic": "s"}, 'dead_letter_topic "s" is a schedules topic, which'),
+        (["s"], {"states_postfix": ""}, "states_postfix must not be empty"),
+        (["s", "s_states"], {}, 'a states topic "s_states" is a schedules topic, which'),
     ],
 )
 def test_bad_options_are_named(topics: list[str], options: dict[str, Any], message: str) -> None:

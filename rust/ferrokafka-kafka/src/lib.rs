@@ -27,6 +27,7 @@ pub mod redelivery;
 mod report_sample;
 pub mod scheduling;
 pub mod statistics;
+mod topic_roles;
 mod transaction_step;
 
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};

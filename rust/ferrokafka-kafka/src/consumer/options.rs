@@ -9,6 +9,7 @@ use ferrokafka_core::OrderBy;
 pub use ferrokafka_core::{ErrorPolicy, OnError};
 
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::topic_roles::require_not_read;
 
 /// Where an explicitly assigned partition starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +109,15 @@ impl ConsumerOptions {
                     .to_owned(),
             );
         }
+        let subscribed = self.subscriptions.iter().map(|s| {
+            let (Subscription::Topic(topic) | Subscription::Partition { topic, .. }) = s;
+            ("a subscribed topic", topic.as_str())
+        });
+        require_not_read(
+            "dead_letter_topic",
+            self.errors.dead_letter_topic.as_deref(),
+            subscribed,
+        )?;
         for subscription in &self.subscriptions {
             let (Subscription::Topic(topic) | Subscription::Partition { topic, .. }) = subscription;
             // librdkafka reads a subscribed name starting with '^' as a regular expression;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::daemon::require_group_id;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::topic_roles::require_not_read;
 
 /// Settings of a [`QueueConsumer`](super::QueueConsumer) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,12 +79,11 @@ impl QueueConsumerOptions {
     pub(super) fn validate(&self) -> KafkaResult<()> {
         require_topics(&self.queue_topic, &self.markers_topic)?;
         require_group_id(&self.group_id)?;
-        if self.queue_topic == self.markers_topic {
-            return Err(KafkaIoError::InvalidArgument(
-                "queue_topic and markers_topic must differ".to_owned(),
-            ));
-        }
-        require_dead_letter_topic(self.dead_letter_topic.as_deref())
+        require_dead_letter_topic(
+            self.dead_letter_topic.as_deref(),
+            &self.queue_topic,
+            &self.markers_topic,
+        )
     }
 }
 
@@ -91,7 +91,11 @@ impl RedeliveryOptions {
     pub(super) fn validate(&self) -> KafkaResult<()> {
         require_topics(&self.queue_topic, &self.markers_topic)?;
         require_group_id(&self.group_id)?;
-        require_dead_letter_topic(self.dead_letter_topic.as_deref())?;
+        require_dead_letter_topic(
+            self.dead_letter_topic.as_deref(),
+            &self.queue_topic,
+            &self.markers_topic,
+        )?;
         if self.num_offsets_per_commit == 0 {
             return Err(KafkaIoError::InvalidArgument(
                 "num_offsets_per_commit must be >= 1".to_owned(),
@@ -103,11 +107,29 @@ impl RedeliveryOptions {
 
 fn require_topics(queue_topic: &str, markers_topic: &str) -> KafkaResult<()> {
     KafkaIoError::check_topic("queue_topic", queue_topic)?;
-    KafkaIoError::check_topic("markers_topic", markers_topic)
+    KafkaIoError::check_topic("markers_topic", markers_topic)?;
+    if queue_topic == markers_topic {
+        return Err(KafkaIoError::InvalidArgument(
+            "queue_topic and markers_topic must differ".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
-fn require_dead_letter_topic(topic: Option<&str>) -> KafkaResult<()> {
-    topic.map_or(Ok(()), |topic| {
-        KafkaIoError::check_topic("dead_letter_topic", topic)
-    })
+fn require_dead_letter_topic(
+    topic: Option<&str>,
+    queue_topic: &str,
+    markers_topic: &str,
+) -> KafkaResult<()> {
+    if let Some(topic) = topic {
+        KafkaIoError::check_topic("dead_letter_topic", topic)?;
+    }
+    require_not_read(
+        "dead_letter_topic",
+        topic,
+        [
+            ("the queue topic", queue_topic),
+            ("the markers topic", markers_topic),
+        ],
+    )
 }

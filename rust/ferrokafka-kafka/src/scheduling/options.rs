@@ -7,6 +7,7 @@ use ferrokafka_core::PartitionKeyHashing;
 
 use crate::daemon::require_group_id;
 use crate::error::{KafkaIoError, KafkaResult};
+use crate::topic_roles::require_not_read;
 
 /// Settings of a [`Scheduler`](super::Scheduler) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +65,26 @@ impl SchedulerOptions {
         if let Some(topic) = &self.dead_letter_topic {
             // Caught now, not when the broker first refuses a dead-letter copy.
             KafkaIoError::check_topic("dead_letter_topic", topic)?;
+        }
+        let schedules = || {
+            self.schedules_topics
+                .iter()
+                .map(|t| ("a schedules topic", t.as_str()))
+        };
+        require_not_read(
+            "dead_letter_topic",
+            self.dead_letter_topic.as_deref(),
+            schedules(),
+        )?;
+        if self.states_postfix.is_empty() {
+            return Err(KafkaIoError::InvalidArgument(
+                "states_postfix must not be empty: the states topic would be the schedules topic"
+                    .to_owned(),
+            ));
+        }
+        for topic in &self.schedules_topics {
+            let states = format!("{topic}{}", self.states_postfix);
+            require_not_read("a states topic", Some(&states), schedules())?;
         }
         if self.flush_batch_size < 2 {
             return Err(KafkaIoError::InvalidArgument(format!(
