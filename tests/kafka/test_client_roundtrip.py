@@ -182,6 +182,19 @@ def test_partition_key_chooses_the_partition_as_waterdrop_does(
         kafka_client.produce(f"missing-{uuid.uuid4().hex}", b"v", partition_key="x", timeout=5.0)
 
 
+def test_a_fresh_client_refuses_a_partition_key_for_a_missing_topic_and_creates_nothing(
+    kafka_bootstrap: str,
+) -> None:
+    # A new client's first question about the topic came from its producer, which asked the
+    # brokers to create it: most such calls delivered to a topic of the brokers' default size.
+    for _ in range(3):
+        topic = f"missing-{uuid.uuid4().hex}"
+        client = Client({"bootstrap.servers": kafka_bootstrap})
+        with pytest.raises(ValueError, match="cannot choose a partition for partition_key"):
+            client.produce(topic, b"v", partition_key="customer-7", timeout=5.0)
+        assert topic not in client.list_topics(timeout=5.0).topics
+
+
 def test_produce_to_a_missing_topic_without_auto_create_says_so_at_once(
     kafka_bootstrap: str,
 ) -> None:

@@ -104,7 +104,6 @@ impl Client {
     /// librdkafka's own request creates the topic: `Ok(false)`, the topic does not exist yet.
     fn check_topic_exists(
         &self,
-        producer: &PolledProducer<DeliveryRouter>,
         topic: &str,
         deadline: Instant,
         timeout: Duration,
@@ -116,8 +115,11 @@ impl Client {
         if existing.contains(topic) {
             return Ok(true);
         }
+        // Asked of the admin client, which never creates the topic it asks about: the
+        // producer's own request would create it on brokers that create topics, and then a
+        // `partition_key` would choose among a partition count nobody chose.
         let metadata =
-            self.fetch_metadata("produce", producer.client(), Some(topic), deadline, timeout)?;
+            self.fetch_metadata("produce", self.admin.inner(), Some(topic), deadline, timeout)?;
         let missing = metadata.topics().iter().any(|t| {
             t.name() == topic
                 && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
@@ -198,7 +200,7 @@ impl Client {
         let deadline = Instant::now() + timeout;
         KafkaIoError::check_topic("topic", &record.topic)?;
         let producer = self.producer()?;
-        let exists = self.check_topic_exists(producer, &record.topic, deadline, timeout)?;
+        let exists = self.check_topic_exists(&record.topic, deadline, timeout)?;
         let partition = match (record.partition, partition_key) {
             // A topic the brokers are about to create with their default partition count is
             // refused too: a key's partition depends on that count, which nobody chose.
