@@ -118,8 +118,13 @@ impl Client {
         // Asked of the admin client, which never creates the topic it asks about: the
         // producer's own request would create it on brokers that create topics, and then a
         // `partition_key` would choose among a partition count nobody chose.
-        let metadata =
-            self.fetch_metadata("produce", self.admin.inner(), Some(topic), deadline, timeout)?;
+        let metadata = self.fetch_metadata(
+            "produce",
+            self.admin.inner(),
+            Some(topic),
+            deadline,
+            timeout,
+        )?;
         let missing = metadata.topics().iter().any(|t| {
             t.name() == topic
                 && t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
