@@ -32,7 +32,7 @@ from ferrokafka._native import (
     _RawConsumer,
     validate_consumer_options,
 )
-from ferrokafka._validation import check_config_mapping
+from ferrokafka._validation import check_config_mapping, require_callable
 from ferrokafka.tracking import JobSample, Reporter, SourceSample
 
 if TYPE_CHECKING:
@@ -212,6 +212,10 @@ class ConsumerOptions:
     def __post_init__(self) -> None:
         # The rules are the engine's, in Rust: the same check the consumer makes when it starts.
         validate_consumer_options(self)
+        for name in ("on_assigned", "on_unassigned", "on_caught_up"):
+            callback = getattr(self, name)
+            if callback is not None:
+                require_callable(name, callback)
         if self.reporter is not None and not isinstance(self.reporter, Reporter):
             raise TypeError(
                 f"reporter must be a ferrokafka.tracking.Reporter, got {self.reporter!r}"

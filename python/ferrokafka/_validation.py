@@ -41,3 +41,10 @@ def check_config_mapping(config: object) -> None:
         raise TypeError(
             f"config must be a dict of librdkafka settings, got {type(config).__name__}"
         )
+
+
+def require_callable(name: str, value: object) -> None:
+    """Refuses a callback that cannot be called, now, rather than with a log line on a
+    background thread each time it would run."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")

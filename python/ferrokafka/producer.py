@@ -43,7 +43,7 @@ from ferrokafka._native import (
     ProducerShutDown,
     _RawAsyncProducer,
 )
-from ferrokafka._validation import checked_seconds
+from ferrokafka._validation import checked_seconds, require_callable
 from ferrokafka.exceptions import BufferOverflow
 
 __all__ = [
@@ -422,6 +422,7 @@ class AsyncProducer(_exit.NotCopyable):
         (message_count, messages). ``enqueue_message`` and ``buffer_overflow`` run on the
         producing thread, the others on the producer's event thread.
         """
+        require_callable("callback", callback)
         self._events.subscribers.append(callback)
         # From now on `produce` publishes its events (see `__init__`).
         with contextlib.suppress(AttributeError):  # a second subscriber: already the method

@@ -73,6 +73,13 @@ def test_bad_arguments_raise_before_anything_is_queued(producer: AsyncProducer) 
     ):
         with pytest.raises(TypeError, match=f"a dict record has unknown field\\(s\\) {shown};"):
             producer.produce_many([{"value": b"ok"}, misspelt], topic="t")  # type: ignore[list-item]
+    # A callback that cannot be called is refused now, not logged on the event thread later.
+    with pytest.raises(TypeError, match="on_delivery must be callable, got int"):
+        producer.produce(b"v", topic="t", on_delivery=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_delivery must be callable, got str"):
+        producer.produce_many([b"v"], topic="t", on_delivery="x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="callback must be callable, got int"):
+        producer.subscribe(1)  # type: ignore[arg-type]
     assert producer.stats()["enqueued"] == 0
     producer.shutdown(timeout=2.0)
 

@@ -82,6 +82,9 @@ def test_an_empty_dead_letter_topic_is_refused() -> None:
         ({"max_retries": -1}, ValueError, "max_retries must be an int >= 0"),
         ({"ordering": "offset"}, ValueError, "ordering must be"),
         ({"max_concurrency": 0}, ValueError, "max_concurrency"),
+        ({"on_assigned": 1}, TypeError, "on_assigned must be callable, got int"),
+        ({"on_unassigned": "x"}, TypeError, "on_unassigned must be callable, got str"),
+        ({"on_caught_up": 2.5}, TypeError, "on_caught_up must be callable, got float"),
     ],
 )
 def test_bad_options_are_named(

@@ -157,6 +157,12 @@ pub fn wrong_type(expectation: impl Display, value: &Bound<'_, PyAny>) -> PyErr 
     PyTypeError::new_err(format!("{expectation}, got {}", type_name(value)))
 }
 
+/// A callback argument `name` that cannot be called: refused when given, not logged on a
+/// background thread each time it would run.
+pub fn not_callable(name: &str, value: &Bound<'_, PyAny>) -> PyErr {
+    wrong_type(format!("{name} must be callable"), value)
+}
+
 /// A value whose shape is wrong (a tuple of the wrong length, a missing value) where its type
 /// says nothing useful; `expectation` says what it must be.
 pub fn malformed(expectation: impl Into<String>) -> PyErr {

@@ -23,7 +23,8 @@ use crate::blocking::{EventInbox, ForkGuard, SLICE, seconds_or_off, timeout_arg,
 use crate::convert::{self, optional_bytes, outgoing_record};
 use crate::engine_drops::{ReleaseOnDrop, release_gil_for};
 use crate::errors::{
-    NativeResult, buffer_overflow, invalid_argument, malformed, producer_closed, wrong_type,
+    NativeResult, buffer_overflow, invalid_argument, malformed, not_callable, producer_closed,
+    wrong_type,
 };
 use crate::flat_record::flat_record;
 use crate::message::PyMessage;
@@ -339,7 +340,12 @@ impl PyRawAsyncProducer {
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = convert::partition_key(partition_key)?;
         let waiter = match (on_delivery, future) {
-            (Some(callback), None) => Some(Waiter::Callback(callback)),
+            (Some(callback), None) => {
+                if !callback.bind(py).is_callable() {
+                    return Err(not_callable("on_delivery", callback.bind(py)).into());
+                }
+                Some(Waiter::Callback(callback))
+            }
             (None, Some(future)) => Some(Waiter::Future(future)),
             (None, None) => None,
             (Some(_), Some(_)) => {
@@ -379,6 +385,11 @@ impl PyRawAsyncProducer {
         on_delivery: Option<Py<PyAny>>,
     ) -> NativeResult<(usize, usize)> {
         self.guard.check()?;
+        if let Some(callback) = &on_delivery
+            && !callback.bind(py).is_callable()
+        {
+            return Err(not_callable("on_delivery", callback.bind(py)).into());
+        }
         let topic: Option<String> = topic
             .map(|t| outgoing_record(t, None, None, None, None, None).map(|checked| checked.topic))
             .transpose()?;
