@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gc
 import logging
+import os
 import pickle
 import re
 import threading
@@ -92,6 +93,22 @@ def test_oauth_cb_must_be_a_callable_and_the_only_token_maker() -> None:
 def test_missing_bootstrap_servers_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
         Client({"client.id": "x"})
+
+
+def test_text_without_a_utf8_form_is_refused_as_such_never_replaced() -> None:
+    # What os.fsdecode makes of bytes that are not UTF-8: a path in a config value turned into
+    # another path (U+FFFD), and a topic was refused as "must be a str, got str".
+    undecodable = os.fsdecode(b"/etc/ssl/ca-\xff.pem")
+    with pytest.raises(
+        ConfigError, match=r'config value for "ssl\.ca\.location" is not valid UTF-8'
+    ):
+        Client({**UNREACHABLE, "ssl.ca.location": undecodable})
+    with pytest.raises(ConfigError, match="a config key is not valid UTF-8"):
+        Client({**UNREACHABLE, undecodable: "x"})
+    with pytest.raises(
+        ValueError, match="topic is not valid UTF-8 text: it holds a lone surrogate"
+    ):
+        Client(UNREACHABLE).produce(os.fsdecode(b"orders-\xff"), b"v", timeout=0.5)
 
 
 def test_config_accepts_ints_floats_and_bools() -> None:

@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::errors::{
-    NativeError, NativeResult, bad_config, invalid_argument, malformed, wrong_type,
+    NativeError, NativeResult, bad_config, config_not_utf8, invalid_argument, malformed, not_utf8,
+    wrong_type,
 };
 use crate::token_callback::token_source;
 
@@ -18,9 +19,13 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
     let mut entries = Vec::with_capacity(config.len());
     let mut oauth_cb = None;
     for (key, value) in config.iter() {
-        let key: String = key
-            .extract()
-            .map_err(|_| bad_config("config keys must be str", &key))?;
+        let key = match key.cast::<PyString>() {
+            Ok(text) => text
+                .to_str()
+                .map_err(|_| config_not_utf8("a config key"))?
+                .to_owned(),
+            Err(_) => return Err(bad_config("config keys must be str", &key).into()),
+        };
         if key == "oauth_cb" {
             if !value.is_callable() {
                 let expectation =
@@ -32,10 +37,12 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
         }
         let value = if value.is_instance_of::<PyBool>() {
             if value.is_truthy()? { "true" } else { "false" }.to_owned()
-        } else if value.is_instance_of::<PyString>()
-            || value.is_instance_of::<PyInt>()
-            || value.is_instance_of::<PyFloat>()
-        {
+        } else if let Ok(text) = value.cast::<PyString>() {
+            // Never replaced by U+FFFD: a path (ssl.ca.location) would name another file.
+            text.to_str()
+                .map_err(|_| config_not_utf8(format_args!("config value for {key:?}")))?
+                .to_owned()
+        } else if value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() {
             value.str()?.to_string()
         } else {
             let expectation = format!("config value for {key:?} must be str, int, float or bool");
@@ -137,9 +144,7 @@ pub fn outgoing_record(
     header_arg: Option<&Bound<'_, PyAny>>,
     timestamp: Option<i64>,
 ) -> PyResult<OutgoingRecord> {
-    let topic: String = topic
-        .extract()
-        .map_err(|_| wrong_type("topic must be a str", topic))?;
+    let topic = utf8_text("topic", topic)?;
     KafkaIoError::check_topic("topic", &topic).map_err(NativeError::from)?;
     if let Some(p) = partition.filter(|p| *p < 0) {
         return Err(invalid_argument(format!("partition must be >= 0, got {p}")));
@@ -157,4 +162,13 @@ pub fn outgoing_record(
         headers: headers(header_arg)?,
         timestamp_ms: timestamp,
     })
+}
+
+/// The str `value` of the argument `name`, as UTF-8: a str with a lone surrogate is refused as
+/// such ([`not_utf8`]), not as a wrong type ("must be a str, got str").
+pub fn utf8_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    match value.cast::<PyString>() {
+        Ok(text) => Ok(text.to_str().map_err(|_| not_utf8(name))?.to_owned()),
+        Err(_) => Err(wrong_type(format_args!("{name} must be a str"), value)),
+    }
 }

@@ -225,6 +225,24 @@ pub fn bad_config(expectation: impl Display, value: &Bound<'_, PyAny>) -> PyErr 
     ConfigError::new_err(format!("{expectation}, got {}", type_name(value)))
 }
 
+/// The str argument `name` has no UTF-8 form: it holds a lone surrogate, as `os.fsdecode` makes of
+/// bytes that are not UTF-8. Its value is not shown (it may be a secret).
+pub fn not_utf8(name: impl Display) -> PyErr {
+    PyValueError::new_err(not_utf8_text(name))
+}
+
+/// [`not_utf8`] of a config key or value: a refused configuration.
+pub fn config_not_utf8(name: impl Display) -> PyErr {
+    ConfigError::new_err(not_utf8_text(name))
+}
+
+fn not_utf8_text(name: impl Display) -> String {
+    format!(
+        "{name} is not valid UTF-8 text: it holds a lone surrogate (as os.fsdecode makes of \
+         bytes that are not UTF-8)"
+    )
+}
+
 /// The scheduled-message dict `what` has a field outside `allowed` (a typo, most likely).
 pub fn unknown_field(what: &str, field: &Bound<'_, PyAny>, allowed: &[&str]) -> PyErr {
     ScheduleError::new_err(format!(

@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
 use crate::blocking::{run_detached, seconds_or_off, timeout_arg};
-use crate::convert::{self, settings_from_dict};
+use crate::convert::{self, settings_from_dict, utf8_text};
 use crate::errors::NativeResult;
 use crate::errors::{invalid_argument, malformed, wrong_type};
 
@@ -157,7 +157,7 @@ impl<'a, 'py> Fields<'a, 'py> {
     /// A `str`.
     pub fn text(&self, name: &str) -> PyResult<String> {
         let value = self.value(name)?;
-        text_of(name, &value)
+        utf8_text(name, &value)
     }
 
     /// A `str` or `None`.
@@ -166,7 +166,7 @@ impl<'a, 'py> Fields<'a, 'py> {
         if value.is_none() {
             return Ok(None);
         }
-        text_of(name, &value).map(Some)
+        utf8_text(name, &value).map(Some)
     }
 
     /// A list of topic names (a single `str` is refused, not read as its characters).
@@ -230,10 +230,4 @@ fn whole_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     value
         .extract()
         .map_err(|_| invalid_argument(format!("{name} is out of range, got {value}")))
-}
-
-fn text_of(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    value
-        .extract()
-        .map_err(|_| wrong_type(format_args!("{name} must be a str"), value))
 }
