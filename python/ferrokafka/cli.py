@@ -764,6 +764,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         status: int = args.run(args)
+        lost = _output_lost()
     except _UsageError as err:
         usage_error(str(err))
     except KeyboardInterrupt:
@@ -773,10 +774,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except Exception as err:
-        log.debug("%s failed", args.command, exc_info=True)
-        print(f"ferrokafka: error: {_one_line(err)}", file=sys.stderr)
+        lost = _output_lost() if isinstance(err, OSError) else None
+        if lost is None:
+            log.debug("%s failed", args.command, exc_info=True)
+            print(f"ferrokafka: error: {_one_line(err)}", file=sys.stderr)
+            return 1
+    if lost is not None:
+        # As `ls` says so: the output would otherwise be lost with status 0.
+        print(f"ferrokafka: error: cannot write the output: {lost}", file=sys.stderr)
         return 1
     return status
+
+
+def _output_lost() -> str | None:
+    """Why what the command printed could not be written (standard output closed, a full
+    disk), after writing out what is left; None when it was written."""
+    if sys.stdout is None:  # started with stdout closed (`>&-`): print() wrote nothing
+        return "standard output is closed"
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        # Python flushes stdout again at exit: into the void, not into the failing file.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return err.strerror or str(err)
+    return None
 
 
 def _one_line(err: Exception) -> str:

@@ -135,3 +135,28 @@ def test_status_watched_through_a_reader_that_goes_away_ends_quietly(
     assert "Traceback" not in shown, shown
     assert "BrokenPipe" not in shown, shown
     assert "ferrokafka: error" not in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("redirect", "said"),
+    [(">&-", "standard output is closed"), ("> /dev/full", "No space left on device")],
+    ids=["closed", "full"],
+)
+def test_output_that_cannot_be_written_is_an_error_not_status_0(
+    kafka_bootstrap: str, redirect: str, said: str
+) -> None:
+    # As `ls >&-` says "write error" and fails: the listing would otherwise vanish unsaid.
+    listing = f"{sys.executable} -m ferrokafka topics list --bootstrap-servers {kafka_bootstrap}"
+    run = subprocess.run(
+        ["bash", "-c", f"{listing} {redirect}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1, run.stderr
+    # Said when the last of the output is written out, or by the print that could not write.
+    assert run.stderr.startswith("ferrokafka: error: "), run.stderr
+    assert said in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "Exception ignored" not in run.stderr, run.stderr
