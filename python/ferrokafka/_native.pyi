@@ -190,7 +190,7 @@ class NewTopic:
         name: str,
         num_partitions: int = -1,
         replication_factor: int = -1,
-        config: Mapping[str, str] | None = None,
+        config: Mapping[str, str | int | float | bool] | None = None,
     ) -> NewTopic: ...
     @property
     def name(self) -> str: ...

@@ -245,6 +245,22 @@ def test_new_topic_validates_counts() -> None:
         NewTopic("")
 
 
+def test_a_topic_config_takes_numbers_and_bools_as_a_client_config_does() -> None:
+    topic = NewTopic("t", config={"retention.ms": 60000, "preallocate": True, "x": "y"})
+    assert topic.config == {"retention.ms": "60000", "preallocate": "true", "x": "y"}
+    with pytest.raises(ConfigError, match=r'config value for "retention\.ms" must be str, int'):
+        NewTopic("t", config={"retention.ms": [1]})  # type: ignore[dict-item]
+
+
+def test_topic_lists_refuse_a_single_name() -> None:
+    client = Client(UNREACHABLE)
+    for call in (client.create_topics, client.delete_topics):
+        with pytest.raises(TypeError, match=r"topics must be a list, e\.g\. \['orders'\]"):
+            call("orders", timeout=0.5)  # a str is a Sequence[str] to a type checker
+    with pytest.raises(TypeError, match="topics must be a list of topic names, got int"):
+        client.delete_topics(5, timeout=0.5)  # type: ignore[arg-type]
+
+
 def test_client_refuses_use_after_fork() -> None:
     client = Client(UNREACHABLE)
     reported = outcome_in_child(lambda: client.list_topics(timeout=0.5))

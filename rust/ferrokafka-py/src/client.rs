@@ -178,7 +178,7 @@ impl PyNewTopic {
         name: String,
         num_partitions: i32,
         replication_factor: i32,
-        config: Option<BTreeMap<String, String>>,
+        config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         KafkaIoError::check_topic("topic name", &name).map_err(NativeError::from)?;
         if num_partitions == 0 || num_partitions < -1 {
@@ -195,7 +195,10 @@ impl PyNewTopic {
             name,
             num_partitions,
             replication_factor,
-            config: config.unwrap_or_default(),
+            config: config
+                .map(convert::topic_config)
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 
@@ -247,22 +250,30 @@ impl PyClient {
     fn create_topics(
         &self,
         py: Python<'_>,
-        topics: Vec<Bound<'_, PyAny>>,
+        topics: &Bound<'_, PyAny>,
         timeout: f64,
         exist_ok: bool,
     ) -> NativeResult<Vec<String>> {
         self.guard.check()?;
         let timeout = timeout_arg("timeout", timeout)?;
+        convert::refuse_single_name(topics)?;
         let specs = topics
-            .iter()
+            .try_iter()
+            .map_err(|_| {
+                wrong_type(
+                    "topics must be a list of NewTopic objects or str names",
+                    topics,
+                )
+            })?
             .map(|t| {
+                let t = t?;
                 if let Ok(name) = t.cast::<PyString>() {
                     let spec = PyNewTopic::new(name.to_str()?.to_owned(), -1, -1, None)?;
                     return Ok(spec_of(&spec));
                 }
                 let topic = t
                     .cast::<PyNewTopic>()
-                    .map_err(|_| wrong_type("topics must be NewTopic objects or str names", t))?;
+                    .map_err(|_| wrong_type("topics must be NewTopic objects or str names", &t))?;
                 Ok(spec_of(topic.get()))
             })
             .collect::<PyResult<Vec<_>>>()?;
@@ -273,8 +284,14 @@ impl PyClient {
     }
 
     #[pyo3(signature = (topics, timeout=30.0))]
-    fn delete_topics(&self, py: Python<'_>, topics: Vec<String>, timeout: f64) -> NativeResult<()> {
+    fn delete_topics(
+        &self,
+        py: Python<'_>,
+        topics: &Bound<'_, PyAny>,
+        timeout: f64,
+    ) -> NativeResult<()> {
         self.guard.check()?;
+        let topics = convert::topic_names(topics)?;
         let timeout = timeout_arg("timeout", timeout)?;
         let inner = Arc::clone(&*self.inner);
         Ok(run_detached(py, move || {

@@ -1,6 +1,8 @@
 //! Conversions from Python arguments to owned Rust values, done while attached so that the
 //! work after them can run detached.
 
+use std::collections::BTreeMap;
+
 use ferrokafka_core::PartitionKeyHashing;
 use ferrokafka_kafka::record::{HeaderList, OutgoingRecord};
 use ferrokafka_kafka::{ClientSettings, KafkaIoError};
@@ -19,13 +21,7 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
     let mut entries = Vec::with_capacity(config.len());
     let mut oauth_cb = None;
     for (key, value) in config.iter() {
-        let key = match key.cast::<PyString>() {
-            Ok(text) => text
-                .to_str()
-                .map_err(|_| config_not_utf8("a config key"))?
-                .to_owned(),
-            Err(_) => return Err(bad_config("config keys must be str", &key).into()),
-        };
+        let key = config_key(&key)?;
         if key == "oauth_cb" {
             if !value.is_callable() {
                 let expectation =
@@ -35,19 +31,7 @@ pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSett
             oauth_cb = Some(value.unbind());
             continue;
         }
-        let value = if value.is_instance_of::<PyBool>() {
-            if value.is_truthy()? { "true" } else { "false" }.to_owned()
-        } else if let Ok(text) = value.cast::<PyString>() {
-            // Never replaced by U+FFFD: a path (ssl.ca.location) would name another file.
-            text.to_str()
-                .map_err(|_| config_not_utf8(format_args!("config value for {key:?}")))?
-                .to_owned()
-        } else if value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() {
-            value.str()?.to_string()
-        } else {
-            let expectation = format!("config value for {key:?} must be str, int, float or bool");
-            return Err(bad_config(expectation, &value).into());
-        };
+        let value = config_value(&key, &value)?;
         entries.push((key, value));
     }
     let settings = ClientSettings::new(entries)?;
@@ -171,4 +155,66 @@ pub fn utf8_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
         Ok(text) => Ok(text.to_str().map_err(|_| not_utf8(name))?.to_owned()),
         Err(_) => Err(wrong_type(format_args!("{name} must be a str"), value)),
     }
+}
+
+/// A config dict's key: a str.
+fn config_key(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    match key.cast::<PyString>() {
+        Ok(text) => Ok(text
+            .to_str()
+            .map_err(|_| config_not_utf8("a config key"))?
+            .to_owned()),
+        Err(_) => Err(bad_config("config keys must be str", key)),
+    }
+}
+
+/// A config dict's value for `key` as the text librdkafka (or the broker) reads: a str, an int or
+/// a float as Python writes it, a bool as `true`/`false`.
+fn config_value(key: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    if value.is_instance_of::<PyBool>() {
+        Ok(if value.is_truthy()? { "true" } else { "false" }.to_owned())
+    } else if let Ok(text) = value.cast::<PyString>() {
+        // Never replaced by U+FFFD: a path (ssl.ca.location) would name another file.
+        Ok(text
+            .to_str()
+            .map_err(|_| config_not_utf8(format_args!("config value for {key:?}")))?
+            .to_owned())
+    } else if value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() {
+        Ok(value.str()?.to_string())
+    } else {
+        let expectation = format!("config value for {key:?} must be str, int, float or bool");
+        Err(bad_config(expectation, value))
+    }
+}
+
+/// A topic's config dict (`NewTopic(config=...)`): keys and values as for a client's config.
+pub fn topic_config(config: &Bound<'_, PyDict>) -> PyResult<BTreeMap<String, String>> {
+    config
+        .iter()
+        .map(|(key, value)| {
+            let key = config_key(&key)?;
+            let value = config_value(&key, &value)?;
+            Ok((key, value))
+        })
+        .collect()
+}
+
+/// A list of topic names (`delete_topics`): a single str is refused, not read as its letters.
+pub fn topic_names(topics: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    refuse_single_name(topics)?;
+    topics
+        .try_iter()
+        .map_err(|_| wrong_type("topics must be a list of topic names", topics))?
+        .map(|topic| utf8_text("each topic", &topic?))
+        .collect()
+}
+
+/// Refuses a single str (or bytes) where a list of topics is expected.
+pub fn refuse_single_name(topics: &Bound<'_, PyAny>) -> PyResult<()> {
+    if topics.is_instance_of::<PyString>() || topics.is_instance_of::<PyBytes>() {
+        return Err(malformed(
+            "topics must be a list, e.g. ['orders'], not a single name",
+        ));
+    }
+    Ok(())
 }
