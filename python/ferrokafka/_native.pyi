@@ -68,7 +68,7 @@ class Message:
         """Length of the value in bytes."""
 
 @final
-class Batch(Sequence[Message]):
+class Batch:
     """The records of one partition handed to a consumer handler, in offset order, kept in Rust
     memory: a sequence of :class:`Message` (each created when accessed), with columnar
     accessors that make no ``Message`` at all.
