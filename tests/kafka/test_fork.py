@@ -52,6 +52,13 @@ _SCRIPT = textwrap.dedent(
                 use()
             except ferrokafka.FerrokafkaError as err:
                 print(f"child: {name} refused: {err}", flush=True)
+        # Counters would be the parent's, frozen at the fork.
+        looks = {"Consumer.stats": consumer.stats, "tracker.status": tracker.status}
+        for name, look in looks.items():
+            try:
+                look()
+            except ferrokafka.FerrokafkaError as err:
+                print(f"child: {name} refused: {err}", flush=True)
         # The parent's producer, shut down or dropped here: refused at once, then left alone
         # (its records are the parent's to deliver).
         try:
@@ -99,6 +106,12 @@ def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
             report
         )
         assert "cannot be used after fork" in run.stdout, report
+    assert "child: Consumer.stats refused: ferrokafka.Consumer was created in process" in (
+        run.stdout
+    ), report
+    assert "child: tracker.status refused: ferrokafka.redelivery.RedeliveryTracker was created" in (
+        run.stdout
+    ), report
     assert "child: shutdown refused: ferrokafka.AsyncProducer was created in process" in (
         run.stdout
     ), report

@@ -294,6 +294,8 @@ impl PyRawConsumer {
     }
 
     fn stats(&self, py: Python<'_>) -> PyResult<PyConsumerStats> {
+        // A forked child's copy would show the parent's counters as they were at the fork.
+        self.guard.check()?;
         consumer_stats(py, self.engine.stats())
     }
 

@@ -53,9 +53,11 @@ impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> DaemonHandle<
         Ok(ended.is_some())
     }
 
-    /// The status as of the daemon's last loop.
-    pub fn status(&self) -> S {
-        self.daemon.status()
+    /// The status as of the daemon's last loop; refused in a forked child, whose copy would
+    /// show the parent's as it was at the fork.
+    pub fn status(&self) -> PyResult<S> {
+        self.guard.check()?;
+        Ok(self.daemon.status())
     }
 
     /// The daemon's part of a process report, as of its last loop.
@@ -125,7 +127,7 @@ macro_rules! daemon_class {
 
             $(#[$status_meta])*
             fn status(&self, py: ::pyo3::Python<'_>) -> ::pyo3::PyResult<Vec<$py_row>> {
-                let rows = self.daemon.status().partitions;
+                let rows = self.daemon.status()?.partitions;
                 rows.into_iter().map(|row| $convert(py, row)).collect()
             }
 
