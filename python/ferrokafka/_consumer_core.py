@@ -397,6 +397,25 @@ class _Core:
         self.handler_failed(topic, partition, batch, started, error, attempt, retry_in)
         return retry_in
 
+    def handler_exited(
+        self, raw: _RawConsumer, worker: int, batch: Batch, exiting: BaseException
+    ) -> None:
+        """The handler raised ``SystemExit`` or ``KeyboardInterrupt`` (or another exception
+        that is not an ``Exception``) on ``batch``: said at ERROR, the batch abandoned (not
+        committed: handed again later), before the consumer stops."""
+        first, last = batch[0], batch[len(batch) - 1]
+        log.error(
+            "consumer handler %s raised %s on %s [%d] offsets %d-%d: the consumer stops; the "
+            "batch is not committed and is handled again by the next owner of the partition",
+            self.handler_name,
+            type(exiting).__qualname__,
+            first.topic(),
+            first.partition(),
+            first.offset(),
+            last.offset(),
+        )
+        raw.ack(worker, batch, "abandoned")
+
     # -- notifications ---------------------------------------------------------------------
 
     def notifications(

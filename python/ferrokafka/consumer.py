@@ -269,7 +269,7 @@ class Consumer:
             for callback, args in self._core.notifications(events, self._start_worker):
                 try:
                     callback(*args)
-                except Exception:
+                except BaseException:  # SystemExit too: this thread starts every worker
                     log.exception("consumer notification callback %r failed", callback)
             if stopped and not events:
                 return
@@ -288,12 +288,14 @@ class Consumer:
     def _work(self, worker: int, topic: str, partition: int) -> None:
         raw = self._core.require_raw()
         while (batch := raw.fetch(worker, _FETCH_SECONDS)) is not None:
-            if batch:
-                self._handle(raw, worker, topic, partition, batch)
+            if batch and not self._handle(raw, worker, topic, partition, batch):
+                return
 
     def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
-    ) -> None:
+    ) -> bool:
+        """Runs the handler on ``batch`` until it is settled; False when the handler asked the
+        process to end (``sys.exit``, ``KeyboardInterrupt``): the consumer then stops."""
         core, attempt = self._core, 0
         while True:
             started = core.handler_started(topic, partition, batch)
@@ -302,14 +304,21 @@ class Consumer:
                 self._handler(batch)
             except Exception as error:
                 failure = error
+            except BaseException as exiting:
+                # Not a failure of the batch for the error policy: a request to end. The batch
+                # is not committed (it is handed again, here or to the next owner) and the
+                # consumer stops, so nothing waits for a worker that is gone.
+                core.handler_exited(raw, worker, batch, exiting)
+                self.stop()
+                return False
             retry_in = core.handler_ended(raw, worker, batch, started, failure, attempt)
             if retry_in is None:
-                return
+                return True
             # The partition waits: its next batch is fetched only after this one is settled. A
             # revocation (or a stop) cuts the wait short: the batch goes to the next owner.
             if raw.backoff(worker, retry_in):
                 raw.ack(worker, batch, "abandoned")
-                return
+                return True
             attempt += 1
 
 

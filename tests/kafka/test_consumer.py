@@ -526,6 +526,55 @@ def test_stop_called_in_the_handler_returns_at_once_and_commits_its_batch(
     assert committed(base_config, topic, 1) == {0: 3}
 
 
+@pytest.mark.parametrize("exiting", [SystemExit, KeyboardInterrupt])
+def test_a_handler_that_exits_stops_the_consumer_without_committing_its_batch(
+    base_config: dict[str, Any],
+    topic: str,
+    produce: Produce,
+    exiting: type[BaseException],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # sys.exit() in a handler killed its worker thread unsaid: the partition was never handled
+    # again, and stop() waited out the drain for a handler long gone.
+    produce(topic, [{"value": v} for v in (b"v0", b"exit", b"v2")])
+    seen: list[bytes | None] = []
+
+    def handle(batch: Batch) -> None:
+        seen.extend(batch.values())
+        if b"exit" in batch.values():
+            raise exiting("the handler ends the process")
+
+    consumer = Consumer(
+        base_config, [TopicPartition(topic, 0)], handle, max_batch_size=1, drain=5.0
+    )
+    started = time.monotonic()
+    consumer.run()  # returns: the consumer stopped itself
+    assert time.monotonic() - started < 4.0  # well within the drain: nothing waited for it
+    assert seen == [b"v0", b"exit"]
+    assert committed(base_config, topic, 1) == {0: 1}  # the exiting batch is handed again
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(f"raised {exiting.__name__} on {topic} [0] offsets 1-1" in s for s in said), said
+
+
+def test_a_notification_callback_that_exits_does_not_end_the_notifications(
+    base_config: dict[str, Any], topic: str, produce: Produce
+) -> None:
+    # The event thread died with the callback's SystemExit: later assignments got no worker
+    # and no commit was ever reported.
+    commits = threading.Event()
+
+    def on_assigned(partitions: list[tuple[str, int]]) -> None:
+        raise SystemExit("a callback that exits")
+
+    consumer = Consumer(
+        base_config, [topic], Handled().add, on_assigned=on_assigned, commit_interval=0.2
+    )
+    consumer.subscribe(lambda event, payload: commits.set() if event == "commit" else None)
+    produce(topic, [{"value": b"v", "partition": p} for p in range(3)])
+    with consumer:
+        assert commits.wait(WAIT), "no commit was reported after the callback exited"
+
+
 def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
     base_config: dict[str, Any], topic: str, produce: Produce
 ) -> None:
