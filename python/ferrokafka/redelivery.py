@@ -41,6 +41,8 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
@@ -108,6 +110,21 @@ def redelivery_count(message: QueueMessage) -> int:
         1
     """
     return redelivery_count_in(message.headers())
+
+
+_with_buffers: weakref.WeakSet[QueueConsumer] = weakref.WeakSet()
+"""Every QueueConsumer, whose buffered messages a forked child must not hand out again."""
+
+
+def _forget_the_parents_buffers() -> None:
+    """In a forked child: the messages a QueueConsumer buffered are the parent's to hand out
+    (and to ack). Without them, the child's next poll asks the engine, which refuses to be used
+    after fork; handed out here too, they were processed twice."""
+    for queue in _with_buffers:
+        queue._buffer.clear()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_buffers)
 
 
 class QueueConsumer:
@@ -251,6 +268,7 @@ class QueueConsumer:
             )
         self._max_batch_size = max_batch_size
         self._buffer: deque[QueueMessage] = deque()
+        _with_buffers.add(self)
         _exit.register(self)
 
     def consume(self, num_messages: int = 500, timeout: float | None = None) -> list[QueueMessage]:

@@ -37,6 +37,9 @@ _SCRIPT = textwrap.dedent(
     consumer.start()
     tracker = RedeliveryTracker(config, topic, markers, group_id=topic + "-t").start()
     queue = QueueConsumer(config, topic, markers, group_id=topic + "-q")
+    # Both records come in one fetch: one handed out, the other left in the buffer, which the
+    # child must not hand out again (the parent does).
+    print(f"parent polled {queue.poll(timeout=20).value()!r}", flush=True)
 
     pid = os.fork()
     if pid == 0:
@@ -119,5 +122,6 @@ def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
     assert dropped, report
     assert float(dropped.group(1)) < 1.0, report
     assert "Exception ignored" not in run.stderr, report
+    assert "parent polled b'before fork'" in run.stdout, report
     assert "panicked" not in run.stderr, report
     assert "Traceback" not in run.stderr, report
