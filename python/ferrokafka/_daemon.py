@@ -20,6 +20,17 @@ class Daemon(TrackedSource, _exit.ClosesAtExit, Protocol):
     """A daemon: sampled by a reporter, finished by the exit hook when its owner did not."""
 
 
+def refuse_after_end(daemon: object, ended: bool) -> None:
+    """A daemon runs once: started or run again after :func:`stop` (or after its ``run()``
+    returned) it would do nothing and return at once, and a ``while True: daemon.run()`` loop
+    would spin; raised as :class:`~ferrokafka.Consumer` does."""
+    if ended:
+        raise RuntimeError(
+            f"this {type(daemon).__name__} was stopped (stop() was called or run() returned): "
+            "create a new one"
+        )
+
+
 def stop(daemon: Daemon, engine: _Engine, reporter: Reporter | None, timeout: float) -> bool:
     """Stops ``daemon``'s ``engine`` within ``timeout`` seconds, its reporter's final report
     included; True once it stopped."""

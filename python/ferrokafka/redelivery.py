@@ -566,9 +566,12 @@ class RedeliveryTracker(_exit.StopsAtExit):
         }
         self._raw: _RawRedeliveryTracker | None = None
         self._reporter = reporter
+        self._ended = False
 
     def start(self) -> RedeliveryTracker:
-        """Start the daemon thread (once); returns self. Bad settings raise here."""
+        """Start the daemon thread (once); returns self. Bad settings raise here, and so does a
+        start after :meth:`stop` (``RuntimeError``: create a new tracker)."""
+        _daemon.refuse_after_end(self, self._ended)
         if self._raw is None:
             config = self._config
             if self._reporter is not None:
@@ -594,6 +597,8 @@ class RedeliveryTracker(_exit.StopsAtExit):
         except BaseException:
             self.stop()
             raise
+        finally:
+            self._ended = True
 
     def _started(self) -> _RawRedeliveryTracker:
         if self._raw is None:
@@ -609,6 +614,7 @@ class RedeliveryTracker(_exit.StopsAtExit):
         """Stop: commit the markers offsets and leave the group. True once stopped."""
         if self._raw is None:
             return True
+        self._ended = True
         return _daemon.stop(self, self._raw, self._reporter, timeout)
 
     def status(self) -> list[dict[str, Any]]:

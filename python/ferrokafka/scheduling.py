@@ -269,6 +269,7 @@ class Scheduler(_exit.StopsAtExit):
         )
         if reporter is not None:
             reporter.track(self)
+        self._ended = False
         _exit.register(self)
 
     def run(self) -> None:
@@ -280,11 +281,14 @@ class Scheduler(_exit.StopsAtExit):
                 worked (a wrong password, an untrusted CA, a token that cannot be had), with
                 librdkafka's description of the cause, as soon as librdkafka reports it.
         """
+        _daemon.refuse_after_end(self, self._ended)
         try:
             self._raw.wait()
         except BaseException:
             self.stop()
             raise
+        finally:
+            self._ended = True
 
     def request_stop(self) -> None:
         """Ask the daemon to stop and return at once (safe from a signal handler)."""
@@ -292,6 +296,7 @@ class Scheduler(_exit.StopsAtExit):
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop: final state reports, offsets committed, group left. True once stopped."""
+        self._ended = True
         return _daemon.stop(self, self._raw, self._reporter, timeout)
 
     def status(self) -> list[dict[str, Any]]:

@@ -252,3 +252,12 @@ def test_both_backends_write_one_dead_letter_header_layout() -> None:
     from ferrokafka.redelivery import redelivery_count
 
     assert redelivery_count(Redelivered()) == 4  # type: ignore[arg-type]
+
+
+def test_a_stopped_tracker_refuses_to_start_or_run_again() -> None:
+    # start() after stop() returned the tracker without starting it, and run() returned at once.
+    tracker = RedeliveryTracker(NOWHERE, "q", "m").start()
+    assert tracker.stop(timeout=5.0)
+    for again in (tracker.start, tracker.run):
+        with pytest.raises(RuntimeError, match="this RedeliveryTracker was stopped"):
+            again()

@@ -161,3 +161,11 @@ def test_cli_passes_instance_dead_letter_and_hashing_options(
     assert seen["partition_key_hashing"] == "waterdrop"
     cli.main([*argv, "--partition-key-hashing", "bytes"])
     assert seen["partition_key_hashing"] == "bytes"
+
+
+def test_a_stopped_scheduler_refuses_to_run_again() -> None:
+    # run() after stop() returned at once: a `while True: scheduler.run()` loop spun.
+    scheduler = Scheduler(NOWHERE, ["s"])
+    assert scheduler.stop(timeout=5.0)
+    with pytest.raises(RuntimeError, match="this Scheduler was stopped"):
+        scheduler.run()
