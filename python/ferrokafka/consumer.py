@@ -55,6 +55,7 @@ from ferrokafka._native import (
     Batch,
     _RawConsumer,
 )
+from ferrokafka._validation import require_callable
 
 if TYPE_CHECKING:
     pass
@@ -140,7 +141,7 @@ class Consumer:
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
-        if inspect.iscoroutinefunction(handler):
+        if _is_coroutine_function(handler):
             raise TypeError("handler is a coroutine function: use ferrokafka.AsyncConsumer")
         self._handler = handler
         self._core = core = _Core(config, subscriptions, _options(options, settings))
@@ -250,6 +251,7 @@ class Consumer:
         ``paused``/``resumed`` (topic, partition, queued, queued_bytes), ``commit`` (offsets as
         ``(topic, partition, next_offset)``, error) and ``error`` run on the event thread.
         """
+        require_callable("callback", callback)
         self._core.subscribers.append(callback)
 
     def stats(self) -> dict[str, Any]:
@@ -322,6 +324,14 @@ class Consumer:
             attempt += 1
 
 
+def _is_coroutine_function(handler: object) -> bool:
+    """Whether calling ``handler`` makes a coroutine: an ``async def`` function, or an object
+    whose ``__call__`` is one (which ``inspect.iscoroutinefunction`` does not say of the
+    object itself)."""
+    call = getattr(type(handler), "__call__", None)  # noqa: B004 (the method, not a test)
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
 def _watch(
     loop: asyncio.AbstractEventLoop, fd: int, callback: Callable[..., object], *args: object
 ) -> None:
@@ -372,7 +382,7 @@ class AsyncConsumer:
         options: ConsumerOptions | None = None,
         **settings: Any,
     ) -> None:
-        if not inspect.iscoroutinefunction(handler):
+        if not _is_coroutine_function(handler):
             raise TypeError(
                 f"handler must be a coroutine function (async def), got {handler!r}; "
                 "use ferrokafka.Consumer for a plain function"
@@ -524,6 +534,7 @@ class AsyncConsumer:
     def subscribe(self, callback: InstrumentationCallback) -> None:
         """Call ``callback(event, payload)`` for each telemetry event, on the event loop; the
         events are those of :meth:`Consumer.subscribe`."""
+        require_callable("callback", callback)
         self._core.subscribers.append(callback)
 
     def stats(self) -> dict[str, Any]:

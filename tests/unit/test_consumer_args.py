@@ -181,6 +181,21 @@ def test_handler_kind_must_match_the_consumer() -> None:
     with pytest.raises(TypeError, match="callable"):
         Consumer(NOWHERE, ["orders"], "handler")  # type: ignore[arg-type]
 
+    class AsyncHandler:
+        async def __call__(self, batch: Batch) -> None:
+            del batch
+
+    # An object whose __call__ is a coroutine function is one, as its type hint says.
+    AsyncConsumer(NOWHERE, ["orders"], AsyncHandler())
+    with pytest.raises(TypeError, match="AsyncConsumer"):
+        Consumer(NOWHERE, ["orders"], AsyncHandler())
+    for consumer in (
+        Consumer(NOWHERE, ["orders"], noop),
+        AsyncConsumer(NOWHERE, ["orders"], async_noop),
+    ):
+        with pytest.raises(TypeError, match="callback must be callable, got int"):
+            consumer.subscribe(1)  # type: ignore[arg-type]
+
 
 def test_stop_before_start_and_twice_are_no_ops() -> None:
     consumer = Consumer(NOWHERE, ["orders"], noop)
