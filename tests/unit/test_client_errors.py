@@ -231,8 +231,17 @@ def test_produce_checks_arguments_before_sending() -> None:
         client.produce("orders", b"v", headers=[("trace\0id", b"x")])
     with pytest.raises(TypeError, match="headers must be a dict or a list"):
         client.produce("orders", b"v", headers=5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="partition must be >= 0"):
+    # Each int names its argument and range (PyO3's OverflowError named neither).
+    with pytest.raises(ValueError, match="partition must be an int from 0 to 2147483647, got -2"):
         client.produce("orders", b"v", partition=-2)
+    with pytest.raises(ValueError, match="partition must be an int from 0 to 2147483647, got 2"):
+        client.produce("orders", b"v", partition=2**31)
+    with pytest.raises(ValueError, match="timestamp must be an int from 0 to 9223372036854775807"):
+        client.produce("orders", b"v", timestamp=2**63)
+    with pytest.raises(TypeError, match="partition must be an int, got bool"):
+        client.produce("orders", b"v", partition=True)
+    with pytest.raises(ValueError, match="max_messages must be an int from 0 to"):
+        client.read_topic("orders", max_messages=-1, timeout=0.5)
 
 
 def test_new_topic_validates_counts() -> None:

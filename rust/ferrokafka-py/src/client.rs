@@ -13,7 +13,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::blocking::{ForkGuard, run_detached, timeout_arg};
-use crate::convert::{self, outgoing_record, settings_from_dict};
+use crate::convert::{
+    self, CountArg, PartitionArg, TimestampArg, outgoing_record, settings_from_dict,
+};
 use crate::engine_drops::ReleaseOnDrop;
 use crate::errors::{NativeError, NativeResult, invalid_argument, wrong_type};
 use crate::flat_record::frozen_record;
@@ -307,9 +309,9 @@ impl PyClient {
         topic: &Bound<'_, PyAny>,
         value: Option<&Bound<'_, PyAny>>,
         key: Option<&Bound<'_, PyAny>>,
-        partition: Option<i32>,
+        partition: Option<PartitionArg>,
         headers: Option<&Bound<'_, PyAny>>,
-        timestamp: Option<i64>,
+        timestamp: Option<TimestampArg>,
         timeout: f64,
         partition_key: Option<&Bound<'_, PyAny>>,
     ) -> NativeResult<PyMessage> {
@@ -324,15 +326,17 @@ impl PyClient {
         Ok(delivered.into())
     }
 
-    #[pyo3(signature = (topic, max_messages=100_000, timeout=10.0))]
+    #[pyo3(signature = (topic, max_messages=CountArg(100_000), timeout=10.0))]
+    #[pyo3(text_signature = "($self, topic, max_messages=100000, timeout=10.0)")]
     fn read_topic(
         &self,
         py: Python<'_>,
         topic: String,
-        max_messages: usize,
+        max_messages: CountArg,
         timeout: f64,
     ) -> NativeResult<Vec<Py<PyMessage>>> {
         self.guard.check()?;
+        let max_messages = max_messages.0;
         let timeout = timeout_arg("timeout", timeout)?;
         let inner = Arc::clone(&*self.inner);
         let records = run_detached(py, move || inner.read_topic(&topic, max_messages, timeout))??;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use ferrokafka_core::PartitionKeyHashing;
 use ferrokafka_kafka::record::{HeaderList, OutgoingRecord};
 use ferrokafka_kafka::{ClientSettings, KafkaIoError};
+use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
@@ -124,20 +125,13 @@ pub fn outgoing_record(
     topic: &Bound<'_, PyAny>,
     value: Option<&Bound<'_, PyAny>>,
     key: Option<&Bound<'_, PyAny>>,
-    partition: Option<i32>,
+    partition: Option<PartitionArg>,
     header_arg: Option<&Bound<'_, PyAny>>,
-    timestamp: Option<i64>,
+    timestamp: Option<TimestampArg>,
 ) -> PyResult<OutgoingRecord> {
     let topic = utf8_text("topic", topic)?;
     KafkaIoError::check_topic("topic", &topic).map_err(NativeError::from)?;
-    if let Some(p) = partition.filter(|p| *p < 0) {
-        return Err(invalid_argument(format!("partition must be >= 0, got {p}")));
-    }
-    if let Some(ts) = timestamp.filter(|ts| *ts < 0) {
-        return Err(invalid_argument(format!(
-            "timestamp must be milliseconds since the epoch (>= 0), got {ts}"
-        )));
-    }
+    let (partition, timestamp) = (partition.map(|p| p.0), timestamp.map(|t| t.0));
     Ok(OutgoingRecord {
         topic,
         partition,
@@ -217,4 +211,59 @@ pub fn refuse_single_name(topics: &Bound<'_, PyAny>) -> PyResult<()> {
         ));
     }
     Ok(())
+}
+
+/// A `partition=` argument: an int from 0 to 2^31 - 1. PyO3's own extraction names neither the
+/// argument nor the range of an int that does not fit (`OverflowError: out of range integral
+/// type conversion attempted`).
+pub struct PartitionArg(pub i32);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for PartitionArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        int_within(&obj, "partition", 0, i64::from(i32::MAX)).map(|p| PartitionArg(p as i32))
+    }
+}
+
+/// A `timestamp=` argument: milliseconds since the epoch, an int from 0 to 2^63 - 1.
+pub struct TimestampArg(pub i64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for TimestampArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        int_within(&obj, "timestamp", 0, i64::MAX).map(TimestampArg)
+    }
+}
+
+/// A count argument (`max_messages=`): an int from 0 to 2^63 - 1.
+pub struct CountArg(pub usize);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for CountArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let count = int_within(&obj, "max_messages", 0, i64::MAX)?;
+        Ok(CountArg(usize::try_from(count).unwrap_or(usize::MAX)))
+    }
+}
+
+/// The int `value` of the argument `name` (an int, or what has `__index__`: a numpy integer),
+/// refused by name unless from `low` to `high`.
+fn int_within(value: &Bound<'_, PyAny>, name: &str, low: i64, high: i64) -> PyResult<i64> {
+    let out_of_range = || {
+        invalid_argument(format!(
+            "{name} must be an int from {low} to {high}, got {value}"
+        ))
+    };
+    if value.is_instance_of::<PyBool>() {
+        return Err(wrong_type(format_args!("{name} must be an int"), value));
+    }
+    match value.extract::<i64>() {
+        Ok(n) if (low..=high).contains(&n) => Ok(n),
+        Ok(_) => Err(out_of_range()),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => Err(out_of_range()),
+        Err(_) => Err(wrong_type(format_args!("{name} must be an int"), value)),
+    }
 }

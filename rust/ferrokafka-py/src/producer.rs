@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::blocking::{EventInbox, ForkGuard, SLICE, seconds_or_off, timeout_arg, wait_sliced};
-use crate::convert::{self, optional_bytes, outgoing_record};
+use crate::convert::{self, PartitionArg, TimestampArg, optional_bytes, outgoing_record};
 use crate::engine_drops::{ReleaseOnDrop, release_gil_for};
 use crate::errors::{
     NativeResult, buffer_overflow, invalid_argument, malformed, not_callable, producer_closed,
@@ -208,9 +208,13 @@ fn pending_of(item: &Bound<'_, PyAny>, topic: Option<&str>) -> PyResult<Box<Pend
                 &record_topic,
                 get("value")?.as_ref(),
                 get("key")?.as_ref(),
-                get("partition")?.map(|p| p.extract()).transpose()?,
+                get("partition")?
+                    .map(|p| p.extract::<PartitionArg>())
+                    .transpose()?,
                 get("headers")?.as_ref(),
-                get("timestamp")?.map(|t| t.extract()).transpose()?,
+                get("timestamp")?
+                    .map(|t| t.extract::<TimestampArg>())
+                    .transpose()?,
             )?;
             let partition_key = convert::partition_key(get("partition_key")?.as_ref())?;
             refuse_unknown_fields(fields)?;
@@ -298,10 +302,10 @@ impl PyRawAsyncProducer {
         value: Option<&Bound<'_, PyAny>>,
         topic: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
-        partition: Option<i32>,
+        partition: Option<PartitionArg>,
         partition_key: Option<&Bound<'_, PyAny>>,
         headers: Option<&Bound<'_, PyAny>>,
-        timestamp: Option<i64>,
+        timestamp: Option<TimestampArg>,
         on_delivery: Option<Py<PyAny>>,
     ) -> NativeResult<()> {
         self.queue(
@@ -329,10 +333,10 @@ impl PyRawAsyncProducer {
         topic: &Bound<'_, PyAny>,
         value: Option<&Bound<'_, PyAny>>,
         key: Option<&Bound<'_, PyAny>>,
-        partition: Option<i32>,
+        partition: Option<PartitionArg>,
         partition_key: Option<&Bound<'_, PyAny>>,
         headers: Option<&Bound<'_, PyAny>>,
-        timestamp: Option<i64>,
+        timestamp: Option<TimestampArg>,
         on_delivery: Option<Py<PyAny>>,
         future: Option<Py<PyAny>>,
     ) -> NativeResult<usize> {
