@@ -770,8 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # Python flushes stdout again at exit: into the void, not into the closed pipe.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
         return 128 + signal.SIGPIPE
     except Exception as err:
         lost = _output_lost() if isinstance(err, OSError) else None
@@ -796,10 +795,15 @@ def _output_lost() -> str | None:
     except BrokenPipeError:
         raise
     except OSError as err:
-        # Python flushes stdout again at exit: into the void, not into the failing file.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
         return err.strerror or str(err)
     return None
+
+
+def _stdout_to_devnull() -> None:
+    """Python flushes stdout again at exit: into the void, not into the closed pipe or the
+    failing file, which would print a traceback and change the exit status."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _one_line(err: Exception) -> str:

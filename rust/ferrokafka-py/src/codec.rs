@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
-use crate::convert::{headers, optional_bytes};
+use crate::convert::{self, headers, optional_bytes};
 use crate::errors::{
     NativeError, NativeResult, fractional_epoch, invalid_argument, malformed, missing_field,
     not_json, type_name, unknown_field, wrong_field_type, wrong_type,
@@ -536,13 +536,8 @@ impl<'a, 'py> Fields<'a, 'py> {
         let dict = value
             .cast::<PyDict>()
             .map_err(|_| wrong_type(format!("{what} must be a dict"), value))?;
-        for key in dict.keys() {
-            let known = key
-                .extract::<&str>()
-                .is_ok_and(|key| allowed.contains(&key));
-            if !known {
-                return Err(unknown_field(what, &key, allowed).into());
-            }
+        if let Some(key) = convert::unknown_keys(dict, allowed).first() {
+            return Err(unknown_field(what, key, allowed).into());
         }
         Ok(Fields { dict, what })
     }

@@ -267,3 +267,15 @@ fn int_within(value: &Bound<'_, PyAny>, name: &str, low: i64, high: i64) -> PyRe
         Err(_) => Err(wrong_type(format_args!("{name} must be an int"), value)),
     }
 }
+
+/// The keys of `dict` that are not one of `allowed` (a misspelled field, most likely), in the
+/// dict's order; none on the way the dict should be (no allocation, no list of the keys).
+pub fn unknown_keys<'py>(dict: &Bound<'py, PyDict>, allowed: &[&str]) -> Vec<Bound<'py, PyAny>> {
+    dict.iter()
+        .map(|(key, _)| key)
+        .filter(|key| {
+            !key.extract::<&str>()
+                .is_ok_and(|key| allowed.contains(&key))
+        })
+        .collect()
+}

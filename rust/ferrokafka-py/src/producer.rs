@@ -249,20 +249,12 @@ const RECORD_FIELDS: [&str; 7] = [
 /// `"vaule"` would otherwise send a record without its value (a tombstone, which deletes the key
 /// on a compacted topic), a misspelled `"header"` drop the headers.
 fn refuse_unknown_fields(fields: &Bound<'_, PyDict>) -> PyResult<()> {
-    let known = RECORD_FIELDS
-        .iter()
-        .filter(|name| fields.contains(**name).unwrap_or(false))
-        .count();
-    if fields.len() == known {
+    let unknown = convert::unknown_keys(fields, &RECORD_FIELDS);
+    if unknown.is_empty() {
         return Ok(());
     }
-    let unknown: Vec<String> = fields
-        .keys()
+    let unknown: Vec<String> = unknown
         .iter()
-        .filter(|key| {
-            key.extract::<&str>()
-                .map_or(true, |name| !RECORD_FIELDS.contains(&name))
-        })
         .map(|key| {
             key.repr()
                 .map_or_else(|_| "?".to_owned(), |r| r.to_string())

@@ -11,8 +11,7 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 
 use super::Client;
 use crate::config::ClientRole;
-use crate::connection_failure::watch_connection;
-use crate::connection_failure::{ConnectionWatch, Waited};
+use crate::connection_failure::{ConnectionWatch, Waited, watch_connection};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{self, TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;

@@ -14,8 +14,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::DaemonStatus;
 use crate::config::{ClientRole, ClientSettings};
-use crate::connection_failure::ConnectionWatch;
-use crate::connection_failure::watch_connection;
+use crate::connection_failure::{ConnectionWatch, watch_connection};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::statistics::{BrokerOffsets, KeptStatistics};

@@ -29,8 +29,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::connection_failure::ConnectionWatch;
-use crate::connection_failure::watch_connection;
+use crate::connection_failure::{ConnectionWatch, watch_connection};
 use crate::daemon::{RoomWait, StopBound};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
