@@ -332,6 +332,14 @@ def _is_coroutine_function(handler: object) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
+def _being_cancelled() -> bool:
+    """Whether the running task is being cancelled (``task.cancel()``: a stop past its drain
+    time, the loop ending), as opposed to code it awaited raising ``CancelledError`` of its own.
+    Python 3.10 cannot tell them apart: there, every ``CancelledError`` is the task's."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is None or cancelling() > 0
+
+
 def _watch(
     loop: asyncio.AbstractEventLoop, fd: int, callback: Callable[..., object], *args: object
 ) -> None:
@@ -553,7 +561,9 @@ class AsyncConsumer:
                     result = callback(*args)
                     if inspect.isawaitable(result):
                         await result
-                except Exception:
+                except BaseException as error:  # SystemExit too: this task starts every worker
+                    if isinstance(error, asyncio.CancelledError) and _being_cancelled():
+                        raise  # this task's own cancellation (the loop ends), not the callback's
                     log.exception("consumer notification callback %r failed", callback)
             if stopped and not events:
                 return
@@ -580,7 +590,8 @@ class AsyncConsumer:
                 turn_ends = loop.time() + turn
             if batch is None:
                 return
-            await self._handle(raw, worker, topic, partition, batch)
+            if not await self._handle(raw, worker, topic, partition, batch):
+                return
             if loop.time() >= turn_ends:
                 await asyncio.sleep(0)
                 turn_ends = loop.time() + turn
@@ -628,7 +639,10 @@ class AsyncConsumer:
 
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
-    ) -> None:
+    ) -> bool:
+        """Runs the handler on ``batch`` until it is settled; False when the handler asked the
+        process to end (``sys.exit``, ``KeyboardInterrupt``, or a ``CancelledError`` of its own,
+        not this task's cancellation): the consumer then stops, as :meth:`Consumer._handle`."""
         core, attempt, loop = self._core, 0, asyncio.get_running_loop()
         try:
             while True:
@@ -638,13 +652,23 @@ class AsyncConsumer:
                     await self._handler(batch)
                 except Exception as error:
                     failure = error
+                except BaseException as exiting:
+                    if isinstance(exiting, asyncio.CancelledError) and _being_cancelled():
+                        raise  # stop() cancelled it after the drain time (below)
+                    # Not a failure of the batch for the error policy: a request to end. Left to
+                    # asyncio, it ended the task unsaid (a CancelledError: the partition was
+                    # never handled again) or escaped the loop after the stop had waited out
+                    # the drain for this very handler.
+                    core.handler_exited(raw, worker, batch, exiting)
+                    await self.stop()  # in its own handler: begins the stop, returns at once
+                    return False
                 retry_in = core.handler_ended(raw, worker, batch, started, failure, attempt)
                 if retry_in is None:
-                    return
+                    return True
                 # A revocation (or a stop) cuts the backoff short: see Consumer._handle.
                 if await loop.run_in_executor(self._executor, raw.backoff, worker, retry_in):
                     raw.ack(worker, batch, "abandoned")
-                    return
+                    return True
                 attempt += 1
         except asyncio.CancelledError:
             # Cancelled by stop() after the drain time: nothing of this batch is committed.
