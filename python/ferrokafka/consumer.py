@@ -220,7 +220,9 @@ class Consumer:
         """Start, then block until :meth:`stop` is called (from another thread or a callback)
         or Ctrl-C, and stop. Ctrl-C (SIGINT, when Python's default handler is in place and
         ``run`` is called from the main thread) stops it as :meth:`stop` does, finished
-        batches committed, and ``run`` returns: no ``KeyboardInterrupt``."""
+        batches committed, and ``run`` returns: no ``KeyboardInterrupt``. A handler that raises
+        ``SystemExit`` or ``KeyboardInterrupt`` stops it too (logged at ERROR, its batch not
+        committed) and ``run`` returns."""
         with _sigint_sets(self._stopping):
             self.start()
             try:
@@ -524,7 +526,9 @@ class AsyncConsumer:
         self._stop_engine(raw, min(self._core.options.drain, timeout))
 
     async def run(self) -> None:
-        """Start, then consume until cancelled, and stop."""
+        """Start, then consume until cancelled or :meth:`stop`, and stop. A handler that raises
+        ``SystemExit``, ``KeyboardInterrupt`` or a ``CancelledError`` of its own stops the
+        consumer (logged at ERROR, its batch not committed) and ``run`` returns."""
         await self.start()
         try:
             assert self._stopping is not None
