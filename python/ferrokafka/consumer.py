@@ -220,7 +220,9 @@ class Consumer:
         """Start, then block until :meth:`stop` is called (from another thread or a callback)
         or Ctrl-C, and stop. Ctrl-C (SIGINT, when Python's default handler is in place and
         ``run`` is called from the main thread) stops it as :meth:`stop` does, finished
-        batches committed, and ``run`` returns: no ``KeyboardInterrupt``."""
+        batches committed, and ``run`` returns: no ``KeyboardInterrupt``. A handler that raises
+        ``SystemExit`` or ``KeyboardInterrupt`` stops it too (logged at ERROR, its batch not
+        committed) and ``run`` returns."""
         with _sigint_sets(self._stopping):
             self.start()
             try:
@@ -330,6 +332,14 @@ def _is_coroutine_function(handler: object) -> bool:
     object itself)."""
     call = getattr(type(handler), "__call__", None)  # noqa: B004 (the method, not a test)
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task is being cancelled (``task.cancel()``: a stop past its drain
+    time, the loop ending), as opposed to code it awaited raising ``CancelledError`` of its own.
+    Python 3.10 cannot tell them apart: there, every ``CancelledError`` is the task's."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is None or cancelling() > 0
 
 
 def _watch(
@@ -516,7 +526,9 @@ class AsyncConsumer:
         self._stop_engine(raw, min(self._core.options.drain, timeout))
 
     async def run(self) -> None:
-        """Start, then consume until cancelled, and stop."""
+        """Start, then consume until cancelled or :meth:`stop`, and stop. A handler that raises
+        ``SystemExit``, ``KeyboardInterrupt`` or a ``CancelledError`` of its own stops the
+        consumer (logged at ERROR, its batch not committed) and ``run`` returns."""
         await self.start()
         try:
             assert self._stopping is not None
@@ -553,7 +565,9 @@ class AsyncConsumer:
                     result = callback(*args)
                     if inspect.isawaitable(result):
                         await result
-                except Exception:
+                except BaseException as error:  # SystemExit too: this task starts every worker
+                    if isinstance(error, asyncio.CancelledError) and _being_cancelled():
+                        raise  # this task's own cancellation (the loop ends), not the callback's
                     log.exception("consumer notification callback %r failed", callback)
             if stopped and not events:
                 return
@@ -580,7 +594,8 @@ class AsyncConsumer:
                 turn_ends = loop.time() + turn
             if batch is None:
                 return
-            await self._handle(raw, worker, topic, partition, batch)
+            if not await self._handle(raw, worker, topic, partition, batch):
+                return
             if loop.time() >= turn_ends:
                 await asyncio.sleep(0)
                 turn_ends = loop.time() + turn
@@ -628,7 +643,10 @@ class AsyncConsumer:
 
     async def _handle(
         self, raw: _RawConsumer, worker: int, topic: str, partition: int, batch: Batch
-    ) -> None:
+    ) -> bool:
+        """Runs the handler on ``batch`` until it is settled; False when the handler asked the
+        process to end (``sys.exit``, ``KeyboardInterrupt``, or a ``CancelledError`` of its own,
+        not this task's cancellation): the consumer then stops, as :meth:`Consumer._handle`."""
         core, attempt, loop = self._core, 0, asyncio.get_running_loop()
         try:
             while True:
@@ -638,13 +656,23 @@ class AsyncConsumer:
                     await self._handler(batch)
                 except Exception as error:
                     failure = error
+                except BaseException as exiting:
+                    if isinstance(exiting, asyncio.CancelledError) and _being_cancelled():
+                        raise  # stop() cancelled it after the drain time (below)
+                    # Not a failure of the batch for the error policy: a request to end. Left to
+                    # asyncio, it ended the task unsaid (a CancelledError: the partition was
+                    # never handled again) or escaped the loop after the stop had waited out
+                    # the drain for this very handler.
+                    core.handler_exited(raw, worker, batch, exiting)
+                    await self.stop()  # in its own handler: begins the stop, returns at once
+                    return False
                 retry_in = core.handler_ended(raw, worker, batch, started, failure, attempt)
                 if retry_in is None:
-                    return
+                    return True
                 # A revocation (or a stop) cuts the backoff short: see Consumer._handle.
                 if await loop.run_in_executor(self._executor, raw.backoff, worker, retry_in):
                     raw.ack(worker, batch, "abandoned")
-                    return
+                    return True
                 attempt += 1
         except asyncio.CancelledError:
             # Cancelled by stop() after the drain time: nothing of this batch is committed.

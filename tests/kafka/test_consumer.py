@@ -556,6 +556,63 @@ def test_a_handler_that_exits_stops_the_consumer_without_committing_its_batch(
     assert any(f"raised {exiting.__name__} on {topic} [0] offsets 1-1" in s for s in said), said
 
 
+@pytest.mark.parametrize("exiting", [SystemExit, KeyboardInterrupt, asyncio.CancelledError])
+def test_an_async_handler_that_exits_stops_the_consumer_without_committing_its_batch(
+    base_config: dict[str, Any],
+    topic: str,
+    produce: Produce,
+    exiting: type[BaseException],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Left to asyncio, a handler's SystemExit escaped the loop after stop() had waited out the
+    # drain for that very handler, and a CancelledError of its own (not a cancellation of its
+    # task) ended the partition's task unsaid: the partition was never handled again.
+    produce(topic, [{"value": v} for v in (b"v0", b"exit", b"v2")])
+    seen: list[bytes | None] = []
+
+    async def handle(batch: Batch) -> None:
+        seen.extend(batch.values())
+        if b"exit" in batch.values():
+            raise exiting("the handler ends the process")
+
+    consumer = AsyncConsumer(
+        base_config, [TopicPartition(topic, 0)], handle, max_batch_size=1, drain=5.0
+    )
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(consumer.run(), WAIT))  # returns: the consumer stopped itself
+    assert time.monotonic() - started < 4.0  # well within the drain: nothing waited for it
+    assert seen == [b"v0", b"exit"]
+    assert committed(base_config, topic, 1) == {0: 1}  # the exiting batch is handed again
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(f"raised {exiting.__name__} on {topic} [0] offsets 1-1" in s for s in said), said
+
+
+def test_an_async_notification_callback_that_exits_does_not_end_the_notifications(
+    base_config: dict[str, Any], topic: str, produce: Produce
+) -> None:
+    # The callback's SystemExit escaped the event loop with the notification task: asyncio.run()
+    # raised it and no commit was ever reported.
+    produce(topic, [{"value": b"v", "partition": p} for p in range(3)])
+
+    async def on_assigned(partitions: list[tuple[str, int]]) -> None:
+        raise SystemExit("a callback that exits")
+
+    async def main() -> None:
+        commits = asyncio.Event()
+        consumer = AsyncConsumer(
+            base_config, [topic], _handle_nothing, on_assigned=on_assigned, commit_interval=0.2
+        )
+        consumer.subscribe(lambda event, payload: commits.set() if event == "commit" else None)
+        async with consumer:
+            await asyncio.wait_for(commits.wait(), WAIT)
+
+    asyncio.run(main())
+
+
+async def _handle_nothing(batch: Batch) -> None:
+    pass
+
+
 def test_a_notification_callback_that_exits_does_not_end_the_notifications(
     base_config: dict[str, Any], topic: str, produce: Produce
 ) -> None:
