@@ -37,12 +37,16 @@ commit. The acknowledgements go to the broker with the next poll or ``flush``.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
+import os
 import threading
 import time
+import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from itertools import repeat
 from typing import Any, cast
 
@@ -58,6 +62,7 @@ try:
         Producer,
         ShareConsumer,
     )
+    from confluent_kafka import KafkaError as ConfluentKafkaError
     from confluent_kafka import Message as ShareMessage
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AdminClient,
@@ -78,6 +83,7 @@ from ferrokafka._native import (
 from ferrokafka.exceptions import (
     ClosedError,
     ConfigError,
+    FerrokafkaError,
     KafkaError,
     KafkaFatalError,
     KafkaTimeoutError,
@@ -87,6 +93,23 @@ from ferrokafka.tracking import _CONSUMER_ONLY_KEYS  # one list of a producer's 
 __all__ = ["ShareMessage", "ShareQueue", "configure_share_group"]
 
 log = logging.getLogger("ferrokafka.redelivery")
+
+_queues: weakref.WeakSet[ShareQueue] = weakref.WeakSet()
+"""Every ShareQueue, whose librdkafka handles a forked child must never destroy."""
+
+
+def _keep_the_parents_handles() -> None:
+    """In a forked child: destroying an inherited librdkafka handle, as collecting the
+    confluent-kafka objects does at the child's exit, fails an assertion in librdkafka and
+    aborts the child (the handle's threads are the parent's). One reference more that nobody
+    gives back keeps them alive until the child's process ends."""
+    for queue in _queues:
+        for handle in (queue._consumer, queue._dead_letters):
+            if handle is not None:
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))
+
+
+os.register_at_fork(after_in_child=_keep_the_parents_handles)
 
 
 class _RedactSecrets(logging.Filter):
@@ -175,7 +198,10 @@ def configure_share_group(
     deadline = time.monotonic() + timeout
     admin_settings: dict[str, Any] = {**_connection(config), "logger": log}
     admin = AdminClient(admin_settings)
-    found = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result()
+    found = _answer(
+        lambda left: admin.describe_consumer_groups([group_id], request_timeout=left)[group_id],
+        deadline,
+    )
     # A share group is invisible to this (classic) description: it looks dead, like no group.
     if found.state != ConsumerGroupState.DEAD:
         kind = "KIP-848" if found.type == ConsumerGroupType.CONSUMER else "classic"
@@ -196,8 +222,46 @@ def configure_share_group(
             for name, value in settings.items()
         ],
     )
-    left = max(deadline - time.monotonic(), 0.001)
-    admin.incremental_alter_configs([resource], request_timeout=left)[resource].result()
+    _answer(
+        lambda left: admin.incremental_alter_configs([resource], request_timeout=left)[resource],
+        deadline,
+    )
+
+
+_COORDINATOR_NOT_READY = frozenset(
+    (
+        ConfluentKafkaError.NOT_COORDINATOR,
+        ConfluentKafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        ConfluentKafkaError.COORDINATOR_NOT_AVAILABLE,
+    )
+)
+
+
+def _coordinator_not_ready(error: Any) -> bool:
+    """An admin error that passes once the group's coordinator is ready (confluent-kafka marks
+    none of them retriable)."""
+    code = getattr(error, "code", None)
+    return callable(code) and code() in _COORDINATOR_NOT_READY
+
+
+def _answer(request: Callable[[float], Future[Any]], deadline: float) -> Any:
+    """The result of the admin ``request`` (given the seconds left), asked again after a
+    retriable error (NOT_COORDINATOR while a new group's coordinator is chosen, a coordinator
+    still loading) until ``deadline``; the last error is raised then. Without this a new share
+    group on a just-started broker failed now and then, and ``backend="auto"`` quietly fell back
+    to markers."""
+    pause = 0.05
+    while True:
+        left = max(deadline - time.monotonic(), 0.001)
+        try:
+            return request(left).result()
+        except KafkaException as e:
+            error = e.args[0] if e.args else None
+            if not _coordinator_not_ready(error) or time.monotonic() + pause >= deadline:
+                raise
+            log.debug("share group setup: %s; asking again", error)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
 
 def _position(message: Any) -> tuple[int, int]:
@@ -235,8 +299,13 @@ class ShareQueue:
         )
         self._lock = threading.Lock()
         self._closed = False
+        # confluent-kafka's handles are not fork-safe, and what is buffered and handed out is
+        # the parent's to settle: a forked child is refused (as the markers backend's engine
+        # refuses), before taking a lock a parent thread may have held at the fork.
+        self._creator_pid = os.getpid()
         self._consumer = ShareConsumer(_share_consumer_settings(config, group_id))
         self._consumer.subscribe([queue_topic])
+        _queues.add(self)
         # Handed out, not yet acknowledged (the next poll waits for none of them): the lists
         # ``consume`` returned, each with a copy to tell it was not changed, until a message is
         # settled on its own; then their messages one by one, by identity.
@@ -248,6 +317,7 @@ class ShareQueue:
         )
 
     def consume(self, num_messages: int, timeout: float | None) -> list[ShareMessage]:
+        self._refuse_in_forked_child()
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
@@ -321,6 +391,14 @@ class ShareQueue:
             self._keep_open(copy)
         self._handed_out.clear()
 
+    def _refuse_in_forked_child(self) -> None:
+        if os.getpid() != self._creator_pid:
+            raise FerrokafkaError(
+                "ferrokafka.redelivery.QueueConsumer was created in process "
+                f"{self._creator_pid} and cannot be used after fork (this is process "
+                f"{os.getpid()}); create a new one in the child"
+            )
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("QueueConsumer is closed")
@@ -387,6 +465,7 @@ class ShareQueue:
             raise _ferrokafka_error(e.args[0] if e.args else e, where) from e
 
     def ack_many(self, messages: Sequence[Any]) -> None:
+        self._refuse_in_forked_child()
         with self._lock:
             self._check_open()
             self._settle(messages, AcknowledgeType.ACCEPT)
@@ -399,6 +478,7 @@ class ShareQueue:
                 "share backend: nack(redeliver='after_timeout') is not available (an "
                 "unacknowledged record blocks the next poll); use redeliver='now'"
             )
+        self._refuse_in_forked_child()
         with self._lock:
             self._check_open()
             opened = self._opened(message)
@@ -459,6 +539,7 @@ class ShareQueue:
 
     def flush(self, timeout: float) -> None:
         """Sends the acknowledgements made so far and waits for the broker's answer."""
+        self._refuse_in_forked_child()
         with self._lock:
             self._check_open()
             self._commit(timeout)
@@ -473,12 +554,14 @@ class ShareQueue:
             raise _ferrokafka_error(cause, f"acknowledgements for {tp.topic}-{tp.partition}")
 
     def stats(self) -> dict[str, int]:
+        self._refuse_in_forked_child()  # the parent's counters, frozen at the fork
         return dict(self._stats)
 
     def close(self, timeout: float) -> None:
         """Sends pending acknowledgements and leaves the group, then delivers pending dead
         letters, all within ``timeout`` seconds; buffered messages not handed out are released
         by the broker when the consumer leaves. Idempotent."""
+        self._refuse_in_forked_child()
         if self._closed:
             return
         self._closed = True

@@ -125,3 +125,76 @@ def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
     assert "parent polled b'before fork'" in run.stdout, report
     assert "panicked" not in run.stderr, report
     assert "Traceback" not in run.stderr, report
+
+
+# The share backend (confluent-kafka's ShareConsumer) buffers the rest of a poll: a forked child
+# handed those records out a second time (the parent handles them too) through the parent's
+# librdkafka handle, which the child cannot use.
+_SHARE_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import ferrokafka
+    from ferrokafka.redelivery import QueueConsumer
+
+    bootstrap, topic, markers = sys.argv[1], sys.argv[2], sys.argv[3]
+    config = {"bootstrap.servers": bootstrap}
+    client = ferrokafka.Client(config)
+    for n in range(2):
+        client.produce(topic, f"job-{n}".encode(), partition=0)
+    queue = QueueConsumer(config, topic, markers, 30.0, backend="share")
+    taken = []
+    while not taken:
+        taken = queue.consume(1, timeout=1.0)
+    print(f"parent took {taken[0].value()!r}", flush=True)
+
+    pid = os.fork()
+    if pid == 0:
+        for name, use in {
+            "consume": lambda: queue.consume(1, timeout=1.0),
+            "ack_many": lambda: queue.ack_many(taken),
+            "stats": queue.stats,
+            "close": queue.close,
+        }.items():
+            try:
+                print(f"child: {name} gave {use()!r}", flush=True)
+            except ferrokafka.FerrokafkaError as err:
+                print(f"child: {name} refused: {err}", flush=True)
+        sys.exit(0)
+
+    _, status = os.waitpid(pid, 0)
+    print(f"child exit code {os.waitstatus_to_exitcode(status)}", flush=True)
+    queue.ack_many(taken)
+    rest = []
+    while not rest:
+        rest = queue.consume(1, timeout=1.0)
+    print(f"parent took {rest[0].value()!r}", flush=True)
+    queue.ack_many(rest)
+    queue.close()
+    """
+)
+
+
+def test_forked_child_refuses_the_share_backends_buffered_records(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
+    run = subprocess.run(
+        [sys.executable, "-c", _SHARE_SCRIPT, kafka_bootstrap, topic, markers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    report = f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert run.returncode == 0, report
+    assert "child exit code 0" in run.stdout, report
+    for name in ("consume", "ack_many", "stats", "close"):
+        assert (
+            f"child: {name} refused: ferrokafka.redelivery.QueueConsumer was created in process"
+            in run.stdout
+        ), report
+    assert "parent took b'job-0'" in run.stdout, report
+    assert "parent took b'job-1'" in run.stdout, report
+    assert "Traceback" not in run.stderr, report
