@@ -144,7 +144,7 @@ def deflate(column: ColumnOrName, *, level: int = 6, errors: ValueErrors = "null
         b'{"a": 1}'
     """
     if not 0 <= level <= 9:
-        raise ValueError(f"zlib level must be 0..=9, got {level}")
+        raise ValueError(f"level must be an int from 0 to 9, got {level}")
 
     def run(values: pa.Array) -> pa.Array:
         return _arrow.deflate(values, level=level, errors=errors)

@@ -55,6 +55,15 @@ def test_an_unknown_hashing_is_refused_by_name(refused: Callable[[], Any]) -> No
         refused()
 
 
+@pytest.mark.parametrize("count", [0, -1, 2**31])
+def test_a_partition_count_out_of_range_names_itself(count: int) -> None:
+    # -1 was PyO3's OverflowError ("can't convert negative int to unsigned").
+    with pytest.raises(
+        ValueError, match=f"partition_count must be an int from 1 to 2147483647, got {count}"
+    ):
+        partition_key_partitions(pa.array(["k"]), count)
+
+
 def test_an_empty_partition_key_is_refused_as_waterdrop_refuses_it() -> None:
     client = Client(NOWHERE)
     for empty in ("", b""):

@@ -16,7 +16,7 @@ use pyo3::types::PyTuple;
 
 use crate::arrow_c::Node;
 use crate::codec::{DEFAULT_MAX_INFLATED, now_secs};
-use crate::convert;
+use crate::convert::{self, MaxInflated, MaxOutput, PartitionCount, ZlibLevel};
 use crate::errors::{NativeResult, invalid_argument, wrong_type};
 
 /// The bytes of a CPU `pyarrow.Buffer`, read at its `address` for `size` bytes and kept alive by
@@ -156,13 +156,15 @@ fn decode_struct<'py, B: StructRows + Send>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, max_output = DEFAULT_MAX_INFLATED, large = false))]
+#[pyo3(signature = (column, max_output = MaxOutput(DEFAULT_MAX_INFLATED), large = false))]
+#[pyo3(text_signature = "(column, max_output=..., large=False)")]
 pub fn inflate_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
-    max_output: usize,
+    max_output: MaxOutput,
     large: bool,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let max_output = max_output.0;
     let result = over_binary(py, column, |input| {
         rows::inflate_batch(input, max_output, large)
     })?;
@@ -170,13 +172,15 @@ pub fn inflate_batch<'py>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (column, level = 6, large = false))]
+#[pyo3(signature = (column, level = ZlibLevel(6), large = false))]
+#[pyo3(text_signature = "(column, level=6, large=False)")]
 pub fn deflate_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
-    level: u32,
+    level: ZlibLevel,
     large: bool,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let level = level.0;
     let result = over_binary(py, column, |input| rows::deflate_batch(input, level, large))??;
     output_and_errors(py, result)
 }
@@ -186,9 +190,10 @@ pub fn deflate_batch<'py>(
 pub fn partition_key_batch<'py>(
     py: Python<'py>,
     column: &Bound<'py, PyAny>,
-    partition_count: u32,
+    partition_count: PartitionCount,
     partition_key_hashing: &str,
 ) -> NativeResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let partition_count = partition_count.0;
     let hashing = convert::partition_key_hashing(partition_key_hashing)?;
     let result = over_binary(py, column, |input| {
         rows::partition_key_batch(input, partition_count, hashing)
@@ -201,12 +206,14 @@ pub fn partition_key_batch<'py>(
 macro_rules! document_batch_decoder {
     ($name:ident) => {
         #[pyfunction]
-        #[pyo3(signature = (column, max_inflated = DEFAULT_MAX_INFLATED))]
+        #[pyo3(signature = (column, max_inflated = MaxInflated(DEFAULT_MAX_INFLATED)))]
+        #[pyo3(text_signature = "(column, max_inflated=...)")]
         pub fn $name<'py>(
             py: Python<'py>,
             column: &Bound<'py, PyAny>,
-            max_inflated: usize,
+            max_inflated: MaxInflated,
         ) -> NativeResult<Bound<'py, PyTuple>> {
+            let max_inflated = max_inflated.0;
             decode_struct(py, column, |input| rows::$name(input, max_inflated))
         }
     };

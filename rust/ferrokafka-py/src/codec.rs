@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
-use crate::convert::{self, headers, optional_bytes};
+use crate::convert::{self, MaxInflated, MaxOutput, ZlibLevel, headers, optional_bytes};
 use crate::errors::{
     NativeError, NativeResult, fractional_epoch, invalid_argument, malformed, missing_field,
     not_json, type_name, unknown_field, wrong_field_type, wrong_type,
@@ -48,19 +48,26 @@ pub(crate) fn maybe_detached<T: Send>(
 // Defaults are literals where they are not shared: PyO3 writes only literals into
 // `__text_signature__` (checked by stubtest), any other default as `...`.
 #[pyfunction]
-#[pyo3(signature = (data, level = 6))]
-pub fn deflate<'py>(py: Python<'py>, data: &[u8], level: u32) -> NativeResult<Bound<'py, PyBytes>> {
+#[pyo3(signature = (data, level = ZlibLevel(6)), text_signature = "(data, level=6)")]
+pub fn deflate<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    level: ZlibLevel,
+) -> NativeResult<Bound<'py, PyBytes>> {
+    let level = level.0;
     let packed = maybe_detached(py, data.len() > DETACH_ABOVE, || zlib::deflate(data, level))?;
     Ok(PyBytes::new(py, &packed))
 }
 
 #[pyfunction]
-#[pyo3(signature = (data, max_output = DEFAULT_MAX_INFLATED))]
+#[pyo3(signature = (data, max_output = MaxOutput(DEFAULT_MAX_INFLATED)))]
+#[pyo3(text_signature = "(data, max_output=...)")]
 pub fn inflate<'py>(
     py: Python<'py>,
     data: &[u8],
-    max_output: usize,
+    max_output: MaxOutput,
 ) -> NativeResult<Bound<'py, PyBytes>> {
+    let max_output = max_output.0;
     // Compressed input expands several times: a quarter of the threshold is as much work.
     let unpacked = maybe_detached(py, data.len() > DETACH_ABOVE / 4, || {
         zlib::inflate(data, max_output)
@@ -222,22 +229,23 @@ fn decode<'py, T: Document>(
 macro_rules! document_functions {
     ($document:ty, $encode:ident, $decode:ident) => {
         #[pyfunction]
-        #[pyo3(signature = (report, level = 6))]
+        #[pyo3(signature = (report, level = ZlibLevel(6)), text_signature = "(report, level=6)")]
         pub fn $encode<'py>(
             report: &Bound<'py, PyAny>,
-            level: u32,
+            level: ZlibLevel,
         ) -> NativeResult<Bound<'py, PyBytes>> {
-            encode::<$document>(report, level)
+            encode::<$document>(report, level.0)
         }
 
         #[pyfunction]
-        #[pyo3(signature = (data, max_inflated = DEFAULT_MAX_INFLATED))]
+        #[pyo3(signature = (data, max_inflated = MaxInflated(DEFAULT_MAX_INFLATED)))]
+        #[pyo3(text_signature = "(data, max_inflated=...)")]
         pub fn $decode<'py>(
             py: Python<'py>,
             data: &[u8],
-            max_inflated: usize,
+            max_inflated: MaxInflated,
         ) -> NativeResult<Bound<'py, PyAny>> {
-            decode::<$document>(py, data, max_inflated)
+            decode::<$document>(py, data, max_inflated.0)
         }
     };
 }

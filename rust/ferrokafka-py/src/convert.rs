@@ -213,41 +213,55 @@ pub fn refuse_single_name(topics: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// A `partition=` argument: an int from 0 to 2^31 - 1. PyO3's own extraction names neither the
-/// argument nor the range of an int that does not fit (`OverflowError: out of range integral
-/// type conversion attempted`).
-pub struct PartitionArg(pub i32);
+/// Declares an int argument type that names itself and its range when refused: PyO3's own
+/// extraction of a fixed-size int names neither the argument nor the range of one that does not
+/// fit (`OverflowError: can't convert negative int to unsigned`). A default of such a type is
+/// not a literal, so a function taking one spells its `text_signature` out.
+macro_rules! int_argument {
+    ($(#[$meta:meta])* $type:ident($inner:ty): $name:literal from $low:expr, to $high:expr) => {
+        $(#[$meta])*
+        pub struct $type(pub $inner);
 
-impl<'a, 'py> FromPyObject<'a, 'py> for PartitionArg {
-    type Error = PyErr;
+        impl<'a, 'py> FromPyObject<'a, 'py> for $type {
+            type Error = PyErr;
 
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        int_within(&obj, "partition", 0, i64::from(i32::MAX)).map(|p| PartitionArg(p as i32))
-    }
+            fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+                let n = int_within(&obj, $name, $low, $high)?;
+                // In range, so it fits (a usize of 32 bits takes the most it holds).
+                Ok($type(<$inner>::try_from(n).unwrap_or(<$inner>::MAX)))
+            }
+        }
+    };
 }
 
-/// A `timestamp=` argument: milliseconds since the epoch, an int from 0 to 2^63 - 1.
-pub struct TimestampArg(pub i64);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for TimestampArg {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        int_within(&obj, "timestamp", 0, i64::MAX).map(TimestampArg)
-    }
-}
-
-/// A count argument (`max_messages=`): an int from 0 to 2^63 - 1.
-pub struct CountArg(pub usize);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for CountArg {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let count = int_within(&obj, "max_messages", 0, i64::MAX)?;
-        Ok(CountArg(usize::try_from(count).unwrap_or(usize::MAX)))
-    }
-}
+int_argument!(
+    /// `partition=`: an int from 0 to 2^31 - 1.
+    PartitionArg(i32): "partition" from 0, to i64::from(i32::MAX)
+);
+int_argument!(
+    /// `timestamp=`: milliseconds since the epoch.
+    TimestampArg(i64): "timestamp" from 0, to i64::MAX
+);
+int_argument!(
+    /// `max_messages=`: a count.
+    CountArg(usize): "max_messages" from 0, to i64::MAX
+);
+int_argument!(
+    /// `level=` of the zlib functions: 0 (stored) to 9 (smallest).
+    ZlibLevel(u32): "level" from 0, to 9
+);
+int_argument!(
+    /// `max_output=` of `inflate`: bytes.
+    MaxOutput(usize): "max_output" from 0, to i64::MAX
+);
+int_argument!(
+    /// `max_inflated=` of the document decoders: bytes.
+    MaxInflated(usize): "max_inflated" from 0, to i64::MAX
+);
+int_argument!(
+    /// `partition_count=` of `partition_key_batch`: at least one partition.
+    PartitionCount(u32): "partition_count" from 1, to i64::from(i32::MAX)
+);
 
 /// The int `value` of the argument `name` (an int, or what has `__index__`: a numpy integer),
 /// refused by name unless from `low` to `high`.

@@ -12,14 +12,18 @@ macro_rules! document_view {
     ) => {
         $(#[$meta])*
         #[::pyo3::pyfunction]
-        #[pyo3(signature = (data, max_inflated = $crate::codec::DEFAULT_MAX_INFLATED))]
+        #[pyo3(signature = (
+            data,
+            max_inflated = $crate::convert::MaxInflated($crate::codec::DEFAULT_MAX_INFLATED),
+        ))]
+        #[pyo3(text_signature = "(data, max_inflated=...)")]
         pub fn $name(
             py: ::pyo3::Python<'_>,
             data: &[u8],
-            max_inflated: usize,
+            max_inflated: $crate::convert::MaxInflated,
         ) -> $crate::errors::NativeResult<$view> {
             let document: $document =
-                ::ferrokafka_core::codec::json::decode_document(data, max_inflated)?;
+                ::ferrokafka_core::codec::json::decode_document(data, max_inflated.0)?;
             Ok($view_of(py, document)?)
         }
     };
