@@ -231,7 +231,7 @@ class QueueConsumer:
         dead_letter_topic: str | None = None,
     ) -> None:
         if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+            raise ValueError(f"max_batch_size must be positive, got {max_batch_size}")
         if backend not in ("markers", "share", "auto"):
             raise ValueError(f"backend must be 'markers', 'share' or 'auto', got {backend!r}")
         if max_redeliveries < 0:
@@ -283,7 +283,7 @@ class QueueConsumer:
             True
         """
         if num_messages < 1:
-            raise ValueError(f"num_messages must be >= 1, got {num_messages}")
+            raise ValueError(f"num_messages must be positive, got {num_messages}")
         if not self._buffer:
             return self._fetch(min(num_messages, self._max_batch_size), timeout)
         taken = min(num_messages, len(self._buffer))

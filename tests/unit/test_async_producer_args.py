@@ -33,9 +33,17 @@ def test_unknown_config_key_is_named() -> None:
         ({"delivery_interval": -1.0}, ValueError, "delivery_interval"),
         ({"max_retries": -2}, ValueError, "max_retries"),
         ({"block_timeout": 0.0}, ValueError, "block_timeout"),
-        ({"max_queue_size": True}, TypeError, "max_queue_size must be an int, got True"),
-        ({"max_retries": 2**63}, ValueError, "max_retries is out of range"),
-        ({"delivery_threshold": -1}, ValueError, "delivery_threshold must be an int >= 0"),
+        ({"max_queue_size": True}, TypeError, "max_queue_size must be an int, got bool"),
+        (
+            {"max_retries": 2**63},
+            ValueError,
+            "max_retries must be an int from -9223372036854775808 to 9223372036854775807",
+        ),
+        (
+            {"delivery_threshold": -1},
+            ValueError,
+            "delivery_threshold must be an int from 0 to 9223372036854775807, got -1",
+        ),
         ({"retry_backoff": "1s"}, TypeError, "retry_backoff must be a number of seconds"),
     ],
 )

@@ -265,7 +265,7 @@ int_argument!(
 
 /// The int `value` of the argument `name` (an int, or what has `__index__`: a numpy integer),
 /// refused by name unless from `low` to `high`.
-fn int_within(value: &Bound<'_, PyAny>, name: &str, low: i64, high: i64) -> PyResult<i64> {
+pub fn int_within(value: &Bound<'_, PyAny>, name: &str, low: i64, high: i64) -> PyResult<i64> {
     let out_of_range = || {
         invalid_argument(format!(
             "{name} must be an int from {low} to {high}, got {value}"

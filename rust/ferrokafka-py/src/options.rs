@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
 use crate::blocking::{run_detached, seconds_or_off, timeout_arg};
-use crate::convert::{self, settings_from_dict, utf8_text};
+use crate::convert::{self, int_within, settings_from_dict, utf8_text};
 use crate::errors::NativeResult;
 use crate::errors::{invalid_argument, malformed, wrong_type};
 
@@ -120,7 +120,7 @@ impl<'a, 'py> Fields<'a, 'py> {
 
     /// A signed `int` (not a `bool`).
     pub fn int(&self, name: &str) -> PyResult<i64> {
-        whole_number(name, &self.value(name)?)
+        int_within(&self.value(name)?, name, i64::MIN, i64::MAX)
     }
 
     /// Seconds that must be positive.
@@ -207,27 +207,25 @@ impl<'a, 'py> Fields<'a, 'py> {
     }
 }
 
+/// A count `T` holds: from 0 to the largest `T` (or i64's), by the bindings' one int rule.
 fn count_of<T: TryFrom<u64>>(name: &str, value: &Bound<'_, PyAny>) -> PyResult<T> {
-    let wide = whole_number(name, value)?;
-    if wide < 0 {
-        return Err(invalid_argument(format!(
-            "{name} must be an int >= 0, got {wide}"
-        )));
-    }
-    u64::try_from(wide)
+    let count = int_within(value, name, 0, largest::<T>())?;
+    u64::try_from(count)
         .ok()
         .and_then(|n| T::try_from(n).ok())
-        .ok_or_else(|| invalid_argument(format!("{name} is too large, got {wide}")))
+        .ok_or_else(|| invalid_argument(format!("{name} is too large, got {count}")))
 }
 
-fn whole_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(malformed(format!(
-            "{name} must be an int, got {}",
-            value.repr()?
-        )));
-    }
-    value
-        .extract()
-        .map_err(|_| invalid_argument(format!("{name} is out of range, got {value}")))
+/// The largest value of the unsigned type `T` that an i64 also holds (the counts here are u8 to
+/// u64 and usize).
+fn largest<T: TryFrom<u64>>() -> i64 {
+    [
+        i64::MAX as u64,
+        u64::from(u32::MAX),
+        u64::from(u16::MAX),
+        u64::from(u8::MAX),
+    ]
+    .into_iter()
+    .find(|&n| T::try_from(n).is_ok())
+    .map_or(0, |n| n as i64)
 }

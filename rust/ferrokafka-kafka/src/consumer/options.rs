@@ -152,7 +152,9 @@ impl ConsumerOptions {
     pub fn validate_settings(&self) -> KafkaResult<()> {
         let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
         if self.max_batch_size == Some(0) {
-            return invalid("max_batch_size must be positive (or unbounded)".to_owned());
+            return invalid(
+                "max_batch_size must be positive (or None: unbounded), got 0".to_owned(),
+            );
         }
         if self.commit_interval.is_zero() {
             return invalid("commit_interval must be positive".to_owned());

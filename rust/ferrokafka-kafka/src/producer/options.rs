@@ -53,10 +53,10 @@ impl AsyncProducerOptions {
     pub(super) fn validate(&self) -> KafkaResult<()> {
         let invalid = |message: String| Err(KafkaIoError::InvalidArgument(message));
         if self.max_queue_size == 0 {
-            return invalid("max_queue_size must be positive".to_owned());
+            return invalid("max_queue_size must be positive, got 0".to_owned());
         }
         if self.max_queue_bytes == 0 {
-            return invalid("max_queue_bytes must be positive".to_owned());
+            return invalid("max_queue_bytes must be positive, got 0".to_owned());
         }
         if self.delivery_threshold > self.max_queue_size {
             return invalid(format!(

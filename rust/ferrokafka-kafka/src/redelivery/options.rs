@@ -98,7 +98,7 @@ impl RedeliveryOptions {
         )?;
         if self.num_offsets_per_commit == 0 {
             return Err(KafkaIoError::InvalidArgument(
-                "num_offsets_per_commit must be >= 1".to_owned(),
+                "num_offsets_per_commit must be positive, got 0".to_owned(),
             ));
         }
         Ok(())
