@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib.util
 import json
 import logging
@@ -32,6 +33,8 @@ from ferrokafka.exceptions import KafkaError
 from ferrokafka.tracking import DEFAULT_ERRORS_TOPIC, DEFAULT_REPORTS_TOPIC, Reporter
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from ferrokafka.status import StatusReader
 
 log = logging.getLogger("ferrokafka.cli")
@@ -44,6 +47,14 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         super().error(redact_secrets(message))
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse drops what it cannot write (and a closed stream, None, silently), so
+        # `--help > /dev/full` ended with status 0: main() says it instead.
+        if message:
+            if file is None:
+                raise OSError(errno.EBADF, "standard output is closed")
+            file.write(message)
 
 
 class _UsageError(Exception):
@@ -752,7 +763,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``ferrokafka: error: ...`` (status 1), its traceback logged at ``--log-level DEBUG``;
     Ctrl-C ends with status 130; a reader of the output that went away (``| head``) ends the
     command quietly with status 141, as SIGPIPE ends other Unix filters."""
-    args, unknown = build_parser().parse_known_args(argv)
+    try:
+        args, unknown = build_parser().parse_known_args(argv)
+        # --help and --version end in SystemExit(0) once written.
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return 128 + signal.SIGPIPE
+    except OSError as err:
+        _stdout_to_devnull()
+        print(f"ferrokafka: error: cannot write the output: {err.strerror}", file=sys.stderr)
+        return 1
     usage_error: Callable[[str], NoReturn] = args.usage_error
     if unknown:
         # Quoted as a shell would take them back: an empty argument shows as ''.
@@ -803,6 +823,8 @@ def _output_lost() -> str | None:
 def _stdout_to_devnull() -> None:
     """Python flushes stdout again at exit: into the void, not into the closed pipe or the
     failing file, which would print a traceback and change the exit status."""
+    if sys.stdout is None:  # started closed: nothing is flushed
+        return
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 

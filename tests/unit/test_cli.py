@@ -22,6 +22,27 @@ def test_python_m_ferrokafka_help_lists_the_commands() -> None:
     assert "topics" in shown.stdout
 
 
+@pytest.mark.parametrize("asked", ["--help", "status --help", "--version"])
+@pytest.mark.parametrize(
+    ("redirect", "said"),
+    [(">&-", "standard output is closed"), ("> /dev/full", "No space left on device")],
+    ids=["closed", "full"],
+)
+def test_help_that_cannot_be_written_is_an_error_not_status_0(
+    asked: str, redirect: str, said: str
+) -> None:
+    # argparse drops a failed write: the help vanished with status 0.
+    run = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m ferrokafka {asked} {redirect}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert run.returncode == 1, run.stderr
+    assert run.stderr == f"ferrokafka: error: cannot write the output: {said}\n"
+
+
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(["frobnicate"])
