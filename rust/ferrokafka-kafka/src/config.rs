@@ -389,7 +389,8 @@ impl ClientSettings {
     /// A producer (or admin client) never gets `statistics.interval.ms`: no producer context
     /// reads librdkafka's statistics, so they would only reach rdkafka's default handler, which
     /// logs the whole document at INFO once per interval. A consumer gets a 10 ms
-    /// `fetch.queue.backoff.ms` unless configured ([`FETCH_QUEUE_BACKOFF_MS`]).
+    /// `fetch.queue.backoff.ms` unless configured ([`FETCH_QUEUE_BACKOFF_MS`]); every client
+    /// learns the cluster's metadata every 30 s unless configured ([`METADATA_REFRESH_MS`]).
     pub fn for_role(&self, role: ClientRole) -> ClientSettings {
         let other_only: &[&str] = match role {
             ClientRole::Producer => CONSUMER_ONLY,
@@ -412,6 +413,7 @@ impl ClientSettings {
         if role == ClientRole::Consumer {
             settings.set_default("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
         }
+        settings.set_default("topic.metadata.refresh.interval.ms", METADATA_REFRESH_MS);
         settings
     }
 
@@ -473,6 +475,14 @@ impl ClientSettings {
 /// broker thread re-check it without pause. A user's own value wins.
 const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 
+/// How often every client the components create asks for the cluster's metadata again:
+/// librdkafka's default is 5 minutes, so partitions added to a topic were read by the consumers
+/// and daemons only 5 minutes later (dispatched as late by the Scheduler) and could not be
+/// produced to explicitly until then. 30 s, as the partition-key count is learnt again (the
+/// partitioner's cache, as WaterDrop's), costs one small request per client and interval. A
+/// user's own value wins.
+const METADATA_REFRESH_MS: &str = "30000";
+
 /// Settings holding `pairs`, for the tests.
 #[cfg(test)]
 pub(crate) fn settings_of(pairs: &[(&str, &str)]) -> ClientSettings {
@@ -532,6 +542,30 @@ mod tests {
         assert_eq!(
             backoff(own.for_role(ClientRole::Consumer)).as_deref(),
             Some("250")
+        );
+    }
+
+    #[test]
+    fn every_client_learns_added_partitions_within_30_s_unless_configured() {
+        let refresh = |s: ClientSettings| {
+            s.get("topic.metadata.refresh.interval.ms")
+                .map(str::to_owned)
+        };
+        let defaults = settings_of(&[("bootstrap.servers", "b:9092")]);
+        for role in [ClientRole::Producer, ClientRole::Consumer] {
+            assert_eq!(refresh(defaults.for_role(role)).as_deref(), Some("30000"));
+        }
+        assert_eq!(
+            refresh(defaults.for_plain_consumer()).as_deref(),
+            Some("30000")
+        );
+        let own = settings_of(&[
+            ("bootstrap.servers", "b:9092"),
+            ("topic.metadata.refresh.interval.ms", "5000"),
+        ]);
+        assert_eq!(
+            refresh(own.for_role(ClientRole::Consumer)).as_deref(),
+            Some("5000")
         );
     }
 
