@@ -54,6 +54,7 @@ import threading
 import time
 import traceback
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, get_args
@@ -258,7 +259,10 @@ class Reporter(_exit.NotCopyable):
         self._process_id = _new_process_id()
         self._started_at = time.time()
         self._status: ProcessStatus = "initialized"
-        self._sources: list[TrackedSource] = []
+        # Held weakly: a component its owner dropped without stopping is collected (and closed)
+        # as it would be untracked, not kept alive (its threads, sockets and group membership)
+        # by the reporter for the life of the process; it leaves the reports then.
+        self._sources: list[weakref.ref[TrackedSource]] = []
         # Status changes not reported yet, oldest first: each gets a report of its own.
         self._owed: list[ProcessStatus] = []
         # The samples an owed status's report carries instead of those of the moment it is sent.
@@ -329,20 +333,30 @@ class Reporter(_exit.NotCopyable):
 
     def track(self, source: TrackedSource) -> None:
         """Include ``source`` in reports and report ``running`` at once (on the reporting
-        thread). Components taking ``reporter=`` call it on start."""
+        thread). Components taking ``reporter=`` call it on start. The reporter holds ``source``
+        weakly: it does not keep a component its owner dropped alive, and one collected leaves
+        the reports."""
         with self._state:
             self._refresh_after_fork()
-            if source not in self._sources:
-                self._sources.append(source)
+            if source not in self._tracked():
+                self._sources.append(weakref.ref(source))
             self._closed = False
             self._status = "running"
             self._owe_report()
+
+    def _tracked(self) -> list[TrackedSource]:
+        """The tracked components still alive (``_state`` held); the collected ones are
+        forgotten."""
+        alive = [source for ref in self._sources if (source := ref()) is not None]
+        if len(alive) < len(self._sources):
+            self._sources = [ref for ref in self._sources if ref() is not None]
+        return alive
 
     def stopping(self, source: TrackedSource) -> None:
         """A tracked component began stopping: when it is the last one, the process is
         stopping, which is reported at once."""
         with self._state:
-            last = self._sources == [source]
+            last = self._tracked() == [source]
         if not last:
             return
         # Sampled here, while the component still holds what it reports (a consumer its
@@ -357,9 +371,10 @@ class Reporter(_exit.NotCopyable):
         """Stop including ``source``; after the last one, :meth:`close` the reporter within
         ``timeout`` seconds [``exit_timeout``]."""
         with self._state:
-            last = self._sources == [source]
-            if not last and source in self._sources:
-                self._sources.remove(source)
+            tracked = self._tracked()
+            last = tracked == [source]
+            if not last and source in tracked:
+                self._sources.remove(weakref.ref(source))
         if last:
             self.close(timeout)
 
@@ -506,7 +521,7 @@ class Reporter(_exit.NotCopyable):
     def _samples(self) -> tuple[ProcessFacts, list[SourceSample]]:
         with self._state:
             self._refresh_after_fork()
-            sources = list(self._sources)
+            sources = self._tracked()
             process_id, status = self._process_id, self._status
         samples: list[SourceSample] = []
         for source in sources:
@@ -660,7 +675,7 @@ class Reporter(_exit.NotCopyable):
         moments = []
         if self._owed or self._errors:
             moments.append(self._retry_at)
-        if self._sources:
+        if self._tracked():
             moments.append(self._reported_at + self.interval)
         return min(moments) - time.monotonic() if moments else None
 
@@ -682,7 +697,7 @@ class Reporter(_exit.NotCopyable):
             try:
                 with self._send:
                     with self._state:
-                        if self._sources and not self._owed and self._due():
+                        if self._tracked() and not self._owed and self._due():
                             self._owed.append(self._status)
                     self._send_pending(process, sources, deadline=math.inf, keep=True)
             except Exception:

@@ -55,7 +55,7 @@ def test_process_id_is_host_pid_random_and_unique_per_reporter() -> None:
 
 def test_sample_merges_sources_into_a_valid_report() -> None:
     reporter = Reporter(CONFIG, tags=["web"])
-    reporter._sources += [
+    sources = [
         FixedSource(
             SourceSample(
                 group="billing",
@@ -79,6 +79,7 @@ def test_sample_merges_sources_into_a_valid_report() -> None:
             SourceSample(group="billing", partitions=[PartitionSample("refunds", 0, lag=7)])
         ),
     ]
+    reporter._sources += map(weakref.ref, sources)  # held weakly, as track() holds them
     report = reporter.sample()
     assert codecs.consumer_report_violations_of(report) == []
     decoded = codecs.decode_process_report(codecs.encode_process_report(report))
@@ -124,7 +125,8 @@ def test_a_failing_source_is_logged_and_left_out(caplog: pytest.LogCaptureFixtur
             raise RuntimeError("sampler bug")
 
     reporter = Reporter(CONFIG)
-    reporter._sources.append(Broken())
+    broken = Broken()
+    reporter._sources.append(weakref.ref(broken))
     report = reporter.sample()
     assert report["consumer_groups"] == {}
     assert "sampler bug" in caplog.text
@@ -132,7 +134,8 @@ def test_a_failing_source_is_logged_and_left_out(caplog: pytest.LogCaptureFixtur
 
 def test_invalid_report_raises_before_any_connection() -> None:
     reporter = Reporter(CONFIG)
-    reporter._sources.append(FixedSource(SourceSample(group="")))
+    nameless = FixedSource(SourceSample(group=""))
+    reporter._sources.append(weakref.ref(nameless))
     with pytest.raises(CodecError, match="consumer_groups"):
         reporter.report(force=True)
     assert reporter.stats() == {"reports": 0, "errors": 0, "send_failures": 0, "errors_dropped": 0}
@@ -189,7 +192,8 @@ def test_close_keeps_its_bound_and_says_what_it_could_not_send(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     reporter = Reporter(CONFIG, errors_topic="audit-errors", exit_timeout=1.0)
-    reporter.track(FixedSource(SourceSample(group="billing")))
+    source = FixedSource(SourceSample(group="billing"))  # tracked weakly: kept here
+    reporter.track(source)
     reporter.report_error(ValueError("one"))
     reporter.report_error(ValueError("two"))
     started = time.monotonic()
@@ -274,7 +278,8 @@ def test_an_exit_with_the_broker_unreachable_keeps_its_bound_and_says_what_was_n
 def test_a_huge_interval_keeps_the_reporting_thread_alive() -> None:
     # Waiting 1e308 s at once overflows the lock's timeout: the thread must wait in parts.
     reporter = Reporter(CONFIG, interval=1e308, send_timeout=0.2)
-    reporter.track(FixedSource(SourceSample(group="billing")))
+    source = FixedSource(SourceSample(group="billing"))  # tracked weakly: kept here
+    reporter.track(source)
     wait_until(lambda: reporter.stats()["send_failures"] >= 1, 10.0, "the first report tried")
     thread = reporter._thread
     assert thread is not None
