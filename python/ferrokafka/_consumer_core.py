@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 
 from ferrokafka import _instrumentation
 from ferrokafka._config import ConfigValue
@@ -57,6 +57,8 @@ _WORKER_JOIN_SECONDS = 1.0
 # What the final commit and leaving the group may take at interpreter exit, after the drain.
 _EXIT_CLOSE_SECONDS = 5.0
 # A consumer's group membership and engine end with its stop; a new consumer starts afresh.
+_Worker = TypeVar("_Worker")
+
 _STARTED_AFTER_STOP = "this {} was stopped (or failed to start once connected): create a new one"
 
 
@@ -227,6 +229,44 @@ def _options(options: ConsumerOptions | None, overrides: dict[str, Any]) -> Cons
     if options is not None and not isinstance(options, ConsumerOptions):
         raise TypeError(f"options must be a ferrokafka.ConsumerOptions, got {options!r}")
     return dataclasses.replace(options or ConsumerOptions(), **overrides)
+
+
+class _Generations(Generic[_Worker]):
+    """Per partition, the workers (threads or tasks) of its current assignment and those of the
+    one before that were still running when it began. A handler still running after the drain
+    time of a revocation is abandoned, not stopped: when this process gets the partition back,
+    the new workers must wait for it, or two handlers of one partition run at once and the
+    abandoned one writes its older records after the new one's (found by a hostile probe)."""
+
+    def __init__(self, running: Callable[[_Worker], bool]) -> None:
+        self._running = running
+        # (topic, partition) -> (the assignment's worker id, earlier workers, its workers)
+        self._by_partition: dict[tuple[str, int], tuple[int, list[_Worker], list[_Worker]]] = {}
+
+    def earlier(self, worker: int, topic: str, partition: int) -> list[_Worker]:
+        """The workers a new worker of assignment ``worker`` waits for (the same for every
+        worker of one assignment: several with ordering by key)."""
+        key = (topic, partition)
+        current = self._by_partition.get(key)
+        if current is None or current[0] != worker:
+            running = [w for w in current[2] if self._running(w)] if current else []
+            current = (worker, running, [])
+            self._by_partition[key] = current
+        return current[1]
+
+    def add(self, topic: str, partition: int, started: _Worker) -> None:
+        """``started`` is a worker of the partition's current assignment."""
+        self._by_partition[(topic, partition)][2].append(started)
+
+
+def waiting_for_abandoned(topic: str, partition: int) -> None:
+    """Says why a partition's new worker does not start at once."""
+    log.warning(
+        "%s[%d]: a handler abandoned at its revocation still runs; the partition is handled "
+        "again once it returns, so its records stay in order",
+        topic,
+        partition,
+    )
 
 
 class _Core:

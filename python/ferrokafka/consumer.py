@@ -73,8 +73,10 @@ from ferrokafka._consumer_core import (
     Subscription,
     TopicPartition,
     _Core,
+    _Generations,
     _options,
     _sigint_sets,
+    waiting_for_abandoned,
 )
 
 __all__ = [
@@ -147,6 +149,7 @@ class Consumer:
         self._core = core = _Core(config, subscriptions, _options(options, settings))
         core.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
         self._workers: list[threading.Thread] = []
+        self._generations = _Generations[threading.Thread](threading.Thread.is_alive)
         self._dispatcher: threading.Thread | None = None
         self._stopping = threading.Event()
         self._engine_stopped = threading.Event()
@@ -280,16 +283,25 @@ class Consumer:
 
     def _start_worker(self, worker: int, topic: str, partition: int) -> None:
         self._workers = [w for w in self._workers if w.is_alive()]
+        earlier = self._generations.earlier(worker, topic, partition)
         thread = threading.Thread(
             target=self._work,
-            args=(worker, topic, partition),
+            args=(worker, topic, partition, earlier),
             name=f"ferrokafka-consumer-{topic}-{partition}",
             daemon=True,
         )
+        self._generations.add(topic, partition, thread)
         self._workers.append(thread)
         thread.start()
 
-    def _work(self, worker: int, topic: str, partition: int) -> None:
+    def _work(
+        self, worker: int, topic: str, partition: int, earlier: list[threading.Thread]
+    ) -> None:
+        if any(thread.is_alive() for thread in earlier):
+            waiting_for_abandoned(topic, partition)
+            for thread in earlier:
+                while thread.is_alive() and not self._engine_stopped.is_set():
+                    thread.join(_FETCH_SECONDS)
         raw = self._core.require_raw()
         while (batch := raw.fetch(worker, _FETCH_SECONDS)) is not None:
             if batch and not self._handle(raw, worker, topic, partition, batch):
@@ -403,6 +415,7 @@ class AsyncConsumer:
         self._executor: ThreadPoolExecutor | None = None
         self._dispatcher: asyncio.Task[None] | None = None
         self._workers: set[asyncio.Task[None]] = set()
+        self._generations = _Generations[asyncio.Task[None]](lambda task: not task.done())
         # The tasks whose partitions ran dry, by worker (several share one with
         # ordering="key"), woken by _records_ready when the engine signals its ready_fd.
         self._waiting: dict[int, list[asyncio.Future[Batch | None]]] = {}
@@ -573,11 +586,18 @@ class AsyncConsumer:
                 return
 
     def _start_worker(self, worker: int, topic: str, partition: int) -> None:
-        task = asyncio.create_task(self._work(worker, topic, partition))
+        earlier = self._generations.earlier(worker, topic, partition)
+        task = asyncio.create_task(self._work(worker, topic, partition, earlier))
+        self._generations.add(topic, partition, task)
         self._workers.add(task)
         task.add_done_callback(self._workers.discard)
 
-    async def _work(self, worker: int, topic: str, partition: int) -> None:
+    async def _work(
+        self, worker: int, topic: str, partition: int, earlier: list[asyncio.Task[None]]
+    ) -> None:
+        if running := [task for task in earlier if not task.done()]:
+            waiting_for_abandoned(topic, partition)
+            await asyncio.wait(running)
         raw, loop = self._core.require_raw(), asyncio.get_running_loop()
         # The other partitions get a turn once this one has held the loop for a switch
         # interval, as the thread-based consumer's workers get the GIL: a handler that never

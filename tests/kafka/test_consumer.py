@@ -8,6 +8,7 @@ import collections
 import gc
 import itertools
 import json
+import logging
 import os
 import random
 import signal
@@ -1522,3 +1523,98 @@ def test_an_async_consumer_whose_loop_cannot_watch_its_fd_says_so_and_leaves_the
     handled = Handled()
     with Consumer(config, [topic], handled.add):
         handled.wait_for(lambda records: len(records) == 20, "all 20 records")
+
+
+def take_the_partition_for_a_moment(config: dict[str, Any], topic: str) -> None:
+    """A second member of ``config``'s group (confluent-kafka, committing nothing) joins until
+    it is assigned a partition of ``topic``, then leaves: the partition goes back."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+
+    member = ConfluentConsumer({**config, "enable.auto.commit": False})
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + WAIT
+        while not member.assignment():
+            assert time.monotonic() < deadline, "the second member was never assigned"
+            member.poll(0.1)
+    finally:
+        member.close()
+
+
+def test_a_partition_given_back_waits_for_its_abandoned_handler(
+    kind: str,
+    base_config: dict[str, Any],
+    topic_factory: TopicFactory,
+    produce: Produce,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A handler still running after the drain time of a revocation is abandoned, not stopped:
+    # when the partition came back to this process, a new worker handled it from the committed
+    # offset while the abandoned handler still ran, and that one then wrote its older records
+    # after the newer ones. The new worker waits for it now.
+    # Two partitions, the records on the first: whichever the second member is given, the
+    # eager rebalance takes both from this consumer, and it gets them back when the member leaves.
+    topic = topic_factory(partitions=2)
+    produce(topic, [{"value": f"v{n}", "partition": 0} for n in range(60)])
+    lock, release = threading.Lock(), threading.Event()
+    running: list[int] = []  # first offsets of the batches being handled
+    overlaps: list[tuple[int, list[int]]] = []
+    handled, assigned_both = Handled(), threading.Semaphore(0)
+
+    def begin(batch: Batch) -> bool:
+        with lock:
+            if running:
+                overlaps.append((batch[0].offset(), list(running)))
+            running.append(batch[0].offset())
+            return len(handled.records) == 0 and not release.is_set()  # the first batch
+
+    def end(batch: Batch) -> None:
+        with lock:
+            running.remove(batch[0].offset())
+        handled.add(batch)
+
+    def handle(batch: Batch) -> None:
+        if begin(batch):
+            release.wait(WAIT)
+        end(batch)
+
+    async def handle_async(batch: Batch) -> None:
+        if begin(batch):
+            await asyncio.to_thread(release.wait, WAIT)
+        end(batch)
+
+    def on_assigned(partitions: list[tuple[str, int]]) -> None:
+        if len(partitions) == 2:
+            assigned_both.release()
+
+    settings: dict[str, Any] = {"max_batch_size": 10, "drain": 0.3, "on_assigned": on_assigned}
+
+    def exercise() -> None:
+        assert assigned_both.acquire(timeout=WAIT)
+        eventually(lambda: bool(running), "the first batch handled")
+        take_the_partition_for_a_moment(base_config, topic)
+        assert assigned_both.acquire(timeout=WAIT), "the partitions never came back"
+        # Before: a new worker's first batch overlapped the abandoned one at once.
+        eventually(
+            lambda: bool(overlaps) or "a handler abandoned at its revocation" in caplog.text,
+            "the new worker waiting (or overlapping)",
+        )
+        release.set()
+        handled.wait_for(lambda records: len(records) >= 70, "every record after the first batch")
+
+    with caplog.at_level(logging.WARNING, logger="ferrokafka.consumer"):
+        if kind == "thread":
+            with Consumer(base_config, [topic], handle, **settings):
+                exercise()
+        else:
+
+            async def main() -> None:
+                async with AsyncConsumer(base_config, [topic], handle_async, **settings):
+                    await asyncio.to_thread(exercise)
+
+            asyncio.run(main())
+    assert overlaps == []
+    # The abandoned batch ended first; then the partition from its committed offset, in order.
+    offsets = [offset for _, offset in handled.records]
+    assert offsets[:10] == list(range(10))
+    assert offsets[10:] == list(range(60)), offsets
