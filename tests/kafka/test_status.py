@@ -3,12 +3,15 @@ scheduler states produced by the Rust codecs the way reporters send them."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+import weakref
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -383,3 +386,35 @@ def test_reader_reads_a_reports_topic_deleted_and_created_again(
     assert [p.id for p in snapshot.processes] == ["host-new:2:bb", "host-old:1:aa"]
     assert snapshot.skipped == {}
     assert f"{reports}[0] starts over at offset 0, below the 20 read" in caplog.text
+
+
+def test_a_reader_dropped_without_stop_stops_reading(
+    kafka_bootstrap: str, kafka_client: Client, tracking_topics: TrackingTopics
+) -> None:
+    # Its discovery thread and its tail's callback held it: each reader dropped running kept
+    # about 16 threads and 20 file descriptors for the life of the process.
+    topics = tracking_topics
+    fill(kafka_client, topics, time.time())
+    threads_before = len(os.listdir("/proc/self/task"))
+    reader = StatusReader(
+        {"bootstrap.servers": kafka_bootstrap},
+        reports_topic=topics.reports,
+        errors_topic=topics.errors,
+        states_topics=[topics.states],
+        discover_interval=0.2,
+    ).start()
+    assert reader.wait_caught_up(timeout=30.0)
+    assert len(os.listdir("/proc/self/task")) > threads_before
+    dropped = weakref.ref(reader)
+    del reader
+
+    def collected() -> bool:
+        gc.collect()
+        return dropped() is None
+
+    wait_until(collected, 10.0, "the dropped reader collected")
+    wait_until(
+        lambda: len(os.listdir("/proc/self/task")) <= threads_before,
+        30.0,
+        "the reader's threads ended",
+    )

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 
 from ferrokafka._config import ConfigValue
 from ferrokafka._native import Client
@@ -87,12 +88,16 @@ class StatusReader:
             "discover_interval", discover_interval, positive=True
         )
         self._client: Client | None = None
-        self._consumer: Consumer | None = None
         self._assigned: set[tuple[str, int]] = set()
         self._missing: list[str] = []
         self._behind: set[tuple[str, int]] = set()
         self._caught_up = threading.Condition()
         self._stopping = threading.Event()
+        # The running tail, in a box of its own: a reader dropped without stop() is stopped by
+        # its finalizer, which must not hold the reader (nor may the tail's callbacks or the
+        # discovery thread: each kept a dropped reader running for good, 16 threads apiece).
+        self._tail = _Tail()
+        weakref.finalize(self, _stop_tail, self._stopping, self._tail).atexit = False
         self._thread: threading.Thread | None = None
         self._lifecycle = threading.Lock()
         self._refreshing = threading.Lock()
@@ -119,7 +124,10 @@ class StatusReader:
             self._client = Client(self._config)
             self._reassign(self._wanted_partitions(self._client, timeout))
             self._thread = threading.Thread(
-                target=self._discover_forever, name="ferrokafka-status-discovery", daemon=True
+                target=_discover_forever,
+                args=(weakref.ref(self), self._stopping, self._discover_interval),
+                name="ferrokafka-status-discovery",
+                daemon=True,
             )
             self._thread.start()
         return self
@@ -229,7 +237,7 @@ class StatusReader:
                     self.view.add_messages,
                     max_batch_size=500,
                     drain=1.0,
-                    on_caught_up=self._partition_caught_up,
+                    on_caught_up=_weakly(self._partition_caught_up),
                 )
             )
         self._assigned = wanted
@@ -251,7 +259,7 @@ class StatusReader:
         }
 
     def _replace_consumer(self, consumer: Consumer | None) -> None:
-        old, self._consumer = self._consumer, consumer
+        old, self._tail.consumer = self._tail.consumer, consumer
         if old is not None:
             old.stop()
         if consumer is not None:
@@ -267,9 +275,41 @@ class StatusReader:
                 )
             self._caught_up.notify_all()
 
-    def _discover_forever(self) -> None:
-        while not self._stopping.wait(self._discover_interval):
-            try:
-                self.refresh()
-            except FerrokafkaError as error:
-                log.warning("looking for new tracking topics failed (will retry): %s", error)
+
+class _Tail:
+    """The consumer a reader reads the topics with, while it runs."""
+
+    consumer: Consumer | None = None
+
+
+def _stop_tail(stopping: threading.Event, tail: _Tail) -> None:
+    """A reader collected without stop(): its discovery thread ends and its tail stops."""
+    stopping.set()
+    if tail.consumer is not None:
+        tail.consumer.stop()
+
+
+def _weakly(method: Callable[[str, int, int], None]) -> Callable[[str, int, int], None]:
+    """``method`` of an object the caller must not keep alive; nothing once it is collected."""
+    held = weakref.WeakMethod(method)
+
+    def call(topic: str, partition: int, offset: int) -> None:
+        if (bound := held()) is not None:
+            bound(topic, partition, offset)
+
+    return call
+
+
+def _discover_forever(
+    reader: weakref.ref[StatusReader], stopping: threading.Event, interval: float
+) -> None:
+    """Refreshes the reader every ``interval`` until it stops or is collected."""
+    while not stopping.wait(interval):
+        alive = reader()
+        if alive is None:
+            return
+        try:
+            alive.refresh()
+        except FerrokafkaError as error:
+            log.warning("looking for new tracking topics failed (will retry): %s", error)
+        del alive
