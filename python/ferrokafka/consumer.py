@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferrokafka import _exit
 from ferrokafka._config import ConfigValue
+from ferrokafka._failure_log import log_failure
 from ferrokafka._native import (
     DEAD_LETTER_HEADERS,
     Batch,
@@ -277,7 +278,7 @@ class Consumer:
                 try:
                     callback(*args)
                 except BaseException:  # SystemExit too: this thread starts every worker
-                    log.exception("consumer notification callback %r failed", callback)
+                    log_failure(log, f"consumer notification callback {callback!r} failed")
             if stopped and not events:
                 return
 
@@ -581,7 +582,7 @@ class AsyncConsumer:
                 except BaseException as error:  # SystemExit too: this task starts every worker
                     if isinstance(error, asyncio.CancelledError) and _being_cancelled():
                         raise  # this task's own cancellation (the loop ends), not the callback's
-                    log.exception("consumer notification callback %r failed", callback)
+                    log_failure(log, f"consumer notification callback {callback!r} failed")
             if stopped and not events:
                 return
 

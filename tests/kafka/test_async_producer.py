@@ -300,10 +300,12 @@ def test_each_callback_runs_once_in_partition_order_and_a_raising_one_stops_noth
         message = future.result(timeout=0)
         assert message.value() == value
         assert message.error() is None
-    failures = [r for r in caplog.records if "on_delivery callback failed" in r.getMessage()]
-    assert len(failures) == 30
-    assert all(r.exc_info and "callback bug" in str(r.exc_info[1]) for r in failures)
-    assert all(topic in r.getMessage() for r in failures)
+    # 30 callbacks raised: the first is logged with its traceback, the others within
+    # _failure_log.QUIET_SECONDS are only counted (one traceback per delivery flooded the log).
+    [failure] = [r for r in caplog.records if "on_delivery callback failed" in r.getMessage()]
+    assert failure.exc_info
+    assert "callback bug" in str(failure.exc_info[1])
+    assert topic in failure.getMessage()
 
 
 def test_shutdown_settles_the_waiters_of_records_it_hands_back() -> None:

@@ -12,7 +12,7 @@ use ferrokafka_core::delivery_report::{DeliveryReport, Outcome};
 use ferrokafka_kafka::{DeliveryWaiters, Settled, Ticket};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyList;
 
 use crate::delivery_report::PyDeliveryReport;
 use crate::message::PyMessage;
@@ -139,13 +139,13 @@ fn hand_over(py: Python<'_>, report: DeliveryReport<Py<PyAny>, Py<PyAny>>) -> Py
     Ok(())
 }
 
-/// Logs `failure` with its traceback on the producer's logger.
+/// Logs `failure` with its traceback on the producer's logger, by the package's one rule for a
+/// user callback that keeps failing (`ferrokafka._failure_log`: not once per delivery).
 fn log_failure(py: Python<'_>, what: &str, failure: PyErr) -> PyResult<()> {
     let logger = py
         .import("logging")?
         .call_method1("getLogger", ("ferrokafka.producer",))?;
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("exc_info", failure.into_value(py))?;
-    logger.call_method("error", ("%s", what), Some(&kwargs))?;
+    py.import("ferrokafka._failure_log")?
+        .call_method1("log_failure", (logger, what, failure.into_value(py)))?;
     Ok(())
 }

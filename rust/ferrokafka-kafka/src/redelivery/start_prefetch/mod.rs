@@ -283,8 +283,11 @@ impl Drop for StartPrefetch {
             } else {
                 // Dropping the handle detaches the thread; it holds what it uses.
                 log::warn!(
-                    "queue consumer closing: a commit the broker does not answer is left to end \
-                     on its own (its batch was not handed out; its STARTs are durable)"
+                    "queue consumer closing: a commit still unanswered after {:?} (the broker is \
+                     unreachable, or its group is rebalancing: members joining or leaving) is \
+                     left to end on its own; its batch was not handed out and its STARTs are \
+                     durable, so the tracker redelivers it",
+                    JOIN_GRACE
                 );
             }
         }
