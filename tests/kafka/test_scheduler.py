@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import AsyncProducer, Client, Message
+from ferrokafka import AsyncProducer, Client, Message, NewTopic
 from ferrokafka.scheduling import (
     SCHEDULES_TOPIC_CONFIG,
     Scheduler,
@@ -997,3 +997,37 @@ def test_proxies_land_where_karafka_and_confluent_producers_put_them(
     with start_scheduler(daemon_config, topic, f"g-{uuid.uuid4().hex}"):
         dispatched = confluent_messages(kafka_bootstrap, target, 1, 30)
     assert [m.value() for m in dispatched] == [b"defaulted"]
+
+
+def test_a_states_topic_with_too_few_partitions_is_said_once_not_every_interval(
+    kafka_client: Client, daemon_config: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # After partitions were added to a schedules topic, its states topic is short of them: the
+    # scheduler warned about the missing one every state_interval, for ever.
+    schedules = f"test-short-states-{uuid.uuid4().hex[:8]}"
+    states = f"{schedules}_states"
+    kafka_client.create_topics(
+        [
+            NewTopic(schedules, 2, config=SCHEDULES_TOPIC_CONFIG),
+            NewTopic(states, 1, config={"cleanup.policy": "compact"}),
+        ],
+        timeout=30.0,
+    )
+    missing = f"state report for {states}-1 not sent"
+    caplog.set_level(logging.DEBUG, logger="ferrokafka_kafka")
+    scheduler = start_scheduler(daemon_config, schedules, f"g-{uuid.uuid4().hex}")
+    try:
+        # Reports of partition 1 tried five times (every 0.2 s), the later ones said at DEBUG.
+        wait_until(
+            lambda: sum(missing in r.getMessage() for r in caplog.records) >= 5,
+            30,
+            "state reports of the partition the states topic lacks",
+        )
+    finally:
+        assert scheduler.stop()
+    warned = [
+        r for r in caplog.records if missing in r.getMessage() and r.levelno >= logging.WARNING
+    ]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    assert f"{states} needs as many partitions as {schedules}" in warned[0].getMessage()
+    kafka_client.delete_topics([schedules, states], timeout=30.0)

@@ -184,6 +184,7 @@ fn run_for<'a>(
                 stored_offset: -1,
                 applied: 0,
                 last_report: None,
+                state_report_failing: None,
                 dispatch_backoff: Backoff::default(),
                 blocked: None,
                 unread: Vec::new(),

@@ -112,6 +112,10 @@ struct PartitionRun {
     stored_offset: i64,
     applied: u64,
     last_report: Option<Instant>,
+    /// Why the last state report could not be sent, while that lasts: said once, not every
+    /// `state_interval` for as long as it lasts (a states topic with fewer partitions than the
+    /// schedules topic after partitions were added: for ever).
+    state_report_failing: Option<String>,
     dispatch_backoff: Backoff,
     /// Why the partition is stopped (a record with a newer schema), if it is.
     blocked: Option<String>,

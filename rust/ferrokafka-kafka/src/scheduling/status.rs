@@ -70,8 +70,31 @@ impl SchedulerLoop {
                         value: Some("true"),
                     }),
                 );
-            if let Err((e, _)) = self.reporter.send(record) {
-                log::warn!("state report for {states_topic}-{partition} not sent: {e}");
+            match self.reporter.send(record) {
+                Err((e, _)) => {
+                    let why = e.to_string();
+                    if run.state_report_failing.as_deref() == Some(why.as_str()) {
+                        log::debug!("state report for {states_topic}-{partition} not sent: {why}");
+                    } else {
+                        let hint = if e.rdkafka_error_code()
+                            == Some(rdkafka::types::RDKafkaErrorCode::UnknownPartition)
+                        {
+                            format!("; {states_topic} needs as many partitions as {topic}")
+                        } else {
+                            String::new()
+                        };
+                        log::warn!(
+                            "state report for {states_topic}-{partition} not sent: {why}{hint} \
+                             (said once while it lasts)"
+                        );
+                        run.state_report_failing = Some(why);
+                    }
+                }
+                Ok(()) => {
+                    if run.state_report_failing.take().is_some() {
+                        log::info!("state reports for {states_topic}-{partition} are sent again");
+                    }
+                }
             }
         }
     }
