@@ -57,8 +57,6 @@ _WORKER_JOIN_SECONDS = 1.0
 # What the final commit and leaving the group may take at interpreter exit, after the drain.
 _EXIT_CLOSE_SECONDS = 5.0
 # A consumer's group membership and engine end with its stop; a new consumer starts afresh.
-_Worker = TypeVar("_Worker")
-
 _STARTED_AFTER_STOP = "this {} was stopped (or failed to start once connected): create a new one"
 
 
@@ -229,6 +227,9 @@ def _options(options: ConsumerOptions | None, overrides: dict[str, Any]) -> Cons
     if options is not None and not isinstance(options, ConsumerOptions):
         raise TypeError(f"options must be a ferrokafka.ConsumerOptions, got {options!r}")
     return dataclasses.replace(options or ConsumerOptions(), **overrides)
+
+
+_Worker = TypeVar("_Worker")  # a consumer's worker: a thread, or an asyncio task
 
 
 class _Generations(Generic[_Worker]):

@@ -45,8 +45,9 @@ pub(crate) fn maybe_detached<T: Send>(
     if large { py.detach(work) } else { work() }
 }
 
-// Defaults are literals where they are not shared: PyO3 writes only literals into
-// `__text_signature__` (checked by stubtest), any other default as `...`.
+// PyO3 writes only literal defaults into `__text_signature__` (checked by stubtest): an
+// argument type of `convert::int_argument!` spells its signature out, a shared constant shows
+// as `...`.
 #[pyfunction]
 #[pyo3(signature = (data, level = ZlibLevel(6)), text_signature = "(data, level=6)")]
 pub fn deflate<'py>(
