@@ -1405,9 +1405,10 @@ class _RawQueueConsumer:
         """Move the message's deadline to now + the redelivery timeout."""
     def flush(self, timeout: float) -> None:
         """Wait until every END/KEEPALIVE marker so far is written."""
-    def close(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for the markers (logging what is not written), then close
-        the consumer; idempotent."""
+    def close(self, timeout: float, not_handed_out: list[Message] = ...) -> None:
+        """Put back on the queue the messages marked and never handed out (those held ready
+        and ``not_handed_out``, fetched and kept by the caller), wait for the markers (logging
+        what is not written), all within ``timeout``; then close the consumer; idempotent."""
     def stats(self) -> QueueConsumerStats:
         """The counters so far."""
 

@@ -402,17 +402,22 @@ class QueueConsumer:
         return self._share.stats() if self._share is not None else self._markers().stats().as_dict()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write the pending markers (waiting up to ``timeout`` seconds), then leave the group.
-        Prepared messages not yet handed out are redelivered after their deadline. On the markers
-        backend, whatever the broker does, this returns within ``timeout`` plus about two
-        seconds; markers not written by then are logged with their count (their messages come
-        back after their deadline)."""
+        """Put back on the queue what was prepared and never handed out (the rest of a batch a
+        loop left, the markers backend's prefetched batches): copies with the same key, value
+        and headers, so the redelivery count stays, after which the originals are ended. Then
+        write the pending markers or acknowledgements and leave the group; all within
+        ``timeout`` seconds (on the markers backend, whatever the broker does, plus about two
+        seconds). What could not be written by then is logged with its count: those messages
+        come back after their deadline (markers) or when the broker releases them (share),
+        counted as a redelivery."""
         _exit.unregister(self)
+        kept = list(self._buffer)
         self._buffer.clear()
         if self._share is not None:
-            self._share.close(timeout)
+            self._share.close(timeout, cast("list[ShareMessage]", kept))
         else:
-            self._markers().close(timeout)
+            # This backend's buffer holds only the native messages its fetch made.
+            self._markers().close(timeout, cast("list[Message]", kept))
 
     def __enter__(self) -> QueueConsumer:
         return self

@@ -12,6 +12,9 @@ whose lock expires comes back, and the broker counts deliveries. This module map
   ``ferrokafka_redelivery_count`` header, so ``redelivery_count(message)`` reads both backends.
 - A message that comes back already past ``max_redeliveries`` (its handler died or overran the
   lock each time) is dead-lettered on arrival and never handed out.
+- ``close`` puts back what was acquired and never handed out (the rest of a poll): copies with
+  the same key, value and headers go to its queue partition, then the originals are ACCEPTed.
+  Released by the broker instead, they would come back with their delivery count raised.
 - The group's settings are written when the consumer starts (``share.auto.offset.reset``
   earliest, the lock = ``redelivery_timeout``, the broker's delivery limit = ``max_redeliveries``
   + 2 so the consumer sees the one past the limit and dead-letters it; the broker archives
@@ -289,13 +292,14 @@ class ShareQueue:
         self._queue_topic = queue_topic
         self._max_redeliveries = max_redeliveries
         self._dead_letter_topic = dead_letter_topic
-        dead_letter_settings: dict[str, Any] = {
+        self._producer_settings: dict[str, Any] = {
             **_connection(config),
             "enable.idempotence": True,
             "logger": log,
         }
+        # Writes the dead letters, and the copies a close puts back (then made if need be).
         self._dead_letters: Producer | None = (
-            Producer(dead_letter_settings) if dead_letter_topic else None
+            Producer(self._producer_settings) if dead_letter_topic else None
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -557,10 +561,11 @@ class ShareQueue:
         self._refuse_in_forked_child()  # the parent's counters, frozen at the fork
         return dict(self._stats)
 
-    def close(self, timeout: float) -> None:
-        """Sends pending acknowledgements and leaves the group, then delivers pending dead
-        letters, all within ``timeout`` seconds; buffered messages not handed out are released
-        by the broker when the consumer leaves. Idempotent."""
+    def close(self, timeout: float, not_handed_out: Sequence[ShareMessage] = ()) -> None:
+        """Puts back on the queue what was acquired and never handed out (``not_handed_out``,
+        which the caller took and kept, and this backend's own buffer), sends pending
+        acknowledgements and leaves the group, then delivers pending dead letters, all within
+        ``timeout`` seconds. Idempotent."""
         self._refuse_in_forked_child()
         if self._closed:
             return
@@ -568,7 +573,8 @@ class ShareQueue:
         deadline = time.monotonic() + timeout
         with self._lock:
             try:
-                self._consumer.commit_sync(timeout)
+                self._put_back(list(not_handed_out), deadline)
+                self._consumer.commit_sync(max(deadline - time.monotonic(), 0.001))
             except KafkaException as e:
                 log.warning("share acknowledgements not committed on close: %s", e)
             finally:
@@ -581,3 +587,46 @@ class ShareQueue:
                             left,
                             self._dead_letter_topic,
                         )
+
+    def _put_back(self, kept: list[ShareMessage], deadline: float) -> None:
+        """Copies the acquired messages nobody handled to their queue partition, headers (and
+        so redelivery count) unchanged, and ACCEPTs them once every copy is written. Left to
+        the broker, which releases them when the consumer leaves, they would come back with
+        their delivery count raised, as if a handler had failed them: with
+        ``max_redeliveries=0``, dead-lettered unseen. A copy that fails leaves them to the
+        broker (logged); copies written by then are delivered twice."""
+        buffered, self._buffer = self._buffer, []
+        self._keep_open(buffered)
+        unhandled = kept + buffered
+        if not unhandled:
+            return
+        if self._dead_letters is None:
+            self._dead_letters = Producer(self._producer_settings)
+        failures: list[Any] = []
+        for message in unhandled:
+            self._dead_letters.produce(
+                self._queue_topic,
+                message.value(),
+                message.key(),
+                partition=message.partition() or 0,
+                headers=message.headers() or [],
+                on_delivery=lambda err, _msg: failures.append(err) if err else None,
+            )
+        unsent = self._dead_letters.flush(max(deadline - time.monotonic(), 0.0))
+        if unsent > 0 or failures:
+            cause = failures[0] if failures else f"{unsent} not acknowledged in time"
+            log.warning(
+                "QueueConsumer closing: %d messages it acquired and never handed out could not "
+                "be put back on %s (%s); the broker delivers them again, counting a redelivery",
+                len(unhandled),
+                self._queue_topic,
+                cause,
+            )
+            return
+        self._settle(unhandled, AcknowledgeType.ACCEPT)
+        log.info(
+            "QueueConsumer closing: %d messages it acquired and never handed out put back on "
+            "%s, their redelivery count unchanged",
+            len(unhandled),
+            self._queue_topic,
+        )

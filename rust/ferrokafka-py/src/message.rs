@@ -80,6 +80,11 @@ impl PyMessage {
         (self.record().partition, self.record().offset)
     }
 
+    /// A copy of the record, for Rust to keep.
+    pub(crate) fn to_record(&self) -> ReceivedRecord {
+        self.record().clone()
+    }
+
     fn record(&self) -> &ReceivedRecord {
         match &self.record {
             Record::Owned(record) => record,

@@ -187,17 +187,25 @@ impl PyRawQueueConsumer {
         }
     }
 
-    /// Waits up to `timeout` seconds for the markers (logging how many were not written), then
-    /// closes the consumer; idempotent.
-    fn close(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
+    /// Puts back on the queue the messages marked and never handed out (those the engine held
+    /// and `not_handed_out`, fetched by the caller and kept) and waits for the markers, within
+    /// `timeout` seconds (logging what was not written), then closes the consumer; idempotent.
+    #[pyo3(signature = (timeout, not_handed_out=Vec::new()))]
+    fn close(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+        not_handed_out: Vec<PyRef<'_, PyMessage>>,
+    ) -> NativeResult<()> {
         self.guard.check()?;
         let wait = timeout_arg("timeout", timeout)?;
         let taken = self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(engine) = taken else {
             return Ok(());
         };
+        let kept = not_handed_out.iter().map(|m| m.to_record()).collect();
         let finishing = Arc::clone(&engine);
-        py.detach(move || finishing.finish_markers(wait));
+        py.detach(move || finishing.close(kept, wait));
         // The drop leaves the group without the GIL.
         drop(engine);
         Ok(())

@@ -34,7 +34,9 @@ pub(crate) use closing::{
 pub(crate) use group::{
     GroupContext, RebalanceEvent, at_partition_end, group_consumer_settings, require_group_id,
 };
-pub(crate) use sending::{FlushTracker, RoomWait, enqueue_with, send_all, send_waiting_for_room};
+pub(crate) use sending::{
+    FlushTracker, RoomWait, enqueue_with, send_all, send_waiting_for_room, synchronous_producer,
+};
 
 /// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
 pub(crate) fn now_ms() -> u64 {

@@ -11,8 +11,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 
 use super::closing::StopBound;
+use crate::config::ClientSettings;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::wait_timeout;
+use crate::oauth;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
 use crate::record::OutgoingRecord;
@@ -70,6 +72,22 @@ impl ProducerContext for FlushTracker {
             self.settled.notify_all();
         }
     }
+}
+
+/// A producer whose writes [`send_all`] waits for: idempotent, and lingering 1 ms, since a
+/// longer linger would only add to every synchronous write's wait.
+pub(crate) fn synchronous_producer(
+    settings: &ClientSettings,
+    what: &str,
+) -> KafkaResult<PolledProducer<FlushTracker>> {
+    let mut producer_settings = settings.for_plain_producer();
+    producer_settings.set_default("enable.idempotence", "true");
+    producer_settings.set_default("linger.ms", "1");
+    oauth::create_client(
+        &producer_settings.to_client_config(),
+        FlushTracker::new(settings.token_refresh()),
+        what,
+    )
 }
 
 /// How long a record may wait for room in librdkafka's full queue: until `deadline`, and not

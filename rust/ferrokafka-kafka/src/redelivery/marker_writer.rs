@@ -246,6 +246,11 @@ impl MarkerWriter {
             .extend(messages.into_iter().map(|id| (id, set_at)));
     }
 
+    /// Whether `message` is in flight (handed out or ready, and neither acked nor nacked).
+    pub(super) fn is_in_flight(&self, message: MessageId) -> bool {
+        self.open().in_flight.contains_key(&message)
+    }
+
     /// Handling of `messages` is over: each leaves the in-flight set and gets `marker(id)`
     /// (none when it returns `None`), all in one write with the held ENDs. Should librdkafka
     /// refuse it, the messages whose marker was not written come back after their deadline.

@@ -37,7 +37,8 @@
 //! Rooms: `options.rs` the settings of both; `headers.rs` the headers of redelivered and
 //! dead-lettered messages (and the dead letter itself); `queue_consumer.rs` the consuming side;
 //! `start_prefetch/` its START prefetch and commit threads; `marker_writer.rs` its END and
-//! KEEPALIVE markers and the keepalive thread; `tracker/` the tracker daemon.
+//! KEEPALIVE markers and the keepalive thread; `release.rs` what a closing consumer puts back
+//! on the queue; `tracker/` the tracker daemon.
 //!
 //! [`MarkersQueue::smallest_open_marker_offset`]:
 //!     ferrokafka_core::markers::MarkersQueue::smallest_open_marker_offset
@@ -46,6 +47,7 @@ mod headers;
 mod marker_writer;
 mod options;
 mod queue_consumer;
+mod release;
 mod start_prefetch;
 mod tracker;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrokafka_core::markers::{Marker, MessageId};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -11,6 +11,7 @@ use rdkafka::producer::ProducerContext;
 
 use super::QueueConsumerOptions;
 use super::marker_writer::{MarkerThread, MarkerWriter, UpdateTracker, message_id};
+use super::release::release;
 use super::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch, Taken};
 use crate::client::Client;
 use crate::config::ClientSettings;
@@ -19,6 +20,7 @@ use crate::debug_form::debug_showing;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{self, TokenContext};
 use crate::polled_producer::PolledProducer;
+use crate::record::ReceivedRecord;
 
 /// Counters of a [`QueueConsumer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,6 +61,8 @@ pub struct QueueConsumer {
     /// Dropped (held ENDs written, stopped and joined) with the consumer.
     _marker_thread: MarkerThread,
     options: QueueConsumerOptions,
+    /// For the producer that puts back, at the close, what was never handed out.
+    settings: ClientSettings,
     acked: AtomicU64,
     nacked: AtomicU64,
 }
@@ -125,6 +129,7 @@ impl QueueConsumer {
             writer,
             _marker_thread: marker_thread,
             options,
+            settings,
             acked: AtomicU64::new(0),
             nacked: AtomicU64::new(0),
         })
@@ -185,11 +190,24 @@ impl QueueConsumer {
         self.writer.flush(timeout)
     }
 
-    /// Before a close: waits up to `timeout` for the markers, then logs how many were not
-    /// written (their messages are redelivered after their deadline). Dropping the consumer
-    /// afterwards takes about a second more (see `start_prefetch/`) and librdkafka's close.
-    pub fn finish_markers(&self, timeout: Duration) {
-        if self.writer.flush(timeout).is_err() {
+    /// Before a close: stops the prefetch, puts back on the queue the messages marked and never
+    /// handed out (those it held ready and `not_handed_out`, which the caller fetched and kept;
+    /// see `release.rs`), then waits for the markers; all within `timeout`, plus up to two
+    /// seconds for a prefetch commit. Logs how many markers were not written (their messages
+    /// are redelivered after their deadline). Dropping the consumer afterwards leaves its group.
+    pub fn close(&self, not_handed_out: Vec<ReceivedRecord>, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut unhanded = self.prefetch.stop();
+        unhanded.extend(not_handed_out);
+        release(
+            &self.settings,
+            &self.writer,
+            &self.options.queue_topic,
+            unhanded,
+            deadline,
+        );
+        let left = deadline.saturating_duration_since(Instant::now());
+        if self.writer.flush(left).is_err() {
             log::warn!(
                 "QueueConsumer closing: {} END/KEEPALIVE markers of {} not written within {:.1} s; \
                  their messages are redelivered after their deadline",

@@ -1,7 +1,7 @@
 //! The QueueConsumer's END markers of single acks: held back to be written together, yet on the
 //! markers topic without a flush and without automatic keepalive (the marker thread's timer),
-//! and written at once by `finish_markers`, the close's first step. Counted by an outside rdkafka
-//! reader decoding the markers.
+//! and written at once by the close. What a closing consumer marked and never handed out is put
+//! back on the queue and ended. Counted by an outside rdkafka reader decoding the markers.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,6 +12,8 @@ use ferrokafka_kafka::{QueueConsumer, QueueConsumerOptions, ReceivedRecord, Take
 use rdkafka::Message;
 
 use crate::common::{Observer, Topics, WAIT, settings, unique, wait_until, write};
+
+use std::collections::BTreeMap;
 
 const RECORDS: usize = 6;
 
@@ -30,40 +32,56 @@ fn position(record: &ReceivedRecord) -> (u32, u64) {
     (record.partition as u32, record.offset as u64)
 }
 
-#[test]
-fn single_acks_reach_the_markers_topic_without_a_flush_and_by_the_close() {
-    let mut topics = Topics::new();
+/// A queue topic holding [`RECORDS`] records (returned with it) and its markers topic.
+fn queue_of_records(topics: &mut Topics) -> (String, String, Vec<(String, String)>) {
     let queue = topics.create("queue", 1, &[]);
     let markers = topics.create("markers", 1, &[]);
     let records: Vec<(String, String)> = (0..RECORDS)
         .map(|n| (format!("k{n}"), format!("v{n}")))
         .collect();
     write(&queue, &records);
-    let consumer = QueueConsumer::new(
+    (queue, markers, records)
+}
+
+/// A queue consumer of `queue` that writes `markers`, reading batches of `max_batch_size`.
+fn queue_consumer(queue: &str, markers: &str, max_batch_size: usize) -> QueueConsumer {
+    QueueConsumer::new(
         settings(&[]),
         QueueConsumerOptions {
-            queue_topic: queue.clone(),
-            markers_topic: markers.clone(),
+            queue_topic: queue.to_owned(),
+            markers_topic: markers.to_owned(),
             group_id: unique("queue-group"),
             redelivery_timeout: Duration::from_secs(30),
             marker_timeout: Duration::from_secs(10),
-            max_batch_size: RECORDS,
+            max_batch_size,
             // No keepalive to write: the marker thread runs for the held ENDs alone.
             auto_keepalive: false,
             dead_letter_topic: None,
         },
     )
-    .expect("queue consumer");
+    .expect("queue consumer")
+}
 
+/// Takes `count` messages from `consumer`, in as many fetches as it needs.
+fn take(consumer: &QueueConsumer, count: usize) -> Vec<ReceivedRecord> {
     let mut taken = Vec::new();
-    wait_until("every record handed out", WAIT, || {
-        match consumer.fetch(RECORDS - taken.len(), Duration::from_millis(200)) {
+    wait_until("the messages handed out", WAIT, || {
+        match consumer.fetch(count - taken.len(), Duration::from_millis(200)) {
             Ok(Taken::Records(records)) => taken.extend(records),
             Ok(Taken::Refused(refused)) => panic!("a START was refused: {:?}", refused.error),
             Err(e) => panic!("fetch failed: {e}"),
         }
-        taken.len() == RECORDS
+        taken.len() == count
     });
+    taken
+}
+
+#[test]
+fn single_acks_reach_the_markers_topic_without_a_flush_and_by_the_close() {
+    let mut topics = Topics::new();
+    let (queue, markers, _) = queue_of_records(&mut topics);
+    let consumer = queue_consumer(&queue, &markers, RECORDS);
+    let taken = take(&consumer, RECORDS);
     let (first, rest) = taken.split_at(RECORDS / 2);
     for record in first {
         consumer
@@ -80,7 +98,56 @@ fn single_acks_reach_the_markers_topic_without_a_flush_and_by_the_close() {
             .ack(record.partition, record.offset)
             .expect("ack of a message handed out");
     }
-    consumer.finish_markers(WAIT);
+    consumer.close(Vec::new(), WAIT);
     assert_eq!(ends(&markers), taken.iter().map(position).collect());
     assert_eq!(consumer.stats().acked, RECORDS as u64);
+}
+
+#[test]
+fn a_close_puts_back_what_was_marked_and_never_handed_out_and_ends_it() {
+    const BATCH: usize = 2;
+    let mut topics = Topics::new();
+    let (queue, markers, records) = queue_of_records(&mut topics);
+    let consumer = queue_consumer(&queue, &markers, BATCH);
+    let handled = take(&consumer, BATCH);
+    // Fetched by the caller and kept (the rest of a batch a loop left), not handed out.
+    let kept = take(&consumer, BATCH);
+    for record in &handled {
+        consumer
+            .ack(record.partition, record.offset)
+            .expect("ack of a message handed out");
+    }
+    // The prefetch marks the rest before anybody asks: ready, never taken.
+    wait_until("every message marked", WAIT, || {
+        consumer.stats().received == RECORDS as u64
+    });
+    consumer.close(kept, WAIT);
+    drop(consumer);
+
+    // Every START is ended: the tracker redelivers none of them.
+    assert_eq!(
+        ends(&markers),
+        (0..RECORDS as u64).map(|offset| (0, offset)).collect()
+    );
+    // The four never handed out are on the queue again, after the originals, as they were.
+    let on_queue: Vec<(String, String)> = Observer::read(&queue)
+        .iter()
+        .map(|m| {
+            let text = |bytes: Option<&[u8]>| {
+                String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned()
+            };
+            (text(m.key()), text(m.payload()))
+        })
+        .collect();
+    let (originals, copies) = on_queue.split_at(RECORDS);
+    assert_eq!(originals, records.as_slice());
+    let mut copies: BTreeMap<String, String> = copies.iter().cloned().collect();
+    for (key, value) in &records[BATCH..] {
+        assert_eq!(
+            copies.remove(key).as_ref(),
+            Some(value),
+            "{key} not put back"
+        );
+    }
+    assert!(copies.is_empty(), "put back but handed out: {copies:?}");
 }

@@ -37,13 +37,17 @@
 //! - A closing consumer waits at most [`STOP_GRACE`] for the STARTs already sent: a batch whose
 //!   STARTs are not acknowledged by then is not committed (read again by the next reader). It
 //!   waits at most [`JOIN_GRACE`] for its threads: a commit stuck on a vanished broker is left
-//!   behind rather than holding the close for up to a minute.
+//!   behind rather than holding the close for up to a minute. The records ready and never
+//!   taken are handed to the closing consumer, which puts them back on the queue (see
+//!   `release.rs`); a batch its left-behind commit makes ready later stays open, and the
+//!   tracker redelivers it.
 //!
 //! Threading: the prefetch thread polls the queue consumer and owns the START producer; the
 //! commit thread shares the consumer (librdkafka allows a commit from another thread while one
 //! polls) and receives batches over a channel; callers meet them only through the [`Handoff`]
-//! mutex and condition variable. Dropping the [`StartPrefetch`] stops and joins both threads
-//! (within one poll slice, or one START write; a commit is waited for up to [`JOIN_GRACE`]).
+//! mutex and condition variable. [`StartPrefetch::stop`] (or the drop) stops and joins both
+//! threads (within one poll slice, or one START write; a commit is waited for up to
+//! [`JOIN_GRACE`]).
 //!
 //! Rooms: this file holds the handoff to the callers, the threads' start and stop and the
 //! tunables; `acks.rs` the START producer's context; `prefetcher.rs` the prefetch thread's
@@ -167,7 +171,8 @@ pub(super) struct StartPrefetch {
     received: Arc<AtomicU64>,
     refused: Arc<AtomicU64>,
     /// Joined in this order: the prefetch thread ends first and closes the commit channel.
-    threads: Vec<JoinHandle<()>>,
+    /// Emptied by the first [`StartPrefetch::stop`].
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl StartPrefetch {
@@ -220,7 +225,7 @@ impl StartPrefetch {
             handoff,
             received,
             refused,
-            threads: vec![prefetch_thread, commit_thread],
+            threads: Mutex::new(vec![prefetch_thread, commit_thread]),
         })
     }
 
@@ -269,12 +274,16 @@ impl StartPrefetch {
     }
 }
 
-impl Drop for StartPrefetch {
-    fn drop(&mut self) {
+impl StartPrefetch {
+    /// Stops and joins both threads (see the module docs) and returns the records that were
+    /// ready and never taken: in flight, their STARTs durable and their offsets committed, so
+    /// the caller must end them one way or another. Idempotent: a second call returns none.
+    pub(super) fn stop(&self) -> Vec<ReceivedRecord> {
         self.handoff.lock().stop = true;
         self.handoff.changed.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         let deadline = Instant::now() + JOIN_GRACE;
-        for thread in self.threads.drain(..) {
+        for thread in threads {
             while !thread.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -291,6 +300,17 @@ impl Drop for StartPrefetch {
                 );
             }
         }
+        let mut state = self.handoff.lock();
+        state.ahead = 0;
+        state.ready.drain(..).collect()
+    }
+}
+
+impl Drop for StartPrefetch {
+    /// Without a close that ends them, the records never taken stay open: the tracker
+    /// redelivers them after their deadline.
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

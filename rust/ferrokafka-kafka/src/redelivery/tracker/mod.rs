@@ -26,7 +26,7 @@ use super::marker_writer::millis;
 use crate::config::ClientSettings;
 use crate::daemon::{
     Daemon, DaemonStatus, FlushTracker, GroupContext, RebalanceEvent, group_consumer_settings,
-    now_ms, publish,
+    now_ms, publish, synchronous_producer,
 };
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
@@ -176,15 +176,7 @@ impl Tracker {
         consumer
             .subscribe(&[markers])
             .map_err(KafkaIoError::subscribing("the markers topic", &[markers]))?;
-        let mut producer_settings = settings.for_plain_producer();
-        producer_settings.set_default("enable.idempotence", "true");
-        // Writes are synchronous: a long linger would only add to the redelivery lateness.
-        producer_settings.set_default("linger.ms", "1");
-        let producer = oauth::create_client(
-            &producer_settings.to_client_config(),
-            FlushTracker::new(settings.token_refresh()),
-            "create redelivery producer",
-        )?;
+        let producer = synchronous_producer(&settings, "create redelivery producer")?;
         Ok(Tracker {
             consumer,
             producer,
