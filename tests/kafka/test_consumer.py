@@ -659,6 +659,37 @@ def test_a_handler_slower_than_drain_is_abandoned_and_redelivered(
     assert again.records[:5] == [(0, n) for n in range(5)]
 
 
+def test_a_handler_that_overruns_max_poll_interval_is_named_once(
+    base_config: dict[str, Any], topic: str, produce: Produce, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The poller keeps the consumer in its group, so nobody takes over a stuck handler's
+    # partition: the consumer says which handler overran. 6 s is librdkafka's floor here
+    # (max.poll.interval.ms may not be below session.timeout.ms, which the broker keeps >= 6 s).
+    produce(topic, [{"value": f"v{n}"} for n in range(3)])
+    config = {**base_config, "max.poll.interval.ms": 6000}
+
+    def overdue() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelname == "WARNING" and "max.poll.interval.ms" in r.getMessage()
+        ]
+
+    def slow(batch: Batch) -> None:
+        deadline = time.monotonic() + 15
+        while not overdue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    with (
+        caplog.at_level(logging.WARNING),
+        partition_0_consumer(config, topic, slow, max_batch_size=3) as consumer,
+    ):
+        eventually(lambda: consumer.stats()["handled"] == 3, "the batch handled")
+    [said] = overdue()
+    assert f"{topic}-0 offsets 0-2 (3 records)" in said
+    assert "longer than max.poll.interval.ms (6 s)" in said
+
+
 def test_rebalance_moves_partitions_without_skipping_records(
     base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:

@@ -6,6 +6,8 @@
 
 use ferrokafka_core::tracking::{PartitionSample, SourceSample, SourceTotals};
 
+use std::time::Duration;
+
 use crate::config::ClientSettings;
 use crate::daemon::DaemonStatus;
 use crate::statistics::{BrokerOffsets, GroupStatistics};
@@ -36,6 +38,11 @@ impl GroupMember {
                 .and_then(|value| value.trim().parse().ok())
                 .unwrap_or(DEFAULT_MAX_POLL_INTERVAL_MS),
         }
+    }
+
+    /// `max.poll.interval.ms`: how long a handler may run before it is said to overrun.
+    pub(crate) fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval)
     }
 
     /// A source of one listener with a worker per partition (at least one), none of them

@@ -11,6 +11,7 @@ use ferrokafka_core::error_policy::{Decision, Settlement};
 
 use super::ConcurrentConsumer;
 use super::events::{Fetched, WorkerId};
+use super::overdue::said_settled;
 use super::state::{InFlight, Slot, SlotState, load_event};
 use crate::dead_letter::Failure;
 use crate::error::KafkaResult;
@@ -90,6 +91,8 @@ impl ConcurrentConsumer {
                 first_offset: first.offset,
                 records: Arc::clone(&batch),
                 retries: 0,
+                started: Instant::now(),
+                overdue_said: false,
             };
             state.in_flight.insert(first.offset, running);
             state.counters.batches += 1;
@@ -103,9 +106,10 @@ impl ConcurrentConsumer {
     }
 
     /// Takes the batch starting at `first` off its handler: its keys go free for other batches.
-    fn settle(state: &mut SlotState, first: i64) -> Option<InFlight> {
+    fn settle(slot: &Slot, state: &mut SlotState, first: i64) -> Option<InFlight> {
         let done = state.in_flight.remove(&first)?;
         state.buffer.release(first);
+        said_settled(slot, &done);
         Some(done)
     }
 
@@ -117,7 +121,7 @@ impl ConcurrentConsumer {
             return false;
         };
         let mut state = slot.lock();
-        let Some(done) = Self::settle(&mut state, first) else {
+        let Some(done) = Self::settle(&slot, &mut state, first) else {
             return false;
         };
         match outcome {
@@ -160,7 +164,7 @@ impl ConcurrentConsumer {
             }
             Decision::Settle(settlement) => settlement,
         };
-        let Some(done) = Self::settle(&mut state, first) else {
+        let Some(done) = Self::settle(&slot, &mut state, first) else {
             return Verdict::Settled;
         };
         let records = done.records.len() as u64;

@@ -43,13 +43,15 @@
 //! `start` (subscribing or assigning at start), `poller` (the poller thread and routing),
 //! `rebalance` (librdkafka's callbacks: rebalances, statistics, errors), `dispatch` (handing
 //! batches to workers and applying their outcome), `commit` (commit progress), `stats`
-//! (counters and snapshots), `report_sample` (its part of a process report). This file holds
+//! (counters and snapshots), `report_sample` (its part of a process report), `overdue`
+//! (handlers that overrun `max.poll.interval.ms`). This file holds
 //! the engine itself, its start and its stop.
 
 mod commit;
 mod dispatch;
 mod events;
 mod options;
+mod overdue;
 mod partition_source;
 mod poller;
 mod rebalance;
@@ -182,6 +184,7 @@ impl ConcurrentConsumer {
             statistics: KeptStatistics::default(),
             polled_at: Mutex::new(None),
             watch: ConnectionWatch::new(&settings),
+            overdue_after: member.poll_interval(),
         });
         let handler = RebalanceHandler {
             shared: Arc::clone(&shared),

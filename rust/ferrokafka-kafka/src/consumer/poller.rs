@@ -12,6 +12,7 @@ use rdkafka::Message;
 use rdkafka::error::KafkaError;
 
 use super::events::ConsumerEvent;
+use super::overdue::OVERDUE_CHECK;
 use super::state::{Handle, Shared, Slot, load_event};
 use crate::dead_letter::DeadLetterWriter;
 use crate::locks::lock;
@@ -41,6 +42,7 @@ pub(super) fn run_poller(
 ) {
     let interval = shared.options.commit_interval;
     let mut next_commit = Instant::now() + interval;
+    let mut next_overdue_check = Instant::now() + OVERDUE_CHECK;
     let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
     let mut names = TopicName::default();
     while !shared.closing.load(Ordering::Acquire) {
@@ -58,6 +60,10 @@ pub(super) fn run_poller(
         }
         if let Some(writer) = dead_letters {
             writer.resend_due(Instant::now());
+        }
+        if Instant::now() >= next_overdue_check {
+            shared.warn_overdue(Instant::now());
+            next_overdue_check = Instant::now() + OVERDUE_CHECK;
         }
         if Instant::now() >= next_commit {
             shared.commit(&consumer, &shared.all_slots());

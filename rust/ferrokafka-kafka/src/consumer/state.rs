@@ -30,6 +30,10 @@ pub(super) struct InFlight {
     pub(super) records: Arc<Vec<ReceivedRecord>>,
     /// Retries so far (the `retry` error policy).
     pub(super) retries: u32,
+    /// When it was handed to its handler.
+    pub(super) started: Instant,
+    /// Its handler was said to overrun `max.poll.interval.ms` (see `overdue`).
+    pub(super) overdue_said: bool,
 }
 
 #[derive(Debug)]
@@ -140,6 +144,8 @@ pub(super) struct Shared {
     pub(super) polled_at: Mutex<Option<Instant>>,
     /// Why librdkafka cannot connect, for the error events that say so only by their code.
     pub(super) watch: ConnectionWatch,
+    /// How long a handler may run before it is said to overrun (`max.poll.interval.ms`).
+    pub(super) overdue_after: Duration,
 }
 
 impl std::fmt::Debug for Shared {
