@@ -84,12 +84,14 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
-    kafka_bootstrap: str, topic_factory: Callable[..., str]
-) -> None:
+def _run_forking(
+    script: str, kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Runs ``script`` (which forks) on a fresh topic and markers topic; checks that it and its
+    child exited 0 and returns the run with a report of its output for assertions."""
     topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
     run = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, kafka_bootstrap, topic, markers],
+        [sys.executable, "-c", script, kafka_bootstrap, topic, markers],
         capture_output=True,
         text=True,
         timeout=60,
@@ -98,6 +100,13 @@ def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
     report = f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
     assert run.returncode == 0, report
     assert "child exit code 0" in run.stdout, report
+    return run, report
+
+
+def test_forked_child_refuses_inherited_handles_and_exits_cleanly(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    run, report = _run_forking(_SCRIPT, kafka_bootstrap, topic_factory)
     for name in (
         "Client",
         "AsyncProducer",
@@ -179,17 +188,7 @@ _SHARE_SCRIPT = textwrap.dedent(
 def test_forked_child_refuses_the_share_backends_buffered_records(
     kafka_bootstrap: str, topic_factory: Callable[..., str]
 ) -> None:
-    topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
-    run = subprocess.run(
-        [sys.executable, "-c", _SHARE_SCRIPT, kafka_bootstrap, topic, markers],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    report = f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
-    assert run.returncode == 0, report
-    assert "child exit code 0" in run.stdout, report
+    run, report = _run_forking(_SHARE_SCRIPT, kafka_bootstrap, topic_factory)
     for name in ("consume", "ack_many", "stats", "close"):
         assert (
             f"child: {name} refused: ferrokafka.redelivery.QueueConsumer was created in process"
