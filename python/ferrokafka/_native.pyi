@@ -1405,6 +1405,9 @@ class _RawQueueConsumer:
         """Move the message's deadline to now + the redelivery timeout."""
     def flush(self, timeout: float) -> None:
         """Wait until every END/KEEPALIVE marker so far is written."""
+    def stop_handing_out(self) -> None:
+        """A close begins: a fetch under way ends within 0.1 s raising ``ClosedError``, and no
+        fetch hands out anything from now on; acks are still taken."""
     def close(self, timeout: float, not_handed_out: list[Message] = ...) -> None:
         """Put back on the queue the messages marked and never handed out (those held ready
         and ``not_handed_out``, fetched and kept by the caller), wait for the markers (logging

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -111,6 +112,10 @@ def redelivery_count(message: QueueMessage) -> int:
     """
     return redelivery_count_in(message.headers())
 
+
+# How long a close waits for fetches under way on other threads: a fetch notices a close
+# within one wait slice (0.1 s; a share poll slice, 0.2 s).
+_FETCHES_END_WITHIN = 2.0
 
 _with_buffers: weakref.WeakSet[QueueConsumer] = weakref.WeakSet()
 """Every QueueConsumer, whose buffered messages a forked child must not hand out again."""
@@ -268,6 +273,11 @@ class QueueConsumer:
             )
         self._max_batch_size = max_batch_size
         self._buffer: deque[QueueMessage] = deque()
+        # A close waits for the fetches under way (another thread's loop), so that what they
+        # bring is put back, not handed out after the close began; see `_fetch`.
+        self._gate = threading.Condition()
+        self._fetching = 0
+        self._closing = False
         _with_buffers.add(self)
         _exit.register(self)
 
@@ -299,7 +309,33 @@ class QueueConsumer:
             raise NotImplementedError("not available on the share backend")
         return self._raw
 
-    def _fetch(self, count: int, timeout: float | None) -> list[QueueMessage]:
+    def _fetch(
+        self, count: int, timeout: float | None, into: deque[QueueMessage] | None = None
+    ) -> list[QueueMessage]:
+        """Up to ``count`` messages from the backend, added to ``into`` when given. What a
+        fetch brings once a close began goes to the buffer for the close to put back, and
+        ``ClosedError`` is raised: nothing is handed out after the close began."""
+        with self._gate:
+            if self._closing:
+                raise ClosedError("QueueConsumer is closed")
+            self._fetching += 1
+        fetched: list[QueueMessage] = []
+        try:
+            fetched = self._from_backend(count, timeout)
+        finally:
+            with self._gate:
+                self._fetching -= 1
+                closing = self._closing
+                if closing:
+                    self._buffer.extend(fetched)
+                elif into is not None:
+                    into.extend(fetched)
+                self._gate.notify_all()
+        if closing:
+            raise ClosedError("QueueConsumer is closed")
+        return fetched
+
+    def _from_backend(self, count: int, timeout: float | None) -> list[QueueMessage]:
         if self._share is not None:
             # The list as it is: acked as a whole, the share backend knows it.
             return cast("list[QueueMessage]", self._share.consume(count, timeout))
@@ -315,7 +351,7 @@ class QueueConsumer:
             ('jobs', b'job-...')
         """
         if not self._buffer:
-            self._buffer.extend(self._fetch(self._max_batch_size, timeout))
+            self._fetch(self._max_batch_size, timeout, into=self._buffer)
         return self._buffer.popleft() if self._buffer else None
 
     def __iter__(self) -> Iterator[QueueMessage]:
@@ -327,7 +363,7 @@ class QueueConsumer:
             while buffer:
                 yield buffer.popleft()
             try:
-                buffer.extend(self._fetch(self._max_batch_size, None))
+                self._fetch(self._max_batch_size, None, into=buffer)
             except ClosedError:
                 return
 
@@ -411,8 +447,18 @@ class QueueConsumer:
         come back after their deadline (markers) or when the broker releases them (share),
         counted as a redelivery."""
         _exit.unregister(self)
-        kept = list(self._buffer)
-        self._buffer.clear()
+        with self._gate:
+            self._closing = True
+        # Fetches under way (another thread's loop) end within a slice; what they bring joins
+        # the buffer, which is taken once they did.
+        if self._share is not None:
+            self._share.stop_handing_out()
+        else:
+            self._markers().stop_handing_out()
+        with self._gate:
+            self._gate.wait_for(lambda: self._fetching == 0, _FETCHES_END_WITHIN)
+            kept = list(self._buffer)
+            self._buffer.clear()
         if self._share is not None:
             self._share.close(timeout, cast("list[ShareMessage]", kept))
         else:

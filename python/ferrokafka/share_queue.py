@@ -8,8 +8,9 @@ whose lock expires comes back, and the broker counts deliveries. This module map
 
 - ``ack`` = ACCEPT; ``nack(redeliver="now")`` = RELEASE, or past ``max_redeliveries`` a copy to
   the dead-letter topic followed by REJECT.
-- The redelivery count is the broker's delivery count minus one, added to each message as the
-  ``ferrokafka_redelivery_count`` header, so ``redelivery_count(message)`` reads both backends.
+- The redelivery count is the broker's delivery count minus one (plus the count a copy put back
+  by a closing consumer carries), set on each message as the ``ferrokafka_redelivery_count``
+  header, so ``redelivery_count(message)`` reads both backends.
 - A message that comes back already past ``max_redeliveries`` (its handler died or overran the
   lock each time) is dead-lettered on arrival and never handed out.
 - ``close`` puts back what was acquired and never handed out (the rest of a poll): copies with
@@ -303,6 +304,9 @@ class ShareQueue:
         )
         self._lock = threading.Lock()
         self._closed = False
+        # Cleared when a close begins: a consume under way on another thread hands out nothing
+        # it polls after that.
+        self._handing_out = True
         # confluent-kafka's handles are not fork-safe, and what is buffered and handed out is
         # the parent's to settle: a forked child is refused (as the markers backend's engine
         # refuses), before taking a lock a parent thread may have held at the fork.
@@ -326,6 +330,8 @@ class ShareQueue:
         while True:
             with self._lock:
                 self._check_open()
+                if not self._handing_out:
+                    raise ClosedError("QueueConsumer is closed")
                 if not self._buffer:
                     self._poll(min(_POLL_SLICE, max(deadline - time.monotonic(), 0.0)))
                 if self._buffer:
@@ -364,7 +370,9 @@ class ShareQueue:
             if message.error() is not None:
                 log.warning("share consumer: %s", message.error())
                 continue
-            usable.append((message, (message.delivery_count() or 1) - 1))
+            # A copy a closing consumer put back carries the count of its original.
+            carried = redelivery_count_in(message.headers())
+            usable.append((message, carried + (message.delivery_count() or 1) - 1))
         failure: Exception | None = None
         for message, count in usable:
             if count > self._max_redeliveries:
@@ -378,9 +386,9 @@ class ShareQueue:
                     failure = failure or e
                 continue
             if count > 0:
-                message.set_headers(
-                    [*(message.headers() or []), (REDELIVERY_COUNT_HEADER, str(count).encode())]
-                )
+                received = cast("list[tuple[str, bytes | None]]", message.headers() or [])
+                headers = [h for h in received if h[0] != REDELIVERY_COUNT_HEADER]
+                message.set_headers([*headers, (REDELIVERY_COUNT_HEADER, str(count).encode())])
             self._buffer.append(message)
             self._stats["received"] += 1
         if failure is not None:
@@ -560,6 +568,11 @@ class ShareQueue:
     def stats(self) -> dict[str, int]:
         self._refuse_in_forked_child()  # the parent's counters, frozen at the fork
         return dict(self._stats)
+
+    def stop_handing_out(self) -> None:
+        """A close begins: ``consume`` raises ``ClosedError`` from now on (one under way, within
+        a poll slice)."""
+        self._handing_out = False
 
     def close(self, timeout: float, not_handed_out: Sequence[ShareMessage] = ()) -> None:
         """Puts back on the queue what was acquired and never handed out (``not_handed_out``,

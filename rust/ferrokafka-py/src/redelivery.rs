@@ -8,6 +8,7 @@
 //! without the GIL ([`ReleaseOnDrop`]): dropping joins threads that may be logging through
 //! `pyo3-log`. A tracker collected while running is stopped first.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferrokafka_core::markers::MessageId;
@@ -78,15 +79,21 @@ impl FromKeywords for RedeliveryOptions {
 #[derive(Debug)]
 pub struct PyRawQueueConsumer {
     engine: Mutex<Option<ReleaseOnDrop<Arc<QueueConsumer>>>>,
+    /// A close began (`stop_handing_out`): fetches end, though acks are still taken.
+    closing: AtomicBool,
+    /// `close` was called: a second call returns at once.
+    close_begun: AtomicBool,
     guard: ForkGuard,
 }
 
 impl PyRawQueueConsumer {
     fn is_closed(&self) -> bool {
-        self.engine
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
+        self.closing.load(Ordering::Acquire)
+            || self
+                .engine
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none()
     }
 
     fn engine(&self) -> NativeResult<Arc<QueueConsumer>> {
@@ -107,6 +114,8 @@ impl PyRawQueueConsumer {
         let engine = build_engine(py, config, options, QueueConsumer::new)?;
         Ok(PyRawQueueConsumer {
             engine: Mutex::new(Some(ReleaseOnDrop::new(Arc::new(engine)))),
+            closing: AtomicBool::new(false),
+            close_begun: AtomicBool::new(false),
             guard: ForkGuard::new("ferrokafka.redelivery.QueueConsumer"),
         })
     }
@@ -187,6 +196,16 @@ impl PyRawQueueConsumer {
         }
     }
 
+    /// A close begins: fetches under way end within a slice and raise `ClosedError`, and no
+    /// fetch hands out anything from now on; acks are still taken.
+    fn stop_handing_out(&self) -> NativeResult<()> {
+        self.closing.store(true, Ordering::Release);
+        if let Ok(engine) = self.engine() {
+            engine.stop_handing_out();
+        }
+        Ok(())
+    }
+
     /// Puts back on the queue the messages marked and never handed out (those the engine held
     /// and `not_handed_out`, fetched by the caller and kept) and waits for the markers, within
     /// `timeout` seconds (logging what was not written), then closes the consumer; idempotent.
@@ -199,15 +218,20 @@ impl PyRawQueueConsumer {
     ) -> NativeResult<()> {
         self.guard.check()?;
         let wait = timeout_arg("timeout", timeout)?;
-        let taken = self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(engine) = taken else {
+        self.closing.store(true, Ordering::Release);
+        if self.close_begun.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // The engine stays in place while it closes: a handler finishing its message meanwhile
+        // (another thread's loop) still acks it.
+        let Ok(engine) = self.engine() else {
             return Ok(());
         };
         let kept = not_handed_out.iter().map(|m| m.to_record()).collect();
-        let finishing = Arc::clone(&engine);
-        py.detach(move || finishing.close(kept, wait));
+        py.detach(move || engine.close(kept, wait));
+        let taken = self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
         // The drop leaves the group without the GIL.
-        drop(engine);
+        drop(taken);
         Ok(())
     }
 

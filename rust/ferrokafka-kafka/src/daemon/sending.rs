@@ -74,20 +74,18 @@ impl ProducerContext for FlushTracker {
     }
 }
 
-/// A producer whose writes [`send_all`] waits for: idempotent, and lingering 1 ms, since a
-/// longer linger would only add to every synchronous write's wait.
-pub(crate) fn synchronous_producer(
+/// A producer whose writes are waited for (by [`send_all`] with a [`FlushTracker`], or by the
+/// caller's own `context`): idempotent, and lingering 1 ms, since a longer linger would only add
+/// to every synchronous write's wait.
+pub(crate) fn synchronous_producer<C: ProducerContext>(
     settings: &ClientSettings,
+    context: C,
     what: &str,
-) -> KafkaResult<PolledProducer<FlushTracker>> {
+) -> KafkaResult<PolledProducer<C>> {
     let mut producer_settings = settings.for_plain_producer();
     producer_settings.set_default("enable.idempotence", "true");
     producer_settings.set_default("linger.ms", "1");
-    oauth::create_client(
-        &producer_settings.to_client_config(),
-        FlushTracker::new(settings.token_refresh()),
-        what,
-    )
+    oauth::create_client(&producer_settings.to_client_config(), context, what)
 }
 
 /// How long a record may wait for room in librdkafka's full queue: until `deadline`, and not

@@ -111,8 +111,17 @@ impl ProducerContext for UpdateTracker {
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((err, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            log::warn!("marker not written, the message will be redelivered: {err}");
+            // With the broker away every queued marker fails (thousands at a close): the first
+            // and every thousandth are said; `stats()["failed_markers"]` has the count.
+            let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
+            if failed == 1 || failed % 1000 == 0 {
+                log::warn!(
+                    "{failed} markers not written so far, their messages will be redelivered \
+                     after their deadline; the latest: {err}"
+                );
+            } else {
+                log::debug!("marker not written, the message will be redelivered: {err}");
+            }
         }
     }
 }

@@ -190,6 +190,11 @@ impl QueueConsumer {
         self.writer.flush(timeout)
     }
 
+    /// A close begins: `fetch` hands out nothing from now on (one waiting returns at once).
+    pub fn stop_handing_out(&self) {
+        self.prefetch.stop_handing_out();
+    }
+
     /// Before a close: stops the prefetch, puts back on the queue the messages marked and never
     /// handed out (those it held ready and `not_handed_out`, which the caller fetched and kept;
     /// see `release.rs`), then waits for the markers; all within `timeout`, plus up to two

@@ -151,3 +151,37 @@ fn a_close_puts_back_what_was_marked_and_never_handed_out_and_ends_it() {
     }
     assert!(copies.is_empty(), "put back but handed out: {copies:?}");
 }
+
+#[test]
+fn once_a_close_began_nothing_is_handed_out_and_the_ready_messages_are_put_back() {
+    let mut topics = Topics::new();
+    let (queue, markers, records) = queue_of_records(&mut topics);
+    let consumer = queue_consumer(&queue, &markers, 1);
+    // The first fetch starts the prefetch, which then marks every other message.
+    let [handled] = take(&consumer, 1).try_into().expect("one message");
+    wait_until("every message marked", WAIT, || {
+        consumer.stats().received == RECORDS as u64
+    });
+    consumer.stop_handing_out();
+    match consumer.fetch(RECORDS, WAIT) {
+        Ok(Taken::Records(records)) => assert!(records.is_empty(), "handed out: {records:?}"),
+        other => panic!("a fetch after the close began got {other:?}"),
+    }
+    // The handler of the message handed out before finishes during the close: its ack counts.
+    consumer
+        .ack(handled.partition, handled.offset)
+        .expect("an ack while the consumer closes");
+    consumer.close(Vec::new(), WAIT);
+    drop(consumer);
+
+    assert_eq!(
+        ends(&markers),
+        (0..RECORDS as u64).map(|offset| (0, offset)).collect()
+    );
+    let copies: Vec<String> = Observer::read(&queue)[RECORDS..]
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
+        .collect();
+    let expected: Vec<String> = records[1..].iter().map(|(_, v)| v.clone()).collect();
+    assert_eq!(copies, expected);
+}

@@ -239,6 +239,10 @@ impl StartPrefetch {
             self.handoff.changed.notify_all();
         }
         loop {
+            // A close began: nothing more is handed out (the close puts back what is ready).
+            if state.stop {
+                return Ok(Taken::Records(Vec::new()));
+            }
             if let Some(e) = state.error.take() {
                 // The prefetch thread waits until the error is reported, then reads again.
                 self.handoff.changed.notify_all();
@@ -275,12 +279,18 @@ impl StartPrefetch {
 }
 
 impl StartPrefetch {
+    /// A close began: `take` hands out nothing from now on (one waiting returns at once), and
+    /// both threads begin to stop.
+    pub(super) fn stop_handing_out(&self) {
+        self.handoff.lock().stop = true;
+        self.handoff.changed.notify_all();
+    }
+
     /// Stops and joins both threads (see the module docs) and returns the records that were
     /// ready and never taken: in flight, their STARTs durable and their offsets committed, so
     /// the caller must end them one way or another. Idempotent: a second call returns none.
     pub(super) fn stop(&self) -> Vec<ReceivedRecord> {
-        self.handoff.lock().stop = true;
-        self.handoff.changed.notify_all();
+        self.stop_handing_out();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         let deadline = Instant::now() + JOIN_GRACE;
         for thread in threads {

@@ -176,7 +176,11 @@ impl Tracker {
         consumer
             .subscribe(&[markers])
             .map_err(KafkaIoError::subscribing("the markers topic", &[markers]))?;
-        let producer = synchronous_producer(&settings, "create redelivery producer")?;
+        let producer = synchronous_producer(
+            &settings,
+            FlushTracker::new(settings.token_refresh()),
+            "create redelivery producer",
+        )?;
         Ok(Tracker {
             consumer,
             producer,
