@@ -110,11 +110,14 @@ impl AsyncProducer {
                 return RoundEnd::Stopped(batch);
             }
             match transaction_step(&e) {
+                TransactionStep::Retry if self.wedged(started) => {
+                    return self.end_wedged(&producer, started, 0, batch, e, "begin_transaction");
+                }
                 TransactionStep::Retry => std::thread::sleep(TRANSACTION_BACKOFF),
                 // The previous transaction failed after it ended (a late delivery failure).
                 TransactionStep::Abort => {
                     log::warn!("begin_transaction failed, aborting first: {e}");
-                    if let Err(e) = self.abort_transaction(&producer) {
+                    if let Err(e) = self.abort_transaction(&producer, started) {
                         return self.end_fatally(
                             &producer,
                             started,
@@ -162,6 +165,16 @@ impl AsyncProducer {
                     return RoundEnd::Committed(self.take_round(handed));
                 };
                 match transaction_step(&e) {
+                    TransactionStep::Retry if self.wedged(started) && !self.stopping() => {
+                        return self.end_wedged(
+                            &producer,
+                            started,
+                            handed,
+                            unsent,
+                            e,
+                            "commit_transaction",
+                        );
+                    }
                     // The commit goes on in librdkafka; calling it again resumes it.
                     TransactionStep::Retry if !self.stopping() => {
                         std::thread::sleep(TRANSACTION_BACKOFF);
@@ -189,7 +202,7 @@ impl AsyncProducer {
                 }
             }
         }
-        match self.abort_transaction(&producer) {
+        match self.abort_transaction(&producer, started) {
             Err(e) if !self.stopping() => {
                 self.end_fatally(&producer, started, handed, unsent, e, "abort_transaction")
             }
@@ -203,23 +216,56 @@ impl AsyncProducer {
         }
     }
 
-    /// Aborts the open transaction, calling abort again after retriable failures until a
-    /// shutdown; any other failure is returned (librdkafka: the instance is then unusable).
+    /// Aborts the open transaction (open since `started`), calling abort again after retriable
+    /// failures until a shutdown or until the instance is [wedged](Self::wedged); any other
+    /// failure is returned (librdkafka: the instance is then unusable).
     fn abort_transaction(
         &self,
         producer: &PolledProducer<DeliveryTracker>,
+        started: Instant,
     ) -> Result<(), KafkaError> {
         loop {
             let Err(e) = producer.abort_transaction(TRANSACTION_STEP) else {
                 return Ok(());
             };
             match transaction_step(&e) {
-                TransactionStep::Retry if !self.stopping() => {
+                TransactionStep::Retry if !self.stopping() && !self.wedged(started) => {
                     std::thread::sleep(TRANSACTION_BACKOFF);
                 }
                 _ => return Err(e),
             }
         }
+    }
+
+    /// Whether a transaction open since `started` has waited on retriable failures so long
+    /// that this instance will not finish it: past `transaction.timeout.ms` the coordinator has
+    /// aborted it (unless its commit had reached the coordinator), yet librdkafka can go on
+    /// answering "timed out, call again" for ever after an outage (a request to the
+    /// coordinator that never leaves its queue). A new instance then takes over.
+    fn wedged(&self, started: Instant) -> bool {
+        started.elapsed() >= self.transaction_timeout + TRANSACTION_STEP
+    }
+
+    /// Ends a [wedged](Self::wedged) transaction as a renewable fatal error: a new instance
+    /// sends its records again.
+    fn end_wedged(
+        &self,
+        producer: &PolledProducer<DeliveryTracker>,
+        started: Instant,
+        handed: usize,
+        unsent: Vec<Box<Pending>>,
+        err: KafkaError,
+        operation: &str,
+    ) -> RoundEnd {
+        log::warn!(
+            "{operation} still unanswered {:.0} s after the transaction began (longer than \
+             transaction.timeout.ms, {:.0} s): a new producer instance takes over and sends its \
+             records again (should the coordinator have taken a commit it never answered, \
+             they are committed twice); the last answer: {err}",
+            started.elapsed().as_secs_f64(),
+            self.transaction_timeout.as_secs_f64()
+        );
+        self.end_fatally(producer, started, handed, unsent, err, operation)
     }
 
     /// Waits (at most `PURGE_WAIT`) for the reports of the `handed` records of the open
