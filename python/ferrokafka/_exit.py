@@ -192,7 +192,9 @@ def _finish_together(components: list[ClosesAtExit]) -> None:
         remaining = started + component.exit_timeout - time.monotonic()
         try:
             component.finish_exit(max(remaining, 0.0))
-        except BaseException:  # Ctrl-C during the exit wait: go on with the others, unwaited
+        except KeyboardInterrupt:  # Ctrl-C during the exit wait: go on with the others
+            log.warning("at exit: Ctrl-C: stopped waiting for %r", component)
+        except BaseException:
             log.exception("at exit: cannot finish closing %r", component)
 
 

@@ -15,6 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+# The longest wait a native call takes (blocking.rs MAX_SECONDS, about 31 years): a longer
+# one is refused there, so a wait Python allows to be longer (an exit_timeout) is cut to this.
+NATIVE_MAX_SECONDS = 1e9
+
 
 def checked_seconds(name: str, value: float, *, positive: bool) -> float:
     """``value`` as float seconds: finite and ``> 0`` (``positive``) or ``>= 0``; a bool or a

@@ -43,7 +43,7 @@ from ferrokafka._native import (
     ProducerShutDown,
     _RawAsyncProducer,
 )
-from ferrokafka._validation import checked_seconds, require_callable
+from ferrokafka._validation import NATIVE_MAX_SECONDS, checked_seconds, require_callable
 from ferrokafka.exceptions import BufferOverflow
 
 __all__ = [
@@ -391,15 +391,27 @@ class AsyncProducer(_exit.NotCopyable):
                 _per_topic(failed_before),
                 failed_before[-1].error(),
             )
-        # shutdown needs a positive wait; a zero exit_timeout hands back at once
-        lost = self._shut_down(max(timeout, _LEAST_WAIT))
+        why = f"could not be delivered within exit_timeout={self.exit_timeout:g} s and are lost"
+        try:
+            # shutdown needs a positive wait (a zero exit_timeout hands back at once) of at most
+            # the native bound (exit_timeout=1e20 failed here and lost everything unsaid)
+            lost = self._shut_down(min(max(timeout, _LEAST_WAIT), NATIVE_MAX_SECONDS))
+        except KeyboardInterrupt:
+            # Ctrl-C ended the wait: what is still held is handed back at once and named.
+            lost = self._shut_down(_LEAST_WAIT)
+            why = "are lost: Ctrl-C ended the wait for their delivery"
+            self._say_lost(when, why, lost)
+            raise
+        self._say_lost(when, why, lost)
+
+    @staticmethod
+    def _say_lost(when: str, why: str, lost: list[Message]) -> None:
         if lost:
             log.warning(
-                "AsyncProducer %s: %d message(s) could not be delivered within exit_timeout=%g s "
-                "and are lost: %s (last error: %s)",
+                "AsyncProducer %s: %d message(s) %s: %s (last error: %s)",
                 when,
                 len(lost),
-                self.exit_timeout,
+                why,
                 _per_topic(lost),
                 lost[-1].error(),
             )

@@ -7,6 +7,7 @@ counts what reached the topic with confluent-kafka.
 from __future__ import annotations
 
 import gc
+import signal
 import subprocess
 import sys
 import time
@@ -133,6 +134,27 @@ def test_an_exit_with_the_broker_unreachable_keeps_its_bound_and_says_what_was_l
     warning = warnings[0]
     assert "at interpreter exit: 1002 message(s)" in warning, warning
     assert "audit (501), orders (501)" in warning, warning
+
+
+def test_ctrl_c_during_the_exit_wait_ends_it_and_still_says_what_was_lost() -> None:
+    # exit_timeout=30 against an unreachable broker: only the Ctrl-C ends the wait early.
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PRODUCE_AND_END, UNREACHABLE, "30", "orders"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    child.stdout.readline()  # the script's own code ended: the exit wait begins
+    started = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=20)
+    assert time.monotonic() - started < 5, stderr
+    lost = [line for line in stderr.splitlines() if "are lost" in line]
+    assert len(lost) == 1, stderr
+    assert "at interpreter exit: 501 message(s) are lost: Ctrl-C ended the wait" in lost[0], stderr
+    assert "orders (501)" in lost[0], stderr
+    assert "Traceback" not in stderr, stderr
 
 
 # Three messages too large for their topic (the broker refuses them) fail before the end (flush

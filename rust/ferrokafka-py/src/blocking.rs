@@ -147,13 +147,20 @@ impl ForkGuard {
     }
 }
 
-/// Converts a timeout in seconds into a [`Duration`], refusing negative, zero and non-finite values.
+/// The longest wait taken, about 31 years: a deadline this far ahead is still a valid
+/// `Instant`, where `1e20` could not even be a `Duration`. Python cuts its own longer waits
+/// (an `exit_timeout`) to this (`_validation.NATIVE_MAX_SECONDS`).
+const MAX_SECONDS: f64 = 1e9;
+
+/// Converts a timeout in seconds into a [`Duration`], refusing negative, zero, non-finite and
+/// values over [`MAX_SECONDS`].
 pub fn timeout_arg(name: &str, seconds: f64) -> PyResult<Duration> {
-    if seconds.is_finite() && seconds > 0.0 {
-        Duration::try_from_secs_f64(seconds).map_err(|e| invalid_argument(format!("{name}: {e}")))
+    if seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS {
+        Ok(Duration::from_secs_f64(seconds))
     } else {
         Err(invalid_argument(format!(
-            "{name} must be a positive number of seconds, got {seconds}"
+            "{name} must be a positive number of seconds up to {MAX_SECONDS:e} (about 31 \
+             years), got {seconds}"
         )))
     }
 }
