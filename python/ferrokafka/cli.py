@@ -46,6 +46,8 @@ class _Parser(argparse.ArgumentParser):
     is among them."""
 
     def error(self, message: str) -> NoReturn:
+        if sys.stderr is None:  # started with stderr closed (`2>&-`): a usage error all the same
+            self.exit(2)
         super().error(redact_secrets(message))
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
@@ -413,9 +415,10 @@ def _key_value(item: str) -> tuple[str, str]:
     """A ``KEY=VALUE`` librdkafka setting. The text is not echoed: it may hold a password."""
     key, sep, value = item.partition("=")
     if not sep:
-        raise argparse.ArgumentTypeError("expected KEY=VALUE, found no '='")
+        # NAME, not KEY: the redaction of secrets takes "KEY=VALUE," for a key's value.
+        raise argparse.ArgumentTypeError("expected NAME=VALUE, found no '='")
     if not key.strip():
-        raise argparse.ArgumentTypeError("expected KEY=VALUE, found an empty KEY")
+        raise argparse.ArgumentTypeError("expected NAME=VALUE, found an empty NAME")
     return key, value
 
 
@@ -794,6 +797,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except Exception as err:
         lost = _output_lost() if isinstance(err, OSError) else None
+        if lost is None and _is_output_error(err):
+            # print() failed on a full or broken standard output, whose buffer is gone since.
+            lost = err.strerror
         if lost is None:
             log.debug("%s failed", args.command, exc_info=True)
             print(f"ferrokafka: error: {_one_line(err)}", file=sys.stderr)
@@ -818,6 +824,16 @@ def _output_lost() -> str | None:
         _stdout_to_devnull()
         return err.strerror or str(err)
     return None
+
+
+def _is_output_error(err: Exception) -> bool:
+    """Whether ``err`` is a failed write of the command's output: an OSError of writing (a full
+    disk, an I/O error, a closed descriptor) that names no file, as a print's does."""
+    return (
+        isinstance(err, OSError)
+        and err.filename is None
+        and err.errno in (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EFBIG, errno.EDQUOT)
+    )
 
 
 def _stdout_to_devnull() -> None:

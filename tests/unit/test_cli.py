@@ -43,6 +43,28 @@ def test_help_that_cannot_be_written_is_an_error_not_status_0(
     assert run.stderr == f"ferrokafka: error: cannot write the output: {said}\n"
 
 
+def test_a_usage_error_with_stderr_closed_is_still_status_2() -> None:
+    run = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m ferrokafka frobnicate 2>&-"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert run.returncode == 2, run.stdout
+
+
+def test_a_setting_without_equals_is_named_without_a_redaction(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["topics", "list", "--config", "noequals"])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert "expected NAME=VALUE, found no '='" in said, said
+    assert "[redacted]" not in said, said
+
+
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(["frobnicate"])
