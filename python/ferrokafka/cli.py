@@ -797,7 +797,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except Exception as err:
         lost = _output_lost() if isinstance(err, OSError) else None
-        if lost is None and _is_output_error(err):
+        if lost is None and isinstance(err, OSError) and _is_output_error(err):
             # print() failed on a full or broken standard output, whose buffer is gone since.
             lost = err.strerror
         if lost is None:
@@ -826,13 +826,15 @@ def _output_lost() -> str | None:
     return None
 
 
-def _is_output_error(err: Exception) -> bool:
-    """Whether ``err`` is a failed write of the command's output: an OSError of writing (a full
+def _is_output_error(err: OSError) -> bool:
+    """Whether ``err`` is a failed write of the command's output: an error of writing (a full
     disk, an I/O error, a closed descriptor) that names no file, as a print's does."""
-    return (
-        isinstance(err, OSError)
-        and err.filename is None
-        and err.errno in (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EFBIG, errno.EDQUOT)
+    return err.filename is None and err.errno in (
+        errno.ENOSPC,
+        errno.EIO,
+        errno.EBADF,
+        errno.EFBIG,
+        errno.EDQUOT,
     )
 
 
