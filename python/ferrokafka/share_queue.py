@@ -603,11 +603,12 @@ class ShareQueue:
 
     def _put_back(self, kept: list[ShareMessage], deadline: float) -> None:
         """Copies the acquired messages nobody handled to their queue partition, headers (and
-        so redelivery count) unchanged, and ACCEPTs them once every copy is written. Left to
-        the broker, which releases them when the consumer leaves, they would come back with
-        their delivery count raised, as if a handler had failed them: with
-        ``max_redeliveries=0``, dead-lettered unseen. A copy that fails leaves them to the
-        broker (logged); copies written by then are delivered twice."""
+        so redelivery count) unchanged, and ACCEPTs each one whose copy the broker
+        acknowledged. Left to the broker, which releases them when the consumer leaves, they
+        would come back with their delivery count raised, as if a handler had failed them:
+        with ``max_redeliveries=0``, dead-lettered unseen. One whose copy fails or is not
+        acknowledged by ``deadline`` stays with the broker (logged with the count); the
+        others are not delivered twice."""
         buffered, self._buffer = self._buffer, []
         self._keep_open(buffered)
         unhandled = kept + buffered
@@ -615,7 +616,18 @@ class ShareQueue:
             return
         if self._dead_letters is None:
             self._dead_letters = Producer(self._producer_settings)
+        copied: list[ShareMessage] = []
         failures: list[Any] = []
+
+        def on_copy(original: ShareMessage) -> Callable[[Any, Any], None]:
+            def delivered(err: Any, _msg: Any) -> None:
+                if err:
+                    failures.append(err)
+                else:
+                    copied.append(original)
+
+            return delivered
+
         for message in unhandled:
             self._dead_letters.produce(
                 self._queue_topic,
@@ -623,23 +635,29 @@ class ShareQueue:
                 message.key(),
                 partition=message.partition() or 0,
                 headers=message.headers() or [],
-                on_delivery=lambda err, _msg: failures.append(err) if err else None,
+                on_delivery=on_copy(message),
             )
         unsent = self._dead_letters.flush(max(deadline - time.monotonic(), 0.0))
-        if unsent > 0 or failures:
+        # Only the copies acknowledged by now: the close's later flush may still report others,
+        # but their originals go back to the broker with the consumer.
+        put_back = list(copied)
+        if put_back:
+            self._settle(put_back, AcknowledgeType.ACCEPT)
+            log.info(
+                "QueueConsumer closing: %d messages it acquired and never handed out put back "
+                "on %s, their redelivery count unchanged",
+                len(put_back),
+                self._queue_topic,
+            )
+        left = len(unhandled) - len(put_back)
+        if left:
             cause = failures[0] if failures else f"{unsent} not acknowledged in time"
             log.warning(
-                "QueueConsumer closing: %d messages it acquired and never handed out could not "
-                "be put back on %s (%s); the broker delivers them again, counting a redelivery",
+                "QueueConsumer closing: %d of %d messages it acquired and never handed out "
+                "could not be put back on %s (%s); the broker delivers them again, counting a "
+                "redelivery",
+                left,
                 len(unhandled),
                 self._queue_topic,
                 cause,
             )
-            return
-        self._settle(unhandled, AcknowledgeType.ACCEPT)
-        log.info(
-            "QueueConsumer closing: %d messages it acquired and never handed out put back on "
-            "%s, their redelivery count unchanged",
-            len(unhandled),
-            self._queue_topic,
-        )

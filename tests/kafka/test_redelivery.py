@@ -21,6 +21,7 @@ from typing import Any, Literal, NamedTuple, cast
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import Producer as ConfluentProducer
 
 from ferrokafka import Client, ConfigError, KafkaError, MarkerRefusedError, NewTopic
 from ferrokafka.codecs import decode_marker
@@ -448,6 +449,63 @@ def test_a_closing_consumer_puts_back_what_it_marked_and_never_handed_out(
     finally:
         if tracker is not None:
             tracker.stop()
+
+
+def test_a_close_puts_back_each_message_whose_copy_the_broker_takes(
+    config: dict[str, Any],
+    topic_factory: TopicFactory,
+    dead_letters: str,
+    kafka_bootstrap: str,
+    kafka_client: Client,
+) -> None:
+    # The queue topic takes at most 1,000 bytes a batch, and the large messages fit only as
+    # their producer compressed them: their uncompressed copies are refused. The small ones are
+    # put back as new all the same; only the large ones come back counted as redelivered (so
+    # dead-lettered with max_redeliveries=0), and nothing comes twice. (The share backend has
+    # the same rule, but librdkafka hands it one partition's records a poll, and copies fail a
+    # partition's batch at a time, so a close never has both kinds there.)
+    queue_topic = topic_factory(partitions=2, config={"max.message.bytes": "1000"})
+    markers = topic_factory(partitions=2)
+    small = {f"small-{n}" for n in range(3)}
+    large = {f"large-{n}-" + "x" * 2000 for n in range(3)}
+    writer = ConfluentProducer({"bootstrap.servers": kafka_bootstrap, "compression.type": "zstd"})
+    for partition, values in ((0, small), (1, large)):
+        for value in sorted(values):
+            writer.produce(queue_topic, value, value, partition=partition)
+            writer.flush(10)  # one record a batch: three small ones together fit too
+    assert writer.flush(10) == 0
+    settings: dict[str, Any] = {
+        "group_id": f"g-{uuid.uuid4().hex}",
+        "max_redeliveries": 0,
+        "dead_letter_topic": dead_letters,
+    }
+    with RedeliveryTracker(
+        config,
+        queue_topic,
+        markers,
+        max_redeliveries=0,
+        dead_letter_topic=dead_letters,
+        group_id=f"t-{uuid.uuid4().hex}",
+        commit_interval=0.2,
+    ):
+        with QueueConsumer(config, queue_topic, markers, 2.0, **settings) as queue:
+            for job in queue:
+                queue.ack(job)
+                first = (job.value() or b"").decode()
+                break
+            wait_until(lambda: queue.stats()["received"] == 6, 30, "every message marked")
+        again: list[str] = []
+        dead: list[str] = []
+        deadline = time.monotonic() + 40
+        with QueueConsumer(config, queue_topic, markers, 30.0, **settings) as queue:
+            while len(again) + len(dead) < 5:
+                assert time.monotonic() < deadline, f"came again: {again}; dead letters: {dead}"
+                batch = queue.consume(5, timeout=1.0)
+                queue.ack_many(batch)
+                again.extend((m.value() or b"").decode() for m in batch)
+                dead = [(r.value() or b"").decode() for r in kafka_client.read_topic(dead_letters)]
+    assert sorted(again) == sorted(small - {first})
+    assert sorted(dead) == sorted(large - {first})
 
 
 def test_one_config_serves_every_client_without_confwarn(
