@@ -192,6 +192,33 @@ def test_timeouts_must_be_positive_and_finite(timeout: float) -> None:
 
 
 @pytest.mark.parametrize(
+    "call",
+    [
+        lambda: Client(UNREACHABLE).list_topics(timeout=True),
+        lambda: Client(UNREACHABLE).create_topics(["t"], timeout=True),
+        lambda: Client(UNREACHABLE).delete_topics(["t"], timeout=True),
+        lambda: Client(UNREACHABLE).produce("t", b"v", timeout=True),
+        lambda: Client(UNREACHABLE).read_topic("t", timeout=True),
+        lambda: AsyncProducer(UNREACHABLE).flush(timeout=True),
+        lambda: AsyncProducer(UNREACHABLE).shutdown(timeout=True),
+    ],
+    ids=[
+        "list_topics",
+        "create_topics",
+        "delete_topics",
+        "produce",
+        "read_topic",
+        "flush",
+        "shutdown",
+    ],
+)
+def test_a_bool_is_no_timeout(call: Callable[[], object]) -> None:
+    # Python counts True as 1: taken as one second, a flag passed in the wrong place waited.
+    with pytest.raises(TypeError, match="timeout must be a number of seconds, got bool"):
+        call()
+
+
+@pytest.mark.parametrize(
     ("servers", "failure"),
     [("127.0.0.1:1", "Connection refused"), ("no-such-host.invalid:9092", "Failed to resolve")],
     ids=["nothing-listening", "unknown-host"],
@@ -250,6 +277,12 @@ def test_new_topic_validates_counts() -> None:
         NewTopic("t", 0)
     with pytest.raises(ValueError, match="replication_factor"):
         NewTopic("t", 1, -5)
+    with pytest.raises(TypeError, match="num_partitions must be an int, got bool"):
+        NewTopic("t", True)
+    with pytest.raises(ValueError, match="num_partitions must be an int from -1 to 2147483647"):
+        NewTopic("t", 2**40)
+    with pytest.raises(ValueError, match="replication_factor must be an int from -1 to 32767"):
+        NewTopic("t", 1, 2**15)
     with pytest.raises(ValueError, match="empty"):
         NewTopic("")
 

@@ -11,9 +11,10 @@ use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 
 use crate::errors::{
-    invalid_argument, used_after_fork, worker_thread_died, worker_thread_not_started,
+    invalid_argument, used_after_fork, worker_thread_died, worker_thread_not_started, wrong_type,
 };
 
 /// Longest time a wait goes without checking for signals.
@@ -151,6 +152,23 @@ impl ForkGuard {
 /// `Instant`, where `1e20` could not even be a `Duration`. Python cuts its own longer waits
 /// (an `exit_timeout`) to this (`_validation.NATIVE_MAX_SECONDS`).
 const MAX_SECONDS: f64 = 1e9;
+
+/// `timeout=` in seconds as a method takes it: an int or a float (or what converts to one), not
+/// a bool: Python counts `True` as 1, but `flush(True)` is a mistake, not a one-second wait.
+/// Its range is checked where it is used ([`timeout_arg`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TimeoutArg(pub f64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for TimeoutArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if obj.is_instance_of::<PyBool>() {
+            return Err(wrong_type("timeout must be a number of seconds", &obj));
+        }
+        Ok(TimeoutArg(obj.extract()?))
+    }
+}
 
 /// Converts a timeout in seconds into a [`Duration`], refusing negative, zero, non-finite and
 /// values over [`MAX_SECONDS`].

@@ -12,9 +12,10 @@ use ferrokafka_kafka::{
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::blocking::{ForkGuard, run_detached, timeout_arg};
+use crate::blocking::{ForkGuard, TimeoutArg, run_detached, timeout_arg};
 use crate::convert::{
-    self, CountArg, PartitionArg, TimestampArg, outgoing_record, settings_from_dict,
+    self, CountArg, PartitionArg, ReplicationFactor, TimestampArg, TopicPartitions,
+    outgoing_record, settings_from_dict,
 };
 use crate::engine_drops::ReleaseOnDrop;
 use crate::errors::{NativeError, NativeResult, invalid_argument, wrong_type};
@@ -174,14 +175,16 @@ frozen_record! {
 #[pymethods]
 impl PyNewTopic {
     #[new]
-    #[pyo3(signature = (name, num_partitions=-1, replication_factor=-1, config=None))]
+    #[pyo3(signature = (name, num_partitions=TopicPartitions(-1), replication_factor=ReplicationFactor(-1), config=None))]
     #[pyo3(text_signature = "(name, num_partitions=-1, replication_factor=-1, config=None)")]
     fn new(
         name: String,
-        num_partitions: i32,
-        replication_factor: i32,
+        num_partitions: TopicPartitions,
+        replication_factor: ReplicationFactor,
         config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        let (TopicPartitions(num_partitions), ReplicationFactor(replication_factor)) =
+            (num_partitions, replication_factor);
         KafkaIoError::check_topic("topic name", &name).map_err(NativeError::from)?;
         if num_partitions == 0 || num_partitions < -1 {
             return Err(invalid_argument(format!(
@@ -234,30 +237,32 @@ impl PyClient {
         })
     }
 
-    #[pyo3(signature = (topic=None, timeout=10.0))]
+    #[pyo3(signature = (topic=None, timeout=TimeoutArg(10.0)))]
+    #[pyo3(text_signature = "($self, topic=None, timeout=10.0)")]
     fn list_topics(
         &self,
         py: Python<'_>,
         topic: Option<String>,
-        timeout: f64,
+        timeout: TimeoutArg,
     ) -> NativeResult<PyClusterMetadata> {
         self.guard.check()?;
-        let timeout = timeout_arg("timeout", timeout)?;
+        let timeout = timeout_arg("timeout", timeout.0)?;
         let inner = Arc::clone(&*self.inner);
         let cluster = run_detached(py, move || inner.list_topics(topic.as_deref(), timeout))??;
         Ok(cluster_to_py(py, cluster)?)
     }
 
-    #[pyo3(signature = (topics, timeout=30.0, exist_ok=false))]
+    #[pyo3(signature = (topics, timeout=TimeoutArg(30.0), exist_ok=false))]
+    #[pyo3(text_signature = "($self, topics, timeout=30.0, exist_ok=False)")]
     fn create_topics(
         &self,
         py: Python<'_>,
         topics: &Bound<'_, PyAny>,
-        timeout: f64,
+        timeout: TimeoutArg,
         exist_ok: bool,
     ) -> NativeResult<Vec<String>> {
         self.guard.check()?;
-        let timeout = timeout_arg("timeout", timeout)?;
+        let timeout = timeout_arg("timeout", timeout.0)?;
         convert::refuse_single_name(topics)?;
         let specs = topics
             .try_iter()
@@ -270,7 +275,12 @@ impl PyClient {
             .map(|t| {
                 let t = t?;
                 if let Ok(name) = t.cast::<PyString>() {
-                    let spec = PyNewTopic::new(name.to_str()?.to_owned(), -1, -1, None)?;
+                    let spec = PyNewTopic::new(
+                        name.to_str()?.to_owned(),
+                        TopicPartitions(-1),
+                        ReplicationFactor(-1),
+                        None,
+                    )?;
                     return Ok(spec_of(&spec));
                 }
                 let topic = t
@@ -285,23 +295,27 @@ impl PyClient {
         })??)
     }
 
-    #[pyo3(signature = (topics, timeout=30.0))]
+    #[pyo3(signature = (topics, timeout=TimeoutArg(30.0)))]
+    #[pyo3(text_signature = "($self, topics, timeout=30.0)")]
     fn delete_topics(
         &self,
         py: Python<'_>,
         topics: &Bound<'_, PyAny>,
-        timeout: f64,
+        timeout: TimeoutArg,
     ) -> NativeResult<()> {
         self.guard.check()?;
         let topics = convert::topic_names(topics)?;
-        let timeout = timeout_arg("timeout", timeout)?;
+        let timeout = timeout_arg("timeout", timeout.0)?;
         let inner = Arc::clone(&*self.inner);
         Ok(run_detached(py, move || {
             inner.delete_topics(&topics, timeout)
         })??)
     }
 
-    #[pyo3(signature = (topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=10.0, partition_key=None))]
+    #[pyo3(signature = (topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=TimeoutArg(10.0), partition_key=None))]
+    #[pyo3(
+        text_signature = "($self, topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=10.0, partition_key=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn produce(
         &self,
@@ -312,11 +326,11 @@ impl PyClient {
         partition: Option<PartitionArg>,
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<TimestampArg>,
-        timeout: f64,
+        timeout: TimeoutArg,
         partition_key: Option<&Bound<'_, PyAny>>,
     ) -> NativeResult<PyMessage> {
         self.guard.check()?;
-        let timeout = timeout_arg("timeout", timeout)?;
+        let timeout = timeout_arg("timeout", timeout.0)?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = convert::partition_key(partition_key)?;
         let inner = Arc::clone(&*self.inner);
@@ -326,18 +340,18 @@ impl PyClient {
         Ok(delivered.into())
     }
 
-    #[pyo3(signature = (topic, max_messages=CountArg(100_000), timeout=10.0))]
+    #[pyo3(signature = (topic, max_messages=CountArg(100_000), timeout=TimeoutArg(10.0)))]
     #[pyo3(text_signature = "($self, topic, max_messages=100000, timeout=10.0)")]
     fn read_topic(
         &self,
         py: Python<'_>,
         topic: String,
         max_messages: CountArg,
-        timeout: f64,
+        timeout: TimeoutArg,
     ) -> NativeResult<Vec<Py<PyMessage>>> {
         self.guard.check()?;
         let max_messages = max_messages.0;
-        let timeout = timeout_arg("timeout", timeout)?;
+        let timeout = timeout_arg("timeout", timeout.0)?;
         let inner = Arc::clone(&*self.inner);
         let records = run_detached(py, move || inner.read_topic(&topic, max_messages, timeout))??;
         Ok(PyMessage::untracked_all(py, records)?)

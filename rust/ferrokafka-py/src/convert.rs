@@ -259,6 +259,16 @@ int_argument!(
     MaxInflated(usize): "max_inflated" from 0, to i64::MAX
 );
 int_argument!(
+    /// `num_partitions=` of `NewTopic`: a count, or -1 for the broker's default (0 is refused
+    /// where it is used, naming both).
+    TopicPartitions(i32): "num_partitions" from -1, to i64::from(i32::MAX)
+);
+int_argument!(
+    /// `replication_factor=` of `NewTopic`: a count (an INT16 on the wire), or -1 for the
+    /// broker's default.
+    ReplicationFactor(i32): "replication_factor" from -1, to i64::from(i16::MAX)
+);
+int_argument!(
     /// `partition_count=` of `partition_key_batch`: at least one partition.
     PartitionCount(u32): "partition_count" from 1, to i64::from(i32::MAX)
 );

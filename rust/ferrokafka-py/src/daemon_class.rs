@@ -9,7 +9,7 @@ use ferrokafka_core::tracking::SourceSample;
 use ferrokafka_kafka::Daemon;
 use pyo3::prelude::*;
 
-use crate::blocking::{ForkGuard, wait_sliced};
+use crate::blocking::{ForkGuard, TimeoutArg, wait_sliced};
 use crate::engine_drops::{ReleaseOnDrop, release_gil_for};
 use crate::errors::NativeError;
 
@@ -43,7 +43,8 @@ impl<S: Clone + Default + Send + Sync + std::fmt::Debug + 'static> DaemonHandle<
 
     /// Waits up to `timeout` seconds (forever when None) for the daemon to end; true once it
     /// has. A daemon that ended on its own raises the error that ended it.
-    pub fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+    pub fn wait(&self, py: Python<'_>, timeout: Option<TimeoutArg>) -> PyResult<bool> {
+        let timeout = timeout.map(|TimeoutArg(s)| s);
         self.guard.check()?;
         let daemon = &**self.daemon;
         let ended = wait_sliced(py, timeout, |slice| daemon.wait(slice).then_some(()))?;
@@ -121,7 +122,11 @@ macro_rules! daemon_class {
             /// Waits up to `timeout` seconds (forever when None) for the daemon to end; True once
             /// it has.
             #[pyo3(signature = (timeout=None))]
-            fn wait(&self, py: ::pyo3::Python<'_>, timeout: Option<f64>) -> ::pyo3::PyResult<bool> {
+            fn wait(
+                &self,
+                py: ::pyo3::Python<'_>,
+                timeout: Option<$crate::blocking::TimeoutArg>,
+            ) -> ::pyo3::PyResult<bool> {
                 self.daemon.wait(py, timeout)
             }
 

@@ -19,7 +19,9 @@ use ferrokafka_kafka::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::blocking::{EventInbox, ForkGuard, SLICE, seconds_or_off, timeout_arg, wait_sliced};
+use crate::blocking::{
+    EventInbox, ForkGuard, SLICE, TimeoutArg, seconds_or_off, timeout_arg, wait_sliced,
+};
 use crate::convert::{self, PartitionArg, TimestampArg, optional_bytes, outgoing_record};
 use crate::engine_drops::{ReleaseOnDrop, release_gil_for};
 use crate::errors::{
@@ -422,7 +424,8 @@ impl PyRawAsyncProducer {
         Ok(())
     }
 
-    fn flush(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
+    fn flush(&self, py: Python<'_>, timeout: TimeoutArg) -> NativeResult<()> {
+        let TimeoutArg(timeout) = timeout;
         self.guard.check()?;
         let engine = &**self.engine;
         let flushed = wait_sliced(py, Some(timeout), |slice| {
@@ -505,7 +508,12 @@ impl PyRawAsyncProducer {
 
     /// Delivers what is buffered, waits up to `timeout` seconds, then stops; returns the records
     /// that were never handed to Kafka. Records purged in flight arrive as "failed" events.
-    fn shutdown(&self, py: Python<'_>, timeout: f64) -> NativeResult<Vec<(u64, Py<PyMessage>)>> {
+    fn shutdown(
+        &self,
+        py: Python<'_>,
+        timeout: TimeoutArg,
+    ) -> NativeResult<Vec<(u64, Py<PyMessage>)>> {
+        let TimeoutArg(timeout) = timeout;
         // Refused before anything stops; a forked child's copy has no threads to stop (its
         // drop leaves the engine alone, see `ReleaseOnDrop`).
         self.guard.check()?;

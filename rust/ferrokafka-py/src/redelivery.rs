@@ -20,7 +20,7 @@ use ferrokafka_kafka::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::blocking::{ForkGuard, timeout_arg, wait_sliced};
+use crate::blocking::{ForkGuard, TimeoutArg, timeout_arg, wait_sliced};
 use crate::convert;
 use crate::daemon_class::daemon_class;
 use crate::engine_drops::ReleaseOnDrop;
@@ -129,8 +129,9 @@ impl PyRawQueueConsumer {
         &self,
         py: Python<'_>,
         max_messages: usize,
-        timeout: Option<f64>,
+        timeout: Option<TimeoutArg>,
     ) -> NativeResult<Vec<Py<PyMessage>>> {
+        let timeout = timeout.map(|TimeoutArg(s)| s);
         let engine = self.engine()?;
         let fetched = wait_sliced(py, timeout, |slice| {
             // A `close` from another thread ends a wait that would otherwise never end.
@@ -182,7 +183,8 @@ impl PyRawQueueConsumer {
 
     /// Waits until every END/KEEPALIVE marker so far is acknowledged; TimeoutError after
     /// `timeout` seconds.
-    fn flush(&self, py: Python<'_>, timeout: f64) -> NativeResult<()> {
+    fn flush(&self, py: Python<'_>, timeout: TimeoutArg) -> NativeResult<()> {
+        let TimeoutArg(timeout) = timeout;
         let engine = self.engine()?;
         let flushed = wait_sliced(py, Some(timeout), |slice| engine.flush(slice).ok())?;
         match flushed {
@@ -213,9 +215,10 @@ impl PyRawQueueConsumer {
     fn close(
         &self,
         py: Python<'_>,
-        timeout: f64,
+        timeout: TimeoutArg,
         not_handed_out: Vec<PyRef<'_, PyMessage>>,
     ) -> NativeResult<()> {
+        let TimeoutArg(timeout) = timeout;
         self.guard.check()?;
         let wait = timeout_arg("timeout", timeout)?;
         self.closing.store(true, Ordering::Release);
