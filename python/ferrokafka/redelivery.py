@@ -156,7 +156,7 @@ class QueueConsumer:
 
     Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, two
     Rust threads prepare the next batches (START markers, then the offset commit) while this one
-    is handled, so up to eight batches are in flight ahead of the handler; their deadlines start
+    is handled, so up to twelve batches are in flight ahead of the handler; their deadlines start
     then (and are kept alive). Messages prepared but not handed out when the consumer closes
     come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
     ``keepalive`` return at once, even with the broker down long enough to fill librdkafka's

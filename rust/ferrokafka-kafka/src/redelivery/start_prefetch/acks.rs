@@ -65,6 +65,12 @@ impl StartAcks {
         self.lock().remove(&batch);
     }
 
+    /// Whether every START of `batch` is reported (or it failed before librdkafka took all of
+    /// it, or is not counted): [`Self::settled`] would answer at once.
+    pub(super) fn is_settled(&self, batch: usize) -> bool {
+        self.lock().get(&batch).is_none_or(|acks| acks.pending == 0)
+    }
+
     /// Waits up to `timeout` until every START of `batch` is reported: `None` while some are
     /// not (still counted), else the first failure (no longer counted).
     pub(super) fn settled(

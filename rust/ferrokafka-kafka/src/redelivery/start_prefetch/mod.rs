@@ -3,10 +3,14 @@
 //! batch before (the markers path's prefetch).
 //!
 //! A batch moves through three stages in poll order: the prefetch thread polls it and dispatches
-//! its START markers (while the STARTs of up to [`START_DEPTH`] batches before travel), waits
-//! until they are acknowledged and hands it to the commit thread, which commits its queue
-//! offsets and makes it ready. So the START round trips of several batches, the commit of an
-//! earlier one and the polling and encoding of the next overlap instead of following each other.
+//! its START markers (while the STARTs of up to [`START_DEPTH`] batches before travel); once
+//! they are all acknowledged it hands the batch to the commit thread, which commits its queue
+//! offsets and makes it ready. After each dispatch the prefetch thread hands on every batch at
+//! the front whose STARTs are reported, without waiting; it waits for the oldest only when
+//! more than [`START_DEPTH`] travel, when no more may be polled, or when nothing came. So the
+//! START round trips of several batches, the commit of an earlier one and the polling and
+//! encoding of the next overlap instead of following each other, and a batch waits for its
+//! own round trip, not for the polls of the batches behind it.
 //!
 //! Invariants:
 //! - A record reaches [`StartPrefetch::take`] only after its START marker was acknowledged by
@@ -82,8 +86,11 @@ use committer::Committer;
 /// Longest one poll of the queue consumer blocks, so a stop is noticed quickly.
 const POLL_SLICE: Duration = Duration::from_millis(100);
 /// Most batches polled and not yet taken by a caller: one ready, one being committed,
-/// [`START_DEPTH`] whose STARTs travel and one being dispatched keep every stage busy.
-const LOOKAHEAD_BATCHES: usize = 8;
+/// [`START_DEPTH`] whose STARTs travel and one being dispatched keep every stage busy; the
+/// rest absorb the spread of the START round trips and commits (a batch takes a START round
+/// trip, 2-5 ms on a shared 2-core host, plus a commit, ~0.7 ms, from poll to ready, so the
+/// rate is at most this many batches per that time; benches/RESULTS.md: 12 against 8).
+const LOOKAHEAD_BATCHES: usize = 12;
 /// Batches whose START markers travel while the next one is polled and dispatched: a START
 /// round trip (the producer's 1 ms linger, then the broker's acknowledgement) takes several
 /// polls and dispatches of a batch, so the throughput is about this many batches per round

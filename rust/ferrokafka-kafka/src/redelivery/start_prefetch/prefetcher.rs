@@ -50,6 +50,16 @@ impl Prefetcher {
             let fresh = self.poll_and_dispatch(number, first_wait);
             let idle = fresh.is_none();
             travelling.extend(fresh);
+            // Batches whose STARTs are all reported go on to the commit now, in poll order,
+            // rather than when START_DEPTH more are out: a batch reached the caller only after
+            // several more polls and dispatches beyond its own round trip, and with at most
+            // LOOKAHEAD_BATCHES ahead of the caller that wait bounded the rate (benches/RESULTS.md).
+            while travelling
+                .front()
+                .is_some_and(|batch| self.acks().is_settled(batch.number))
+            {
+                self.confirm_first(&mut travelling);
+            }
             // Nothing more came: the travelling batches need not wait for another.
             if idle || travelling.len() > START_DEPTH {
                 self.confirm_first(&mut travelling);
