@@ -158,7 +158,8 @@ class QueueConsumer:
     Rust threads prepare the next batches (START markers, then the offset commit) while this one
     is handled, so up to twelve batches are in flight ahead of the handler; their deadlines start
     then (and are kept alive). Messages prepared but not handed out when the consumer closes
-    come back after their deadline, counted as a redelivery. ``ack``/``ack_many``/``nack``/
+    are put back on the queue by :meth:`close`, their redelivery count unchanged (a consumer
+    dropped without a close leaves them to come back after their deadline, counted). ``ack``/``ack_many``/``nack``/
     ``keepalive`` return at once, even with the broker down long enough to fill librdkafka's
     queue (a marker it has no room for within 0.1 s is refused, counted in ``failed_markers``,
     and its message comes back after its deadline); :meth:`flush` (and :meth:`close`) wait
