@@ -607,8 +607,8 @@ class ShareQueue:
         acknowledged. Left to the broker, which releases them when the consumer leaves, they
         would come back with their delivery count raised, as if a handler had failed them:
         with ``max_redeliveries=0``, dead-lettered unseen. One whose copy fails or is not
-        acknowledged by ``deadline`` stays with the broker (logged with the count); the
-        others are not delivered twice."""
+        acknowledged by ``deadline`` stays with the broker (logged with the count): it comes
+        back counted, and twice if its copy lands after all."""
         buffered, self._buffer = self._buffer, []
         self._keep_open(buffered)
         unhandled = kept + buffered
