@@ -181,18 +181,33 @@ def finish_everything_open() -> None:
         )
 
 
+_interrupted = False
+"""Ctrl-C came while the exit hook ran: from then on no component waits (each hands back or
+names at once what it still held)."""
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C ended the exit's waiting (a component says so in what it logs as lost)."""
+    return _interrupted
+
+
 def _finish_together(components: list[ClosesAtExit]) -> None:
+    global _interrupted
     started = time.monotonic()
     for component in components:
         try:
             component.begin_exit()
+        except KeyboardInterrupt:
+            # Before any wait began: none of them waits, and the others still begin.
+            _interrupted = True
         except Exception:
             log.exception("at exit: cannot begin closing %r", component)
     for component in components:
-        remaining = started + component.exit_timeout - time.monotonic()
+        remaining = 0.0 if _interrupted else started + component.exit_timeout - time.monotonic()
         try:
             component.finish_exit(max(remaining, 0.0))
-        except KeyboardInterrupt:  # Ctrl-C during the exit wait: go on with the others
+        except KeyboardInterrupt:  # Ctrl-C during the exit wait: the others do not wait either
+            _interrupted = True
             log.warning("at exit: Ctrl-C: stopped waiting for %r", component)
         except BaseException:
             log.exception("at exit: cannot finish closing %r", component)

@@ -76,6 +76,7 @@ Record: TypeAlias = bytes | str | tuple[Value, Value] | Mapping[str, Any]
 
 _POLL_SECONDS = 0.1
 _LEAST_WAIT = 0.001
+_LOST_TO_CTRL_C = "are lost: Ctrl-C ended the wait for their delivery"
 
 
 class AsyncProducer(_exit.NotCopyable):
@@ -392,6 +393,8 @@ class AsyncProducer(_exit.NotCopyable):
                 failed_before[-1].error(),
             )
         why = f"could not be delivered within exit_timeout={self.exit_timeout:g} s and are lost"
+        if _exit.interrupted():  # Ctrl-C before this producer's wait began
+            why = _LOST_TO_CTRL_C
         try:
             # shutdown needs a positive wait (a zero exit_timeout hands back at once) of at most
             # the native bound (exit_timeout=1e20 failed here and lost everything unsaid)
@@ -399,7 +402,7 @@ class AsyncProducer(_exit.NotCopyable):
         except KeyboardInterrupt:
             # Ctrl-C ended the wait: what is still held is handed back at once and named.
             lost = self._shut_down(_LEAST_WAIT)
-            why = "are lost: Ctrl-C ended the wait for their delivery"
+            why = _LOST_TO_CTRL_C
             self._say_lost(when, why, lost)
             raise
         self._say_lost(when, why, lost)

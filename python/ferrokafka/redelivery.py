@@ -158,17 +158,17 @@ class QueueConsumer:
     Rust threads prepare the next batches (START markers, then the offset commit) while this one
     is handled, so up to twelve batches are in flight ahead of the handler; their deadlines start
     then (and are kept alive). Messages prepared but not handed out when the consumer closes
-    are put back on the queue by :meth:`close`, their redelivery count unchanged (a consumer
-    dropped without a close leaves them to come back after their deadline, counted). ``ack``/``ack_many``/``nack``/
-    ``keepalive`` return at once, even with the broker down long enough to fill librdkafka's
-    queue (a marker it has no room for within 0.1 s is refused, counted in ``failed_markers``,
-    and its message comes back after its deadline); :meth:`flush` (and :meth:`close`) wait
-    until their markers are written. A consumer its owner did not close is closed at interpreter
-    exit (within ``exit_timeout``, 7 s): its markers written, its group left. Waits release the
-    GIL and can be interrupted with Ctrl-C. Creating the consumer waits for no broker: the
-    markers topic is looked up in the background, and a fetch raises its error (a missing
-    markers topic, or ``KafkaTimeoutError`` after ``marker_timeout`` without an answer) while it
-    cannot be read.
+    (or is collected unclosed) are put back on the queue by :meth:`close`, their redelivery
+    count unchanged. ``ack``/``ack_many``/``nack``/``keepalive`` return at once, even with the
+    broker down long enough to fill librdkafka's queue (a marker it has no room for within
+    0.1 s is refused, counted in ``failed_markers``, and its message comes back after its
+    deadline); :meth:`flush` (and :meth:`close`) wait until their markers are written. A
+    consumer its owner did not close is closed at interpreter exit (within ``exit_timeout``,
+    7 s), or when it is collected (by the thread that collects it, within close's default
+    5 s): its markers written, its group left. Waits release the GIL and can be interrupted
+    with Ctrl-C. Creating the consumer waits for no broker: the markers topic is looked up in
+    the background, and a fetch raises its error (a missing markers topic, or
+    ``KafkaTimeoutError`` after ``marker_timeout`` without an answer) while it cannot be read.
 
     A message whose START marker the markers topic refuses for good (larger than its
     ``max.message.bytes``) would block the messages behind it: it is copied to
@@ -281,6 +281,12 @@ class QueueConsumer:
         self._closing = False
         _with_buffers.add(self)
         _exit.register(self)
+        # Dropped without a close, it is closed as close() would be, on the thread that
+        # collects it; at interpreter exit the exit hook closes what is still open instead.
+        self._close_when_dropped = weakref.finalize(
+            self, _close_dropped, self._raw, self._share, self._buffer, os.getpid()
+        )
+        self._close_when_dropped.atexit = False
 
     def consume(self, num_messages: int = 500, timeout: float | None = None) -> list[QueueMessage]:
         """Up to ``num_messages`` messages (buffered ones first), waiting up to ``timeout``
@@ -448,6 +454,7 @@ class QueueConsumer:
         come back after their deadline (markers) or when the broker releases them (share),
         counted as a redelivery."""
         _exit.unregister(self)
+        self._close_when_dropped.detach()
         with self._gate:
             self._closing = True
         # Fetches under way (another thread's loop) end within a slice; what they bring joins
@@ -488,6 +495,31 @@ class QueueConsumer:
         acknowledgements committed, the group left), so a script that ends is not redelivered
         what it acked and the next member of its group gets its partitions at once."""
         self.close(max(min(timeout - _EXIT_LEAVE_SECONDS, _EXIT_MARKERS_SECONDS), 0.001))
+
+
+def _close_dropped(
+    raw: _RawQueueConsumer | None,
+    share: ShareQueue | None,
+    buffer: deque[QueueMessage],
+    creator: int,
+) -> None:
+    """Closes a QueueConsumer collected without a close, as :meth:`QueueConsumer.close` does
+    with its default timeout: what it prepared and never handed out (its buffer, the markers
+    backend's prefetched batches) is put back instead of coming back after its deadline,
+    counted as a redelivery. Nothing runs in a forked child, whose copy is the parent's."""
+    if os.getpid() != creator:
+        return
+    kept = list(buffer)
+    buffer.clear()
+    try:
+        if share is not None:
+            share.stop_handing_out()
+            share.close(_EXIT_MARKERS_SECONDS, cast("list[ShareMessage]", kept))
+        elif raw is not None:
+            raw.stop_handing_out()
+            raw.close(_EXIT_MARKERS_SECONDS, cast("list[Message]", kept))
+    except Exception:
+        log.warning("QueueConsumer collected without close(): its close failed", exc_info=True)
 
 
 def _share_queue(

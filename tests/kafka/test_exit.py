@@ -157,6 +157,36 @@ def test_ctrl_c_during_the_exit_wait_ends_it_and_still_says_what_was_lost() -> N
     assert "Traceback" not in stderr, stderr
 
 
+# A component that the Ctrl-C reaches while it begins its close, before any wait.
+_CTRL_C_WHILE_BEGINNING = """
+from ferrokafka import _exit
+
+class CtrlCWhileBeginning:
+    exit_timeout = 1.0
+
+    def begin_exit(self):
+        raise KeyboardInterrupt
+
+    def finish_exit(self, timeout):
+        pass
+
+beginning = CtrlCWhileBeginning()
+_exit.register(beginning)
+"""
+
+
+def test_ctrl_c_before_the_exit_wait_began_ends_it_as_well() -> None:
+    # The other test's Ctrl-C may land a moment before the wait: it must not be a traceback
+    # and a full exit_timeout then.
+    exit_took, stderr = run_script(
+        _PRODUCE_AND_END + _CTRL_C_WHILE_BEGINNING, UNREACHABLE, "30", "orders"
+    )
+    assert exit_took < 5, stderr
+    lost = [line for line in stderr.splitlines() if "are lost" in line]
+    assert len(lost) == 1, stderr
+    assert "at interpreter exit: 501 message(s) are lost: Ctrl-C ended the wait" in lost[0], stderr
+
+
 # Three messages too large for their topic (the broker refuses them) fail before the end (flush
 # waits for that); nobody takes them back with take_failed(). One message to another topic is
 # delivered at the exit.

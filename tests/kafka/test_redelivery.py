@@ -389,9 +389,11 @@ def test_close_from_another_thread_ends_iteration(backend: Backend) -> None:
     closer.join()
 
 
+@pytest.mark.parametrize("ending", ["close", "drop"])
 @pytest.mark.parametrize("name", ["markers", "share"])
 def test_a_closing_consumer_puts_back_what_it_marked_and_never_handed_out(
     name: Literal["markers", "share"],
+    ending: Literal["close", "drop"],
     config: dict[str, Any],
     topics: tuple[str, str],
     dead_letters: str,
@@ -422,13 +424,19 @@ def test_a_closing_consumer_puts_back_what_it_marked_and_never_handed_out(
             commit_interval=0.2,
         ).start()
     try:
-        with QueueConsumer(config, queue_topic, markers, 3.0, **settings) as queue:
-            for job in queue:
-                queue.ack(job)
-                first = (job.value() or b"").decode()
-                break
-            if name == "markers":
-                wait_until(lambda: queue.stats()["received"] == 20, 30, "every message marked")
+        queue = QueueConsumer(config, queue_topic, markers, 3.0, **settings)
+        for job in queue:
+            queue.ack(job)
+            first = (job.value() or b"").decode()
+            break
+        if name == "markers":
+            wait_until(lambda: queue.stats()["received"] == 20, 30, "every message marked")
+        if ending == "close":
+            queue.close()
+        else:
+            # Collected without a close: closed as close() would be.
+            del queue
+            gc.collect()
         again: list[QueueMessage] = []
         with QueueConsumer(config, queue_topic, markers, 3.0, **settings) as queue:
             deadline = time.monotonic() + 30
@@ -596,7 +604,8 @@ def test_a_consumer_collected_without_close_writes_its_acks_and_leaves_its_group
     config: dict[str, Any], topics: tuple[str, str], kafka_client: Client
 ) -> None:
     # The last reference goes right after the acks, with their END markers held or still in
-    # librdkafka: the engine's drop writes them and leaves the group.
+    # librdkafka: the drop writes them, puts back what was marked and never handed out, and
+    # leaves the group.
     queue_topic, markers = topics
     produce(kafka_client, queue_topic, [f"c{n}" for n in range(8)])
     group = f"g-{uuid.uuid4().hex}"
@@ -608,7 +617,7 @@ def test_a_consumer_collected_without_close_writes_its_acks_and_leaves_its_group
     acked = {(m.partition() or 0, m.offset() or 0) for m in taken}
     del queue
     gc.collect()
-    assert end_positions(kafka_client, markers) == acked
+    assert_acked_and_the_rest_put_back(kafka_client, topics, acked, produced=8)
     assert_group_left(config, kafka_client, (queue_topic, markers), group)
 
 
