@@ -511,15 +511,19 @@ def _close_dropped(
         return
     kept = list(buffer)
     buffer.clear()
-    try:
-        if share is not None:
-            share.stop_handing_out()
-            share.close(_EXIT_MARKERS_SECONDS, cast("list[ShareMessage]", kept))
-        elif raw is not None:
-            raw.stop_handing_out()
-            raw.close(_EXIT_MARKERS_SECONDS, cast("list[Message]", kept))
-    except Exception:
-        log.warning("QueueConsumer collected without close(): its close failed", exc_info=True)
+
+    def close() -> None:
+        try:
+            if share is not None:
+                share.stop_handing_out()
+                share.close(_EXIT_MARKERS_SECONDS, cast("list[ShareMessage]", kept))
+            elif raw is not None:
+                raw.stop_handing_out()
+                raw.close(_EXIT_MARKERS_SECONDS, cast("list[Message]", kept))
+        except Exception:
+            log.warning("QueueConsumer collected without close(): its close failed", exc_info=True)
+
+    _exit.finish_collected(close, "ferrokafka-queue-close")
 
 
 def _share_queue(
