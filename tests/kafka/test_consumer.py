@@ -1254,6 +1254,39 @@ def test_explicit_partitions_start_at_offset_or_timestamp_and_report_caught_up(
     assert handled.by_partition() == {0: list(range(4, 10)), 1: [7, 8, 9]}
 
 
+def test_the_commit_and_caught_up_pass_transaction_markers_and_aborted_records(
+    kafka_bootstrap: str, base_config: dict[str, Any], topic_factory: TopicFactory
+) -> None:
+    # A transactional producer (Java, Karafka, ferrokafka's own) ends each transaction with a
+    # marker, and aborted records are never handed out: the commit goes past both, as Java's
+    # and confluent-kafka's do (the group's lag stayed above zero for ever), and a consumer
+    # without a group reports reaching the end (it never did).
+    from confluent_kafka import Producer as ConfluentProducer
+
+    topic = topic_factory(partitions=1)
+    writer = ConfluentProducer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"t-{uuid.uuid4().hex}"}
+    )
+    writer.init_transactions(30)
+    for n, abort in enumerate((False, True, False)):
+        writer.begin_transaction()
+        for i in range(3):
+            writer.produce(topic, f"{n}-{i}".encode(), partition=0)
+        writer.flush(10)
+        (writer.abort_transaction if abort else writer.commit_transaction)(30)
+    end = 3 * 3 + 3  # nine records and three markers
+    handled = Handled()
+    with Consumer(base_config, [topic], handled.add, commit_interval=0.1):
+        handled.wait_count(6)
+        eventually(lambda: committed(base_config, topic, 1) == {0: end}, "the commit at the end")
+    assert handled.by_partition() == {0: [0, 1, 2, 8, 9, 10]}
+
+    caught_up = run_until_caught_up(
+        {"bootstrap.servers": kafka_bootstrap}, [topic], Handled().add, partitions=1
+    )
+    assert caught_up == [(topic, 0, end)]
+
+
 def test_consumer_without_group_reads_every_partition_of_a_topic_from_the_earliest(
     kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:

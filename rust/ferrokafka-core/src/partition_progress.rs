@@ -81,6 +81,21 @@ impl PartitionProgress {
         self.barrier = Some(self.barrier.map_or(offset, |b| b.min(offset)));
     }
 
+    /// The consumer's position is `position`: every record before it that the consumer hands
+    /// out was handed out or is queued, so the offsets from one past the last handed out up to
+    /// it hold none (transaction markers, aborted transactions: librdkafka reads past them
+    /// without handing them out). The committable offset may then move over them once every
+    /// batch before them finished, as Java's and librdkafka's own commits do; without it a
+    /// partition a transactional producer writes never has a lag of zero. Nothing happens
+    /// before the first batch (where the work began is not known).
+    pub fn pass_to(&mut self, position: i64) {
+        if let Some(to) = self.handed_out_to
+            && position > to
+        {
+            self.handed_out_to = Some(position);
+        }
+    }
+
     /// The offset to commit, given the smallest offset still queued (`None`: nothing queued).
     /// `None` while it would commit nothing.
     pub fn committable(&self, queued_from: Option<i64>) -> Option<i64> {
@@ -105,6 +120,40 @@ impl PartitionProgress {
 mod tests {
     use super::PartitionProgress;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_position_passes_offsets_no_record_holds_once_all_before_finished() {
+        let mut progress = PartitionProgress::new();
+        progress.pass_to(9);
+        assert_eq!(
+            progress.committable(None),
+            None,
+            "nothing handed out: nothing passed"
+        );
+        assert!(progress.hand_out(0, 2));
+        progress.pass_to(4); // offset 3: a transaction's commit marker
+        assert_eq!(
+            progress.committable(None),
+            None,
+            "the open batch still bounds it"
+        );
+        assert!(progress.finish(0));
+        assert_eq!(progress.committable(None), Some(4));
+        progress.pass_to(3);
+        assert_eq!(progress.committable(None), Some(4), "never goes back");
+        progress.pass_to(8);
+        assert_eq!(
+            progress.committable(Some(6)),
+            Some(6),
+            "a queued record bounds it"
+        );
+        progress.hold(5);
+        assert_eq!(
+            progress.committable(None),
+            Some(5),
+            "a held-back offset is never passed"
+        );
+    }
 
     #[test]
     fn out_of_order_finishes_commit_only_the_finished_prefix() {

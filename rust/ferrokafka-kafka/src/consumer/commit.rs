@@ -37,11 +37,36 @@ impl Shared {
         }
     }
 
+    /// Moves the progress of each of `slots` to the consumer's position, over the offsets
+    /// librdkafka read past without handing them out (transaction markers, aborted records;
+    /// see `PartitionProgress::pass_to`), and reports a consumer without a group caught up
+    /// when that reaches its high watermark: a partition ending with a transaction's marker
+    /// otherwise never had a lag of zero, and never caught up. Called on the poller thread
+    /// (or in a rebalance, which that thread serves) between polls: whatever librdkafka handed
+    /// out before the position was routed by then.
+    pub(super) fn pass_to_positions(&self, consumer: &Handle, slots: &[Arc<Slot>]) {
+        let Ok(positions) = consumer.position() else {
+            return;
+        };
+        for slot in slots {
+            let position = positions
+                .find_partition(&slot.topic, slot.partition)
+                .map(|element| element.offset());
+            let Some(Offset::Offset(position)) = position else {
+                continue;
+            };
+            let mut state = slot.lock();
+            state.buffer.progress_mut().pass_to(position);
+            self.report_caught_up(slot, &mut state);
+        }
+    }
+
     /// Commits the finished offsets of `slots` not committed yet, waiting for the broker.
     /// Synchronous on purpose: librdkafka reports asynchronous commit results only through
     /// events this consumer does not receive when partitions are assigned explicitly, and one
     /// round trip per `commit_interval` costs the poller little.
     pub(super) fn commit(&self, consumer: &Handle, slots: &[Arc<Slot>]) {
+        self.pass_to_positions(consumer, slots);
         if !self.group {
             return;
         }
