@@ -202,6 +202,9 @@ mod tests {
         Receive(u8),
         /// Drop every queued record.
         Drop,
+        /// The consumer reads past this many offsets that hold no record (transaction
+        /// markers, aborted records) and says its position.
+        Skip(u8),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -212,6 +215,7 @@ mod tests {
             1 => Just(Op::AbandonAll),
             3 => (1u8..6).prop_map(Op::Receive),
             1 => Just(Op::Drop),
+            1 => (1u8..3).prop_map(Op::Skip),
         ]
     }
 
@@ -292,6 +296,15 @@ mod tests {
                                 entry.1 = State::Held;
                             }
                         }
+                    }
+                    Op::Skip(n) => {
+                        next += i64::from(n);
+                        // Passed (finished, as no record holds it) once a batch says where
+                        // the work began; before that, a gap like any other.
+                        if !batches.is_empty() {
+                            offsets.push((next, State::Finished));
+                        }
+                        progress.pass_to(next + 1);
                     }
                     Op::Drop => {
                         if let Some(&(offset, _)) =
