@@ -56,6 +56,10 @@ impl Shared {
                 continue;
             };
             let mut state = slot.lock();
+            if state.closed {
+                // Records polled since are dropped, not queued: the position is past them.
+                continue;
+            }
             state.buffer.progress_mut().pass_to(position);
             self.report_caught_up(slot, &mut state);
         }

@@ -189,6 +189,10 @@ impl Shared {
     fn route(&self, slot: &Slot, run: Vec<ReceivedRecord>) {
         let mut state = slot.lock();
         if state.closed {
+            // Never handed out, so never committed (the consumer's position is past them).
+            if let Some(first) = run.first() {
+                state.buffer.progress_mut().hold(first.offset);
+            }
             state.counters.dropped += run.len() as u64;
             return;
         }
