@@ -203,9 +203,9 @@ def _finish_together(components: list[ClosesAtExit]) -> None:
         except Exception:
             log.exception("at exit: cannot begin closing %r", component)
     for component in components:
-        remaining = 0.0 if _interrupted else started + component.exit_timeout - time.monotonic()
         try:
-            component.finish_exit(max(remaining, 0.0))
+            remaining = started + component.exit_timeout - time.monotonic()
+            component.finish_exit(0.0 if _interrupted else max(remaining, 0.0))
         except KeyboardInterrupt:  # Ctrl-C during the exit wait: the others do not wait either
             _interrupted = True
             log.warning("at exit: Ctrl-C: stopped waiting for %r", component)

@@ -379,6 +379,15 @@ class AsyncProducer(_exit.NotCopyable):
         _exit.finish_collected(finish, "ferrokafka-producer-close")
 
     def _finish_unowned(self, when: str, timeout: float) -> None:
+        try:
+            self._finish_unowned_within(when, timeout)
+        except KeyboardInterrupt:
+            # Ctrl-C anywhere in it (not only in the wait): what is still held is handed back
+            # at once and named (nothing when the wait below already said it).
+            self._say_lost(when, _LOST_TO_CTRL_C, self._shut_down(_LEAST_WAIT))
+            raise
+
+    def _finish_unowned_within(self, when: str, timeout: float) -> None:
         self._events.log_failures = False  # the lines below name them all
         # Failed before the end (each logged then) and never taken back: lost too, but not for
         # want of time, which the exit_timeout line below would wrongly say of them.
@@ -401,9 +410,7 @@ class AsyncProducer(_exit.NotCopyable):
             lost = self._shut_down(min(max(timeout, _LEAST_WAIT), NATIVE_MAX_SECONDS))
         except KeyboardInterrupt:
             # Ctrl-C ended the wait: what is still held is handed back at once and named.
-            lost = self._shut_down(_LEAST_WAIT)
-            why = _LOST_TO_CTRL_C
-            self._say_lost(when, why, lost)
+            self._say_lost(when, _LOST_TO_CTRL_C, self._shut_down(_LEAST_WAIT))
             raise
         self._say_lost(when, why, lost)
 
