@@ -382,8 +382,8 @@ class AsyncProducer(_exit.NotCopyable):
         try:
             self._finish_unowned_within(when, timeout)
         except KeyboardInterrupt:
-            # Ctrl-C anywhere in it (not only in the wait): what is still held is handed back
-            # at once and named (nothing when the wait below already said it).
+            # Ctrl-C anywhere in it, the wait included: what is still held is handed back at
+            # once and named.
             self._say_lost(when, _LOST_TO_CTRL_C, self._shut_down(_LEAST_WAIT))
             raise
 
@@ -404,14 +404,10 @@ class AsyncProducer(_exit.NotCopyable):
         why = f"could not be delivered within exit_timeout={self.exit_timeout:g} s and are lost"
         if _exit.interrupted():  # Ctrl-C before this producer's wait began
             why = _LOST_TO_CTRL_C
-        try:
-            # shutdown needs a positive wait (a zero exit_timeout hands back at once) of at most
-            # the native bound (exit_timeout=1e20 failed here and lost everything unsaid)
-            lost = self._shut_down(min(max(timeout, _LEAST_WAIT), NATIVE_MAX_SECONDS))
-        except KeyboardInterrupt:
-            # Ctrl-C ended the wait: what is still held is handed back at once and named.
-            self._say_lost(when, _LOST_TO_CTRL_C, self._shut_down(_LEAST_WAIT))
-            raise
+        # shutdown needs a positive wait (a zero exit_timeout hands back at once) of at most
+        # the native bound (exit_timeout=1e20 failed here and lost everything unsaid); a Ctrl-C
+        # ending it is answered by _finish_unowned
+        lost = self._shut_down(min(max(timeout, _LEAST_WAIT), NATIVE_MAX_SECONDS))
         self._say_lost(when, why, lost)
 
     @staticmethod
