@@ -389,6 +389,23 @@ def test_close_from_another_thread_ends_iteration(backend: Backend) -> None:
     closer.join()
 
 
+def dead_lettering_tracker(
+    config: dict[str, Any], topics: tuple[str, str], dead_letters: str
+) -> RedeliveryTracker:
+    """A tracker (not started) that dead-letters a message at its first redelivery: one
+    that comes back counted was not put back."""
+    queue_topic, markers = topics
+    return RedeliveryTracker(
+        config,
+        queue_topic,
+        markers,
+        max_redeliveries=0,
+        dead_letter_topic=dead_letters,
+        group_id=f"t-{uuid.uuid4().hex}",
+        commit_interval=0.2,
+    )
+
+
 @pytest.mark.parametrize("ending", ["close", "drop"])
 @pytest.mark.parametrize("name", ["markers", "share"])
 def test_a_closing_consumer_puts_back_what_it_marked_and_never_handed_out(
@@ -414,15 +431,7 @@ def test_a_closing_consumer_puts_back_what_it_marked_and_never_handed_out(
     }
     tracker = None
     if name == "markers":
-        tracker = RedeliveryTracker(
-            config,
-            queue_topic,
-            markers,
-            max_redeliveries=0,
-            dead_letter_topic=dead_letters,
-            group_id=f"t-{uuid.uuid4().hex}",
-            commit_interval=0.2,
-        ).start()
+        tracker = dead_lettering_tracker(config, topics, dead_letters).start()
     try:
         queue = QueueConsumer(config, queue_topic, markers, 3.0, **settings)
         for job in queue:
@@ -487,15 +496,7 @@ def test_a_close_puts_back_each_message_whose_copy_the_broker_takes(
         "max_redeliveries": 0,
         "dead_letter_topic": dead_letters,
     }
-    with RedeliveryTracker(
-        config,
-        queue_topic,
-        markers,
-        max_redeliveries=0,
-        dead_letter_topic=dead_letters,
-        group_id=f"t-{uuid.uuid4().hex}",
-        commit_interval=0.2,
-    ):
+    with dead_lettering_tracker(config, (queue_topic, markers), dead_letters):
         with QueueConsumer(config, queue_topic, markers, 2.0, **settings) as queue:
             for job in queue:
                 queue.ack(job)
