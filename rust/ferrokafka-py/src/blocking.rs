@@ -170,6 +170,13 @@ impl<'a, 'py> FromPyObject<'a, 'py> for TimeoutArg {
     }
 }
 
+impl TimeoutArg {
+    /// The wait, checked as [`timeout_arg`] checks it.
+    pub fn duration(self) -> PyResult<Duration> {
+        timeout_arg("timeout", self.0)
+    }
+}
+
 /// Converts a timeout in seconds into a [`Duration`], refusing negative, zero, non-finite and
 /// values over [`MAX_SECONDS`].
 pub fn timeout_arg(name: &str, seconds: f64) -> PyResult<Duration> {

@@ -12,7 +12,7 @@ use ferrokafka_kafka::{
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::blocking::{ForkGuard, TimeoutArg, run_detached, timeout_arg};
+use crate::blocking::{ForkGuard, TimeoutArg, run_detached};
 use crate::convert::{
     self, CountArg, PartitionArg, ReplicationFactor, TimestampArg, TopicPartitions,
     outgoing_record, settings_from_dict,
@@ -246,7 +246,7 @@ impl PyClient {
         timeout: TimeoutArg,
     ) -> NativeResult<PyClusterMetadata> {
         self.guard.check()?;
-        let timeout = timeout_arg("timeout", timeout.0)?;
+        let timeout = timeout.duration()?;
         let inner = Arc::clone(&*self.inner);
         let cluster = run_detached(py, move || inner.list_topics(topic.as_deref(), timeout))??;
         Ok(cluster_to_py(py, cluster)?)
@@ -262,7 +262,7 @@ impl PyClient {
         exist_ok: bool,
     ) -> NativeResult<Vec<String>> {
         self.guard.check()?;
-        let timeout = timeout_arg("timeout", timeout.0)?;
+        let timeout = timeout.duration()?;
         convert::refuse_single_name(topics)?;
         let specs = topics
             .try_iter()
@@ -305,7 +305,7 @@ impl PyClient {
     ) -> NativeResult<()> {
         self.guard.check()?;
         let topics = convert::topic_names(topics)?;
-        let timeout = timeout_arg("timeout", timeout.0)?;
+        let timeout = timeout.duration()?;
         let inner = Arc::clone(&*self.inner);
         Ok(run_detached(py, move || {
             inner.delete_topics(&topics, timeout)
@@ -330,7 +330,7 @@ impl PyClient {
         partition_key: Option<&Bound<'_, PyAny>>,
     ) -> NativeResult<PyMessage> {
         self.guard.check()?;
-        let timeout = timeout_arg("timeout", timeout.0)?;
+        let timeout = timeout.duration()?;
         let record = outgoing_record(topic, value, key, partition, headers, timestamp)?;
         let partition_key = convert::partition_key(partition_key)?;
         let inner = Arc::clone(&*self.inner);
@@ -351,7 +351,7 @@ impl PyClient {
     ) -> NativeResult<Vec<Py<PyMessage>>> {
         self.guard.check()?;
         let max_messages = max_messages.0;
-        let timeout = timeout_arg("timeout", timeout.0)?;
+        let timeout = timeout.duration()?;
         let inner = Arc::clone(&*self.inner);
         let records = run_detached(py, move || inner.read_topic(&topic, max_messages, timeout))??;
         Ok(PyMessage::untracked_all(py, records)?)

@@ -218,9 +218,8 @@ impl PyRawQueueConsumer {
         timeout: TimeoutArg,
         not_handed_out: Vec<PyRef<'_, PyMessage>>,
     ) -> NativeResult<()> {
-        let TimeoutArg(timeout) = timeout;
         self.guard.check()?;
-        let wait = timeout_arg("timeout", timeout)?;
+        let wait = timeout.duration()?;
         self.closing.store(true, Ordering::Release);
         if self.close_begun.swap(true, Ordering::AcqRel) {
             return Ok(());
