@@ -404,11 +404,26 @@ class AsyncProducer(_exit.NotCopyable):
         why = f"could not be delivered within exit_timeout={self.exit_timeout:g} s and are lost"
         if _exit.interrupted():  # Ctrl-C before this producer's wait began
             why = _LOST_TO_CTRL_C
+        else:
+            self._say_waiting(when, timeout)
         # shutdown needs a positive wait (a zero exit_timeout hands back at once) of at most
         # the native bound (exit_timeout=1e20 failed here and lost everything unsaid); a Ctrl-C
         # ending it is answered by _finish_unowned
         lost = self._shut_down(min(max(timeout, _LEAST_WAIT), NATIVE_MAX_SECONDS))
         self._say_lost(when, why, lost)
+
+    def _say_waiting(self, when: str, timeout: float) -> None:
+        # Why a process that ended seems to hang: said before the wait, where Ctrl-C ends it.
+        stats = self._raw.stats()
+        held = stats.queue_size + stats.retry_queue_size + stats.in_flight
+        if held:
+            log.info(
+                "AsyncProducer %s: delivering %d message(s) still held, for at most %g s "
+                "(Ctrl-C ends the wait)",
+                when,
+                held,
+                timeout,
+            )
 
     @staticmethod
     def _say_lost(when: str, why: str, lost: list[Message]) -> None:
