@@ -29,6 +29,7 @@ pub mod scheduling;
 pub mod statistics;
 mod topic_roles;
 mod transaction_step;
+mod undecodable;
 
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::{ClientRole, ClientSettings, redact};

@@ -12,6 +12,7 @@ use super::{Client, EndIsExpected};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::record::{ReceivedRecord, TopicName};
+use crate::undecodable::{undecodable_batch, undecodable_code};
 
 impl Client {
     /// Reads every partition of `topic` from the beginning up to its end as of this call, at most
@@ -75,11 +76,16 @@ impl Client {
                     open.remove(&p);
                 }
                 // A refused connection comes as an error event, whose description the context
-                // took: that names the cause.
+                // took: that names the cause. A batch that cannot be decoded would be fetched
+                // again until the deadline: said now, and why.
                 Some(Err(e)) => {
-                    return Err(match self.watch.failure() {
-                        Some(failure) => failure.error("read_topic"),
-                        None => self.error("read_topic", e, timeout),
+                    return Err(match (undecodable_code(&e), self.watch.failure()) {
+                        (Some(code), _) => {
+                            let place = format!("topic {topic:?}");
+                            undecodable_batch("read_topic", code, &place, &e.to_string())
+                        }
+                        (None, Some(failure)) => failure.error("read_topic"),
+                        (None, None) => self.error("read_topic", e, timeout),
                     });
                 }
             }

@@ -68,12 +68,8 @@ impl<C: ConsumerContext + 'static> PartitionSource<C> {
     }
 
     /// Hands each message ready in the queue (up to `max`; it never waits) to `take`, in offset
-    /// order; returns how many messages and errors it handed over.
-    pub fn drain(
-        &self,
-        max: usize,
-        mut take: impl FnMut(Result<&RawMessage, KafkaError>),
-    ) -> usize {
+    /// order, a record or an error (see [`RawMessage::result`]); returns how many it handed over.
+    pub fn drain(&self, max: usize, mut take: impl FnMut(&RawMessage)) -> usize {
         let mut run: Vec<*mut rdsys::rd_kafka_message_t> = vec![std::ptr::null_mut(); max];
         // SAFETY: `run` has room for `max` pointers; librdkafka fills the first `taken`, each an
         // owned message that is destroyed below exactly once.
@@ -84,7 +80,7 @@ impl<C: ConsumerContext + 'static> PartitionSource<C> {
         for &pointer in &run[..taken] {
             // SAFETY: a message librdkafka just returned, valid until destroyed right after.
             let message = unsafe { &*(pointer as *const RawMessage) };
-            take(message.error().map_or(Ok(message), Err));
+            take(message);
             // SAFETY: returned by rd_kafka_consume_batch_queue, not used after this.
             unsafe { rdsys::rd_kafka_message_destroy(pointer) };
         }
@@ -105,7 +101,21 @@ impl<C: ConsumerContext + 'static> Drop for PartitionSource<C> {
 pub struct RawMessage(rdsys::rd_kafka_message_t);
 
 impl RawMessage {
-    /// The consumer error this message carries instead of a record, if any.
+    /// The record, or the consumer error this message carries instead of one.
+    pub fn result(&self) -> Result<&Self, KafkaError> {
+        self.error().map_or(Ok(self), Err)
+    }
+
+    /// librdkafka's description of the error this message carries (what its inline
+    /// `rd_kafka_message_errstr` returns): the payload holds it when librdkafka wrote one,
+    /// e.g. "Decompression (codec 0x4) of message at 1 of 3871 bytes failed: ...".
+    pub fn error_detail(&self) -> String {
+        match self.payload() {
+            Some(text) => String::from_utf8_lossy(text).into_owned(),
+            None => self.error().map(|e| e.to_string()).unwrap_or_default(),
+        }
+    }
+
     fn error(&self) -> Option<KafkaError> {
         match self.0.err {
             rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => None,

@@ -9,14 +9,16 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::LoadChange;
 use rdkafka::Message;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::events::ConsumerEvent;
 use super::overdue::OVERDUE_CHECK;
+use super::partition_source::RawMessage;
 use super::state::{Handle, Shared, Slot, load_event};
 use crate::dead_letter::DeadLetterWriter;
 use crate::locks::lock;
 use crate::record::{ReceivedRecord, TopicName};
+use crate::undecodable::{undecodable_batch, undecodable_code};
 
 /// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
 const POLL_WAIT: Duration = Duration::from_millis(50);
@@ -126,7 +128,12 @@ impl Shared {
                 return 0;
             };
             run.reserve(room);
-            queue.drain(room, |result| {
+            queue.drain(room, |message| {
+                let result = message.result();
+                if let Some(code) = result.as_ref().err().and_then(undecodable_code) {
+                    self.report_undecodable(slot, message, code);
+                    return;
+                }
                 // Errors were taken off the queue with the records: all are handled.
                 self.take(&mut run, result, |message| {
                     ReceivedRecord::from_message_of(message, Arc::clone(&slot.topic))
@@ -161,6 +168,18 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Reports a batch of `slot`'s partition that librdkafka cannot decode, once per offset.
+    fn report_undecodable(&self, slot: &Slot, message: &RawMessage, code: RDKafkaErrorCode) {
+        let offset = message.offset();
+        if slot.undecodable_at.swap(offset, Ordering::Relaxed) == offset {
+            return;
+        }
+        let place = format!("{} [{}] at offset {offset}", slot.topic, slot.partition);
+        let err = undecodable_batch("consume", code, &place, &message.error_detail());
+        log::error!("consumer error: {err}");
+        self.emit(ConsumerEvent::Error(err));
     }
 
     /// Copies one polled message into `out` (as `record` makes it), or reports its error;

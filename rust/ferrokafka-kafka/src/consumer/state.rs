@@ -3,7 +3,7 @@
 //! queue), found by worker id or by partition.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -86,6 +86,9 @@ pub(super) struct Slot {
     /// The partition's split queue, polled by the poller only; `None` until split, and after
     /// the slot was released (its records then arrive on the main queue, if any).
     pub(super) source: Mutex<Option<PartitionSource<RebalanceHandler>>>,
+    /// The offset of the undecodable batch last reported (-1: none): librdkafka fetches it
+    /// again every `fetch.error.backoff.ms`, and it is said once, not twice a second.
+    pub(super) undecodable_at: AtomicI64,
 }
 
 impl Slot {
@@ -215,6 +218,7 @@ impl Shared {
                 }),
                 changed: Condvar::new(),
                 source: Mutex::new(source),
+                undecodable_at: AtomicI64::new(-1),
             });
             assigned.push(slot.assignment());
             slots.by_worker.insert(slot.worker, Arc::clone(&slot));
