@@ -160,8 +160,9 @@ class ProduceError(KafkaError):
 
 class MarkerRefusedError(ProduceError):
     """A :class:`~ferrokafka.redelivery.QueueConsumer` message handed back instead of handed out:
-    the markers topic refused its START marker for good (e.g. larger than the topic's
-    ``max.message.bytes``) and the consumer has no ``dead_letter_topic``. Its queue offset is
+    its START marker was refused for good (larger than the markers topic's
+    ``max.message.bytes`` or than the client's ``message.max.bytes``) and the consumer has no
+    ``dead_letter_topic``. Its queue offset is
     committed, so it is neither handed out nor redelivered: it is the caller's now. The code and
     name are the refusal's (``MSG_SIZE_TOO_LARGE``).
 

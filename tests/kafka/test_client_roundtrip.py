@@ -237,6 +237,24 @@ def test_a_fresh_client_refuses_a_partition_key_for_a_missing_topic_and_creates_
         assert topic not in client.list_topics(timeout=5.0).topics
 
 
+def test_a_record_too_large_names_the_limit_that_refused_it(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    # The topic takes 5,000 bytes; the client's own message.max.bytes refuses 3,000 first.
+    topic = topic_factory(partitions=1, config={"max.message.bytes": "5000"})
+    small_client = Client({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2000})
+    with pytest.raises(KafkaError, match=r"over this client's message.max.bytes") as refused:
+        small_client.produce(topic, b"x" * 3000, timeout=10.0)
+    assert refused.value.name == "MSG_SIZE_TOO_LARGE"
+    assert "Broker:" not in str(refused.value)
+    # A client that takes it sends it, and the topic's limit refuses 8,000: both are named.
+    roomy_client = Client({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 100_000})
+    assert roomy_client.produce(topic, b"x" * 3000, timeout=10.0).offset() == 0
+    with pytest.raises(KafkaError, match=r"the topic's max.message.bytes") as refused:
+        roomy_client.produce(topic, b"x" * 8000, timeout=10.0)
+    assert refused.value.name == "MSG_SIZE_TOO_LARGE"
+
+
 def test_produce_to_a_missing_topic_without_auto_create_says_so_at_once(
     kafka_bootstrap: str,
 ) -> None:

@@ -22,6 +22,9 @@ pub const TIMED_OUT_CODE: i32 = RDKafkaErrorCode::OperationTimedOut as i32;
 /// `OperationTimedOut`).
 pub const TIMED_OUT_NAME: &str = "_TIMED_OUT";
 
+/// librdkafka's default `message.max.bytes`, as the size refusals name it.
+const CLIENT_LIMIT: &str = "1000000 by default";
+
 /// Result alias for the Kafka engines.
 pub type KafkaResult<T> = Result<T, KafkaIoError>;
 
@@ -186,9 +189,34 @@ impl KafkaIoError {
             operation: operation.to_owned(),
             code: code as i32,
             name: code_name(code),
-            message: detail.unwrap_or_else(|| code.to_string()),
+            message: detail.unwrap_or_else(|| match code {
+                // librdkafka words its own refusal as the broker's ("Broker: Message size too
+                // large"): where the refusal's origin is not known, both limits are named.
+                RDKafkaErrorCode::MessageSizeTooLarge => format!(
+                    "MessageSizeTooLarge: the record is over the topic's max.message.bytes \
+                     (1048588 by default) or this client's message.max.bytes ({CLIENT_LIMIT})"
+                ),
+                _ => code.to_string(),
+            }),
             retriable: is_retriable(code),
             fatal: matches!(code, RDKafkaErrorCode::Fatal),
+        }
+    }
+
+    /// The error of a record librdkafka refused as it was handed over (`rd_kafka_produce`),
+    /// before any broker saw it: one over this client's `message.max.bytes` is said to be
+    /// that, not the broker's refusal librdkafka's wording makes of it.
+    pub(crate) fn refused_before_sending(operation: &str, err: KafkaError) -> Self {
+        match err.rdkafka_error_code() {
+            Some(code @ RDKafkaErrorCode::MessageSizeTooLarge) => {
+                let detail = format!(
+                    "MessageSizeTooLarge: the record is over this client's message.max.bytes \
+                     ({CLIENT_LIMIT}), so it was not sent: raise message.max.bytes (and the \
+                     topic's max.message.bytes, 1048588 by default, if it is smaller)"
+                );
+                Self::from_code(operation, code, Some(detail))
+            }
+            _ => Self::from_rdkafka(operation, err, Duration::ZERO, None),
         }
     }
 
@@ -306,6 +334,30 @@ mod tests {
             Some("b:9092"),
         );
         assert!(matches!(err, KafkaIoError::Timeout { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_size_refusal_names_the_limit_that_refused_it() {
+        let too_large = || KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let local = KafkaIoError::refused_before_sending("produce", too_large()).to_string();
+        assert!(
+            local.contains("over this client's message.max.bytes"),
+            "{local}"
+        );
+        assert!(!local.contains("Broker:"), "{local}");
+        let unknown = KafkaIoError::from_rdkafka("produce", too_large(), Duration::ZERO, None);
+        let unknown = unknown.to_string();
+        assert!(
+            unknown.contains("the topic's max.message.bytes"),
+            "{unknown}"
+        );
+        assert!(
+            unknown.contains("this client's message.max.bytes"),
+            "{unknown}"
+        );
+        let other = KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord);
+        let other = KafkaIoError::refused_before_sending("produce", other);
+        assert!(matches!(other, KafkaIoError::Broker { ref name, .. } if name == "INVALID_RECORD"));
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub fn exception_of(py: Python<'_>, error: KafkaIoError) -> Py<PyAny> {
 /// The `MarkerRefusedError` handing `message` back: its START marker was refused for good with
 /// `error` (its code, name and flags kept).
 pub fn refused_message(py: Python<'_>, error: KafkaIoError, message: Py<PyAny>) -> PyResult<PyErr> {
-    let text = format!("the markers topic refused the START marker of this message: {error}");
+    let text = format!("the START marker of this message was refused for good: {error}");
     let (code, name, retriable, fatal) = match error {
         KafkaIoError::Broker {
             code,

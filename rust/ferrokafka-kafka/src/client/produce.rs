@@ -239,7 +239,12 @@ impl Client {
         }
         producer
             .send(base)
-            .map_err(|(e, _)| self.error("produce", e, timeout))?;
+            .map_err(|(e, _)| match e.rdkafka_error_code() {
+                Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
+                    KafkaIoError::refused_before_sending("produce", e)
+                }
+                _ => self.error("produce", e, timeout),
+            })?;
         let delivered = self.watch.wait_until(deadline, || {
             slot.outcome
                 .lock()

@@ -184,7 +184,7 @@ impl AsyncProducer {
                     full.push(pending);
                 } else {
                     let err = KafkaError::MessageProduction(message.err.into());
-                    let error = KafkaIoError::from_rdkafka("produce", err, Duration::ZERO, None);
+                    let error = KafkaIoError::refused_before_sending("produce", err);
                     refused.push((pending, error));
                 }
             }

@@ -162,7 +162,7 @@ impl Prefetcher {
         );
         let Some(topic) = &self.dead_letter_topic else {
             log::error!(
-                "{place}: the markers topic refused its START marker ({error}): handed back to \
+                "{place}: its START marker was refused for good ({error}): handed back to \
                  the caller, not handed out, never redelivered"
             );
             self.refused.fetch_add(1, Ordering::Relaxed);
@@ -188,7 +188,7 @@ impl Prefetcher {
         match written {
             Ok(()) => {
                 log::error!(
-                    "{place}: the markers topic refused its START marker ({error}): \
+                    "{place}: its START marker was refused for good ({error}): \
                      dead-lettered to {topic}"
                 );
                 self.refused.fetch_add(1, Ordering::Relaxed);
