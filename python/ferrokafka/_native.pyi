@@ -276,7 +276,9 @@ class Client:
     def read_topic(
         self, topic: str, max_messages: int = 100_000, timeout: float = 10.0
     ) -> list[Message]:
-        """Read every partition from its start to its current end, by (partition, offset)."""
+        """Read every partition from its start to its current end, by (partition, offset): at
+        most ``max_messages``, the first ones in that order whichever partitions answer first
+        (logged at INFO when the topic holds more)."""
 
 class _AsyncProducerOptions(TypedDict):
     """The options of :class:`ferrokafka.AsyncProducer` the engine takes, converted and checked

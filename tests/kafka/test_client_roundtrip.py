@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ferrokafka import Client, KafkaError, NewTopic
+from ferrokafka import AsyncProducer, Client, KafkaError, NewTopic
 from tests.conftest import TopicFactory, module_broker
 
 pytestmark = pytest.mark.kafka
@@ -235,6 +235,38 @@ def test_a_fresh_client_refuses_a_partition_key_for_a_missing_topic_and_creates_
         with pytest.raises(ValueError, match="cannot choose a partition for partition_key"):
             client.produce(topic, b"v", partition_key="customer-7", timeout=5.0)
         assert topic not in client.list_topics(timeout=5.0).topics
+
+
+def test_read_topic_with_a_limit_returns_the_first_records_by_partition_and_offset(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    topic_factory: TopicFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Partition 0 is short and the others long: the long ones' records arrive first and used to
+    # fill the limit.
+    topic = topic_factory(partitions=3)
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap}, max_queue_size=5000)
+    for partition, count in [(1, 2000), (2, 2000), (0, 3)]:
+        records = [{"value": b"%d" % i, "partition": partition} for i in range(count)]
+        producer.produce_many(records, topic=topic)
+    producer.flush(20)
+    assert producer.shutdown() == []
+    for _ in range(3):
+        with caplog.at_level("INFO", logger="ferrokafka_kafka.client.read"):
+            first = kafka_client.read_topic(topic, max_messages=5, timeout=20)
+        assert [(m.partition(), m.offset()) for m in first] == [
+            (0, 0),
+            (0, 1),
+            (0, 2),
+            (1, 0),
+            (1, 1),
+        ]
+        assert "the first 5 records by (partition, offset); the topic holds more" in caplog.text
+        caplog.clear()
+    whole = kafka_client.read_topic(topic, max_messages=4003, timeout=20)
+    assert len(whole) == 4003
+    assert "the topic holds more" not in caplog.text
 
 
 def test_a_record_too_large_names_the_limit_that_refused_it(

@@ -15,6 +15,7 @@ pub mod deadline_queue;
 pub mod delivery_report;
 pub mod error;
 pub mod error_policy;
+pub mod first_records;
 pub mod markers;
 pub mod partition_buffer;
 pub mod partition_key;
@@ -33,6 +34,7 @@ pub use deadline_queue::DeadlineQueue;
 pub use delivery_report::{DeliveryReport, DeliveryReports};
 pub use error::CoreError;
 pub use error_policy::{ErrorPolicy, OnError};
+pub use first_records::FirstRecords;
 pub use markers::{
     Marker, MarkerOutcome, MarkersQueue, MarkersQueueConfig, MessageId, MessagePayload, Redelivery,
 };

@@ -1,9 +1,9 @@
 //! The [`Client`] reading a topic back, from the beginning to its end as of the call.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferrokafka_core::FirstRecords;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
@@ -16,7 +16,8 @@ use crate::undecodable::{undecodable_batch, undecodable_code};
 
 impl Client {
     /// Reads every partition of `topic` from the beginning up to its end as of this call, at most
-    /// `max_records` records, in partition then offset order.
+    /// `max_records` records: the first ones in partition then offset order (see
+    /// [`FirstRecords`]), whichever partitions answer first.
     pub fn read_topic(
         &self,
         topic: &str,
@@ -59,10 +60,9 @@ impl Client {
         consumer
             .assign(&assignment)
             .map_err(|e| self.error("read_topic", e, timeout))?;
-        let mut open: HashSet<i32> = partitions.into_iter().collect();
-        let mut records = Vec::new();
+        let mut first = FirstRecords::new(max_records, partitions);
         let mut names = TopicName::default();
-        while !open.is_empty() && records.len() < max_records {
+        while !first.done() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(self.timed_out(&format!("read_topic({topic})"), timeout));
@@ -70,11 +70,10 @@ impl Client {
             match consumer.poll(left.min(Duration::from_millis(100))) {
                 None => {}
                 Some(Ok(message)) => {
-                    records.push(ReceivedRecord::from_message_named(&message, &mut names));
+                    let record = ReceivedRecord::from_message_named(&message, &mut names);
+                    first.take(record.partition, record.offset, record);
                 }
-                Some(Err(KafkaError::PartitionEOF(p))) => {
-                    open.remove(&p);
-                }
+                Some(Err(KafkaError::PartitionEOF(p))) => first.reached_end(p),
                 // A refused connection comes as an error event, whose description the context
                 // took: that names the cause. A batch that cannot be decoded would be fetched
                 // again until the deadline: said now, and why.
@@ -90,8 +89,13 @@ impl Client {
                 }
             }
         }
-        records.sort_by_key(|r| (r.partition, r.offset));
-        records.truncate(max_records);
+        let (records, left_out) = first.finish();
+        if left_out {
+            log::info!(
+                "read_topic({topic}): the first {max_records} records by (partition, offset); \
+                 the topic holds more"
+            );
+        }
         Ok(records)
     }
 }
