@@ -34,7 +34,14 @@ from ferrokafka.redelivery import (
     RedeliveryTracker,
     redelivery_count,
 )
-from tests.conftest import GROUP_SETTINGS, KAFKA_SCRIPT, TopicFactory, outage, wait_until
+from tests.conftest import (
+    GROUP_SETTINGS,
+    KAFKA_SCRIPT,
+    TopicFactory,
+    committed_offsets,
+    outage,
+    wait_until,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -1035,3 +1042,35 @@ def test_share_ack_twice_is_refused_before_the_broker_sees_it_and_a_wrapper_acks
             came += take(again, 1)
             again.ack(came[-1])
         assert [(m.value(), redelivery_count(m)) for m in came] == [(b"d", 0), (b"e", 0)]
+
+
+def test_the_queue_offsets_pass_transaction_markers_and_aborted_records(
+    kafka_bootstrap: str, config: dict[str, Any], topic_factory: TopicFactory
+) -> None:
+    # A queue topic written by a transactional producer (Karafka, Java, ferrokafka's own): each
+    # transaction ends with a marker, and aborted records are never handed out. The committed
+    # queue offsets go past both, so the group's lag reaches zero (it stayed above it for ever).
+    from confluent_kafka import Producer as ConfluentProducer
+
+    queue_topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
+    writer = ConfluentProducer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"t-{uuid.uuid4().hex}"}
+    )
+    writer.init_transactions(30)
+    for n, abort in enumerate((False, True, False)):
+        writer.begin_transaction()
+        for i in range(3):
+            writer.produce(queue_topic, f"{n}-{i}".encode(), partition=0)
+        writer.flush(10)
+        (writer.abort_transaction if abort else writer.commit_transaction)(30)
+    end = 3 * 3 + 3  # nine records and three markers
+    group = f"g-{uuid.uuid4().hex}"
+    with QueueConsumer(config, queue_topic, markers, group_id=group) as queue:
+        taken = take(queue, 6)
+        assert [m.offset() for m in taken] == [0, 1, 2, 8, 9, 10]
+        queue.ack_many(taken)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, queue_topic, 1) == {0: end},
+            20,
+            "the queue offset committed past the last marker",
+        )

@@ -32,8 +32,10 @@ impl Committer {
             let mut confirmed = vec![first];
             confirmed.extend(batches.try_iter());
             self.commit(confirmed.iter().flat_map(|batch| {
-                let positions = batch.records.iter().map(|r| (r.partition, r.offset));
-                positions.chain(batch.passed.iter().copied())
+                let handled = batch.records.iter().map(|r| (r.partition, r.offset));
+                let after = handled.chain(batch.passed.iter().copied());
+                let next = after.map(|(partition, offset)| (partition, offset + 1));
+                next.chain(batch.passed_to.iter().copied())
             }));
             for batch in confirmed {
                 self.make_ready(batch);
@@ -43,6 +45,9 @@ impl Committer {
 
     /// The committed `batch`'s messages are in flight and ready for `take`.
     fn make_ready(&self, batch: Dispatched) {
+        if batch.records.is_empty() && batch.passed.is_empty() && batch.handed_back.is_empty() {
+            return; // positions passed, nothing to hand out
+        }
         self.writer.begin(
             batch
                 .records
@@ -61,12 +66,12 @@ impl Committer {
     }
 
     /// Commits the queue offsets after batches whose START markers are confirmed (and past the
-    /// messages of them refused for good).
+    /// messages of them refused for good), given as the next offset of each partition.
     fn commit(&self, positions: impl Iterator<Item = (i32, i64)>) {
         let mut next: BTreeMap<i32, i64> = BTreeMap::new();
         for (partition, offset) in positions {
             let slot = next.entry(partition).or_insert(0);
-            *slot = (*slot).max(offset + 1);
+            *slot = (*slot).max(offset);
         }
         let mut commit = TopicPartitionList::new();
         for (partition, offset) in next {

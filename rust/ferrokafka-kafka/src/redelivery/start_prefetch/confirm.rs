@@ -89,6 +89,7 @@ impl Prefetcher {
             set_at: Instant::now(),
             passed: Vec::new(),
             handed_back: Vec::new(),
+            passed_to: Vec::new(),
         };
         let mut rest = batch.records.into_iter();
         while let Some(record) = rest.next() {

@@ -35,6 +35,9 @@
 //!   (when there is one; until that write is acknowledged it counts as failed like any other)
 //!   or back to the caller with its error from the next `take`, and the batch is committed past
 //!   it. Either way it is logged and counted (`refused`), never handed out.
+//! - When a poll brings nothing and every batch polled is on its way to the commit thread, a
+//!   partition whose position is past its last record polled (a transaction's marker, aborted
+//!   records) has that position committed behind those batches, so the lag reaches zero.
 //! - The markers topic's partition count is read by the prefetch thread before the first batch
 //!   (creating a consumer waits for no broker); while it cannot be read, `take` returns nothing,
 //!   and after each `marker_timeout` of failures it returns the error once.
@@ -340,6 +343,9 @@ struct Dispatched {
     passed: Vec<(i32, i64)>,
     /// The refused messages no dead-letter topic took, for the caller.
     handed_back: Vec<Refused>,
+    /// Positions (next offsets) the consumer moved to past no message: a transaction's marker
+    /// or aborted records that end a partition. Committed, so the group's lag reaches zero.
+    passed_to: Vec<(i32, i64)>,
 }
 
 /// The prefetch thread: polls batches and writes their START markers.

@@ -1,10 +1,12 @@
 //! The prefetch thread's loop: learn the markers topic's partitions, poll batches while there is
 //! room ahead of the caller, and dispatch their START markers in one call each.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::marker_codec::{StartParts, append_start};
+use rdkafka::Offset;
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
@@ -37,6 +39,7 @@ impl Prefetcher {
         // Batches whose START markers travel while the next one is polled and dispatched.
         let mut travelling: VecDeque<Dispatched> = VecDeque::new();
         let mut numbers = 0_usize..;
+        let mut polled_to = BTreeMap::new();
         loop {
             let first_wait = match self.room(!travelling.is_empty()) {
                 Room::Stop => break,
@@ -50,6 +53,9 @@ impl Prefetcher {
             let number = numbers.next().unwrap_or_default();
             let fresh = self.poll_and_dispatch(number, first_wait);
             let idle = fresh.is_none();
+            for record in fresh.iter().flat_map(|batch| &batch.records) {
+                polled_to.insert(record.partition, record.offset + 1);
+            }
             travelling.extend(fresh);
             // Batches whose STARTs are all reported go on to the commit now, in poll order,
             // rather than when START_DEPTH more are out: a batch reached the caller only after
@@ -65,11 +71,51 @@ impl Prefetcher {
             if idle || travelling.len() > START_DEPTH {
                 self.confirm_first(&mut travelling);
             }
+            if idle && travelling.is_empty() {
+                self.pass_what_ends_partitions(&mut polled_to);
+            }
         }
         // Stopping: commit the batches whose STARTs are out, so that only the tracker brings
         // their messages back (once, after their deadline), not also the next reader of the queue.
         while !travelling.is_empty() {
             self.confirm_first(&mut travelling);
+        }
+    }
+
+    /// Once every batch polled is on its way to the commit thread: the partitions whose
+    /// position is past their last record polled (a transaction's marker, aborted records)
+    /// have that position committed behind those batches, as a Java consumer's commit does, so
+    /// the group's lag reaches zero on a transactional queue topic. `polled_to` holds the
+    /// next offset of each partition's last record polled, or passed.
+    fn pass_what_ends_partitions(&self, polled_to: &mut BTreeMap<i32, i64>) {
+        let Ok(positions) = self.consumer.position() else {
+            return;
+        };
+        let mut passed_to = Vec::new();
+        for element in positions.elements_for_topic(&self.queue_topic) {
+            let (partition, Offset::Offset(position)) = (element.partition(), element.offset())
+            else {
+                continue;
+            };
+            // A partition never polled, or rewound after a failure, is left as it is.
+            if polled_to
+                .get(&partition)
+                .is_some_and(|&polled| position > polled)
+            {
+                polled_to.insert(partition, position);
+                passed_to.push((partition, position));
+            }
+        }
+        if !passed_to.is_empty() {
+            // The commit thread ends only after this thread: the send cannot fail.
+            drop(self.to_commit.send(Dispatched {
+                number: usize::MAX,
+                records: Vec::new(),
+                set_at: Instant::now(),
+                passed: Vec::new(),
+                handed_back: Vec::new(),
+                passed_to,
+            }));
         }
     }
 
@@ -212,6 +258,7 @@ impl Prefetcher {
                 set_at,
                 passed: Vec::new(),
                 handed_back: Vec::new(),
+                passed_to: Vec::new(),
             }),
             // A START too large even for this client goes the way of one the topic refused.
             Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
@@ -222,6 +269,7 @@ impl Prefetcher {
                     set_at,
                     passed: Vec::new(),
                     handed_back: Vec::new(),
+                    passed_to: Vec::new(),
                 })
             }
             Err(e) => {
