@@ -63,6 +63,25 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
         observer.close()
 
 
+def write_transactions(bootstrap: str, topic: str, aborted: tuple[bool, ...]) -> int:
+    """Writes one transaction of three records to partition 0 of ``topic`` per entry of
+    ``aborted`` (aborted where true), with confluent-kafka as Java or Karafka would: each ends
+    with a marker. Returns the partition's end offset."""
+    from confluent_kafka import Producer as ConfluentProducer
+
+    writer = ConfluentProducer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"t-{uuid.uuid4().hex}"}
+    )
+    writer.init_transactions(30)
+    for n, abort in enumerate(aborted):
+        writer.begin_transaction()
+        for i in range(3):
+            writer.produce(topic, f"{n}-{i}".encode(), partition=0)
+        writer.flush(10)
+        (writer.abort_transaction if abort else writer.commit_transaction)(30)
+    return len(aborted) * (3 + 1)  # three records and a marker each
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """A live broker's address: KAFKA_BOOTSTRAP if set, else one started for this session."""

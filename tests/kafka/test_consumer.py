@@ -33,7 +33,13 @@ from ferrokafka import (
     ConsumerOptions,
     TopicPartition,
 )
-from tests.conftest import TopicFactory, committed_offsets, read_messages, wait_until
+from tests.conftest import (
+    TopicFactory,
+    committed_offsets,
+    read_messages,
+    wait_until,
+    write_transactions,
+)
 from tests.kafka.recorder import Recorder
 
 pytestmark = pytest.mark.kafka
@@ -1261,20 +1267,8 @@ def test_the_commit_and_caught_up_pass_transaction_markers_and_aborted_records(
     # marker, and aborted records are never handed out: the commit goes past both, as Java's
     # and confluent-kafka's do (the group's lag stayed above zero for ever), and a consumer
     # without a group reports reaching the end (it never did).
-    from confluent_kafka import Producer as ConfluentProducer
-
     topic = topic_factory(partitions=1)
-    writer = ConfluentProducer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"t-{uuid.uuid4().hex}"}
-    )
-    writer.init_transactions(30)
-    for n, abort in enumerate((False, True, False)):
-        writer.begin_transaction()
-        for i in range(3):
-            writer.produce(topic, f"{n}-{i}".encode(), partition=0)
-        writer.flush(10)
-        (writer.abort_transaction if abort else writer.commit_transaction)(30)
-    end = 3 * 3 + 3  # nine records and three markers
+    end = write_transactions(kafka_bootstrap, topic, aborted=(False, True, False))
     handled = Handled()
     with Consumer(base_config, [topic], handled.add, commit_interval=0.1):
         handled.wait_count(6)

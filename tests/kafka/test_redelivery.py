@@ -41,6 +41,7 @@ from tests.conftest import (
     committed_offsets,
     outage,
     wait_until,
+    write_transactions,
 )
 
 pytestmark = pytest.mark.kafka
@@ -1050,20 +1051,8 @@ def test_the_queue_offsets_pass_transaction_markers_and_aborted_records(
     # A queue topic written by a transactional producer (Karafka, Java, ferrokafka's own): each
     # transaction ends with a marker, and aborted records are never handed out. The committed
     # queue offsets go past both, so the group's lag reaches zero (it stayed above it for ever).
-    from confluent_kafka import Producer as ConfluentProducer
-
     queue_topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
-    writer = ConfluentProducer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"t-{uuid.uuid4().hex}"}
-    )
-    writer.init_transactions(30)
-    for n, abort in enumerate((False, True, False)):
-        writer.begin_transaction()
-        for i in range(3):
-            writer.produce(queue_topic, f"{n}-{i}".encode(), partition=0)
-        writer.flush(10)
-        (writer.abort_transaction if abort else writer.commit_transaction)(30)
-    end = 3 * 3 + 3  # nine records and three markers
+    end = write_transactions(kafka_bootstrap, queue_topic, aborted=(False, True, False))
     group = f"g-{uuid.uuid4().hex}"
     with QueueConsumer(config, queue_topic, markers, group_id=group) as queue:
         taken = take(queue, 6)
