@@ -76,7 +76,8 @@ def write_transactions(bootstrap: str, topic: str, aborted: tuple[bool, ...]) ->
     for n, abort in enumerate(aborted):
         writer.begin_transaction()
         for i in range(3):
-            writer.produce(topic, f"{n}-{i}".encode(), partition=0)
+            # Keyed: a compacted topic (a schedules topic) refuses keyless records.
+            writer.produce(topic, f"{n}-{i}".encode(), key=f"{n}-{i}", partition=0)
         writer.flush(10)
         (writer.abort_transaction if abort else writer.commit_transaction)(30)
     return len(aborted) * (3 + 1)  # three records and a marker each

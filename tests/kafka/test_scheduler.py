@@ -38,6 +38,7 @@ from tests.conftest import (
     committed_offsets,
     schedule_later,
     wait_until,
+    write_transactions,
 )
 
 pytestmark = pytest.mark.kafka
@@ -884,6 +885,22 @@ def test_offsets_are_committed_while_running(
             "the dispatched offsets committed",
         )
         assert scheduler.status()[0]["state"] == "loaded", "still running"
+
+
+def test_the_offsets_pass_transaction_markers_and_aborted_records(
+    kafka_bootstrap: str, schedules_topic: str, daemon_config: dict[str, Any]
+) -> None:
+    # A schedules topic a transactional producer writes (Karafka's advice against duplicate
+    # dispatches): each transaction ends with a marker, which the commit passes, or the
+    # group's lag stays at one. (These records are no schedules: counted, logged and skipped.)
+    end = write_transactions(kafka_bootstrap, schedules_topic, aborted=(False, True))
+    group = f"g-{uuid.uuid4().hex}"
+    with start_scheduler(daemon_config, schedules_topic, group):
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, schedules_topic, 2).get(0) == end,
+            15,
+            "the offset committed past the last marker",
+        )
 
 
 def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(

@@ -19,13 +19,27 @@ impl SchedulerLoop {
             return;
         }
         self.last_commit = Instant::now();
+        let positions = self.consumer.position().ok();
         let mut stored = false;
         for ((topic, partition), run) in &mut self.runs {
             let settled = run.tracker.state() == TrackerState::Loaded
                 && run.blocked.is_none()
                 && run.dispatch_backoff.retry_at.is_none()
                 && run.unread.is_empty();
-            if !settled || run.next_offset <= run.stored_offset {
+            if !settled {
+                continue;
+            }
+            // Every record polled is applied: a position past the last one passed a
+            // transaction's marker or aborted records, and the commit goes there too (as a
+            // Java consumer's does), or a transactionally written topic keeps a lag of one.
+            let position = positions
+                .as_ref()
+                .and_then(|p| p.find_partition(topic, *partition))
+                .and_then(|element| element.offset().to_raw());
+            if let Some(position) = position {
+                run.next_offset = run.next_offset.max(position);
+            }
+            if run.next_offset <= run.stored_offset {
                 continue;
             }
             // librdkafka stores `offset + 1`: the next offset to read.
