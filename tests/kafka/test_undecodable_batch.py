@@ -14,7 +14,8 @@ import pytest
 
 from ferrokafka import Batch, Client, Consumer, KafkaError
 from ferrokafka.redelivery import QueueConsumer, QueueMessage
-from tests.conftest import GROUP_SETTINGS, TopicFactory
+from ferrokafka.scheduling import Scheduler
+from tests.conftest import GROUP_SETTINGS, TopicFactory, wait_until
 from tests.kafka.recorder import Recorder
 
 pytestmark = pytest.mark.kafka
@@ -25,22 +26,26 @@ SMALL_READER = {"receive.message.max.bytes": 1_100_000, "fetch.max.bytes": 1_000
 NOT_DECODED = "cannot decode the batch at"
 
 
-@pytest.fixture
-def bombed(kafka_bootstrap: str, topic_factory: TopicFactory) -> str:
-    """A one-partition topic: b"before" (offset 0), the inflating record (1), then three
-    records behind it (2-4), each in a batch of its own."""
-    topic = topic_factory(partitions=1)
+def write_bomb(bootstrap: str, topic: str) -> None:
+    """Partition 0 of ``topic``: b"before" (offset 0), the inflating record (1), then three
+    records behind it (2-4), each in a batch of its own (keyed: a schedules topic is compacted)."""
     producer = confluent_kafka.Producer(
         {
-            "bootstrap.servers": kafka_bootstrap,
+            "bootstrap.servers": bootstrap,
             "compression.type": "zstd",
             "linger.ms": 0,
             "message.max.bytes": 10_000_000,
         }
     )
-    for value in [b"before", bytes(INFLATED), b"after-0", b"after-1", b"after-2"]:
-        producer.produce(topic, value, partition=0)
+    for n, value in enumerate([b"before", bytes(INFLATED), b"after-0", b"after-1", b"after-2"]):
+        producer.produce(topic, value, key=b"%d" % n, partition=0)
         assert producer.flush(10) == 0
+
+
+@pytest.fixture
+def bombed(kafka_bootstrap: str, topic_factory: TopicFactory) -> str:
+    topic = topic_factory(partitions=1)
+    write_bomb(kafka_bootstrap, topic)
     return topic
 
 
@@ -119,3 +124,20 @@ def test_the_queue_consumer_raises_instead_of_returning_nothing(
         assert [m.offset() for m in taken] == [0]
         assert "receive.message.max.bytes" in str(raised.value)
         queue.ack_many(taken)
+
+
+def test_the_scheduler_logs_the_batch_with_the_way_out(
+    kafka_bootstrap: str, schedules_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_bomb(kafka_bootstrap, schedules_topic)
+    config = {"bootstrap.servers": kafka_bootstrap, **GROUP_SETTINGS, **SMALL_READER}
+    with (
+        caplog.at_level("ERROR", logger="ferrokafka_kafka"),
+        Scheduler(config, [schedules_topic], group_id=f"g-{uuid.uuid4().hex}"),
+    ):
+        wait_until(
+            lambda: f"{NOT_DECODED} a partition scheduler reads" in caplog.text,
+            20,
+            "the scheduler's error line",
+        )
+    assert "receive.message.max.bytes" in caplog.text
