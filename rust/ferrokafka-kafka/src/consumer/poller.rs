@@ -194,7 +194,15 @@ impl Shared {
             Ok(message) => out.push(record(message)),
             Err(KafkaError::PartitionEOF(_)) => {}
             Err(err) => {
-                let err = self.watch.explain("consume", err);
+                let err = match undecodable_code(&err) {
+                    // From the main queue (a partition's own queue names it, see
+                    // `report_undecodable`): before the split, the place is not known.
+                    Some(code) => {
+                        let detail = err.to_string();
+                        undecodable_batch("consume", code, "a subscribed partition", &detail)
+                    }
+                    None => self.watch.explain("consume", err),
+                };
                 log::warn!("consumer error: {err}");
                 self.emit(ConsumerEvent::Error(err));
                 return false;
