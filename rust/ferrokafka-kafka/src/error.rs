@@ -204,20 +204,19 @@ impl KafkaIoError {
     }
 
     /// The error of a record librdkafka refused as it was handed over (`rd_kafka_produce`),
-    /// before any broker saw it: one over this client's `message.max.bytes` is said to be
-    /// that, not the broker's refusal librdkafka's wording makes of it.
-    pub(crate) fn refused_before_sending(operation: &str, err: KafkaError) -> Self {
-        match err.rdkafka_error_code() {
-            Some(code @ RDKafkaErrorCode::MessageSizeTooLarge) => {
-                let detail = format!(
-                    "MessageSizeTooLarge: the record is over this client's message.max.bytes \
-                     ({CLIENT_LIMIT}), so it was not sent: raise message.max.bytes (and the \
-                     topic's max.message.bytes, 1048588 by default, if it is smaller)"
-                );
-                Self::from_code(operation, code, Some(detail))
-            }
-            _ => Self::from_rdkafka(operation, err, Duration::ZERO, None),
-        }
+    /// before any broker saw it, when it was over this client's `message.max.bytes`: said to
+    /// be that, not the broker's refusal librdkafka's wording makes of it. `None` for any other
+    /// refusal, which the caller explains as usual.
+    pub(crate) fn over_client_limit(operation: &str, err: &KafkaError) -> Option<Self> {
+        let code = err.rdkafka_error_code()?;
+        (code == RDKafkaErrorCode::MessageSizeTooLarge).then(|| {
+            let detail = format!(
+                "MessageSizeTooLarge: the record is over this client's message.max.bytes \
+                 ({CLIENT_LIMIT}), so it was not sent: raise message.max.bytes (and the \
+                 topic's max.message.bytes, 1048588 by default, if it is smaller)"
+            );
+            Self::from_code(operation, code, Some(detail))
+        })
     }
 
     /// `operation` got no answer within `timeout` from the brokers at `bootstrap`.
@@ -339,7 +338,8 @@ mod tests {
     #[test]
     fn a_size_refusal_names_the_limit_that_refused_it() {
         let too_large = || KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
-        let local = KafkaIoError::refused_before_sending("produce", too_large()).to_string();
+        let local = KafkaIoError::over_client_limit("produce", &too_large()).map(|e| e.to_string());
+        let local = local.unwrap_or_default();
         assert!(
             local.contains("over this client's message.max.bytes"),
             "{local}"
@@ -356,8 +356,7 @@ mod tests {
             "{unknown}"
         );
         let other = KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord);
-        let other = KafkaIoError::refused_before_sending("produce", other);
-        assert!(matches!(other, KafkaIoError::Broker { ref name, .. } if name == "INVALID_RECORD"));
+        assert!(KafkaIoError::over_client_limit("produce", &other).is_none());
     }
 
     #[test]

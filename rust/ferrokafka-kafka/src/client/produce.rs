@@ -237,14 +237,10 @@ impl Client {
         if let Some(partition) = partition {
             base = base.partition(partition);
         }
-        producer
-            .send(base)
-            .map_err(|(e, _)| match e.rdkafka_error_code() {
-                Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
-                    KafkaIoError::refused_before_sending("produce", e)
-                }
-                _ => self.error("produce", e, timeout),
-            })?;
+        producer.send(base).map_err(|(e, _)| {
+            KafkaIoError::over_client_limit("produce", &e)
+                .unwrap_or_else(|| self.error("produce", e, timeout))
+        })?;
         let delivered = self.watch.wait_until(deadline, || {
             slot.outcome
                 .lock()

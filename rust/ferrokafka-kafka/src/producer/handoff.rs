@@ -184,7 +184,10 @@ impl AsyncProducer {
                     full.push(pending);
                 } else {
                     let err = KafkaError::MessageProduction(message.err.into());
-                    let error = KafkaIoError::refused_before_sending("produce", err);
+                    let error =
+                        KafkaIoError::over_client_limit("produce", &err).unwrap_or_else(|| {
+                            KafkaIoError::from_rdkafka("produce", err, Duration::ZERO, None)
+                        });
                     refused.push((pending, error));
                 }
             }
