@@ -45,9 +45,6 @@ impl Committer {
 
     /// The committed `batch`'s messages are in flight and ready for `take`.
     fn make_ready(&self, batch: Dispatched) {
-        if batch.records.is_empty() && batch.passed.is_empty() && batch.handed_back.is_empty() {
-            return; // positions passed, nothing to hand out
-        }
         self.writer.begin(
             batch
                 .records
