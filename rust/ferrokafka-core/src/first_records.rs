@@ -38,14 +38,15 @@ impl<T> FirstRecords<T> {
         }
     }
 
-    /// The next record read from `partition`, at `offset`.
-    pub fn take(&mut self, partition: i32, offset: i64, record: T) {
+    /// The next record read from `partition`, at `offset`: made by `record` only when kept
+    /// (a record past the cut is not copied out of the reader's buffer).
+    pub fn take(&mut self, partition: i32, offset: i64, record: impl FnOnce() -> T) {
         if self.cut.is_some_and(|cut| partition >= cut) {
             self.left_out = true;
             return;
         }
         *self.counts.entry(partition).or_default() += 1;
-        self.records.push((partition, offset, record));
+        self.records.push((partition, offset, record()));
         if self.records.len() >= self.max {
             self.move_cut();
         }
@@ -123,7 +124,7 @@ mod tests {
             let p = turns.next().unwrap() % lengths.len();
             if next[p] < lengths[p] {
                 let (partition, offset) = (p as i32, next[p] as i64);
-                first.take(partition, offset, (partition, offset));
+                first.take(partition, offset, || (partition, offset));
                 next[p] += 1;
                 if next[p] == lengths[p] {
                     first.reached_end(partition);

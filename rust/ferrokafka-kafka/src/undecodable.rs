@@ -27,6 +27,17 @@ pub(crate) fn undecodable_code(err: &KafkaError) -> Option<RDKafkaErrorCode> {
     }
 }
 
+/// The error a reader reports for `err`, a consume error, when it is such a batch: `place` says
+/// where the reader knows it is (a topic).
+pub(crate) fn undecodable_error(
+    operation: &str,
+    place: &str,
+    err: &KafkaError,
+) -> Option<KafkaIoError> {
+    let code = undecodable_code(err)?;
+    Some(undecodable_batch(operation, code, place, &err.to_string()))
+}
+
 /// The error a reader reports for such a batch: `place` says where it is (a topic, or a
 /// partition and offset), `detail` is librdkafka's description of it.
 pub(crate) fn undecodable_batch(
@@ -59,6 +70,8 @@ mod tests {
         let transport = KafkaError::MessageConsumption(RDKafkaErrorCode::BrokerTransportFailure);
         assert_eq!(undecodable_code(&transport), None);
         assert_eq!(undecodable_code(&KafkaError::PartitionEOF(0)), None);
+        assert!(undecodable_error("poll", "topic \"t\"", &compression).is_some());
+        assert!(undecodable_error("poll", "topic \"t\"", &transport).is_none());
     }
 
     #[test]

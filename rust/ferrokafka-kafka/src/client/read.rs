@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 use ferrokafka_core::FirstRecords;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::{Client, EndIsExpected};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::record::{ReceivedRecord, TopicName};
-use crate::undecodable::{undecodable_batch, undecodable_code};
+use crate::undecodable::undecodable_error;
 
 impl Client {
     /// Reads every partition of `topic` from the beginning up to its end as of this call, at most
@@ -70,22 +70,20 @@ impl Client {
             match consumer.poll(left.min(Duration::from_millis(100))) {
                 None => {}
                 Some(Ok(message)) => {
-                    let record = ReceivedRecord::from_message_named(&message, &mut names);
-                    first.take(record.partition, record.offset, record);
+                    first.take(message.partition(), message.offset(), || {
+                        ReceivedRecord::from_message_named(&message, &mut names)
+                    });
                 }
                 Some(Err(KafkaError::PartitionEOF(p))) => first.reached_end(p),
                 // A refused connection comes as an error event, whose description the context
                 // took: that names the cause. A batch that cannot be decoded would be fetched
                 // again until the deadline: said now, and why.
                 Some(Err(e)) => {
-                    return Err(match (undecodable_code(&e), self.watch.failure()) {
-                        (Some(code), _) => {
-                            let place = format!("topic {topic:?}");
-                            undecodable_batch("read_topic", code, &place, &e.to_string())
-                        }
-                        (None, Some(failure)) => failure.error("read_topic"),
-                        (None, None) => self.error("read_topic", e, timeout),
-                    });
+                    return Err(
+                        undecodable_error("read_topic", &format!("topic {topic:?}"), &e)
+                            .or_else(|| self.watch.failure().map(|f| f.error("read_topic")))
+                            .unwrap_or_else(|| self.error("read_topic", e, timeout)),
+                    );
                 }
             }
         }

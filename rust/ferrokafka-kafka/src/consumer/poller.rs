@@ -18,7 +18,7 @@ use super::state::{Handle, Shared, Slot, load_event};
 use crate::dead_letter::DeadLetterWriter;
 use crate::locks::lock;
 use crate::record::{ReceivedRecord, TopicName};
-use crate::undecodable::{undecodable_batch, undecodable_code};
+use crate::undecodable::{undecodable_batch, undecodable_code, undecodable_error};
 
 /// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
 const POLL_WAIT: Duration = Duration::from_millis(50);
@@ -194,15 +194,10 @@ impl Shared {
             Ok(message) => out.push(record(message)),
             Err(KafkaError::PartitionEOF(_)) => {}
             Err(err) => {
-                let err = match undecodable_code(&err) {
-                    // From the main queue (a partition's own queue names it, see
-                    // `report_undecodable`): before the split, the place is not known.
-                    Some(code) => {
-                        let detail = err.to_string();
-                        undecodable_batch("consume", code, "a subscribed partition", &detail)
-                    }
-                    None => self.watch.explain("consume", err),
-                };
+                // From the main queue (a partition's own queue names it, see
+                // `report_undecodable`): before the split, the place is not known.
+                let err = undecodable_error("consume", "a subscribed partition", &err)
+                    .unwrap_or_else(|| self.watch.explain("consume", err));
                 log::warn!("consumer error: {err}");
                 self.emit(ConsumerEvent::Error(err));
                 return false;

@@ -18,7 +18,7 @@ use crate::connection_failure::{ConnectionWatch, watch_connection};
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::statistics::{BrokerOffsets, KeptStatistics};
-use crate::undecodable::{undecodable_batch, undecodable_code};
+use crate::undecodable::undecodable_error;
 
 /// Refuses an empty `group.id`, which librdkafka would only report as a consumer without a
 /// queue ("rdkafka consumer queue not available").
@@ -130,10 +130,9 @@ impl GroupContext {
     /// refusal after the daemon has worked (credentials rotated under it may come back), is
     /// logged with its cause and the daemon goes on while librdkafka retries.
     pub(crate) fn poll_error(&self, error: KafkaError) -> KafkaResult<()> {
-        if let Some(code) = undecodable_code(&error) {
+        let place = format!("a partition {} reads", self.daemon);
+        if let Some(explained) = undecodable_error("poll", &place, &error) {
             // Fetched again and again until the setting is raised: said with the way out.
-            let place = format!("a partition {} reads", self.daemon);
-            let explained = undecodable_batch("poll", code, &place, &error.to_string());
             log::error!("{} consumer: {explained}", self.daemon);
             return Ok(());
         }

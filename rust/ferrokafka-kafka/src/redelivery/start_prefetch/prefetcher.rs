@@ -18,7 +18,7 @@ use crate::client::Client;
 use crate::error::KafkaIoError;
 use crate::record::{ReceivedRecord, TopicName};
 use crate::redelivery::marker_writer::message_id;
-use crate::undecodable::{undecodable_batch, undecodable_code};
+use crate::undecodable::undecodable_error;
 
 /// What the prefetch thread may do next.
 enum Room {
@@ -220,23 +220,23 @@ impl Prefetcher {
                 Some(Ok(message)) => {
                     records.push(ReceivedRecord::from_message_named(&message, &mut names));
                 }
-                Some(Err(e)) => match undecodable_code(&e) {
+                Some(Err(e)) => {
+                    let place = format!("queue topic {:?}", self.queue_topic);
+                    let Some(error) = undecodable_error("consume", &place, &e) else {
+                        log::warn!("queue consumer: {e}");
+                        continue;
+                    };
                     // Fetched again and again, nothing behind it read: `take` raises it
                     // instead of returning nothing for ever, once every record polled before
                     // it was handed out (until then it comes again at the next fetch).
-                    Some(code) => {
-                        let mut state = self.handoff.lock();
-                        if records.is_empty() && state.ahead == 0 {
-                            let place = format!("queue topic {:?}", self.queue_topic);
-                            let error = undecodable_batch("consume", code, &place, &e.to_string());
-                            log::error!("queue consumer: {error}");
-                            state.error.get_or_insert(error);
-                            self.handoff.changed.notify_all();
-                        }
-                        break;
+                    let mut state = self.handoff.lock();
+                    if records.is_empty() && state.ahead == 0 {
+                        log::error!("queue consumer: {error}");
+                        state.error.get_or_insert(error);
+                        self.handoff.changed.notify_all();
                     }
-                    None => log::warn!("queue consumer: {e}"),
-                },
+                    break;
+                }
             }
         }
         records
