@@ -115,6 +115,13 @@ def test_config_accepts_ints_floats_and_bools() -> None:
     Client({**UNREACHABLE, "socket.timeout.ms": 1000, "enable.idempotence": True})
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_a_config_number_that_is_not_finite_is_refused(number: float) -> None:
+    # librdkafka parses "nan" as a double that every range check lets through.
+    with pytest.raises(ConfigError, match=r'"linger\.ms" must be a finite number, got float'):
+        Client({**UNREACHABLE, "linger.ms": number})
+
+
 def test_unreachable_broker_raises_a_timeout_naming_the_servers() -> None:
     client = Client(UNREACHABLE)
     with pytest.raises(KafkaTimeoutError, match=r"127\.0\.0\.1:1") as caught:

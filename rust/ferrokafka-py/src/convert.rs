@@ -173,7 +173,14 @@ fn config_value(key: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
             .to_str()
             .map_err(|_| config_not_utf8(format_args!("config value for {key:?}")))?
             .to_owned())
-    } else if value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() {
+    } else if let Ok(number) = value.cast::<PyFloat>() {
+        // librdkafka reads "nan" as a number, and NaN passes every range check it makes.
+        if !number.value().is_finite() {
+            let expectation = format!("config value for {key:?} must be a finite number");
+            return Err(bad_config(expectation, value));
+        }
+        Ok(value.str()?.to_string())
+    } else if value.is_instance_of::<PyInt>() {
         Ok(value.str()?.to_string())
     } else {
         let expectation = format!("config value for {key:?} must be str, int, float or bool");
