@@ -1063,3 +1063,20 @@ def test_the_queue_offsets_pass_transaction_markers_and_aborted_records(
             20,
             "the queue offset committed past the last marker",
         )
+
+
+def test_a_queue_partition_holding_only_aborted_records_is_passed_too(
+    kafka_bootstrap: str, config: dict[str, Any], topic_factory: TopicFactory
+) -> None:
+    # No record of the partition is ever handed out, so no batch carries its position: the
+    # queue offset must still go past the aborted transactions, or the lag stays for ever.
+    queue_topic, markers = topic_factory(partitions=1), topic_factory(partitions=1)
+    end = write_transactions(kafka_bootstrap, queue_topic, aborted=(True, True))
+    group = f"g-{uuid.uuid4().hex}"
+    with QueueConsumer(config, queue_topic, markers, group_id=group) as queue:
+
+        def passed() -> bool:
+            assert queue.consume(10, timeout=0.2) == []
+            return committed_offsets(kafka_bootstrap, group, queue_topic, 1) == {0: end}
+
+        wait_until(passed, 20, "the queue offset committed past the aborted transactions")

@@ -97,10 +97,12 @@ impl Prefetcher {
             else {
                 continue;
             };
-            // A partition never polled, or rewound after a failure, is left as it is.
+            // A partition rewound after a failure is left as it is. One never polled is passed
+            // too: its position moved only past what librdkafka skipped (a partition holding
+            // nothing but aborted transactions), or is where its reading starts.
             if polled_to
                 .get(&partition)
-                .is_some_and(|&polled| position > polled)
+                .is_none_or(|&polled| position > polled)
             {
                 polled_to.insert(partition, position);
                 passed_to.push((partition, position));
