@@ -171,16 +171,15 @@ impl Node {
             return;
         }
         if let Some(Some(values)) = self.buffers.get_mut(1) {
-            *values = values
-                .chunks_exact(8)
-                .flat_map(|chunk| {
-                    let mut wide = [0u8; 8];
-                    wide.copy_from_slice(chunk);
-                    #[allow(clippy::cast_possible_truncation)]
-                    let narrow = i64::from_le_bytes(wide) as i32;
-                    narrow.to_le_bytes()
-                })
-                .collect();
+            // Allocated once: collecting a `flat_map` grew the buffer byte by byte.
+            let mut narrow = Vec::with_capacity(values.len() / 2);
+            for chunk in values.chunks_exact(8) {
+                let mut wide = [0u8; 8];
+                wide.copy_from_slice(chunk);
+                #[allow(clippy::cast_possible_truncation)]
+                narrow.extend_from_slice(&(i64::from_le_bytes(wide) as i32).to_le_bytes());
+            }
+            *values = narrow;
         }
         self.format = c"i";
     }
