@@ -20,7 +20,7 @@ from ferrokafka import (
     KafkaError,
     Message,
 )
-from tests.conftest import LateTopic, TopicFactory, wait_until
+from tests.conftest import LateTopic, TopicFactory, read_all, wait_until
 from tests.kafka.recorder import Recorder
 
 pytestmark = pytest.mark.kafka
@@ -537,6 +537,54 @@ def test_a_bad_message_fails_alone_and_is_handed_back(
     final = [e for e in recorder.named("delivery_error") if e["final"]]
     assert len(final) == 1
     assert values(kafka_client, topic) == [b"ok-1", b"ok-2"]
+    assert producer.shutdown() == []
+
+
+def test_a_batch_refused_for_one_record_delivers_its_neighbours(
+    kafka_bootstrap: str, topic_factory: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One keyless record on a compacted topic makes the broker refuse its whole batch, and
+    # librdkafka reports every record of it with that record's error: the neighbours were
+    # handed back with it. They are sent again in halves until only the bad one is refused.
+    caplog.set_level(logging.INFO, logger="ferrokafka_kafka.producer.isolation")
+    topic = topic_factory(partitions=1, config={"cleanup.policy": "compact"})
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 100})
+    for n in range(40):
+        key = None if n == 17 else f"k{n}"
+        producer.produce(f"v{n}".encode(), topic=topic, key=key, partition=0)
+    producer.flush(timeout=30.0)
+    failed = producer.take_failed()
+    assert [m.value() for m in failed] == [b"v17"]
+    assert failed[0].key() is None
+    assert "refused this record when it was sent alone (a keyless record" in str(failed[0].error())
+    written = read_all(kafka_bootstrap, topic, partitions=1)
+    assert sorted(written) == sorted(
+        (f"k{n}".encode(), f"v{n}".encode()) for n in range(40) if n != 17
+    )
+    stats = producer.stats()
+    assert (stats["delivered"], stats["failed"], stats["in_flight"]) == (39, 1, 0)
+    assert any("refused with their batch" in r.getMessage() for r in caplog.records)
+    assert producer.shutdown() == []
+
+
+def test_a_batch_over_the_topics_size_limit_is_split_until_it_fits(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    # A batch over the topic's max.message.bytes fails whole, though each record fits; Java's
+    # producer splits it, and so does this one. A record over the limit alone is handed back.
+    topic = topic_factory(partitions=1, config={"max.message.bytes": "3000"})
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 100})
+    small = [(f"k{n}".encode(), bytes([65 + n % 26]) * 200) for n in range(30)]
+    for key, value in small[:15]:
+        producer.produce(value, topic=topic, key=key, partition=0)
+    producer.produce(b"z" * 5000, topic=topic, key="big", partition=0)
+    for key, value in small[15:]:
+        producer.produce(value, topic=topic, key=key, partition=0)
+    producer.flush(timeout=30.0)
+    failed = producer.take_failed()
+    assert [m.key() for m in failed] == [b"big"]
+    assert "over the topic's max.message.bytes" in str(failed[0].error())
+    assert sorted(read_all(kafka_bootstrap, topic, partitions=1)) == sorted(small)
     assert producer.shutdown() == []
 
 

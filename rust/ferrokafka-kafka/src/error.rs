@@ -219,6 +219,32 @@ impl KafkaIoError {
         })
     }
 
+    /// The error of a record the broker refused again when it was sent alone, after its batch
+    /// was refused (`producer/isolation.rs`): the record's own fault, said with its usual
+    /// causes. Any other error is kept as it is.
+    pub(crate) fn refused_alone(self) -> Self {
+        use RDKafkaErrorCode as C;
+        let KafkaIoError::Broker {
+            operation, code, ..
+        } = &self
+        else {
+            return self;
+        };
+        let (code, detail) = if *code == C::InvalidRecord as i32 {
+            let detail = "InvalidRecord: the broker refused this record when it was sent alone \
+                          (a keyless record on a compacted topic, or a timestamp outside the \
+                          topic's message.timestamp.before.max.ms or after.max.ms, say)";
+            (C::InvalidRecord, detail)
+        } else if *code == C::MessageSizeTooLarge as i32 {
+            let detail = "MessageSizeTooLarge: the broker refused this record when it was sent \
+                          alone: it is over the topic's max.message.bytes (1048588 by default)";
+            (C::MessageSizeTooLarge, detail)
+        } else {
+            return self;
+        };
+        Self::from_code(operation, code, Some(detail.to_owned()))
+    }
+
     /// `operation` got no answer within `timeout` from the brokers at `bootstrap`.
     pub fn timed_out(operation: &str, timeout: Duration, bootstrap: Option<&str>) -> Self {
         KafkaIoError::Timeout {

@@ -11,6 +11,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 use super::in_flight::InFlight;
+use super::isolation::refused_with_its_batch;
 use super::options::DeliveryMode;
 use super::reports::Written;
 use super::round::RoundReport;
@@ -83,6 +84,10 @@ impl ProducerContext for DeliveryTracker {
             }
             Err((err, message)) => {
                 let pending = in_flight.into_pending(message);
+                if shared.mode == DeliveryMode::Plain && refused_with_its_batch(err) {
+                    shared.suspect(pending, self.failure(err));
+                    return;
+                }
                 let transient = shared.mode == DeliveryMode::Plain && is_transient(err);
                 let error = self.failure(err);
                 shared.retry_or_fail(pending, error, transient, shared.options.retry_backoff);

@@ -114,6 +114,7 @@ impl AsyncProducer {
         let mut state = self.shared.lock();
         state.fatal = Some(error.clone());
         let mut buffered: Vec<Box<Pending>> = state.retries.drain(..).map(|(_, p)| p).collect();
+        buffered.extend(state.suspects.drain(..).map(|(p, _)| p));
         buffered.extend(state.buffer.drain_chunk(usize::MAX));
         self.shared
             .in_flight

@@ -63,7 +63,11 @@ impl AsyncProducer {
             let mut state = shared.lock();
             // Records waiting to be sent again are older than the buffer's and go first, which
             // only the worker does (it takes them before the buffer).
-            if self.stopping() || state.fatal.is_some() || !state.retries.is_empty() {
+            if self.stopping()
+                || state.fatal.is_some()
+                || !state.retries.is_empty()
+                || !state.suspects.is_empty()
+            {
                 break;
             }
             let batch = shared.take_due(&mut state, HANDOFF_CHUNK);
@@ -85,6 +89,7 @@ impl AsyncProducer {
         let state = shared.lock();
         let due = state.deliver_requested
             || !state.retries.is_empty()
+            || !state.suspects.is_empty()
             || state.buffer.should_deliver(shared.now_ms());
         drop(state);
         if due {

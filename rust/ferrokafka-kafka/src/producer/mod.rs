@@ -49,7 +49,8 @@
 //! `pending` (a record in the engine's care) and `in_flight` (its delivery opaque), `state`
 //! (what the threads share), `produce` (the callers' side: queueing, tickets, flush), `worker`
 //! (the delivery worker), `handoff` (moving records to librdkafka), `delivery` (librdkafka's
-//! delivery reports), `round` (the open transaction's reports), `transactions` (a round as a
+//! delivery reports), `isolation` (a refused batch's records sent again in halves to find the
+//! refused ones), `round` (the open transaction's reports), `transactions` (a round as a
 //! transaction), `fatal` (a new instance, or everything handed back), `shutdown`, `reports`
 //! (events, acknowledgements and counters for the bindings), `waiters` (who waits for which
 //! tracked record: its own waiter or its batch's report, for the bindings to run). This file
@@ -63,6 +64,7 @@ mod delivery;
 mod fatal;
 mod handoff;
 mod in_flight;
+mod isolation;
 mod options;
 mod pending;
 mod produce;
@@ -196,6 +198,7 @@ impl AsyncProducer {
             state: Mutex::new(State {
                 buffer,
                 retries: VecDeque::new(),
+                suspects: Vec::new(),
                 deliver_requested: false,
                 closing: false,
                 worker_idle: false,

@@ -150,7 +150,7 @@ impl AsyncProducer {
             queue_size: state.buffer.len() as u64,
             queue_bytes: state.buffer.bytes() as u64,
             in_flight: self.shared.in_flight.load(Ordering::Acquire) as u64,
-            retry_queue_size: state.retries.len() as u64,
+            retry_queue_size: (state.retries.len() + state.suspects.len()) as u64,
             delivered: self.shared.delivered.load(Ordering::Relaxed),
             ..state.stats
         }

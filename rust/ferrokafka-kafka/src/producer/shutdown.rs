@@ -57,6 +57,7 @@ impl AsyncProducer {
         }
         let mut state = self.shared.lock();
         let mut undelivered: Vec<Box<Pending>> = state.retries.drain(..).map(|(_, p)| p).collect();
+        undelivered.extend(state.suspects.drain(..).map(|(p, _)| p));
         undelivered.extend(state.buffer.drain_chunk(usize::MAX));
         state.stats.failed += undelivered.len() as u64;
         state.stats.queue_size = 0;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::BatchBuffer;
 
+use super::isolation::Suspect;
 use super::options::{AsyncProducerOptions, DeliveryMode};
 use super::pending::Pending;
 use super::reports::{Acknowledgement, ProducerEvent, ProducerStats, Written};
@@ -25,6 +26,9 @@ pub(super) struct State {
     /// Records waiting to be sent again, oldest first; at shutdown also the records the worker
     /// took but could not hand over.
     pub(super) retries: VecDeque<(Instant, Box<Pending>)>,
+    /// Records the broker refused with their batch, perhaps for a neighbour's fault, for the
+    /// worker to send again in halves (plain mode, `isolation`).
+    pub(super) suspects: Vec<Suspect>,
     pub(super) deliver_requested: bool,
     pub(super) closing: bool,
     /// The worker is waiting on `work`; producers only notify then, which keeps a futex wake
@@ -102,10 +106,12 @@ impl Shared {
         batch
     }
 
-    /// True when nothing is buffered, waiting for a retry, or in flight.
+    /// True when nothing is buffered, waiting for a retry or to be sent again in halves, or in
+    /// flight.
     pub(super) fn settled(&self, state: &State) -> bool {
         state.buffer.is_empty()
             && state.retries.is_empty()
+            && state.suspects.is_empty()
             && self.in_flight.load(Ordering::Acquire) == 0
     }
 
@@ -178,6 +184,16 @@ impl Shared {
     pub(super) fn may_retry(&self, failures: u32) -> bool {
         let max = self.options.max_retries;
         !self.stopping.load(Ordering::Acquire) && (max < 0 || i64::from(failures) <= max)
+    }
+
+    /// Keeps a record the broker refused with its batch for the worker to send again in halves.
+    pub(super) fn suspect(&self, pending: Box<Pending>, error: KafkaIoError) {
+        let mut state = self.lock();
+        state.suspects.push((pending, error));
+        // Under the lock that `settled` is read under: never seen in neither place.
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        drop(state);
+        self.work.notify_one();
     }
 
     /// Queues a failed record to be sent again after `backoff`; `Failed` later if it never is.

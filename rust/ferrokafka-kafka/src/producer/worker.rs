@@ -1,31 +1,50 @@
 //! The delivery worker thread: it waits for a reason to deliver (threshold, interval, explicit
-//! request, shutdown, a due retry), takes the next chunk with the hand-off lock, and sends it
-//! (in a transaction of its own in transactional mode).
+//! request, shutdown, a due retry, records refused with their batch), takes the next chunk with
+//! the hand-off lock, and sends it (in a transaction of its own in transactional mode), or
+//! sends the refused batch's records again in halves (`isolation`).
 
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::isolation::Suspect;
 use super::options::DeliveryMode;
 use super::pending::Pending;
 use super::reports::ProducerEvent;
 use super::{AsyncProducer, HANDOFF_CHUNK, WORKER_TICK};
 use crate::locks::wait_timeout;
 
+/// What the worker does next.
+enum Work {
+    /// Send a chunk: due retries, then the buffer.
+    Chunk(Vec<Box<Pending>>),
+    /// Send the records of refused batches again in halves.
+    Isolate(Vec<Suspect>),
+}
+
 impl AsyncProducer {
     pub(super) fn run_worker(&self) {
         loop {
-            let Some((handoff, batch)) = self.next_batch() else {
+            let Some((handoff, work)) = self.next_work() else {
                 return;
             };
-            let count = batch.len();
-            if self.shared.mode == DeliveryMode::Transactional {
-                self.hand_off_transactions(batch);
-            } else {
-                self.hand_off(batch, true);
+            match work {
+                Work::Chunk(batch) => {
+                    let count = batch.len();
+                    if self.shared.mode == DeliveryMode::Transactional {
+                        self.hand_off_transactions(batch);
+                    } else {
+                        self.hand_off(batch, true);
+                    }
+                    drop(handoff);
+                    self.delivered_chunk(count);
+                }
+                Work::Isolate(suspects) => {
+                    self.isolate(suspects);
+                    drop(handoff);
+                    self.shared.progress.notify_all();
+                }
             }
-            drop(handoff);
-            self.delivered_chunk(count);
         }
     }
 
@@ -40,9 +59,9 @@ impl AsyncProducer {
         });
     }
 
-    /// Waits for a reason to deliver and takes the next chunk, with the hand-off lock that is
-    /// held until the chunk is sent; `None` when the worker should stop.
-    fn next_batch(&self) -> Option<(MutexGuard<'_, ()>, Vec<Box<Pending>>)> {
+    /// Waits for a reason to deliver and takes the next work, with the hand-off lock that is
+    /// held until it is done; `None` when the worker should stop.
+    fn next_work(&self) -> Option<(MutexGuard<'_, ()>, Work)> {
         let shared = &self.shared;
         let mut state = shared.lock();
         loop {
@@ -52,6 +71,11 @@ impl AsyncProducer {
             let now = Instant::now();
             // A caller handing a due chunk over itself holds the lock: wait for it to finish.
             if let Ok(handoff) = shared.handoff.try_lock() {
+                if !state.suspects.is_empty() {
+                    let suspects = std::mem::take(&mut state.suspects);
+                    shared.in_flight.fetch_add(suspects.len(), Ordering::AcqRel);
+                    return Some((handoff, Work::Isolate(suspects)));
+                }
                 let mut batch: Vec<Box<Pending>> = Vec::new();
                 // At most a chunk, due retries included: a transaction's records carry their
                 // position in 16 bits (InFlight::in_transaction).
@@ -68,10 +92,14 @@ impl AsyncProducer {
                     shared.in_flight.fetch_add(batch.len(), Ordering::AcqRel);
                     drop(state);
                     shared.progress.notify_all();
-                    return Some((handoff, batch));
+                    return Some((handoff, Work::Chunk(batch)));
                 }
             }
-            if state.closing && state.buffer.is_empty() && state.retries.is_empty() {
+            if state.closing
+                && state.buffer.is_empty()
+                && state.retries.is_empty()
+                && state.suspects.is_empty()
+            {
                 return None;
             }
             let next_retry = state

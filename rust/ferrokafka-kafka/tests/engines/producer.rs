@@ -248,3 +248,49 @@ fn without_a_broker_records_are_retried_then_handed_back_by_failure_or_shutdown(
     assert_accounted(&accounting, expected.len(), &expected);
     assert_eq!(accounting.stats.delivered, 0);
 }
+
+#[test]
+fn a_batch_refused_for_one_record_delivers_its_neighbours_and_hands_that_one_back() {
+    // A keyless record on a compacted topic fails its whole batch, every neighbour reported
+    // with its error; the neighbours are sent again in halves and delivered.
+    let mut topics = Topics::new();
+    let topic = topics.create("producer-isolated", 1, &[("cleanup.policy", "compact")]);
+    let harness = Harness::new(
+        settings(&[("linger.ms", "100")]),
+        AsyncProducerOptions {
+            max_queue_size: 100,
+            ..AsyncProducerOptions::default()
+        },
+    );
+    let sent = values("v", 30);
+    let mut items: VecDeque<Box<Pending>> = sent
+        .iter()
+        .enumerate()
+        .map(|(n, value)| {
+            Box::new(Pending {
+                record: OutgoingRecord {
+                    topic: topic.clone(),
+                    partition: Some(0),
+                    key: (n != 11).then(|| format!("k{value}").into_bytes()),
+                    value: Some(value.clone().into_bytes()),
+                    ..OutgoingRecord::default()
+                },
+                partition_key: None,
+                ticket: 0,
+                failures: 0,
+            })
+        })
+        .collect();
+    let (accepted, _, refusal) = harness.producer.try_produce(&mut items, false);
+    assert_eq!((accepted, refusal.is_none()), (sent.len(), true));
+    harness.settle();
+    let accounting = harness.shut_down();
+    assert_accounted(&accounting, sent.len(), &sent[11..12]);
+    let mut stored: Vec<String> = Observer::read(&topic)
+        .iter()
+        .map(|m| String::from_utf8(m.payload().unwrap_or_default().to_vec()).expect("UTF-8"))
+        .collect();
+    stored.sort();
+    let good: Vec<String> = sent.iter().filter(|v| **v != sent[11]).cloned().collect();
+    assert_eq!(stored, good, "records on {topic}");
+}
