@@ -272,6 +272,11 @@ class QueueConsumer:
                 auto_keepalive=auto_keepalive,
                 dead_letter_topic=dead_letter_topic,
             )
+        # The README's loop acks one message at a time: on the markers backend `ack` has no
+        # Python work to do, so the binding's own method (same argument, same errors) stands in
+        # for it, as `AsyncProducer.produce` does. Not over a subclass's own `ack`.
+        if self._raw is not None and type(self).ack is QueueConsumer.ack:
+            self.ack = self._raw.ack  # type: ignore[method-assign]
         self._max_batch_size = max_batch_size
         self._buffer: deque[QueueMessage] = deque()
         # A close waits for the fetches under way (another thread's loop), so that what they
