@@ -464,19 +464,12 @@ class QueueConsumer:
             self._closing = True
         # Fetches under way (another thread's loop) end within a slice; what they bring joins
         # the buffer, which is taken once they did.
-        if self._share is not None:
-            self._share.stop_handing_out()
-        else:
-            self._markers().stop_handing_out()
+        _stop_handing_out(self._raw, self._share)
         with self._gate:
             self._gate.wait_for(lambda: self._fetching == 0, _FETCHES_END_WITHIN)
             kept = list(self._buffer)
             self._buffer.clear()
-        if self._share is not None:
-            self._share.close(timeout, cast("list[ShareMessage]", kept))
-        else:
-            # This backend's buffer holds only the native messages its fetch made.
-            self._markers().close(timeout, cast("list[Message]", kept))
+        _close_backend(self._raw, self._share, timeout, kept)
 
     def __enter__(self) -> QueueConsumer:
         return self
@@ -519,16 +512,35 @@ def _close_dropped(
 
     def close() -> None:
         try:
-            if share is not None:
-                share.stop_handing_out()
-                share.close(_EXIT_MARKERS_SECONDS, cast("list[ShareMessage]", kept))
-            elif raw is not None:
-                raw.stop_handing_out()
-                raw.close(_EXIT_MARKERS_SECONDS, cast("list[Message]", kept))
+            _stop_handing_out(raw, share)
+            _close_backend(raw, share, _EXIT_MARKERS_SECONDS, kept)
         except Exception:
             log.warning("QueueConsumer collected without close(): its close failed", exc_info=True)
 
     _exit.finish_collected(close, "ferrokafka-queue-close")
+
+
+def _stop_handing_out(raw: _RawQueueConsumer | None, share: ShareQueue | None) -> None:
+    """Tells the consumer's backend that nothing more is handed out: a close began."""
+    if share is not None:
+        share.stop_handing_out()
+    elif raw is not None:
+        raw.stop_handing_out()
+
+
+def _close_backend(
+    raw: _RawQueueConsumer | None,
+    share: ShareQueue | None,
+    timeout: float,
+    kept: list[QueueMessage],
+) -> None:
+    """Closes the consumer's backend within ``timeout``, putting back ``kept``: what it
+    fetched and never handed out."""
+    if share is not None:
+        share.close(timeout, cast("list[ShareMessage]", kept))
+    elif raw is not None:
+        # This backend's buffer holds only the native messages its fetch made.
+        raw.close(timeout, cast("list[Message]", kept))
 
 
 def _share_queue(
