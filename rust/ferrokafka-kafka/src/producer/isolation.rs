@@ -68,15 +68,15 @@ impl AsyncProducer {
             }
             group.extend(self.take_suspects());
             let second = group.split_off(group.len() / 2);
-            for half in [group, second] {
-                if half.is_empty() {
-                    continue;
-                }
+            let mut halves = [group, second].into_iter().filter(|half| !half.is_empty());
+            while let Some(half) = halves.next() {
                 let alone = half.len() == 1;
                 self.shared.lock().stats.retried += half.len() as u64;
                 self.hand_off(half.into_iter().map(|(pending, _)| pending).collect(), true);
                 if !self.wait_for_reports() {
-                    return self.leave_suspects(groups.into_iter().flatten());
+                    // The half not sent yet goes back with the groups still to split.
+                    return self
+                        .leave_suspects(halves.flatten().chain(groups.into_iter().flatten()));
                 }
                 let refused = self.take_suspects();
                 if alone {
