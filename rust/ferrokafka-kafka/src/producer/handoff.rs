@@ -215,11 +215,7 @@ impl AsyncProducer {
         for pending in records.into_iter().rev() {
             state.retries.push_front((now, pending));
         }
-        // They leave `in_flight` under the lock that `stats` reads `retries` under, so a
-        // snapshot never counts them twice; flushers check and wait under it too.
-        if count > 0 && self.shared.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
-            self.shared.progress.notify_all();
-        }
+        self.shared.put_back_from_flight(&state, count);
     }
 
     /// Chooses the partition of a record that has a `partition_key` (by default as WaterDrop).

@@ -21,10 +21,9 @@
 //!
 //! Not for idempotent or transactional producers: sending the good neighbours again would put
 //! them behind newer records of their partition, which those modes promise not to do, so they
-//! hand the refused batch back as before (README, "Known limit").
+//! hand the refused batch back as before (README, "What holds when the broker goes away").
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -66,7 +65,7 @@ impl AsyncProducer {
             if !self.wait_for_reports() {
                 return self.leave_suspects(groups.into_iter().flatten().chain(group));
             }
-            group.extend(self.take_suspects());
+            group.extend(self.shared.take_suspects(&mut self.shared.lock()));
             let second = group.split_off(group.len() / 2);
             let mut halves = [group, second].into_iter().filter(|half| !half.is_empty());
             while let Some(half) = halves.next() {
@@ -78,7 +77,7 @@ impl AsyncProducer {
                     return self
                         .leave_suspects(halves.flatten().chain(groups.into_iter().flatten()));
                 }
-                let refused = self.take_suspects();
+                let refused = self.shared.take_suspects(&mut self.shared.lock());
                 if alone {
                     let refused = refused.into_iter();
                     self.shared
@@ -102,24 +101,12 @@ impl AsyncProducer {
         true
     }
 
-    /// The suspects the delivery callback kept since the last call, counted in flight again.
-    fn take_suspects(&self) -> Vec<Suspect> {
-        let mut state = self.shared.lock();
-        let suspects = std::mem::take(&mut state.suspects);
-        self.shared
-            .in_flight
-            .fetch_add(suspects.len(), Ordering::AcqRel);
-        suspects
-    }
-
     /// Puts suspects not sent again back for the shutdown, which hands them back.
     fn leave_suspects(&self, suspects: impl IntoIterator<Item = Suspect>) {
         let mut state = self.shared.lock();
         let before = state.suspects.len();
         state.suspects.extend(suspects);
         let count = state.suspects.len() - before;
-        if count > 0 && self.shared.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
-            self.shared.progress.notify_all();
-        }
+        self.shared.put_back_from_flight(&state, count);
     }
 }

@@ -196,6 +196,22 @@ impl Shared {
         self.work.notify_one();
     }
 
+    /// The suspects kept since the last call, counted in flight again: the worker's now.
+    pub(super) fn take_suspects(&self, state: &mut State) -> Vec<Suspect> {
+        let suspects = std::mem::take(&mut state.suspects);
+        self.in_flight.fetch_add(suspects.len(), Ordering::AcqRel);
+        suspects
+    }
+
+    /// `count` records counted in flight were put back into `State` (its lock held, so that
+    /// `stats` and `settled` never count them twice or not at all): wakes flushers once none
+    /// is left in flight.
+    pub(super) fn put_back_from_flight(&self, _state: &State, count: usize) {
+        if count > 0 && self.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
+            self.progress.notify_all();
+        }
+    }
+
     /// Queues a failed record to be sent again after `backoff`; `Failed` later if it never is.
     fn schedule_retry(&self, pending: Box<Pending>, error: KafkaIoError, backoff: Duration) {
         let topic = pending.record.topic.clone();

@@ -72,8 +72,7 @@ impl AsyncProducer {
             // A caller handing a due chunk over itself holds the lock: wait for it to finish.
             if let Ok(handoff) = shared.handoff.try_lock() {
                 if !state.suspects.is_empty() {
-                    let suspects = std::mem::take(&mut state.suspects);
-                    shared.in_flight.fetch_add(suspects.len(), Ordering::AcqRel);
+                    let suspects = shared.take_suspects(&mut state);
                     return Some((handoff, Work::Isolate(suspects)));
                 }
                 let mut batch: Vec<Box<Pending>> = Vec::new();

@@ -40,26 +40,23 @@ impl Harness {
     /// Queues `values` for `topic` (key `k<value>`, ticket `first + i` when given); the queue
     /// is sized by the test to take them all.
     fn produce(&self, topic: &str, values: &[String], first: Option<Ticket>) {
-        let mut items: VecDeque<Box<Pending>> = values
-            .iter()
-            .enumerate()
-            .map(|(i, value)| {
-                Box::new(Pending {
-                    record: OutgoingRecord {
-                        topic: topic.to_owned(),
-                        key: Some(format!("k{value}").into_bytes()),
-                        value: Some(value.clone().into_bytes()),
-                        ..OutgoingRecord::default()
-                    },
-                    partition_key: None,
-                    ticket: first.map_or(0, |first| first + i as Ticket),
-                    failures: 0,
+        self.produce_records(
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, value)| {
+                    record(topic, value, first.map_or(0, |first| first + i as Ticket))
                 })
-            })
-            .collect();
-        let (accepted, _, refusal) = self.producer.try_produce(&mut items, false);
+                .collect(),
+        );
+    }
+
+    /// Queues `records`; the queue is sized by the test to take them all.
+    fn produce_records(&self, mut records: VecDeque<Box<Pending>>) {
+        let count = records.len();
+        let (accepted, _, refusal) = self.producer.try_produce(&mut records, false);
         assert!(refusal.is_none(), "a record was refused: {refusal:?}");
-        assert_eq!(accepted, values.len());
+        assert_eq!(accepted, count);
     }
 
     /// Delivers everything and waits until every record is settled (delivered or handed back).
@@ -102,6 +99,21 @@ impl Harness {
             handed_back,
         }
     }
+}
+
+/// A record of `value` for `topic`, keyed `k<value>`, with `ticket`.
+fn record(topic: &str, value: &str, ticket: Ticket) -> Box<Pending> {
+    Box::new(Pending {
+        record: OutgoingRecord {
+            topic: topic.to_owned(),
+            key: Some(format!("k{value}").into_bytes()),
+            value: Some(value.as_bytes().to_vec()),
+            ..OutgoingRecord::default()
+        },
+        partition_key: None,
+        ticket,
+        failures: 0,
+    })
 }
 
 fn value_of(pending: &Pending) -> String {
@@ -263,26 +275,12 @@ fn a_batch_refused_for_one_record_delivers_its_neighbours_and_hands_that_one_bac
         },
     );
     let sent = values("v", 30);
-    let mut items: VecDeque<Box<Pending>> = sent
-        .iter()
-        .enumerate()
-        .map(|(n, value)| {
-            Box::new(Pending {
-                record: OutgoingRecord {
-                    topic: topic.clone(),
-                    partition: Some(0),
-                    key: (n != 11).then(|| format!("k{value}").into_bytes()),
-                    value: Some(value.clone().into_bytes()),
-                    ..OutgoingRecord::default()
-                },
-                partition_key: None,
-                ticket: 0,
-                failures: 0,
-            })
-        })
-        .collect();
-    let (accepted, _, refusal) = harness.producer.try_produce(&mut items, false);
-    assert_eq!((accepted, refusal.is_none()), (sent.len(), true));
+    let mut records: VecDeque<Box<Pending>> = sent.iter().map(|v| record(&topic, v, 0)).collect();
+    for pending in &mut records {
+        pending.record.partition = Some(0);
+    }
+    records[11].record.key = None;
+    harness.produce_records(records);
     harness.settle();
     let accounting = harness.shut_down();
     assert_accounted(&accounting, sent.len(), &sent[11..12]);
