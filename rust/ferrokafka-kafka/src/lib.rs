@@ -28,6 +28,7 @@ mod report_sample;
 pub mod scheduling;
 pub mod statistics;
 mod topic_roles;
+pub mod transaction_outcome;
 mod transaction_step;
 mod undecodable;
 
@@ -53,6 +54,7 @@ pub use redelivery::{
 };
 pub use scheduling::{PartitionStatus, Scheduler, SchedulerOptions};
 pub use statistics::{BrokerOffsets, GroupStatistics};
+pub use transaction_outcome::{TransactionOutcome, Witness, transaction_outcome};
 
 /// The version of the librdkafka linked into this build, e.g. `"2.12.1"`.
 pub fn librdkafka_version() -> String {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 use super::in_flight::InFlight;
@@ -19,6 +20,7 @@ use super::state::Shared;
 use crate::connection_failure::watch_connection;
 use crate::error::KafkaIoError;
 use crate::oauth::answer_token_refresh;
+use crate::transaction_outcome::Witness;
 
 /// librdkafka's delivery callback context: settles records and schedules retries.
 pub(super) struct DeliveryTracker {
@@ -67,10 +69,18 @@ impl ProducerContext for DeliveryTracker {
                 // did nothing wrong and goes again with the round, unless the producer stops.
                 Err((err, _)) => Err((self.failure(err), is_transient(err) || is_purged(err))),
             };
-            shared
-                .lock_round()
-                .reports
-                .push(RoundReport { pending, outcome });
+            let mut round = shared.lock_round();
+            if round.witness.is_none()
+                && let Ok(message) = result
+            {
+                round.witness = Some(Witness {
+                    topic: message.topic().to_owned(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                });
+            }
+            round.reports.push(RoundReport { pending, outcome });
+            drop(round);
             shared.round_reported.notify_all();
             return;
         }

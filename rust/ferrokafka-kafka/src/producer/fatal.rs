@@ -56,7 +56,8 @@ fn fatal_error(operation: &str, err: KafkaError) -> KafkaIoError {
 
 impl AsyncProducer {
     /// Ends a transaction whose `operation` failed fatally: purges what librdkafka still holds
-    /// and takes back the reports of the `handed` records, then those never handed over.
+    /// and takes back the reports of the `handed` records, then those never handed over, and
+    /// where the first record reported written landed (a commit may have been taken).
     pub(super) fn end_fatally(
         &self,
         producer: &PolledProducer<DeliveryTracker>,
@@ -67,16 +68,17 @@ impl AsyncProducer {
         operation: &str,
     ) -> RoundEnd {
         producer.purge(PurgeConfig::default().queue().inflight());
-        let mut reports = if handed > 0 {
-            self.take_round(handed)
+        let (mut reports, witness) = if handed > 0 {
+            self.take_round_and_witness(handed)
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         reports.extend(unsent.into_iter().map(RoundReport::not_sent));
         RoundEnd::Fatal {
             reports,
             renewable: may_renew(&err, started.elapsed(), self.transaction_timeout),
             error: fatal_error(operation, err),
+            witness,
         }
     }
 

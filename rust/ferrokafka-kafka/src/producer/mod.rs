@@ -121,6 +121,9 @@ const TRANSACTION_BACKOFF: Duration = Duration::from_millis(200);
 const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 /// How long the end of a shutdown waits for librdkafka to report the records it purged.
 const PURGE_WAIT: Duration = Duration::from_secs(5);
+/// Longest the worker reads for the outcome of a given-up instance's transaction
+/// (`transaction_outcome`), the broker having just answered the new instance.
+const OUTCOME_READ: Duration = Duration::from_secs(10);
 
 /// The background batching producer; see the module docs.
 pub struct AsyncProducer {
@@ -136,6 +139,9 @@ pub struct AsyncProducer {
     producer: RwLock<Arc<PolledProducer<DeliveryTracker>>>,
     /// What a replacing instance is created from.
     client_config: ClientConfig,
+    /// The settings it was created with: a given-up instance's transaction is read back with a
+    /// reader made of them.
+    settings: ClientSettings,
     /// librdkafka's `transaction.timeout.ms`: the coordinator aborts a transaction open longer.
     transaction_timeout: Duration,
     events: Mutex<Option<Receiver<ProducerEvent>>>,
@@ -244,6 +250,7 @@ impl AsyncProducer {
                     .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
             ),
             client_config,
+            settings,
             events: Mutex::new(Some(receiver)),
             worker: Mutex::new(None),
             partitions,

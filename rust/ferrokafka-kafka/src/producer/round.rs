@@ -4,13 +4,16 @@
 use super::pending::Pending;
 use super::reports::Written;
 use crate::error::KafkaIoError;
+use crate::transaction_outcome::Witness;
 
-/// The open transaction: its records' reports as librdkafka gives them, and the failed sends
-/// of its records by position (their in-flight words carry the position instead).
+/// The open transaction: its records' reports as librdkafka gives them, the failed sends of
+/// its records by position (their in-flight words carry the position instead), and where the
+/// first record reported written landed (what a commit left unanswered is checked by).
 #[derive(Default)]
 pub(super) struct OpenRound {
     pub(super) reports: Vec<RoundReport>,
     pub(super) failures: Vec<u32>,
+    pub(super) witness: Option<Witness>,
 }
 
 /// A record's report within the open transaction.

@@ -16,10 +16,13 @@ use super::in_flight::InFlight;
 use super::pending::Pending;
 use super::reports::ProducerEvent;
 use super::round::{OpenRound, RoundReport, round_records};
-use super::{AsyncProducer, PURGE_WAIT, TRANSACTION_BACKOFF, TRANSACTION_STEP, WORKER_TICK};
+use super::{
+    AsyncProducer, OUTCOME_READ, PURGE_WAIT, TRANSACTION_BACKOFF, TRANSACTION_STEP, WORKER_TICK,
+};
 use crate::error::KafkaIoError;
 use crate::locks::wait_timeout;
 use crate::polled_producer::PolledProducer;
+use crate::transaction_outcome::{TransactionOutcome, Witness, transaction_outcome};
 use crate::transaction_step::{TransactionStep, transaction_step};
 
 /// How a transaction of the worker ended.
@@ -28,13 +31,15 @@ pub(super) enum RoundEnd {
     Committed(Vec<RoundReport>),
     /// Aborted: its records are to be sent again (or handed back).
     Aborted(Vec<RoundReport>, KafkaIoError),
-    /// The librdkafka instance failed fatally (its open transaction is lost, so never
-    /// committed). When the `transactional.id` is still ours (`renewable`), a new instance
-    /// sends the records again; otherwise they are handed back.
+    /// The librdkafka instance failed fatally, or was given up. When the `transactional.id`
+    /// is still ours (`renewable`), a new instance takes over: the transaction is read back
+    /// through its `witness` (a commit may have reached the coordinator unanswered), and
+    /// unless it committed the records are sent again; otherwise they are handed back.
     Fatal {
         reports: Vec<RoundReport>,
         error: KafkaIoError,
         renewable: bool,
+        witness: Option<Witness>,
     },
     /// Shutdown's grace period ended first: its records are handed back.
     Stopped(Vec<Box<Pending>>),
@@ -62,8 +67,13 @@ impl AsyncProducer {
                     reports,
                     error,
                     renewable: true,
+                    witness,
                 } => match self.renew_producer() {
                     Ok(()) => {
+                        if witness.is_some_and(|w| self.committed_after_all(&w, reports.len())) {
+                            self.settle_committed(reports);
+                            return;
+                        }
                         log::warn!(
                             "the transactional producer failed ({error}); a new instance sends \
                              its {} record(s) again",
@@ -136,6 +146,7 @@ impl AsyncProducer {
         *self.shared.lock_round() = OpenRound {
             reports: Vec::with_capacity(batch.len()),
             failures: batch.iter().map(|p| p.failures).collect(),
+            witness: None,
         };
         let mut records = batch.into_iter();
         let mut handed = 0;
@@ -259,18 +270,51 @@ impl AsyncProducer {
     ) -> RoundEnd {
         log::warn!(
             "{operation} still unanswered {:.0} s after the transaction began (longer than \
-             transaction.timeout.ms, {:.0} s): a new producer instance takes over and sends its \
-             records again (should the coordinator have taken a commit it never answered, \
-             they are committed twice); the last answer: {err}",
+             transaction.timeout.ms, {:.0} s): a new producer instance takes over, reads \
+             whether the coordinator took the transaction all the same, and sends its records \
+             again if it did not; the last answer: {err}",
             started.elapsed().as_secs_f64(),
             self.transaction_timeout.as_secs_f64()
         );
         self.end_fatally(producer, started, handed, unsent, err, operation)
     }
 
+    /// Whether the transaction of a given-up instance, which wrote `witness` among its `count`
+    /// records, committed after all (read once the new instance is in place; see
+    /// `transaction_outcome`). Not when it is not known: its records then go again.
+    fn committed_after_all(&self, witness: &Witness, count: usize) -> bool {
+        let stopping = || self.stopping();
+        match transaction_outcome(&self.settings, witness, OUTCOME_READ, &stopping) {
+            TransactionOutcome::Committed => {
+                log::warn!(
+                    "the transaction of the producer instance given up had been committed: its \
+                     {count} record(s) are delivered"
+                );
+                true
+            }
+            TransactionOutcome::Aborted => false,
+            TransactionOutcome::Unknown(why) => {
+                log::warn!(
+                    "whether the transaction of the producer instance given up was committed \
+                     is not known ({why}): its {count} record(s) go again and may be committed \
+                     twice"
+                );
+                false
+            }
+        }
+    }
+
     /// Waits (at most `PURGE_WAIT`) for the reports of the `handed` records of the open
     /// transaction; returns them in the order the records were sent, with their failed sends.
     pub(super) fn take_round(&self, handed: usize) -> Vec<RoundReport> {
+        self.take_round_and_witness(handed).0
+    }
+
+    /// [`take_round`](Self::take_round), and where its first record reported written landed.
+    pub(super) fn take_round_and_witness(
+        &self,
+        handed: usize,
+    ) -> (Vec<RoundReport>, Option<Witness>) {
         let deadline = Instant::now() + PURGE_WAIT;
         let mut round = self.shared.lock_round();
         while round.reports.len() < handed && Instant::now() < deadline {
@@ -285,6 +329,7 @@ impl AsyncProducer {
         let OpenRound {
             mut reports,
             failures,
+            witness,
         } = std::mem::take(&mut *round);
         drop(round);
         // The failed-sends field carries each record's position (InFlight::in_transaction); a
@@ -294,7 +339,7 @@ impl AsyncProducer {
             let position = report.pending.failures as usize;
             report.pending.failures = failures.get(position).copied().unwrap_or(0);
         }
-        reports
+        (reports, witness)
     }
 
     /// Publishes a committed transaction's records as delivered.

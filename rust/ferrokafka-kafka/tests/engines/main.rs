@@ -16,3 +16,4 @@ mod polled_producer;
 mod producer;
 mod queue_consumer;
 mod scheduler;
+mod transaction_outcome;

@@ -1,0 +1,127 @@
+//! What became of a transaction whose commit went unanswered.
+//!
+//! After an outage, librdkafka can keep a commit "timed out, call again" for good, or fail its
+//! instance fatally, while the coordinator did take the commit (the request left before the
+//! broker stopped answering). The producer then gives up that instance; whether the records
+//! were committed cannot be asked of Kafka, but it can be read: once a new instance with the
+//! same `transactional.id` is in place (its `InitProducerId` returns only after the coordinator
+//! finished whatever the old epoch left: the commit completed, or the transaction aborted and
+//! its markers written), a `read_committed` reader started at one record the transaction wrote
+//! (its [`Witness`]) is given that very record if the transaction committed, and a later one or
+//! the partition's end (the last stable offset, past the record) if it aborted. A transaction
+//! commits or aborts in every partition at once, so one record tells for all of them.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::client::EndIsExpected;
+use crate::config::ClientSettings;
+use crate::oauth;
+
+/// Longest one poll of the outcome reader waits, so a shutdown is noticed.
+const POLL_SLICE: Duration = Duration::from_millis(100);
+
+/// A record a transaction wrote, as its delivery report placed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Witness {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// What a `read_committed` reader found of a transaction, through its [`Witness`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransactionOutcome {
+    /// The witness was read: the transaction committed.
+    Committed,
+    /// The reader went past the witness without it: the transaction aborted.
+    Aborted,
+    /// Not learnt (why): the transaction is still open, or the broker did not answer in time.
+    Unknown(String),
+}
+
+/// Reads what became of the transaction that wrote `witness`, within `timeout` (or until
+/// `stopping` says so). `settings` are the producer's: a reader that joins no group is made of
+/// them.
+pub fn transaction_outcome(
+    settings: &ClientSettings,
+    witness: &Witness,
+    timeout: Duration,
+    stopping: &dyn Fn() -> bool,
+) -> TransactionOutcome {
+    let mut reader_settings = settings.for_plain_consumer();
+    // librdkafka wants a group for a consumer; this one only assigns, so it never joins it.
+    reader_settings.set("group.id", "ferrokafka-transaction-outcome");
+    reader_settings.remove("group.instance.id");
+    reader_settings.set("isolation.level", "read_committed");
+    reader_settings.set("enable.partition.eof", "true");
+    reader_settings.set("enable.auto.commit", "false");
+    let reader: BaseConsumer<EndIsExpected> = match oauth::create(
+        &reader_settings.to_client_config(),
+        EndIsExpected {
+            watch: None,
+            tokens: reader_settings.token_refresh(),
+        },
+    ) {
+        Ok(reader) => reader,
+        Err(e) => return TransactionOutcome::Unknown(format!("cannot create a reader: {e}")),
+    };
+    let mut assignment = TopicPartitionList::new();
+    if let Err(e) = assignment
+        .add_partition_offset(
+            &witness.topic,
+            witness.partition,
+            Offset::Offset(witness.offset),
+        )
+        .and_then(|()| reader.assign(&assignment))
+    {
+        return TransactionOutcome::Unknown(format!("cannot read the partition: {e}"));
+    }
+    let deadline = Instant::now() + timeout;
+    let mut last_error = None;
+    while Instant::now() < deadline && !stopping() {
+        match reader.poll(POLL_SLICE) {
+            Some(Ok(message)) if message.offset() == witness.offset => {
+                return TransactionOutcome::Committed;
+            }
+            Some(Ok(message)) if message.offset() > witness.offset => {
+                return TransactionOutcome::Aborted;
+            }
+            Some(Ok(_)) => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                // The end of a read_committed reader is the last stable offset: past the
+                // witness (the reader skipped it), the transaction ended without it; at the
+                // witness (nothing skipped, so no position), it is still open.
+                return match end_offset(&reader, witness) {
+                    Some(end) if end > witness.offset => TransactionOutcome::Aborted,
+                    _ => TransactionOutcome::Unknown(
+                        "the transaction is still open: the last stable offset is at its record"
+                            .to_owned(),
+                    ),
+                };
+            }
+            Some(Err(e)) => last_error = Some(e.to_string()),
+            None => {}
+        }
+    }
+    TransactionOutcome::Unknown(match last_error {
+        Some(error) => format!("not read within {timeout:?}: {error}"),
+        None => format!("not read within {timeout:?}"),
+    })
+}
+
+/// The reader's position in the witness's partition: where a partition end left it.
+fn end_offset(reader: &BaseConsumer<EndIsExpected>, witness: &Witness) -> Option<i64> {
+    let positions = reader.position().ok()?;
+    match positions
+        .find_partition(&witness.topic, witness.partition)?
+        .offset()
+    {
+        Offset::Offset(end) => Some(end),
+        _ => None,
+    }
+}
