@@ -23,7 +23,14 @@ use crate::message::PyMessage;
 /// `pyarrow.RecordBatch._import_from_c_capsule`, looked up once.
 static IMPORT_RECORD_BATCH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// The records of one partition handed to a handler, in offset order; a sequence of `Message`.
+/// The records of one partition handed to a consumer handler, in offset order, kept in Rust
+/// memory: a sequence of :class:`Message` (each created when accessed), with columnar
+/// accessors that make no ``Message`` at all.
+///
+/// Example:
+///     >>> def handle(batch: Batch) -> None:
+///     ...     total = sum(len(v or b"") for v in batch.values())
+///     ...     table = batch.to_arrow()  # pyarrow.RecordBatch
 #[pyclass(name = "Batch", module = "ferrokafka._native", frozen, sequence)]
 #[derive(Debug)]
 pub struct PyBatch {
@@ -96,7 +103,7 @@ impl PyBatch {
         !self.records.is_empty()
     }
 
-    /// The values, in order (`None` for a tombstone).
+    /// The values, in order (``None`` for a tombstone).
     fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         self.column(py, |r| bytes(py, r.value.as_ref()))
     }
@@ -111,12 +118,15 @@ impl PyBatch {
         self.column(py, |r| r.offset)
     }
 
-    /// The timestamps in ms since the epoch (0 when a record has none).
+    /// The timestamps in milliseconds since the epoch (0 when a record has none).
     fn timestamps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         self.column(py, |r| r.timestamp_ms)
     }
 
-    /// The batch as one `pyarrow.RecordBatch`.
+    /// A ``pyarrow.RecordBatch`` with columns ``key``, ``value`` (binary), ``topic``,
+    /// ``partition`` (int32), ``offset`` (int64), ``timestamp`` (timestamp[ms], null when a
+    /// record has none) and ``headers`` (list<struct<key: string, value: binary>>), built in
+    /// Rust with the GIL released, without a Python object per record. Needs pyarrow.
     fn to_arrow(&self, py: Python<'_>) -> NativeResult<Py<PyAny>> {
         let records = Arc::clone(&self.records);
         // Building the columns scales with the batch: done detached.

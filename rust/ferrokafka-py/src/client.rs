@@ -23,7 +23,7 @@ use crate::flat_record::frozen_record;
 use crate::message::PyMessage;
 
 frozen_record! {
-    /// A broker of the cluster.
+    /// One broker of the cluster.
     #[derive(Debug)]
     "BrokerMetadata" PyBrokerMetadata {
         id: i32,
@@ -33,7 +33,7 @@ frozen_record! {
 }
 
 frozen_record! {
-    /// A partition of a topic.
+    /// One partition: its leader, replicas and in-sync replicas (broker ids).
     #[derive(Debug)]
     "PartitionMetadata" PyPartitionMetadata {
         id: i32,
@@ -44,7 +44,7 @@ frozen_record! {
 }
 
 frozen_record! {
-    /// A topic and its partitions.
+    /// One topic and its partitions, ordered by partition id.
     #[derive(Debug)]
     "TopicMetadata" PyTopicMetadata {
         name: String,
@@ -54,10 +54,19 @@ frozen_record! {
 
 frozen_record! {
     /// What one metadata request returned.
+    ///
+    /// Example:
+    ///     >>> client.create_topics([NewTopic("orders", 3)])
+    ///     ['orders']
+    ///     >>> md = client.list_topics(timeout=5.0)
+    ///     >>> len(md.topics["orders"].partitions)
+    ///     3
     #[derive(Debug)]
     "ClusterMetadata" PyClusterMetadata {
+        /// Id of the broker that answered.
         orig_broker_id: i32,
         brokers: Vec<Py<PyBrokerMetadata>>,
+        /// Topics by name.
         topics: BTreeMap<String, Py<PyTopicMetadata>>,
     }
 }
@@ -162,7 +171,11 @@ pub fn check_topic_name(name: &str, what: &str) -> PyResult<()> {
 }
 
 frozen_record! {
-    /// A topic to create with `Client.create_topics`.
+    /// A topic for :meth:`Client.create_topics`; -1 means the broker's default.
+    ///
+    /// Example:
+    ///     >>> NewTopic("orders", num_partitions=3, config={"cleanup.policy": "compact"})
+    ///     NewTopic(name="orders", num_partitions=3, replication_factor=-1)
     #[derive(Debug)]
     "NewTopic" PyNewTopic {
         name: String,
@@ -215,7 +228,24 @@ impl PyNewTopic {
     }
 }
 
-/// A Kafka client for administration and simple synchronous I/O.
+/// A Kafka client (librdkafka, in Rust) for administration and simple synchronous I/O.
+///
+/// ``config`` is a librdkafka configuration dict, the same one confluent-kafka takes. Unknown
+/// keys raise :class:`ferrokafka.ConfigError` naming the key. Every method releases the GIL while
+/// it waits and can be interrupted with Ctrl-C. A client cannot be used in a forked child.
+/// ``partition_key_hashing`` says how :meth:`produce` hashes a ``partition_key``:
+/// ``"waterdrop"`` (default) as WaterDrop does, over as many leading UTF-8 bytes as the key has
+/// characters, so Ruby and Python producers agree on non-ASCII keys; ``"bytes"`` over every
+/// byte. Anything else raises ``ValueError``.
+///
+/// Example:
+///     >>> client = Client({"bootstrap.servers": "127.0.0.1:9092"})
+///     >>> client.create_topics([NewTopic("orders", 3)], exist_ok=True)
+///     ['orders']
+///     >>> client.produce("orders", b"paid", key="order-1").offset()
+///     0
+///     >>> [m.value() for m in client.read_topic("orders")]
+///     [b'paid']
 #[pyclass(name = "Client", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyClient {
@@ -237,6 +267,10 @@ impl PyClient {
         })
     }
 
+    /// Fetch cluster metadata, for one topic or all.
+    ///
+    /// Raises :class:`ferrokafka.KafkaTimeoutError` (also a ``TimeoutError``) when no broker
+    /// answers within ``timeout`` seconds.
     #[pyo3(signature = (topic=None, timeout=TimeoutArg(10.0)))]
     #[pyo3(text_signature = "($self, topic=None, timeout=10.0)")]
     fn list_topics(
@@ -252,6 +286,12 @@ impl PyClient {
         Ok(cluster_to_py(py, cluster)?)
     }
 
+    /// Create topics and return the names created (none for an empty list).
+    ///
+    /// A failure raises :class:`ferrokafka.KafkaError` with the topic and the code name (for
+    /// example ``TOPIC_ALREADY_EXISTS``); with ``exist_ok=True`` existing topics are skipped. A
+    /// name Kafka would refuse (see :func:`check_topic_name`) raises ``ValueError`` before
+    /// anything is sent.
     #[pyo3(signature = (topics, timeout=TimeoutArg(30.0), exist_ok=false))]
     #[pyo3(text_signature = "($self, topics, timeout=30.0, exist_ok=False)")]
     fn create_topics(
@@ -295,6 +335,8 @@ impl PyClient {
         })??)
     }
 
+    /// Delete topics (nothing for an empty list); an unknown topic raises
+    /// :class:`ferrokafka.KafkaError`, a name Kafka would refuse ``ValueError``.
     #[pyo3(signature = (topics, timeout=TimeoutArg(30.0)))]
     #[pyo3(text_signature = "($self, topics, timeout=30.0)")]
     fn delete_topics(
@@ -312,6 +354,16 @@ impl PyClient {
         })??)
     }
 
+    /// Produce one record and wait for the broker's acknowledgement.
+    ///
+    /// ``str`` keys, values and header values are encoded as UTF-8; ``timestamp`` is in
+    /// milliseconds since the epoch. Without ``partition``, ``partition_key`` chooses the
+    /// partition as :class:`AsyncProducer` and WaterDrop do without being the record key: CRC32
+    /// of as many leading UTF-8 bytes as the key has characters (WaterDrop's rule), or of every
+    /// byte with ``Client(..., partition_key_hashing="bytes")``, modulo the partition count. An
+    /// empty ``partition_key``, a topic Kafka would refuse (see :func:`check_topic_name`) and
+    /// a header name with a NUL byte raise ``ValueError``. Returns the delivered record with
+    /// its partition and offset.
     #[pyo3(signature = (topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=TimeoutArg(10.0), partition_key=None))]
     #[pyo3(
         text_signature = "($self, topic, value=None, key=None, partition=None, headers=None, timestamp=None, timeout=10.0, partition_key=None)"
@@ -340,6 +392,9 @@ impl PyClient {
         Ok(delivered.into())
     }
 
+    /// Read every partition from its start to its current end, by (partition, offset): at
+    /// most ``max_messages``, the first ones in that order whichever partitions answer first
+    /// (logged at INFO when the topic holds more).
     #[pyo3(signature = (topic, max_messages=CountArg(100_000), timeout=TimeoutArg(10.0)))]
     #[pyo3(text_signature = "($self, topic, max_messages=100000, timeout=10.0)")]
     fn read_topic(

@@ -121,7 +121,26 @@ impl State {
     }
 }
 
-/// A priority queue of Python objects keyed by `int`/`str` id and ordered by float deadline.
+/// A priority queue of items keyed by id and ordered by deadline, in Rust.
+///
+/// Ids are ``int`` (64-bit signed) or ``str``; pushing an id that is queued replaces its
+/// deadline and item, as a ``dict`` assignment would. Deadlines are floats in any unit you pick
+/// (``time.time()`` or ``time.monotonic()`` seconds are typical); an entry is due when its
+/// deadline is ``<= now``. Entries with equal deadlines leave in push order unless a
+/// ``tiebreak`` is given (smaller first). Every keyed operation is O(log n), and updates and
+/// removals by id free the entry at once (no lazy deletion). Thread-safe; the batch methods
+/// ``push_many``, ``discard_many`` and ``pop_due(max=...)`` cross into Rust once per batch.
+///
+/// Example:
+///     >>> q = DeadlineQueue()
+///     >>> q.push("order-1", 10.0, "ship")
+///     >>> q.push_many([("order-2", 5.0, "bill"), ("order-3", 20.0, "mail")])
+///     >>> q.update("order-3", 1.0)
+///     True
+///     >>> q.pop_due(now=7.0)
+///     [('order-3', 'mail'), ('order-2', 'bill')]
+///     >>> (len(q), "order-1" in q, q.next_deadline())
+///     (1, True, 10.0)
 #[pyclass(name = "DeadlineQueue", module = "ferrokafka._native", frozen)]
 #[derive(Debug, Default)]
 pub struct PyDeadlineQueue {
@@ -151,6 +170,11 @@ impl PyDeadlineQueue {
         Self::default()
     }
 
+    /// Queue ``item`` under ``id`` at ``deadline``, replacing an entry with the same id.
+    ///
+    /// Raises ``TypeError`` for an id that is not ``int``/``str`` and ``ValueError`` for a NaN
+    /// deadline. ``tiebreak`` (0 .. 2**64 - 1) orders equal deadlines; without it they leave in
+    /// push order.
     #[pyo3(signature = (id, deadline, item = None, tiebreak = None))]
     fn push(
         &self,
@@ -170,6 +194,13 @@ impl PyDeadlineQueue {
         Ok(())
     }
 
+    /// Queue ``(id, deadline[, item])`` tuples in one call (ties leave in push order).
+    ///
+    /// Example:
+    ///     >>> q = DeadlineQueue()
+    ///     >>> q.push_many((i, float(i), None) for i in range(3))
+    ///     >>> len(q)
+    ///     3
     fn push_many(&self, entries: &Bound<'_, PyAny>) -> NativeResult<()> {
         let py = entries.py();
         let mut batch = Vec::with_capacity(entries.len().unwrap_or(0));
@@ -213,12 +244,14 @@ impl PyDeadlineQueue {
         Ok(result?)
     }
 
+    /// Move the entry ``id`` to ``deadline`` (keeping its item); ``False`` if not queued.
     fn update(&self, id: &Bound<'_, PyAny>, deadline: f64) -> PyResult<bool> {
         let key = key_of(id)?;
         let deadline = deadline_key("deadline", deadline)?;
         Ok(self.lock().queue.update(&key, deadline))
     }
 
+    /// Remove the entry ``id`` and return its item; ``KeyError`` if it is not queued.
     fn remove(&self, id: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         match self.take_one(id)? {
             Some(stored) => Ok(stored.item),
@@ -226,10 +259,18 @@ impl PyDeadlineQueue {
         }
     }
 
+    /// Remove the entry ``id`` if queued and return its item, else ``None``.
     fn discard(&self, id: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
         Ok(self.take_one(id)?.map(|stored| stored.item))
     }
 
+    /// Remove every queued id of ``ids`` in one call; returns how many were removed.
+    ///
+    /// Example:
+    ///     >>> q = DeadlineQueue()
+    ///     >>> q.push_many([(1, 1.0), (2, 2.0)])
+    ///     >>> q.discard_many([1, 2, 3])
+    ///     2
     fn discard_many(&self, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
         let keys = ids
             .try_iter()?
@@ -242,6 +283,7 @@ impl PyDeadlineQueue {
         Ok(removed.len())
     }
 
+    /// The next entry as ``(id, deadline, item)`` without removing it, or ``None``.
     fn peek(&self, py: Python<'_>) -> Option<(Py<PyAny>, f64, Py<PyAny>)> {
         let state = self.lock();
         let (_, deadline, &slot) = state.queue.peek()?;
@@ -253,6 +295,14 @@ impl PyDeadlineQueue {
         ))
     }
 
+    /// Remove and return up to ``max`` (default: all) ``(id, item)`` pairs whose deadline is
+    /// ``<= now``, earliest first.
+    ///
+    /// Example:
+    ///     >>> q = DeadlineQueue()
+    ///     >>> q.push_many([("a", 1.0, 1), ("b", 2.0, 2), ("c", 9.0, 3)])
+    ///     >>> q.pop_due(5.0, max=1)
+    ///     [('a', 1)]
     #[pyo3(signature = (now, max = None))]
     fn pop_due(&self, now: f64, max: Option<usize>) -> PyResult<Vec<(Py<PyAny>, Py<PyAny>)>> {
         let now = deadline_key("now", now)?;
@@ -266,10 +316,12 @@ impl PyDeadlineQueue {
             .collect())
     }
 
+    /// The earliest deadline (when to look for due entries next), or ``None`` when empty.
     fn next_deadline(&self) -> Option<f64> {
         self.lock().queue.next_deadline().map(deadline_of_key)
     }
 
+    /// Remove every entry.
     fn clear(&self) {
         let taken = std::mem::take(&mut *self.lock());
         drop(taken);

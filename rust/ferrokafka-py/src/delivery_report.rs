@@ -6,7 +6,8 @@ use pyo3::PyTraverseError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 
-/// The delivery results of one `produce_many` call, in the order of its records.
+/// The delivery results of one ``produce_many(..., on_delivery=...)`` call, in the order of
+/// its records: one object per call, the positions kept in Rust until asked for.
 #[pyclass(name = "DeliveryReport", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyDeliveryReport {
@@ -54,7 +55,8 @@ impl PyDeliveryReport {
         self.offsets.len() - self.errors.len()
     }
 
-    /// Records that finally failed; they are also handed back (`take_failed`, `shutdown`).
+    /// Records that finally failed; they are also handed back (``take_failed``,
+    /// ``shutdown``).
     #[getter]
     fn failed(&self) -> usize {
         self.errors.len()
@@ -70,7 +72,7 @@ impl PyDeliveryReport {
         self.offsets.clone()
     }
 
-    /// `(index, error)` of each failed record, by index.
+    /// ``(index, error)`` of each failed record, by index.
     fn errors(&self, py: Python<'_>) -> Vec<(usize, Py<PyAny>)> {
         self.errors
             .iter()

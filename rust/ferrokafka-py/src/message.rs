@@ -9,7 +9,12 @@ use pyo3::types::PyBytes;
 
 use crate::errors::exception_of;
 
-/// A Kafka record; immutable. A record handed back undelivered carries its error.
+/// A Kafka record, shaped like confluent-kafka's ``Message``.
+///
+/// Example:
+///     >>> msg = client.produce("orders", b"paid", key=b"order-1")
+///     >>> (msg.topic(), msg.key(), msg.value(), msg.offset())
+///     ('orders', b'order-1', b'paid', 0)
 #[pyclass(name = "Message", module = "ferrokafka._native", frozen)]
 #[derive(Debug)]
 pub struct PyMessage {
@@ -99,26 +104,32 @@ fn bytes_or_none<'py>(py: Python<'py>, data: Option<&Vec<u8>>) -> Option<Bound<'
 
 #[pymethods]
 impl PyMessage {
+    /// The topic name.
     pub(crate) fn topic(&self) -> &str {
         &self.record().topic
     }
 
+    /// The partition number.
     pub(crate) fn partition(&self) -> i32 {
         self.record().partition
     }
 
+    /// The offset in the partition.
     pub(crate) fn offset(&self) -> i64 {
         self.record().offset
     }
 
+    /// The record key, or ``None``.
     fn key<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         bytes_or_none(py, self.record().key.as_ref())
     }
 
+    /// The record value, or ``None`` for a tombstone.
     fn value<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         bytes_or_none(py, self.record().value.as_ref())
     }
 
+    /// The headers in wire order, or ``None`` when there are none.
     fn headers<'py>(&self, py: Python<'py>) -> Option<Vec<(String, Option<Bound<'py, PyBytes>>)>> {
         if self.record().headers.is_empty() {
             return None;
@@ -132,6 +143,7 @@ impl PyMessage {
         )
     }
 
+    /// ``(kind, milliseconds)``; kind is 0 not available, 1 create time, 2 log-append time.
     fn timestamp(&self) -> (i32, i64) {
         let kind = match self.record().timestamp_kind {
             TimestampKind::NotAvailable => 0,
@@ -141,6 +153,8 @@ impl PyMessage {
         (kind, self.record().timestamp_ms)
     }
 
+    /// ``None`` for a record read or delivered; for a record handed back undelivered, the
+    /// :class:`ferrokafka.FerrokafkaError` that explains why.
     fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.error.clone().map(|e| exception_of(py, e))
     }
