@@ -20,7 +20,6 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::EndIsExpected;
 use crate::config::ClientSettings;
-use crate::oauth;
 
 /// Longest one poll of the outcome reader waits, so a shutdown is noticed.
 const POLL_SLICE: Duration = Duration::from_millis(100);
@@ -53,19 +52,11 @@ pub fn transaction_outcome(
     timeout: Duration,
     stopping: &dyn Fn() -> bool,
 ) -> TransactionOutcome {
-    let mut reader_settings = settings.for_plain_consumer();
-    // librdkafka wants a group for a consumer; this one only assigns, so it never joins it.
-    reader_settings.set("group.id", "ferrokafka-transaction-outcome");
-    reader_settings.remove("group.instance.id");
-    reader_settings.set("isolation.level", "read_committed");
-    reader_settings.set("enable.partition.eof", "true");
-    reader_settings.set("enable.auto.commit", "false");
-    let reader: BaseConsumer<EndIsExpected> = match oauth::create(
-        &reader_settings.to_client_config(),
-        EndIsExpected {
-            watch: None,
-            tokens: reader_settings.token_refresh(),
-        },
+    let reader = match EndIsExpected::reader(
+        settings,
+        "ferrokafka-transaction-outcome",
+        &[("isolation.level", "read_committed")],
+        None,
     ) {
         Ok(reader) => reader,
         Err(e) => return TransactionOutcome::Unknown(format!("cannot create a reader: {e}")),

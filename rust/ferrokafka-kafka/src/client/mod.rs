@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use ferrokafka_core::PartitionKeyHashing;
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -114,6 +115,36 @@ fn reported_by_a_broker(reason: &str) -> bool {
 }
 
 impl rdkafka::consumer::ConsumerContext for EndIsExpected {}
+
+impl EndIsExpected {
+    /// A consumer of `settings` plus `extra` that only assigns partitions and reads them to
+    /// their end on purpose; its refused connections go to `watch`. It joins no group: librdkafka
+    /// wants a `group.id` all the same (`group`), and it commits nothing there.
+    pub(crate) fn reader(
+        settings: &ClientSettings,
+        group: &str,
+        extra: &[(&str, &str)],
+        watch: Option<Arc<ConnectionWatch>>,
+    ) -> KafkaResult<BaseConsumer<EndIsExpected>> {
+        let mut reader = settings.for_plain_consumer();
+        reader.set("group.id", group);
+        // A static member id would fence a group member made of the same settings.
+        reader.remove("group.instance.id");
+        reader.set("enable.partition.eof", "true");
+        reader.set("enable.auto.commit", "false");
+        for (key, value) in extra {
+            reader.set(*key, *value);
+        }
+        oauth::create_client(
+            &reader.to_client_config(),
+            EndIsExpected {
+                watch,
+                tokens: reader.token_refresh(),
+            },
+            "create consumer",
+        )
+    }
+}
 
 /// A general-purpose client: administration, synchronous produce, and reading a topic back.
 pub struct Client {

@@ -4,13 +4,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::FirstRecords;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::{Client, EndIsExpected};
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::oauth;
 use crate::record::{ReceivedRecord, TopicName};
 use crate::undecodable::undecodable_error;
 
@@ -38,18 +37,11 @@ impl Client {
                 "topic {topic:?} does not exist"
             )));
         }
-        let mut config = self.settings.for_plain_consumer().to_client_config();
-        config
-            .set("enable.partition.eof", "true")
-            .set("enable.auto.commit", "false")
-            .set("group.id", "ferrokafka-read-topic");
-        let consumer: BaseConsumer<EndIsExpected> = oauth::create_client(
-            &config,
-            EndIsExpected {
-                watch: Some(Arc::clone(&self.watch)),
-                tokens: self.settings.token_refresh(),
-            },
-            "create consumer",
+        let consumer = EndIsExpected::reader(
+            &self.settings,
+            "ferrokafka-read-topic",
+            &[],
+            Some(Arc::clone(&self.watch)),
         )?;
         let mut assignment = TopicPartitionList::new();
         for &p in &partitions {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::schedule::ScheduleRecord;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -15,7 +15,6 @@ use super::{MAX_SLEEP, ProxyPayload, SchedulerLoop};
 use crate::client::EndIsExpected;
 use crate::config::ClientSettings;
 use crate::daemon::now_ms;
-use crate::oauth;
 
 /// Longest one read-back of far-future payloads waits for the broker before it is retried.
 const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,19 +122,7 @@ fn read_offsets(
     let Some(&first) = offsets.first() else {
         return read;
     };
-    // The daemon's statistics come from its group consumer: this one reads none.
-    let mut fetch_settings = settings.for_plain_consumer();
-    fetch_settings.set("group.id", "ferrokafka-scheduler-fetch");
-    // A static member id here would fence the daemon's own group member.
-    fetch_settings.remove("group.instance.id");
-    fetch_settings.set("enable.partition.eof", "true");
-    let consumer: BaseConsumer<EndIsExpected> = match oauth::create(
-        &fetch_settings.to_client_config(),
-        EndIsExpected {
-            watch: None,
-            tokens: fetch_settings.token_refresh(),
-        },
-    ) {
+    let consumer = match EndIsExpected::reader(settings, "ferrokafka-scheduler-fetch", &[], None) {
         Ok(consumer) => consumer,
         Err(e) => {
             log::error!("cannot create the payload fetch consumer: {e}");
