@@ -1,12 +1,12 @@
 //! A fatal error of the transactional producer: a new librdkafka instance with the same
-//! `transactional.id` takes over while the id is still ours ([`may_renew`]); otherwise every
+//! `transactional.id` takes over while the id is still ours (`may_take_over`); otherwise every
 //! record is handed back and the error is raised by every later call.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::delivery::DeliveryTracker;
@@ -16,21 +16,7 @@ use super::transactions::RoundEnd;
 use super::{AsyncProducer, TRANSACTION_BACKOFF, TRANSACTION_STEP, create_producer};
 use crate::error::KafkaIoError;
 use crate::polled_producer::PolledProducer;
-use crate::transaction_step::{TransactionStep, transaction_step};
-
-/// Whether a new instance may take over after a fatal error of a transaction open for `age`.
-/// Not when the producer may not use its `transactional.id`, nor when another instance fenced
-/// it (a new one would fence the rightful owner in turn); but a coordinator also bumps the
-/// epoch when it aborts a transaction older than `transaction.timeout.ms` (an outage), which
-/// librdkafka reports as the same fencing: a transaction at least that old explains it.
-fn may_renew(err: &KafkaError, age: Duration, transaction_timeout: Duration) -> bool {
-    use RDKafkaErrorCode as C;
-    match err.rdkafka_error_code() {
-        Some(C::TransactionalIdAuthorizationFailed | C::ClusterAuthorizationFailed) => false,
-        Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch) => age >= transaction_timeout,
-        _ => true,
-    }
-}
+use crate::transaction_step::{TransactionStep, may_take_over, transaction_step};
 
 /// The error a fatal transactional failure is handed back and raised with: fatal, also when
 /// librdkafka set none of its flags.
@@ -76,7 +62,7 @@ impl AsyncProducer {
         reports.extend(unsent.into_iter().map(RoundReport::not_sent));
         RoundEnd::Fatal {
             reports,
-            renewable: may_renew(&err, started.elapsed(), self.transaction_timeout),
+            renewable: may_take_over(&err, started.elapsed(), self.transaction_timeout),
             error: fatal_error(operation, err),
             witness,
         }
@@ -129,35 +115,5 @@ impl AsyncProducer {
                 .map(|p| (p, error.clone())),
         );
         self.shared.progress.notify_all();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// ours: not authorized, or fenced while the transaction was too young for the coordinator
-    /// to have aborted it (another producer took over).
-    #[test]
-    fn a_new_instance_takes_over_only_while_the_transactional_id_is_ours() {
-        use RDKafkaErrorCode as C;
-        let timeout = Duration::from_secs(10);
-        let (young, old) = (Duration::from_secs(1), Duration::from_secs(11));
-        let error = KafkaError::MessageProduction;
-        for code in [C::Fenced, C::ProducerFenced, C::InvalidProducerEpoch] {
-            assert!(!may_renew(&error(code), young, timeout), "{code:?}");
-            assert!(may_renew(&error(code), old, timeout), "{code:?}");
-        }
-        for code in [
-            C::TransactionalIdAuthorizationFailed,
-            C::ClusterAuthorizationFailed,
-        ] {
-            assert!(!may_renew(&error(code), old, timeout), "{code:?}");
-        }
-        assert!(may_renew(
-            &error(C::InvalidTransactionalState),
-            young,
-            timeout
-        ));
     }
 }

@@ -93,6 +93,7 @@ use crate::error::{KafkaIoError, KafkaResult};
 use crate::oauth;
 use crate::partitioner::PartitionCounts;
 use crate::polled_producer::PolledProducer;
+use crate::transaction_step::transaction_timeout;
 
 use self::delivery::DeliveryTracker;
 pub use self::options::AsyncProducerOptions;
@@ -117,8 +118,6 @@ const TRANSACTION_STEP: Duration = Duration::from_secs(2);
 const INIT_TRANSACTIONS_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between attempts of a transaction call that failed retriably.
 const TRANSACTION_BACKOFF: Duration = Duration::from_millis(200);
-/// librdkafka's default `transaction.timeout.ms`.
-const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 /// How long the end of a shutdown waits for librdkafka to report the records it purged.
 const PURGE_WAIT: Duration = Duration::from_secs(5);
 /// Longest the worker reads for the outcome of a given-up instance's transaction
@@ -243,12 +242,7 @@ impl AsyncProducer {
             topics: TopicHandles::default(),
             keyless_runs: sticky_keyless(&settings),
             producer: RwLock::new(Arc::new(producer)),
-            transaction_timeout: Duration::from_millis(
-                client_config
-                    .get("transaction.timeout.ms")
-                    .and_then(|ms| ms.trim().parse().ok())
-                    .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
-            ),
+            transaction_timeout: transaction_timeout(&settings),
             client_config,
             settings,
             events: Mutex::new(Some(receiver)),

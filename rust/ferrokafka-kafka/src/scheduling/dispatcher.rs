@@ -39,6 +39,11 @@ pub(super) enum DispatchResult {
     Retry { transient: Option<String> },
 }
 
+/// Every schedule of `due` dispatched.
+pub(super) fn all_dispatched(due: &[Dispatch<ProxyPayload>]) -> Vec<DispatchResult> {
+    due.iter().map(|_| DispatchResult::Dispatched).collect()
+}
+
 /// Every schedule of `due` to be retried, after a backoff when `transient` names an error.
 pub(super) fn retry_all(
     due: &[Dispatch<ProxyPayload>],

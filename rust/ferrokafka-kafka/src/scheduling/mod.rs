@@ -56,8 +56,10 @@ mod refused;
 mod report_sample;
 mod rounds;
 mod status;
+mod takeover;
 mod transactions;
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -151,6 +153,33 @@ impl Backoff {
 /// The running daemon; see the module docs.
 pub type Scheduler = Daemon<DaemonStatus<PartitionStatus>>;
 
+/// The producer that dispatches, made of `settings`; a transactional one has its transactions
+/// initialised (within `timeout`). `stop` is the daemon's stop flag.
+fn create_dispatcher(
+    settings: &ClientSettings,
+    stop: &Arc<AtomicBool>,
+    timeout: Duration,
+) -> KafkaResult<PolledProducer<Rounds>> {
+    let dispatcher: PolledProducer<Rounds> = oauth::create_client(
+        &settings.to_client_config(),
+        Rounds::new(
+            ConnectionWatch::new(settings),
+            settings.token_refresh(),
+            Arc::clone(stop),
+        ),
+        "create dispatch producer",
+    )?;
+    if settings.get("transactional.id").is_some() {
+        init_transactions(
+            &dispatcher,
+            dispatcher.context().watch(),
+            timeout,
+            settings.bootstrap().ok(),
+        )?;
+    }
+    Ok(dispatcher)
+}
+
 impl Scheduler {
     /// Validates the settings, creates the Kafka clients and starts the daemon thread.
     pub fn start(settings: ClientSettings, options: SchedulerOptions) -> KafkaResult<Self> {
@@ -171,6 +200,14 @@ struct SchedulerLoop {
     consumer: BaseConsumer<GroupContext>,
     dispatcher: PolledProducer<Rounds>,
     reporter: PolledProducer<FlushTracker>,
+    /// What `dispatcher` was made of, and the daemon's stop flag its context holds: a new
+    /// instance takes over from one that could not end a transaction (`takeover`).
+    dispatch_settings: ClientSettings,
+    stop: Arc<AtomicBool>,
+    /// Set when the dispatcher left a transaction it could not end (an abort not answered or
+    /// refused, a failed instance): a new instance must take over before the next transaction
+    /// begins, tried again from that instant on (`takeover`).
+    renewal_due: Cell<Option<Instant>>,
     /// At-least-once chunks on their way, oldest first (transactional chunks are synchronous).
     in_flight: VecDeque<ChunkInFlight>,
     fetch_settings: ClientSettings,
@@ -223,23 +260,7 @@ impl SchedulerLoop {
                 &options.dispatch_timeout.as_millis().to_string(),
             );
         }
-        let dispatcher: PolledProducer<Rounds> = oauth::create_client(
-            &dispatch_settings.to_client_config(),
-            Rounds::new(
-                ConnectionWatch::new(&settings),
-                settings.token_refresh(),
-                stop,
-            ),
-            "create dispatch producer",
-        )?;
-        if transactional {
-            init_transactions(
-                &dispatcher,
-                dispatcher.context().watch(),
-                options.dispatch_timeout,
-                settings.bootstrap().ok(),
-            )?;
-        }
+        let dispatcher = create_dispatcher(&dispatch_settings, &stop, options.dispatch_timeout)?;
         let report_settings = settings.for_plain_producer();
         let reporter: PolledProducer<FlushTracker> = oauth::create_client(
             &report_settings.to_client_config(),
@@ -250,6 +271,9 @@ impl SchedulerLoop {
             consumer,
             dispatcher,
             reporter,
+            dispatch_settings,
+            stop,
+            renewal_due: Cell::new(None),
             in_flight: VecDeque::new(),
             fetch_settings: consumer_settings,
             transactional,

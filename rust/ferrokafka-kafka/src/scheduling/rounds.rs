@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -34,6 +35,7 @@ use crate::daemon::{RoomWait, StopBound};
 use crate::locks::wait_timeout;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::polled_producer::PolledProducer;
+use crate::transaction_outcome::Witness;
 
 /// A record a round can produce.
 pub(super) trait RoundRecord {
@@ -68,6 +70,9 @@ struct RoundsState {
     next: usize,
     /// Open rounds by their first sequence number.
     open: BTreeMap<usize, Round>,
+    /// Where the first record acknowledged since the last [`Rounds::take_witness`] was
+    /// written: through it the outcome of a transaction whose commit went unanswered is read.
+    witness: Option<Witness>,
 }
 
 struct Round {
@@ -218,6 +223,12 @@ impl Rounds {
         });
     }
 
+    /// Where the first record acknowledged since the last call was written, if any (a
+    /// transaction's, when called as it begins and after it ended).
+    pub(super) fn take_witness(&self) -> Option<Witness> {
+        self.state().witness.take()
+    }
+
     /// Whether the daemon was asked to stop.
     pub(super) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
@@ -273,8 +284,16 @@ impl ProducerContext for Rounds {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, sequence: usize) {
-        if result.is_ok() {
+        if let Ok(message) = result {
             self.watch.clear();
+            let mut state = self.state();
+            if state.witness.is_none() {
+                state.witness = Some(Witness {
+                    topic: message.topic().to_owned(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                });
+            }
         }
         self.record(
             sequence,

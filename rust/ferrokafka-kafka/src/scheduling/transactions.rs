@@ -14,14 +14,17 @@ use ferrokafka_core::schedule::Dispatch;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 
-use super::dispatcher::{DispatchResult, PIPELINE_SCHEDULES, retry_all};
+use super::dispatcher::{DispatchResult, PIPELINE_SCHEDULES, all_dispatched, retry_all};
 use super::records::{
     DispatchRecord, failed_with_its_transaction, refused_for_good, tombstone_record, tombstones_of,
 };
 use super::rounds::{RoundId, Rounds, send_round};
 use super::{ProxyPayload, SchedulerLoop};
 use crate::daemon::resume_in_slices;
-use crate::transaction_step::{TransactionStep, transaction_step};
+use crate::transaction_outcome::Witness;
+use crate::transaction_step::{
+    TransactionStep, may_take_over, transaction_step, transaction_timeout,
+};
 
 /// One partition's chunk in the open transaction; its targets sent as `targets`.
 struct TransactionChunk {
@@ -31,6 +34,18 @@ struct TransactionChunk {
 }
 
 type SendResult = Result<(), KafkaError>;
+
+/// How the records of a transaction ended.
+enum Finished {
+    /// Each chunk's results: committed, or aborted and sorted for what comes next.
+    Settled(Vec<Vec<DispatchResult>>),
+    /// The commit did not end (not answered within the dispatch timeout, or the instance
+    /// failed): it may have been taken (see `takeover`); `witness` is one of its records.
+    Unanswered {
+        witness: Option<Witness>,
+        error: String,
+    },
+}
 
 /// The first failure of a chunk's records that is not only its transaction's.
 fn own_error<'a>(sent: &'a [SendResult], tombstones: &'a [SendResult]) -> Option<&'a KafkaError> {
@@ -55,8 +70,10 @@ impl SchedulerLoop {
     /// producer of the `transactional.id`, whose `init_transactions` fences this one;
     /// `read_committed` readers see none of its records either way.
     fn abort_transaction(&self) {
-        // A failed abort leaves nothing to do here: see above.
-        let _ = self.transaction_call(|slice| self.dispatcher.abort_transaction(slice));
+        if let Err(e) = self.transaction_call(|slice| self.dispatcher.abort_transaction(slice)) {
+            // librdkafka refuses every later transaction until this one ends: see `takeover`.
+            self.renewal_needed(&format!("abort_transaction: {e}"));
+        }
     }
 
     /// Runs a transaction call of librdkafka (`call(timeout)`) for up to the dispatch timeout,
@@ -80,6 +97,9 @@ impl SchedulerLoop {
     /// Dispatches everything due, one transaction after the other (see the module docs).
     pub(super) fn dispatch_due_transactional(&mut self) {
         loop {
+            if !self.ready_to_begin() {
+                return;
+            }
             let started = Instant::now();
             let mut chunks: Vec<TransactionChunk> = Vec::new();
             let mut schedules = 0;
@@ -89,13 +109,17 @@ impl SchedulerLoop {
                     Ok(targets) => targets,
                     Err(error) => return daemon.retry_later(&partition, due, error),
                 };
-                if chunks.is_empty()
-                    && let Err(e) = daemon.dispatcher.begin_transaction()
-                {
-                    // This partition waits out a backoff; the others try again in turn.
-                    daemon.retry_later(&partition, due, format!("begin_transaction: {e}"));
-                    begin_failed = true;
-                    return false;
+                if chunks.is_empty() {
+                    if let Err(e) = daemon.dispatcher.begin_transaction() {
+                        if matches!(transaction_step(&e), TransactionStep::Fatal) {
+                            daemon.renewal_needed(&format!("begin_transaction: {e}"));
+                        }
+                        // This partition waits out a backoff; the others try again in turn.
+                        daemon.retry_later(&partition, due, format!("begin_transaction: {e}"));
+                        begin_failed = true;
+                        return false;
+                    }
+                    daemon.dispatcher.context().take_witness();
                 }
                 let targets = Rounds::start(&daemon.dispatcher, &targets, daemon.round_timeout());
                 schedules += due.len();
@@ -122,7 +146,19 @@ impl SchedulerLoop {
                 })
                 .collect();
             let sent = started.elapsed();
-            let results = self.finish_chunks(&chunks, &tombstones);
+            let results = match self.finish_chunks(&chunks, &tombstones, started) {
+                Finished::Settled(results) => results,
+                Finished::Unanswered { witness, error } => {
+                    let committed = self.take_over_unanswered(witness, schedules, &error);
+                    chunks
+                        .iter()
+                        .map(|chunk| match committed {
+                            true => all_dispatched(&chunk.due),
+                            false => retry_all(&chunk.due, Some(error.clone())),
+                        })
+                        .collect()
+                }
+            };
             log::debug!(
                 "transaction of {schedules} schedules in {} chunks: targets handed over after {targets_sent:?}, tombstones after {sent:?}, settled after {:?}",
                 chunks.len(),
@@ -141,7 +177,8 @@ impl SchedulerLoop {
         &self,
         chunks: &[TransactionChunk],
         tombstones: &[RoundId],
-    ) -> Vec<Vec<DispatchResult>> {
+        began: Instant,
+    ) -> Finished {
         let rounds = self.dispatcher.context();
         let timeout = self.round_timeout();
         let started = Instant::now();
@@ -161,24 +198,45 @@ impl SchedulerLoop {
                 started.elapsed()
             );
             return match committed {
-                Ok(()) => chunks
-                    .iter()
-                    .map(|chunk| {
-                        chunk
-                            .due
-                            .iter()
-                            .map(|_| DispatchResult::Dispatched)
-                            .collect()
-                    })
-                    .collect(),
-                Err(e) => {
-                    self.abort_transaction();
-                    let error = format!("commit_transaction: {e}");
+                Ok(()) => Finished::Settled(
                     chunks
                         .iter()
-                        .map(|chunk| retry_all(&chunk.due, Some(error.clone())))
-                        .collect()
+                        .map(|chunk| all_dispatched(&chunk.due))
+                        .collect(),
+                ),
+                // An abortable failure: the coordinator did not commit. Nor when another
+                // producer of the `transactional.id` fenced this one: a new instance would
+                // fence it in turn.
+                Err(e)
+                    if matches!(transaction_step(&e), TransactionStep::Abort)
+                        || !may_take_over(
+                            &e,
+                            began.elapsed(),
+                            transaction_timeout(&self.dispatch_settings),
+                        ) =>
+                {
+                    self.abort_transaction();
+                    let error = format!("commit_transaction: {e}");
+                    Finished::Settled(
+                        chunks
+                            .iter()
+                            .map(|chunk| retry_all(&chunk.due, Some(error.clone())))
+                            .collect(),
+                    )
                 }
+                // Stopping: the next owner of the partitions reads what was committed.
+                Err(e) if self.dispatcher.context().stopping() => Finished::Settled(
+                    chunks
+                        .iter()
+                        .map(|chunk| {
+                            retry_all(&chunk.due, Some(format!("commit_transaction: {e}")))
+                        })
+                        .collect(),
+                ),
+                Err(e) => Finished::Unanswered {
+                    witness: self.dispatcher.context().take_witness(),
+                    error: format!("commit_transaction: {e}"),
+                },
             };
         }
         // The abort purges what is still queued, so every round is done right after it.
@@ -212,7 +270,7 @@ impl SchedulerLoop {
                     ),
             )
         };
-        chunks
+        let results = chunks
             .iter()
             .zip(outcomes)
             .map(|(chunk, (sent, tombstones))| {
@@ -227,7 +285,8 @@ impl SchedulerLoop {
                 let error = own_error(&sent, &tombstones).map(ToString::to_string);
                 retry_all(&chunk.due, error.or_else(|| doomed.clone()))
             })
-            .collect()
+            .collect();
+        Finished::Settled(results)
     }
 
     /// The schedules of a chunk some of whose targets were refused for good (`sent`: each
@@ -321,6 +380,9 @@ impl SchedulerLoop {
 
     /// Begins a transaction and sends `records` in it; the per-record results.
     fn in_transaction(&self, records: &[DispatchRecord<'_>]) -> Result<Vec<SendResult>, String> {
+        if self.renewal_due.get().is_some() {
+            return Err("a new dispatch producer instance is to take over first".to_owned());
+        }
         self.dispatcher
             .begin_transaction()
             .map_err(|e| format!("begin_transaction: {e}"))?;

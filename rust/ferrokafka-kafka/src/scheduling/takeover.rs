@@ -1,0 +1,121 @@
+//! A new dispatch producer instance, for a transaction the old one could not end.
+//!
+//! After an outage librdkafka can leave a commit or an abort unfinished for good: a call cut
+//! short by the dispatch timeout is still "in progress" (every later `begin_transaction` is
+//! refused as conflicting with it until the same call is made again), and the request behind
+//! it can stay queued and never be sent again (`REQTMOUT ... 1 out-queue` every few seconds),
+//! so calling again does not end it either. The scheduler then dispatched nothing more until it
+//! was restarted. A new instance with the same `transactional.id` ends it instead: its
+//! `init_transactions` returns once the coordinator finished whatever the old epoch left
+//! (committed, if the commit had reached it, otherwise aborted). Whether a commit that went
+//! unanswered was taken is then read through one record of the transaction
+//! (`transaction_outcome`), so its schedules are neither dispatched twice nor dropped.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::Producer;
+
+use super::{SchedulerLoop, create_dispatcher};
+use crate::transaction_outcome::{TransactionOutcome, Witness, transaction_outcome};
+
+/// Longest one attempt at a new instance waits for the transaction coordinator.
+const RENEW_ATTEMPT: Duration = Duration::from_secs(5);
+/// Pause between attempts while the broker is away.
+const RENEW_PAUSE: Duration = Duration::from_secs(1);
+/// Longest the outcome of an unanswered commit is read for, the broker having just answered.
+const OUTCOME_READ: Duration = Duration::from_secs(10);
+
+impl SchedulerLoop {
+    /// Says that the dispatcher left a transaction it could not end: a new instance takes over
+    /// before the next transaction begins.
+    pub(super) fn renewal_needed(&self, why: &str) {
+        if self.renewal_due.get().is_none() {
+            log::warn!(
+                "the dispatch producer could not end its transaction ({why}): a new instance \
+                 takes over before the next one"
+            );
+            self.renewal_due.set(Some(Instant::now()));
+        }
+    }
+
+    /// Whether the dispatcher may begin a transaction: no renewal is due, or one just
+    /// succeeded (an attempt is made when due, at most every `RENEW_PAUSE`).
+    pub(super) fn ready_to_begin(&mut self) -> bool {
+        match self.renewal_due.get() {
+            None => true,
+            Some(at) if Instant::now() < at => false,
+            Some(_) => self.renew_dispatcher(),
+        }
+    }
+
+    /// Replaces the dispatch producer with a new instance of the same `transactional.id`
+    /// (one attempt); whether it did.
+    fn renew_dispatcher(&mut self) -> bool {
+        match create_dispatcher(&self.dispatch_settings, &self.stop, RENEW_ATTEMPT) {
+            Ok(dispatcher) => {
+                // The old instance goes once the new one fenced it.
+                self.dispatcher = dispatcher;
+                self.renewal_due.set(None);
+                log::info!("a new dispatch producer instance took over");
+                true
+            }
+            Err(e) => {
+                log::warn!("a new dispatch producer instance could not take over yet: {e}");
+                self.renewal_due.set(Some(Instant::now() + RENEW_PAUSE));
+                false
+            }
+        }
+    }
+
+    /// After a commit of `schedules` schedules that was not answered (or failed the instance):
+    /// a new instance takes over, waiting for the broker as long as it takes (or until the
+    /// daemon stops), then the transaction that wrote `witness` is read back. Whether it was
+    /// committed: if not, or not known, its schedules are dispatched again.
+    pub(super) fn take_over_unanswered(
+        &mut self,
+        witness: Option<Witness>,
+        schedules: usize,
+        error: &str,
+    ) -> bool {
+        log::warn!(
+            "commit_transaction of {schedules} schedules did not end ({error}): a new dispatch \
+             producer instance takes over and reads whether the transaction was committed"
+        );
+        loop {
+            if self.dispatcher.context().stopping() {
+                return false;
+            }
+            if self.renew_dispatcher() {
+                break;
+            }
+            std::thread::sleep(RENEW_PAUSE);
+        }
+        let Some(witness) = witness else {
+            log::warn!(
+                "no record of the transaction was acknowledged, so it cannot have been \
+                 committed: its {schedules} schedules go again"
+            );
+            return false;
+        };
+        let stop = || self.dispatcher.context().stopping();
+        match transaction_outcome(&self.dispatch_settings, &witness, OUTCOME_READ, &stop) {
+            TransactionOutcome::Committed => {
+                log::warn!(
+                    "the transaction had been committed: its {schedules} schedules are dispatched"
+                );
+                true
+            }
+            TransactionOutcome::Aborted => {
+                log::info!("the transaction was aborted: its {schedules} schedules go again");
+                false
+            }
+            TransactionOutcome::Unknown(why) => {
+                log::warn!(
+                    "whether the transaction was committed is not known ({why}): its \
+                     {schedules} schedules go again and may be dispatched twice"
+                );
+                false
+            }
+        }
+    }
+}
