@@ -630,6 +630,53 @@ def test_far_future_read_back_is_retried_through_a_broker_outage(
     assert sorted(int(m.value()) for m in dispatched) == list(range(count))
 
 
+def test_a_transactional_scheduler_dispatches_again_after_an_outage_its_abort_cannot_outlast(
+    kafka_bootstrap: str,
+    schedules_topic_factory: Callable[[int], str],
+    target: str,
+    daemon_config: dict[str, Any],
+    broker_control: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An outage longer than an abort may wait (the dispatch timeout, 30 s) leaves librdkafka's
+    abort unfinished, and librdkafka then refuses every later transaction as conflicting with
+    it: the daemon dispatched nothing more until restarted. A new dispatch producer instance
+    now takes over once the broker is back; every schedule is dispatched, none twice."""
+    caplog.set_level(logging.WARNING)
+    topic = schedules_topic_factory(1)
+    config = {
+        **daemon_config,
+        "transactional.id": f"txn-{uuid.uuid4().hex}",
+        # The open transaction's records time out 2 s into the outage, so its abort begins
+        # then and is cut short while the broker is still away.
+        "transaction.timeout.ms": 2000,
+    }
+    per_second, seconds = 5, 50
+    count = per_second * seconds
+    with start_scheduler(config, topic, f"g-{uuid.uuid4().hex}") as scheduler:
+        wait_until(lambda: [s["state"] for s in scheduler.status()] == ["loaded"], 30, "load")
+        sender = AsyncProducer({"bootstrap.servers": kafka_bootstrap}, max_queue_size=10_000)
+        first_due = int(time.time()) + 2
+        for n in range(count):
+            schedule_message(
+                sender,
+                {"topic": target, "payload": str(n).encode()},
+                first_due + n // per_second,
+                {"topic": topic, "key": f"s-{n}"},
+            )
+        assert sender.shutdown(30) == []
+        wait_until(lambda: scheduler.status()[0]["dispatched"] > 0, 30, "the first dispatch")
+        broker_control("pause")
+        try:
+            wait_until(
+                lambda: "could not end its transaction" in caplog.text, 60, "an unfinished abort"
+            )
+        finally:
+            broker_control("resume")
+        dispatched = confluent_messages(kafka_bootstrap, target, count, 90)
+    assert sorted(int(m.value()) for m in dispatched) == list(range(count))
+
+
 def proxy_headers(proxy: Any, **replace: str) -> dict[str, bytes]:
     """A proxy's headers with some values replaced (records no ferrokafka builder would make)."""
     headers = dict(proxy.headers)
