@@ -1,6 +1,6 @@
 //! librdkafka's transactional error model, read once for every engine that runs transactions
 //! (the `AsyncProducer`'s worker, the scheduler's dispatch): what a failed transactional call
-//! asks of its caller.
+//! asks of its caller, and whether a new instance may take over from one that failed.
 
 use std::time::Duration;
 
@@ -67,8 +67,9 @@ pub(crate) fn transaction_timeout(settings: &ClientSettings) -> Duration {
 mod tests {
     use super::*;
 
-    /// ours: not authorized, or fenced while the transaction was too young for the coordinator
-    /// to have aborted it (another producer took over).
+    /// A new instance takes over unless the `transactional.id` is no longer ours: not
+    /// authorized, or fenced while the transaction was too young for the coordinator to have
+    /// aborted it (another producer took over).
     #[test]
     fn a_new_instance_takes_over_only_while_the_transactional_id_is_ours() {
         use RDKafkaErrorCode as C;
