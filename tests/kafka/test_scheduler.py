@@ -576,6 +576,18 @@ def broker_control() -> Iterator[Any]:
     control("resume")  # a no-op when it runs
 
 
+def outage_until(
+    broker_control: Any, caplog: pytest.LogCaptureFixture, logged: str, timeout: float, what: str
+) -> None:
+    """Stops the test broker until ``logged`` is in the log (``what``, within ``timeout``
+    seconds), then starts it again."""
+    broker_control("pause")
+    try:
+        wait_until(lambda: logged in caplog.text, timeout, what)
+    finally:
+        broker_control("resume")
+
+
 def test_far_future_read_back_is_retried_through_a_broker_outage(
     kafka_bootstrap: str,
     kafka_client: Client,
@@ -608,13 +620,7 @@ def test_far_future_read_back_is_retried_through_a_broker_outage(
                 {"topic": topic, "key": f"far-{n}"},
             )
         wait_until(lambda: scheduler.status()[0]["pending"] == count, 10, "schedules applied")
-        broker_control("pause")
-        try:
-            wait_until(
-                lambda: "could not be read back yet" in caplog.text, 45, "a failed read-back"
-            )
-        finally:
-            broker_control("resume")
+        outage_until(broker_control, caplog, "could not be read back yet", 45, "a failed read-back")
         # Generous bounds: a resumed broker and the read-back backoff (up to 10 s) take
         # long on a loaded machine; a passing run does not wait for them.
         dispatched = confluent_messages(kafka_bootstrap, target, count, 90)
@@ -666,13 +672,7 @@ def test_a_transactional_scheduler_dispatches_again_after_an_outage_its_abort_ca
             )
         assert sender.shutdown(30) == []
         wait_until(lambda: scheduler.status()[0]["dispatched"] > 0, 30, "the first dispatch")
-        broker_control("pause")
-        try:
-            wait_until(
-                lambda: "could not end its transaction" in caplog.text, 60, "an unfinished abort"
-            )
-        finally:
-            broker_control("resume")
+        outage_until(broker_control, caplog, "could not end its transaction", 60, "an abort cut")
         dispatched = confluent_messages(kafka_bootstrap, target, count, 90)
     assert sorted(int(m.value()) for m in dispatched) == list(range(count))
 

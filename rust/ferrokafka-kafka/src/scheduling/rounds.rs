@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -123,8 +123,23 @@ impl Rounds {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn record(&self, sequence: usize, result: Result<(), KafkaError>) {
+    /// Files a record's result under its round; `written` is the record as acknowledged.
+    fn record(
+        &self,
+        sequence: usize,
+        result: Result<(), KafkaError>,
+        written: Option<&BorrowedMessage<'_>>,
+    ) {
         let mut state = self.state();
+        if let Some(message) = written
+            && state.witness.is_none()
+        {
+            state.witness = Some(Witness {
+                topic: message.topic().to_owned(),
+                partition: message.partition(),
+                offset: message.offset(),
+            });
+        }
         let Some((&first, round)) = state.open.range_mut(..=sequence).next_back() else {
             return;
         };
@@ -170,7 +185,7 @@ impl Rounds {
         let room = RoomWait::until_stopped(deadline, &rounds.stop);
         for (n, record) in records.iter().enumerate() {
             if let Err(e) = record.enqueue(producer, first + n, room) {
-                rounds.record(first + n, Err(e));
+                rounds.record(first + n, Err(e), None);
             }
         }
         RoundId(first)
@@ -284,20 +299,13 @@ impl ProducerContext for Rounds {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, sequence: usize) {
-        if let Ok(message) = result {
+        if result.is_ok() {
             self.watch.clear();
-            let mut state = self.state();
-            if state.witness.is_none() {
-                state.witness = Some(Witness {
-                    topic: message.topic().to_owned(),
-                    partition: message.partition(),
-                    offset: message.offset(),
-                });
-            }
         }
         self.record(
             sequence,
             result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()),
+            result.as_ref().ok(),
         );
     }
 }
