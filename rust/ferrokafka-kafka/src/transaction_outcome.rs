@@ -8,8 +8,10 @@
 //! finished whatever the old epoch left: the commit completed, or the transaction aborted and
 //! its markers written), a `read_committed` reader started at one record the transaction wrote
 //! (its [`Witness`]) is given that very record if the transaction committed, and a later one or
-//! the partition's end (the last stable offset, past the record) if it aborted. A transaction
-//! commits or aborts in every partition at once, so one record tells for all of them.
+//! the partition's end (the last stable offset, past the record) if it aborted; an end at the
+//! record means the transaction is still open, and the partition is read again until the time
+//! given runs out. A transaction commits or aborts in every partition at once, so one record
+//! tells for all of them.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,10 @@ use crate::config::ClientSettings;
 
 /// Longest one poll of the outcome reader waits, so a shutdown is noticed.
 const POLL_SLICE: Duration = Duration::from_millis(100);
+/// How long a reader that found the transaction still open waits before reading again.
+const REREAD_PAUSE: Duration = Duration::from_millis(200);
+/// What a reader says of a transaction whose record is at the last stable offset.
+const STILL_OPEN: &str = "the transaction is still open: the last stable offset is at its record";
 
 /// A record a transaction wrote, as its delivery report placed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +45,8 @@ pub enum TransactionOutcome {
     Committed,
     /// The reader went past the witness without it: the transaction aborted.
     Aborted,
-    /// Not learnt (why): the transaction is still open, or the broker did not answer in time.
+    /// Not learnt within the time given (why): the transaction stayed open, or the broker did
+    /// not answer.
     Unknown(String),
 }
 
@@ -74,7 +81,16 @@ pub fn transaction_outcome(
     }
     let deadline = Instant::now() + timeout;
     let mut last_error = None;
+    let mut open_since: Option<Instant> = None;
     while Instant::now() < deadline && !stopping() {
+        // Still open at the last end: the markers may not be written yet (they are once the
+        // new instance is in place, but a replica may lag); read the partition again.
+        if open_since.is_some_and(|at| at.elapsed() >= REREAD_PAUSE) {
+            open_since = None;
+            if let Err(e) = reader.assign(&assignment) {
+                last_error = Some(e.to_string());
+            }
+        }
         match reader.poll(POLL_SLICE) {
             Some(Ok(message)) if message.offset() == witness.offset => {
                 return TransactionOutcome::Committed;
@@ -87,21 +103,21 @@ pub fn transaction_outcome(
                 // The end of a read_committed reader is the last stable offset: past the
                 // witness (the reader skipped it), the transaction ended without it; at the
                 // witness (nothing skipped, so no position), it is still open.
-                return match end_offset(&reader, witness) {
-                    Some(end) if end > witness.offset => TransactionOutcome::Aborted,
-                    _ => TransactionOutcome::Unknown(
-                        "the transaction is still open: the last stable offset is at its record"
-                            .to_owned(),
-                    ),
-                };
+                match end_offset(&reader, witness) {
+                    Some(end) if end > witness.offset => return TransactionOutcome::Aborted,
+                    _ => {
+                        last_error = Some(STILL_OPEN.to_owned());
+                        open_since.get_or_insert_with(Instant::now);
+                    }
+                }
             }
             Some(Err(e)) => last_error = Some(e.to_string()),
             None => {}
         }
     }
     TransactionOutcome::Unknown(match last_error {
-        Some(error) => format!("not read within {timeout:?}: {error}"),
-        None => format!("not read within {timeout:?}"),
+        Some(error) => format!("{error} ({timeout:?} of reading)"),
+        None => format!("nothing read within {timeout:?}"),
     })
 }
 
