@@ -86,6 +86,7 @@ use crate::report_sample::GroupMember;
 use dispatcher::ChunkInFlight;
 use report_sample::report_sample;
 use rounds::Rounds;
+use takeover::Renewal;
 
 pub use options::SchedulerOptions;
 pub use refused::DEAD_LETTER_REASON_HEADER;
@@ -207,7 +208,7 @@ struct SchedulerLoop {
     /// Set when the dispatcher left a transaction it could not end (an abort not answered or
     /// refused, a failed instance): a new instance must take over before the next transaction
     /// begins, tried again from that instant on (`takeover`).
-    renewal_due: Cell<Option<Instant>>,
+    renewal_due: Cell<Option<Renewal>>,
     /// At-least-once chunks on their way, oldest first (transactional chunks are synchronous).
     in_flight: VecDeque<ChunkInFlight>,
     fetch_settings: ClientSettings,

@@ -15,15 +15,23 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::Producer;
 
-use super::{SchedulerLoop, create_dispatcher};
+use super::{MAX_SLEEP, SchedulerLoop, create_dispatcher};
 use crate::transaction_outcome::{TransactionOutcome, Witness, transaction_outcome};
 
-/// Longest one attempt at a new instance waits for the transaction coordinator.
-const RENEW_ATTEMPT: Duration = Duration::from_secs(5);
+/// Longest one attempt at a new instance waits for the transaction coordinator: short, as
+/// the daemon's stop is not noticed meanwhile.
+const RENEW_ATTEMPT: Duration = Duration::from_secs(2);
 /// Pause between attempts while the broker is away.
-const RENEW_PAUSE: Duration = Duration::from_secs(1);
+const RENEW_PAUSE: Duration = Duration::from_secs(2);
 /// Longest the outcome of an unanswered commit is read for, the broker having just answered.
 const OUTCOME_READ: Duration = Duration::from_secs(10);
+
+/// A new dispatch producer instance due: tried from `at` on, `failures` attempts so far.
+#[derive(Clone, Copy)]
+pub(super) struct Renewal {
+    at: Instant,
+    failures: u32,
+}
 
 impl SchedulerLoop {
     /// Says that the dispatcher left a transaction it could not end: a new instance takes over
@@ -34,7 +42,10 @@ impl SchedulerLoop {
                 "the dispatch producer could not end its transaction ({why}): a new instance \
                  takes over before the next one"
             );
-            self.renewal_due.set(Some(Instant::now()));
+            self.renewal_due.set(Some(Renewal {
+                at: Instant::now(),
+                failures: 0,
+            }));
         }
     }
 
@@ -43,25 +54,40 @@ impl SchedulerLoop {
     pub(super) fn ready_to_begin(&mut self) -> bool {
         match self.renewal_due.get() {
             None => true,
-            Some(at) if Instant::now() < at => false,
+            Some(due) if Instant::now() < due.at => false,
             Some(_) => self.renew_dispatcher(),
         }
     }
 
     /// Replaces the dispatch producer with a new instance of the same `transactional.id`
-    /// (one attempt); whether it did.
+    /// (one attempt); whether it did. While the broker is away, only the first failure is
+    /// said at WARNING (one attempt every `RENEW_PAUSE` for as long as it lasts).
     fn renew_dispatcher(&mut self) -> bool {
+        let failures = self.renewal_due.get().map_or(0, |due| due.failures);
         match create_dispatcher(&self.dispatch_settings, &self.stop, RENEW_ATTEMPT) {
             Ok(dispatcher) => {
                 // The old instance goes once the new one fenced it.
                 self.dispatcher = dispatcher;
                 self.renewal_due.set(None);
-                log::info!("a new dispatch producer instance took over");
+                log::info!(
+                    "a new dispatch producer instance took over (after {failures} failed \
+                     attempt(s))"
+                );
                 true
             }
             Err(e) => {
-                log::warn!("a new dispatch producer instance could not take over yet: {e}");
-                self.renewal_due.set(Some(Instant::now() + RENEW_PAUSE));
+                if failures == 0 {
+                    log::warn!(
+                        "a new dispatch producer instance could not take over yet (tried again \
+                         every {RENEW_PAUSE:?}): {e}"
+                    );
+                } else {
+                    log::debug!("a new dispatch producer instance could not take over yet: {e}");
+                }
+                self.renewal_due.set(Some(Renewal {
+                    at: Instant::now() + RENEW_PAUSE,
+                    failures: failures + 1,
+                }));
                 false
             }
         }
@@ -88,7 +114,10 @@ impl SchedulerLoop {
             if self.renew_dispatcher() {
                 break;
             }
-            std::thread::sleep(RENEW_PAUSE);
+            let until = Instant::now() + RENEW_PAUSE;
+            while Instant::now() < until && !self.dispatcher.context().stopping() {
+                std::thread::sleep(MAX_SLEEP);
+            }
         }
         let Some(witness) = witness else {
             log::warn!(
