@@ -5,8 +5,10 @@
 //! one commit. (A producer has one transaction open at a time: the next begins once this one is
 //! committed.) A transaction that fails is aborted, so a `read_committed` reader sees none of its
 //! records, and its schedules are restored to be dispatched again: at once when they failed only
-//! with the abort, after a backoff when their own records failed. A target refused for good is
-//! confirmed alone, in a transaction of its own, and failed without holding up the others.
+//! with the abort, after a backoff when their own records failed. A commit or abort librdkafka
+//! cannot end (after an outage) hands over to a new instance first (`takeover`). A target
+//! refused for good is confirmed alone, in a transaction of its own, and failed without holding
+//! up the others.
 
 use std::time::{Duration, Instant};
 
@@ -57,17 +59,17 @@ fn own_error<'a>(sent: &'a [SendResult], tombstones: &'a [SendResult]) -> Option
 
 impl SchedulerLoop {
     /// Commits the open transaction within the dispatch timeout, cut by the daemon's stop (see
-    /// [`Self::transaction_call`]). A commit cut short is aborted, or, still in progress,
-    /// finished by the broker or fenced by the next `init_transactions`; the transaction holds
-    /// the tombstones with the targets, so either way no schedule reaches a `read_committed`
-    /// reader twice.
+    /// [`Self::transaction_call`]). A commit cut short is finished by a new instance, which
+    /// then reads whether it was taken (`takeover`), or, when the daemon stops, by the broker
+    /// or the next owner's `init_transactions`; the transaction holds the tombstones with the
+    /// targets, so either way no schedule reaches a `read_committed` reader twice.
     fn commit_transaction(&self) -> Result<(), KafkaError> {
         self.transaction_call(|slice| self.dispatcher.commit_transaction(slice))
     }
 
     /// Aborts the open transaction, as long as [`Self::commit_transaction`] may take. An abort
-    /// that did not finish is finished by the broker (the transaction times out) or by the next
-    /// producer of the `transactional.id`, whose `init_transactions` fences this one;
+    /// that did not finish is finished by the new instance that takes over before the next
+    /// transaction (`takeover`), or by the broker (the transaction times out);
     /// `read_committed` readers see none of its records either way.
     fn abort_transaction(&self) {
         if let Err(e) = self.transaction_call(|slice| self.dispatcher.abort_transaction(slice)) {
