@@ -30,12 +30,26 @@ const REREAD_PAUSE: Duration = Duration::from_millis(200);
 /// What a reader says of a transaction whose record is at the last stable offset.
 const STILL_OPEN: &str = "the transaction is still open: the last stable offset is at its record";
 
+/// Longest [`committed_after_all`] reads, the broker having just answered the new instance.
+const OUTCOME_READ: Duration = Duration::from_secs(10);
+
 /// A record a transaction wrote, as its delivery report placed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Witness {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
+}
+
+impl Witness {
+    /// Where the acknowledged `message` was written.
+    pub(crate) fn of(message: &impl Message) -> Self {
+        Witness {
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+        }
+    }
 }
 
 /// What a `read_committed` reader found of a transaction, through its [`Witness`].
@@ -119,6 +133,40 @@ pub fn transaction_outcome(
         Some(error) => format!("{error} ({timeout:?} of reading)"),
         None => format!("nothing read within {timeout:?}"),
     })
+}
+
+/// Whether the transaction that wrote `witness`, left by a producer instance a new one replaced,
+/// committed after all (read within `OUTCOME_READ`, or until `stopping` says so); `what` names
+/// what it held, for the log ("its 25 schedules"). Not when that is not known: what it held
+/// then goes again and may be written twice, which is said at WARNING.
+pub(crate) fn committed_after_all(
+    settings: &ClientSettings,
+    witness: &Witness,
+    what: &str,
+    stopping: &dyn Fn() -> bool,
+) -> bool {
+    match transaction_outcome(settings, witness, OUTCOME_READ, stopping) {
+        TransactionOutcome::Committed => {
+            log::warn!(
+                "the transaction the replaced producer instance left had been committed: {what} \
+                 are written, once"
+            );
+            true
+        }
+        TransactionOutcome::Aborted => {
+            log::info!(
+                "the transaction the replaced producer instance left was aborted: {what} go again"
+            );
+            false
+        }
+        TransactionOutcome::Unknown(why) => {
+            log::warn!(
+                "whether the transaction the replaced producer instance left was committed is \
+                 not known ({why}): {what} go again and may be written twice"
+            );
+            false
+        }
+    }
 }
 
 /// The reader's position in the witness's partition: where a partition end left it.

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 use super::in_flight::InFlight;
@@ -73,11 +72,7 @@ impl ProducerContext for DeliveryTracker {
             if round.witness.is_none()
                 && let Ok(message) = result
             {
-                round.witness = Some(Witness {
-                    topic: message.topic().to_owned(),
-                    partition: message.partition(),
-                    offset: message.offset(),
-                });
+                round.witness = Some(Witness::of(message));
             }
             round.reports.push(RoundReport { pending, outcome });
             drop(round);

@@ -120,9 +120,6 @@ const INIT_TRANSACTIONS_TIMEOUT: Duration = Duration::from_secs(30);
 const TRANSACTION_BACKOFF: Duration = Duration::from_millis(200);
 /// How long the end of a shutdown waits for librdkafka to report the records it purged.
 const PURGE_WAIT: Duration = Duration::from_secs(5);
-/// Longest the worker reads for the outcome of a given-up instance's transaction
-/// (`transaction_outcome`), the broker having just answered the new instance.
-const OUTCOME_READ: Duration = Duration::from_secs(10);
 
 /// The background batching producer; see the module docs.
 pub struct AsyncProducer {

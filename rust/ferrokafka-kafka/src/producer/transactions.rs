@@ -16,13 +16,11 @@ use super::in_flight::InFlight;
 use super::pending::Pending;
 use super::reports::ProducerEvent;
 use super::round::{OpenRound, RoundReport, round_records};
-use super::{
-    AsyncProducer, OUTCOME_READ, PURGE_WAIT, TRANSACTION_BACKOFF, TRANSACTION_STEP, WORKER_TICK,
-};
+use super::{AsyncProducer, PURGE_WAIT, TRANSACTION_BACKOFF, TRANSACTION_STEP, WORKER_TICK};
 use crate::error::KafkaIoError;
 use crate::locks::wait_timeout;
 use crate::polled_producer::PolledProducer;
-use crate::transaction_outcome::{TransactionOutcome, Witness, transaction_outcome};
+use crate::transaction_outcome::{Witness, committed_after_all};
 use crate::transaction_step::{TransactionStep, transaction_step};
 
 /// How a transaction of the worker ended.
@@ -70,7 +68,11 @@ impl AsyncProducer {
                     witness,
                 } => match self.renew_producer() {
                     Ok(()) => {
-                        if witness.is_some_and(|w| self.committed_after_all(&w, reports.len())) {
+                        let what = format!("its {} record(s)", reports.len());
+                        let stopping = || self.stopping();
+                        if witness.is_some_and(|witness| {
+                            committed_after_all(&self.settings, &witness, &what, &stopping)
+                        }) {
                             self.settle_committed(reports);
                             return;
                         }
@@ -277,31 +279,6 @@ impl AsyncProducer {
             self.transaction_timeout.as_secs_f64()
         );
         self.end_fatally(producer, started, handed, unsent, err, operation)
-    }
-
-    /// Whether the transaction of a given-up instance, which wrote `witness` among its `count`
-    /// records, committed after all (read once the new instance is in place; see
-    /// `transaction_outcome`). Not when it is not known: its records then go again.
-    fn committed_after_all(&self, witness: &Witness, count: usize) -> bool {
-        let stopping = || self.stopping();
-        match transaction_outcome(&self.settings, witness, OUTCOME_READ, &stopping) {
-            TransactionOutcome::Committed => {
-                log::warn!(
-                    "the transaction of the producer instance given up had been committed: its \
-                     {count} record(s) are delivered"
-                );
-                true
-            }
-            TransactionOutcome::Aborted => false,
-            TransactionOutcome::Unknown(why) => {
-                log::warn!(
-                    "whether the transaction of the producer instance given up was committed \
-                     is not known ({why}): its {count} record(s) go again and may be committed \
-                     twice"
-                );
-                false
-            }
-        }
     }
 
     /// Waits (at most `PURGE_WAIT`) for the reports of the `handed` records of the open

@@ -252,13 +252,7 @@ impl SchedulerLoop {
                     }
                 }
                 chunk.stage = if again.is_empty() {
-                    ChunkStage::Settled(
-                        chunk
-                            .due
-                            .iter()
-                            .map(|_| DispatchResult::Dispatched)
-                            .collect(),
-                    )
+                    ChunkStage::Settled(all_dispatched(&chunk.due))
                 } else {
                     ChunkStage::Tombstones {
                         round: Rounds::start(&self.dispatcher, &again, timeout),

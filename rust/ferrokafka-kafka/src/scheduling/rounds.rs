@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -134,11 +134,7 @@ impl Rounds {
         if let Some(message) = written
             && state.witness.is_none()
         {
-            state.witness = Some(Witness {
-                topic: message.topic().to_owned(),
-                partition: message.partition(),
-                offset: message.offset(),
-            });
+            state.witness = Some(Witness::of(message));
         }
         let Some((&first, round)) = state.open.range_mut(..=sequence).next_back() else {
             return;

@@ -16,15 +16,13 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::Producer;
 
 use super::{MAX_SLEEP, SchedulerLoop, create_dispatcher};
-use crate::transaction_outcome::{TransactionOutcome, Witness, transaction_outcome};
+use crate::transaction_outcome::{Witness, committed_after_all};
 
 /// Longest one attempt at a new instance waits for the transaction coordinator: short, as
 /// the daemon's stop is not noticed meanwhile.
 const RENEW_ATTEMPT: Duration = Duration::from_secs(2);
 /// Pause between attempts while the broker is away.
 const RENEW_PAUSE: Duration = Duration::from_secs(2);
-/// Longest the outcome of an unanswered commit is read for, the broker having just answered.
-const OUTCOME_READ: Duration = Duration::from_secs(10);
 
 /// A new dispatch producer instance due: tried from `at` on, `failures` attempts so far.
 #[derive(Clone, Copy)]
@@ -126,25 +124,8 @@ impl SchedulerLoop {
             );
             return false;
         };
-        let stop = || self.dispatcher.context().stopping();
-        match transaction_outcome(&self.dispatch_settings, &witness, OUTCOME_READ, &stop) {
-            TransactionOutcome::Committed => {
-                log::warn!(
-                    "the transaction had been committed: its {schedules} schedules are dispatched"
-                );
-                true
-            }
-            TransactionOutcome::Aborted => {
-                log::info!("the transaction was aborted: its {schedules} schedules go again");
-                false
-            }
-            TransactionOutcome::Unknown(why) => {
-                log::warn!(
-                    "whether the transaction was committed is not known ({why}): its \
-                     {schedules} schedules go again and may be dispatched twice"
-                );
-                false
-            }
-        }
+        let stopping = || self.dispatcher.context().stopping();
+        let what = format!("its {schedules} schedules");
+        committed_after_all(&self.dispatch_settings, &witness, &what, &stopping)
     }
 }

@@ -49,6 +49,22 @@ enum Finished {
     },
 }
 
+/// Every chunk's schedules dispatched.
+fn chunks_dispatched(chunks: &[TransactionChunk]) -> Vec<Vec<DispatchResult>> {
+    chunks
+        .iter()
+        .map(|chunk| all_dispatched(&chunk.due))
+        .collect()
+}
+
+/// Every chunk's schedules to be dispatched again, after a backoff for `error`.
+fn chunks_again(chunks: &[TransactionChunk], error: &str) -> Vec<Vec<DispatchResult>> {
+    chunks
+        .iter()
+        .map(|chunk| retry_all(&chunk.due, Some(error.to_owned())))
+        .collect()
+}
+
 /// The first failure of a chunk's records that is not only its transaction's.
 fn own_error<'a>(sent: &'a [SendResult], tombstones: &'a [SendResult]) -> Option<&'a KafkaError> {
     sent.iter()
@@ -151,14 +167,10 @@ impl SchedulerLoop {
             let results = match self.finish_chunks(&chunks, &tombstones, started) {
                 Finished::Settled(results) => results,
                 Finished::Unanswered { witness, error } => {
-                    let committed = self.take_over_unanswered(witness, schedules, &error);
-                    chunks
-                        .iter()
-                        .map(|chunk| match committed {
-                            true => all_dispatched(&chunk.due),
-                            false => retry_all(&chunk.due, Some(error.clone())),
-                        })
-                        .collect()
+                    match self.take_over_unanswered(witness, schedules, &error) {
+                        true => chunks_dispatched(&chunks),
+                        false => chunks_again(&chunks, &error),
+                    }
                 }
             };
             log::debug!(
@@ -200,12 +212,7 @@ impl SchedulerLoop {
                 started.elapsed()
             );
             return match committed {
-                Ok(()) => Finished::Settled(
-                    chunks
-                        .iter()
-                        .map(|chunk| all_dispatched(&chunk.due))
-                        .collect(),
-                ),
+                Ok(()) => Finished::Settled(chunks_dispatched(chunks)),
                 // An abortable failure: the coordinator did not commit. Nor when another
                 // producer of the `transactional.id` fenced this one: a new instance would
                 // fence it in turn.
@@ -218,23 +225,12 @@ impl SchedulerLoop {
                         ) =>
                 {
                     self.abort_transaction();
-                    let error = format!("commit_transaction: {e}");
-                    Finished::Settled(
-                        chunks
-                            .iter()
-                            .map(|chunk| retry_all(&chunk.due, Some(error.clone())))
-                            .collect(),
-                    )
+                    Finished::Settled(chunks_again(chunks, &format!("commit_transaction: {e}")))
                 }
                 // Stopping: the next owner of the partitions reads what was committed.
-                Err(e) if self.dispatcher.context().stopping() => Finished::Settled(
-                    chunks
-                        .iter()
-                        .map(|chunk| {
-                            retry_all(&chunk.due, Some(format!("commit_transaction: {e}")))
-                        })
-                        .collect(),
-                ),
+                Err(e) if self.dispatcher.context().stopping() => {
+                    Finished::Settled(chunks_again(chunks, &format!("commit_transaction: {e}")))
+                }
                 Err(e) => Finished::Unanswered {
                     witness: self.dispatcher.context().take_witness(),
                     error: format!("commit_transaction: {e}"),

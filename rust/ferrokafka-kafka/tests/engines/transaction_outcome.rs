@@ -1,6 +1,6 @@
 //! `transaction_outcome`: what became of a transaction, read through one record it wrote, as
-//! the AsyncProducer reads it once a new instance took over from one whose commit went
-//! unanswered. The transactions are made with a plain rdkafka producer, so only the reading is
+//! the AsyncProducer and the scheduler read it once a new instance took over from one whose
+//! commit went unanswered. The transactions are made with a plain rdkafka producer, so only the reading is
 //! under test.
 
 use std::sync::Mutex;
