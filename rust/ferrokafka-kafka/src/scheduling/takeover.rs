@@ -24,6 +24,13 @@ const RENEW_ATTEMPT: Duration = Duration::from_secs(2);
 /// Pause between attempts while the broker is away.
 const RENEW_PAUSE: Duration = Duration::from_secs(2);
 
+/// A commit that did not end (not answered within the dispatch timeout, or the instance
+/// failed): it may have been taken; `witness` is one of the transaction's records.
+pub(super) struct Unanswered {
+    pub(super) witness: Option<Witness>,
+    pub(super) error: String,
+}
+
 /// A new dispatch producer instance due: tried from `at` on, `failures` attempts so far.
 #[derive(Clone, Copy)]
 pub(super) struct Renewal {
@@ -93,21 +100,20 @@ impl SchedulerLoop {
 
     /// After a commit of `schedules` schedules that was not answered (or failed the instance):
     /// a new instance takes over, waiting for the broker as long as it takes (or until the
-    /// daemon stops), then the transaction that wrote `witness` is read back. Whether it was
-    /// committed: if not, or not known, its schedules are dispatched again.
+    /// daemon stops), then the transaction that wrote its witness is read back. Whether it was
+    /// committed; if not, or not known, the commit's error (its schedules go again).
     pub(super) fn take_over_unanswered(
         &mut self,
-        witness: Option<Witness>,
+        Unanswered { witness, error }: Unanswered,
         schedules: usize,
-        error: &str,
-    ) -> bool {
+    ) -> Result<(), String> {
         log::warn!(
-            "commit_transaction of {schedules} schedules did not end ({error}): a new dispatch \
+            "commit_transaction of {schedules} schedule(s) did not end ({error}): a new dispatch \
              producer instance takes over and reads whether the transaction was committed"
         );
         loop {
             if self.dispatcher.context().stopping() {
-                return false;
+                return Err(error);
             }
             if self.renew_dispatcher() {
                 break;
@@ -122,10 +128,13 @@ impl SchedulerLoop {
                 "no record of the transaction was acknowledged, so it cannot have been \
                  committed: its {schedules} schedules go again"
             );
-            return false;
+            return Err(error);
         };
         let stopping = || self.dispatcher.context().stopping();
         let what = format!("its {schedules} schedules");
-        committed_after_all(&self.dispatch_settings, &witness, &what, &stopping)
+        match committed_after_all(&self.dispatch_settings, &witness, &what, &stopping) {
+            true => Ok(()),
+            false => Err(error),
+        }
     }
 }

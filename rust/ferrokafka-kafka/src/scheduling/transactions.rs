@@ -21,9 +21,9 @@ use super::records::{
     DispatchRecord, failed_with_its_transaction, refused_for_good, tombstone_record, tombstones_of,
 };
 use super::rounds::{RoundId, Rounds, send_round};
+use super::takeover::Unanswered;
 use super::{ProxyPayload, SchedulerLoop};
 use crate::daemon::resume_in_slices;
-use crate::transaction_outcome::Witness;
 use crate::transaction_step::{
     TransactionStep, may_take_over, transaction_step, transaction_timeout,
 };
@@ -41,12 +41,14 @@ type SendResult = Result<(), KafkaError>;
 enum Finished {
     /// Each chunk's results: committed, or aborted and sorted for what comes next.
     Settled(Vec<Vec<DispatchResult>>),
-    /// The commit did not end (not answered within the dispatch timeout, or the instance
-    /// failed): it may have been taken (see `takeover`); `witness` is one of its records.
-    Unanswered {
-        witness: Option<Witness>,
-        error: String,
-    },
+    Unanswered(Unanswered),
+}
+
+/// How a commit ended.
+enum CommitEnd {
+    Committed,
+    NotCommitted(String),
+    Unanswered(Unanswered),
 }
 
 /// Every chunk's schedules dispatched.
@@ -112,6 +114,35 @@ impl SchedulerLoop {
         )
     }
 
+    /// Commits the open transaction, begun at `began`: committed; not committed (aborted, or
+    /// left to the next owner when the daemon stops); or not answered, to be taken over.
+    fn commit_open(&self, began: Instant) -> CommitEnd {
+        let Err(e) = self.commit_transaction() else {
+            return CommitEnd::Committed;
+        };
+        let error = format!("commit_transaction: {e}");
+        // An abortable failure: the coordinator did not commit. Nor when another producer of
+        // the `transactional.id` fenced this one: a new instance would fence it in turn.
+        if matches!(transaction_step(&e), TransactionStep::Abort)
+            || !may_take_over(
+                &e,
+                began.elapsed(),
+                transaction_timeout(&self.dispatch_settings),
+            )
+        {
+            self.abort_transaction();
+            return CommitEnd::NotCommitted(error);
+        }
+        // Stopping: the next owner of the partitions reads what was committed.
+        if self.dispatcher.context().stopping() {
+            return CommitEnd::NotCommitted(error);
+        }
+        CommitEnd::Unanswered(Unanswered {
+            witness: self.dispatcher.context().take_witness(),
+            error,
+        })
+    }
+
     /// Dispatches everything due, one transaction after the other (see the module docs).
     pub(super) fn dispatch_due_transactional(&mut self) {
         loop {
@@ -166,10 +197,10 @@ impl SchedulerLoop {
             let sent = started.elapsed();
             let results = match self.finish_chunks(&chunks, &tombstones, started) {
                 Finished::Settled(results) => results,
-                Finished::Unanswered { witness, error } => {
-                    match self.take_over_unanswered(witness, schedules, &error) {
-                        true => chunks_dispatched(&chunks),
-                        false => chunks_again(&chunks, &error),
+                Finished::Unanswered(unanswered) => {
+                    match self.take_over_unanswered(unanswered, schedules) {
+                        Ok(()) => chunks_dispatched(&chunks),
+                        Err(error) => chunks_again(&chunks, &error),
                     }
                 }
             };
@@ -188,7 +219,7 @@ impl SchedulerLoop {
     /// record failed (librdkafka then sends nothing more of the transaction), aborts it and
     /// tells what to do with each chunk's schedules.
     fn finish_chunks(
-        &self,
+        &mut self,
         chunks: &[TransactionChunk],
         tombstones: &[RoundId],
         began: Instant,
@@ -206,35 +237,15 @@ impl SchedulerLoop {
             for id in ids {
                 rounds.wait_for(id, timeout);
             }
-            let committed = self.commit_transaction();
+            let committed = self.commit_open(began);
             log::debug!(
-                "records acknowledged after {acknowledged:?}, transaction committed after {:?}",
+                "records acknowledged after {acknowledged:?}, transaction ended after {:?}",
                 started.elapsed()
             );
             return match committed {
-                Ok(()) => Finished::Settled(chunks_dispatched(chunks)),
-                // An abortable failure: the coordinator did not commit. Nor when another
-                // producer of the `transactional.id` fenced this one: a new instance would
-                // fence it in turn.
-                Err(e)
-                    if matches!(transaction_step(&e), TransactionStep::Abort)
-                        || !may_take_over(
-                            &e,
-                            began.elapsed(),
-                            transaction_timeout(&self.dispatch_settings),
-                        ) =>
-                {
-                    self.abort_transaction();
-                    Finished::Settled(chunks_again(chunks, &format!("commit_transaction: {e}")))
-                }
-                // Stopping: the next owner of the partitions reads what was committed.
-                Err(e) if self.dispatcher.context().stopping() => {
-                    Finished::Settled(chunks_again(chunks, &format!("commit_transaction: {e}")))
-                }
-                Err(e) => Finished::Unanswered {
-                    witness: self.dispatcher.context().take_witness(),
-                    error: format!("commit_transaction: {e}"),
-                },
+                CommitEnd::Committed => Finished::Settled(chunks_dispatched(chunks)),
+                CommitEnd::NotCommitted(error) => Finished::Settled(chunks_again(chunks, &error)),
+                CommitEnd::Unanswered(unanswered) => Finished::Unanswered(unanswered),
             };
         }
         // The abort purges what is still queued, so every round is done right after it.
@@ -290,7 +301,7 @@ impl SchedulerLoop {
     /// The schedules of a chunk some of whose targets were refused for good (`sent`: each
     /// target's result in the aborted transaction).
     fn settle_refused(
-        &self,
+        &mut self,
         (topic, partition): &(String, i32),
         due: &[Dispatch<ProxyPayload>],
         sent: &[SendResult],
@@ -311,6 +322,7 @@ impl SchedulerLoop {
             }
             // The broker refuses a whole batch when it is too large: confirm the refusal with
             // the target alone.
+            let began = Instant::now();
             let alone = match self.in_transaction(std::slice::from_ref(target)) {
                 Ok(mut sent) => sent.pop().unwrap_or(Ok(())),
                 Err(error) => {
@@ -323,7 +335,7 @@ impl SchedulerLoop {
             let e = match alone {
                 Ok(()) => {
                     let tombstone = tombstone_record(topic, partition, dispatch);
-                    settled.push(match self.finish_transaction(&[tombstone]) {
+                    settled.push(match self.finish_transaction(&[tombstone], began) {
                         Ok(()) => DispatchResult::Dispatched,
                         Err(error) => DispatchResult::Retry {
                             transient: Some(error),
@@ -354,9 +366,10 @@ impl SchedulerLoop {
                         ),
                         tombstone_record(topic, partition, dispatch),
                     ];
+                    let began = Instant::now();
                     match self.in_transaction(&records).and_then(|sent| {
                         match sent.into_iter().find_map(Result::err) {
-                            None => self.finish_transaction(&[]),
+                            None => self.finish_transaction(&[], began),
                             Some(d) => {
                                 self.abort_transaction();
                                 Err(format!("dead-letter copy: {d}"))
@@ -384,21 +397,26 @@ impl SchedulerLoop {
         self.dispatcher
             .begin_transaction()
             .map_err(|e| format!("begin_transaction: {e}"))?;
+        self.dispatcher.context().take_witness();
         Ok(send_round(&self.dispatcher, records, self.round_timeout()))
     }
 
-    /// Sends `records` in the open transaction and commits it (aborts it on any failure).
-    fn finish_transaction(&self, records: &[DispatchRecord<'_>]) -> Result<(), String> {
+    /// Sends `records` in the open transaction (begun at `began`) and commits it (aborts it
+    /// on any failure); a commit that went unanswered is taken over, as a chunk's is.
+    fn finish_transaction(
+        &mut self,
+        records: &[DispatchRecord<'_>],
+        began: Instant,
+    ) -> Result<(), String> {
         let sent = send_round(&self.dispatcher, records, self.round_timeout());
-        let committed = match sent.into_iter().find_map(Result::err) {
-            Some(e) => Err(format!("dispatch: {e}")),
-            None => self
-                .commit_transaction()
-                .map_err(|e| format!("commit_transaction: {e}")),
-        };
-        if committed.is_err() {
+        if let Some(e) = sent.into_iter().find_map(Result::err) {
             self.abort_transaction();
+            return Err(format!("dispatch: {e}"));
         }
-        committed
+        match self.commit_open(began) {
+            CommitEnd::Committed => Ok(()),
+            CommitEnd::NotCommitted(error) => Err(error),
+            CommitEnd::Unanswered(unanswered) => self.take_over_unanswered(unanswered, 1),
+        }
     }
 }
