@@ -1676,3 +1676,42 @@ def test_a_partition_given_back_waits_for_its_abandoned_handler(
     offsets = [offset for _, offset in handled.records]
     assert offsets[:10] == list(range(10))
     assert offsets[10:] == list(range(60)), offsets
+
+
+
+
+DEBUG_CHILD = """
+import sys, threading, time
+import ferrokafka
+
+bootstrap, group, topic = sys.argv[1:4]
+handled = threading.Event()
+started = time.monotonic()
+config = {"bootstrap.servers": bootstrap, "group.id": group, "debug": "all"}
+with ferrokafka.Consumer(config, [topic], lambda batch: handled.set()):
+    handled.wait(60)
+    print(time.monotonic() - started if handled.is_set() else "none", flush=True)
+"""
+
+
+def test_a_consumer_logging_every_librdkafka_debug_line_gets_its_partitions_at_once(
+    kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce, tmp_path: Path
+) -> None:
+    # librdkafka queues its log lines with the rebalances. Served one per poll turn, the ~650
+    # lines a process's first consumer logs with `debug` before its assignment held that
+    # assignment back 33 s (a fresh process: later consumers of a process were not held).
+    topic = topic_factory(partitions=3)
+    produce(topic, [{"value": f"v{n}"} for n in range(30)])
+    script = tmp_path / "debug_child.py"
+    script.write_text(DEBUG_CHILD)
+    group = f"test-{uuid.uuid4().hex[:8]}"
+    child = subprocess.run(
+        [sys.executable, str(script), kafka_bootstrap, group, topic],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
+    )
+    first_record = child.stdout.strip()
+    assert first_record != "none", "the consumer handled nothing within 60 s"
+    assert float(first_record) < 10.0, f"the first record came after {first_record} s"

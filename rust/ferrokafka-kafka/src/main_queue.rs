@@ -1,6 +1,8 @@
-//! [`MainQueue`]: a reference to a librdkafka client's main queue, for the two threads that read
-//! it outside rdkafka's own loops: a [`PolledProducer`](crate::polled_producer::PolledProducer)'s
-//! polling thread and the admin client's [`MainQueueWatcher`](crate::main_queue_watcher).
+//! [`MainQueue`]: a reference to a librdkafka client's main queue, for the threads that read it
+//! outside rdkafka's own loops: a [`PolledProducer`](crate::polled_producer::PolledProducer)'s
+//! polling thread and the admin client's [`MainQueueWatcher`](crate::main_queue_watcher); and for
+//! the consumer's poller, which measures it (a group consumer's main queue forwards to its
+//! consumer queue, and the length is the forwarded queue's).
 //!
 //! The main queue is where librdkafka puts a client's delivery reports, errors, logs, statistics
 //! and OAUTHBEARER token refreshes. Each reference is counted by librdkafka and released once, by

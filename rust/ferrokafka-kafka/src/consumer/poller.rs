@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::LoadChange;
 use rdkafka::Message;
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::events::ConsumerEvent;
@@ -17,11 +18,17 @@ use super::partition_source::RawMessage;
 use super::state::{Handle, Shared, Slot, load_event};
 use crate::dead_letter::DeadLetterWriter;
 use crate::locks::lock;
+use crate::main_queue::MainQueue;
 use crate::record::{ReceivedRecord, TopicName};
 use crate::undecodable::{undecodable_batch, undecodable_code, undecodable_error};
 
 /// Longest the poller blocks in librdkafka before checking for shutdown and due commits.
 const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// Most events (rebalances, log lines, statistics, commit answers) served from the main queue
+/// in one turn, then the partitions' turn: a queue that never empties (librdkafka's `debug`
+/// logging) still leaves the records their share.
+const EVENTS_PER_TURN: usize = 1024;
 
 /// Most records taken from the main queue before routing them: one slot lock per run of
 /// records. These may exceed a partition's bound (they were fetched before its queue was
@@ -47,10 +54,18 @@ pub(super) fn run_poller(
     let mut next_overdue_check = Instant::now() + OVERDUE_CHECK;
     let mut chunk: Vec<ReceivedRecord> = Vec::with_capacity(ROUTE_CHUNK);
     let mut names = TopicName::default();
+    // SAFETY: a live handle; the reference is dropped at the end of this function, before the
+    // last reference to the consumer.
+    let main_queue = unsafe { MainQueue::of(consumer.client().native_ptr()) };
     while !shared.closing.load(Ordering::Acquire) {
         // The main queue first: rebalances and statistics are served here, and records fetched
         // before their partition's queue was split come before those in that queue.
-        shared.take_ready(&mut chunk, &mut names, |wait| consumer.poll(wait));
+        shared.take_ready(
+            &mut chunk,
+            &mut names,
+            |wait| consumer.poll(wait),
+            || main_queue.len(),
+        );
         *lock(&shared.polled_at) = Some(Instant::now());
         let mut routed = chunk.len();
         shared.route_chunk(&mut chunk);
@@ -72,6 +87,7 @@ pub(super) fn run_poller(
             next_commit = Instant::now() + interval;
         }
     }
+    drop(main_queue);
     let drain = lock(&shared.shutdown).drain;
     shared.release(&consumer, shared.all_slots(), drain, false);
     // `release` dropped the split queues; with the stored handle gone too, dropping the last
@@ -148,16 +164,28 @@ impl Shared {
     }
 
     /// Copies the records `poll` has ready (it never waits) into `out`, up to `ROUTE_CHUNK` in
-    /// all; an error is reported and ends the turn.
+    /// all, serving the events queued before and among them; an error is reported and ends the
+    /// turn. `pending` is the main queue's length: a `poll` that serves an event (a log line,
+    /// statistics, a rebalance) returns nothing, as one that found the queue empty does, and
+    /// stopping there served one event per `POLL_WAIT` while idle, so a revocation waited
+    /// behind every log line queued before it (minutes with `debug` logging, or after an
+    /// outage), and the group went on without this member meanwhile.
     fn take_ready<M: Message>(
         &self,
         out: &mut Vec<ReceivedRecord>,
         names: &mut TopicName,
         poll: impl Fn(Duration) -> Option<Result<M, KafkaError>>,
+        pending: impl Fn() -> usize,
     ) {
+        let mut events = 0;
         while out.len() < ROUTE_CHUNK {
             match poll(Duration::ZERO) {
-                None => break,
+                None => {
+                    events += 1;
+                    if events >= EVENTS_PER_TURN || pending() == 0 {
+                        break;
+                    }
+                }
                 Some(result) => {
                     let result = result.as_ref().map_err(Clone::clone);
                     if !self.take(out, result, |m| {

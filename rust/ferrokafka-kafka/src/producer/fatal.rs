@@ -75,7 +75,7 @@ impl AsyncProducer {
     /// left open, so none of its records can be committed any more. `Err(None)` when a
     /// shutdown came first, `Err(Some(error))` when no new instance can take over.
     pub(super) fn renew_producer(&self) -> Result<(), Option<KafkaIoError>> {
-        let producer = create_producer(&self.client_config, &self.shared).map_err(Some)?;
+        let producer = create_producer(&self.settings, &self.shared).map_err(Some)?;
         loop {
             let Err(e) = producer.init_transactions(TRANSACTION_STEP) else {
                 break;

@@ -84,7 +84,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::batch::{BatchBuffer, BufferLimits, DeliveryPolicy};
-use rdkafka::config::ClientConfig;
 
 use crate::batch_produce::TopicHandles;
 use crate::config::{ClientRole, ClientSettings};
@@ -133,10 +132,8 @@ pub struct AsyncProducer {
     /// leaves the `transactional.id` ours ([`AsyncProducer::renew_producer`]); records go one
     /// by one there, so `topics` never holds a handle of a replaced instance.
     producer: RwLock<Arc<PolledProducer<DeliveryTracker>>>,
-    /// What a replacing instance is created from.
-    client_config: ClientConfig,
-    /// The settings it was created with: a given-up instance's transaction is read back with a
-    /// reader made of them.
+    /// The settings it was created with: a replacing instance is created from them, and a
+    /// given-up instance's transaction is read back with a reader made of them.
     settings: ClientSettings,
     /// librdkafka's `transaction.timeout.ms`: the coordinator aborts a transaction open longer.
     transaction_timeout: Duration,
@@ -156,11 +153,11 @@ impl std::fmt::Debug for AsyncProducer {
 
 /// A librdkafka producer reporting to `shared`'s delivery tracker.
 fn create_producer(
-    config: &ClientConfig,
+    settings: &ClientSettings,
     shared: &Arc<Shared>,
 ) -> KafkaResult<PolledProducer<DeliveryTracker>> {
     oauth::create_client(
-        config,
+        &settings.for_role(ClientRole::Producer).to_client_config(),
         DeliveryTracker {
             shared: Arc::clone(shared),
         },
@@ -224,8 +221,7 @@ impl AsyncProducer {
             watch: ConnectionWatch::new(&settings),
             tokens: settings.token_refresh(),
         });
-        let client_config = settings.for_role(ClientRole::Producer).to_client_config();
-        let producer = create_producer(&client_config, &shared)?;
+        let producer = create_producer(&settings, &shared)?;
         if transactional {
             init_transactions(
                 &producer,
@@ -240,7 +236,6 @@ impl AsyncProducer {
             keyless_runs: sticky_keyless(&settings),
             producer: RwLock::new(Arc::new(producer)),
             transaction_timeout: transaction_timeout(&settings),
-            client_config,
             settings,
             events: Mutex::new(Some(receiver)),
             worker: Mutex::new(None),

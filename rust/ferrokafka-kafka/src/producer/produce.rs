@@ -159,8 +159,8 @@ impl AsyncProducer {
             "flush ({} record(s) buffered, {} in flight)",
             stats.queue_size, stats.in_flight
         );
-        let bootstrap = self.client_config.get("bootstrap.servers");
-        let timed_out = KafkaIoError::timed_out(&operation, timeout, bootstrap);
+        let timed_out =
+            KafkaIoError::timed_out(&operation, timeout, self.settings.bootstrap().ok());
         self.shared.watch.explain_timeout(timed_out)
     }
 
