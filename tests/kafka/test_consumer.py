@@ -1678,8 +1678,6 @@ def test_a_partition_given_back_waits_for_its_abandoned_handler(
     assert offsets[10:] == list(range(60)), offsets
 
 
-
-
 DEBUG_CHILD = """
 import sys, threading, time
 import ferrokafka
