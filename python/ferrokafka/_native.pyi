@@ -989,7 +989,8 @@ class SchedulerPartitionStatus:
         """Schedules pending in memory and beyond the horizon."""
     @property
     def dispatched(self) -> int:
-        """Schedules dispatched by this daemon."""
+        """Schedules dispatched by this daemon since it started (over every assignment of
+        the partition)."""
     @property
     def skipped(self) -> int:
         """Records skipped as undecodable."""

@@ -525,6 +525,42 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
     assert took < 6 + 5, f"the survivor dispatched the dead daemon's schedules after {took:.1f} s"
 
 
+def test_a_partition_that_comes_back_keeps_counting_what_this_daemon_dispatched(
+    kafka_bootstrap: str,
+    kafka_client: Client,
+    schedules_topic_factory: Callable[[int], str],
+    target: str,
+    daemon_config: dict[str, Any],
+) -> None:
+    # status() and the state reports count since the daemon started: a partition revoked and
+    # assigned again (another daemon came and went) started again from 0.
+    topic = schedules_topic_factory(2)
+    group = f"g-{uuid.uuid4().hex}"
+    with Scheduler(daemon_config, [topic], group_id=group, state_interval=0.2) as scheduler:
+        wait_until(lambda: len(scheduler.status()) == 2, 30, "both partitions here")
+        now = int(time.time())
+        for n in range(10):
+            schedule_message(
+                kafka_client,
+                {"topic": target, "payload": str(n).encode()},
+                now,
+                {"topic": topic, "partition": n % 2},
+            )
+
+        def dispatched() -> int:
+            return sum(row["dispatched"] for row in scheduler.status())
+
+        wait_until(lambda: dispatched() == 10, 30, "10 dispatches counted")
+        other = run_daemon_process(kafka_bootstrap, topic, group, f"txn-{uuid.uuid4().hex}")
+        try:
+            wait_until(lambda: len(scheduler.status()) == 1, 30, "a partition moved away")
+        finally:
+            other.kill()
+            other.communicate(timeout=10)
+        wait_until(lambda: len(scheduler.status()) == 2, 30, "the partition back")
+        assert dispatched() == 10
+
+
 def confluent_messages(
     bootstrap: str, topic: str, expected: int, timeout: float, *, uncommitted: bool = False
 ) -> list[Any]:

@@ -140,6 +140,19 @@ struct InFlight {
     superseded: bool,
 }
 
+/// What a partition's tracker counted, carried into the next tracker of the partition when a
+/// daemon is assigned it again: its state reports count since the daemon started, not since the
+/// partition last came back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrackerCounts {
+    /// Records skipped as undecodable.
+    pub skipped_records: u64,
+    /// Schedules dispatched.
+    pub dispatched: u64,
+    /// Schedules whose target was refused for good.
+    pub failed: u64,
+}
+
 /// Schedules of one schedules-topic partition; see the module docs.
 #[derive(Debug)]
 pub struct ScheduleTracker<P> {
@@ -439,6 +452,22 @@ impl<P> ScheduleTracker<P> {
         settled
     }
 
+    /// What this tracker counted (see [`TrackerCounts`]).
+    pub fn counts(&self) -> TrackerCounts {
+        TrackerCounts {
+            skipped_records: self.skipped_records,
+            dispatched: self.dispatched,
+            failed: self.failed,
+        }
+    }
+
+    /// Adds what the daemon's earlier trackers of this partition counted.
+    pub fn add_earlier(&mut self, earlier: TrackerCounts) {
+        self.skipped_records += earlier.skipped_records;
+        self.dispatched += earlier.dispatched;
+        self.failed += earlier.failed;
+    }
+
     /// Gives up on the in-flight schedule of `key` at `offset`: its target was refused for good
     /// (counted in `failed`). Returns false when no such dispatch is in flight.
     pub fn mark_failed(&mut self, key: &str, offset: u64) -> bool {
@@ -587,6 +616,36 @@ mod tests {
         assert!(tracker.mark_dispatched("b", 1));
         assert!(!tracker.mark_dispatched("b", 1));
         assert_eq!(tracker.offsets(), Some((0, 3)));
+    }
+
+    #[test]
+    fn a_partition_assigned_again_reports_the_counts_of_its_earlier_trackers_too() {
+        let now = (NOW_MS / 1000) as i64;
+        let mut first = loaded_tracker();
+        first.apply(0, "a", schedule(now - 1, "A")).unwrap();
+        first.apply(1, "b", schedule(now - 1, "B")).unwrap();
+        first.mark_loaded().unwrap();
+        first.due(NOW_MS, 10);
+        assert!(first.mark_dispatched("a", 0));
+        assert!(first.mark_failed("b", 1));
+        let counts = first.counts();
+        assert_eq!(
+            counts,
+            TrackerCounts {
+                skipped_records: 0,
+                dispatched: 1,
+                failed: 1
+            }
+        );
+        // The partition comes back: the new tracker reads it again and dispatches one more.
+        let mut again = loaded_tracker();
+        again.add_earlier(counts);
+        again.apply(2, "c", schedule(now - 1, "C")).unwrap();
+        again.mark_loaded().unwrap();
+        again.due(NOW_MS, 10);
+        assert!(again.mark_dispatched("c", 2));
+        let report = again.state_report(NOW_MS);
+        assert_eq!((report.dispatched, report.failed), (2, 1));
     }
 
     #[test]

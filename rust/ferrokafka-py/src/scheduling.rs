@@ -22,7 +22,8 @@ flat_record! {
         state: String,
         /// Schedules pending in memory and beyond the horizon.
         pending: usize,
-        /// Schedules dispatched by this daemon.
+        /// Schedules dispatched by this daemon since it started (over every assignment of
+        /// the partition).
         dispatched: u64,
         /// Records skipped as undecodable.
         skipped: u64,

@@ -84,7 +84,8 @@ pub struct StateReport {
     /// Records skipped as undecodable (ferrokafka addition).
     #[serde(default)]
     pub skipped_records: u64,
-    /// Schedules dispatched since start (ferrokafka addition).
+    /// Schedules dispatched since the daemon started, over every assignment of the partition
+    /// (ferrokafka addition).
     #[serde(default)]
     pub dispatched: u64,
     /// Schedules whose target the broker refused for good (ferrokafka addition).

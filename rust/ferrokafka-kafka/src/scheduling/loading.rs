@@ -63,13 +63,19 @@ impl SchedulerLoop {
                 RebalanceEvent::Assigned(partitions) => {
                     for (topic, partition) in partitions {
                         log::info!("assigned {topic}-{partition}: loading schedules");
-                        self.run_for(&topic, partition);
+                        let earlier = self.earlier_counts.remove(&(topic.clone(), partition));
+                        let run = self.run_for(&topic, partition);
+                        if let Some(earlier) = earlier {
+                            run.tracker.add_earlier(earlier);
+                        }
                     }
                 }
                 RebalanceEvent::Revoked(partitions) => {
                     for key in partitions {
                         log::info!("revoked {}-{}: dropping its schedules", key.0, key.1);
-                        self.runs.remove(&key);
+                        if let Some(run) = self.runs.remove(&key) {
+                            self.earlier_counts.insert(key, run.tracker.counts());
+                        }
                     }
                 }
             }

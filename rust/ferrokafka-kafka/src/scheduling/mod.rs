@@ -60,14 +60,14 @@ mod takeover;
 mod transactions;
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::envelope::TargetAddress;
 use ferrokafka_core::codec::state::TrackerState;
-use ferrokafka_core::schedule::{PayloadFetch, ScheduleTracker};
+use ferrokafka_core::schedule::{PayloadFetch, ScheduleTracker, TrackerCounts};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 
@@ -216,6 +216,8 @@ struct SchedulerLoop {
     options: SchedulerOptions,
     partitions: PartitionCounts,
     runs: BTreeMap<(String, i32), PartitionRun>,
+    /// What the runs of partitions revoked from this daemon counted, for their next run here.
+    earlier_counts: HashMap<(String, i32), TrackerCounts>,
     last_commit: Instant,
 }
 
@@ -281,6 +283,7 @@ impl SchedulerLoop {
             partitions: PartitionCounts::new(options.partition_key_hashing),
             options,
             runs: BTreeMap::new(),
+            earlier_counts: HashMap::new(),
             last_commit: Instant::now(),
         })
     }

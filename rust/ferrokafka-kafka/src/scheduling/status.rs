@@ -22,7 +22,8 @@ pub struct PartitionStatus {
     pub state: &'static str,
     /// Schedules pending in memory (with payload) and beyond the horizon.
     pub pending: usize,
-    /// Schedules dispatched by this daemon.
+    /// Schedules dispatched by this daemon since it started (over every assignment of
+    /// the partition).
     pub dispatched: u64,
     /// Records skipped as undecodable.
     pub skipped: u64,
