@@ -404,6 +404,20 @@ def burst(kafka_bootstrap: str, schedules_topic: str, target: str, count: int, s
     return start
 
 
+def schedule_numbered(
+    client: Client, target: str, schedules_topic: str, count: int, epoch: int, partitions: int
+) -> None:
+    """Schedules payloads ``b"0"`` to ``count - 1`` for ``epoch``, the proxy of ``n`` on
+    partition ``n % partitions`` of ``schedules_topic``."""
+    for n in range(count):
+        schedule_message(
+            client,
+            {"topic": target, "payload": str(n).encode()},
+            epoch,
+            {"topic": schedules_topic, "partition": n % partitions},
+        )
+
+
 def count_values(client: Client, topic: str) -> Counter[bytes | None]:
     return Counter(m.value() for m in client.read_topic(topic, timeout=30.0))
 
@@ -503,14 +517,7 @@ def test_two_daemons_split_partitions_and_survive_a_kill(
             other.kill()
             killed = time.monotonic()
             other.communicate(timeout=10)
-            now = int(time.time())
-            for n in range(40):
-                schedule_message(
-                    kafka_client,
-                    {"topic": target, "payload": str(n).encode()},
-                    now + 1,
-                    {"topic": topic, "partition": n % 4},
-                )
+            schedule_numbered(kafka_client, target, topic, 40, int(time.time()) + 1, 4)
             wait_until(lambda: len(scheduler.status()) == 4, 30, "all partitions moved here")
             wait_until(lambda: len(kafka_client.read_topic(target)) >= 40, 30, "all dispatches")
             took = time.monotonic() - killed
@@ -538,14 +545,7 @@ def test_a_partition_that_comes_back_keeps_counting_what_this_daemon_dispatched(
     group = f"g-{uuid.uuid4().hex}"
     with Scheduler(daemon_config, [topic], group_id=group, state_interval=0.2) as scheduler:
         wait_until(lambda: len(scheduler.status()) == 2, 30, "both partitions here")
-        now = int(time.time())
-        for n in range(10):
-            schedule_message(
-                kafka_client,
-                {"topic": target, "payload": str(n).encode()},
-                now,
-                {"topic": topic, "partition": n % 2},
-            )
+        schedule_numbered(kafka_client, target, topic, 10, int(time.time()), 2)
 
         def dispatched() -> int:
             return sum(row["dispatched"] for row in scheduler.status())
@@ -952,13 +952,7 @@ def test_offsets_are_committed_while_running(
     daemon_config: dict[str, Any],
 ) -> None:
     group = f"g-{uuid.uuid4().hex}"
-    for n in range(3):
-        schedule_message(
-            kafka_client,
-            {"topic": target, "payload": str(n).encode()},
-            int(time.time()),
-            {"topic": schedules_topic, "partition": 0},
-        )
+    schedule_numbered(kafka_client, target, schedules_topic, 3, int(time.time()), 1)
     with start_scheduler(daemon_config, schedules_topic, group) as scheduler:
         assert len(confluent_messages(kafka_bootstrap, target, 3, 30)) == 3
         # Three proxies, then their three tombstones (read back by the daemon): next offset 6.
@@ -1017,14 +1011,7 @@ def test_two_daemons_in_karafkas_default_group_dispatch_each_schedule_once(
             )
 
         wait_until(split_and_loaded, 30, "the partitions split between the daemons")
-        now = int(time.time())
-        for n in range(count):
-            schedule_message(
-                kafka_client,
-                {"topic": target, "payload": str(n).encode()},
-                now + 1,
-                {"topic": topic, "partition": n % 4},
-            )
+        schedule_numbered(kafka_client, target, topic, count, int(time.time()) + 1, 4)
         dispatched = confluent_messages(kafka_bootstrap, target, count, 30)
         wait_until(
             lambda: sum(r["dispatched"] for r in first.status() + second.status()) == count,
