@@ -24,12 +24,14 @@ die() { log "error: $*"; exit 1; }
 
 usage() {
   cat >&2 <<EOF
-usage: $(basename "$0") {start|stop|status|fetch|pause|resume}
+usage: $(basename "$0") {start|stop|status|fetch|pause|resume|freeze|thaw}
   fetch   resolve Kafka $KAFKA_VERSION jars into $LIBS (once)
   start   start a broker on 127.0.0.1:\$KAFKA_PORT, print bootstrap address on stdout
   stop    stop the broker this script started on \$KAFKA_PORT and delete its data
   status  print running/stopped (exit 0 if running, 3 if not)
   pause   stop the broker but keep its data (an outage); resume starts it again
+  freeze  stop the broker's process with SIGSTOP (a hung broker: connections are accepted and
+          nothing answers); thaw continues it
 env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (port+1) KAFKA_HEAP_OPTS (-Xms512m -Xmx512m)
      FERROKAFKA_CACHE (~/.cache/ferrokafka) FERROKAFKA_STATE (\$cache/run)
      KAFKA_SECURITY=1 (start only): also listen with TLS, for tests of secured clusters:
@@ -302,6 +304,7 @@ terminate() {
   local pid=$1 i
   log "stopping broker pid $pid"
   kill -TERM "$pid" 2>/dev/null || true
+  kill -CONT "$pid" 2>/dev/null || true # a frozen broker handles the SIGTERM once continued
   for ((i = 0; i < 150; i++)); do alive "$pid" || break; sleep 0.2; done
   if alive "$pid"; then
     log "broker ignored SIGTERM for 30 s, sending SIGKILL"
@@ -335,6 +338,22 @@ resume() {
   launch "$data"
 }
 
+# A hung broker, unlike a stopped one: the kernel still accepts connections and takes requests,
+# and no answer comes, so clients wait for their own timeouts instead of failing at once.
+freeze() {
+  local pid
+  pid=$(running_pid) || die "no broker of ours is running on port $PORT"
+  kill -STOP "$pid"
+  log "frozen (port $PORT, pid $pid)"
+}
+
+thaw() {
+  local pid
+  pid=$(running_pid) || die "no broker of ours is running on port $PORT"
+  kill -CONT "$pid"
+  log "thawed (port $PORT, pid $pid)"
+}
+
 status() {
   local pid
   pid=$(running_pid) || { echo "stopped (port $PORT)"; return 3; }
@@ -348,6 +367,8 @@ case "${1:-}" in
   stop) stop ;;
   pause) pause ;;
   resume) resume ;;
+  freeze) freeze ;;
+  thaw) thaw ;;
   status) status ;;
   -h | --help | help) usage ;;
   *) usage; exit 2 ;;

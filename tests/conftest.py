@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,15 +325,24 @@ def outage_broker() -> Iterator[Broker]:
 
 
 @contextmanager
-def outage(env: dict[str, str]) -> Iterator[None]:
-    """The broker is down inside the block and back (answering) after it, whatever happens."""
-    subprocess.run(["bash", str(KAFKA_SCRIPT), "pause"], env=env, check=True, capture_output=True)
+def _broker_between(env: dict[str, str], before: str, after: str) -> Iterator[None]:
+    """Runs ``kafka.sh before``, the block, and ``kafka.sh after`` whatever happens."""
+    subprocess.run(["bash", str(KAFKA_SCRIPT), before], env=env, check=True, capture_output=True)
     try:
         yield
     finally:
-        subprocess.run(
-            ["bash", str(KAFKA_SCRIPT), "resume"], env=env, check=True, capture_output=True
-        )
+        subprocess.run(["bash", str(KAFKA_SCRIPT), after], env=env, check=True, capture_output=True)
+
+
+def outage(env: dict[str, str]) -> AbstractContextManager[None]:
+    """The broker is down inside the block and back (answering) after it, whatever happens."""
+    return _broker_between(env, "pause", "resume")
+
+
+def hung(env: dict[str, str]) -> AbstractContextManager[None]:
+    """The broker hangs inside the block (its process stopped: connections are accepted and
+    nothing answers) and answers again after it, whatever happens."""
+    return _broker_between(env, "freeze", "thaw")
 
 
 def read_all(bootstrap: str, topic: str, partitions: int = 3) -> list[tuple[bytes, bytes]]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 from ferrokafka import _instrumentation
 from ferrokafka._config import ConfigValue
 from ferrokafka._native import (
+    CONSUMER_CLOSE_SECONDS,
     Assignment,
     Batch,
     ConsumerAssigned,
@@ -54,8 +55,8 @@ _INT64_LIMIT = 2**63
 _FETCH_SECONDS = 0.1
 _EVENT_SECONDS = 0.1
 _WORKER_JOIN_SECONDS = 1.0
-# What the final commit and leaving the group may take at interpreter exit, after the drain.
-_EXIT_CLOSE_SECONDS = 5.0
+# What the final commit and leaving the group take at most, after the drain (the engine's bound).
+_EXIT_CLOSE_SECONDS = CONSUMER_CLOSE_SECONDS
 # A consumer's group membership and engine end with its stop; a new consumer starts afresh.
 _STARTED_AFTER_STOP = "this {} was stopped (or failed to start once connected): create a new one"
 

@@ -10,6 +10,10 @@ librdkafka_version: str
 DEFAULT_MAX_INFLATED: int
 """The ``max_inflated`` / ``max_output`` every decoder defaults to (67,108,864 bytes, 64 MiB): a
 report or state document is a few KiB, so the limit only stops a zip bomb."""
+CONSUMER_CLOSE_SECONDS: float
+"""What a stopping consumer's final commit and leaving its group take at most, together, after
+the drain (5.0). A broker that accepts connections and never answers (a hung process) gets no
+longer: the stop returns, and librdkafka finishes leaving the group in the background."""
 WATERDROP_MAX_PAYLOAD_SIZE: int
 """WaterDrop's default ``max_payload_size`` (1,000,012 bytes): the largest scheduled payload
 accepted unless a ``max_payload_size`` says otherwise."""

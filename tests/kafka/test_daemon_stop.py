@@ -1,12 +1,16 @@
 """The daemons' stop with a broker that does not answer: SIGINT or SIGTERM ends the command
 within 10 s, with exit status 0, and a WARNING names what could not be sent; ``stop()`` ends a
 daemon within the same bound while it waits for the broker to take or acknowledge its records.
+A broker is away (stopped: connections are refused) or hung (its process stopped with SIGSTOP:
+connections are accepted and nothing answers, so only the client's own limits end a wait).
 
 The command tests run the real command line in a child process and stop it with a real signal.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -14,15 +18,15 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from ferrokafka import Client, NewTopic
+from ferrokafka import AsyncConsumer, AsyncProducer, Batch, Client, Consumer, NewTopic
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 from ferrokafka.tracking import Reporter
-from tests.conftest import Broker, outage, read_all, wait_until
+from tests.conftest import Broker, hung, outage, read_all, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -350,3 +354,67 @@ def test_a_redelivery_tracker_stops_within_its_bound_while_a_redelivery_waits_fo
             "every message redelivered",
             interval=0.5,
         )
+
+
+def timed_on_a_thread(call: Callable[[], object], limit: float) -> float:
+    """Seconds ``call`` took on a thread of its own; fails the test, instead of hanging it,
+    when it is still running after ``limit``."""
+    thread = threading.Thread(target=call, daemon=True)
+    sent = time.monotonic()
+    thread.start()
+    thread.join(limit)
+    assert not thread.is_alive(), f"still waiting {limit:.0f} s later"
+    return time.monotonic() - sent
+
+
+def handled_one_record(bootstrap: str) -> tuple[str, threading.Event, AsyncProducer]:
+    """A new topic with one record produced to it; the event is for the handler to set."""
+    topic = f"stop-hung-{uuid.uuid4().hex[:8]}"
+    Client({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, num_partitions=1)])
+    producer = AsyncProducer({"bootstrap.servers": bootstrap})
+    producer.produce(b"one", topic=topic)
+    producer.flush(30.0)
+    return topic, threading.Event(), producer
+
+
+def test_a_consumer_stops_within_its_bound_when_the_broker_hangs(outage_broker: Broker) -> None:
+    """The consumer's final commit and its leaving the group get no answer from a hung broker:
+    librdkafka waits for them without a limit (a stop that never returned), the consumer
+    waits at most ``CONSUMER_CLOSE_SECONDS`` after the drain."""
+    bootstrap, env = outage_broker
+    topic, handled, producer = handled_one_record(bootstrap)
+    producer.shutdown(5.0)
+    config = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}"}
+    consumer = Consumer(config, [topic], lambda batch: handled.set())
+    consumer.start()
+    assert handled.wait(30.0), "the record was not handled"
+    with hung(env):
+        took = timed_on_a_thread(consumer.stop, 2 * consumer.exit_timeout)
+    assert took < consumer.exit_timeout, f"stopped {took:.1f} s after stop()"
+
+
+def test_an_async_consumer_leaves_its_block_within_its_bound_when_the_broker_hangs(
+    outage_broker: Broker,
+) -> None:
+    """As above, for an ``AsyncConsumer`` leaving its ``async with`` block."""
+    bootstrap, env = outage_broker
+    topic, handled, producer = handled_one_record(bootstrap)
+    producer.shutdown(5.0)
+    config = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}"}
+
+    async def handle(batch: Batch) -> None:
+        handled.set()
+
+    async def consume_then_leave() -> tuple[float, float]:
+        with contextlib.ExitStack() as broker_hangs:
+            async with AsyncConsumer(config, [topic], handle) as consumer:
+                loop = asyncio.get_running_loop()
+                assert await loop.run_in_executor(None, handled.wait, 30.0), "not handled"
+                broker_hangs.enter_context(hung(env))
+                sent = time.monotonic()
+            return time.monotonic() - sent, consumer.exit_timeout
+
+    outcome: list[tuple[float, float]] = []
+    timed_on_a_thread(lambda: outcome.append(asyncio.run(consume_then_leave())), 60.0)
+    took, bound = outcome[0]
+    assert took < bound, f"left the block {took:.1f} s after the broker hung"

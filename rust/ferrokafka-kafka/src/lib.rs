@@ -5,6 +5,7 @@
 //! on a Python thread.
 
 mod batch_produce;
+mod bounded_commit;
 pub mod client;
 pub mod config;
 mod connection_failure;

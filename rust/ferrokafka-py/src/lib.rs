@@ -102,6 +102,10 @@ mod _native {
         m.add("librdkafka_version", ferrokafka_kafka::librdkafka_version())?;
         m.add("DEFAULT_MAX_INFLATED", crate::codec::DEFAULT_MAX_INFLATED)?;
         m.add(
+            "CONSUMER_CLOSE_SECONDS",
+            ferrokafka_kafka::consumer::CLOSE_WITHIN.as_secs_f64(),
+        )?;
+        m.add(
             "WATERDROP_MAX_PAYLOAD_SIZE",
             ferrokafka_core::codec::envelope::WATERDROP_MAX_PAYLOAD_SIZE,
         )?;

@@ -3,16 +3,26 @@
 //! what is committable every `commit_interval` and on release, and records the broker's answer.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::events::ConsumerEvent;
 use super::state::{Handle, Shared, Slot, SlotState};
+use crate::bounded_commit::commit_within;
 use crate::error::KafkaIoError;
 use crate::locks::lock;
+
+/// Longest a commit's answer is waited for while consuming (on schedule, or for a revoked
+/// partition): long enough for a broker that is slow, short enough that a broker that stopped
+/// answering leaves the poller to its other work and the next round retries.
+pub(super) const COMMIT_WAIT: Duration = Duration::from_secs(10);
+
+/// What a stopping consumer's final commit and leaving its group take at most, together, after
+/// the drain: then the stop returns and librdkafka finishes leaving on the poller thread.
+pub const CLOSE_WITHIN: Duration = Duration::from_secs(5);
 
 impl Shared {
     /// Marks the batch starting at `first` finished; see [`Shared::report_caught_up`].
@@ -65,11 +75,19 @@ impl Shared {
         }
     }
 
-    /// Commits the finished offsets of `slots` not committed yet, waiting for the broker.
-    /// Synchronous on purpose: librdkafka reports asynchronous commit results only through
-    /// events this consumer does not receive when partitions are assigned explicitly, and one
-    /// round trip per `commit_interval` costs the poller little.
-    pub(super) fn commit(&self, consumer: &Handle, slots: &[Arc<Slot>]) {
+    /// Commits the finished offsets of `slots` not committed yet, waiting for the broker's
+    /// answer until `deadline` or until `give_up` says so (see [`commit_within`]): an answer that
+    /// does not come counts as a failed commit, retried next time. Waited for on purpose:
+    /// librdkafka reports asynchronous commit results only through events this consumer does
+    /// not receive when partitions are assigned explicitly, and one round trip per
+    /// `commit_interval` costs the poller little.
+    pub(super) fn commit(
+        &self,
+        consumer: &Handle,
+        slots: &[Arc<Slot>],
+        deadline: Instant,
+        give_up: impl Fn() -> bool,
+    ) {
         self.pass_to_positions(consumer, slots);
         if !self.group {
             return;
@@ -91,7 +109,7 @@ impl Shared {
         if offsets.is_empty() {
             return;
         }
-        let result = consumer.commit(&tpl, CommitMode::Sync);
+        let result = commit_within(consumer, &tpl, deadline, give_up);
         self.settle_commit(offsets, result.err());
     }
 

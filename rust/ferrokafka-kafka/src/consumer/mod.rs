@@ -66,7 +66,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use ferrokafka_core::OrderBy;
 
@@ -74,11 +74,12 @@ use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::ConnectionWatch;
 use crate::dead_letter::DeadLetterWriter;
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::locks::lock;
+use crate::locks::{lock, wait_timeout};
 use crate::oauth;
 use crate::report_sample::GroupMember;
 use crate::statistics::KeptStatistics;
 
+pub use self::commit::CLOSE_WITHIN;
 pub use self::dispatch::{Outcome, Verdict};
 pub use self::events::{Assignment, ConsumerEvent, Fetched, WorkerId};
 pub use self::options::{ConsumerOptions, ErrorPolicy, OnError, StartAt, Subscription};
@@ -237,20 +238,39 @@ impl ConcurrentConsumer {
         }
     }
 
-    /// Waits up to `wait` for the poller to finish shutting down; true when it has.
+    /// Waits up to `wait` for the poller to finish shutting down; true when it has, or when
+    /// the close has taken [`CLOSE_WITHIN`] and goes on without the caller: librdkafka waits for
+    /// a coordinator that accepts connections and never answers (a hung broker) without a limit.
     pub fn wait_stopped(&self, wait: Duration) -> bool {
-        let shutdown = lock(&self.shared.shutdown);
-        let (shutdown, _) = self
-            .shared
-            .stopped
-            .wait_timeout_while(shutdown, wait, |s| !s.finished)
-            .unwrap_or_else(|p| p.into_inner());
-        let finished = shutdown.finished;
+        let until = Instant::now() + wait;
+        let mut shutdown = lock(&self.shared.shutdown);
+        let finished = loop {
+            if shutdown.finished {
+                break true;
+            }
+            let now = Instant::now();
+            if shutdown.close_by.is_some_and(|by| now >= by) {
+                break false;
+            }
+            if now >= until {
+                return false;
+            }
+            let limit = shutdown.close_by.map_or(until, |by| by.min(until));
+            shutdown = wait_timeout(&self.shared.stopped, shutdown, limit - now);
+        };
         drop(shutdown);
-        if finished && let Some(handle) = lock(&self.poller).take() {
-            let _ = handle.join();
+        if let Some(handle) = lock(&self.poller).take() {
+            if finished {
+                let _ = handle.join();
+            } else {
+                log::warn!(
+                    "the consumer did not leave its group within {CLOSE_WITHIN:?}: the \
+                     coordinator did not answer; it takes this member's partitions back after \
+                     session.timeout.ms, and the close ends in the background"
+                );
+            }
         }
-        finished
+        true
     }
 }
 

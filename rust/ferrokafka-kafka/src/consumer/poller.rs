@@ -12,6 +12,7 @@ use rdkafka::Message;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use super::commit::{CLOSE_WITHIN, COMMIT_WAIT};
 use super::events::ConsumerEvent;
 use super::overdue::OVERDUE_CHECK;
 use super::partition_source::RawMessage;
@@ -83,16 +84,28 @@ pub(super) fn run_poller(
             next_overdue_check = Instant::now() + OVERDUE_CHECK;
         }
         if Instant::now() >= next_commit {
-            shared.commit(&consumer, &shared.all_slots());
+            shared.commit(
+                &consumer,
+                &shared.all_slots(),
+                Instant::now() + COMMIT_WAIT,
+                || shared.closing.load(Ordering::Acquire),
+            );
             next_commit = Instant::now() + interval;
         }
     }
     drop(main_queue);
     let drain = lock(&shared.shutdown).drain;
-    shared.release(&consumer, shared.all_slots(), drain, false);
+    let slots = shared.all_slots();
+    shared.drain(&slots, Instant::now() + drain);
+    let close_by = Instant::now() + CLOSE_WITHIN;
+    shared.release(&consumer, slots, false, close_by);
     // `release` dropped the split queues; with the stored handle gone too, dropping the last
     // reference here closes the consumer (leaving the group) on this thread, not a Python one.
+    // librdkafka waits for the coordinator's answers without a limit, so the stop counts as
+    // done at `close_by` even if they have not come, and the close ends here in its own time.
     *lock(&shared.consumer) = None;
+    lock(&shared.shutdown).close_by = Some(close_by);
+    shared.stopped.notify_all();
     drop(consumer);
     lock(&shared.shutdown).finished = true;
     shared.stopped.notify_all();

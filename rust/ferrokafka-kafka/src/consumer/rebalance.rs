@@ -9,6 +9,7 @@ use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::statistics::Statistics;
 
+use super::commit::COMMIT_WAIT;
 use super::events::ConsumerEvent;
 use super::state::{Handle, RebalanceHandler, Shared, Slot};
 use crate::connection_failure::watch_connection;
@@ -47,7 +48,8 @@ impl ConsumerContext for RebalanceHandler {
                 // Waiting here keeps the partition ours until its running batch finished, so the
                 // next owner starts after the last committed batch instead of duplicating it.
                 let lost = consumer.assignment_lost();
-                shared.release(consumer, revoked, self.drain, lost);
+                shared.drain(&revoked, Instant::now() + self.drain);
+                shared.release(consumer, revoked, lost, Instant::now() + COMMIT_WAIT);
             }
             Rebalance::Assign(_) => {}
             Rebalance::Error(err) => {
@@ -83,7 +85,7 @@ impl Shared {
     /// Stops handing out batches of `slots`, drops their queued records, and waits until their
     /// batches in flight are acknowledged or `deadline` passes; a batch still running then is
     /// abandoned.
-    fn drain(&self, slots: &[Arc<Slot>], deadline: Instant) {
+    pub(super) fn drain(&self, slots: &[Arc<Slot>], deadline: Instant) {
         let mut dropped = 0;
         for slot in slots {
             let mut state = slot.lock();
@@ -124,20 +126,20 @@ impl Shared {
         }
     }
 
-    /// Drains, commits (unless `lost`) and forgets `slots`, then reports them unassigned.
+    /// Commits (unless `lost`; waiting for the answer until `commit_by`) and forgets `slots`,
+    /// drained before, then reports them unassigned.
     pub(super) fn release(
         &self,
         consumer: &Handle,
         slots: Vec<Arc<Slot>>,
-        drain: Duration,
         lost: bool,
+        commit_by: Instant,
     ) {
         if slots.is_empty() {
             return;
         }
-        self.drain(&slots, Instant::now() + drain);
         if !lost {
-            self.commit(consumer, &slots);
+            self.commit(consumer, &slots, commit_by, || false);
         }
         self.remove_slots(&slots);
         let partitions = slots.iter().map(|s| s.assignment()).collect();

@@ -117,6 +117,9 @@ pub(super) struct Slots {
 pub(super) struct Shutdown {
     pub(super) requested: bool,
     pub(super) drain: Duration,
+    /// Set once the consumer is closing: past it, the stop counts as done while librdkafka
+    /// still waits for the coordinator.
+    pub(super) close_by: Option<Instant>,
     pub(super) finished: bool,
 }
 
