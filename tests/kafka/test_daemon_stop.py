@@ -25,6 +25,7 @@ import pytest
 from ferrokafka import AsyncConsumer, AsyncProducer, Batch, Client, Consumer, NewTopic
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
+from ferrokafka.status import StatusReader
 from ferrokafka.tracking import Reporter
 from tests.conftest import Broker, hung, outage, read_all, wait_until
 
@@ -418,3 +419,30 @@ def test_an_async_consumer_leaves_its_block_within_its_bound_when_the_broker_han
     timed_on_a_thread(lambda: outcome.append(asyncio.run(consume_then_leave())), 60.0)
     took, bound = outcome[0]
     assert took < bound, f"left the block {took:.1f} s after the broker hung"
+
+
+def test_a_status_reader_stops_at_once_while_a_look_up_waits_for_a_hung_broker(
+    outage_broker: Broker,
+) -> None:
+    """A look-up for new topics (the discovery thread's, or a caller's ``refresh()``) waits
+    for a hung broker up to ``discover_interval`` + 10 s; ``stop()`` (Ctrl-C in ``ferrokafka
+    status --watch``) does not wait for it, and the look-up, once answered, reads nothing."""
+    bootstrap, env = outage_broker
+    suffix = uuid.uuid4().hex[:8]
+    reports, errors = f"reports-{suffix}", f"errors-{suffix}"
+    Client({"bootstrap.servers": bootstrap}).create_topics(
+        [NewTopic(name, num_partitions=1) for name in (reports, errors)]
+    )
+    reader = StatusReader(
+        {"bootstrap.servers": bootstrap}, reports_topic=reports, errors_topic=errors
+    ).start(timeout=30.0)
+    changed: list[bool] = []
+    with hung(env):
+        looking = threading.Thread(target=lambda: changed.append(reader.refresh()), daemon=True)
+        looking.start()
+        looking.join(1.0)
+        assert looking.is_alive(), "the look-up did not wait for the hung broker"
+        took = timed_on_a_thread(reader.stop, 20.0)
+    assert took < 2.0, f"stopped {took:.1f} s after stop()"
+    looking.join(20.0)
+    assert changed == [False], "a look-up answered after stop() changed what is read"

@@ -92,12 +92,11 @@ class StatusReader:
         self._missing: list[str] = []
         self._behind: set[tuple[str, int]] = set()
         self._caught_up = threading.Condition()
-        self._stopping = threading.Event()
         # The running tail, in a box of its own: a reader dropped without stop() is stopped by
         # its finalizer, which must not hold the reader (nor may the tail's callbacks or the
         # discovery thread: each kept a dropped reader running for good, 16 threads apiece).
         self._tail = _Tail()
-        weakref.finalize(self, _stop_tail, self._stopping, self._tail).atexit = False
+        weakref.finalize(self, _stop_tail, self._tail).atexit = False
         self._thread: threading.Thread | None = None
         self._lifecycle = threading.Lock()
         self._refreshing = threading.Lock()
@@ -120,12 +119,14 @@ class StatusReader:
         with self._lifecycle:
             if self._thread is not None:
                 return self
-            self._stopping.clear()
+            # Each run has its own stop event: a look-up of the last run still waiting for a
+            # hung broker (stop() does not wait for it) ends that run's thread, not this one's.
+            self._tail.stopping = threading.Event()
             self._client = Client(self._config)
             self._reassign(self._wanted_partitions(self._client, timeout))
             self._thread = threading.Thread(
                 target=_discover_forever,
-                args=(weakref.ref(self), self._stopping, self._discover_interval),
+                args=(weakref.ref(self), self._tail.stopping, self._discover_interval),
                 name="ferrokafka-status-discovery",
                 daemon=True,
             )
@@ -138,11 +139,11 @@ class StatusReader:
         Example:
             >>> reader.stop()
         """
-        self._stopping.set()
         with self._lifecycle:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+            self._tail.stopping.set()
+            self._thread = None
+        # The discovery thread is not waited for: its look-up may wait for a hung broker
+        # (``discover_interval`` + 10 s), and once it ends it changes nothing (see refresh).
         with self._refreshing:
             self._replace_consumer(None)
             self._assigned = set()
@@ -203,8 +204,12 @@ class StatusReader:
         client = self._client
         if client is None:
             raise RuntimeError("the status reader is not started; call start() first")
+        stopping = self._tail.stopping
+        wanted = self._wanted_partitions(client, None)
         with self._refreshing:  # the discovery thread and a caller may refresh at once
-            return self._reassign(self._wanted_partitions(client, None))
+            if stopping.is_set():  # stopped during the look-up: read nothing more
+                return False
+            return self._reassign(wanted)
 
     def _reassign(self, wanted: set[tuple[str, int]]) -> bool:
         if wanted == self._assigned:
@@ -277,14 +282,17 @@ class StatusReader:
 
 
 class _Tail:
-    """The consumer a reader reads the topics with, while it runs."""
+    """The consumer a reader reads the topics with while it runs, and the run's stop event."""
 
     consumer: Consumer | None = None
 
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
 
-def _stop_tail(stopping: threading.Event, tail: _Tail) -> None:
+
+def _stop_tail(tail: _Tail) -> None:
     """A reader collected without stop(): its discovery thread ends and its tail stops."""
-    stopping.set()
+    tail.stopping.set()
     if tail.consumer is not None:
         tail.consumer.stop()
 
