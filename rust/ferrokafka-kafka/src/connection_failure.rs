@@ -219,12 +219,18 @@ impl ConnectionWatch {
     /// A plaintext client whose connection the broker closed at its first request (librdkafka's
     /// API version request) most likely reached a TLS listener; librdkafka says so only in some
     /// cases (not when the broker closes the connection without a word, as Kafka's TLS listener
-    /// does), so the reason gets that diagnosis here.
+    /// does), so the reason gets that diagnosis here. That first request timing out instead
+    /// (librdkafka guesses a broker older than 0.10) is a broker that accepts connections and
+    /// does not answer: a hung process, or a network that drops the answers.
     fn diagnose(&self, reason: String) -> String {
-        if self.plaintext
-            && reason.contains("in state APIVERSION_QUERY")
-            && !reason.contains("security.protocol")
-        {
+        if !reason.contains("in state APIVERSION_QUERY") || reason.contains("security.protocol") {
+            reason
+        } else if reason.contains("Timed out") {
+            format!(
+                "{reason}: the broker accepted the connection and did not answer its first \
+                 request: a broker process that hangs, or a network that drops its answers"
+            )
+        } else if self.plaintext {
             format!(
                 "{reason}: the broker closed the connection at the first request, as a TLS \
                  listener does to a plaintext client: check security.protocol"
@@ -471,6 +477,22 @@ mod tests {
         ]));
         tls.record(RDKafkaErrorCode::BrokerTransportFailure, closed);
         assert!(timed_out_explained(&tls).ends_with("in state APIVERSION_QUERY)"));
+    }
+
+    #[test]
+    fn a_first_request_without_an_answer_is_told_as_a_hung_broker_not_a_tls_listener() {
+        let unanswered = "b:9093/1: ApiVersionRequest failed: Local: Timed out: probably due \
+                          to broker version < 0.10 (see api.version.request configuration) \
+                          (after 10009ms in state APIVERSION_QUERY)";
+        let plaintext = watch_with_secrets();
+        plaintext.record(RDKafkaErrorCode::BrokerTransportFailure, unanswered);
+        let told = timed_out_explained(&plaintext);
+        assert!(told.contains(unanswered), "{told}");
+        assert!(
+            told.ends_with("a broker process that hangs, or a network that drops its answers"),
+            "{told}"
+        );
+        assert!(!told.contains("TLS"), "{told}");
     }
 
     #[test]
