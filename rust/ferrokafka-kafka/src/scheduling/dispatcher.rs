@@ -3,6 +3,7 @@
 //! partition's schedules in the order they were sent.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::schedule::Dispatch;
@@ -305,11 +306,21 @@ impl SchedulerLoop {
             Some(error) => {
                 if !run.dispatch_backoff.waiting() {
                     let pause = run.dispatch_backoff.failed();
-                    log::error!(
-                        "dispatch of {retried} schedules from {}-{} failed, retrying in {pause:?}: {error}",
-                        key.0,
-                        key.1,
-                    );
+                    if self.stop.load(Ordering::Acquire) {
+                        // The stop ended the dispatch (librdkafka's purge, an abort): not a
+                        // fault; the schedules stay in the partition for its next owner.
+                        log::debug!(
+                            "dispatch of {retried} schedules from {}-{} ended by the stop: {error}",
+                            key.0,
+                            key.1,
+                        );
+                    } else {
+                        log::error!(
+                            "dispatch of {retried} schedules from {}-{} failed, retrying in {pause:?}: {error}",
+                            key.0,
+                            key.1,
+                        );
+                    }
                 }
                 false
             }
