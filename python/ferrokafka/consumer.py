@@ -180,11 +180,10 @@ class Consumer:
         finished batches are committed, and the consumer leaves its group. A handler still
         running after ``drain`` is abandoned (its thread finishes on its own; its records are
         not committed and will be redelivered). The final commit and leaving the group take at
-        most 5 s (``CONSUMER_CLOSE_SECONDS``) after that: a broker that accepts connections and
-        never answers does not hold the stop longer (a commit it did not confirm is logged, and
-        those records come again); librdkafka finishes leaving in the background. Calling it
-        again is a no-op; called from a handler or a callback, it returns at once and stops
-        from another thread."""
+        most 5 s after that: a broker that accepts connections and never answers does not hold
+        the stop longer (a commit it did not confirm is logged, and those records come again);
+        librdkafka finishes leaving in the background. Calling it again is a no-op; called
+        from a handler or a callback, it returns at once and stops from another thread."""
         own = threading.current_thread()
         if own is self._dispatcher or own in self._workers:
             # Waiting here would wait for this very thread: stop from another one instead.

@@ -331,6 +331,11 @@ class AsyncProducer(_exit.NotCopyable):
         :class:`~ferrokafka.ClosedError`. Calling it again returns ``[]``, and so does a call in
         a callback while another thread shuts the producer down (that one, waiting for the
         callbacks to end, hands the messages back).
+
+        A transactional producer still ends the transaction it has open after ``timeout``:
+        its commit (when one was under way) and then an abort, up to 2 s each, so 4 s more at
+        most against a broker that does not answer. What it hands back was then never
+        committed, not merely unconfirmed.
         """
         handed_back = self._shut_down(timeout)
         if handed_back:
