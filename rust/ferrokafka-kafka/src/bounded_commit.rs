@@ -21,14 +21,15 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 const SLICE: Duration = Duration::from_millis(100);
 
 /// Commits `offsets` for `consumer`'s group and waits for the coordinator's answer until
-/// `deadline`, or until `give_up` says to stop waiting (checked every 100 ms). Not answered in
-/// time: `Err(ConsumerCommit(OperationTimedOut))`, and the commit may still land later.
+/// `deadline`: not answered by then, `Err(ConsumerCommit(OperationTimedOut))`. `None` when
+/// `give_up` (asked every 100 ms) said to stop waiting first. Either way the commit may still
+/// land later.
 pub(crate) fn commit_within<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     offsets: &TopicPartitionList,
     deadline: Instant,
     give_up: impl Fn() -> bool,
-) -> KafkaResult<()> {
+) -> Option<KafkaResult<()>> {
     let answers = AnswerQueue::new(consumer);
     // SAFETY: a live client, a valid list (librdkafka copies it) and a live queue; no callback,
     // so the answer arrives as an event on that queue.
@@ -42,17 +43,20 @@ pub(crate) fn commit_within<C: ConsumerContext>(
         )
     };
     if sent != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-        return Err(KafkaError::ConsumerCommit(sent.into()));
+        return Some(Err(KafkaError::ConsumerCommit(sent.into())));
     }
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || give_up() {
-            return Err(KafkaError::ConsumerCommit(
+        if left.is_zero() {
+            return Some(Err(KafkaError::ConsumerCommit(
                 RDKafkaErrorCode::OperationTimedOut,
-            ));
+            )));
+        }
+        if give_up() {
+            return None;
         }
         if let Some(answer) = answers.next(left.min(SLICE)) {
-            return answer;
+            return Some(answer);
         }
     }
 }

@@ -109,24 +109,38 @@ impl Shared {
         if offsets.is_empty() {
             return;
         }
-        let result = commit_within(consumer, &tpl, deadline, give_up);
-        self.settle_commit(offsets, result.err());
+        match commit_within(consumer, &tpl, deadline, give_up) {
+            Some(result) => self.settle_commit(offsets, result.err()),
+            // Given up for a stop, whose final commit follows at once and sends these again:
+            // neither an answer nor a failure.
+            None => self.forget_requested(&offsets),
+        }
+    }
+
+    /// Makes the next commit send `offsets` again where they are still the last requested.
+    fn forget_requested(&self, offsets: &[(String, i32, i64)]) {
+        let slots = lock(&self.slots);
+        for (topic, partition, offset) in offsets {
+            if let Some(slot) = slots.by_partition.get(&(topic.clone(), *partition)) {
+                let mut state = slot.lock();
+                if state.commit_requested == Some(*offset) {
+                    state.commit_requested = state.committed;
+                }
+            }
+        }
     }
 
     /// Records a commit answer: confirmed offsets, or a failure that makes the next round retry.
     fn settle_commit(&self, offsets: Vec<(String, i32, i64)>, error: Option<KafkaError>) {
         let error = error.map(|e| KafkaIoError::from_rdkafka("commit", e, Duration::ZERO, None));
-        {
+        if error.is_some() {
+            self.forget_requested(&offsets);
+        } else {
             let slots = lock(&self.slots);
             for (topic, partition, offset) in &offsets {
-                let Some(slot) = slots.by_partition.get(&(topic.clone(), *partition)) else {
-                    continue;
-                };
-                let mut state = slot.lock();
-                if error.is_none() {
+                if let Some(slot) = slots.by_partition.get(&(topic.clone(), *partition)) {
+                    let mut state = slot.lock();
                     state.committed = state.committed.max(Some(*offset));
-                } else if state.commit_requested == Some(*offset) {
-                    state.commit_requested = state.committed;
                 }
             }
         }
