@@ -368,14 +368,15 @@ def timed_on_a_thread(call: Callable[[], object], limit: float) -> float:
     return time.monotonic() - sent
 
 
-def handled_one_record(bootstrap: str) -> tuple[str, threading.Event, AsyncProducer]:
-    """A new topic with one record produced to it; the event is for the handler to set."""
+def topic_with_one_record(bootstrap: str) -> str:
+    """A new one-partition topic holding one record."""
     topic = f"stop-hung-{uuid.uuid4().hex[:8]}"
     Client({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, num_partitions=1)])
     producer = AsyncProducer({"bootstrap.servers": bootstrap})
     producer.produce(b"one", topic=topic)
     producer.flush(30.0)
-    return topic, threading.Event(), producer
+    assert producer.shutdown(5.0) == []
+    return topic
 
 
 def test_a_consumer_stops_within_its_bound_when_the_broker_hangs(outage_broker: Broker) -> None:
@@ -383,8 +384,7 @@ def test_a_consumer_stops_within_its_bound_when_the_broker_hangs(outage_broker: 
     librdkafka waits for them without a limit (a stop that never returned), the consumer
     waits at most ``CONSUMER_CLOSE_SECONDS`` after the drain."""
     bootstrap, env = outage_broker
-    topic, handled, producer = handled_one_record(bootstrap)
-    producer.shutdown(5.0)
+    topic, handled = topic_with_one_record(bootstrap), threading.Event()
     config = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}"}
     consumer = Consumer(config, [topic], lambda batch: handled.set())
     consumer.start()
@@ -399,8 +399,7 @@ def test_an_async_consumer_leaves_its_block_within_its_bound_when_the_broker_han
 ) -> None:
     """As above, for an ``AsyncConsumer`` leaving its ``async with`` block."""
     bootstrap, env = outage_broker
-    topic, handled, producer = handled_one_record(bootstrap)
-    producer.shutdown(5.0)
+    topic, handled = topic_with_one_record(bootstrap), threading.Event()
     config = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}"}
 
     async def handle(batch: Batch) -> None:
