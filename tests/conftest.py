@@ -6,13 +6,14 @@ demo broker on 9092 is left alone), or the one named by ``KAFKA_BOOTSTRAP``.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import re
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,45 @@ GROUP_SETTINGS: dict[str, str | int | float | bool] = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 500,
 }
+
+
+# How long past its pytest-timeout a test may run before the whole run ends (below).
+DEADLOCK_GRACE_SECONDS = 60
+# A copy of the terminal's stderr (not pytest's capture file) for the deadlock watchdog.
+WATCHDOG_STDERR = pytest.StashKey[int]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=False)
+    try:
+        session.config.stash[WATCHDOG_STDERR] = os.dup(2)
+    finally:
+        if capture is not None:
+            capture.resume_global_capture()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    """Ends the run, with every thread's Python stack on stderr, when a test outlives its
+    timeout by a minute.
+
+    pytest-timeout interrupts a test with SIGALRM, whose Python handler runs only when the main
+    thread gets back to the interpreter; a main thread blocked in native code with the GIL held
+    (a deadlock) never does, and the suite would hang until CI kills it without a word. The
+    faulthandler watchdog is a C thread that needs no GIL: it prints the stacks and exits."""
+    marker = item.get_closest_marker("timeout")
+    timeout = marker.args[0] if marker and marker.args else item.config.getini("timeout")
+    faulthandler.dump_traceback_later(
+        float(timeout) + DEADLOCK_GRACE_SECONDS,
+        exit=True,
+        file=item.config.stash[WATCHDOG_STDERR],
+    )
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def wait_until(

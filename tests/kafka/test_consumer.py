@@ -696,6 +696,55 @@ def test_a_handler_that_overruns_max_poll_interval_is_named_once(
     assert "longer than max.poll.interval.ms (6 s)" in said
 
 
+class SlowRecordHandler(logging.Handler):
+    """A logging handler that writes slowly (as to a full pipe or a remote collector): it sleeps,
+    so the GIL goes to other threads while the logging thread is inside ``emit``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.emitting = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.emitting.set()
+        time.sleep(self.seconds)
+
+
+def test_an_engine_log_record_does_not_lock_out_a_python_thread(
+    base_config: dict[str, Any], topic: str, produce: Produce, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The poller says an overdue handler (WARNING), and ack says the batch is settled (INFO),
+    # through Python's logging. Had either still held the partition's lock while its slow
+    # handler sleeps, stats() called meanwhile would wait on that lock with the GIL held, and
+    # the logging thread would wait for the GIL: the process would hang for good.
+    produce(topic, [{"value": "v0"}])
+    config = {**base_config, "max.poll.interval.ms": 6000}
+    slow_log = SlowRecordHandler(0.5)
+    logger = logging.getLogger("ferrokafka_kafka.consumer.overdue")
+    handled = threading.Event()
+
+    def overrun(batch: Batch) -> None:
+        assert slow_log.emitting.wait(WAIT), "the overdue handler was never said"
+        handled.set()
+
+    logger.addHandler(slow_log)
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger=logger.name),
+            partition_0_consumer(config, topic, overrun, max_batch_size=1) as consumer,
+        ):
+            for said in ("overdue", "settled"):
+                assert slow_log.emitting.wait(WAIT), f"nothing {said} was logged"
+                slow_log.emitting.clear()
+                # Inside the handler's sleep: the record is being logged right now.
+                assert consumer.stats()["partitions"][0]["partition"] == 0
+                if said == "overdue":
+                    assert handled.wait(WAIT)
+            eventually(lambda: consumer.stats()["handled"] == 1, "the batch handled")
+    finally:
+        logger.removeHandler(slow_log)
+
+
 def test_rebalance_moves_partitions_without_skipping_records(
     base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:

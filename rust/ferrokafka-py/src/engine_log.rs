@@ -9,17 +9,21 @@
 //! finalization by parking the thread forever: the join never returns and the process hangs on
 //! exit. So an `atexit` hook, which runs before finalization, switches the records to stderr.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ferrokafka_kafka::redact;
 use log::{Log, Metadata, Record};
 use pyo3::prelude::*;
-use pyo3_log::{Caching, Logger};
+use pyo3_log::{Caching, Logger, ResetHandle};
 
 use crate::engine_drops::engine_calling_python;
 
 /// Set by the `atexit` hook: Python is exiting, records go to stderr.
 static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Forgets the loggers' levels that pyo3-log cached (see [`reread_levels`]).
+static CACHED_LEVELS: OnceLock<ResetHandle> = OnceLock::new();
 
 struct EngineLogger(Logger);
 
@@ -81,12 +85,28 @@ pub fn redact_secrets(text: &str) -> String {
     redact(text).into_owned()
 }
 
+/// Makes the next records read their loggers' levels from Python's `logging` again.
+///
+/// pyo3-log caches each logger's level, so that an engine thread asks Python only once whether
+/// a record is wanted, and would keep a level set before it for the life of the process. Every
+/// new client calls this ([`crate::convert::settings_from_dict`]): a level set since, such as
+/// `logging.getLogger("ferrokafka_kafka").setLevel(logging.DEBUG)` before a consumer starts,
+/// applies to it.
+pub fn reread_levels() {
+    if let Some(levels) = CACHED_LEVELS.get() {
+        levels.reset();
+    }
+}
+
 /// Installs the logger (once per process; a second import keeps the first) and its hook.
 pub fn install(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     let logger = Logger::new(py, Caching::LoggersAndLevels)?;
     log::set_max_level(log::LevelFilter::Debug);
-    let _ = log::set_boxed_logger(Box::new(EngineLogger(logger)));
+    let levels = logger.reset_handle();
+    if log::set_boxed_logger(Box::new(EngineLogger(logger))).is_ok() {
+        let _ = CACHED_LEVELS.set(levels);
+    }
     let hook = wrap_pyfunction!(_interpreter_exiting, module)?;
     py.import("atexit")?.call_method1("register", (hook,))?;
     module.add_function(wrap_pyfunction!(redact_secrets, module)?)?;

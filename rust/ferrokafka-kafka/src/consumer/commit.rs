@@ -147,12 +147,13 @@ impl Shared {
         let mut totals = lock(&self.totals);
         match &error {
             None => totals.commits += 1,
-            Some(e) => {
-                totals.commit_errors += 1;
-                log::warn!("commit of {offsets:?} failed: {e}");
-            }
+            Some(_) => totals.commit_errors += 1,
         }
         drop(totals);
+        // Said with the lock released: see `Shared::warn_overdue`.
+        if let Some(e) = &error {
+            log::warn!("commit of {offsets:?} failed: {e}");
+        }
         self.emit(ConsumerEvent::Committed { offsets, error });
     }
 }

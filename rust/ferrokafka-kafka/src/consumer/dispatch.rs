@@ -11,7 +11,7 @@ use ferrokafka_core::error_policy::{Decision, Settlement};
 
 use super::ConcurrentConsumer;
 use super::events::{Fetched, WorkerId};
-use super::overdue::said_settled;
+use super::overdue::SettledNote;
 use super::state::{InFlight, Slot, SlotState, load_event};
 use crate::dead_letter::Failure;
 use crate::error::KafkaResult;
@@ -106,11 +106,12 @@ impl ConcurrentConsumer {
     }
 
     /// Takes the batch starting at `first` off its handler: its keys go free for other batches.
-    fn settle(slot: &Slot, state: &mut SlotState, first: i64) -> Option<InFlight> {
+    /// The note is said once `state`'s lock is released.
+    fn settle(slot: &Slot, state: &mut SlotState, first: i64) -> Option<(InFlight, SettledNote)> {
         let done = state.in_flight.remove(&first)?;
         state.buffer.release(first);
-        said_settled(slot, &done);
-        Some(done)
+        let note = SettledNote::of(slot, &done);
+        Some((done, note))
     }
 
     /// Marks `worker`'s batch starting at offset `first` finished (its offsets are committed
@@ -121,7 +122,7 @@ impl ConcurrentConsumer {
             return false;
         };
         let mut state = slot.lock();
-        let Some(done) = Self::settle(&slot, &mut state, first) else {
+        let Some((done, note)) = Self::settle(&slot, &mut state, first) else {
             return false;
         };
         match outcome {
@@ -135,6 +136,7 @@ impl ConcurrentConsumer {
             }
         }
         drop(state);
+        note.say();
         slot.changed.notify_all();
         self.shared.waiting.notify(worker);
         true
@@ -164,10 +166,11 @@ impl ConcurrentConsumer {
             }
             Decision::Settle(settlement) => settlement,
         };
-        let Some(done) = Self::settle(&slot, &mut state, first) else {
+        let Some((done, note)) = Self::settle(&slot, &mut state, first) else {
             return Verdict::Settled;
         };
         let records = done.records.len() as u64;
+        let mut letter = None;
         match (settlement, &self.dead_letters) {
             (Settlement::Commit, _) => state.counters.failed += records,
             (Settlement::Abandon, _) => state.counters.abandoned += 1,
@@ -189,7 +192,7 @@ impl ConcurrentConsumer {
                     slot.changed.notify_all();
                     shared.waiting.notify(worker);
                 };
-                writer.write(done.records, failure, Box::new(written));
+                letter = Some((writer, done.records, failure, Box::new(written)));
             }
             (Settlement::DeadLetter, None) => {
                 unreachable!("`new` creates the writer whenever the policy names a topic")
@@ -198,6 +201,12 @@ impl ConcurrentConsumer {
         settlement.apply(state.buffer.progress_mut(), first);
         self.shared.report_caught_up(&slot, &mut state);
         drop(state);
+        note.say();
+        // Written with the lock released: a full local queue is logged (see
+        // `Shared::warn_overdue`), and the write's acknowledgement takes the lock.
+        if let Some((writer, records, failure, written)) = letter {
+            writer.write(records, failure, written);
+        }
         slot.changed.notify_all();
         self.shared.waiting.notify(worker);
         Verdict::Settled

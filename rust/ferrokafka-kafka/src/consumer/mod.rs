@@ -259,7 +259,9 @@ impl ConcurrentConsumer {
             shutdown = wait_timeout(&self.shared.stopped, shutdown, limit - now);
         };
         drop(shutdown);
-        if let Some(handle) = lock(&self.poller).take() {
+        // Taken out first: a guard in the `if let` would be held through the join and the log.
+        let poller = lock(&self.poller).take();
+        if let Some(handle) = poller {
             if finished {
                 let _ = handle.join();
             } else {

@@ -17,7 +17,12 @@ pub(super) const OVERDUE_CHECK: Duration = Duration::from_secs(1);
 
 impl Shared {
     /// Says, once per batch, which handlers have run longer than `max.poll.interval.ms`.
+    ///
+    /// The warnings are written once the partitions' locks are released: a record goes to
+    /// Python's `logging`, whose handlers may let the GIL go while they write, and a Python
+    /// thread holding the GIL may be waiting for one of those locks (`stats()`, `ack`).
     pub(super) fn warn_overdue(&self, now: Instant) {
+        let mut overdue = Vec::new();
         for slot in self.all_slots() {
             let mut state = slot.lock();
             for batch in state.in_flight.values_mut() {
@@ -26,28 +31,45 @@ impl Shared {
                     continue;
                 }
                 batch.overdue_said = true;
-                log::warn!(
-                    "the handler of {} has run for {:.0} s, longer than max.poll.interval.ms \
-                     ({:.0} s): its partition waits for it, and since this consumer stays in \
-                     its group no other member takes the partition over (a stuck handler holds \
-                     it until it returns or the consumer stops)",
-                    describe(&slot, batch),
-                    running.as_secs_f64(),
-                    self.overdue_after.as_secs_f64()
-                );
+                overdue.push((describe(&slot, batch), running));
             }
+        }
+        for (batch, running) in overdue {
+            log::warn!(
+                "the handler of {batch} has run for {:.0} s, longer than max.poll.interval.ms \
+                 ({:.0} s): its partition waits for it, and since this consumer stays in \
+                 its group no other member takes the partition over (a stuck handler holds \
+                 it until it returns or the consumer stops)",
+                running.as_secs_f64(),
+                self.overdue_after.as_secs_f64()
+            );
         }
     }
 }
 
-/// Says that the overdue `batch` of `slot` is settled at last (nothing when it was not overdue).
-pub(super) fn said_settled(slot: &Slot, batch: &InFlight) {
-    if batch.overdue_said {
-        log::info!(
-            "the overdue handler of {} is done after {:.0} s",
-            describe(slot, batch),
-            batch.started.elapsed().as_secs_f64()
-        );
+/// What to say once an overdue batch is settled at last, taken while its partition's lock is
+/// held and said after it is released (see [`Shared::warn_overdue`]).
+#[must_use = "a settled note is said with `say` once the partition's lock is released"]
+pub(super) struct SettledNote(Option<(String, Duration)>);
+
+impl SettledNote {
+    /// The note for `batch` of `slot`, just settled (nothing to say when it was not overdue).
+    pub(super) fn of(slot: &Slot, batch: &InFlight) -> Self {
+        Self(
+            batch
+                .overdue_said
+                .then(|| (describe(slot, batch), batch.started.elapsed())),
+        )
+    }
+
+    /// Says it at INFO; call with no lock held.
+    pub(super) fn say(self) {
+        if let Some((batch, running)) = self.0 {
+            log::info!(
+                "the overdue handler of {batch} is done after {:.0} s",
+                running.as_secs_f64()
+            );
+        }
     }
 }
 

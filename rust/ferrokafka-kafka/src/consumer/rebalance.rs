@@ -113,6 +113,8 @@ impl Shared {
                     }
                     state.buffer.progress_mut().abandon_all();
                     state.counters.abandoned += 1;
+                    // Said with the lock released: see `Shared::warn_overdue`.
+                    drop(state);
                     log::warn!(
                         "handler for {}[{}] did not finish within the drain time; its batch is \
                          abandoned and will be redelivered",

@@ -45,6 +45,9 @@ impl AsyncProducer {
             while self.shared.in_flight.load(Ordering::Acquire) > 0 {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
+                    // Said with the lock released: a record goes to Python's `logging` (the
+                    // GIL), and a `produce` on another thread takes the lock holding the GIL.
+                    drop(state);
                     log::error!(
                         "shutdown: librdkafka did not report {} purged record(s) within {:?}",
                         self.shared.in_flight.load(Ordering::Acquire),

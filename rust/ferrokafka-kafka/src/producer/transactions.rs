@@ -297,18 +297,19 @@ impl AsyncProducer {
         while round.reports.len() < handed && Instant::now() < deadline {
             round = wait_timeout(&self.shared.round_reported, round, WORKER_TICK);
         }
-        if round.reports.len() < handed {
-            log::error!(
-                "{} of {handed} record(s) of a transaction were never reported by librdkafka",
-                handed - round.reports.len()
-            );
-        }
         let OpenRound {
             mut reports,
             failures,
             witness,
         } = std::mem::take(&mut *round);
         drop(round);
+        // Said with the lock released: the delivery callback waits for it meanwhile.
+        if reports.len() < handed {
+            log::error!(
+                "{} of {handed} record(s) of a transaction were never reported by librdkafka",
+                handed - reports.len()
+            );
+        }
         // The failed-sends field carries each record's position (InFlight::in_transaction); a
         // round holds at most a hand-off chunk, so no position saturates.
         reports.sort_by_key(|report| report.pending.failures);

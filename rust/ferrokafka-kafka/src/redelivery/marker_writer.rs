@@ -295,7 +295,11 @@ impl MarkerWriter {
         if open.held_ends.len() >= END_BATCH {
             // Written for many acks, not this one's alone: a refusal is logged and counted, as
             // the marker thread's is, not raised to whichever ack came 500th.
-            self.write_held_ends(&mut open);
+            let unwritten = self.write_held_ends(&mut open);
+            drop(open);
+            if let Some(unwritten) = unwritten {
+                unwritten.say();
+            }
             return Ok(());
         }
         if open.held_since.is_none() {
@@ -312,12 +316,14 @@ impl MarkerWriter {
     }
 
     /// [`Self::write_held`] where nobody waits for the outcome (the marker thread, an ack that
-    /// fills the batch): a refusal is logged (`write` counted it as failed markers).
-    fn write_held_ends(&self, open: &mut Open) {
+    /// fills the batch): a refusal is to be logged (`write` counted it as failed markers).
+    fn write_held_ends(&self, open: &mut Open) -> Option<NotWritten> {
         let held = open.held_ends.len();
-        if let Err(e) = self.write_held(open) {
-            log::warn!("{held} END markers not written, their messages will be redelivered: {e}");
-        }
+        self.write_held(open).err().map(|e| {
+            NotWritten(format!(
+                "{held} END markers not written, their messages will be redelivered: {e}"
+            ))
+        })
     }
 
     /// Moves the deadline of the in-flight `message` to now + the redelivery timeout.
@@ -352,11 +358,11 @@ impl MarkerWriter {
     }
 
     /// Writes a KEEPALIVE for every in-flight message whose deadline was set half a timeout
-    /// ago; returns how long until the next one is due.
+    /// ago; returns how long until the next one is due, and the refusal to log.
     ///
     /// All in one write: a round over thousands of messages is one call to librdkafka, and
     /// one refusal (at most [`QUEUE_FULL_WAIT`]) when its queue is full.
-    fn keep_alive_due(&self, open: &mut Open, now: Instant) -> Duration {
+    fn keep_alive_due(&self, open: &mut Open, now: Instant) -> (Duration, Option<NotWritten>) {
         let period = self.redelivery_timeout / 2;
         let mut next = period;
         let mut due_now = Vec::new();
@@ -371,10 +377,13 @@ impl MarkerWriter {
         }
         // A failed write is retried one period later; the deadline may pass meanwhile, then the
         // messages are redelivered (at-least-once, nothing lost).
-        if let Err(e) = self.write_keepalives(&due_now) {
-            log::warn!("{} keepalive markers not written: {e}", due_now.len());
-        }
-        next.max(MIN_KEEPALIVE_WAIT)
+        let unwritten = self.write_keepalives(&due_now).err().map(|e| {
+            NotWritten(format!(
+                "{} keepalive markers not written: {e}",
+                due_now.len()
+            ))
+        });
+        (next.max(MIN_KEEPALIVE_WAIT), unwritten)
     }
 
     /// Keepalive markers written (by `keepalive` and automatically).
@@ -406,6 +415,18 @@ impl MarkerWriter {
         } else {
             Err(KafkaIoError::timed_out("flush markers", timeout, None))
         }
+    }
+}
+
+/// Markers that a write made for many callers could not hand to librdkafka (counted as failed
+/// already), to be logged once the in-flight lock is released: the record goes to Python's
+/// `logging`, which needs the GIL, and `ack`/`nack`/`keepalive` take that lock holding the GIL.
+#[must_use = "said with `say` once the in-flight lock is released"]
+struct NotWritten(String);
+
+impl NotWritten {
+    fn say(self) {
+        log::warn!("{}", self.0);
     }
 }
 
@@ -452,23 +473,36 @@ fn run_marker_thread(writer: &MarkerWriter, auto_keepalive: bool) {
     while !open.stopping {
         let now = Instant::now();
         let mut wait = IDLE_WAIT;
+        let mut unwritten = Vec::new();
         if let Some(due) = next_keepalive.as_mut() {
             if *due <= now {
-                *due = now + writer.keep_alive_due(&mut open, now);
+                let (next, refused) = writer.keep_alive_due(&mut open, now);
+                *due = now + next;
+                unwritten.extend(refused);
             }
             wait = due.saturating_duration_since(now);
         }
         if let Some(since) = open.held_since {
             let due = since + END_LINGER;
             if due <= now {
-                writer.write_held_ends(&mut open);
+                unwritten.extend(writer.write_held_ends(&mut open));
             } else {
                 wait = wait.min(due - now);
             }
         }
+        if !unwritten.is_empty() {
+            drop(open);
+            unwritten.into_iter().for_each(NotWritten::say);
+            open = writer.open();
+            continue; // what is due was reckoned under the lock released meanwhile
+        }
         open = wait_timeout(&writer.marker_thread_wake, open, wait);
     }
-    writer.write_held_ends(&mut open);
+    let unwritten = writer.write_held_ends(&mut open);
+    drop(open);
+    if let Some(unwritten) = unwritten {
+        unwritten.say();
+    }
 }
 
 impl Drop for MarkerThread {

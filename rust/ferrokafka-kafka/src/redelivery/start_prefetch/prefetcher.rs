@@ -233,9 +233,13 @@ impl Prefetcher {
                     // it was handed out (until then it comes again at the next fetch).
                     let mut state = self.handoff.lock();
                     if records.is_empty() && state.ahead == 0 {
-                        log::error!("queue consumer: {error}");
+                        let said = error.to_string();
                         state.error.get_or_insert(error);
                         self.handoff.changed.notify_all();
+                        // Said with the lock released: a record goes to Python's `logging`
+                        // (the GIL), and `stop_handing_out` takes the lock holding the GIL.
+                        drop(state);
+                        log::error!("queue consumer: {said}");
                     }
                     break;
                 }
