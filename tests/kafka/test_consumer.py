@@ -745,6 +745,41 @@ def test_an_engine_log_record_does_not_lock_out_a_python_thread(
         logger.removeHandler(slow_log)
 
 
+def test_a_drain_warning_does_not_lock_out_a_python_thread(
+    base_config: dict[str, Any], topic: str, produce: Produce, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As above, for the WARNING that a stop abandons a handler past its drain time, which the
+    # poller said while it held the partition's lock.
+    produce(topic, [{"value": "v0"}])
+    slow_log = SlowRecordHandler(0.5)
+    logger = logging.getLogger("ferrokafka_kafka.consumer.rebalance")
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(batch: Batch) -> None:
+        started.set()
+        release.wait(WAIT)
+
+    logger.addHandler(slow_log)
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger=logger.name),
+            partition_0_consumer(base_config, topic, stuck, drain=0.2) as consumer,
+        ):
+            assert started.wait(WAIT), "the handler never ran"
+            stopping = threading.Thread(target=consumer.stop)
+            stopping.start()
+            assert slow_log.emitting.wait(WAIT), "the abandoned handler was never said"
+            # Inside the handler's sleep: the record is being logged right now.
+            assert consumer.stats()["abandoned"] == 1
+            release.set()
+            stopping.join(WAIT)
+            assert not stopping.is_alive()
+        assert "did not finish within the drain time" in caplog.text
+    finally:
+        release.set()
+        logger.removeHandler(slow_log)
+
+
 def test_rebalance_moves_partitions_without_skipping_records(
     base_config: dict[str, Any], kafka_bootstrap: str, topic_factory: TopicFactory, produce: Produce
 ) -> None:
