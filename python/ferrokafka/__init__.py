@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from ferrokafka import _librdkafka_log, codecs
+from ferrokafka import _librdkafka_log, _log_levels, codecs
 from ferrokafka._native import (
     Batch,
     BrokerMetadata,
@@ -43,6 +43,7 @@ from ferrokafka.exceptions import (
 from ferrokafka.producer import AsyncProducer
 
 _librdkafka_log.install()
+_log_levels.install()
 
 __all__ = [
     "AsyncConsumer",

@@ -575,6 +575,11 @@ def redact_secrets(text: str) -> str:
     containing pass, pwd, secret, token, key, assertion, credential or signature, or ``sig``),
     and without any secret configuration value given to a client of this process."""
 
+def reread_log_levels() -> None:
+    """Make the engines read their loggers' levels from ``logging`` again (they cache them, so
+    that a record nobody shows costs no GIL). ``ferrokafka`` calls it whenever ``logging``
+    clears its own level cache: a level set at any time applies to running clients."""
+
 def deflate(data: bytes, level: int = 6) -> bytes:
     """Compress ``data`` into a zlib stream (RFC 1950) at ``level`` 0..9, readable by ``zlib``.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 import zlib
@@ -316,3 +317,26 @@ def test_produce_to_a_missing_topic_on_brokers_that_create_none_says_so_at_once(
         assert time.monotonic() - started < 5.0
         assert not isinstance(refused.value, TimeoutError)
         assert missing in str(refused.value)
+
+
+def test_a_log_level_set_while_a_client_runs_applies_to_its_next_records(
+    kafka_bootstrap: str, topic_factory: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The engines cache each logger's level after its first record; a level set later must
+    # still apply to the same client (not only to clients created after it).
+    topic = topic_factory(partitions=1)
+    client = Client({"bootstrap.servers": kafka_bootstrap})
+    for value in (b"a", b"b"):
+        client.produce(topic, value)
+    said = "the first 1 records by (partition, offset); the topic holds more"
+    logger = "ferrokafka_kafka.client.read"
+    with caplog.at_level(logging.WARNING, logger=logger):
+        assert len(client.read_topic(topic, max_messages=1, timeout=20)) == 1
+    assert said not in caplog.text
+    with caplog.at_level(logging.INFO, logger=logger):
+        assert len(client.read_topic(topic, max_messages=1, timeout=20)) == 1
+    assert said in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=logger):
+        assert len(client.read_topic(topic, max_messages=1, timeout=20)) == 1
+    assert said not in caplog.text

@@ -19,8 +19,6 @@ use crate::token_callback::token_source;
 /// A librdkafka config dict: keys are `str`, values `str`, `int`, `float` or `bool`; and
 /// `oauth_cb`, a callable making OAUTHBEARER tokens (see [`crate::token_callback`]).
 pub fn settings_from_dict(config: &Bound<'_, PyDict>) -> NativeResult<ClientSettings> {
-    // A new client: the engines' records follow Python's logging levels as they are now.
-    crate::engine_log::reread_levels();
     let mut entries = Vec::with_capacity(config.len());
     let mut oauth_cb = None;
     for (key, value) in config.iter() {

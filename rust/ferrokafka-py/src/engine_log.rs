@@ -22,7 +22,7 @@ use crate::engine_drops::engine_calling_python;
 /// Set by the `atexit` hook: Python is exiting, records go to stderr.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// Forgets the loggers' levels that pyo3-log cached (see [`reread_levels`]).
+/// Forgets the loggers' levels that pyo3-log cached (see [`reread_log_levels`]).
 static CACHED_LEVELS: OnceLock<ResetHandle> = OnceLock::new();
 
 struct EngineLogger(Logger);
@@ -88,11 +88,11 @@ pub fn redact_secrets(text: &str) -> String {
 /// Makes the next records read their loggers' levels from Python's `logging` again.
 ///
 /// pyo3-log caches each logger's level, so that an engine thread asks Python only once whether
-/// a record is wanted, and would keep a level set before it for the life of the process. Every
-/// new client calls this ([`crate::convert::settings_from_dict`]): a level set since, such as
-/// `logging.getLogger("ferrokafka_kafka").setLevel(logging.DEBUG)` before a consumer starts,
-/// applies to it.
-pub fn reread_levels() {
+/// a record is wanted (no GIL for a record nobody shows). `ferrokafka._log_levels` calls this
+/// whenever Python's `logging` drops its own level cache (any `setLevel`, `basicConfig`,
+/// `dictConfig`, `logging.disable`), so a level set at any time applies to the running engines.
+#[pyfunction]
+fn reread_log_levels() {
     if let Some(levels) = CACHED_LEVELS.get() {
         levels.reset();
     }
@@ -110,5 +110,6 @@ pub fn install(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let hook = wrap_pyfunction!(_interpreter_exiting, module)?;
     py.import("atexit")?.call_method1("register", (hook,))?;
     module.add_function(wrap_pyfunction!(redact_secrets, module)?)?;
+    module.add_function(wrap_pyfunction!(reread_log_levels, module)?)?;
     Ok(())
 }
