@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import subprocess
 import sys
@@ -445,3 +446,36 @@ def test_a_status_reader_stops_at_once_while_a_look_up_waits_for_a_hung_broker(
     assert took < 2.0, f"stopped {took:.1f} s after stop()"
     looking.join(20.0)
     assert changed == [False], "a look-up answered after stop() changed what is read"
+
+
+def test_a_redelivery_tracker_gives_its_final_commit_up_at_its_deadline_when_the_broker_hangs(
+    outage_broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tracker's final commit gets no answer from a hung broker: it is given up, and said,
+    at the shutdown deadline (a synchronous commit waited for as long as the broker hung, on a
+    closing thread the stop left behind), and the stop keeps its bound."""
+    bootstrap, env = outage_broker
+    suffix = uuid.uuid4().hex[:8]
+    queue_topic, markers = f"hung-queue-{suffix}", f"hung-markers-{suffix}"
+    client = Client({"bootstrap.servers": bootstrap})
+    client.create_topics([NewTopic(name, num_partitions=1) for name in (queue_topic, markers)])
+    client.produce(queue_topic, b"job")
+    config = {"bootstrap.servers": bootstrap, "group.id": f"q-{suffix}"}
+    with QueueConsumer(config, queue_topic, markers) as queue:
+        [job] = queue.consume(1, timeout=30.0)
+        queue.ack(job)  # a START and an END: markers the tracker's final commit moves past
+    tracker = RedeliveryTracker(
+        {"bootstrap.servers": bootstrap}, queue_topic, markers, group_id=f"t-{suffix}"
+    ).start()
+    try:
+        wait_until(
+            lambda: [(s["caught_up"], s["applied"]) for s in tracker.status()] == [(True, 2)],
+            30,
+            "both markers read",
+        )
+        with caplog.at_level(logging.WARNING, logger="ferrokafka_kafka"), hung(env):
+            took = timed_on_a_thread(tracker.stop, 2 * STOP_BOUND)
+    finally:
+        tracker.stop()
+    assert took < STOP_BOUND, f"stopped {took:.1f} s after stop()"
+    assert "markers offsets not committed" in caplog.text, caplog.text

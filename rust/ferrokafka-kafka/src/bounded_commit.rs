@@ -1,5 +1,6 @@
 //! [`commit_within`]: a group offset commit whose answer is waited for until a deadline, not
-//! for ever.
+//! for ever. Every commit of this crate goes through it: the concurrent consumer's (on schedule,
+//! on revocation, final), the daemons' final ones, and the queue consumer's commit thread.
 //!
 //! rdkafka's `commit(.., CommitMode::Sync)` waits on librdkafka's reply queue without a
 //! timeout. Against a broker that is down the answer comes at once (a transport error); against
@@ -20,23 +21,44 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 /// Longest a single read of the answer queue blocks before `give_up` is asked again.
 const SLICE: Duration = Duration::from_millis(100);
 
+/// Longest a commit's answer is waited for while consuming (on schedule, for a revoked
+/// partition, the queue consumer's commit thread): long enough for a broker that is slow, short
+/// enough that a broker that stopped answering leaves the thread to its other work and the next
+/// round retries.
+pub(crate) const COMMIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Which offsets a commit sends.
+#[derive(Clone, Copy)]
+pub(crate) enum Offsets<'a> {
+    /// These.
+    Listed(&'a TopicPartitionList),
+    /// The stored offsets of the consumer's current assignment (rdkafka's
+    /// `commit_consumer_state`).
+    Stored,
+}
+
 /// Commits `offsets` for `consumer`'s group and waits for the coordinator's answer until
 /// `deadline`: not answered by then, `Err(ConsumerCommit(OperationTimedOut))`. `None` when
 /// `give_up` (asked every 100 ms) said to stop waiting first. Either way the commit may still
 /// land later.
 pub(crate) fn commit_within<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
-    offsets: &TopicPartitionList,
+    offsets: Offsets<'_>,
     deadline: Instant,
     give_up: impl Fn() -> bool,
 ) -> Option<KafkaResult<()>> {
     let answers = AnswerQueue::new(consumer);
-    // SAFETY: a live client, a valid list (librdkafka copies it) and a live queue; no callback,
-    // so the answer arrives as an event on that queue.
+    let listed = match offsets {
+        Offsets::Listed(list) => list.ptr(),
+        Offsets::Stored => std::ptr::null_mut(),
+    };
+    // SAFETY: a live client, a valid list (librdkafka copies it) or null (the assignment's
+    // stored offsets), and a live queue; no callback, so the answer arrives as an event on that
+    // queue.
     let sent = unsafe {
         rdsys::rd_kafka_commit_queue(
             consumer.client().native_ptr(),
-            offsets.ptr(),
+            listed,
             answers.0.as_ptr(),
             None,
             std::ptr::null_mut(),
@@ -59,6 +81,16 @@ pub(crate) fn commit_within<C: ConsumerContext>(
             return Some(answer);
         }
     }
+}
+
+/// [`commit_within`] where nothing gives up before `deadline`.
+pub(crate) fn commit_before<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    offsets: Offsets<'_>,
+    deadline: Instant,
+) -> KafkaResult<()> {
+    commit_within(consumer, offsets, deadline, || false)
+        .unwrap_or_else(|| unreachable!("nothing gives up"))
 }
 
 /// A queue of our own for one commit's answer; destroyed (with any late answer) at the drop.

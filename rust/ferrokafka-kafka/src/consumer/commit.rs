@@ -11,14 +11,9 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::events::ConsumerEvent;
 use super::state::{Handle, Shared, Slot, SlotState};
-use crate::bounded_commit::commit_within;
+use crate::bounded_commit::{Offsets, commit_within};
 use crate::error::KafkaIoError;
 use crate::locks::lock;
-
-/// Longest a commit's answer is waited for while consuming (on schedule, or for a revoked
-/// partition): long enough for a broker that is slow, short enough that a broker that stopped
-/// answering leaves the poller to its other work and the next round retries.
-pub(super) const COMMIT_WAIT: Duration = Duration::from_secs(10);
 
 /// What a stopping consumer's final commit and leaving its group take at most, together, after
 /// the drain: then the stop returns and librdkafka finishes leaving on the poller thread.
@@ -109,7 +104,7 @@ impl Shared {
         if offsets.is_empty() {
             return;
         }
-        match commit_within(consumer, &tpl, deadline, give_up) {
+        match commit_within(consumer, Offsets::Listed(&tpl), deadline, give_up) {
             Some(result) => self.settle_commit(offsets, result.err()),
             // Given up for a stop, whose final commit follows at once and sends these again:
             // neither an answer nor a failure.

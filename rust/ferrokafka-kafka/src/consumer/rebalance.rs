@@ -9,9 +9,9 @@ use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::statistics::Statistics;
 
-use super::commit::COMMIT_WAIT;
 use super::events::ConsumerEvent;
 use super::state::{Handle, RebalanceHandler, Shared, Slot};
+use crate::bounded_commit::COMMIT_WAIT;
 use crate::connection_failure::watch_connection;
 use crate::error::KafkaIoError;
 use crate::locks::{lock, wait_timeout};

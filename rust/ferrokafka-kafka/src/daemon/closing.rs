@@ -119,19 +119,21 @@ enum ClosingStep {
     Closed,
 }
 
-/// Runs `final_commit` (a synchronous offset commit) and then closes `consumer` (leaving its
-/// group) on a thread of their own, waiting for them until `deadline` or [`CLOSE_GRACE`] from
-/// now, whichever is later. Returns the commit's result, None if it did not end in time.
+/// Runs `final_commit` (an offset commit, given the deadline to wait for its answer until: see
+/// [`commit_within`](crate::bounded_commit::commit_within)) and then closes `consumer` (leaving
+/// its group) on a thread of their own, waiting for them until `deadline` or [`CLOSE_GRACE`]
+/// from now, whichever is later. Returns the commit's result, None if it did not end in time.
 ///
-/// Why a thread: librdkafka bounds neither step. With the coordinator gone, a synchronous commit
-/// returns only once the group session times out, and rdkafka's consumer drop polls until the
-/// close completes, so a daemon stopping in an outage would outlive its signal by the session
-/// timeout and more. What has not ended by the deadline is logged and left to end in the
-/// background; the group's session timeout frees the partitions, and the records after the last
-/// commit are read again by the next owner (both daemons rebuild their state from the topic).
+/// Why a thread: librdkafka does not bound the close. rdkafka's consumer drop polls until the
+/// close completes, which with the coordinator gone or hung takes librdkafka's request timeouts,
+/// so a daemon stopping in an outage would outlive its signal by that much. What has not ended
+/// by the deadline is logged and left to end in the background (the commit no later than the
+/// deadline, the close when librdkafka gives up on the coordinator); the group's session
+/// timeout frees the partitions, and the records after the last commit are read again by the
+/// next owner (both daemons rebuild their state from the topic).
 pub(crate) fn commit_and_close<C: ConsumerContext + 'static>(
     consumer: BaseConsumer<C>,
-    final_commit: impl FnOnce(&BaseConsumer<C>) -> Result<(), KafkaError> + Send + 'static,
+    final_commit: impl FnOnce(&BaseConsumer<C>, Instant) -> Result<(), KafkaError> + Send + 'static,
     deadline: Instant,
     daemon: &str,
 ) -> Option<Result<(), KafkaError>> {
@@ -140,7 +142,8 @@ pub(crate) fn commit_and_close<C: ConsumerContext + 'static>(
     let closer = std::thread::Builder::new()
         .name(format!("{daemon} close"))
         .spawn(move || {
-            let _ = steps.send(ClosingStep::Committed(final_commit(&consumer)));
+            let committed = final_commit(&consumer, deadline);
+            let _ = steps.send(ClosingStep::Committed(committed));
             drop(consumer);
             let _ = steps.send(ClosingStep::Closed);
         });

@@ -71,6 +71,7 @@ use ferrokafka_core::schedule::{PayloadFetch, ScheduleTracker, TrackerCounts};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 
+use crate::bounded_commit::{Offsets, commit_before};
 use crate::config::{ClientRole, ClientSettings};
 use crate::connection_failure::{ConnectionWatch, init_transactions};
 use crate::daemon::{
@@ -373,9 +374,9 @@ impl SchedulerLoop {
         publish(status, self.status());
         let applied_any = !self.runs.is_empty();
         let SchedulerLoop { consumer, .. } = self;
-        let final_commit = move |consumer: &BaseConsumer<GroupContext>| {
+        let final_commit = move |consumer: &BaseConsumer<GroupContext>, by| {
             if applied_any {
-                consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+                commit_before(consumer, Offsets::Stored, by)
             } else {
                 Ok(())
             }

@@ -8,10 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use std::time::Instant;
+
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{Dispatched, Handoff};
+use crate::bounded_commit::{COMMIT_WAIT, Offsets, commit_before};
 use crate::oauth::TokenContext;
 use crate::redelivery::marker_writer::{MarkerWriter, message_id};
 
@@ -75,9 +78,12 @@ impl Committer {
             let _ =
                 commit.add_partition_offset(&self.queue_topic, partition, Offset::Offset(offset));
         }
-        // The START markers are durable: should the commit fail, a restart reads these messages
-        // again and their new START supersedes the old one (at-least-once, nothing lost).
-        if let Err(e) = self.consumer.commit(&commit, CommitMode::Sync) {
+        // The START markers are durable: should the commit fail or get no answer in time (a hung
+        // broker; the next batch's commit covers these offsets too), a restart reads these
+        // messages again and their new START supersedes the old one (at-least-once, nothing
+        // lost). Bounded, so that a stop that left this thread behind does not leave it for ever.
+        let by = Instant::now() + COMMIT_WAIT;
+        if let Err(e) = commit_before(&self.consumer, Offsets::Listed(&commit), by) {
             log::warn!("queue offsets not committed: {e}");
         }
     }

@@ -8,6 +8,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{Tracker, TrackerPartitionStatus};
+use crate::bounded_commit::{Offsets, commit_before};
 use crate::daemon::{
     DaemonStatus, GroupContext, SHUTDOWN_BUDGET, commit_and_close, flush_before, publish,
 };
@@ -83,11 +84,11 @@ impl Tracker {
         let (offsets, committed) = self.commit_positions(true);
         let mut status_now = self.status();
         let Tracker { consumer, .. } = self;
-        let final_commit = move |consumer: &BaseConsumer<GroupContext>| {
+        let final_commit = move |consumer: &BaseConsumer<GroupContext>, by| {
             if offsets.count() == 0 {
                 return Ok(());
             }
-            consumer.commit(&offsets, CommitMode::Sync)
+            commit_before(consumer, Offsets::Listed(&offsets), by)
         };
         match commit_and_close(consumer, final_commit, deadline, "redelivery tracker") {
             Some(Ok(())) => {
