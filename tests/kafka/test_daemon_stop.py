@@ -479,3 +479,42 @@ def test_a_redelivery_tracker_gives_its_final_commit_up_at_its_deadline_when_the
         tracker.stop()
     assert took < STOP_BOUND, f"stopped {took:.1f} s after stop()"
     assert "markers offsets not committed" in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("daemon_name", ["scheduler", "redelivery"])
+def test_a_daemon_command_stops_within_its_bound_when_the_broker_hangs(
+    commands: list[RunningCommand], outage_broker: Broker, daemon_name: str
+) -> None:
+    """The broker hangs (accepts connections, answers nothing) while the daemon holds a loaded
+    partition: its final reports, offset commit and group leave get no answer, and SIGTERM
+    still ends it within the bound, without a traceback."""
+    bootstrap, env = outage_broker
+    suffix = uuid.uuid4().hex[:8]
+    topics = [f"hung-{daemon_name}-{suffix}", f"hung-{daemon_name}-{suffix}-markers"]
+    Client({"bootstrap.servers": bootstrap}).create_topics(
+        [NewTopic(name, num_partitions=1) for name in topics]
+    )
+    if daemon_name == "scheduler":
+        argv, started = ["scheduler", "--schedules-topic", topics[0]], f"loaded {topics[0]}-0"
+    else:
+        argv = ["redelivery", "--queue-topic", topics[0], "--markers-topic", topics[1]]
+        started = f"{topics[1]}-0 caught up"
+    daemon = RunningCommand(
+        *argv,
+        "--group-id",
+        f"g-{suffix}",
+        "--bootstrap-servers",
+        bootstrap,
+        "--report",
+        "--reports-topic",
+        "reports-x",
+    )
+    commands.append(daemon)
+    daemon.wait_for_line(started)
+    with hung(env):
+        took = daemon.stop_with(signal.SIGTERM, wait=2 * STOP_BOUND)
+        daemon.close()
+    assert took < STOP_BOUND, f"stopped {took:.1f} s after SIGTERM:\n{daemon.stderr}"
+    assert daemon.process.returncode == 0, daemon.stderr
+    assert "Traceback" not in daemon.stderr, daemon.stderr
+    assert "did not answer" in daemon.stderr, daemon.stderr
