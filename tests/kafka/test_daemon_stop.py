@@ -23,7 +23,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ferrokafka import AsyncConsumer, AsyncProducer, Batch, Client, Consumer, NewTopic
+from ferrokafka import (
+    AsyncConsumer,
+    AsyncProducer,
+    Batch,
+    Client,
+    Consumer,
+    KafkaTimeoutError,
+    NewTopic,
+)
 from ferrokafka.redelivery import QueueConsumer, RedeliveryTracker
 from ferrokafka.scheduling import Scheduler, create_topics, schedule_message
 from ferrokafka.status import StatusReader
@@ -34,6 +42,8 @@ pytestmark = pytest.mark.kafka
 
 UNREACHABLE = "127.0.0.1:1"
 STOP_BOUND = 10.0
+# A client call's timeout against a hung broker.
+TIMEOUT = 1.5
 
 
 class RunningCommand:
@@ -518,3 +528,37 @@ def test_a_daemon_command_stops_within_its_bound_when_the_broker_hangs(
     assert daemon.process.returncode == 0, daemon.stderr
     assert "Traceback" not in daemon.stderr, daemon.stderr
     assert "did not answer" in daemon.stderr, daemon.stderr
+
+
+def test_client_calls_and_a_producer_keep_their_timeouts_when_the_broker_hangs(
+    outage_broker: Broker,
+) -> None:
+    """Against a hung broker every wait ends at its own timeout with ``KafkaTimeoutError``
+    (the broker named), for a client that knew the cluster and for one created meanwhile."""
+    bootstrap, env = outage_broker
+    topic = topic_with_one_record(bootstrap)
+    config = {"bootstrap.servers": bootstrap}
+    known = Client(config)
+    known.list_topics(topic)
+    producer = AsyncProducer(config)
+    with hung(env):
+        fresh = Client(config)
+        producer.produce(b"late", topic=topic)
+        calls: dict[str, Callable[[], object]] = {
+            "list_topics": lambda: known.list_topics(timeout=TIMEOUT),
+            "produce": lambda: known.produce(topic, b"x", timeout=TIMEOUT),
+            "read_topic": lambda: known.read_topic(topic, timeout=TIMEOUT),
+            "create_topics": lambda: known.create_topics([f"{topic}-2"], timeout=TIMEOUT),
+            "a fresh client's list_topics": lambda: fresh.list_topics(timeout=TIMEOUT),
+            "AsyncProducer.flush": lambda: producer.flush(TIMEOUT),
+        }
+        for name, call in calls.items():
+            started = time.monotonic()
+            with pytest.raises(KafkaTimeoutError, match=bootstrap):
+                call()
+            took = time.monotonic() - started
+            assert TIMEOUT - 0.1 < took < TIMEOUT + 2.0, f"{name} took {took:.1f} s"
+        started = time.monotonic()
+        [handed_back] = producer.shutdown(TIMEOUT)
+        assert handed_back.value() == b"late"
+        assert time.monotonic() - started < TIMEOUT + 2.0
