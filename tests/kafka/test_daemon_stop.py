@@ -562,3 +562,29 @@ def test_client_calls_and_a_producer_keep_their_timeouts_when_the_broker_hangs(
         [handed_back] = producer.shutdown(TIMEOUT)
         assert handed_back.value() == b"late"
         assert time.monotonic() - started < TIMEOUT + 2.0
+
+
+def test_a_queue_consumer_closes_within_its_timeout_when_the_broker_hangs(
+    outage_broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hung broker acknowledges neither the END marker of an ack nor the copies put back
+    of the prefetched messages: ``close(timeout)`` still returns within its timeout plus about
+    two seconds (as documented), and says what it could not write."""
+    bootstrap, env = outage_broker
+    suffix = uuid.uuid4().hex[:8]
+    queue_topic, markers = f"hung-queue-{suffix}", f"hung-markers-{suffix}"
+    client = Client({"bootstrap.servers": bootstrap})
+    client.create_topics([NewTopic(name, num_partitions=1) for name in (queue_topic, markers)])
+    for n in range(5):
+        client.produce(queue_topic, f"job{n}")
+    config = {"bootstrap.servers": bootstrap, "group.id": f"q-{suffix}"}
+    queue = QueueConsumer(config, queue_topic, markers)
+    try:
+        [job] = queue.consume(1, timeout=30.0)
+        with caplog.at_level(logging.WARNING, logger="ferrokafka_kafka"), hung(env):
+            queue.ack(job)
+            took = timed_on_a_thread(lambda: queue.close(TIMEOUT), 2 * STOP_BOUND)
+    finally:
+        queue.close(TIMEOUT)
+    assert took < TIMEOUT + 2.5, f"closed {took:.1f} s after close({TIMEOUT})"
+    assert "not written within" in caplog.text, caplog.text
