@@ -51,9 +51,28 @@ impl ConnectionFailure {
 /// librdkafka's diagnosis of a TLS client at a plaintext listener, in its first failed handshake.
 const PLAINTEXT_LISTENER: &str = "connecting to a PLAINTEXT broker listener?";
 
-/// librdkafka's guess when its first request to a broker times out (see `diagnose`).
+/// librdkafka's guess when its first request to a broker times out (see [`unanswered_told`]).
 const OLD_BROKER_GUESS: &str =
     ": probably due to broker version < 0.10 (see api.version.request configuration)";
+
+/// `reason` (a failure of a connection to a broker, or librdkafka's log line of it) told as a
+/// hung broker when it is librdkafka's first request timing out; `None` for any other.
+///
+/// A broker that accepts connections and never answers (a process stopped or hung in a pause,
+/// a network that drops the answers) times out librdkafka's first request, its API version
+/// request; librdkafka then guesses a broker older than 0.10 (2016, which no supported client
+/// talks to) and names `api.version.request`, which sends users the wrong way. The guess is
+/// dropped and the likely cause said instead, in the error and in the log line alike.
+pub(crate) fn unanswered_told(reason: &str) -> Option<String> {
+    if !reason.contains("in state APIVERSION_QUERY") || !reason.contains("Timed out") {
+        return None;
+    }
+    Some(format!(
+        "{}: the broker accepted the connection and did not answer its first request: a broker \
+         process that hangs, or a network that drops its answers",
+        reason.replace(OLD_BROKER_GUESS, "")
+    ))
+}
 
 /// Whether an error event (`code`, `reason`) says the client cannot connect with its
 /// configuration, which waiting will not change. A TLS client at a plaintext listener comes as a
@@ -224,18 +243,12 @@ impl ConnectionWatch {
     /// API version request) most likely reached a TLS listener; librdkafka says so only in some
     /// cases (not when the broker closes the connection without a word, as Kafka's TLS listener
     /// does), so the reason gets that diagnosis here. That first request timing out instead is
-    /// a broker that accepts connections and does not answer: a hung process, or a network that
-    /// drops the answers; librdkafka's own guess, a broker older than 0.10 (2016, which no
-    /// supported client talks to), is dropped from the reason, as it sends users the wrong way.
+    /// a hung broker ([`unanswered_told`]).
     fn diagnose(&self, reason: String) -> String {
         if !reason.contains("in state APIVERSION_QUERY") || reason.contains("security.protocol") {
             reason
-        } else if reason.contains("Timed out") {
-            let reason = reason.replace(OLD_BROKER_GUESS, "");
-            format!(
-                "{reason}: the broker accepted the connection and did not answer its first \
-                 request: a broker process that hangs, or a network that drops its answers"
-            )
+        } else if let Some(told) = unanswered_told(&reason) {
+            told
         } else if self.plaintext {
             format!(
                 "{reason}: the broker closed the connection at the first request, as a TLS \
@@ -335,9 +348,13 @@ macro_rules! watch_connection {
 }
 pub(crate) use watch_connection;
 
-/// Logs a librdkafka log line as rdkafka's default `ClientContext::log` does.
+/// Logs a librdkafka log line as rdkafka's default `ClientContext::log` does (a first request
+/// that timed out told as [`unanswered_told`] says).
 pub(crate) fn log_as_rdkafka_does(level: RDKafkaLogLevel, facility: &str, line: &str) {
-    DefaultClientContext.log(level, facility, line);
+    match (facility, unanswered_told(line)) {
+        ("FAIL", Some(told)) => DefaultClientContext.log(level, facility, &told),
+        _ => DefaultClientContext.log(level, facility, line),
+    }
 }
 
 /// Longest one `init_transactions` call blocks, so that a refused connection is noticed.
@@ -502,6 +519,30 @@ mod tests {
             "{told}"
         );
         assert!(!told.contains("TLS"), "{told}");
+    }
+
+    #[test]
+    fn librdkafkas_log_line_of_an_unanswered_first_request_says_hung_broker_not_old_broker() {
+        let line = "[thrd:b:9092/bootstrap]: b:9092/bootstrap: ApiVersionRequest failed: Local: \
+                    Timed out: probably due to broker version < 0.10 (see api.version.request \
+                    configuration) (after 10012ms in state APIVERSION_QUERY, 1 identical \
+                    error(s) suppressed)";
+        let told = unanswered_told(line).expect("a first request that timed out");
+        assert!(
+            told.starts_with(
+                "[thrd:b:9092/bootstrap]: b:9092/bootstrap: ApiVersionRequest failed: Local: \
+                 Timed out (after 10012ms in state APIVERSION_QUERY"
+            ),
+            "{told}"
+        );
+        assert!(
+            !told.contains("0.10") && !told.contains("api.version.request"),
+            "{told}"
+        );
+        assert!(told.ends_with("a network that drops its answers"), "{told}");
+        let refused = "[thrd:b:9092/bootstrap]: b:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 \
+                       failed: Connection refused (after 0ms in state CONNECT)";
+        assert_eq!(unanswered_told(refused), None);
     }
 
     #[test]
