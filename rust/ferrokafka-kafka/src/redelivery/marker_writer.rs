@@ -297,9 +297,7 @@ impl MarkerWriter {
             // the marker thread's is, not raised to whichever ack came 500th.
             let unwritten = self.write_held_ends(&mut open);
             drop(open);
-            if let Some(unwritten) = unwritten {
-                unwritten.say();
-            }
+            NotWritten::say_all(unwritten);
             return Ok(());
         }
         if open.held_since.is_none() {
@@ -421,12 +419,15 @@ impl MarkerWriter {
 /// Markers that a write made for many callers could not hand to librdkafka (counted as failed
 /// already), to be logged once the in-flight lock is released: the record goes to Python's
 /// `logging`, which needs the GIL, and `ack`/`nack`/`keepalive` take that lock holding the GIL.
-#[must_use = "said with `say` once the in-flight lock is released"]
+#[must_use = "said with `say_all` once the in-flight lock is released"]
 struct NotWritten(String);
 
 impl NotWritten {
-    fn say(self) {
-        log::warn!("{}", self.0);
+    /// Logs each of `unwritten` at WARNING; called with the in-flight lock released.
+    fn say_all(unwritten: impl IntoIterator<Item = Self>) {
+        for NotWritten(text) in unwritten {
+            log::warn!("{text}");
+        }
     }
 }
 
@@ -492,7 +493,7 @@ fn run_marker_thread(writer: &MarkerWriter, auto_keepalive: bool) {
         }
         if !unwritten.is_empty() {
             drop(open);
-            unwritten.into_iter().for_each(NotWritten::say);
+            NotWritten::say_all(unwritten);
             open = writer.open();
             continue; // what is due was reckoned under the lock released meanwhile
         }
@@ -500,9 +501,7 @@ fn run_marker_thread(writer: &MarkerWriter, auto_keepalive: bool) {
     }
     let unwritten = writer.write_held_ends(&mut open);
     drop(open);
-    if let Some(unwritten) = unwritten {
-        unwritten.say();
-    }
+    NotWritten::say_all(unwritten);
 }
 
 impl Drop for MarkerThread {
