@@ -347,10 +347,13 @@ freeze() {
   log "frozen (port $PORT, pid $pid)"
 }
 
+# Returns once the broker answers again (lists itself in a metadata answer), as resume does:
+# a test that goes on at once may meet a broker still catching up on the time it lost.
 thaw() {
   local pid
   pid=$(running_pid) || die "no broker of ours is running on port $PORT"
   kill -CONT "$pid"
+  wait_ready "$pid" 60 || die "broker on port $PORT not answering 60 s after thaw"
   log "thawed (port $PORT, pid $pid)"
 }
 

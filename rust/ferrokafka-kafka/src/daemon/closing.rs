@@ -113,6 +113,10 @@ pub(crate) fn flush_before<C: ProducerContext>(
 /// [`SHUTDOWN_BUDGET`]: with a broker that answers, a commit and a group leave take milliseconds.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// How long past the deadline [`commit_and_close`] waits for the commit's outcome, which the
+/// commit itself reports by the deadline (one 100 ms read of its answer queue at most later).
+const COMMIT_OUTCOME_GRACE: Duration = Duration::from_millis(500);
+
 /// What the thread of [`commit_and_close`] reports, in this order.
 enum ClosingStep {
     Committed(Result<(), KafkaError>),
@@ -153,8 +157,10 @@ pub(crate) fn commit_and_close<C: ConsumerContext + 'static>(
         );
         return None;
     }
-    let next = || step.recv_timeout(deadline.saturating_duration_since(Instant::now()));
-    let committed = match next() {
+    let next = |by: Instant| step.recv_timeout(by.saturating_duration_since(Instant::now()));
+    // The commit answers by the deadline itself (timed out at worst): its outcome is waited
+    // for a little past it, so that a wait ending at the same moment does not lose it.
+    let committed = match next(deadline + COMMIT_OUTCOME_GRACE) {
         Ok(ClosingStep::Committed(result)) => result,
         _ => {
             log::warn!(
@@ -165,7 +171,7 @@ pub(crate) fn commit_and_close<C: ConsumerContext + 'static>(
             return None;
         }
     };
-    if !matches!(next(), Ok(ClosingStep::Closed)) {
+    if !matches!(next(deadline), Ok(ClosingStep::Closed)) {
         log::warn!(
             "{daemon} stopping: the broker did not answer the group leave in time; left to \
              finish in the background (the group's session timeout frees the partitions)"
