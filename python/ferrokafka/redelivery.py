@@ -156,7 +156,7 @@ class QueueConsumer:
 
     Messages are fetched in batches of at most ``max_batch_size``. After the first fetch, two
     Rust threads prepare the next batches (START markers, then the offset commit) while this one
-    is handled, so up to twelve batches are in flight ahead of the handler; their deadlines start
+    is handled, so up to 24 batches are in flight ahead of the handler; their deadlines start
     then (and are kept alive). Messages prepared but not handed out when the consumer closes
     (or is collected unclosed) are put back on the queue by :meth:`close`, their redelivery
     count unchanged. ``ack``/``ack_many``/``nack``/``keepalive`` return at once, even with the

@@ -20,6 +20,7 @@ mod main_queue;
 mod main_queue_watcher;
 pub mod oauth;
 mod packed_headers;
+mod partition_source;
 pub mod partitioner;
 pub mod polled_producer;
 pub mod producer;
@@ -32,6 +33,7 @@ mod topic_roles;
 pub mod transaction_outcome;
 mod transaction_step;
 mod undecodable;
+mod wake;
 
 pub use client::{BrokerInfo, Client, ClusterInfo, NewTopicSpec, PartitionInfo, TopicInfo};
 pub use config::{ClientRole, ClientSettings, redact};

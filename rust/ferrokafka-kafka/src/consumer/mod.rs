@@ -3,7 +3,7 @@
 //!
 //! Threads and locks:
 //! - One poller thread owns the polling of the rdkafka `BaseConsumer`. Each assigned partition
-//!   has its own librdkafka queue ([`PartitionSource`](partition_source::PartitionSource),
+//!   has its own librdkafka queue ([`PartitionSource`](crate::partition_source::PartitionSource),
 //!   drained in runs) and one [`Slot`](state::Slot) whose
 //!   [`PartitionBuffer`](ferrokafka_core::PartitionBuffer) (the pure core) holds the records
 //!   handed from that queue to the worker. The poller takes from a partition's queue only as
@@ -39,8 +39,7 @@
 //!
 //! Rooms, one idea each: `options` (what to consume, the error policy), `events` (what the
 //! bindings hear), `state` (the slots of assigned partitions and what the threads share),
-//! `wake` (waking the poller), `waiting` (an event loop's dry workers, signalled through a file descriptor), `partition_source` (a partition's own librdkafka queue),
-//! `start` (subscribing or assigning at start), `poller` (the poller thread and routing),
+//! `waiting` (an event loop's dry workers, signalled through a file descriptor), `start` (subscribing or assigning at start), `poller` (the poller thread and routing),
 //! `rebalance` (librdkafka's callbacks: rebalances, statistics, errors), `dispatch` (handing
 //! batches to workers and applying their outcome), `commit` (commit progress), `stats`
 //! (counters and snapshots), `report_sample` (its part of a process report), `overdue`
@@ -52,7 +51,6 @@ mod dispatch;
 mod events;
 mod options;
 mod overdue;
-mod partition_source;
 mod poller;
 mod rebalance;
 mod report_sample;
@@ -60,7 +58,6 @@ mod start;
 mod state;
 mod stats;
 mod waiting;
-mod wake;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, channel};
@@ -89,7 +86,7 @@ use self::state::{Handle, RebalanceHandler, Shared, Shutdown, Slots};
 use self::stats::Totals;
 pub use self::stats::{ConsumerStats, PartitionCounters, PartitionStats};
 use self::waiting::Waiting;
-use self::wake::Wake;
+use crate::wake::Wake;
 
 /// The concurrent consumer engine; see the module docs.
 #[derive(Debug)]

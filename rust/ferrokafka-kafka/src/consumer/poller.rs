@@ -15,12 +15,12 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use super::commit::CLOSE_WITHIN;
 use super::events::ConsumerEvent;
 use super::overdue::OVERDUE_CHECK;
-use super::partition_source::RawMessage;
 use super::state::{Handle, Shared, Slot, load_event};
 use crate::bounded_commit::COMMIT_WAIT;
 use crate::dead_letter::DeadLetterWriter;
 use crate::locks::lock;
 use crate::main_queue::MainQueue;
+use crate::partition_source::RawMessage;
 use crate::record::{ReceivedRecord, TopicName};
 use crate::undecodable::{undecodable_batch, undecodable_code, undecodable_error};
 

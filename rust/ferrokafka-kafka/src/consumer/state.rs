@@ -13,15 +13,15 @@ use rdkafka::consumer::BaseConsumer;
 
 use super::events::{Assignment, ConsumerEvent, WorkerId};
 use super::options::ConsumerOptions;
-use super::partition_source::PartitionSource;
 use super::stats::{PartitionCounters, Totals};
 use super::waiting::Waiting;
-use super::wake::Wake;
 use crate::connection_failure::ConnectionWatch;
 use crate::locks::lock;
 use crate::oauth::TokenRefresh;
+use crate::partition_source::PartitionSource;
 use crate::record::ReceivedRecord;
 use crate::statistics::{BrokerOffsets, KeptStatistics};
+use crate::wake::Wake;
 
 /// The batch a worker is handling.
 #[derive(Clone, Debug)]

@@ -12,13 +12,13 @@ use rdkafka::producer::ProducerContext;
 use super::QueueConsumerOptions;
 use super::marker_writer::{MarkerThread, MarkerWriter, UpdateTracker, message_id};
 use super::release::release;
-use super::start_prefetch::{PrefetchSetup, StartAcks, StartPrefetch, Taken};
+use super::start_prefetch::{PrefetchSetup, QueueContext, StartAcks, StartPrefetch, Taken};
 use crate::client::Client;
 use crate::config::ClientSettings;
 use crate::daemon::now_ms;
 use crate::debug_form::debug_showing;
 use crate::error::{KafkaIoError, KafkaResult};
-use crate::oauth::{self, TokenContext};
+use crate::oauth;
 use crate::polled_producer::PolledProducer;
 use crate::record::ReceivedRecord;
 
@@ -79,9 +79,9 @@ impl QueueConsumer {
         consumer_settings.set("group.id", options.group_id.as_str());
         consumer_settings.set("enable.auto.commit", "false");
         consumer_settings.set_default("auto.offset.reset", "earliest");
-        let consumer: BaseConsumer<TokenContext> = oauth::create_client(
+        let consumer: BaseConsumer<QueueContext> = oauth::create_client(
             &consumer_settings.for_plain_consumer().to_client_config(),
-            TokenContext::new(settings.token_refresh()),
+            QueueContext::new(settings.token_refresh()),
             "create queue consumer",
         )?;
         let metadata = Client::new(settings.clone())?;

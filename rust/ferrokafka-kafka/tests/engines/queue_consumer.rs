@@ -2,6 +2,7 @@
 //! markers topic without a flush and without automatic keepalive (the marker thread's timer),
 //! and written at once by the close. What a closing consumer marked and never handed out is put
 //! back on the queue and ended. Counted by an outside rdkafka reader decoding the markers.
+//! Partitions read from their own librdkafka queues are read to their end across rebalances.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -45,12 +46,22 @@ fn queue_of_records(topics: &mut Topics) -> (String, String, Vec<(String, String
 
 /// A queue consumer of `queue` that writes `markers`, reading batches of `max_batch_size`.
 fn queue_consumer(queue: &str, markers: &str, max_batch_size: usize) -> QueueConsumer {
+    queue_consumer_in(&unique("queue-group"), queue, markers, max_batch_size)
+}
+
+/// [`queue_consumer`] in the consumer group `group`.
+fn queue_consumer_in(
+    group: &str,
+    queue: &str,
+    markers: &str,
+    max_batch_size: usize,
+) -> QueueConsumer {
     QueueConsumer::new(
         settings(&[]),
         QueueConsumerOptions {
             queue_topic: queue.to_owned(),
             markers_topic: markers.to_owned(),
-            group_id: unique("queue-group"),
+            group_id: group.to_owned(),
             redelivery_timeout: Duration::from_secs(30),
             marker_timeout: Duration::from_secs(10),
             max_batch_size,
@@ -184,4 +195,66 @@ fn once_a_close_began_nothing_is_handed_out_and_the_ready_messages_are_put_back(
         .collect();
     let expected: Vec<String> = records[1..].iter().map(|(_, v)| v.clone()).collect();
     assert_eq!(copies, expected);
+}
+
+/// What one fetch of up to `max` messages from `consumer` hands out (none when nothing came).
+fn fetch_values(consumer: &QueueConsumer, max: usize) -> Vec<String> {
+    match consumer.fetch(max, Duration::from_millis(100)) {
+        Ok(Taken::Records(records)) => records
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect(),
+        other => panic!("a fetch got {other:?}"),
+    }
+}
+
+#[test]
+fn partitions_revoked_and_assigned_again_are_read_to_their_end() {
+    // The prefetch thread reads each assigned partition from the partition's own librdkafka
+    // queue, split from the consumer's. librdkafka never forwards a queue the application
+    // split back to the consumer's, even when the partition is assigned again: a partition
+    // that leaves this consumer and comes back must be split again, or it is never read.
+    const PARTITIONS: i32 = 4;
+    const COUNT: usize = 4_000;
+    let mut topics = Topics::new();
+    let queue = topics.create("queue", PARTITIONS, &[]);
+    let markers = topics.create("markers", 1, &[]);
+    let values: BTreeSet<String> = (0..COUNT).map(|n| format!("v{n}")).collect();
+    let records: Vec<(String, String)> = values
+        .iter()
+        .map(|v| (format!("k{v}"), v.clone()))
+        .collect();
+    write(&queue, &records);
+    let group = unique("queue-group");
+    let first = queue_consumer_in(&group, &queue, &markers, 10);
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    wait_until("the first consumer's first messages", WAIT, || {
+        seen.extend(fetch_values(&first, 10));
+        seen.len() >= 50
+    });
+    // A second member: the group rebalances (librdkafka's default assignors are eager: every
+    // partition is revoked, then each member gets some). Both go on fetching, so that both
+    // take part in the rebalance.
+    let second = queue_consumer_in(&group, &queue, &markers, 10);
+    let mut second_saw = 0;
+    wait_until("messages for the second member", WAIT, || {
+        seen.extend(fetch_values(&first, 10));
+        let got = fetch_values(&second, 10);
+        second_saw += got.len();
+        seen.extend(got);
+        second_saw > 0
+    });
+    // It leaves: its partitions come back to the first, whose splits of them were dropped
+    // when they were revoked. What it marked and never handed out is put back on the queue.
+    second.close(Vec::new(), WAIT);
+    drop(second);
+    wait_until(
+        "every message handed out by one member or the other",
+        WAIT,
+        || {
+            seen.extend(fetch_values(&first, 50));
+            seen.is_superset(&values)
+        },
+    );
+    first.close(Vec::new(), WAIT);
 }

@@ -12,15 +12,14 @@ use std::time::Instant;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{Dispatched, Handoff};
+use super::{Dispatched, Handoff, QueueContext};
 use crate::bounded_commit::{COMMIT_WAIT, Offsets, commit_before};
-use crate::oauth::TokenContext;
 use crate::redelivery::marker_writer::{MarkerWriter, message_id};
 
 /// The commit thread: commits the offsets of batches whose STARTs are acknowledged, in order,
 /// and makes them ready.
 pub(super) struct Committer {
-    pub(super) consumer: Arc<BaseConsumer<TokenContext>>,
+    pub(super) consumer: Arc<BaseConsumer<QueueContext>>,
     pub(super) writer: Arc<MarkerWriter>,
     pub(super) queue_topic: String,
     pub(super) handoff: Arc<Handoff>,

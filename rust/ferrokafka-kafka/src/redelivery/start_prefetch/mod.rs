@@ -49,7 +49,8 @@
 //!   `release.rs`); a batch its left-behind commit makes ready later stays open, and the
 //!   tracker redelivers it.
 //!
-//! Threading: the prefetch thread polls the queue consumer and owns the START producer; the
+//! Threading: the prefetch thread polls the queue consumer (its queue and the partitions' split
+//! from it, sleeping on a [`Wake`] their non-empty callbacks set) and owns the START producer; the
 //! commit thread shares the consumer (librdkafka allows a commit from another thread while one
 //! polls) and receives batches over a channel; callers meet them only through the [`Handoff`]
 //! mutex and condition variable. [`StartPrefetch::stop`] (or the drop) stops and joins both
@@ -57,14 +58,17 @@
 //! [`JOIN_GRACE`]).
 //!
 //! Rooms: this file holds the handoff to the callers, the threads' start and stop and the
-//! tunables; `acks.rs` the START producer's context; `prefetcher.rs` the prefetch thread's
-//! polling and dispatch; `confirm.rs` what becomes of a dispatched batch (acknowledged, refused
-//! for size, failed); `committer.rs` the commit thread.
+//! tunables; `acks.rs` the START producer's context; `sources.rs` where the prefetch thread
+//! takes records from (each assigned partition's own librdkafka queue, drained in runs) and the
+//! consumer's context; `prefetcher.rs` the prefetch thread's polling and dispatch;
+//! `confirm.rs` what becomes of a dispatched batch (acknowledged, refused for size, failed);
+//! `committer.rs` the commit thread.
 
 mod acks;
 mod committer;
 mod confirm;
 mod prefetcher;
+mod sources;
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -80,26 +84,29 @@ use crate::batch_produce::BatchTopic;
 use crate::client::Client;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::wait_timeout;
-use crate::oauth::TokenContext;
 use crate::polled_producer::PolledProducer;
 use crate::record::ReceivedRecord;
+use crate::wake::Wake;
 pub(super) use acks::StartAcks;
 use committer::Committer;
+pub(crate) use sources::QueueContext;
 
 /// Longest one poll of the queue consumer blocks, so a stop is noticed quickly.
 const POLL_SLICE: Duration = Duration::from_millis(100);
 /// Most batches polled and not yet taken by a caller: one ready, one being committed,
 /// [`START_DEPTH`] whose STARTs travel and one being dispatched keep every stage busy; the
-/// rest absorb the spread of the START round trips and commits (a batch takes a START round
-/// trip, 2-5 ms on a shared 2-core host, plus a commit, ~0.7 ms, from poll to ready, so the
-/// rate is at most this many batches per that time; benches/RESULTS.md: 12 against 8).
-const LOOKAHEAD_BATCHES: usize = 12;
+/// rest absorb the spread of the START round trips and commits. A batch takes a START round
+/// trip (4-5 ms at these rates on a shared 2-core host) plus a commit (~1 ms) from dispatch to
+/// ready, so the rate is at most this many batches per that time (benches/RESULTS.md, 300,000
+/// messages in batches of 500: 24 was 1.08x as fast as 12, and 32 no faster than 24).
+const LOOKAHEAD_BATCHES: usize = 24;
 /// Batches whose START markers travel while the next one is polled and dispatched: a START
 /// round trip (the producer's 1 ms linger, then the broker's acknowledgement) takes several
 /// polls and dispatches of a batch, so the throughput is about this many batches per round
-/// trip (benches/RESULTS.md: 5 was 1.12-1.25x as fast as 3 on a host where a round trip is
-/// ~2 ms; 8 no faster than 5).
-const START_DEPTH: usize = 5;
+/// trip. Nearly all of [`LOOKAHEAD_BATCHES`]: waiting for the oldest batch's STARTs while
+/// fewer than that many batches are out only left the prefetch thread idle
+/// (benches/RESULTS.md).
+const START_DEPTH: usize = 20;
 /// How long a closing consumer still waits for the START markers it already sent.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 /// Longest a closing consumer waits for its threads to end. One still in a synchronous commit
@@ -163,7 +170,7 @@ impl Handoff {
 
 /// The queue topic, where its markers go, and how the prefetch threads write them.
 pub(super) struct PrefetchSetup {
-    pub(super) consumer: BaseConsumer<TokenContext>,
+    pub(super) consumer: BaseConsumer<QueueContext>,
     pub(super) starts: PolledProducer<StartAcks>,
     pub(super) writer: Arc<MarkerWriter>,
     /// Reads the markers topic's partition count; dropped once it is known.
@@ -190,7 +197,11 @@ impl StartPrefetch {
         let handoff = Arc::new(Handoff::default());
         let received = Arc::new(AtomicU64::new(0));
         let refused = Arc::new(AtomicU64::new(0));
-        let consumer = Arc::new(setup.consumer);
+        let wake = Arc::new(Wake::default());
+        let mut consumer = setup.consumer;
+        let woken = Arc::clone(&wake);
+        consumer.set_nonempty_callback(move || woken.notify());
+        let consumer = Arc::new(consumer);
         let (to_commit, batches) = mpsc::channel();
         let committer = Committer {
             consumer: Arc::clone(&consumer),
@@ -204,6 +215,7 @@ impl StartPrefetch {
         })?;
         let prefetcher = Prefetcher {
             consumer,
+            wake,
             starts,
             writer: setup.writer,
             queue_topic: setup.queue_topic,
@@ -350,7 +362,9 @@ struct Dispatched {
 
 /// The prefetch thread: polls batches and writes their START markers.
 struct Prefetcher {
-    consumer: Arc<BaseConsumer<TokenContext>>,
+    consumer: Arc<BaseConsumer<QueueContext>>,
+    /// Woken when the consumer's queue or a partition's becomes non-empty.
+    wake: Arc<Wake>,
     starts: BatchTopic<StartAcks>,
     writer: Arc<MarkerWriter>,
     queue_topic: String,

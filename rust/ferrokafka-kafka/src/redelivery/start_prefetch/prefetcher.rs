@@ -2,6 +2,7 @@
 //! room ahead of the caller, and dispatch their START markers in one call each.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::marker_codec::{StartParts, append_start};
@@ -12,11 +13,12 @@ use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::acks::StartAcks;
+use super::sources::QueueSources;
 use super::{Dispatched, LOOKAHEAD_BATCHES, METADATA_ATTEMPT, POLL_SLICE, Prefetcher, START_DEPTH};
 use crate::batch_produce::Payloads;
 use crate::client::Client;
 use crate::error::KafkaIoError;
-use crate::record::{ReceivedRecord, TopicName};
+use crate::record::ReceivedRecord;
 use crate::redelivery::marker_writer::message_id;
 use crate::undecodable::undecodable_error;
 
@@ -40,6 +42,8 @@ impl Prefetcher {
         let mut travelling: VecDeque<Dispatched> = VecDeque::new();
         let mut numbers = 0_usize..;
         let mut polled_to = BTreeMap::new();
+        let mut sources =
+            QueueSources::new(&self.consumer, &self.queue_topic, Arc::clone(&self.wake));
         loop {
             let first_wait = match self.room(!travelling.is_empty()) {
                 Room::Stop => break,
@@ -51,7 +55,7 @@ impl Prefetcher {
                 Room::Poll => Duration::ZERO,
             };
             let number = numbers.next().unwrap_or_default();
-            let fresh = self.poll_and_dispatch(number, first_wait);
+            let fresh = self.poll_and_dispatch(&mut sources, number, first_wait);
             let idle = fresh.is_none();
             for record in fresh.iter().flat_map(|batch| &batch.records) {
                 polled_to.insert(record.partition, record.offset + 1);
@@ -208,50 +212,47 @@ impl Prefetcher {
 
     /// Up to `max_batch_size` records: waits up to `first_wait` for the first, then takes what
     /// has arrived.
-    fn poll_batch(&self, first_wait: Duration) -> Vec<ReceivedRecord> {
+    fn poll_batch(&self, sources: &mut QueueSources, first_wait: Duration) -> Vec<ReceivedRecord> {
         let mut records = Vec::new();
-        let mut names = TopicName::default();
-        while records.len() < self.max_batch_size {
-            let wait = if records.is_empty() {
-                first_wait
-            } else {
-                Duration::ZERO
-            };
-            match self.consumer.poll(wait) {
-                None => break,
-                Some(Ok(message)) => {
-                    records.push(ReceivedRecord::from_message_named(&message, &mut names));
-                }
-                Some(Err(e)) => {
-                    let place = format!("queue topic {:?}", self.queue_topic);
-                    let Some(error) = undecodable_error("consume", &place, &e) else {
-                        log::warn!("queue consumer: {e}");
-                        continue;
-                    };
-                    // Fetched again and again, nothing behind it read: `take` raises it
-                    // instead of returning nothing for ever, once every record polled before
-                    // it was handed out (until then it comes again at the next fetch).
-                    let mut state = self.handoff.lock();
-                    if records.is_empty() && state.ahead == 0 {
-                        let said = error.to_string();
-                        state.error.get_or_insert(error);
-                        self.handoff.changed.notify_all();
-                        // Said with the lock released: a record goes to Python's `logging`
-                        // (the GIL), and `stop_handing_out` takes the lock holding the GIL.
-                        drop(state);
-                        log::error!("queue consumer: {said}");
-                    }
-                    break;
-                }
+        sources.take(self.max_batch_size, first_wait, |taken| match taken {
+            Ok(record) => {
+                records.push(record);
+                true
             }
-        }
+            Err(e) => {
+                let place = format!("queue topic {:?}", self.queue_topic);
+                let Some(error) = undecodable_error("consume", &place, &e) else {
+                    log::warn!("queue consumer: {e}");
+                    return true;
+                };
+                // Fetched again and again, nothing behind it read: `take` raises it instead of
+                // returning nothing for ever, once every record polled before it was handed out
+                // (until then it comes again at the next fetch).
+                let mut state = self.handoff.lock();
+                if records.is_empty() && state.ahead == 0 {
+                    let said = error.to_string();
+                    state.error.get_or_insert(error);
+                    self.handoff.changed.notify_all();
+                    // Said with the lock released: a record goes to Python's `logging` (the
+                    // GIL), and `stop_handing_out` takes the lock holding the GIL.
+                    drop(state);
+                    log::error!("queue consumer: {said}");
+                }
+                false
+            }
+        });
         records
     }
 
     /// Polls a batch (waiting up to `first_wait` for its first record) and dispatches its
     /// START markers without waiting for them; `None` when nothing came or the dispatch failed.
-    fn poll_and_dispatch(&self, number: usize, first_wait: Duration) -> Option<Dispatched> {
-        let records = self.poll_batch(first_wait);
+    fn poll_and_dispatch(
+        &self,
+        sources: &mut QueueSources,
+        number: usize,
+        first_wait: Duration,
+    ) -> Option<Dispatched> {
+        let records = self.poll_batch(sources, first_wait);
         if records.is_empty() {
             return None;
         }

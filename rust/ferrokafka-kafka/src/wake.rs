@@ -1,4 +1,5 @@
-//! [`Wake`]: how the sleeping poller is woken, by librdkafka's non-empty-queue callbacks and by
+//! [`Wake`]: how a thread sleeping until records arrive is woken: by librdkafka's
+//! non-empty-queue callbacks (the consumer's poller, the queue consumer's prefetch thread) and by
 //! workers that free room in a full buffer.
 
 use std::sync::{Condvar, Mutex};
@@ -6,21 +7,22 @@ use std::time::Duration;
 
 use crate::locks::lock;
 
-/// Wakes the sleeping poller: set by librdkafka's non-empty-queue callbacks and by workers.
+/// Wakes a sleeping reader of librdkafka queues: set by their non-empty-queue callbacks (and by
+/// the consumer's workers).
 #[derive(Debug, Default)]
-pub(super) struct Wake {
+pub(crate) struct Wake {
     pending: Mutex<bool>,
     changed: Condvar,
 }
 
 impl Wake {
-    pub(super) fn notify(&self) {
+    pub(crate) fn notify(&self) {
         *lock(&self.pending) = true;
         self.changed.notify_one();
     }
 
     /// Waits up to `wait` unless woken since the last call.
-    pub(super) fn wait(&self, wait: Duration) {
+    pub(crate) fn wait(&self, wait: Duration) {
         let pending = lock(&self.pending);
         let mut pending = self
             .changed
