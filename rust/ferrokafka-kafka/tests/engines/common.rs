@@ -112,6 +112,11 @@ impl Drop for Topics {
 /// Writes `(key, value)` records to the fresh `topic` with a plain idempotent rdkafka producer (the order
 /// within a partition is the order given) and waits until the broker has all of them.
 pub fn write(topic: &str, records: &[(String, String)]) {
+    write_in(topic, None, records);
+}
+
+/// [`write`] to `partition` of `topic` (a fresh one) when given, else wherever the keys go.
+pub fn write_in(topic: &str, partition: Option<i32>, records: &[(String, String)]) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("enable.idempotence", "true")
@@ -119,15 +124,20 @@ pub fn write(topic: &str, records: &[(String, String)]) {
         .create()
         .expect("rdkafka producer");
     for (key, value) in records {
+        let mut record = BaseRecord::to(topic).key(key).payload(value);
+        record.partition = partition;
         producer
-            .send(BaseRecord::to(topic).key(key).payload(value))
+            .send(record)
             .unwrap_or_else(|(e, _)| panic!("cannot queue a record for {topic}: {e}"));
     }
     producer
         .flush(WAIT)
         .unwrap_or_else(|e| panic!("cannot write to {topic}: {e}"));
-    let observer = Observer::new(None);
-    let stored: i64 = observer.end_offsets(topic).values().sum();
+    let ends = Observer::new(None).end_offsets(topic);
+    let stored: i64 = match partition {
+        Some(partition) => ends.get(&partition).copied().unwrap_or(0),
+        None => ends.values().sum(),
+    };
     assert_eq!(
         stored,
         records.len() as i64,

@@ -2,7 +2,8 @@
 //! markers topic without a flush and without automatic keepalive (the marker thread's timer),
 //! and written at once by the close. What a closing consumer marked and never handed out is put
 //! back on the queue and ended. Counted by an outside rdkafka reader decoding the markers.
-//! Partitions read from their own librdkafka queues are read to their end across rebalances.
+//! Partitions read from their own librdkafka queues are read to their end across rebalances,
+//! and a partition with a backlog does not keep the others waiting.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use ferrokafka_core::markers::Marker;
 use ferrokafka_kafka::{QueueConsumer, QueueConsumerOptions, ReceivedRecord, Taken};
 use rdkafka::Message;
 
-use crate::common::{Observer, Topics, WAIT, settings, unique, wait_until, write};
+use crate::common::{Observer, Topics, WAIT, settings, unique, wait_until, write, write_in};
 
 use std::collections::BTreeMap;
 
@@ -257,4 +258,43 @@ fn partitions_revoked_and_assigned_again_are_read_to_their_end() {
         },
     );
     first.close(Vec::new(), WAIT);
+}
+
+#[test]
+fn a_partition_with_a_backlog_does_not_keep_the_others_waiting() {
+    // Each look at the partitions' own queues begins after the one that gave the last
+    // records: batches come from every partition in turn, not from the first one until it is
+    // drained.
+    const BACKLOG: usize = 3_000;
+    const FEW: usize = 5;
+    let mut topics = Topics::new();
+    let queue = topics.create("queue", 3, &[]);
+    let markers = topics.create("markers", 1, &[]);
+    let records = |what: &str, count: usize| -> Vec<(String, String)> {
+        (0..count)
+            .map(|n| (format!("k{n}"), format!("{what}{n}")))
+            .collect()
+    };
+    write_in(&queue, Some(0), &records("backlog", BACKLOG));
+    write_in(&queue, Some(1), &records("one", FEW));
+    write_in(&queue, Some(2), &records("two", FEW));
+    let consumer = queue_consumer(&queue, &markers, 100);
+    let mut backlog_before = 0;
+    let mut others = 0;
+    wait_until("the few records of partitions 1 and 2", WAIT, || {
+        for value in fetch_values(&consumer, 100) {
+            if value.starts_with("backlog") {
+                backlog_before += 1;
+            } else {
+                others += 1;
+            }
+        }
+        others == 2 * FEW
+    });
+    assert!(
+        backlog_before <= BACKLOG / 2,
+        "{backlog_before} of partition 0's backlog handed out before the other partitions' {}",
+        2 * FEW
+    );
+    consumer.close(Vec::new(), WAIT);
 }

@@ -87,6 +87,8 @@ pub(super) struct QueueSources {
     /// Whether a partition's queue could not be split at the last look (its metadata not
     /// known yet): look again next time.
     incomplete: bool,
+    /// The partition whose queue the next look drains first (or the next one after it).
+    resume_at: i32,
 }
 
 impl QueueSources {
@@ -108,13 +110,14 @@ impl QueueSources {
             wake,
             synced_at: None,
             incomplete: false,
+            resume_at: 0,
         }
     }
 
     /// Hands records (or errors) to `take`, up to `max`: first from the consumer's queue, then,
     /// once that is empty, from the partitions' own queues; `take` returns false to end the
     /// batch there (after an error). Waits up to `first_wait` for the first; returns how many
-    /// it handed over.
+    /// messages it took off the queues.
     pub(super) fn take(
         &mut self,
         max: usize,
@@ -167,14 +170,18 @@ impl QueueSources {
             }
         }
         // A rebalance served just now may have assigned partitions whose queues are not split
-        // yet: their records still come through the consumer's queue, next time.
-        for source in self.split.values() {
+        // yet: their records still come through the consumer's queue, next time. Each look
+        // begins after the partition that gave the last records, so that one partition with a
+        // backlog does not keep the others waiting until it is drained.
+        let after = self.split.range(self.resume_at..);
+        let before = self.split.range(..self.resume_at);
+        for (&partition, source) in after.chain(before) {
             let room = max - taken;
             if room == 0 {
                 break;
             }
             let mut enough = false;
-            taken += source.drain(room, |message: &RawMessage| {
+            let drained = source.drain(room, |message: &RawMessage| {
                 if enough {
                     // After an error the batch ends; librdkafka fetches again from where the
                     // error is, so what follows it in this run is that error again.
@@ -185,6 +192,10 @@ impl QueueSources {
                     .map(|m| ReceivedRecord::from_message_of(m, Arc::clone(&self.topic_name)));
                 enough = !take(result);
             });
+            if drained > 0 {
+                taken += drained;
+                self.resume_at = partition.saturating_add(1);
+            }
             if enough {
                 break;
             }
