@@ -102,7 +102,8 @@ class Batch:
         """A ``pyarrow.RecordBatch`` with columns ``key``, ``value`` (binary), ``topic``,
         ``partition`` (int32), ``offset`` (int64), ``timestamp`` (timestamp[ms], null when a
         record has none) and ``headers`` (list<struct<key: string, value: binary>>), built in
-        Rust with the GIL released, without a Python object per record. Needs pyarrow."""
+        Rust without a Python object per record (with the GIL released when the batch holds
+        more than 1 MiB of keys and values). Needs pyarrow."""
 
 @final
 class BatchIterator(Iterator[Message]):

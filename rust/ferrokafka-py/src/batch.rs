@@ -2,8 +2,9 @@
 //!
 //! A `Message` object is created only when a record is accessed (indexing or iterating), and
 //! shares the batch's memory; the columnar accessors build one Python list per call and
-//! `to_arrow` builds the Arrow buffers with the GIL released (one copy per value, no Python
-//! object per record) and hands them to pyarrow through the Arrow C data interface (`arrow_c`).
+//! `to_arrow` builds the Arrow buffers (one copy per value, no Python object per record; with
+//! the GIL released for a large batch) and hands them to pyarrow through the Arrow C data
+//! interface (`arrow_c`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,6 +20,13 @@ use pyo3::types::{PyBytes, PyList, PySlice};
 use crate::arrow_c::Node;
 use crate::errors::{NativeResult, index_out_of_range};
 use crate::message::PyMessage;
+
+/// Key and value bytes above which `to_arrow` builds the columns with the GIL released (about
+/// 0.3 ms of copying). Below it the build takes less than taking the GIL back does while other
+/// handler threads run Python: releasing it for every batch of 1,000 records of 100 B took
+/// 1.05x the CPU per record and gave 0.91x-0.98x the records per second of a consumer with six
+/// handler threads (benches/RESULTS.md).
+const DETACH_ABOVE: usize = 1 << 20;
 
 /// `pyarrow.RecordBatch._import_from_c_capsule`, looked up once.
 static IMPORT_RECORD_BATCH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -126,18 +134,16 @@ impl PyBatch {
     /// A ``pyarrow.RecordBatch`` with columns ``key``, ``value`` (binary), ``topic``,
     /// ``partition`` (int32), ``offset`` (int64), ``timestamp`` (timestamp[ms], null when a
     /// record has none) and ``headers`` (list<struct<key: string, value: binary>>), built in
-    /// Rust with the GIL released, without a Python object per record. Needs pyarrow.
+    /// Rust without a Python object per record (with the GIL released when the batch holds
+    /// more than 1 MiB of keys and values). Needs pyarrow.
     fn to_arrow(&self, py: Python<'_>) -> NativeResult<Py<PyAny>> {
         let records = Arc::clone(&self.records);
-        // Building the columns scales with the batch: done detached.
-        let columns = py.detach(move || -> Result<Node, CoreError> {
-            let sum = |bytes: fn(&ReceivedRecord) -> usize| records.iter().map(bytes).sum();
-            let mut rows = RecordRows::with_capacity(
-                records.len(),
-                sum(|r| r.key.as_ref().map_or(0, Vec::len)),
-                sum(|r| r.value.as_ref().map_or(0, Vec::len)),
-                sum(|r| r.topic.len()),
-            );
+        let sum = |bytes: fn(&ReceivedRecord) -> usize| records.iter().map(bytes).sum();
+        let keys = sum(|r| r.key.as_ref().map_or(0, Vec::len));
+        let values = sum(|r| r.value.as_ref().map_or(0, Vec::len));
+        let topics = sum(|r| r.topic.len());
+        let build = move || -> Result<Node, CoreError> {
+            let mut rows = RecordRows::with_capacity(records.len(), keys, values, topics);
             for record in records.iter() {
                 let available = record.timestamp_kind != TimestampKind::NotAvailable;
                 rows.push(RecordFields {
@@ -162,7 +168,14 @@ impl PyBatch {
                 timestamp.view_int64_as(c"tsm:");
             }
             Ok(columns)
-        })?;
+        };
+        // Building the columns scales with the batch, but a small batch's build is shorter than
+        // the wait to take the GIL back among busy handler threads: detached only when large.
+        let columns = if keys + values > DETACH_ABOVE {
+            py.detach(build)?
+        } else {
+            build()?
+        };
         let (schema, array) = columns.into_capsules(py)?;
         let import = IMPORT_RECORD_BATCH.get_or_try_init(py, || {
             // ferrokafka.arrow imports pyarrow, or says which extra installs it.
