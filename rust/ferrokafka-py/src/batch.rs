@@ -24,8 +24,8 @@ use crate::message::PyMessage;
 /// Key and value bytes above which `to_arrow` builds the columns with the GIL released (about
 /// 0.3 ms of copying). Below it the build takes less than taking the GIL back does while other
 /// handler threads run Python: releasing it for every batch of 1,000 records of 100 B took
-/// 1.05x the CPU per record and gave 0.91x-0.98x the records per second of a consumer with six
-/// handler threads (benches/RESULTS.md).
+/// 1.03x-1.07x the CPU per record and gave 0.91x-0.98x the records per second of a consumer
+/// with six handler threads (benches/RESULTS.md).
 const DETACH_ABOVE: usize = 1 << 20;
 
 /// `pyarrow.RecordBatch._import_from_c_capsule`, looked up once.
