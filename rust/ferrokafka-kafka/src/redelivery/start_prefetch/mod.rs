@@ -197,10 +197,8 @@ impl StartPrefetch {
         let handoff = Arc::new(Handoff::default());
         let received = Arc::new(AtomicU64::new(0));
         let refused = Arc::new(AtomicU64::new(0));
-        let wake = Arc::new(Wake::default());
         let mut consumer = setup.consumer;
-        let woken = Arc::clone(&wake);
-        consumer.set_nonempty_callback(move || woken.notify());
+        let wake = sources::wake_on_arrival(&mut consumer);
         let consumer = Arc::new(consumer);
         let (to_commit, batches) = mpsc::channel();
         let committer = Committer {

@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
 
 use crate::main_queue::MainQueue;
 use crate::oauth::{TokenRefresh, answer_token_refresh};
 use crate::partition_source::{PartitionSource, RawMessage};
-use crate::record::{ReceivedRecord, TopicName};
+use crate::record::ReceivedRecord;
 use crate::wake::Wake;
 
 /// The queue consumer's context: answers token refreshes and counts rebalances, so that the
@@ -69,6 +70,16 @@ impl ConsumerContext for QueueContext {
 /// one look: a queue that never empties still lets the caller's batch end.
 const EVENTS_PER_LOOK: usize = 1024;
 
+/// Makes the consumer's own queue set the returned [`Wake`] whenever it becomes non-empty (the
+/// partitions' queues set it too, once [`QueueSources`] splits them): the prefetch thread's
+/// sleep. Done before the consumer is shared.
+pub(super) fn wake_on_arrival(consumer: &mut BaseConsumer<QueueContext>) -> Arc<Wake> {
+    let wake = Arc::new(Wake::default());
+    let woken = Arc::clone(&wake);
+    consumer.set_nonempty_callback(move || woken.notify());
+    wake
+}
+
 /// The queue topic's partition queues and the consumer's queue (see the module docs).
 pub(super) struct QueueSources {
     /// Measures the consumer's queue (a group consumer's main queue forwards to it). Declared
@@ -77,9 +88,8 @@ pub(super) struct QueueSources {
     /// One per assigned partition of the queue topic whose queue is split.
     split: BTreeMap<i32, PartitionSource<QueueContext>>,
     consumer: Arc<BaseConsumer<QueueContext>>,
-    topic: String,
-    /// The name every record of the queue topic shares.
-    topic_name: Arc<str>,
+    /// The queue topic's name, which every record shares.
+    topic: Arc<str>,
     /// Woken by any of the queues when it becomes non-empty.
     wake: Arc<Wake>,
     /// The rebalance count the splits follow; `None` before the first look.
@@ -92,8 +102,8 @@ pub(super) struct QueueSources {
 }
 
 impl QueueSources {
-    /// The sources of `consumer` (subscribed to `topic`), woken through `wake`, which the
-    /// consumer's own queue must notify too (its non-empty callback).
+    /// The sources of `consumer` (subscribed to `topic`), woken through `wake`, the one
+    /// [`wake_on_arrival`] made for it.
     pub(super) fn new(
         consumer: &Arc<BaseConsumer<QueueContext>>,
         topic: &str,
@@ -105,8 +115,7 @@ impl QueueSources {
             main: unsafe { MainQueue::of(consumer.client().native_ptr()) },
             split: BTreeMap::new(),
             consumer: Arc::clone(consumer),
-            topic: topic.to_owned(),
-            topic_name: topic.into(),
+            topic: topic.into(),
             wake,
             synced_at: None,
             incomplete: false,
@@ -144,7 +153,6 @@ impl QueueSources {
         self.follow_assignment();
         let mut taken = 0;
         let mut events = 0;
-        let mut names = TopicName::default();
         // The consumer's queue first, until empty: its records were fetched before their
         // partition's queue was split, and it serves the rebalances.
         loop {
@@ -154,7 +162,7 @@ impl QueueSources {
             match self.consumer.poll(Duration::ZERO) {
                 Some(result) => {
                     taken += 1;
-                    let result = result.map(|m| ReceivedRecord::from_message_named(&m, &mut names));
+                    let result = result.map(|m| self.record_of(&m));
                     if !take(result) {
                         return taken;
                     }
@@ -187,9 +195,7 @@ impl QueueSources {
                     // error is, so what follows it in this run is that error again.
                     return;
                 }
-                let result = message
-                    .result()
-                    .map(|m| ReceivedRecord::from_message_of(m, Arc::clone(&self.topic_name)));
+                let result = message.result().map(|m| self.record_of(m));
                 enough = !take(result);
             });
             if drained > 0 {
@@ -201,6 +207,11 @@ impl QueueSources {
             }
         }
         taken
+    }
+
+    /// The record `message` of the queue topic (the consumer reads no other).
+    fn record_of(&self, message: &impl Message) -> ReceivedRecord {
+        ReceivedRecord::from_message_of(message, Arc::clone(&self.topic))
     }
 
     /// Splits the queue of every assigned partition of the queue topic not split yet and drops
