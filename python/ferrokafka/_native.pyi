@@ -1091,7 +1091,8 @@ class _RawConsumer:
         signal :meth:`ready_fd`."""
     def ready_fd(self) -> int:
         """The file descriptor an event loop watches (``add_reader``): readable when a
-        registered worker may find a batch. Made on the first call; closed by
+        registered worker may find a batch or an event was queued (``poll_events(0.0)`` takes
+        it). Made on the first call; closed by
         :meth:`release_ready_fd` or when the consumer is dropped."""
     def release_ready_fd(self) -> None:
         """Close :meth:`ready_fd`, which the loop no longer watches (its reader removed)."""
@@ -1110,7 +1111,8 @@ class _RawConsumer:
         """Sleep the worker's retry backoff; True when cut short because its partition is no
         longer the worker's (revoked, or the consumer is stopping): abandon the batch then."""
     def poll_events(self, timeout: float, max_events: int = 10_000) -> list[_ConsumerEvent]:
-        """Wait up to ``timeout`` seconds for assignment, load-control and commit events."""
+        """Wait up to ``timeout`` seconds for assignment, load-control and commit events; with
+        a timeout of 0 the GIL is kept."""
     def stop(self, drain: float) -> None:
         """Drop queued records, give running batches ``drain`` seconds, commit, close."""
     def stats(self) -> ConsumerStats:

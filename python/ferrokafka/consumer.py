@@ -59,7 +59,7 @@ from ferrokafka._native import (
 from ferrokafka._validation import require_callable
 
 if TYPE_CHECKING:
-    pass
+    from ferrokafka._native import _ConsumerEvent
 
 from ferrokafka._consumer_core import (
     _EVENT_SECONDS,
@@ -421,8 +421,11 @@ class AsyncConsumer:
         self._workers: set[asyncio.Task[None]] = set()
         self._generations = _Generations[asyncio.Task[None]](lambda task: not task.done())
         # The tasks whose partitions ran dry, by worker (several share one with
-        # ordering="key"), woken by _records_ready when the engine signals its ready_fd.
+        # ordering="key"), woken by _engine_signalled when the engine signals its ready_fd.
         self._waiting: dict[int, list[asyncio.Future[Batch | None]]] = {}
+        # Engine events taken by _engine_signalled, for the dispatcher task to run in order.
+        self._events: list[_ConsumerEvent] = []
+        self._events_arrived: asyncio.Event | None = None
         self._ready_fd: int | None = None
         self._stopping: asyncio.Event | None = None
         self._stop_task: asyncio.Task[None] | None = None
@@ -442,12 +445,12 @@ class AsyncConsumer:
         loop = asyncio.get_running_loop()
         # One thread per backoff keeps retrying partitions from queueing behind each other.
         self._executor = executor = ThreadPoolExecutor(64, thread_name_prefix="ferrokafka-consumer")
-        self._stopping = asyncio.Event()
+        self._stopping, self._events_arrived = asyncio.Event(), asyncio.Event()
         opening = executor.submit(self._core.open)
         try:
             raw = await asyncio.wrap_future(opening)
             self._ready_fd = raw.ready_fd()
-            _watch(loop, self._ready_fd, self._records_ready, raw)
+            _watch(loop, self._ready_fd, self._engine_signalled, raw)
         except BaseException:
             self._ready_fd = None
             if opening.done() and (opening.cancelled() or opening.exception() is not None):
@@ -504,6 +507,8 @@ class AsyncConsumer:
         # The loop stays free meanwhile, so running handlers can finish and acknowledge.
         await loop.run_in_executor(executor, raw.stop, self._core.options.drain)
         self._engine_stopped = True
+        if self._events_arrived is not None:
+            self._events_arrived.set()  # the dispatcher takes the last events and returns
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -571,12 +576,19 @@ class AsyncConsumer:
         return self._core.stats()
 
     async def _dispatch_forever(self) -> None:
-        raw, loop = self._core.require_raw(), asyncio.get_running_loop()
+        raw, arrived = self._core.require_raw(), self._events_arrived
+        assert arrived is not None
         while True:
             stopped = self._engine_stopped
-            events = await loop.run_in_executor(
-                self._executor, raw.poll_events, 0.0 if stopped else _EVENT_SECONDS
-            )
+            # Those _engine_signalled took first, then any it has not: events queued before
+            # the loop watched ready_fd, and the last ones once the engine stopped.
+            events, self._events = self._events + raw.poll_events(0.0), []
+            if not events:
+                if stopped:
+                    return
+                arrived.clear()
+                await arrived.wait()
+                continue
             for callback, args in self._core.notifications(events, self._start_worker):
                 try:
                     result = callback(*args)
@@ -586,8 +598,6 @@ class AsyncConsumer:
                     if isinstance(error, asyncio.CancelledError) and _being_cancelled():
                         raise  # this task's own cancellation (the loop ends), not the callback's
                     log_failure(log, f"consumer notification callback {callback!r} failed")
-            if stopped and not events:
-                return
 
     def _start_worker(self, worker: int, topic: str, partition: int) -> None:
         earlier = self._generations.earlier(worker, topic, partition)
@@ -626,17 +636,22 @@ class AsyncConsumer:
 
     async def _records_for(self, raw: _RawConsumer, worker: int) -> Batch | None:
         """The next batch of ``worker``'s partition, which had none queued (None once the
-        partition is gone), handed over by :meth:`_records_ready` on the loop."""
+        partition is gone), handed over by :meth:`_engine_signalled` on the loop."""
         woken: asyncio.Future[Batch | None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(worker, []).append(woken)
         raw.wait_for_records(worker)
         return await woken
 
-    def _records_ready(self, raw: _RawConsumer) -> None:
-        """The engine signalled ``ready_fd``: wake the tasks of every dry partition that has a
-        batch now or is gone (the engine only looks, it never waits)."""
+    def _engine_signalled(self, raw: _RawConsumer) -> None:
+        """The engine signalled ``ready_fd``: hand the events it queued to the dispatcher task,
+        and wake the tasks of every dry partition that has a batch now or is gone (the engine
+        only looks, it never waits). No thread waits for either."""
         try:
-            found = raw.fetch_ready()
+            found = raw.fetch_ready()  # reads ready_fd first: what comes later signals again
+            if events := raw.poll_events(0.0):
+                self._events.extend(events)
+                assert self._events_arrived is not None
+                self._events_arrived.set()
         except Exception as error:
             # The engine refuses (a forked child's inherited consumer): its fd is never read
             # again, so watching it would call this back forever; every fetch raises the same.

@@ -213,6 +213,16 @@ impl<E: Send> EventInbox<E> {
     /// Waits detached up to `wait` for a first event, then takes what is ready, at most `max`.
     /// Returns nothing while another thread is draining.
     pub fn drain(&self, py: Python<'_>, wait: Duration, max: usize) -> Vec<E> {
+        if wait.is_zero() {
+            // Nothing to wait for, so the GIL is kept: an event loop looks here each time the
+            // engine signals it, and releasing would let other threads take the GIL each time.
+            return match self.0.lock() {
+                Ok(slot) => slot
+                    .as_ref()
+                    .map_or_else(Vec::new, |receiver| receiver.try_iter().take(max).collect()),
+                Err(_) => Vec::new(),
+            };
+        }
         let taken = self.0.lock().ok().and_then(|mut slot| slot.take());
         let Some(receiver) = taken else {
             return Vec::new();

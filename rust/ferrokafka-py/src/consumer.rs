@@ -192,7 +192,7 @@ impl PyRawConsumer {
     }
 
     /// The file descriptor an event loop watches (`add_reader`): readable when a registered
-    /// worker may find a batch. Owned by the engine (made on the first call); closed by
+    /// worker may find a batch or an event was queued (`poll_events(0.0)` takes it). Owned by the engine (made on the first call); closed by
     /// `release_ready_fd` or when the consumer is dropped.
     fn ready_fd(&self) -> NativeResult<i32> {
         self.guard.check()?;
@@ -266,7 +266,8 @@ impl PyRawConsumer {
         Ok(gone.is_some())
     }
 
-    /// Waits up to `timeout` seconds for events and returns at most `max_events` of them.
+    /// Waits up to `timeout` seconds for events and returns at most `max_events` of them; with
+    /// a timeout of 0 the GIL is kept.
     #[pyo3(signature = (timeout, max_events=10_000))]
     fn poll_events(
         &self,

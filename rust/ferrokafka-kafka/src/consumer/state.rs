@@ -167,6 +167,7 @@ impl Shared {
     pub(super) fn emit(&self, event: ConsumerEvent) {
         // After the bindings dropped the receiver nobody listens any more; that is fine.
         let _ = self.events.send(event);
+        self.waiting.notify_event();
     }
 
     pub(super) fn slot(&self, worker: WorkerId) -> Option<Arc<Slot>> {

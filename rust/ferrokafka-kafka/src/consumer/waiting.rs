@@ -4,7 +4,10 @@
 //! asyncio's `add_reader`). The engine writes one byte to it when a registered worker's slot
 //! changes (records routed, a batch settled, the slot closed), once until the loop reads it, and
 //! the loop then takes every batch that is ready without waiting: records reach the loop with no
-//! thread hop, and no thread waits for dry partitions at all.
+//! thread hop, and no thread waits for dry partitions at all. Every event the engine queues for
+//! the bindings signals it too, so the loop also takes events without a thread waiting for them
+//! (a partition's load control says paused and resumed about once a batch when the handler
+//! keeps up with the broker: a thread hop each was a tenth of the loop's time).
 
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
@@ -69,6 +72,12 @@ impl Waiting {
             state.signal();
         }
     }
+
+    /// An event was queued for the bindings: a loop that watches the signal takes it when it
+    /// reads the signal, so no thread waits for events either.
+    pub(super) fn notify_event(&self) {
+        lock(&self.state).signal();
+    }
 }
 
 impl WaitingState {
@@ -94,8 +103,8 @@ impl ConcurrentConsumer {
         state.signal();
     }
 
-    /// The file descriptor that becomes readable when a registered worker may find a batch;
-    /// [`Self::fetch_ready`] reads it. Made on the first call; valid until
+    /// The file descriptor that becomes readable when a registered worker may find a batch or
+    /// an event was queued; [`Self::fetch_ready`] reads it. Made on the first call; valid until
     /// [`Self::release_ready_fd`].
     pub fn ready_fd(&self) -> KafkaResult<RawFd> {
         let mut state = lock(&self.shared.waiting.state);
