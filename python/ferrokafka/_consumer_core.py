@@ -304,7 +304,10 @@ class _Core:
         config = self.config
         if self.reporter is not None:
             config = self.reporter.statistics_config(config)
-        self.raw = _RawConsumer(config, subscriptions=self.subscriptions, options=self.options)
+        raw = _RawConsumer(config, subscriptions=self.subscriptions, options=self.options)
+        self.raw = raw
+        if self.subscribers:
+            raw.report_load_changes()
         if self.reporter is not None:
             self.reporter.track(self)
         return self.raw
@@ -331,6 +334,14 @@ class _Core:
         )
 
     # -- telemetry -------------------------------------------------------------------------
+
+    def subscribe(self, callback: InstrumentationCallback) -> None:
+        """Adds a telemetry subscriber; the engine reports pauses and resumes from then on
+        (``open`` asks it when subscribers came first)."""
+        require_callable("callback", callback)
+        self.subscribers.append(callback)
+        if self.raw is not None:
+            self.raw.report_load_changes()
 
     def publish(self, name: str, payload: dict[str, Any]) -> None:
         _instrumentation.publish(self.subscribers, name, payload, log)

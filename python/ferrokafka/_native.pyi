@@ -1110,6 +1110,10 @@ class _RawConsumer:
     def backoff(self, worker: int, seconds: float) -> bool:
         """Sleep the worker's retry backoff; True when cut short because its partition is no
         longer the worker's (revoked, or the consumer is stopping): abandon the batch then."""
+    def report_load_changes(self) -> None:
+        """From now on, :meth:`poll_events` also returns a :class:`ConsumerLoadControl` for each
+        pause and resume of a partition's queue (until then they are only counted: about one of
+        each a batch while a handler keeps up, each waking the thread that takes events)."""
     def poll_events(self, timeout: float, max_events: int = 10_000) -> list[_ConsumerEvent]:
         """Wait up to ``timeout`` seconds for assignment, load-control and commit events; with
         a timeout of 0 the GIL is kept."""

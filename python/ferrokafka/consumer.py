@@ -56,7 +56,6 @@ from ferrokafka._native import (
     Batch,
     _RawConsumer,
 )
-from ferrokafka._validation import require_callable
 
 if TYPE_CHECKING:
     from ferrokafka._native import _ConsumerEvent
@@ -260,8 +259,7 @@ class Consumer:
         ``paused``/``resumed`` (topic, partition, queued, queued_bytes), ``commit`` (offsets as
         ``(topic, partition, next_offset)``, error) and ``error`` run on the event thread.
         """
-        require_callable("callback", callback)
-        self._core.subscribers.append(callback)
+        self._core.subscribe(callback)
 
     def stats(self) -> dict[str, Any]:
         """Counters over the consumer's life (received, handled, failed, dead_lettered,
@@ -568,8 +566,7 @@ class AsyncConsumer:
     def subscribe(self, callback: InstrumentationCallback) -> None:
         """Call ``callback(event, payload)`` for each telemetry event, on the event loop; the
         events are those of :meth:`Consumer.subscribe`."""
-        require_callable("callback", callback)
-        self._core.subscribers.append(callback)
+        self._core.subscribe(callback)
 
     def stats(self) -> dict[str, Any]:
         """The counters of :meth:`Consumer.stats`."""

@@ -1114,6 +1114,30 @@ def test_slow_handler_pauses_and_resumes_with_bounded_queue(
     assert stats["resumes"] == len(resumed)
 
 
+def test_a_subscriber_added_while_running_hears_pauses_and_resumes(
+    base_config: dict[str, Any], topic_factory: TopicFactory, produce: Produce
+) -> None:
+    # The engine sends pauses and resumes only once someone subscribed: a subscriber that comes
+    # after the start must turn them on.
+    topic, total = topic_factory(partitions=1), 600
+    handled = Handled()
+
+    def slow(batch: Batch) -> None:
+        time.sleep(0.002)
+        handled.add(batch)
+
+    consumer = partition_0_consumer(
+        base_config, topic, slow, max_batch_size=20, max_queue_records=100
+    )
+    with consumer:
+        recorder = Recorder.subscribed(consumer)
+        produce(topic, [{"value": "x" * 100} for _ in range(total)])
+        handled.wait_count(total)
+    assert consumer.stats()["pauses"] > 0
+    assert recorder.named("paused"), "no pause heard"
+    assert recorder.named("resumed"), "no resume heard"
+
+
 # A consumer in a child process (pyo3-log keeps the logging level it first saw, so the parent's
 # librdkafka debug records may be filtered already) whose handler waits until librdkafka logged
 # that it backed off fetching the partition, whose queue is full: it prints that line.

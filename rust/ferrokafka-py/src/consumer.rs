@@ -266,6 +266,12 @@ impl PyRawConsumer {
         Ok(gone.is_some())
     }
 
+    /// From now on, `poll_events` also returns a `ConsumerLoadControl` for each pause and resume
+    /// of a partition's queue (someone subscribed to them); until then they are only counted.
+    fn report_load_changes(&self) {
+        self.engine.report_load_changes();
+    }
+
     /// Waits up to `timeout` seconds for events and returns at most `max_events` of them; with
     /// a timeout of 0 the GIL is kept.
     #[pyo3(signature = (timeout, max_events=10_000))]

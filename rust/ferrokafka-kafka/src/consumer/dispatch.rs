@@ -12,7 +12,7 @@ use ferrokafka_core::error_policy::{Decision, Settlement};
 use super::ConcurrentConsumer;
 use super::events::{Fetched, WorkerId};
 use super::overdue::SettledNote;
-use super::state::{InFlight, Slot, SlotState, load_event};
+use super::state::{InFlight, Slot, SlotState};
 use crate::dead_letter::Failure;
 use crate::error::KafkaResult;
 use crate::locks::wait_timeout;
@@ -99,7 +99,7 @@ impl ConcurrentConsumer {
         }
         if change == Some(LoadChange::Open) {
             state.counters.resumes += 1;
-            self.shared.emit(load_event(slot, state, false));
+            self.shared.say_load_change(slot, state, false);
             self.shared.wake.notify();
         }
         batch

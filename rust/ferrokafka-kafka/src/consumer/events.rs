@@ -63,7 +63,8 @@ pub enum ConsumerEvent {
         /// The offset reached (the high watermark).
         offset: i64,
     },
-    /// Load control stopped polling a full partition (`paused == true`), or polls it again.
+    /// Load control stopped polling a full partition (`paused == true`), or polls it again;
+    /// sent once asked for ([`ConcurrentConsumer::report_load_changes`](super::ConcurrentConsumer::report_load_changes)).
     LoadControl {
         /// Topic name.
         topic: String,

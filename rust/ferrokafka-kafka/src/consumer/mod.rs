@@ -173,6 +173,7 @@ impl ConcurrentConsumer {
             totals: Mutex::new(Totals::default()),
             next_worker: AtomicU64::new(1),
             events,
+            load_changes_wanted: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             shutdown: Mutex::new(Shutdown::default()),
             stopped: Condvar::new(),
@@ -221,6 +222,15 @@ impl ConcurrentConsumer {
     /// gets it.
     pub fn take_events(&self) -> Option<Receiver<ConsumerEvent>> {
         lock(&self.events).take()
+    }
+
+    /// From now on, sends a [`ConsumerEvent::LoadControl`] for each pause and resume of a
+    /// partition's buffer (until then they are only counted): for telemetry, when someone
+    /// listens. Never turned off again, so callers racing to turn it on cannot undo each other.
+    pub fn report_load_changes(&self) {
+        self.shared
+            .load_changes_wanted
+            .store(true, Ordering::Relaxed);
     }
 
     /// Starts shutting down: no more records are routed or handed out, queued records are

@@ -15,7 +15,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use super::commit::CLOSE_WITHIN;
 use super::events::ConsumerEvent;
 use super::overdue::OVERDUE_CHECK;
-use super::state::{Handle, Shared, Slot, load_event};
+use super::state::{Handle, Shared, Slot};
 use crate::bounded_commit::COMMIT_WAIT;
 use crate::dead_letter::DeadLetterWriter;
 use crate::locks::lock;
@@ -266,7 +266,7 @@ impl Shared {
         }
         if state.buffer.push(run) == Some(LoadChange::Full) {
             state.counters.pauses += 1;
-            self.emit(load_event(slot, &state, true));
+            self.say_load_change(slot, &state, true);
         }
         drop(state);
         slot.changed.notify_all();

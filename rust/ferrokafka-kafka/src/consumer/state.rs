@@ -132,6 +132,10 @@ pub(super) struct Shared {
     pub(super) totals: Mutex<Totals>,
     pub(super) next_worker: AtomicU64,
     pub(super) events: Sender<ConsumerEvent>,
+    /// Whether `LoadControl` events are sent (someone listens: telemetry subscribers); off,
+    /// pauses and resumes are only counted. A handler that keeps up makes about one of each
+    /// a batch, and each wakes whoever takes the events (a Python thread that takes the GIL).
+    pub(super) load_changes_wanted: AtomicBool,
     pub(super) closing: AtomicBool,
     pub(super) shutdown: Mutex<Shutdown>,
     /// The caller of `stop` waits here for the poller to finish.
@@ -168,6 +172,20 @@ impl Shared {
         // After the bindings dropped the receiver nobody listens any more; that is fine.
         let _ = self.events.send(event);
         self.waiting.notify_event();
+    }
+
+    /// Says that `slot`'s buffer became full (`paused`) or open again, as it is now, if the
+    /// bindings asked to hear of it ([`super::ConcurrentConsumer::report_load_changes`]).
+    pub(super) fn say_load_change(&self, slot: &Slot, state: &SlotState, paused: bool) {
+        if self.load_changes_wanted.load(Ordering::Relaxed) {
+            self.emit(ConsumerEvent::LoadControl {
+                topic: slot.topic.to_string(),
+                partition: slot.partition,
+                paused,
+                queued: state.buffer.queued(),
+                queued_bytes: state.buffer.queued_bytes(),
+            });
+        }
     }
 
     pub(super) fn slot(&self, worker: WorkerId) -> Option<Arc<Slot>> {
@@ -250,17 +268,6 @@ impl Shared {
         let mut slots: Vec<Arc<Slot>> = lock(&self.slots).by_worker.values().cloned().collect();
         slots.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         slots
-    }
-}
-
-/// The `LoadControl` event of `slot` as its buffer is now.
-pub(super) fn load_event(slot: &Slot, state: &SlotState, paused: bool) -> ConsumerEvent {
-    ConsumerEvent::LoadControl {
-        topic: slot.topic.to_string(),
-        partition: slot.partition,
-        paused,
-        queued: state.buffer.queued(),
-        queued_bytes: state.buffer.queued_bytes(),
     }
 }
 
