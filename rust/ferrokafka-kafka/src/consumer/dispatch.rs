@@ -53,7 +53,7 @@ impl ConcurrentConsumer {
             if state.closed {
                 return Ok(Fetched::Gone);
             }
-            if state.in_flight.len() < concurrency && state.buffer.queued() > 0 {
+            if state.may_hand_out(concurrency) {
                 let batch = self.take_batch(&slot, &mut state);
                 if !batch.is_empty() {
                     return Ok(Fetched::Batch(batch));

@@ -59,6 +59,14 @@ pub(super) struct SlotState {
     pub(super) first_received: Option<i64>,
 }
 
+impl SlotState {
+    /// Whether a fetch may take a batch now: fewer than `concurrency` batches run and records
+    /// are queued (ordered by key, a running batch may still hold every queued key).
+    pub(super) fn may_hand_out(&self, concurrency: usize) -> bool {
+        self.in_flight.len() < concurrency && self.buffer.queued() > 0
+    }
+}
+
 impl BufferedRecord for ReceivedRecord {
     fn offset(&self) -> i64 {
         self.offset

@@ -94,13 +94,21 @@ impl WaitingState {
 }
 
 impl ConcurrentConsumer {
-    /// Registers `worker` (whose `fetch` found nothing) for [`Self::fetch_ready`], and signals
-    /// [`Self::ready_fd`] so the loop looks once more: records routed between that `fetch` and
-    /// this call found the worker not registered yet.
+    /// Registers `worker` (whose `fetch` found nothing) for [`Self::fetch_ready`]. Records
+    /// routed (or the partition closed) between that `fetch` and the registration found the
+    /// worker unregistered and signalled nothing, so its slot is looked at once registered, and
+    /// [`Self::ready_fd`] signalled if a fetch may find something now; a change after that look
+    /// finds the worker registered and signals itself. (Signalling on every registration cost
+    /// the loop a wake-up per batch that found nothing.)
     pub fn wait_for_records(&self, worker: WorkerId) {
-        let mut state = lock(&self.shared.waiting.state);
-        state.workers.insert(worker);
-        state.signal();
+        lock(&self.shared.waiting.state).workers.insert(worker);
+        let ready = self.shared.slot(worker).is_none_or(|slot| {
+            let slot = slot.lock();
+            slot.closed || slot.may_hand_out(self.shared.options.concurrency())
+        });
+        if ready {
+            lock(&self.shared.waiting.state).signal();
+        }
     }
 
     /// The file descriptor that becomes readable when a registered worker may find a batch or
