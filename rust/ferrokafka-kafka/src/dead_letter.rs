@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext};
 
@@ -26,7 +25,7 @@ use crate::debug_form::debug_showing;
 use crate::error::KafkaResult;
 use crate::headers::DEAD_LETTER_HEADERS;
 use crate::locks::lock;
-use crate::oauth::{self, TokenRefresh, answer_token_refresh};
+use crate::oauth::{self, TokenRefresh, plain_client_context};
 use crate::polled_producer::PolledProducer;
 use crate::record::ReceivedRecord;
 
@@ -61,14 +60,7 @@ struct Context {
     tokens: TokenRefresh,
 }
 
-impl ClientContext for Context {
-    answer_token_refresh!(tokens);
-
-    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        crate::client::log_unless_end(error, reason);
-    }
-}
+plain_client_context!(Context, tokens);
 
 impl ProducerContext for Context {
     type DeliveryOpaque = Box<Delivery>;

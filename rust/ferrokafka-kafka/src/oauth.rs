@@ -120,6 +120,23 @@ macro_rules! answer_token_refresh {
 }
 pub(crate) use answer_token_refresh;
 
+/// The `ClientContext` most of our clients need: token refreshes answered from `$field` (see
+/// [`answer_token_refresh`]), errors logged by [`log_unless_end`](crate::client::log_unless_end)
+/// (rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself
+/// too).
+macro_rules! plain_client_context {
+    ($context:ty, $($field:ident).+) => {
+        impl rdkafka::ClientContext for $context {
+            $crate::oauth::answer_token_refresh!($($field).+);
+
+            fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+                $crate::client::log_unless_end(error, reason);
+            }
+        }
+    };
+}
+pub(crate) use plain_client_context;
+
 /// Answers a token refresh `event` polled from the main queue of `rk`, whose context is
 /// `context`, outside rdkafka (the admin client's main queue, which rdkafka never polls) as
 /// rdkafka's own poll answers it for the other clients.
@@ -182,14 +199,7 @@ impl TokenContext {
     }
 }
 
-impl ClientContext for TokenContext {
-    answer_token_refresh!(tokens);
-
-    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        crate::client::log_unless_end(error, reason);
-    }
-}
+plain_client_context!(TokenContext, tokens);
 
 impl rdkafka::consumer::ConsumerContext for TokenContext {}
 

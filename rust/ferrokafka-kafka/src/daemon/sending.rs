@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 
@@ -15,7 +14,7 @@ use crate::config::ClientSettings;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::wait_timeout;
 use crate::oauth;
-use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::oauth::{TokenRefresh, plain_client_context};
 use crate::polled_producer::PolledProducer;
 use crate::record::OutgoingRecord;
 
@@ -49,14 +48,7 @@ impl FlushTracker {
     }
 }
 
-impl ClientContext for FlushTracker {
-    answer_token_refresh!(tokens);
-
-    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
-    fn error(&self, error: KafkaError, reason: &str) {
-        crate::client::log_unless_end(error, reason);
-    }
-}
+plain_client_context!(FlushTracker, tokens);
 
 impl ProducerContext for FlushTracker {
     type DeliveryOpaque = ();

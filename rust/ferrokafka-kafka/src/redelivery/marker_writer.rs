@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 
 use ferrokafka_core::codec::marker_codec::append_marker;
 use ferrokafka_core::markers::{Marker, MessageId};
-use rdkafka::ClientContext;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rustc_hash::FxHashMap;
 
@@ -41,7 +40,7 @@ use crate::batch_produce::{BatchTopic, Payloads};
 use crate::daemon::now_ms;
 use crate::error::{KafkaIoError, KafkaResult};
 use crate::locks::{lock, wait_timeout};
-use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::oauth::{TokenRefresh, plain_client_context};
 use crate::polled_producer::PolledProducer;
 
 /// Shortest pause of the marker thread between keepalive rounds, so a failing write cannot
@@ -97,14 +96,7 @@ impl UpdateTracker {
     }
 }
 
-impl ClientContext for UpdateTracker {
-    answer_token_refresh!(tokens);
-
-    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        crate::client::log_unless_end(error, reason);
-    }
-}
+plain_client_context!(UpdateTracker, tokens);
 
 impl ProducerContext for UpdateTracker {
     type DeliveryOpaque = ();

@@ -28,7 +28,6 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ferrokafka_core::markers::{Marker, MessageId};
-use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 
@@ -36,7 +35,7 @@ use super::marker_writer::{MarkerWriter, message_id};
 use crate::config::ClientSettings;
 use crate::daemon::{RoomWait, enqueue_with, synchronous_producer};
 use crate::locks::wait_timeout;
-use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::oauth::{TokenRefresh, plain_client_context};
 use crate::record::{OutgoingRecord, ReceivedRecord};
 
 /// Re-produces the in-flight `records` of `queue_topic`, then writes the END markers of those
@@ -172,14 +171,7 @@ impl PutBackAcks {
     }
 }
 
-impl ClientContext for PutBackAcks {
-    answer_token_refresh!(tokens);
-
-    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
-    fn error(&self, error: KafkaError, reason: &str) {
-        crate::client::log_unless_end(error, reason);
-    }
-}
+plain_client_context!(PutBackAcks, tokens);
 
 impl ProducerContext for PutBackAcks {
     type DeliveryOpaque = usize;

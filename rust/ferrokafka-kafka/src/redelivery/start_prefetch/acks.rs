@@ -4,11 +4,10 @@ use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
-use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::oauth::{TokenRefresh, plain_client_context};
 
 /// Counts the START markers of each batch still unacknowledged (the delivery opaque is the
 /// batch number), so the prefetch thread can wait for one batch while the next one's travel.
@@ -92,14 +91,7 @@ impl StartAcks {
     }
 }
 
-impl ClientContext for StartAcks {
-    answer_token_refresh!(tokens);
-
-    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
-    fn error(&self, error: KafkaError, reason: &str) {
-        crate::client::log_unless_end(error, reason);
-    }
-}
+plain_client_context!(StartAcks, tokens);
 
 impl ProducerContext for StartAcks {
     type DeliveryOpaque = usize;

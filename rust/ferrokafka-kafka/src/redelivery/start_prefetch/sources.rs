@@ -24,13 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 
 use crate::main_queue::MainQueue;
-use crate::oauth::{TokenRefresh, answer_token_refresh};
+use crate::oauth::{TokenRefresh, plain_client_context};
 use crate::partition_source::{PartitionSource, RawMessage};
 use crate::record::ReceivedRecord;
 use crate::wake::Wake;
@@ -51,14 +50,7 @@ impl QueueContext {
     }
 }
 
-impl ClientContext for QueueContext {
-    answer_token_refresh!(tokens);
-
-    // rdkafka's default logs every error at ERROR, the broker failures librdkafka logs itself too.
-    fn error(&self, error: KafkaError, reason: &str) {
-        crate::client::log_unless_end(error, reason);
-    }
-}
+plain_client_context!(QueueContext, tokens);
 
 impl ConsumerContext for QueueContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, _rebalance: &Rebalance<'_>) {
