@@ -138,10 +138,14 @@ impl PyBatch {
     /// more than 1 MiB of keys and values). Needs pyarrow.
     fn to_arrow(&self, py: Python<'_>) -> NativeResult<Py<PyAny>> {
         let records = Arc::clone(&self.records);
-        let sum = |bytes: fn(&ReceivedRecord) -> usize| records.iter().map(bytes).sum();
-        let keys = sum(|r| r.key.as_ref().map_or(0, Vec::len));
-        let values = sum(|r| r.value.as_ref().map_or(0, Vec::len));
-        let topics = sum(|r| r.topic.len());
+        let (keys, values, topics) = records.iter().fold((0, 0, 0), |(keys, values, topics), r| {
+            let len = |bytes: &Option<Vec<u8>>| bytes.as_ref().map_or(0, Vec::len);
+            (
+                keys + len(&r.key),
+                values + len(&r.value),
+                topics + r.topic.len(),
+            )
+        });
         let build = move || -> Result<Node, CoreError> {
             let mut rows = RecordRows::with_capacity(records.len(), keys, values, topics);
             for record in records.iter() {
