@@ -310,7 +310,7 @@ class _Core:
             raw.report_load_changes()
         if self.reporter is not None:
             self.reporter.track(self)
-        return self.raw
+        return raw
 
     def stopping(self) -> None:
         """The consumer began stopping: tell the reporter."""

@@ -645,10 +645,6 @@ class AsyncConsumer:
         only looks, it never waits). No thread waits for either."""
         try:
             found = raw.fetch_ready()  # reads ready_fd first: what comes later signals again
-            if events := raw.poll_events(0.0):
-                self._events.extend(events)
-                assert self._events_arrived is not None
-                self._events_arrived.set()
         except Exception as error:
             # The engine refuses (a forked child's inherited consumer): its fd is never read
             # again, so watching it would call this back forever; every fetch raises the same.
@@ -661,6 +657,10 @@ class AsyncConsumer:
                     pending.set_exception(error)
             self._waiting.clear()
             return
+        if events := raw.poll_events(0.0):
+            self._events.extend(events)
+            assert self._events_arrived is not None
+            self._events_arrived.set()
         for worker, batch in found:
             tasks = self._waiting.pop(worker) if worker in self._waiting else []
             waiting = [woken for woken in tasks if not woken.done()]
