@@ -81,7 +81,7 @@ pub use self::dispatch::{Outcome, Verdict};
 pub use self::events::{Assignment, ConsumerEvent, Fetched, WorkerId};
 pub use self::options::{ConsumerOptions, ErrorPolicy, OnError, StartAt, Subscription};
 use self::poller::run_poller;
-use self::start::start_consuming;
+use self::start::{start_consuming, start_without_group};
 use self::state::{Handle, RebalanceHandler, Shared, Shutdown, Slots};
 use self::stats::Totals;
 pub use self::stats::{ConsumerStats, PartitionCounters, PartitionStats};
@@ -135,10 +135,7 @@ impl ConcurrentConsumer {
             )));
         }
         let bootstrap = settings.bootstrap().ok().map(str::to_owned);
-        let reset_to_beginning = matches!(
-            settings.get("auto.offset.reset"),
-            Some("earliest" | "smallest" | "beginning")
-        );
+        let start_without_group = start_without_group(settings.get("auto.offset.reset"));
         let member = GroupMember::new(
             settings
                 .get("group.id")
@@ -195,7 +192,12 @@ impl ConcurrentConsumer {
         consumer.set_nonempty_callback(move || wake.notify());
         let consumer = Arc::new(consumer);
         *lock(&shared.consumer) = Some(Arc::clone(&consumer));
-        let started = start_consuming(&shared, &consumer, reset_to_beginning, bootstrap.as_deref());
+        let started = start_consuming(
+            &shared,
+            &consumer,
+            start_without_group,
+            bootstrap.as_deref(),
+        );
         if let Err(error) = started {
             // Split queues and the stored handle refer back to the consumer: let it go.
             shared.remove_slots(&shared.all_slots());

@@ -14,7 +14,7 @@ use crate::topic_roles::require_not_read;
 /// Where an explicitly assigned partition starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StartAt {
-    /// The group's committed offset, else `auto.offset.reset`.
+    /// The group's committed offset, else (and always without a group) `auto.offset.reset`.
     Stored,
     /// The first offset still in the log.
     Beginning,

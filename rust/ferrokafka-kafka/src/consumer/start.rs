@@ -1,6 +1,14 @@
 //! Where consuming starts ([`start_consuming`]): a group consumer subscribes; otherwise the
 //! explicit partitions (a topic name standing for all of its partitions) are assigned, with
 //! timestamps resolved to offsets and, without a group, the high watermark to report reaching.
+//!
+//! A consumer without a group still carries a `group.id` (librdkafka refuses `assign` without
+//! one), but it never asks that group anything: a partition it was given no start for starts
+//! where `auto.offset.reset` says, as an explicit offset. Left as librdkafka's "stored offset",
+//! every such consumer in a cluster would first look up the committed offsets of one shared
+//! group id: a coordinator round trip before any record, a start that waits while that group's
+//! coordinator is away (whatever the partitions' leaders do), a refusal where ACLs grant the
+//! topic but not the group, and a start wherever anyone else committed under that name.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +30,7 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) fn start_consuming(
     shared: &Shared,
     consumer: &Arc<Handle>,
-    reset_to_beginning: bool,
+    start_without_group: Option<Offset>,
     bootstrap: Option<&str>,
 ) -> KafkaResult<()> {
     let error = |operation: &str, e: KafkaError| {
@@ -59,7 +67,7 @@ pub(super) fn start_consuming(
     } else {
         let subscriptions = whole_topics(consumer, subscriptions, &error)?;
         let partitions =
-            resolve_partitions(consumer, &subscriptions, shared.group, reset_to_beginning)
+            resolve_partitions(consumer, &subscriptions, shared.group, start_without_group)
                 .map_err(|e| error("assign", e))?;
         let mut tpl = TopicPartitionList::new();
         for (topic, partition, offset, _) in &partitions {
@@ -109,8 +117,7 @@ enum CatchUp {
 }
 
 /// Replaces each topic name (of a consumer without a group) by all partitions of the topic,
-/// starting at the stored offset, which for this never-committing consumer means
-/// `auto.offset.reset`.
+/// each with no start of its own (so at `auto.offset.reset`).
 fn whole_topics(
     consumer: &Handle,
     subscriptions: &[Subscription],
@@ -150,7 +157,7 @@ fn resolve_partitions(
     consumer: &Handle,
     subscriptions: &[Subscription],
     group: bool,
-    reset_to_beginning: bool,
+    start_without_group: Option<Offset>,
 ) -> Result<Vec<(String, i32, Offset, CatchUp)>, KafkaError> {
     let mut resolved = Vec::with_capacity(subscriptions.len());
     for subscription in subscriptions {
@@ -163,7 +170,8 @@ fn resolve_partitions(
             continue;
         };
         let offset = match *start {
-            StartAt::Stored => Offset::Stored,
+            StartAt::Stored if group => Offset::Stored,
+            StartAt::Stored => start_without_group.unwrap_or(Offset::Stored),
             StartAt::Beginning => Offset::Beginning,
             StartAt::End => Offset::End,
             StartAt::Offset(n) => Offset::Offset(n),
@@ -186,7 +194,6 @@ fn resolve_partitions(
             let first = match offset {
                 Offset::Offset(n) => n.max(low),
                 Offset::Beginning => low,
-                Offset::Stored if reset_to_beginning => low,
                 _ => high,
             };
             if first >= high {
@@ -198,4 +205,15 @@ fn resolve_partitions(
         resolved.push((topic.clone(), *partition, offset, catch_up));
     }
     Ok(resolved)
+}
+
+/// Where a consumer without a group starts a partition it was given no start for:
+/// `auto.offset.reset` as an explicit offset. `None` for `error` (or a value librdkafka itself
+/// refuses): then librdkafka's own handling of the missing committed offset applies.
+pub(super) fn start_without_group(auto_offset_reset: Option<&str>) -> Option<Offset> {
+    match auto_offset_reset {
+        Some("earliest" | "smallest" | "beginning") => Some(Offset::Beginning),
+        Some("latest" | "largest" | "end") | None => Some(Offset::End),
+        Some(_) => None,
+    }
 }

@@ -109,14 +109,22 @@ impl Drop for Topics {
     }
 }
 
-/// Writes `(key, value)` records to the fresh `topic` with a plain idempotent rdkafka producer (the order
+/// Writes `(key, value)` records to `topic` with a plain idempotent rdkafka producer (the order
 /// within a partition is the order given) and waits until the broker has all of them.
 pub fn write(topic: &str, records: &[(String, String)]) {
     write_in(topic, None, records);
 }
 
-/// [`write`] to `partition` of `topic` (a fresh one) when given, else wherever the keys go.
+/// [`write`] to `partition` of `topic` when given, else wherever the keys go.
 pub fn write_in(topic: &str, partition: Option<i32>, records: &[(String, String)]) {
+    let stored = || {
+        let ends = Observer::new(None).end_offsets(topic);
+        match partition {
+            Some(partition) => ends.get(&partition).copied().unwrap_or(0),
+            None => ends.values().sum::<i64>(),
+        }
+    };
+    let before = stored();
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("enable.idempotence", "true")
@@ -133,13 +141,8 @@ pub fn write_in(topic: &str, partition: Option<i32>, records: &[(String, String)
     producer
         .flush(WAIT)
         .unwrap_or_else(|e| panic!("cannot write to {topic}: {e}"));
-    let ends = Observer::new(None).end_offsets(topic);
-    let stored: i64 = match partition {
-        Some(partition) => ends.get(&partition).copied().unwrap_or(0),
-        None => ends.values().sum(),
-    };
     assert_eq!(
-        stored,
+        stored() - before,
         records.len() as i64,
         "{topic} does not hold what was written"
     );
