@@ -65,12 +65,10 @@ fn first_offset_without_a_group(topic: &str, reset: &str, then: impl FnOnce()) -
             == Some("active")
     });
     then();
-    let first = loop {
-        match consumer.fetch(worker, WAIT).expect("fetch") {
-            Fetched::Batch(records) => break records[0].offset,
-            Fetched::Empty => panic!("nothing fetched within {WAIT:?}"),
-            Fetched::Gone => panic!("the partition went away"),
-        }
+    let first = match consumer.fetch(worker, WAIT).expect("fetch") {
+        Fetched::Batch(records) => records[0].offset,
+        Fetched::Empty => panic!("nothing fetched within {WAIT:?}"),
+        Fetched::Gone => panic!("the partition went away"),
     };
     consumer.begin_stop(Duration::ZERO);
     assert!(consumer.wait_stopped(WAIT), "the consumer did not stop");
