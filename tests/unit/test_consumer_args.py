@@ -43,6 +43,19 @@ def test_auto_commit_is_refused_because_the_consumer_commits() -> None:
         consumer.start()
 
 
+@pytest.mark.parametrize("subscription", ["orders", ("orders", 0)])
+def test_without_a_group_auto_offset_reset_error_is_refused_where_nothing_says_where_to_start(
+    subscription: str | tuple[str, int],
+) -> None:
+    # It would look for committed offsets it never has, log once and hand out nothing, for ever.
+    config = {"bootstrap.servers": "127.0.0.1:1", "auto.offset.reset": "error"}
+    consumer = Consumer(config, [subscription], noop)
+    with pytest.raises(
+        ConfigError, match=r'auto\.offset\.reset="error" leaves a consumer without group\.id'
+    ):
+        consumer.start()
+
+
 def test_topics_and_partitions_cannot_be_mixed() -> None:
     consumer = Consumer(NOWHERE, ["orders", ("payments", 0)], noop)
     with pytest.raises(ValueError, match="cannot mix"):

@@ -136,6 +136,20 @@ impl ConcurrentConsumer {
         }
         let bootstrap = settings.bootstrap().ok().map(str::to_owned);
         let start_without_group = start_without_group(settings.get("auto.offset.reset"));
+        if !group
+            && start_without_group.is_none()
+            && options
+                .subscriptions
+                .iter()
+                .any(Subscription::has_no_start_of_its_own)
+        {
+            return Err(KafkaIoError::Config(format!(
+                "auto.offset.reset={:?} leaves a consumer without group.id nowhere to start: \
+                 it has no committed offsets; use earliest or latest, give each partition its \
+                 own start, or set group.id",
+                settings.get("auto.offset.reset").unwrap_or_default()
+            )));
+        }
         let member = GroupMember::new(
             settings
                 .get("group.id")

@@ -43,6 +43,21 @@ pub enum Subscription {
     },
 }
 
+impl Subscription {
+    /// Whether this starts wherever the group committed, else at `auto.offset.reset`: a whole
+    /// topic, or a partition given no start of its own.
+    pub fn has_no_start_of_its_own(&self) -> bool {
+        matches!(
+            self,
+            Subscription::Topic(_)
+                | Subscription::Partition {
+                    start: StartAt::Stored,
+                    ..
+                }
+        )
+    }
+}
+
 /// Settings of a [`ConcurrentConsumer`](super::ConcurrentConsumer) beyond librdkafka's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerOptions {
