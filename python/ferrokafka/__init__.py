@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ferrokafka import _librdkafka_log, _log_levels, codecs
 from ferrokafka._native import (
     Batch,
@@ -25,7 +27,7 @@ from ferrokafka._native import (
     TopicMetadata,
     __version__,
 )
-from ferrokafka.consumer import AsyncConsumer, Consumer, ConsumerOptions, TopicPartition
+from ferrokafka.consumer import Consumer, ConsumerOptions, TopicPartition
 from ferrokafka.exceptions import (
     BufferOverflow,
     ClosedError,
@@ -41,6 +43,9 @@ from ferrokafka.exceptions import (
     ScheduleError,
 )
 from ferrokafka.producer import AsyncProducer
+
+if TYPE_CHECKING:
+    from ferrokafka._async_consumer import AsyncConsumer
 
 _librdkafka_log.install()
 _log_levels.install()
@@ -76,3 +81,17 @@ __all__ = [
     "__version__",
     "codecs",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # AsyncConsumer is loaded when first named (see ferrokafka._async_consumer): asyncio, which
+    # it needs, took about half of every `import ferrokafka`.
+    if name == "AsyncConsumer":
+        from ferrokafka._async_consumer import AsyncConsumer
+
+        return AsyncConsumer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "AsyncConsumer"])

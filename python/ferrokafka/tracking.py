@@ -47,7 +47,6 @@ import functools
 import logging
 import math
 import os
-import secrets
 import socket
 import sys
 import threading
@@ -172,7 +171,9 @@ def _process_facts(
 
 
 def _new_process_id() -> str:
-    return f"{socket.gethostname() or 'localhost'}:{os.getpid()}:{secrets.token_hex(3)}"
+    # os.urandom is what secrets.token_hex reads; the secrets module itself loads hmac and
+    # OpenSSL's hashlib, a quarter of `import ferrokafka` for six hex digits.
+    return f"{socket.gethostname() or 'localhost'}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
 _LONGEST_WAIT = 3600.0
