@@ -43,15 +43,16 @@ def test_auto_commit_is_refused_because_the_consumer_commits() -> None:
         consumer.start()
 
 
-@pytest.mark.parametrize("subscription", ["orders", ("orders", 0)])
+@pytest.mark.parametrize(("subscription", "reset"), [("orders", "error"), (("orders", 0), "ERROR")])
 def test_without_a_group_auto_offset_reset_error_is_refused_where_nothing_says_where_to_start(
-    subscription: str | tuple[str, int],
+    subscription: str | tuple[str, int], reset: str
 ) -> None:
     # It would look for committed offsets it never has, log once and hand out nothing, for ever.
-    config = {"bootstrap.servers": "127.0.0.1:1", "auto.offset.reset": "error"}
+    # librdkafka reads the value without regard to case, so the check does too.
+    config = {"bootstrap.servers": "127.0.0.1:1", "auto.offset.reset": reset}
     consumer = Consumer(config, [subscription], noop)
     with pytest.raises(
-        ConfigError, match=r'auto\.offset\.reset="error" leaves a consumer without group\.id'
+        ConfigError, match=rf'auto\.offset\.reset="{reset}" leaves a consumer without group\.id'
     ):
         consumer.start()
 

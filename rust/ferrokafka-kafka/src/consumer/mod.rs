@@ -136,8 +136,12 @@ impl ConcurrentConsumer {
         }
         let bootstrap = settings.bootstrap().ok().map(str::to_owned);
         let start_without_group = start_without_group(settings.get("auto.offset.reset"));
+        // `error` can never be met without a group, which has no committed offsets; any other
+        // value naming no start is librdkafka's to refuse (it names it).
         if !group
-            && start_without_group.is_none()
+            && settings
+                .get("auto.offset.reset")
+                .is_some_and(|reset| reset.eq_ignore_ascii_case("error"))
             && options
                 .subscriptions
                 .iter()

@@ -208,12 +208,42 @@ fn resolve_partitions(
 }
 
 /// Where a consumer without a group starts a partition it was given no start for:
-/// `auto.offset.reset` as an explicit offset. `None` for `error` (or a value librdkafka itself
-/// refuses): then librdkafka's own handling of the missing committed offset applies.
+/// `auto.offset.reset` as an explicit offset (librdkafka's default, `latest`, when unset).
+/// `None` for `error` (or a value librdkafka itself refuses): then librdkafka's own handling of
+/// the missing committed offset applies.
 pub(super) fn start_without_group(auto_offset_reset: Option<&str>) -> Option<Offset> {
-    match auto_offset_reset {
-        Some("earliest" | "smallest" | "beginning") => Some(Offset::Beginning),
-        Some("latest" | "largest" | "end") | None => Some(Offset::End),
-        Some(_) => None,
+    let Some(value) = auto_offset_reset else {
+        return Some(Offset::End);
+    };
+    // librdkafka reads the value without regard to case.
+    let one_of = |names: &[&str]| names.iter().any(|name| value.eq_ignore_ascii_case(name));
+    if one_of(&["earliest", "smallest", "beginning"]) {
+        Some(Offset::Beginning)
+    } else if one_of(&["latest", "largest", "end"]) {
+        Some(Offset::End)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_offset_reset_names_a_start_as_librdkafka_reads_it() {
+        for (value, start) in [
+            (Some("earliest"), Some(Offset::Beginning)),
+            (Some("Smallest"), Some(Offset::Beginning)),
+            (Some("BEGINNING"), Some(Offset::Beginning)),
+            (Some("latest"), Some(Offset::End)),
+            (Some("LARGEST"), Some(Offset::End)),
+            (Some("End"), Some(Offset::End)),
+            (None, Some(Offset::End)),
+            (Some("error"), None),
+            (Some("earliest "), None),
+        ] {
+            assert_eq!(start_without_group(value), start, "{value:?}");
+        }
     }
 }
