@@ -1,15 +1,17 @@
 //! What every engine test needs: the broker's address, settings, per-test topics (deleted when the
 //! test ends, even when it fails), an independent writer and reader built on rdkafka's own
-//! clients, the group's committed offsets as an outsider reads them, and waits with deadlines.
+//! clients, the group's committed offsets as an outsider reads them, a consumer's first
+//! assignment, and waits with deadlines.
 //!
 //! The reader and the writer are plain rdkafka clients, not ferrokafka's engines, so what a test
 //! counts on a topic does not depend on the code under test.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ferrokafka_kafka::{Client, ClientSettings, NewTopicSpec};
+use ferrokafka_kafka::{Assignment, Client, ClientSettings, ConsumerEvent, NewTopicSpec};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -275,5 +277,20 @@ pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> 
     while !condition() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The first assignment a ConcurrentConsumer's `events` say, within [`WAIT`]; errors before it
+/// are printed (a broker still starting says some), other events skipped.
+pub fn first_assignment(events: &Receiver<ConsumerEvent>) -> Vec<Assignment> {
+    loop {
+        match events
+            .recv_timeout(WAIT)
+            .expect("an assignment within WAIT")
+        {
+            ConsumerEvent::Assigned(assigned) => return assigned,
+            ConsumerEvent::Error(e) => eprintln!("consumer error: {e}"),
+            _ => {}
+        }
     }
 }

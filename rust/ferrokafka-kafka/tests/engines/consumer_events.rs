@@ -11,7 +11,7 @@ use ferrokafka_kafka::{
     ConcurrentConsumer, ConsumerEvent, ConsumerOptions, Fetched, StartAt, Subscription,
 };
 
-use crate::common::{Topics, WAIT, settings, unique, wait_until, write};
+use crate::common::{Topics, WAIT, first_assignment, settings, unique, wait_until, write};
 
 /// Whether `fd` becomes readable within `wait`.
 fn readable_within(fd: RawFd, wait: Duration) -> bool {
@@ -44,16 +44,7 @@ fn an_event_queued_for_the_bindings_makes_ready_fd_readable() {
         .expect("consumer");
     let events = consumer.take_events().expect("the first take gets them");
     let fd = consumer.ready_fd().expect("ready_fd");
-    loop {
-        match events
-            .recv_timeout(WAIT)
-            .expect("an assignment within WAIT")
-        {
-            ConsumerEvent::Assigned(_) => break,
-            ConsumerEvent::Error(e) => eprintln!("consumer error: {e}"),
-            _ => {}
-        }
-    }
+    first_assignment(&events);
     // No worker waits for records: reading the signal leaves nothing to say.
     assert!(consumer.fetch_ready().expect("fetch_ready").is_empty());
     assert!(

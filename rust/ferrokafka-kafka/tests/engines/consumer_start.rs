@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use ferrokafka_core::tracking::HandlerSample;
-use ferrokafka_kafka::{ConcurrentConsumer, ConsumerEvent, ConsumerOptions, Fetched, Subscription};
+use ferrokafka_kafka::{ConcurrentConsumer, ConsumerOptions, Fetched, Subscription};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::common::{Topics, WAIT, bootstrap, settings, wait_until, write};
+use crate::common::{Topics, WAIT, bootstrap, first_assignment, settings, wait_until, write};
 
 /// The group id every consumer without a group carries (process reports list it).
 const CARRIED_GROUP: &str = "ferrokafka-without-group";
@@ -45,16 +45,7 @@ fn first_offset_without_a_group(topic: &str, reset: &str, then: impl FnOnce()) -
     ];
     let consumer = ConcurrentConsumer::new(settings(&config), options, WAIT).expect("consumer");
     let events = consumer.take_events().expect("the first take gets them");
-    let worker = loop {
-        match events
-            .recv_timeout(WAIT)
-            .expect("an assignment within WAIT")
-        {
-            ConsumerEvent::Assigned(assigned) => break assigned[0].worker,
-            ConsumerEvent::Error(e) => eprintln!("consumer error: {e}"),
-            _ => {}
-        }
-    };
+    let worker = first_assignment(&events)[0].worker;
     wait_until("librdkafka fetching the partition", WAIT, || {
         consumer
             .report_sample(HandlerSample::default())
