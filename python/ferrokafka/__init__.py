@@ -27,7 +27,12 @@ from ferrokafka._native import (
     TopicMetadata,
     __version__,
 )
-from ferrokafka.consumer import Consumer, ConsumerOptions, TopicPartition
+from ferrokafka.consumer import (
+    Consumer,
+    ConsumerOptions,
+    TopicPartition,
+    _async_consumer_on_demand,
+)
 from ferrokafka.exceptions import (
     BufferOverflow,
     ClosedError,
@@ -83,15 +88,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # AsyncConsumer is loaded when first named (see ferrokafka._async_consumer): asyncio, which
-    # it needs, took about half of every `import ferrokafka`.
-    if name == "AsyncConsumer":
-        from ferrokafka._async_consumer import AsyncConsumer
-
-        return AsyncConsumer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), "AsyncConsumer"])
+# AsyncConsumer is loaded when first named, as in ferrokafka.consumer (asyncio).
+__getattr__, __dir__ = _async_consumer_on_demand(globals())
+del _async_consumer_on_demand

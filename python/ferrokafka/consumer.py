@@ -344,15 +344,24 @@ def _is_coroutine_function(handler: object) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
-def __getattr__(name: str) -> object:
-    # AsyncConsumer lives in a module of its own, loaded when first named: it needs asyncio,
-    # which took about half of every `import ferrokafka`.
-    if name == "AsyncConsumer":
-        from ferrokafka._async_consumer import AsyncConsumer
+def _async_consumer_on_demand(
+    namespace: dict[str, Any],
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The module ``__getattr__`` and ``__dir__`` of the module with ``namespace`` (this one and
+    the package) that name ``AsyncConsumer``: its module is loaded when it is first named, since
+    it needs asyncio, which took about half of every ``import ferrokafka``."""
 
-        return AsyncConsumer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def named(name: str) -> object:
+        if name == "AsyncConsumer":
+            from ferrokafka._async_consumer import AsyncConsumer
+
+            return AsyncConsumer
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+
+    def names() -> list[str]:
+        return sorted([*namespace, "AsyncConsumer"])
+
+    return named, names
 
 
-def __dir__() -> list[str]:
-    return sorted([*globals(), "AsyncConsumer"])
+__getattr__, __dir__ = _async_consumer_on_demand(globals())
