@@ -135,13 +135,12 @@ impl ConcurrentConsumer {
             )));
         }
         let bootstrap = settings.bootstrap().ok().map(str::to_owned);
-        let start_without_group = start_without_group(settings.get("auto.offset.reset"));
+        let reset = settings.get("auto.offset.reset");
+        let start_without_group = start_without_group(reset);
         // `error` can never be met without a group, which has no committed offsets; any other
         // value naming no start is librdkafka's to refuse (it names it).
         if !group
-            && settings
-                .get("auto.offset.reset")
-                .is_some_and(|reset| reset.eq_ignore_ascii_case("error"))
+            && reset.is_some_and(|reset| reset.eq_ignore_ascii_case("error"))
             && options
                 .subscriptions
                 .iter()
@@ -151,7 +150,7 @@ impl ConcurrentConsumer {
                 "auto.offset.reset={:?} leaves a consumer without group.id nowhere to start: \
                  it has no committed offsets; use earliest or latest, give each partition its \
                  own start, or set group.id",
-                settings.get("auto.offset.reset").unwrap_or_default()
+                reset.unwrap_or_default()
             )));
         }
         let member = GroupMember::new(
